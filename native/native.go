@@ -59,9 +59,9 @@ func NewBF16(rows, cols int, data []uint16) Matrix {
 // j > QPos[i]-Window. Query head h reads key/value head h/(HeadsQ/HeadsKV).
 // Scores are scaled by Scale before the softmax.
 type AttnParams struct {
-	NQ, NK                    int
-	HeadsQ, HeadsKV, HeadDim  int
-	QPos                      []int32
-	Window                    int
-	Scale                     float32
+	NQ, NK                   int
+	HeadsQ, HeadsKV, HeadDim int
+	QPos                     []int32
+	Window                   int
+	Scale                    float32
 }
