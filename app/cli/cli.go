@@ -1,0 +1,99 @@
+// Package cli is Verdict's headless command line: verify a reference fixture,
+// generate text, run benchmarks. Every command works without a display.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+)
+
+// Command is one subcommand.
+type Command struct {
+	Name    string
+	Summary string
+	Run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// Commands lists the subcommands in the order usage shows them.
+func Commands() []Command {
+	return []Command{
+		{"verify-fixture", "check the engine against a reference fixture (folder or .tar.gz)", verifyFixture},
+		{"generate", "generate text from a prompt, streamed", generateCmd},
+		{"bench", "measure prefill and decode speed", benchCmd},
+	}
+}
+
+// ErrUsage marks a command-line mistake (exit status 2).
+var ErrUsage = errors.New("usage")
+
+// Main runs the subcommand named by args[0] and returns the exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range Commands() {
+		if c.Name == args[0] {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			err := c.Run(ctx, args[1:], stdout, stderr)
+			switch {
+			case err == nil:
+				return 0
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.Is(err, ErrUsage):
+				fmt.Fprintf(stderr, "verdict %s: %v\n", c.Name, err)
+				return 2
+			case errors.Is(err, errChecksFailed):
+				return 1
+			default:
+				fmt.Fprintf(stderr, "verdict %s: %v\n", c.Name, err)
+				return 1
+			}
+		}
+	}
+	fmt.Fprintf(stderr, "verdict: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: verdict <command> [flags]\n\nCommands:")
+	for _, c := range Commands() {
+		fmt.Fprintf(w, "  %-16s %s\n", c.Name, c.Summary)
+	}
+	fmt.Fprintln(w, "\nRun 'verdict <command> -h' for a command's flags.")
+}
+
+// newFlags returns a flag set that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("verdict "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	return nil
+}
+
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
+}
+
+var _ = strings.TrimSpace

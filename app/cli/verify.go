@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"verdict/engine/fixture"
+)
+
+var errChecksFailed = errors.New("checks failed")
+
+func verifyFixture(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("verify-fixture", stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: verdict verify-fixture PATH\n\nPATH is a fixture folder or .tar.gz (synthetic recipe, or checkpoint with expected.safetensors).")
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErr("want exactly one fixture PATH, got %d arguments", fs.NArg())
+	}
+	dir, cleanup, err := fixture.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	rs, err := fixture.Verify(dir, func(r fixture.Result) { fmt.Fprintln(stdout, r) })
+	if err != nil {
+		return err
+	}
+	passed, failed, _ := fixture.Summary(rs)
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return errChecksFailed
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package gemma3n
+
+import (
+	"fmt"
+	"math"
+
+	"verdict/native"
+)
+
+// Cache holds the keys and values of every position processed so far, for the
+// layers that compute their own (KV-shared layers read their source's).
+type Cache struct {
+	n    int
+	k, v [][]float32 // per layer: [n, kvHeads·headDim]; nil for shared layers
+}
+
+// NewCache returns an empty cache for m.
+func (m *Model) NewCache() *Cache {
+	c := &Cache{k: make([][]float32, len(m.layers)), v: make([][]float32, len(m.layers))}
+	return c
+}
+
+// Len reports the number of positions in the cache.
+func (c *Cache) Len() int { return c.n }
+
+// Truncate drops every position at or after n.
+func (c *Cache) Truncate(n int) {
+	if n >= c.n {
+		return
+	}
+	for i := range c.k {
+		if c.k[i] != nil {
+			w := len(c.k[i]) / c.n
+			c.k[i], c.v[i] = c.k[i][:n*w], c.v[i][:n*w]
+		}
+	}
+	c.n = n
+}
+
+// Hook, when given to Forward, receives stream 0 of the hidden state [n, D]
+// after the embeddings (layer −1) and after every layer, as transformers'
+// output_hidden_states reports them. It must not keep the slice.
+type Hook func(layer int, h []float32)
+
+// Forward runs ids through the decoder at positions c.Len().., appends their
+// keys and values to c, and returns the final normalised hidden states
+// [len(ids), D] (the input of the output head).
+func (m *Model) Forward(c *Cache, ids []int32, hook Hook) ([]float32, error) {
+	for _, id := range ids {
+		if id < 0 || int(id) >= m.Cfg.VocabSize {
+			return nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, m.Cfg.VocabSize)
+		}
+	}
+	e, err := m.Embed(ids)
+	if err != nil {
+		return nil, err
+	}
+	return m.ForwardEmbeds(c, ids, e, hook)
+}
+
+// Embed returns the scaled token embeddings [len(ids), D].
+func (m *Model) Embed(ids []int32) ([]float32, error) {
+	D := m.Cfg.HiddenSize
+	e := make([]float32, len(ids)*D)
+	for t, id := range ids {
+		row := e[t*D : (t+1)*D]
+		switch m.embed.DType {
+		case native.F32:
+			copy(row, m.embed.F32[int(id)*D:(int(id)+1)*D])
+		case native.BF16:
+			native.BF16ToF32(row, m.embed.BF16[int(id)*D:(int(id)+1)*D])
+		}
+	}
+	native.Scale(e, m.embedScale)
+	return e, nil
+}
+
+// perLayerInputs computes Gemma 3n's per-layer inputs for the merged
+// embeddings e, laid out layer-major: [L, n, P].
+func (m *Model) perLayerInputs(ids []int32, e []float32) ([]float32, error) {
+	cfg := m.Cfg
+	n, D, P, L := len(ids), cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
+	proj := make([]float32, n*L*P)
+	native.Linear(proj, e, m.pleProj, n)
+	native.Scale(proj, float32(1/math.Sqrt(float64(D))))
+	native.RMSNorm(proj, proj, m.pleNorm, P, float32(cfg.RMSNormEps))
+	tok := make([]float32, L*P)
+	out := make([]float32, L*n*P)
+	for t, id := range ids {
+		if id < 0 || int(id) >= cfg.VocabSizePerLayer {
+			id = 0
+		}
+		if err := m.store.Rows(m.pleName, int(id), tok); err != nil {
+			return nil, fmt.Errorf("gemma3n: per-layer embedding of token %d: %w", id, err)
+		}
+		native.Scale(tok, m.pleScale)
+		native.Add(tok, tok, proj[t*L*P:(t+1)*L*P])
+		for l := 0; l < L; l++ {
+			copy(out[(l*n+t)*P:(l*n+t+1)*P], tok[l*P:(l+1)*P])
+		}
+	}
+	native.Scale(out, float32(1/math.Sqrt2))
+	return out, nil
+}
+
+// ForwardEmbeds is Forward with the input embeddings given (multimodal
+// positions already merged); ids still choose the per-layer token embeddings.
+func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]float32, error) {
+	cfg := m.Cfg
+	n, D := len(ids), cfg.HiddenSize
+	if n == 0 {
+		return nil, fmt.Errorf("gemma3n: empty input")
+	}
+	if len(e) != n*D {
+		return nil, fmt.Errorf("gemma3n: %d embedding values for %d tokens of width %d", len(e), n, D)
+	}
+	ple, err := m.perLayerInputs(ids, e)
+	if err != nil {
+		return nil, err
+	}
+	pos := make([]int32, n)
+	for t := range pos {
+		pos[t] = int32(c.n + t)
+	}
+	if hook != nil {
+		hook(-1, e)
+	}
+
+	// AltUp streams: H = [e, s1, s2, s3], each rescaled to e's RMS.
+	nd := n * D
+	H := make([]float32, 4*nd)
+	copy(H, e)
+	target := make([]float32, n)
+	mag := make([]float32, n)
+	native.RowRMS(target, e, D, 0)
+	for k := 1; k < 4; k++ {
+		s := H[k*nd : (k+1)*nd]
+		native.Linear(s, e, m.altupProj[k-1], n)
+		m.rescale(s, target, mag)
+	}
+
+	w := newWork(m, n)
+	for i := range m.layers {
+		m.layer(i, c, H, ple[i*n*cfg.PerLayerSize:(i+1)*n*cfg.PerLayerSize], pos, w)
+		if hook != nil {
+			hook(i, H[:nd])
+		}
+	}
+	c.n += n
+
+	// Unmix: h = mean(H0, rescaled unembed projections of H1..H3), then norm.
+	h := make([]float32, nd)
+	copy(h, H[:nd])
+	native.RowRMS(target, H[:nd], D, 0)
+	y := w.d
+	for k := 1; k < 4; k++ {
+		native.Linear(y, H[k*nd:(k+1)*nd], m.altupUnemb[k-1], n)
+		m.rescale(y, target, mag)
+		native.Add(h, h, y)
+	}
+	native.Scale(h, 0.25)
+	native.RMSNorm(h, h, m.norm, D, float32(cfg.RMSNormEps))
+	return h, nil
+}
+
+// rescale multiplies each row of y by target/max(rms(y), √1e-5).
+func (m *Model) rescale(y, target, mag []float32) {
+	native.RowRMS(mag, y, m.Cfg.HiddenSize, 1e-5)
+	native.Div(mag, target, mag)
+	native.ScaleRows(y, mag, m.Cfg.HiddenSize)
+}
+
+// work holds one forward pass's scratch buffers.
+type work struct {
+	pred, a, an, laur, q, k, v, att, o, x, f, g, u, d, mod, coef, lr, pg []float32
+}
+
+func newWork(m *Model, n int) *work {
+	cfg := m.Cfg
+	D, qd, kd := cfg.HiddenSize, cfg.NumHeads*cfg.HeadDim, cfg.NumKVHeads*cfg.HeadDim
+	I := 0
+	for _, v := range cfg.IntermediateSize {
+		I = max(I, v)
+	}
+	f := func(k int) []float32 { return make([]float32, k) }
+	return &work{
+		pred: f(4 * n * D), an: f(n * D), laur: f(n * D), q: f(n * qd), k: f(n * kd), v: f(n * kd),
+		att: f(n * qd), o: f(n * D), x: f(n * D), f: f(n * D), g: f(n * I), u: f(n * I), d: f(n * D),
+		mod: f(n * 4), coef: f(n * 16), lr: f(n * cfg.LaurelRank), pg: f(n * cfg.PerLayerSize),
+	}
+}
+
+// modalities computes the AltUp router output tanh(router(norm(x)/D)) [n, 4].
+func (m *Model) modalities(y *layer, x []float32, w *work, n int) []float32 {
+	D := m.Cfg.HiddenSize
+	native.RMSNorm(w.f, x, y.routerNorm, D, float32(m.Cfg.RMSNormEps))
+	native.Scale(w.f, 1/float32(D))
+	native.Linear(w.mod, w.f, y.router, n)
+	native.Tanh(w.mod)
+	return w.mod
+}
+
+func (m *Model) layer(i int, c *Cache, H, ple []float32, pos []int32, w *work) {
+	cfg := m.Cfg
+	y := &m.layers[i]
+	n, D, P := len(pos), cfg.HiddenSize, cfg.PerLayerSize
+	nd := n * D
+	eps := float32(cfg.RMSNormEps)
+
+	// AltUp predict.
+	native.Linear(w.coef, m.modalities(y, H[:nd], w, n), y.predCoefs, n)
+	native.AltUpPredict(w.pred, H, w.coef, n, D)
+	a := w.pred[:nd]
+	native.RMSNorm(w.an, a, y.inNorm, D, eps)
+
+	// Laurel: an + norm(right(left(an))).
+	native.Linear(w.lr, w.an, y.laurelL, n)
+	native.Linear(w.laur, w.lr, y.laurelR, n)
+	native.RMSNorm(w.laur, w.laur, y.laurelNorm, D, eps)
+	native.Add(w.laur, w.laur, w.an)
+
+	// Attention.
+	m.attention(i, y, c, pos, w)
+	native.Linear(w.o, w.att, y.o, n)
+	native.RMSNorm(w.o, w.o, y.postAttnNorm, D, eps)
+	native.Add(w.x, a, w.o)
+	native.AddScaled(w.x, w.laur, float32(1/math.Sqrt2))
+
+	// MLP.
+	I := y.inter
+	native.RMSNorm(w.f, w.x, y.preFFNorm, D, eps)
+	g, u := w.g[:n*I], w.u[:n*I]
+	native.Linear(g, w.f, y.gate, n)
+	native.Linear(u, w.f, y.up, n)
+	if y.sparsityZ != 0 {
+		native.SparseGeluMul(g, u, I, y.sparsityZ)
+	} else {
+		native.GeluMul(g, u)
+	}
+	native.Linear(w.d, g, y.down, n)
+	native.RMSNorm(w.d, w.d, y.postFFNorm, D, eps)
+	native.Add(w.x, w.x, w.d) // activated
+
+	// AltUp correct.
+	corr := w.coef[:n*4]
+	native.Linear(corr, m.modalities(y, w.x, w, n), y.corrCoefs, n)
+	native.AddConst(corr, 1)
+	native.AltUpCorrect(H, w.pred, w.x, corr, n, D)
+
+	// Per-layer input, added to streams 1..3.
+	copy(w.d, H[:nd])
+	if cfg.AltUpCorrectScale {
+		native.MulRows(w.d, y.correctScale)
+	}
+	native.Linear(w.pg, w.d, y.pleGate, n)
+	native.GeluTanh(w.pg)
+	native.Mul(w.pg, w.pg, ple[:n*P])
+	native.Linear(w.o, w.pg, y.pleProj, n)
+	native.RMSNorm(w.o, w.o, y.postPLENorm, D, eps)
+	for k := 1; k < 4; k++ {
+		s := H[k*nd : (k+1)*nd]
+		native.Add(s, s, w.o)
+	}
+}
+
+func (m *Model) attention(i int, y *layer, c *Cache, pos []int32, w *work) {
+	cfg := m.Cfg
+	n, hd := len(pos), cfg.HeadDim
+	eps := float32(cfg.RMSNormEps)
+	native.Linear(w.q, w.an, y.q, n)
+	native.RMSNorm(w.q, w.q, y.qNorm, hd, eps)
+	native.RoPE(w.q, pos, cfg.NumHeads, hd, y.invFreq)
+	if y.kvSrc == i {
+		native.Linear(w.k, w.an, y.k, n)
+		native.RMSNorm(w.k, w.k, y.kNorm, hd, eps)
+		native.RoPE(w.k, pos, cfg.NumKVHeads, hd, y.invFreq)
+		native.Linear(w.v, w.an, y.v, n)
+		native.RMSNorm(w.v, w.v, nil, hd, eps)
+		c.k[i] = append(c.k[i], w.k...)
+		c.v[i] = append(c.v[i], w.v...)
+	}
+	window := 0
+	if y.sliding {
+		window = cfg.SlidingWindow
+	}
+	native.Attention(w.att, w.q, c.k[y.kvSrc], c.v[y.kvSrc], native.AttnParams{
+		NQ: n, NK: c.n + n, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
+		QPos: pos, Window: window, Scale: 1,
+	})
+}
+
+// Logits computes the soft-capped output logits [n, vocab] of hidden states h.
+func (m *Model) Logits(h []float32, n int) []float32 {
+	out := make([]float32, n*m.Cfg.VocabSize)
+	native.Linear(out, h, m.embed, n)
+	if c := float32(m.Cfg.FinalLogitSoftcap); c > 0 {
+		native.Softcap(out, c)
+	}
+	return out
+}
