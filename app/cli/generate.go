@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"verdict/engine/generate"
+	"verdict/engine/models"
+	"verdict/engine/tokenizer"
+)
+
+func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("generate", stderr)
+	model := fs.String("model", models.Builtin, "model folder (Hugging Face Gemma 3n checkpoint or synthetic fixture), or builtin")
+	prompt := fs.String("prompt", "", "the user's message")
+	system := fs.String("system", "", "optional system message")
+	raw := fs.Bool("raw", false, "send the prompt as it is, without the chat format")
+	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate")
+	temp := fs.Float64("temperature", 1.0, "sampling temperature; 0 means greedy")
+	topK := fs.Int("top-k", 64, "keep the k most likely tokens (0: off)")
+	topP := fs.Float64("top-p", 0.95, "keep the smallest set of tokens with this much probability (1: off)")
+	seed := fs.Uint64("seed", 0, "sampling seed")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *prompt == "" {
+		return usageErr("--prompt is required")
+	}
+	if fs.NArg() != 0 {
+		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	m, err := models.Open(*model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	tok, err := m.Tokenizer()
+	if err != nil {
+		return err
+	}
+	if m.Builtin {
+		fmt.Fprintf(stderr, "model: %s — its output is noise, not language\n", m.Name)
+	}
+	var ids []int32
+	if *raw {
+		ids = append([]int32{int32(tok.BOS())}, tok.Encode(*prompt)...)
+	} else {
+		var turns []tokenizer.Turn
+		if *system != "" {
+			turns = append(turns, tokenizer.Turn{Role: "system", Content: *system})
+		}
+		turns = append(turns, tokenizer.Turn{Role: "user", Content: *prompt})
+		ids = tok.EncodeChat(turns, true)
+	}
+	opt := generate.Options{
+		MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed,
+		Stop: []int32{int32(tok.EOS()), int32(tok.EndOfTurn())},
+	}
+	dec := tok.NewStreamDecoder()
+	res, err := generate.Run(ctx, m.Model, ids, opt, func(t generate.Token) error {
+		if t.ID == int32(tok.EndOfTurn()) || t.ID == int32(tok.EOS()) {
+			return nil
+		}
+		_, werr := io.WriteString(stdout, dec.Add(t.ID))
+		return werr
+	})
+	io.WriteString(stdout, dec.Flush()+"\n")
+	fmt.Fprintf(stderr, "prompt %d tokens, prefill %.1f tokens/s, first token %.0f ms, %d tokens at %.1f tokens/s\n",
+		res.PromptLen, res.PrefillTokensPerSec(), res.FirstToken.Seconds()*1000, len(res.IDs), res.DecodeTokensPerSec())
+	return err
+}

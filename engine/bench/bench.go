@@ -1,0 +1,94 @@
+// Package bench measures the engine's speed: prompt prefill and token decode
+// rates on a model, with the machine they ran on.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/generate"
+	"verdict/native"
+)
+
+// Machine describes the computer a benchmark ran on.
+type Machine struct {
+	CPU     string `json:"cpu"`
+	Cores   int    `json:"cores"`
+	Threads int    `json:"threads"`
+	OS      string `json:"os"`
+	Arch    string `json:"arch"`
+}
+
+// ThisMachine describes the current computer.
+func ThisMachine() Machine {
+	m := Machine{CPU: "unknown", Cores: runtime.NumCPU(), Threads: native.Threads(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), ":")
+			if ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+func (m Machine) String() string {
+	return fmt.Sprintf("%s, %d cores, %d threads, %s/%s", m.CPU, m.Cores, m.Threads, m.OS, m.Arch)
+}
+
+// Report is one model's prefill and decode measurement.
+type Report struct {
+	Model          string  `json:"model"`
+	Params         int64   `json:"params"`
+	PromptTokens   int     `json:"prompt_tokens"`
+	DecodeTokens   int     `json:"decode_tokens"`
+	PrefillSeconds float64 `json:"prefill_seconds"`
+	PrefillTPS     float64 `json:"prefill_tokens_per_second"`
+	DecodeSeconds  float64 `json:"decode_seconds"`
+	DecodeTPS      float64 `json:"decode_tokens_per_second"`
+	Machine        Machine `json:"machine"`
+}
+
+func (r Report) String() string {
+	return fmt.Sprintf("%s (%.3g B params): prefill %d tokens in %.3fs = %.1f tokens/s; decode %d tokens in %.3fs = %.2f tokens/s\nmachine: %s",
+		r.Model, float64(r.Params)/1e9, r.PromptTokens, r.PrefillSeconds, r.PrefillTPS, r.DecodeTokens, r.DecodeSeconds, r.DecodeTPS, r.Machine)
+}
+
+// Prompt returns n deterministic token ids of ordinary text range, starting
+// with BOS.
+func Prompt(n int) []int32 {
+	ids := make([]int32, n)
+	ids[0] = 2
+	for i := 1; i < n; i++ {
+		ids[i] = int32(1000 + (i*7919)%200000)
+	}
+	return ids
+}
+
+// Run prefills a prompt of promptTokens and then decodes decodeTokens greedily
+// (no stop tokens), timing both phases.
+func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decodeTokens int) (Report, error) {
+	r := Report{Model: name, Params: m.Cfg.Params(), PromptTokens: promptTokens, DecodeTokens: decodeTokens, Machine: ThisMachine()}
+	if promptTokens < 1 || decodeTokens < 1 {
+		return r, fmt.Errorf("bench: prompt and decode token counts must be positive")
+	}
+	res, err := generate.Run(ctx, m, Prompt(promptTokens), generate.Options{MaxTokens: decodeTokens + 1}, nil)
+	if err != nil {
+		return r, err
+	}
+	r.PrefillSeconds = res.Prefill.Seconds()
+	r.PrefillTPS = res.PrefillTokensPerSec()
+	r.DecodeTokens = len(res.IDs) - 1
+	r.DecodeSeconds = res.Decode.Seconds()
+	r.DecodeTPS = res.DecodeTokensPerSec()
+	return r, nil
+}

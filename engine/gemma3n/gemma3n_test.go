@@ -1,0 +1,203 @@
+package gemma3n_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"verdict/engine/fixture"
+	"verdict/engine/gemma3n"
+	"verdict/engine/weights"
+)
+
+func tinyModel(t testing.TB) *gemma3n.Model {
+	t.Helper()
+	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	m, closeModel, err := fixture.LoadModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeModel)
+	return m
+}
+
+// TestCachedMatchesOneShot: prefilling in chunks and decoding token by token
+// through the cache gives the one-shot forward's hidden states. The prompt is
+// longer than the sliding window (16) so the window and the KV-shared layers
+// are both exercised.
+func TestCachedMatchesOneShot(t *testing.T) {
+	m := tinyModel(t)
+	ids := make([]int32, 40)
+	for i := range ids {
+		ids[i] = int32(2 + (i*7919)%260000)
+	}
+	D := m.Cfg.HiddenSize
+	full, err := m.Forward(m.NewCache(), ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunks := range [][]int{{40}, {1, 39}, {17, 23}, {30, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}} {
+		c := m.NewCache()
+		pos := 0
+		for _, n := range chunks {
+			h, err := m.Forward(c, ids[pos:pos+n], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := maxDiff(h, full[pos*D:(pos+n)*D]); d > 1e-5 {
+				t.Errorf("chunks %v: positions %d..%d differ by %g", chunks, pos, pos+n, d)
+			}
+			pos += n
+		}
+		if c.Len() != len(ids) {
+			t.Errorf("cache length %d, want %d", c.Len(), len(ids))
+		}
+	}
+	// Truncate and recompute the tail.
+	c := m.NewCache()
+	if _, err := m.Forward(c, ids, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Truncate(30)
+	h, err := m.Forward(c, ids[30:], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(h, full[30*D:]); d > 1e-5 {
+		t.Errorf("after Truncate: differs by %g", d)
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	m := tinyModel(t)
+	for _, ids := range [][]int32{{}, {-1}, {int32(m.Cfg.VocabSize)}} {
+		if _, err := m.Forward(m.NewCache(), ids, nil); err == nil {
+			t.Errorf("Forward(%v) succeeded", ids)
+		}
+	}
+}
+
+func maxDiff(a, b []float32) float64 {
+	var m float64
+	for i := range a {
+		m = math.Max(m, math.Abs(float64(a[i]-b[i])))
+	}
+	return m
+}
+
+func TestKVSource(t *testing.T) {
+	types := func(n int) string {
+		var s []string
+		for i := 0; i < n; i++ {
+			if (i+1)%5 == 0 {
+				s = append(s, `"full_attention"`)
+			} else {
+				s = append(s, `"sliding_attention"`)
+			}
+		}
+		return "[" + strings.Join(s, ",") + "]"
+	}
+	for _, tc := range []struct {
+		name          string
+		layers, share int
+		want          map[int]int
+	}{
+		{"E2B", 30, 10, map[int]int{0: 0, 19: 19, 20: 18, 23: 18, 24: 19, 28: 18, 29: 19}},
+		{"E4B", 35, 15, map[int]int{20: 18, 24: 19, 29: 19, 34: 19, 33: 18}},
+		{"no sharing", 5, 0, map[int]int{4: 4}},
+	} {
+		cfg := `{"model_type":"gemma3n_text","vocab_size":10,"vocab_size_per_layer_input":10,"hidden_size":8,
+			"hidden_size_per_layer_input":2,"intermediate_size":16,"num_hidden_layers":` + strconv.Itoa(tc.layers) + `,
+			"num_attention_heads":2,"num_key_value_heads":1,"head_dim":4,"num_kv_shared_layers":` + strconv.Itoa(tc.share) + `,
+			"layer_types":` + types(tc.layers) + `,"laurel_rank":2,"hidden_activation":"gelu_pytorch_tanh",
+			"rope_parameters":{"full_attention":{"rope_theta":1e6},"sliding_attention":{"rope_theta":1e4}}}`
+		c, _, err := gemma3n.ParseConfig([]byte(cfg))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for layer, want := range tc.want {
+			if got := c.KVSource(layer); got != want {
+				t.Errorf("%s: KVSource(%d) = %d, want %d", tc.name, layer, got, want)
+			}
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	base := `"vocab_size":10,"vocab_size_per_layer_input":10,"hidden_size":8,"hidden_size_per_layer_input":2,
+		"num_attention_heads":2,"num_key_value_heads":1,"head_dim":4,"laurel_rank":2,"hidden_activation":"gelu_pytorch_tanh",
+		"rope_parameters":{"full_attention":{"rope_theta":1e6},"sliding_attention":{"rope_theta":1e4}}`
+	for _, tc := range []struct{ json, want string }{
+		{`{`, "config.json"},
+		{`{"model_type":"llama"}`, "not gemma3n"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":[16]}`, "intermediate_size has 1 entries for 2 layers"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":0,"intermediate_size":16}`, "num_hidden_layers must be positive"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"layer_types":["x","y"]}`, "unknown type"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"num_kv_shared_layers":2}`, "num_kv_shared_layers 2 out of range"},
+		{`{"text_config":{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":1,"intermediate_size":16,"hidden_activation":"relu"}}`, "hidden_activation"},
+	} {
+		_, _, err := gemma3n.ParseConfig([]byte(tc.json))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%.60s…) = %v, want error containing %q", tc.json, err, tc.want)
+		}
+	}
+}
+
+// store wraps a real store, hiding or reshaping one tensor.
+type store struct {
+	weights.Store
+	hide, reshape string
+}
+
+func (s store) Info(name string) ([]int, string, bool) {
+	shape, dt, ok := s.Store.Info(name)
+	switch name {
+	case s.hide:
+		return nil, "", false
+	case s.reshape:
+		return []int{shape[0] + 1, shape[1]}, dt, ok
+	}
+	return shape, dt, ok
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-micro-bf16.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	st, err := weights.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cb, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	cfg, sp, err := gemma3n.ParseConfig(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const q = "model.language_model.layers.1.self_attn.q_proj.weight"
+	for _, tc := range []struct {
+		st   weights.Store
+		want string
+	}{
+		{store{Store: st, hide: q}, "missing tensor " + q},
+		{store{Store: st, reshape: q}, "tensor " + q + " has shape [17 16], want [16 16]"},
+		{store{Store: st, hide: "model.language_model.embed_tokens.weight"}, "no embed_tokens.weight"},
+	} {
+		_, err := gemma3n.Load(tc.st, cfg, sp)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load = %v, want error containing %q", err, tc.want)
+		}
+	}
+	if _, err := gemma3n.Load(st, cfg, sp); err != nil {
+		t.Errorf("Load of the unmodified checkpoint: %v", err)
+	}
+}
