@@ -126,41 +126,55 @@ func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]
 		hook(-1, e)
 	}
 
-	// AltUp streams: H = [e, s1, s2, s3], each rescaled to e's RMS.
-	nd := n * D
+	H := m.streams(e, n)
+	w := newWork(m, n)
+	P := cfg.PerLayerSize
+	for i := range m.layers {
+		m.layer(i, H, ple[i*n*P:(i+1)*n*P], n, w, func(y *layer) { m.cacheAttention(i, y, c, pos, w) })
+		if hook != nil {
+			hook(i, H[:n*D])
+		}
+	}
+	c.n += n
+	return m.unmix(H, n, w), nil
+}
+
+// streams builds the four AltUp streams [4, n, D] from the embeddings e:
+// e itself and three projections rescaled to e's RMS.
+func (m *Model) streams(e []float32, n int) []float32 {
+	nd := n * m.Cfg.HiddenSize
 	H := make([]float32, 4*nd)
 	copy(H, e)
 	target := make([]float32, n)
 	mag := make([]float32, n)
-	native.RowRMS(target, e, D, 0)
+	native.RowRMS(target, e, m.Cfg.HiddenSize, 0)
 	for k := 1; k < 4; k++ {
 		s := H[k*nd : (k+1)*nd]
 		native.Linear(s, e, m.altupProj[k-1], n)
 		m.rescale(s, target, mag)
 	}
+	return H
+}
 
-	w := newWork(m, n)
-	for i := range m.layers {
-		m.layer(i, c, H, ple[i*n*cfg.PerLayerSize:(i+1)*n*cfg.PerLayerSize], pos, w)
-		if hook != nil {
-			hook(i, H[:nd])
-		}
-	}
-	c.n += n
-
-	// Unmix: h = mean(H0, rescaled unembed projections of H1..H3), then norm.
+// unmix averages stream 0 with the rescaled unembedding projections of the
+// other streams and applies the final norm: [n, D].
+func (m *Model) unmix(H []float32, n int, w *work) []float32 {
+	D := m.Cfg.HiddenSize
+	nd := n * D
 	h := make([]float32, nd)
 	copy(h, H[:nd])
+	target := make([]float32, n)
+	mag := make([]float32, n)
 	native.RowRMS(target, H[:nd], D, 0)
-	y := w.d
+	y := w.d[:nd]
 	for k := 1; k < 4; k++ {
 		native.Linear(y, H[k*nd:(k+1)*nd], m.altupUnemb[k-1], n)
 		m.rescale(y, target, mag)
 		native.Add(h, h, y)
 	}
 	native.Scale(h, 0.25)
-	native.RMSNorm(h, h, m.norm, D, float32(cfg.RMSNormEps))
-	return h, nil
+	native.RMSNorm(h, h, m.norm, D, float32(m.Cfg.RMSNormEps))
+	return h
 }
 
 // rescale multiplies each row of y by target/max(rms(y), √1e-5).
@@ -200,10 +214,12 @@ func (m *Model) modalities(y *layer, x []float32, w *work, n int) []float32 {
 	return w.mod
 }
 
-func (m *Model) layer(i int, c *Cache, H, ple []float32, pos []int32, w *work) {
+// layer runs decoder layer i over the n tokens of the streams H (updated in
+// place); attend fills w.att from w.an for this layer's attention.
+func (m *Model) layer(i int, H, ple []float32, n int, w *work, attend func(y *layer)) {
 	cfg := m.Cfg
 	y := &m.layers[i]
-	n, D, P := len(pos), cfg.HiddenSize, cfg.PerLayerSize
+	D, P := cfg.HiddenSize, cfg.PerLayerSize
 	nd := n * D
 	eps := float32(cfg.RMSNormEps)
 
@@ -220,7 +236,8 @@ func (m *Model) layer(i int, c *Cache, H, ple []float32, pos []int32, w *work) {
 	native.Add(w.laur, w.laur, w.an)
 
 	// Attention.
-	m.attention(i, y, c, pos, w)
+	m.project(i, y, n, w)
+	attend(y)
 	native.Linear(w.o, w.att, y.o, n)
 	native.RMSNorm(w.o, w.o, y.postAttnNorm, D, eps)
 	native.Add(w.x, a, w.o)
@@ -263,29 +280,44 @@ func (m *Model) layer(i int, c *Cache, H, ple []float32, pos []int32, w *work) {
 	}
 }
 
-func (m *Model) attention(i int, y *layer, c *Cache, pos []int32, w *work) {
+// project computes the layer's queries into w.q and, for layers with their
+// own keys and values, w.k and w.v (normalised, not yet rotated).
+func (m *Model) project(i int, y *layer, n int, w *work) {
+	cfg := m.Cfg
+	hd, eps := cfg.HeadDim, float32(cfg.RMSNormEps)
+	native.Linear(w.q[:n*cfg.NumHeads*hd], w.an[:n*cfg.HiddenSize], y.q, n)
+	native.RMSNorm(w.q, w.q, y.qNorm, hd, eps)
+	if y.kvSrc == i {
+		kd := n * cfg.NumKVHeads * hd
+		native.Linear(w.k[:kd], w.an[:n*cfg.HiddenSize], y.k, n)
+		native.RMSNorm(w.k[:kd], w.k[:kd], y.kNorm, hd, eps)
+		native.Linear(w.v[:kd], w.an[:n*cfg.HiddenSize], y.v, n)
+		native.RMSNorm(w.v[:kd], w.v[:kd], nil, hd, eps)
+	}
+}
+
+func (y *layer) window(cfg Config) int {
+	if y.sliding {
+		return cfg.SlidingWindow
+	}
+	return 0
+}
+
+// cacheAttention rotates the projections to their positions, appends keys
+// and values to the cache and attends over it.
+func (m *Model) cacheAttention(i int, y *layer, c *Cache, pos []int32, w *work) {
 	cfg := m.Cfg
 	n, hd := len(pos), cfg.HeadDim
-	eps := float32(cfg.RMSNormEps)
-	native.Linear(w.q, w.an, y.q, n)
-	native.RMSNorm(w.q, w.q, y.qNorm, hd, eps)
-	native.RoPE(w.q, pos, cfg.NumHeads, hd, y.invFreq)
+	native.RoPE(w.q[:n*cfg.NumHeads*hd], pos, cfg.NumHeads, hd, y.invFreq)
 	if y.kvSrc == i {
-		native.Linear(w.k, w.an, y.k, n)
-		native.RMSNorm(w.k, w.k, y.kNorm, hd, eps)
-		native.RoPE(w.k, pos, cfg.NumKVHeads, hd, y.invFreq)
-		native.Linear(w.v, w.an, y.v, n)
-		native.RMSNorm(w.v, w.v, nil, hd, eps)
-		c.k[i] = append(c.k[i], w.k...)
-		c.v[i] = append(c.v[i], w.v...)
+		kd := n * cfg.NumKVHeads * hd
+		native.RoPE(w.k[:kd], pos, cfg.NumKVHeads, hd, y.invFreq)
+		c.k[i] = append(c.k[i], w.k[:kd]...)
+		c.v[i] = append(c.v[i], w.v[:kd]...)
 	}
-	window := 0
-	if y.sliding {
-		window = cfg.SlidingWindow
-	}
-	native.Attention(w.att, w.q, c.k[y.kvSrc], c.v[y.kvSrc], native.AttnParams{
+	native.Attention(w.att[:n*cfg.NumHeads*hd], w.q[:n*cfg.NumHeads*hd], c.k[y.kvSrc], c.v[y.kvSrc], native.AttnParams{
 		NQ: n, NK: c.n + n, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
-		QPos: pos, Window: window, Scale: 1,
+		QPos: pos, Window: y.window(cfg), Scale: 1,
 	})
 }
 
