@@ -201,3 +201,50 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("Load of the unmodified checkpoint: %v", err)
 	}
 }
+
+// TestBranches: each branch row's outputs equal a full forward pass over
+// prefix + row tokens, gathered or not, with rows of unequal length. The
+// prefix is longer than the sliding window.
+func TestBranches(t *testing.T) {
+	m := tinyModel(t)
+	D := m.Cfg.HiddenSize
+	prefix := make([]int32, 23)
+	for i := range prefix {
+		prefix[i] = int32(2 + (i*104729)%260000)
+	}
+	rows := []gemma3n.Branch{
+		{IDs: []int32{14937, 47384, 1083}, Outputs: 1},
+		{IDs: []int32{14937, 53568, 1083, 623, 79205, 1894}, Outputs: 4},
+		{IDs: []int32{9}, Outputs: 1},
+		{IDs: []int32{14937, 40400, 1083, 3714, 7736, 8341, 1083}, Outputs: 2},
+	}
+	c := m.NewCache()
+	if _, err := m.Forward(c, prefix, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, gather := range []bool{false, true} {
+		got, err := m.ForwardBranches(c, rows, gather)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Len() != len(prefix) {
+			t.Fatalf("branches changed the prefix cache: length %d", c.Len())
+		}
+		for r, b := range rows {
+			full, err := m.Forward(m.NewCache(), append(append([]int32(nil), prefix...), b.IDs...), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := full[len(full)-b.Outputs*D:]
+			if d := maxDiff(got[r], want); d > 2e-5 {
+				t.Errorf("gather=%v row %d: differs from its own forward pass by %g", gather, r, d)
+			}
+		}
+	}
+	if _, err := m.ForwardBranches(c, []gemma3n.Branch{{IDs: []int32{5}, Outputs: 2}}, true); err == nil {
+		t.Error("a branch wanting more outputs than tokens was accepted")
+	}
+	if _, err := m.ForwardBranches(m.NewCache(), rows, true); err == nil {
+		t.Error("branches without a prefix were accepted")
+	}
+}

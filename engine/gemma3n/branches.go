@@ -1,0 +1,152 @@
+package gemma3n
+
+import (
+	"fmt"
+
+	"verdict/native"
+)
+
+// Branch is one row that continues a shared prefix: its own tokens, of
+// which the final hidden states of the last Outputs are wanted.
+type Branch struct {
+	IDs     []int32
+	Outputs int
+}
+
+// ForwardBranches runs rows that each continue the prefix held in c; c is
+// only read. A row attends to the prefix and to its own tokens, never to
+// another row. Rows are right-padded to the longest and run as one batch.
+//
+// With gather, only the wanted positions go through the KV-sharing layers:
+// those layers write no keys or values, so every other position's work there
+// is unused, and the result is the same. It returns, per row, the final
+// hidden states [Outputs, D].
+func (m *Model) ForwardBranches(c *Cache, rows []Branch, gather bool) ([][]float32, error) {
+	cfg := m.Cfg
+	D, P := cfg.HiddenSize, cfg.PerLayerSize
+	if c.n == 0 {
+		return nil, fmt.Errorf("gemma3n: branches need a non-empty prefix")
+	}
+	L := 0
+	for r, b := range rows {
+		if len(b.IDs) == 0 || b.Outputs < 1 || b.Outputs > len(b.IDs) {
+			return nil, fmt.Errorf("gemma3n: branch %d has %d tokens and wants %d outputs", r, len(b.IDs), b.Outputs)
+		}
+		L = max(L, len(b.IDs))
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	R := len(rows)
+	n := R * L
+	ids := make([]int32, n)
+	qrow, qidx, pos := make([]int32, n), make([]int32, n), make([]int32, n)
+	for r, b := range rows {
+		for j := 0; j < L; j++ {
+			t := r*L + j
+			ids[t] = int32(cfg.PAD)
+			if j < len(b.IDs) {
+				ids[t] = b.IDs[j]
+			}
+			qrow[t], qidx[t], pos[t] = int32(r), int32(j), int32(c.n+j)
+		}
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= cfg.VocabSize {
+			return nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, cfg.VocabSize)
+		}
+	}
+	e, err := m.Embed(ids)
+	if err != nil {
+		return nil, err
+	}
+	ple, err := m.perLayerInputs(ids, e)
+	if err != nil {
+		return nil, err
+	}
+	H := m.streams(e, n)
+	w := newWork(m, n)
+	sk := make([][]float32, len(m.layers))
+	sv := make([][]float32, len(m.layers))
+
+	first := cfg.NumLayers - cfg.NumKVSharedLayers
+	cur := n
+	var sel []int // token index of each current position, once gathered
+	for i := range m.layers {
+		if gather && i == first && cfg.NumKVSharedLayers > 0 {
+			for r, b := range rows {
+				for j := len(b.IDs) - b.Outputs; j < len(b.IDs); j++ {
+					sel = append(sel, r*L+j)
+				}
+			}
+			H = gatherRows(H, sel, 4, cur, D)
+			ple = gatherLayers(ple, sel, first, cfg.NumLayers, cur, P)
+			qrow, qidx, pos = gather32(qrow, sel), gather32(qidx, sel), gather32(pos, sel)
+			cur = len(sel)
+			w = newWork(m, cur)
+		}
+		m.layer(i, H, ple[i*cur*P:(i+1)*cur*P], cur, w, func(y *layer) {
+			hd := cfg.HeadDim
+			qd, kd := cur*cfg.NumHeads*hd, cur*cfg.NumKVHeads*hd
+			native.RoPE(w.q[:qd], pos, cfg.NumHeads, hd, y.invFreq)
+			if y.kvSrc == i {
+				native.RoPE(w.k[:kd], pos, cfg.NumKVHeads, hd, y.invFreq)
+				sk[i] = append([]float32(nil), w.k[:kd]...)
+				sv[i] = append([]float32(nil), w.v[:kd]...)
+			}
+			s := y.kvSrc
+			native.BranchAttention(w.att[:qd], w.q[:qd], c.k[s], c.v[s], sk[s], sv[s], native.BranchAttnParams{
+				NQ: cur, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
+				Prefix: c.n, SufLen: L, QRow: qrow, QIdx: qidx, Window: y.window(cfg), Scale: 1,
+			})
+		})
+	}
+	h := m.unmix(H, cur, w)
+
+	out := make([][]float32, R)
+	k := 0
+	for r, b := range rows {
+		o := make([]float32, 0, b.Outputs*D)
+		for j := len(b.IDs) - b.Outputs; j < len(b.IDs); j++ {
+			t := r*L + j
+			if sel != nil {
+				t = k
+				k++
+			}
+			o = append(o, h[t*D:(t+1)*D]...)
+		}
+		out[r] = o
+	}
+	return out, nil
+}
+
+// gatherRows keeps rows sel of each of the s blocks [n, d] of x.
+func gatherRows(x []float32, sel []int, s, n, d int) []float32 {
+	out := make([]float32, s*len(sel)*d)
+	for b := 0; b < s; b++ {
+		for k, t := range sel {
+			copy(out[(b*len(sel)+k)*d:(b*len(sel)+k+1)*d], x[(b*n+t)*d:(b*n+t+1)*d])
+		}
+	}
+	return out
+}
+
+// gatherLayers is gatherRows for the per-layer inputs [layers, n, P] of the
+// layers from..to-1; the other layers' blocks are left empty.
+func gatherLayers(x []float32, sel []int, from, to, n, p int) []float32 {
+	out := make([]float32, to*len(sel)*p)
+	for l := from; l < to; l++ {
+		for k, t := range sel {
+			copy(out[(l*len(sel)+k)*p:(l*len(sel)+k+1)*p], x[(l*n+t)*p:(l*n+t+1)*p])
+		}
+	}
+	return out
+}
+
+func gather32(x []int32, sel []int) []int32 {
+	out := make([]int32, len(sel))
+	for k, t := range sel {
+		out[k] = x[t]
+	}
+	return out
+}
