@@ -1,0 +1,312 @@
+// Package tokenizer is a pure-Go implementation of the Gemma 3 / Gemma 3n
+// tokenizer that reproduces Hugging Face `tokenizers` exactly.
+//
+// It loads a Hugging Face tokenizer.json and implements precisely the
+// components that Gemma's file uses: a BPE model with byte fallback and
+// rank-ordered merges, a Replace (" " → "▁") normalizer, a Split
+// pre-tokenizer, added tokens matched before everything else (leftmost
+// longest, with the single_word/lstrip/rstrip/normalized flags) and a
+// Replace/ByteFallback/Fuse decoder. A file that needs anything else is
+// refused with an *UnsupportedError rather than tokenized differently.
+//
+// Encode never adds special tokens (HF's add_special_tokens=false); the
+// post-processor of the file is therefore not used. EncodeChat renders the
+// Gemma chat template, whose text already begins with "<bos>".
+//
+// The published Gemma 3 tokenizer.json and Gemma 3n's agree on all text ids
+// (below 262144) but not on the multimodal placeholders: in this file
+// <end_of_image> is 256000 and <image_soft_token> 262144, while Gemma 3n uses
+// 262144/262145 for those and 256000/262272/262273 for the audio ones. Take
+// multimodal ids from the model config, not from Lookup.
+//
+// A Tokenizer is immutable after Load and safe for concurrent use.
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"unicode/utf8"
+)
+
+// Tokenizer encodes text to token ids and decodes ids back to text.
+type Tokenizer struct {
+	model      bpeModel
+	normalizer []normStep
+	pretok     []splitStep
+	decoder    decoderChain
+
+	rawAdded  *matcher // added tokens with normalized=false, matched on the input
+	normAdded *matcher // added tokens with normalized=true, matched on normalized text
+
+	addedByText map[string]int32
+	addedByID   map[int32]addedToken
+	vocabSize   int
+
+	bos, eos, pad, sot, eot int32
+
+	pieceCache pieces
+}
+
+// UnsupportedError reports a tokenizer.json feature this package does not
+// implement, so that a file is never silently tokenized differently from
+// Hugging Face.
+type UnsupportedError struct {
+	Component string // e.g. "normalizer", "model", "added_tokens"
+	Detail    string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("tokenizer.json: unsupported %s: %s", e.Component, e.Detail)
+}
+
+func unsupported(component, format string, args ...any) error {
+	return &UnsupportedError{Component: component, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Load reads and parses a Hugging Face tokenizer.json.
+func Load(path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: load %s: %w", path, err)
+	}
+	return t, nil
+}
+
+type addedToken struct {
+	ID         int32  `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// Parse builds a Tokenizer from the bytes of a tokenizer.json.
+func Parse(data []byte) (*Tokenizer, error) {
+	if !utf8.Valid(data) {
+		return nil, errors.New("tokenizer.json is not valid UTF-8")
+	}
+	sc := &scanner{data: data}
+	raws := map[string][]byte{}
+	haveModel := false
+	t := &Tokenizer{}
+	err := sc.object(func(key []byte) error {
+		switch k := string(key); k {
+		case "model":
+			haveModel = true
+			return parseModel(sc, &t.model)
+		case "version", "truncation", "padding", "added_tokens", "normalizer",
+			"pre_tokenizer", "post_processor", "decoder":
+			v, err := sc.raw()
+			raws[k] = v
+			return err
+		default:
+			return unsupported("top-level key", "%q", k)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if sc.peek() != 0 {
+		return nil, sc.errorf("trailing data after the top-level object")
+	}
+	if !haveModel {
+		return nil, errors.New("tokenizer.json has no model")
+	}
+
+	var version string
+	if err := json.Unmarshal(orNull(raws["version"]), &version); err != nil || version != "1.0" {
+		return nil, unsupported("version", "%s (want \"1.0\")", raws["version"])
+	}
+	for _, k := range []string{"truncation", "padding"} {
+		if !isNull(raws[k]) {
+			return nil, unsupported(k, "%s (Encode never truncates or pads)", raws[k])
+		}
+	}
+	if t.normalizer, err = parseNormalizer(orNull(raws["normalizer"])); err != nil {
+		return nil, err
+	}
+	if t.pretok, err = parsePreTokenizer(orNull(raws["pre_tokenizer"])); err != nil {
+		return nil, err
+	}
+	if t.decoder, err = parseDecoder(orNull(raws["decoder"])); err != nil {
+		return nil, err
+	}
+	// post_processor only runs with add_special_tokens=true, which Encode
+	// never does; it is accepted and ignored.
+	if err := t.setupAdded(orNull(raws["added_tokens"])); err != nil {
+		return nil, err
+	}
+	for _, sp := range []struct {
+		dst  *int32
+		text string
+	}{{&t.bos, "<bos>"}, {&t.eos, "<eos>"}, {&t.pad, "<pad>"},
+		{&t.sot, "<start_of_turn>"}, {&t.eot, "<end_of_turn>"}} {
+		id, ok := t.Lookup(sp.text)
+		if !ok {
+			return nil, fmt.Errorf("not a Gemma tokenizer: no %s token", sp.text)
+		}
+		*sp.dst = id
+	}
+	return t, nil
+}
+
+func orNull(b []byte) []byte {
+	if b == nil {
+		return []byte("null")
+	}
+	return b
+}
+
+func isNull(b []byte) bool { return b == nil || string(b) == "null" }
+
+// setupAdded registers the added tokens the way HF's AddedVocabulary does.
+func (t *Tokenizer) setupAdded(raw []byte) error {
+	var list []addedToken
+	if !isNull(raw) {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&list); err != nil {
+			return fmt.Errorf("added_tokens: %w", err)
+		}
+	}
+	t.addedByText = make(map[string]int32, len(list))
+	t.addedByID = make(map[int32]addedToken, len(list))
+	var rawToks, normToks []matchToken
+	maxID := t.model.maxID
+	maxAdded := int32(-1)
+	for _, a := range list {
+		if a.Content == "" {
+			continue // HF ignores empty added tokens
+		}
+		if _, dup := t.addedByText[a.Content]; dup {
+			return unsupported("added_tokens", "%q is listed twice", a.Content)
+		}
+		// HF does not trust the listed id: a token already in the vocabulary
+		// keeps its vocabulary id, a new one gets the next free id. A file
+		// whose ids differ from that would be tokenized differently.
+		want, inVocab := t.model.vocab[a.Content]
+		if !inVocab {
+			want = int32(len(t.model.vocab))
+			if maxAdded >= 0 && (maxAdded >= want || want == 0) {
+				want = maxAdded + 1
+			}
+		}
+		if !inVocab {
+			if other, taken := t.model.token(want); taken {
+				return unsupported("added_tokens", "%q would get id %d, which the vocabulary gives to %q", a.Content, want, other)
+			}
+		}
+		if a.ID != want {
+			return unsupported("added_tokens", "%q is listed with id %d but Hugging Face would give it %d", a.Content, a.ID, want)
+		}
+		if old, dup := t.addedByID[a.ID]; dup {
+			return unsupported("added_tokens", "id %d is used by %q and %q", a.ID, old.Content, a.Content)
+		}
+		maxAdded = max(maxAdded, a.ID)
+		t.addedByText[a.Content] = a.ID
+		t.addedByID[a.ID] = a
+		maxID = max(maxID, a.ID)
+		mt := matchToken{id: a.ID, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
+		if a.Normalized {
+			// Normalized tokens match their normalized form in normalized text.
+			mt.text = applyNormalizer(t.normalizer, a.Content)
+			if mt.text == "" {
+				continue
+			}
+			normToks = append(normToks, mt)
+		} else {
+			mt.text = a.Content
+			rawToks = append(rawToks, mt)
+		}
+	}
+	t.rawAdded = newMatcher(rawToks)
+	t.normAdded = newMatcher(normToks)
+	t.vocabSize = int(maxID) + 1
+	return nil
+}
+
+// VocabSize is one more than the largest token id (the model vocabulary
+// plus added tokens): every valid id is below it.
+func (t *Tokenizer) VocabSize() int { return t.vocabSize }
+
+// Lookup returns the id of a token given its exact text (e.g. "<bos>",
+// "▁space", "<0x0A>"), preferring added tokens like HF's token_to_id.
+func (t *Tokenizer) Lookup(text string) (int32, bool) {
+	if id, ok := t.addedByText[text]; ok {
+		return id, true
+	}
+	id, ok := t.model.vocab[text]
+	return id, ok
+}
+
+// TokenText returns the text of a token as stored in the vocabulary (with
+// "▁" for spaces and "<0xNN>" for byte tokens), or "" for an unknown id.
+func (t *Tokenizer) TokenText(id int32) string {
+	s, _ := t.tokenString(id)
+	return s
+}
+
+func (t *Tokenizer) tokenString(id int32) (string, bool) {
+	if a, ok := t.addedByID[id]; ok {
+		return a.Content, true
+	}
+	return t.model.token(id)
+}
+
+// IsSpecial reports whether id is an added token marked special (such as
+// <bos>, <eos>, <start_of_turn>); HF skips these when asked to.
+func (t *Tokenizer) IsSpecial(id int32) bool {
+	a, ok := t.addedByID[id]
+	return ok && a.Special
+}
+
+// BOS is the id of "<bos>".
+func (t *Tokenizer) BOS() int32 { return t.bos }
+
+// EOS is the id of "<eos>".
+func (t *Tokenizer) EOS() int32 { return t.eos }
+
+// PAD is the id of "<pad>".
+func (t *Tokenizer) PAD() int32 { return t.pad }
+
+// StartOfTurn is the id of "<start_of_turn>".
+func (t *Tokenizer) StartOfTurn() int32 { return t.sot }
+
+// EndOfTurn is the id of "<end_of_turn>".
+func (t *Tokenizer) EndOfTurn() int32 { return t.eot }
+
+// StopIDs are the ids that end a generated model turn: <eos> and <end_of_turn>.
+func (t *Tokenizer) StopIDs() []int32 { return []int32{t.eos, t.eot} }
+
+// Encode tokenizes text like HF's encode(text, add_special_tokens=False).
+// Added tokens written in the text (e.g. "<start_of_turn>") become their
+// ids. Bytes that are not valid UTF-8 are encoded as byte tokens.
+func (t *Tokenizer) Encode(text string) []int32 {
+	out := make([]int32, 0, len(text)/4+4)
+	t.rawAdded.split(text, func(piece string, id int32) {
+		if id >= 0 {
+			out = append(out, id)
+			return
+		}
+		norm := applyNormalizer(t.normalizer, piece)
+		t.normAdded.split(norm, func(p string, id int32) {
+			if id >= 0 {
+				out = append(out, id)
+				return
+			}
+			preTokenize(t.pretok, p, func(word string) {
+				out = t.model.encodeWord(word, out)
+			})
+		})
+	})
+	return out
+}
