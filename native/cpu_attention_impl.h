@@ -1,0 +1,159 @@
+/*
+ * cpu_attention_impl.h: causal attention, included once per SIMD level
+ * after cpu_linear_impl.h.
+ *
+ * A task is one query row and a few query heads sharing one key/value head.
+ * Scores are dot products computed exactly like Linear's (lin_block over the
+ * visible keys), then scaled, soft-maxed (max, exp, 8-lane sum, divide) and
+ * applied to V with one fused multiply-add per key in key order. Nothing
+ * depends on NQ, on the other rows or on the head grouping.
+ */
+
+typedef struct {
+	float *out;
+	const float *q, *k, *v;
+	const int32_t *qpos;
+	int64_t nq, nk, hq, hkv, d, window;
+	float scale;
+	int64_t hc, nhc; /* heads per task, tasks per kv head */
+} VK_ISA(att_ctx);
+
+/* att_pv: o[h·d + c] = Σ_j p[h·ldp + j]·v[j·ldv + c] for c in [c0, c0+8W). */
+VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
+                              int64_t ldp, const float *v, int64_t ldv,
+                              int64_t nkeys, float *o, int64_t d, int64_t c0)
+{
+	V acc[4][2];
+#pragma GCC unroll 4
+	for (int h = 0; h < H; h++)
+#pragma GCC unroll 2
+		for (int w = 0; w < W; w++)
+			acc[h][w] = v_zero();
+	for (int64_t j = 0; j < nkeys; j++) {
+		V vv[2];
+#pragma GCC unroll 2
+		for (int w = 0; w < W; w++)
+			vv[w] = v_load(v + j * ldv + c0 + 8 * w);
+#pragma GCC unroll 4
+		for (int h = 0; h < H; h++) {
+			V pw = v_set1(p[h * ldp + j]);
+#pragma GCC unroll 2
+			for (int w = 0; w < W; w++)
+				acc[h][w] = v_fma(pw, vv[w], acc[h][w]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int h = 0; h < H; h++)
+#pragma GCC unroll 2
+		for (int w = 0; w < W; w++)
+			v_store(o + h * d + c0 + 8 * w, acc[h][w]);
+}
+
+VK_INLINE void VK_ISA(att_pv_all)(const int H, const float *p, int64_t ldp,
+                                  const float *v, int64_t ldv, int64_t nkeys,
+                                  float *o, int64_t d)
+{
+	int64_t c = 0;
+	for (; c + 16 <= d; c += 16)
+		VK_ISA(att_pv)(H, 2, p, ldp, v, ldv, nkeys, o, d, c);
+	for (; c + 8 <= d; c += 8)
+		VK_ISA(att_pv)(H, 1, p, ldp, v, ldv, nkeys, o, d, c);
+	for (; c < d; c++)
+		for (int h = 0; h < H; h++) {
+			float s = 0;
+			for (int64_t j = 0; j < nkeys; j++)
+				s = fmaf(p[h * ldp + j], v[j * ldv + c], s);
+			o[h * d + c] = s;
+		}
+}
+
+/* att_softmax turns the scores s[0..n) into probabilities, in place. */
+static void VK_ISA(att_softmax)(float *s, int64_t n, float scale)
+{
+	const V vs = v_set1(scale);
+	int64_t n8 = n & ~(int64_t)7, j;
+	V m = v_set1(-INFINITY);
+	for (j = 0; j < n8; j += 8) {
+		V x = v_mul(v_load(s + j), vs);
+		v_store(s + j, x);
+		m = v_max(x, m);
+	}
+	if (j < n) {
+		V x = v_mul(v_load_part(s + j, n - j, 0), vs);
+		v_store_part(s + j, n - j, x);
+		m = v_max(v_load_part(s + j, n - j, -INFINITY), m);
+	}
+	V mx = v_set1(v_hmax(m)), sum = v_zero();
+	for (j = 0; j < n8; j += 8) {
+		V e = v_exp(v_sub(v_load(s + j), mx));
+		v_store(s + j, e);
+		sum = v_add(sum, e);
+	}
+	if (j < n) {
+		V e = v_exp(v_sub(v_load_part(s + j, n - j, -INFINITY), mx));
+		v_store_part(s + j, n - j, e);
+		sum = v_add(sum, e); /* padding lanes add exp(-inf) = 0 */
+	}
+	V tot = v_set1(v_hsum(sum));
+	for (j = 0; j < n8; j += 8)
+		v_store(s + j, v_div(v_load(s + j), tot));
+	if (j < n)
+		v_store_part(s + j, n - j, v_div(v_load_part(s + j, n - j, 0), tot));
+}
+
+static void VK_ISA(att_task)(void *vc, int64_t task)
+{
+	const VK_ISA(att_ctx) *c = vc;
+	int64_t d = c->d, G = c->hq / c->hkv, per = c->hkv * c->nhc;
+	int64_t i = task / per, g = task % per / c->nhc, ci = task % c->nhc;
+	int64_t h0 = g * G + ci * c->hc;
+	int64_t H = (g + 1) * G - h0 < c->hc ? (g + 1) * G - h0 : c->hc;
+	int64_t qp = c->qpos[i], lo = 0, hi = qp < c->nk - 1 ? qp : c->nk - 1;
+	if (c->window > 0 && qp - c->window + 1 > lo)
+		lo = qp - c->window + 1;
+	float *o = c->out + (i * c->hq + h0) * d;
+	if (hi < lo) {
+		memset(o, 0, (size_t)(H * d) * sizeof(float));
+		return;
+	}
+	int64_t nkeys = hi - lo + 1, ldk = c->hkv * d;
+	float *sc = vk_scratch(1, (size_t)(H * nkeys) * sizeof(float));
+	VK_ISA(lin_block_f32)(c->q + (i * c->hq + h0) * d, d, H,
+	                      c->k + (lo * c->hkv + g) * d, ldk, nkeys, 0,
+	                      d & ~(int64_t)7, NULL, 0, 1, 1, sc, nkeys, d);
+	for (int64_t h = 0; h < H; h++)
+		VK_ISA(att_softmax)(sc + h * nkeys, nkeys, c->scale);
+	const float *vb = c->v + (lo * c->hkv + g) * d;
+	switch (H) {
+	case 4:
+		VK_ISA(att_pv_all)(4, sc, nkeys, vb, ldk, nkeys, o, d);
+		break;
+	case 3:
+		VK_ISA(att_pv_all)(3, sc, nkeys, vb, ldk, nkeys, o, d);
+		break;
+	case 2:
+		VK_ISA(att_pv_all)(2, sc, nkeys, vb, ldk, nkeys, o, d);
+		break;
+	default:
+		VK_ISA(att_pv_all)(1, sc, nkeys, vb, ldk, nkeys, o, d);
+		break;
+	}
+}
+
+static void VK_ISA(attention)(float *out, const float *q, const float *k,
+                              const float *v, const int32_t *qpos, int64_t nq,
+                              int64_t nk, int64_t hq, int64_t hkv, int64_t d,
+                              int64_t window, float scale)
+{
+	VK_ISA(att_ctx) c = {out, q, k, v, qpos, nq, nk, hq, hkv, d, window, scale,
+	                     0, 0};
+	int64_t G = hq / hkv;
+	c.hc = G < 4 ? G : 4;
+	/* Few tasks (decode): one head per task. Grouping changes no result. */
+	if (nq * hkv * ((G + 3) / 4) < 2 * (int64_t)vk_pool_threads())
+		c.hc = 1;
+	c.nhc = (G + c.hc - 1) / c.hc;
+	double keys = window > 0 && window < nk ? (double)window : (double)nk;
+	vk_par(nq * hkv * c.nhc, 4.0 * (double)(nq * hq) * keys * (double)d,
+	       VK_ISA(att_task), &c);
+}
