@@ -12,13 +12,13 @@ import (
 // prefix or word suffix, no dropout; byte fallback, unk fusing and
 // ignore_merges are supported.
 type bpeModel struct {
-	vocab     map[string]int32
+	vocab     strTable
 	idToToken []string
 	present   []bool // present[id]: idToToken[id] is a vocabulary entry
 	maxID     int32
 
 	// merges maps a pair (left<<32 | right) to (rank<<32 | merged id).
-	merges map[uint64]uint64
+	merges pairTable
 
 	byteIDs      [256]int32 // id of "<0xNN>", or -1
 	unkID        int32      // -1 when there is no unk token
@@ -63,7 +63,7 @@ func (m *bpeModel) encodeWord(w string, out []int32) []int32 {
 		return out
 	}
 	if m.ignoreMerges {
-		if id, ok := m.vocab[w]; ok {
+		if id, ok := m.vocab.get(w); ok {
 			return append(out, id)
 		}
 	}
@@ -84,7 +84,7 @@ func (m *bpeModel) encodeWord(w string, out []int32) []int32 {
 		_, size := utf8.DecodeRuneInString(w[i:])
 		c := w[i : i+size]
 		i += size
-		if id, ok := m.vocab[c]; ok {
+		if id, ok := m.vocab.get(c); ok {
 			if unkPending {
 				add(m.unkID)
 				unkPending = false
@@ -117,7 +117,7 @@ func (m *bpeModel) encodeWord(w string, out []int32) []int32 {
 
 	heap := sc.heap[:0]
 	for i := 0; i+1 < len(syms); i++ {
-		if v, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+		if v, ok := m.merges.get(pairKey(syms[i].id, syms[i+1].id)); ok {
 			heap = append(heap, mergeItem{key: v&^0xFFFFFFFF | uint64(i), newID: int32(uint32(v))})
 		}
 	}
@@ -132,7 +132,7 @@ func (m *bpeModel) encodeWord(w string, out []int32) []int32 {
 		}
 		next := s.next
 		// Skip stale entries: the pair at pos must still merge into newID.
-		if v, ok := m.merges[pairKey(s.id, syms[next].id)]; !ok || int32(uint32(v)) != top.newID {
+		if v, ok := m.merges.get(pairKey(s.id, syms[next].id)); !ok || int32(uint32(v)) != top.newID {
 			continue
 		}
 		s.id = top.newID
@@ -142,12 +142,12 @@ func (m *bpeModel) encodeWord(w string, out []int32) []int32 {
 			syms[s.next].prev = pos
 		}
 		if p := s.prev; p >= 0 {
-			if v, ok := m.merges[pairKey(syms[p].id, s.id)]; ok {
+			if v, ok := m.merges.get(pairKey(syms[p].id, s.id)); ok {
 				heap = heapPush(heap, mergeItem{key: v&^0xFFFFFFFF | uint64(p), newID: int32(uint32(v))})
 			}
 		}
 		if n := s.next; n >= 0 {
-			if v, ok := m.merges[pairKey(s.id, syms[n].id)]; ok {
+			if v, ok := m.merges.get(pairKey(s.id, syms[n].id)); ok {
 				heap = heapPush(heap, mergeItem{key: v&^0xFFFFFFFF | uint64(pos), newID: int32(uint32(v))})
 			}
 		}
@@ -222,7 +222,7 @@ func heapDown(h []mergeItem, i int) {
 func parseModel(sc *scanner, m *bpeModel) error {
 	var typ string
 	var unk *string
-	var mergesRaw []byte
+	var merges mergeList
 	haveVocab := false
 	err := sc.object(func(key []byte) error {
 		k := string(key)
@@ -231,9 +231,7 @@ func parseModel(sc *scanner, m *bpeModel) error {
 			haveVocab = true
 			return m.parseVocab(sc)
 		case "merges":
-			var err error
-			mergesRaw, err = sc.raw()
-			return err
+			return merges.scan(sc)
 		}
 		raw, err := sc.raw()
 		if err != nil {
@@ -279,7 +277,7 @@ func parseModel(sc *scanner, m *bpeModel) error {
 	}
 	m.unkID = -1
 	if unk != nil {
-		id, ok := m.vocab[*unk]
+		id, ok := m.vocab.get(*unk)
 		if !ok {
 			return fmt.Errorf("model: unk_token %q is not in the vocabulary", *unk)
 		}
@@ -287,14 +285,11 @@ func parseModel(sc *scanner, m *bpeModel) error {
 	}
 	for b := range m.byteIDs {
 		m.byteIDs[b] = -1
-		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+		if id, ok := m.vocab.get(fmt.Sprintf("<0x%02X>", b)); ok {
 			m.byteIDs[b] = id
 		}
 	}
-	if mergesRaw == nil {
-		mergesRaw = []byte("[]")
-	}
-	return m.parseMerges(&scanner{data: mergesRaw})
+	return m.buildMerges(&merges)
 }
 
 // parseVocab reads {"token": id, ...}. Token texts are gathered in one
@@ -324,99 +319,19 @@ func (m *bpeModel) parseVocab(sc *scanner) error {
 		return fmt.Errorf("model.vocab: %w", err)
 	}
 	all := string(arena)
-	m.vocab = make(map[string]int32, len(entries))
 	m.idToToken = make([]string, m.maxID+1)
 	m.present = make([]bool, m.maxID+1)
+	m.vocab = newStrTable(m.idToToken, len(entries))
 	for _, e := range entries {
 		s := all[e.off : e.off+e.n]
-		if _, dup := m.vocab[s]; dup {
-			return fmt.Errorf("model.vocab: token %q appears twice", s)
-		}
 		if m.present[e.id] {
 			return fmt.Errorf("model.vocab: id %d is given to %q and %q", e.id, m.idToToken[e.id], s)
 		}
-		m.vocab[s] = e.id
 		m.idToToken[e.id] = s
 		m.present[e.id] = true
-	}
-	return nil
-}
-
-// parseMerges reads [["a","b"], ...] or the older ["a b", ...]. As in HF, a
-// pair listed twice keeps its last rank.
-func (m *bpeModel) parseMerges(sc *scanner) error {
-	m.merges = make(map[uint64]uint64, len(sc.data)/24)
-	var cat []byte
-	rank := 0
-	lookup := func(tok []byte) (int32, error) {
-		id, ok := m.vocab[string(tok)]
-		if !ok {
-			return 0, fmt.Errorf("model.merges[%d]: %q is not in the vocabulary", rank, tok)
+		if !m.vocab.add(s, e.id) {
+			return fmt.Errorf("model.vocab: token %q appears twice", s)
 		}
-		return id, nil
-	}
-	err := sc.array(func() error {
-		var a, b int32
-		var err error
-		if sc.peek() == '[' {
-			n := 0
-			err = sc.array(func() error {
-				s, err := sc.str()
-				if err != nil {
-					return err
-				}
-				switch n {
-				case 0:
-					cat = append(cat[:0], s...)
-					a, err = lookup(s)
-				case 1:
-					cat = append(cat, s...)
-					b, err = lookup(s)
-				}
-				n++
-				return err
-			})
-			if err == nil && n != 2 {
-				err = fmt.Errorf("model.merges[%d]: want a pair, got %d strings", rank, n)
-			}
-		} else {
-			var s []byte
-			if s, err = sc.str(); err == nil {
-				sp := -1
-				for i, c := range s {
-					if c == ' ' {
-						if sp >= 0 {
-							return fmt.Errorf("model.merges[%d]: %q is not two tokens", rank, s)
-						}
-						sp = i
-					}
-				}
-				if sp < 0 {
-					return fmt.Errorf("model.merges[%d]: %q is not two tokens", rank, s)
-				}
-				cat = append(cat[:0], s[:sp]...)
-				cat = append(cat, s[sp+1:]...)
-				if a, err = lookup(s[:sp]); err == nil {
-					b, err = lookup(s[sp+1:])
-				}
-			}
-		}
-		if err != nil {
-			return err
-		}
-		id, err := lookup(cat)
-		if err != nil {
-			return err
-		}
-		m.merges[pairKey(a, b)] = uint64(rank)<<32 | uint64(uint32(id))
-		rank++
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if rank >= 1<<31 {
-		return errors.New("model.merges: too many merges")
 	}
 	return nil
 }

@@ -193,9 +193,9 @@ func (t *Tokenizer) setupAdded(raw []byte) error {
 		// HF does not trust the listed id: a token already in the vocabulary
 		// keeps its vocabulary id, a new one gets the next free id. A file
 		// whose ids differ from that would be tokenized differently.
-		want, inVocab := t.model.vocab[a.Content]
+		want, inVocab := t.model.vocab.get(a.Content)
 		if !inVocab {
-			want = int32(len(t.model.vocab))
+			want = int32(t.model.vocab.len())
 			if maxAdded >= 0 && (maxAdded >= want || want == 0) {
 				want = maxAdded + 1
 			}
@@ -244,7 +244,7 @@ func (t *Tokenizer) Lookup(text string) (int32, bool) {
 	if id, ok := t.addedByText[text]; ok {
 		return id, true
 	}
-	id, ok := t.model.vocab[text]
+	id, ok := t.model.vocab.get(text)
 	return id, ok
 }
 
