@@ -24,6 +24,8 @@ type Command struct {
 func Commands() []Command {
 	return []Command{
 		{"verify-fixture", "check the engine against a reference fixture (folder or .tar.gz)", verifyFixture},
+		{"score", "score a schema of decisions on an input: full distributions as JSON", scoreCmd},
+		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
 		{"bench", "measure prefill and decode speed", benchCmd},
 	}

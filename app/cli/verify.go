@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"verdict/engine/fixture"
+	"verdict/engine/models"
 )
 
 var errChecksFailed = errors.New("checks failed")
@@ -27,7 +28,13 @@ func verifyFixture(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer cleanup()
-	rs, err := fixture.Verify(dir, func(r fixture.Result) { fmt.Fprintln(stdout, r) })
+	opt := fixture.Options{Report: func(r fixture.Result) { fmt.Fprintln(stdout, r) }}
+	if tok, err := models.LoadTokenizer(dir); err == nil {
+		opt.Tokenizer = tok
+	} else {
+		opt.TokenizerErr = err
+	}
+	rs, err := fixture.Verify(dir, opt)
 	if err != nil {
 		return err
 	}

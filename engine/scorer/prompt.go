@@ -1,0 +1,160 @@
+package scorer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Chat-format pieces of Gemma's prompt.
+const (
+	userTurn  = "<bos><start_of_turn>user\n"
+	modelTurn = "<end_of_turn>\n<start_of_turn>model\n"
+	// promptTail is the text after the prompt's last special token: the
+	// tokenizer splits at special tokens, so what follows the prompt only
+	// ever merges with this tail.
+	promptTail = "model\n"
+)
+
+// jsonString writes s as a JSON string without HTML escaping.
+func jsonString(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Prompt builds the shared prefix for an input: the instructions, the input
+// (media placeholders, then text), every question with its criteria, and the
+// model turn header.
+func (s *Schema) Prompt(input string) string {
+	instr, label := s.Instructions, s.InputLabel
+	if instr == "" {
+		instr = DefaultInstructions
+	}
+	if label == "" {
+		label = DefaultInputLabel
+	}
+	var b strings.Builder
+	b.WriteString(userTurn)
+	fmt.Fprintf(&b, "%s\n\n%s:\n%s\n\nFields:", strings.TrimSpace(instr), label, strings.TrimSpace(input))
+	for _, f := range s.Fields {
+		fmt.Fprintf(&b, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), f.criteria())
+	}
+	b.WriteString(modelTurn)
+	return b.String()
+}
+
+// criteria describes the allowed answers of a field.
+func (f *Field) criteria() string {
+	list := func(render func(Option) string) string {
+		parts := make([]string, len(f.Options))
+		for i, o := range f.Options {
+			parts[i] = render(o)
+			if d := strings.TrimSpace(o.Description); d != "" {
+				parts[i] += " (" + d + ")"
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
+	quoted := func(o Option) string { return jsonString(o.Name) }
+	switch f.Kind {
+	case Choice:
+		return "One of: " + list(quoted) + "."
+	case Bool:
+		return "true or false."
+	case Independent:
+		return "An object with a true/false value for each of: " + list(quoted) + "."
+	case Score:
+		if lo, hi, ok := f.integerRange(); ok {
+			s := fmt.Sprintf("An integer from %d to %d", lo, hi)
+			var desc []string
+			for _, o := range f.Options {
+				if d := strings.TrimSpace(o.Description); d != "" {
+					desc = append(desc, o.Name+" = "+d)
+				}
+			}
+			if len(desc) > 0 {
+				s += ": " + strings.Join(desc, ", ")
+			}
+			return s + "."
+		}
+		return "One of, from lowest to highest: " + list(func(o Option) string { return levelText(o) }) + "."
+	}
+	return ""
+}
+
+// integerRange reports whether the levels are the consecutive integers
+// lo..hi, each written as itself.
+func (f *Field) integerRange() (lo, hi int, ok bool) {
+	for i, o := range f.Options {
+		v, err := strconv.Atoi(o.Name)
+		if err != nil || float64(v) != o.Value || (i > 0 && v != hi+1) {
+			return 0, 0, false
+		}
+		if i == 0 {
+			lo = v
+		}
+		hi = v
+	}
+	return lo, hi, true
+}
+
+// levelText is a level as its JSON value: a number literal when its name is
+// a JSON number, else a string.
+func levelText(o Option) string {
+	if isNumber(o.Name) {
+		return o.Name
+	}
+	return jsonString(o.Name)
+}
+
+// decision is one primitive decision: a branch of the prompt.
+type decision struct {
+	field  int    // index in Schema.Fields
+	label  int    // Independent: index of the label; else -1
+	name   string // "field" or "field.label"
+	key    string // JSON text before the value, e.g. {"issues": {"late delivery":
+	values []string
+	texts  []string // candidate JSON values with their leading space
+}
+
+// decisions expands the schema into its primitive decisions.
+func (s *Schema) decisions() []decision {
+	var out []decision
+	boolean := func(d decision) decision {
+		d.values, d.texts = []string{"true", "false"}, []string{" true", " false"}
+		return d
+	}
+	for i, f := range s.Fields {
+		key := "{" + jsonString(f.Name) + ":"
+		d := decision{field: i, label: -1, name: f.Name, key: key}
+		switch f.Kind {
+		case Choice:
+			for _, o := range f.Options {
+				d.values = append(d.values, o.Name)
+				d.texts = append(d.texts, " "+jsonString(o.Name))
+			}
+			out = append(out, d)
+		case Score:
+			for _, o := range f.Options {
+				d.values = append(d.values, o.Name)
+				d.texts = append(d.texts, " "+levelText(o))
+			}
+			out = append(out, d)
+		case Bool:
+			out = append(out, boolean(d))
+		case Independent:
+			for j, o := range f.Options {
+				out = append(out, boolean(decision{
+					field: i, label: j, name: f.Name + "." + o.Name,
+					key: key + " {" + jsonString(o.Name) + ":",
+				}))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,505 @@
+package scorer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"verdict/engine/gemma3n"
+	"verdict/native"
+)
+
+// Scorer scores schemas on inputs with one model. It is safe for concurrent
+// use; every request has its own prefix cache.
+type Scorer struct {
+	m     *gemma3n.Model
+	tok   Tokenizer
+	cache *schemaCache
+}
+
+// CompiledSchemas is the capacity of the compiled-schema LRU.
+const CompiledSchemas = 8
+
+// New returns a scorer over model m with its tokenizer.
+func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
+	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas)}
+}
+
+// Options tune one request.
+type Options struct {
+	// BranchBatch is the number of branch rows run together (1..64; 0 means 8).
+	BranchBatch int
+	// Temperature divides the log-likelihoods before normalising (0 means 1).
+	// A calibration's fitted temperatures replace it.
+	Temperature float64
+	Calibration *Calibration
+	// TokenLogprobs adds every scored token's log-probability to the result.
+	TokenLogprobs bool
+	// NoGather runs every suffix token through the KV-sharing layers (for
+	// checking the gathered path, which gives the same result).
+	NoGather bool
+	// OnField, when set, receives each field's result as soon as all its
+	// decisions are scored.
+	OnField func(FieldResult)
+}
+
+// DefaultBranchBatch is the default number of branch rows per batch.
+const DefaultBranchBatch = 8
+
+// Candidate is one allowed value of a decision with its probability.
+type Candidate struct {
+	Value       string  `json:"value"`
+	Probability float64 `json:"probability"`
+	// LogLikelihood is s(c), the summed log-probability of the value's tokens.
+	LogLikelihood float64   `json:"log_likelihood"`
+	TokenLogprobs []float64 `json:"token_logprobs,omitempty"`
+}
+
+// Decision is one primitive decision's distribution.
+type Decision struct {
+	Name       string      `json:"name"`
+	Candidates []Candidate `json:"candidates"`
+	// Confidence is 1 − normalised entropy of the distribution: how
+	// concentrated it is, not how often it is right.
+	Confidence float64 `json:"confidence"`
+	// AllowedTokenMass is the model's total probability on the allowed values
+	// (Σ exp s(c)).
+	AllowedTokenMass float64 `json:"allowed_token_mass"`
+	Temperature      float64 `json:"temperature"`
+	// Boundary notes a fix-up made when the values were tokenized with the
+	// key ("", "merged", "terminated").
+	Boundary string `json:"boundary,omitempty"`
+}
+
+// LabelResult is one label of an Independent field.
+type LabelResult struct {
+	Label            string  `json:"label"`
+	PYes             float64 `json:"p_yes"`
+	Confidence       float64 `json:"confidence"`
+	AllowedTokenMass float64 `json:"allowed_token_mass"`
+}
+
+// FieldResult is the answer to one field.
+type FieldResult struct {
+	Name string `json:"name"`
+	Type Kind   `json:"type"`
+	// Winner is the most probable value (Choice, Score).
+	Winner string `json:"winner,omitempty"`
+	// PTrue is the probability of true (Bool).
+	PTrue *float64 `json:"p_true,omitempty"`
+	// Labels hold the yes-probability of every label (Independent).
+	Labels []LabelResult `json:"labels,omitempty"`
+	// ExpectedLevel is the probability-weighted level value (Score).
+	ExpectedLevel *float64 `json:"expected_level,omitempty"`
+	// Confidence and AllowedTokenMass summarise the field (for Independent:
+	// the least confident label and the smallest mass).
+	Confidence       float64    `json:"confidence"`
+	AllowedTokenMass float64    `json:"allowed_token_mass"`
+	Decisions        []Decision `json:"decisions"`
+	Elapsed          Duration   `json:"elapsed_ms"`
+}
+
+// Duration marshals as milliseconds.
+type Duration time.Duration
+
+// MarshalJSON writes milliseconds with microsecond precision.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64)), nil
+}
+
+// Timings break a request down.
+type Timings struct {
+	InputPreparation Duration   `json:"input_preparation_ms"`
+	Prefill          Duration   `json:"prefill_ms"`
+	PrefillTPS       float64    `json:"prefill_tokens_per_second"`
+	Batches          []Duration `json:"branch_batches_ms"`
+	FirstDecision    Duration   `json:"first_decision_ms"`
+	Total            Duration   `json:"total_ms"`
+}
+
+// Result is a scored request.
+type Result struct {
+	// Answer is the JSON answer, assembled in code, following the schema.
+	Answer            json.RawMessage   `json:"answer"`
+	Fields            []FieldResult     `json:"fields"`
+	ProbabilitySource string            `json:"probability_source"`
+	Calibration       CalibrationStatus `json:"calibration"`
+	Note              string            `json:"note"`
+	PromptTokens      int               `json:"prompt_tokens"`
+	Decisions         int               `json:"decisions"`
+	BranchRows        int               `json:"branch_rows"`
+	BranchBatch       int               `json:"branch_batch"`
+	CachedSchema      bool              `json:"cached_schema"`
+	Timings           Timings           `json:"timings"`
+}
+
+const (
+	probabilitySource = "candidate likelihood: log-probabilities of complete JSON values, normalised over the allowed values"
+	resultNote        = "confidence (1 - normalised entropy) and allowed_token_mass describe the model's distribution; neither is an accuracy estimate. Fields are scored independently: no field sees another's answer."
+)
+
+// row is one branch row: a decision, and for multi-token decisions one candidate.
+type row struct {
+	dec, cand int // cand −1: all candidates from the last output
+	full      []int32
+	b         gemma3n.Branch
+}
+
+// Score answers every field of s about the input text.
+func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Options) (*Result, error) {
+	start := time.Now()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	prompt := s.Prompt(input)
+	comp, cached, err := sc.compileCached(prompt, s.decisions())
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{
+		ProbabilitySource: probabilitySource, Note: resultNote, PromptTokens: len(comp.prefixIDs),
+		Decisions: len(comp.decisions), CachedSchema: cached, Calibration: opt.Calibration.status(),
+	}
+	decisionsLeft := map[int]int{}
+	for _, d := range comp.decisions {
+		decisionsLeft[d.field]++
+	}
+	res.Fields = make([]FieldResult, len(s.Fields))
+	r, err := sc.execute(ctx, comp, opt, start, func(r *run, dec int) {
+		f := comp.decisions[dec].field
+		decisionsLeft[f]--
+		if decisionsLeft[f] == 0 {
+			res.Fields[f] = fieldResult(s, comp, f, r, opt)
+			res.Fields[f].Elapsed = Duration(time.Since(start))
+			if opt.OnField != nil {
+				opt.OnField(res.Fields[f])
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Timings, res.BranchRows, res.BranchBatch = r.timings, r.rows, r.batch
+	res.Answer = assemble(s, res.Fields)
+	res.Timings.Total = Duration(time.Since(start))
+	return res, nil
+}
+
+// DecisionSpec is a primitive decision given directly: the JSON text before
+// the value, and each candidate value as its exact JSON text (with its
+// leading space, strings with their closing quote).
+type DecisionSpec struct {
+	Name   string
+	Key    string
+	Values []string
+	Texts  []string
+}
+
+// ScoreDecisions scores decisions that each continue prompt, a complete
+// Gemma chat prompt written as text (special tokens included), and returns
+// their distributions at opt.Temperature with the prompt's token ids.
+func (sc *Scorer) ScoreDecisions(ctx context.Context, prompt string, specs []DecisionSpec, opt Options) ([]Decision, []int32, error) {
+	ds := make([]decision, len(specs))
+	for i, sp := range specs {
+		if len(sp.Texts) < 2 || len(sp.Values) != len(sp.Texts) {
+			return nil, nil, &SchemaError{Field: sp.Name, Msg: "needs at least 2 candidates, each with a value and a text"}
+		}
+		ds[i] = decision{field: i, label: -1, name: sp.Name, key: sp.Key, values: sp.Values, texts: sp.Texts}
+	}
+	comp, _, err := sc.compileCached(prompt, ds)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := sc.execute(ctx, comp, opt, time.Now(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	T := opt.Temperature
+	if T == 0 {
+		T = 1
+	}
+	out := make([]Decision, len(ds))
+	for i := range comp.decisions {
+		out[i] = makeDecision(&comp.decisions[i], r.scores[i], T)
+		for j := range out[i].Candidates {
+			out[i].Candidates[j].TokenLogprobs = r.tokLP[i][j]
+		}
+	}
+	return out, comp.prefixIDs, nil
+}
+
+// CompiledTokens returns, for a decision of ScoreDecisions' form, each
+// candidate's complete tokens after the prompt (key and value).
+func (sc *Scorer) CompiledTokens(prompt string, spec DecisionSpec) ([][]int32, error) {
+	comp, _, err := sc.compileCached(prompt, []decision{{label: -1, name: spec.Name, key: spec.Key, values: spec.Values, texts: spec.Texts}})
+	if err != nil {
+		return nil, err
+	}
+	d := comp.decisions[0]
+	out := make([][]int32, len(d.cands))
+	for i, c := range d.cands {
+		out[i] = append(append([]int32(nil), d.shared...), c...)
+	}
+	return out, nil
+}
+
+func (sc *Scorer) compileCached(prompt string, ds []decision) (*compiled, bool, error) {
+	key := cacheKey(prompt, ds)
+	if c, ok := sc.cache.get(key); ok {
+		return c, true, nil
+	}
+	c, err := compile(sc.tok, prompt, ds)
+	if err != nil {
+		return nil, false, err
+	}
+	sc.cache.put(key, c)
+	return c, false, nil
+}
+
+// run is one execution's raw scores.
+type run struct {
+	scores  [][]float64   // per decision, per candidate: s(c)
+	tokLP   [][][]float64 // per decision, per candidate: each scored token
+	timings Timings
+	rows    int
+	batch   int
+}
+
+// execute computes the prefix once and runs every decision's branch rows in
+// batches, calling done(dec) as each decision completes.
+func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
+	batch := opt.BranchBatch
+	if batch == 0 {
+		batch = DefaultBranchBatch
+	}
+	if batch < 1 || batch > 64 {
+		return nil, fmt.Errorf("scorer: branch batch %d outside 1..64", batch)
+	}
+	if opt.Temperature < 0 || math.IsNaN(opt.Temperature) || math.IsInf(opt.Temperature, 0) {
+		return nil, fmt.Errorf("scorer: temperature must be positive, got %v", opt.Temperature)
+	}
+	r := &run{batch: batch}
+	r.timings.InputPreparation = Duration(time.Since(start))
+
+	// The shared prefix, computed once and only read by the branches.
+	t := time.Now()
+	cache := sc.m.NewCache()
+	if _, err := sc.m.Forward(cache, comp.prefixIDs, nil); err != nil {
+		return nil, err
+	}
+	r.timings.Prefill = Duration(time.Since(t))
+	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
+
+	var rows []row
+	rowsLeft := make([]int, len(comp.decisions))
+	for i := range comp.decisions {
+		d := &comp.decisions[i]
+		if d.singleToken() {
+			rows = append(rows, row{dec: i, cand: -1, full: d.shared,
+				b: gemma3n.Branch{IDs: d.shared, Outputs: len(d.shared) - d.scoreFrom + 1}})
+			rowsLeft[i]++
+			continue
+		}
+		for j, c := range d.cands {
+			full := append(append([]int32(nil), d.shared...), c...)
+			rows = append(rows, row{dec: i, cand: j, full: full,
+				b: gemma3n.Branch{IDs: full[:len(full)-1], Outputs: len(full) - d.scoreFrom}})
+			rowsLeft[i]++
+		}
+	}
+	r.rows = len(rows)
+	r.scores = make([][]float64, len(comp.decisions))
+	r.tokLP = make([][][]float64, len(comp.decisions))
+	for i, d := range comp.decisions {
+		r.scores[i] = make([]float64, len(d.cands))
+		r.tokLP[i] = make([][]float64, len(d.cands))
+	}
+	V := sc.m.Cfg.VocabSize
+	for lo := 0; lo < len(rows); lo += batch {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		part := rows[lo:min(lo+batch, len(rows))]
+		bs := make([]gemma3n.Branch, len(part))
+		for i, rw := range part {
+			bs[i] = rw.b
+		}
+		hs, err := sc.m.ForwardBranches(cache, bs, !opt.NoGather)
+		if err != nil {
+			return nil, err
+		}
+		for i, rw := range part {
+			d := &comp.decisions[rw.dec]
+			n := rw.b.Outputs
+			logits := sc.m.Logits(hs[i], n)
+			lse := make([]float32, n)
+			native.LogSumExp(lse, logits, V)
+			lp := func(k int, id int32) float64 { return float64(logits[k*V+int(id)]) - float64(lse[k]) }
+			// Outputs k < n−1 (or all, for one candidate's row) score the
+			// row's own tokens from scoreFrom on.
+			own := n
+			if rw.cand < 0 {
+				own = n - 1
+			}
+			steps := make([]float64, own)
+			var sum float64
+			for k := range steps {
+				steps[k] = lp(k, rw.full[d.scoreFrom+k])
+				sum += steps[k]
+			}
+			if rw.cand < 0 {
+				for j, c := range d.cands {
+					v := lp(n-1, c[0])
+					r.scores[rw.dec][j] = sum + v
+					r.tokLP[rw.dec][j] = append(append([]float64(nil), steps...), v)
+				}
+			} else {
+				r.scores[rw.dec][rw.cand] = sum
+				r.tokLP[rw.dec][rw.cand] = steps
+			}
+			rowsLeft[rw.dec]--
+			if rowsLeft[rw.dec] == 0 {
+				if r.timings.FirstDecision == 0 {
+					r.timings.FirstDecision = Duration(time.Since(start))
+				}
+				if done != nil {
+					done(r, rw.dec)
+				}
+			}
+		}
+		r.timings.Batches = append(r.timings.Batches, Duration(time.Since(t)))
+	}
+	return r, nil
+}
+
+// fieldResult turns field f's decision scores into its result.
+func fieldResult(s *Schema, comp *compiled, f int, r *run, opt Options) FieldResult {
+	field := s.Fields[f]
+	T := opt.Calibration.temperature(field.Name, opt.Temperature)
+	fr := FieldResult{Name: field.Name, Type: field.Kind, Confidence: 1, AllowedTokenMass: math.Inf(1)}
+	for i, d := range comp.decisions {
+		if d.field != f {
+			continue
+		}
+		dec := makeDecision(&d, r.scores[i], T)
+		if opt.TokenLogprobs {
+			for j := range dec.Candidates {
+				dec.Candidates[j].TokenLogprobs = r.tokLP[i][j]
+			}
+		}
+		fr.Decisions = append(fr.Decisions, dec)
+		fr.Confidence = math.Min(fr.Confidence, dec.Confidence)
+		fr.AllowedTokenMass = math.Min(fr.AllowedTokenMass, dec.AllowedTokenMass)
+		switch field.Kind {
+		case Choice, Score:
+			best := 0
+			for j, c := range dec.Candidates {
+				if c.Probability > dec.Candidates[best].Probability {
+					best = j
+				}
+			}
+			fr.Winner = dec.Candidates[best].Value
+			if field.Kind == Score {
+				var e float64
+				for j, c := range dec.Candidates {
+					e += c.Probability * field.Options[j].Value
+				}
+				fr.ExpectedLevel = &e
+			}
+		case Bool:
+			p := dec.Candidates[0].Probability
+			fr.PTrue = &p
+		case Independent:
+			fr.Labels = append(fr.Labels, LabelResult{
+				Label: field.Options[d.label].Name, PYes: dec.Candidates[0].Probability,
+				Confidence: dec.Confidence, AllowedTokenMass: dec.AllowedTokenMass,
+			})
+		}
+	}
+	return fr
+}
+
+// makeDecision normalises log-likelihoods at temperature T.
+func makeDecision(d *compiledDecision, s []float64, T float64) Decision {
+	dec := Decision{Name: d.name, Temperature: T}
+	switch {
+	case d.fixed:
+		dec.Boundary = "merged"
+	case d.terminated:
+		dec.Boundary = "terminated"
+	}
+	p := Softmax(s, T)
+	var ent float64
+	for j := range s {
+		dec.Candidates = append(dec.Candidates, Candidate{Value: d.values[j], Probability: p[j], LogLikelihood: s[j]})
+		dec.AllowedTokenMass += math.Exp(s[j])
+		if p[j] > 0 {
+			ent -= p[j] * math.Log(p[j])
+		}
+	}
+	dec.Confidence = 1
+	if len(s) > 1 {
+		dec.Confidence = 1 - ent/math.Log(float64(len(s)))
+	}
+	return dec
+}
+
+// Softmax returns exp(s/T) normalised.
+func Softmax(s []float64, T float64) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range s {
+		mx = math.Max(mx, v)
+	}
+	p := make([]float64, len(s))
+	var sum float64
+	for i, v := range s {
+		p[i] = math.Exp((v - mx) / T)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// assemble writes the JSON answer in schema order: the winner of a Choice,
+// the most probable level of a Score, true/false for a Bool, and an object of
+// true/false per label (p_yes > 0.5) for an Independent field.
+func assemble(s *Schema, fields []FieldResult) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(jsonString(f.Name) + ": ")
+		switch f.Type {
+		case Choice:
+			b.WriteString(jsonString(f.Winner))
+		case Score:
+			for _, o := range s.Fields[i].Options {
+				if o.Name == f.Winner {
+					b.WriteString(levelText(o))
+				}
+			}
+		case Bool:
+			b.WriteString(strconv.FormatBool(*f.PTrue > 0.5))
+		case Independent:
+			b.WriteByte('{')
+			for j, l := range f.Labels {
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(jsonString(l.Label) + ": " + strconv.FormatBool(l.PYes > 0.5))
+			}
+			b.WriteByte('}')
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
