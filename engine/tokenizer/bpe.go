@@ -292,6 +292,10 @@ func parseModel(sc *scanner, m *bpeModel) error {
 	return m.buildMerges(&merges)
 }
 
+// maxVocabID bounds token ids, so that a corrupt file cannot make Load
+// allocate an id table of gigabytes.
+const maxVocabID = 1 << 24
+
 // parseVocab reads {"token": id, ...}. Token texts are gathered in one
 // arena and sliced from a single string, to keep allocations down.
 func (m *bpeModel) parseVocab(sc *scanner) error {
@@ -307,8 +311,8 @@ func (m *bpeModel) parseVocab(sc *scanner) error {
 		if err != nil {
 			return err
 		}
-		if id < 0 || id > 1<<30 {
-			return fmt.Errorf("vocab: id %d out of range", id)
+		if id < 0 || id >= maxVocabID {
+			return fmt.Errorf("vocab: id %d out of range [0, %d)", id, maxVocabID)
 		}
 		entries = append(entries, entry{off: uint32(len(arena)), n: uint32(len(key)), id: int32(id)})
 		arena = append(arena, key...)
