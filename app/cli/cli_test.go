@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"verdict/engine/fixture"
+	"verdict/engine/models"
+)
+
+func run(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func needTokenizer(t *testing.T) {
+	t.Helper()
+	if _, err := models.LoadTokenizer(""); err != nil {
+		if os.Getenv("VERDICT_REQUIRE_TOKENIZER") == "1" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v", err)
+	}
+}
+
+func TestVerifyFixture(t *testing.T) {
+	needTokenizer(t)
+	code, out, errOut := run("verify-fixture", filepath.Join("..", "..", "testdata", "gemma3n-micro-bf16.tar.gz"))
+	if code != 0 || !strings.HasSuffix(out, "1 passed, 0 failed\n") || !strings.Contains(out, "logits ") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A fixture whose reference disagrees fails with status 1.
+	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-micro-bf16.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	exp := filepath.Join(dir, "expected.safetensors")
+	b, err := os.ReadFile(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := 8 + int(binary.LittleEndian.Uint64(b))
+	clear(b[hdr:]) // every reference logit becomes 0
+	if err := os.WriteFile(exp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run("verify-fixture", dir)
+	if code != 1 || !strings.Contains(out, "FAIL") || !strings.HasSuffix(out, "0 passed, 1 failed\n") {
+		t.Errorf("corrupted reference: exit %d, stdout %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "Usage: verdict"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"verify-fixture"}, 2, "want exactly one fixture PATH"},
+		{[]string{"verify-fixture", "/nonexistent"}, 1, "no such file"},
+		{[]string{"generate"}, 2, "--prompt is required"},
+		{[]string{"score", "--text", "x"}, 2, "--schema is required"},
+		{[]string{"score", "--schema", "s.json"}, 2, "exactly one of --text and --text-file"},
+		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "head"}, 2, `backend "head" is not available`},
+		{[]string{"generate", "--prompt", "x", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"calibrate", "--schema", "s.json"}, 2, "--examples is required"},
+	} {
+		code, _, errOut := run(tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("verdict %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+func TestScoreBuiltin(t *testing.T) {
+	needTokenizer(t)
+	schema := filepath.Join("..", "..", "engine", "scorer", "testdata", "ticket.json")
+	code, out, errOut := run("score", "--model", "builtin", "--schema", schema, "--text", "My parcel is late.", "--branch-batch", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res struct {
+		Model         string          `json:"model"`
+		RandomWeights bool            `json:"random_weights"`
+		Answer        json.RawMessage `json:"answer"`
+		Fields        []struct {
+			Name string `json:"name"`
+		} `json:"fields"`
+		Calibration struct {
+			Applied bool `json:"applied"`
+		} `json:"calibration"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if !res.RandomWeights || !strings.Contains(res.Model, "random weights") || len(res.Fields) != 5 || res.Calibration.Applied {
+		t.Errorf("unexpected result: %+v", res)
+	}
+
+	// Calibrate on two labelled examples, then score with the calibration.
+	dir := t.TempDir()
+	ex := filepath.Join(dir, "ex.jsonl")
+	os.WriteFile(ex, []byte(`{"text": "late parcel", "labels": {"priority": "high", "refund_requested": true, "issues": ["late delivery"], "anger": 4}}
+{"text": "thanks, all good", "labels": {"priority": "low", "refund_requested": false, "issues": {"late delivery": false}, "anger": 1}}
+`), 0o644)
+	cal := filepath.Join(dir, "cal.json")
+	code, out, errOut = run("calibrate", "--model", "builtin", "--schema", schema, "--examples", ex, "--out", cal)
+	if code != 0 || !strings.Contains(out, "global temperature") {
+		t.Fatalf("calibrate: exit %d, %s %s", code, out, errOut)
+	}
+	code, out, errOut = run("score", "--model", "builtin", "--schema", schema, "--text", "late", "--calibration", cal)
+	if code != 0 || !strings.Contains(out, `"applied": true`) {
+		t.Errorf("score with calibration: exit %d, %s", code, errOut)
+	}
+	// A label that is not one of the values is an error naming it.
+	os.WriteFile(ex, []byte(`{"text": "x", "labels": {"priority": "urgent"}}`+"\n"), 0o644)
+	code, _, errOut = run("calibrate", "--model", "builtin", "--schema", schema, "--examples", ex, "--out", cal)
+	if code != 1 || !strings.Contains(errOut, `"urgent" is not one of its values`) {
+		t.Errorf("bad label: exit %d, %s", code, errOut)
+	}
+}
+
+func TestGenerateBuiltin(t *testing.T) {
+	needTokenizer(t)
+	code, out, errOut := run("generate", "--model", "builtin", "--prompt", "Hello", "--max-tokens", "5", "--temperature", "0")
+	if code != 0 || out == "" || !strings.Contains(errOut, "random weights") || !strings.Contains(errOut, "tokens/s") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	needTokenizer(t)
+	code, out, errOut := run("bench", "--prompt-tokens", "16", "--decode-tokens", "2", "--json")
+	var r struct {
+		PrefillTPS float64 `json:"prefill_tokens_per_second"`
+		DecodeTPS  float64 `json:"decode_tokens_per_second"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.PrefillTPS <= 0 || r.DecodeTPS <= 0 {
+		t.Errorf("exit %d, %s %s", code, out, errOut)
+	}
+}
