@@ -18,7 +18,8 @@ typedef struct {
 	int64_t hc, nhc; /* heads per task, tasks per kv head */
 } VK_ISA(att_ctx);
 
-/* att_pv: o[h·d + c] = Σ_j p[h·ldp + j]·v[j·ldv + c] for c in [c0, c0+8W). */
+/* att_pv: o[h·d + c] += Σ_j p[h·ldp + j]·v[j·ldv + c] for c in [c0, c0+8W),
+ * one fma per key in key order. */
 VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
                               int64_t ldp, const float *v, int64_t ldv,
                               int64_t nkeys, float *o, int64_t d, int64_t c0)
@@ -28,7 +29,7 @@ VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
 	for (int h = 0; h < H; h++)
 #pragma GCC unroll 2
 		for (int w = 0; w < W; w++)
-			acc[h][w] = v_zero();
+			acc[h][w] = v_load(o + h * d + c0 + 8 * w);
 	for (int64_t j = 0; j < nkeys; j++) {
 		V vv[2];
 #pragma GCC unroll 2
@@ -49,22 +50,31 @@ VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
 			v_store(o + h * d + c0 + 8 * w, acc[h][w]);
 }
 
+/* att_pv_all: o[h] = Σ_j p[h·ldp + j]·v_j, key blocks of ATT_JB keys (kept
+ * in cache across the column chunks), the sums carried in o between blocks:
+ * still one fma per key, in key order, for every element. */
+#define ATT_JB 64
 VK_INLINE void VK_ISA(att_pv_all)(const int H, const float *p, int64_t ldp,
                                   const float *v, int64_t ldv, int64_t nkeys,
                                   float *o, int64_t d)
 {
-	int64_t c = 0;
-	for (; c + 16 <= d; c += 16)
-		VK_ISA(att_pv)(H, 2, p, ldp, v, ldv, nkeys, o, d, c);
-	for (; c + 8 <= d; c += 8)
-		VK_ISA(att_pv)(H, 1, p, ldp, v, ldv, nkeys, o, d, c);
-	for (; c < d; c++)
-		for (int h = 0; h < H; h++) {
-			float s = 0;
-			for (int64_t j = 0; j < nkeys; j++)
-				s = fmaf(p[h * ldp + j], v[j * ldv + c], s);
-			o[h * d + c] = s;
-		}
+	memset(o, 0, (size_t)(H * d) * sizeof(float));
+	for (int64_t j0 = 0; j0 < nkeys; j0 += ATT_JB) {
+		int64_t nj = nkeys - j0 < ATT_JB ? nkeys - j0 : ATT_JB;
+		const float *pj = p + j0, *vj = v + j0 * ldv;
+		int64_t c = 0;
+		for (; c + 16 <= d; c += 16)
+			VK_ISA(att_pv)(H, 2, pj, ldp, vj, ldv, nj, o, d, c);
+		for (; c + 8 <= d; c += 8)
+			VK_ISA(att_pv)(H, 1, pj, ldp, vj, ldv, nj, o, d, c);
+		for (; c < d; c++)
+			for (int h = 0; h < H; h++) {
+				float s = o[h * d + c];
+				for (int64_t j = 0; j < nj; j++)
+					s = fmaf(pj[h * ldp + j], vj[j * ldv + c], s);
+				o[h * d + c] = s;
+			}
+	}
 }
 
 /* att_softmax turns the scores s[0..n) into probabilities, in place. */
@@ -148,10 +158,11 @@ static void VK_ISA(attention)(float *out, const float *q, const float *k,
 	VK_ISA(att_ctx) c = {out, q, k, v, qpos, nq, nk, hq, hkv, d, window, scale,
 	                     0, 0};
 	int64_t G = hq / hkv;
+	/* Heads of a group share their K/V reads; when that leaves fewer tasks
+	 * than threads (decode), split groups. Grouping changes no result. */
 	c.hc = G < 4 ? G : 4;
-	/* Few tasks (decode): one head per task. Grouping changes no result. */
-	if (nq * hkv * ((G + 3) / 4) < 2 * (int64_t)vk_pool_threads())
-		c.hc = 1;
+	while (c.hc > 1 && nq * hkv * ((G + c.hc - 1) / c.hc) < vk_pool_threads())
+		c.hc = (c.hc + 1) / 2;
 	c.nhc = (G + c.hc - 1) / c.hc;
 	double keys = window > 0 && window < nk ? (double)window : (double)nk;
 	vk_par(nq * hkv * c.nhc, 4.0 * (double)(nq * hq) * keys * (double)d,

@@ -62,15 +62,15 @@ typedef struct {
 	int op;
 	float *y;
 	const float *a, *b;
-	int64_t n;
+	int64_t n, grain;
 	float s;
 } VK_ISA(ew_ctx);
 
 static void VK_ISA(ew_task)(void *vc, int64_t task)
 {
 	const VK_ISA(ew_ctx) *c = vc;
-	int64_t lo = task * VK_EW_GRAIN;
-	int64_t hi = c->n - lo < VK_EW_GRAIN ? c->n : lo + VK_EW_GRAIN;
+	int64_t lo = task * c->grain;
+	int64_t hi = c->n - lo < c->grain ? c->n : lo + c->grain;
 	switch (c->op) {
 		VK_EW_CASE(VK_EW_GELU)
 		VK_EW_CASE(VK_EW_GELU_MUL)
@@ -89,9 +89,11 @@ static void VK_ISA(ew_task)(void *vc, int64_t task)
 static void VK_ISA(ew)(int op, float *y, const float *a, const float *b,
                        int64_t n, float s)
 {
-	VK_ISA(ew_ctx) c = {op, y, a, b, n, s};
-	double cost = op <= VK_EW_EXP ? 40.0 : 1.0;
-	vk_par((n + VK_EW_GRAIN - 1) / VK_EW_GRAIN, cost * (double)n,
+	/* Transcendental ops cost ~40 flops an element: smaller tasks. */
+	int heavy = op <= VK_EW_EXP;
+	VK_ISA(ew_ctx) c = {op, y, a, b, n, heavy ? VK_EW_GRAIN / 8 : VK_EW_GRAIN,
+	                    s};
+	vk_par((n + c.grain - 1) / c.grain, (heavy ? 40.0 : 1.0) * (double)n,
 	       VK_ISA(ew_task), &c);
 }
 
@@ -148,7 +150,9 @@ static void VK_ISA(rows_run)(VK_ISA(row_ctx) *c, int64_t width, double cost)
 {
 	if (c->rows <= 0)
 		return;
-	c->rpt = width >= VK_EW_GRAIN ? 1 : VK_EW_GRAIN / (width > 0 ? width : 1);
+	/* About 256K flops a task. */
+	double rows = 262144.0 / (cost * (double)(width > 0 ? width : 1));
+	c->rpt = rows < 1 ? 1 : (int64_t)rows;
 	vk_par((c->rows + c->rpt - 1) / c->rpt,
 	       cost * (double)c->rows * (double)width, VK_ISA(row_task), c);
 }

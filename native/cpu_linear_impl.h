@@ -12,7 +12,7 @@
  */
 
 #define LIN_KB 512    /* columns per K block (GEMM) */
-#define LIN_RB 48     /* rows per task (GEMM); divisible by 3, 4, 6 and 8 */
+#define LIN_RB 48     /* rows per task (GEMM); divisible by 3, 6 and 8 */
 #define LIN_TB 64     /* tokens per task (GEMM) */
 #define LIN_RB_GEMV 64 /* rows per task when n < 4 */
 
@@ -49,17 +49,35 @@ VK_INLINE void VK_ISA(lin_tile)(const int T, const int R, const int bf,
 #pragma GCC unroll 8
 		for (int r = 0; r < R; r++)
 			acc[t][r] = init ? v_zero() : v_load(scr + t * lds + r * 8);
-	for (int64_t k = k0; k < k1; k += 8) {
-		V wr[8];
-#pragma GCC unroll 8
-		for (int r = 0; r < R; r++)
-			wr[r] = VK_ISA(lin_wload)(bf, w, r * ldw + k);
+	/* Keep all within 16 registers: T x vectors and one w at a time, or
+	 * (4×3) R w vectors and one x at a time. */
+	if (T * R + T + 1 <= 16) {
+		for (int64_t k = k0; k < k1; k += 8) {
+			V xv[4];
 #pragma GCC unroll 4
-		for (int t = 0; t < T; t++) {
-			V xv = v_load(x + t * ldx + k);
+			for (int t = 0; t < T; t++)
+				xv[t] = v_load(x + t * ldx + k);
+#pragma GCC unroll 8
+			for (int r = 0; r < R; r++) {
+				V wr = VK_ISA(lin_wload)(bf, w, r * ldw + k);
+#pragma GCC unroll 4
+				for (int t = 0; t < T; t++)
+					acc[t][r] = v_fma(xv[t], wr, acc[t][r]);
+			}
+		}
+	} else {
+		for (int64_t k = k0; k < k1; k += 8) {
+			V wr[8];
 #pragma GCC unroll 8
 			for (int r = 0; r < R; r++)
-				acc[t][r] = v_fma(xv, wr[r], acc[t][r]);
+				wr[r] = VK_ISA(lin_wload)(bf, w, r * ldw + k);
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++) {
+				V xv = v_load(x + t * ldx + k);
+#pragma GCC unroll 8
+				for (int r = 0; r < R; r++)
+					acc[t][r] = v_fma(xv, wr[r], acc[t][r]);
+			}
 		}
 	}
 	if (!fin) {
@@ -121,7 +139,7 @@ VK_INLINE void VK_ISA(lin_block_g)(const int bf, const float *x, int64_t ldx,
 	float *st = scr ? scr + t * lds : NULL, *yt = y + t * ldy;
 	switch (nt - t) {
 	case 3:
-		VK_ISA(lin_rows)(3, 4, bf, xt, ldx, w, ldw, nr, k0, k1, st, lds, init,
+		VK_ISA(lin_rows)(3, 3, bf, xt, ldx, w, ldw, nr, k0, k1, st, lds, init,
 		                 fin, yt, ldy, cols);
 		break;
 	case 2:

@@ -154,8 +154,15 @@ void vk_pool_run(int64_t ntasks, vk_task_fn fn, void *ctx)
 	atomic_store(&P.ticket, t); /* seq_cst: pairs with sleepers */
 	wake_all();
 	run_tasks(t);
-	while (atomic_load_explicit(&P.done, memory_order_acquire) < nt)
-		cpu_relax();
+	/* Wait for tasks still running elsewhere; yield if that takes long (an
+	 * oversubscribed machine may have descheduled their thread). */
+	for (unsigned i = 0;
+	     atomic_load_explicit(&P.done, memory_order_acquire) < nt; i++) {
+		if (i < 20000)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 	atomic_store_explicit(&P.busy, 0, memory_order_release);
 }
 
