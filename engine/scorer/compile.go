@@ -38,16 +38,6 @@ type compiledDecision struct {
 	fixed bool
 }
 
-// singleToken reports whether every candidate is one token after the shared part.
-func (d *compiledDecision) singleToken() bool {
-	for _, c := range d.cands {
-		if len(c) != 1 {
-			return false
-		}
-	}
-	return true
-}
-
 // compile tokenizes the prompt and every decision, checking the boundaries.
 func compile(tok Tokenizer, prompt string, ds []decision) (*compiled, error) {
 	c := &compiled{prompt: prompt, prefixIDs: tok.Encode(prompt)}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -142,11 +143,55 @@ const (
 	resultNote        = "confidence (1 - normalised entropy) and allowed_token_mass describe the model's distribution; neither is an accuracy estimate. Fields are scored independently: no field sees another's answer."
 )
 
-// row is one branch row: a decision, and for multi-token decisions one candidate.
+// row is one branch row of a decision: the tokens of one candidate (without
+// its last token), and the trie nodes its outputs score.
 type row struct {
-	dec, cand int // cand −1: all candidates from the last output
-	full      []int32
-	b         gemma3n.Branch
+	dec   int
+	nodes []int // node of each output, in order
+	b     gemma3n.Branch
+}
+
+// trie holds a decision's candidates as paths of tokens. A node is a token
+// path ending at an output position; every candidate's scored tokens are
+// the edges from the node at its score start down to its leaf. Each node's
+// output is computed once, by the first row whose candidate passes it.
+type trie struct {
+	ids      map[string]int
+	children [][]int32   // per node: the tokens scored at its output
+	lp       [][]float64 // per node, per child: log-probability
+	paths    [][]int     // per candidate: its nodes
+}
+
+// plan builds the decision's trie and the rows that compute its nodes: a
+// candidate whose nodes were all reached by earlier candidates needs no row.
+func (d *compiledDecision) plan(dec int) (*trie, []row) {
+	t := &trie{ids: map[string]int{}}
+	var rows []row
+	for _, c := range d.cands {
+		full := append(append([]int32(nil), d.shared...), c...)
+		var path, fresh []int
+		for p := d.scoreFrom - 1; p < len(full)-1; p++ {
+			k := fmt.Sprint(full[:p+1])
+			id, ok := t.ids[k]
+			if !ok {
+				id = len(t.children)
+				t.ids[k] = id
+				t.children = append(t.children, nil)
+				fresh = append(fresh, id)
+			}
+			if !slices.Contains(t.children[id], full[p+1]) {
+				t.children[id] = append(t.children[id], full[p+1])
+			}
+			path = append(path, id)
+		}
+		t.paths = append(t.paths, path)
+		if len(fresh) > 0 { // fresh nodes are the last ones of the path
+			rows = append(rows, row{dec: dec, nodes: fresh,
+				b: gemma3n.Branch{IDs: full[:len(full)-1], Outputs: len(fresh)}})
+		}
+	}
+	t.lp = make([][]float64, len(t.children))
+	return t, rows
 }
 
 // Score answers every field of s about the input text.
@@ -296,28 +341,16 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, star
 
 	var rows []row
 	rowsLeft := make([]int, len(comp.decisions))
+	tries := make([]*trie, len(comp.decisions))
 	for i := range comp.decisions {
-		d := &comp.decisions[i]
-		if d.singleToken() {
-			rows = append(rows, row{dec: i, cand: -1, full: d.shared,
-				b: gemma3n.Branch{IDs: d.shared, Outputs: len(d.shared) - d.scoreFrom + 1}})
-			rowsLeft[i]++
-			continue
-		}
-		for j, c := range d.cands {
-			full := append(append([]int32(nil), d.shared...), c...)
-			rows = append(rows, row{dec: i, cand: j, full: full,
-				b: gemma3n.Branch{IDs: full[:len(full)-1], Outputs: len(full) - d.scoreFrom}})
-			rowsLeft[i]++
-		}
+		t, rs := comp.decisions[i].plan(i)
+		tries[i] = t
+		rows = append(rows, rs...)
+		rowsLeft[i] = len(rs)
 	}
 	r.rows = len(rows)
 	r.scores = make([][]float64, len(comp.decisions))
 	r.tokLP = make([][][]float64, len(comp.decisions))
-	for i, d := range comp.decisions {
-		r.scores[i] = make([]float64, len(d.cands))
-		r.tokLP[i] = make([][]float64, len(d.cands))
-	}
 	V := sc.m.Cfg.VocabSize
 	for lo := 0; lo < len(rows); lo += batch {
 		if err := ctx.Err(); err != nil {
@@ -334,36 +367,19 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, star
 			return nil, err
 		}
 		for i, rw := range part {
-			d := &comp.decisions[rw.dec]
 			n := rw.b.Outputs
 			logits := sc.m.Logits(hs[i], n)
 			lse := make([]float32, n)
 			native.LogSumExp(lse, logits, V)
-			lp := func(k int, id int32) float64 { return float64(logits[k*V+int(id)]) - float64(lse[k]) }
-			// Outputs k < n−1 (or all, for one candidate's row) score the
-			// row's own tokens from scoreFrom on.
-			own := n
-			if rw.cand < 0 {
-				own = n - 1
-			}
-			steps := make([]float64, own)
-			var sum float64
-			for k := range steps {
-				steps[k] = lp(k, rw.full[d.scoreFrom+k])
-				sum += steps[k]
-			}
-			if rw.cand < 0 {
-				for j, c := range d.cands {
-					v := lp(n-1, c[0])
-					r.scores[rw.dec][j] = sum + v
-					r.tokLP[rw.dec][j] = append(append([]float64(nil), steps...), v)
+			tr := tries[rw.dec]
+			for k, node := range rw.nodes {
+				for _, id := range tr.children[node] {
+					tr.lp[node] = append(tr.lp[node], float64(logits[k*V+int(id)])-float64(lse[k]))
 				}
-			} else {
-				r.scores[rw.dec][rw.cand] = sum
-				r.tokLP[rw.dec][rw.cand] = steps
 			}
 			rowsLeft[rw.dec]--
 			if rowsLeft[rw.dec] == 0 {
+				r.scores[rw.dec], r.tokLP[rw.dec] = tr.scores(&comp.decisions[rw.dec])
 				if r.timings.FirstDecision == 0 {
 					r.timings.FirstDecision = Duration(time.Since(start))
 				}
@@ -375,6 +391,21 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, star
 		r.timings.Batches = append(r.timings.Batches, Duration(time.Since(t)))
 	}
 	return r, nil
+}
+
+// scores sums each candidate's log-probabilities along its path.
+func (t *trie) scores(d *compiledDecision) ([]float64, [][]float64) {
+	s := make([]float64, len(d.cands))
+	steps := make([][]float64, len(d.cands))
+	for c, path := range t.paths {
+		full := append(append([]int32(nil), d.shared...), d.cands[c]...)
+		for k, node := range path {
+			v := t.lp[node][slices.Index(t.children[node], full[d.scoreFrom+k])]
+			steps[c] = append(steps[c], v)
+			s[c] += v
+		}
+	}
+	return s, steps
 }
 
 // fieldResult turns field f's decision scores into its result.
