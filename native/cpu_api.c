@@ -14,6 +14,10 @@ static const vk_ops *best(int *level)
 		return &vk_ops_avx2;
 	}
 #endif
+#if defined(VK_HAVE_NEON_BUILD)
+	*level = 2;
+	return &vk_ops_neon;
+#endif
 	*level = 0;
 	return &vk_ops_scalar;
 }

@@ -87,6 +87,10 @@ extern const vk_ops vk_ops_scalar;
 #define VK_HAVE_AVX2_BUILD 1
 extern const vk_ops vk_ops_avx2;
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define VK_HAVE_NEON_BUILD 1
+extern const vk_ops vk_ops_neon;
+#endif
 
 /* Tuning: elements per task of elementwise ops, work below which an op
  * stays on the calling thread. */

@@ -25,7 +25,8 @@ void vk_init(int threads);
 void vk_set_threads(int n);
 int vk_threads(void);
 /* vk_set_simd selects the kernel set: 0 portable, 1 best available. It
- * returns the active one: 0 portable, 1 x86 AVX2+FMA. */
+ * returns the active one: 0 portable, 1 x86 AVX2+FMA, 2 arm64 NEON. All
+ * give bit-identical results. */
 int vk_set_simd(int level);
 
 /* y[t, r] = sum_c x[t, c] * w[r, c]; x [n, cols], w [rows, cols], y [n, rows].

@@ -30,7 +30,7 @@ func SetThreads(n int) {
 func Threads() int { return int(C.vk_threads()) }
 
 // setSIMD selects the C kernel set (0: portable, 1: best the CPU has) and
-// reports the active one (0: portable, 1: AVX2+FMA). For tests.
+// reports the active one (0: portable, 1: AVX2+FMA, 2: NEON). For tests.
 func setSIMD(level int) int { return int(C.vk_set_simd(C.int(level))) }
 
 func fp(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(s))) }

@@ -50,12 +50,12 @@ func simdLevels(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	defer setSIMD(1)
 	levels := []int{0}
-	if setSIMD(1) == 1 {
-		levels = append(levels, 1)
+	if best := setSIMD(1); best != 0 {
+		levels = append(levels, best)
 	}
 	for _, l := range levels {
-		setSIMD(l)
-		t.Run([]string{"portable", "avx2"}[l], f)
+		setSIMD(min(l, 1))
+		t.Run([]string{"portable", "avx2", "neon"}[l], f)
 	}
 }
 
