@@ -1,0 +1,89 @@
+package models_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"verdict/engine/fixture"
+	"verdict/engine/models"
+)
+
+func TestOpenBuiltin(t *testing.T) {
+	m, err := models.Open(models.Builtin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !m.Builtin || !strings.Contains(m.Name, "random weights") {
+		t.Errorf("built-in model not labelled: %q", m.Name)
+	}
+	if m.Cfg.NumLayers != 6 || m.Cfg.VocabSize != 262400 {
+		t.Errorf("unexpected config: %d layers, vocab %d", m.Cfg.NumLayers, m.Cfg.VocabSize)
+	}
+	h, err := m.Forward(m.NewCache(), []int32{2, 105, 2364}, nil)
+	if err != nil || len(h) != 3*m.Cfg.HiddenSize {
+		t.Fatalf("forward: %v, %d values", err, len(h))
+	}
+}
+
+// The built-in model is the tiny fixture: its logits match the fixture's
+// model exactly.
+func TestBuiltinIsTinyFixture(t *testing.T) {
+	b, err := models.Open(models.Builtin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	f, err := models.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ids := []int32{2, 105, 2364, 107, 6190}
+	hb, _ := b.Forward(b.NewCache(), ids, nil)
+	hf, _ := f.Forward(f.NewCache(), ids, nil)
+	for i := range hb {
+		if hb[i] != hf[i] {
+			t.Fatalf("hidden value %d: built-in %g, fixture %g", i, hb[i], hf[i])
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	empty := t.TempDir()
+	noWeights := t.TempDir()
+	os.WriteFile(filepath.Join(noWeights, "config.json"), []byte(`{"model_type":"gemma3n_text"}`), 0o644)
+	for _, tc := range []struct{ spec, want string }{
+		{filepath.Join(empty, "missing"), "no such file"},
+		{empty, "config.json"},
+		{noWeights, "no model.safetensors"},
+	} {
+		_, err := models.Open(tc.spec)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%s) = %v, want error containing %q", tc.spec, err, tc.want)
+		}
+	}
+}
+
+func TestTokenizerMissing(t *testing.T) {
+	t.Setenv("VERDICT_TOKENIZER", filepath.Join(t.TempDir(), "none.json"))
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	m, err := models.Open(models.Builtin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Tokenizer(); !errors.Is(err, models.ErrNoTokenizer) || !strings.Contains(err.Error(), "fetch-tokenizer.sh") {
+		t.Errorf("Tokenizer() = %v, want ErrNoTokenizer with a hint", err)
+	}
+}
