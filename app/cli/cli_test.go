@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"verdict/engine/fixture"
-	"verdict/engine/models"
+	"verdict/engine/fixture/testmodel"
 )
 
 func run(args ...string) (code int, stdout, stderr string) {
@@ -19,28 +18,14 @@ func run(args ...string) (code int, stdout, stderr string) {
 	return code, o.String(), e.String()
 }
 
-func needTokenizer(t *testing.T) {
-	t.Helper()
-	if _, err := models.LoadTokenizer(""); err != nil {
-		if os.Getenv("VERDICT_REQUIRE_TOKENIZER") == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("%v", err)
-	}
-}
-
 func TestVerifyFixture(t *testing.T) {
-	needTokenizer(t)
+	testmodel.Tokenizer(t)
 	code, out, errOut := run("verify-fixture", filepath.Join("..", "..", "testdata", "gemma3n-micro-bf16.tar.gz"))
 	if code != 0 || !strings.HasSuffix(out, "1 passed, 0 failed\n") || !strings.Contains(out, "logits ") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// A fixture whose reference disagrees fails with status 1.
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-micro-bf16.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	dir := testmodel.Dir(t, "gemma3n-micro-bf16.tar.gz")
 	exp := filepath.Join(dir, "expected.safetensors")
 	b, err := os.ReadFile(exp)
 	if err != nil {
@@ -82,7 +67,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestScoreBuiltin(t *testing.T) {
-	needTokenizer(t)
+	testmodel.Tokenizer(t)
 	schema := filepath.Join("..", "..", "engine", "scorer", "testdata", "ticket.json")
 	code, out, errOut := run("score", "--model", "builtin", "--schema", schema, "--text", "My parcel is late.", "--branch-batch", "3")
 	if code != 0 {
@@ -130,7 +115,7 @@ func TestScoreBuiltin(t *testing.T) {
 }
 
 func TestGenerateBuiltin(t *testing.T) {
-	needTokenizer(t)
+	testmodel.Tokenizer(t)
 	code, out, errOut := run("generate", "--model", "builtin", "--prompt", "Hello", "--max-tokens", "5", "--temperature", "0")
 	if code != 0 || out == "" || !strings.Contains(errOut, "random weights") || !strings.Contains(errOut, "tokens/s") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
@@ -138,7 +123,7 @@ func TestGenerateBuiltin(t *testing.T) {
 }
 
 func TestBenchJSON(t *testing.T) {
-	needTokenizer(t)
+	testmodel.Tokenizer(t)
 	code, out, errOut := run("bench", "--prompt-tokens", "16", "--decode-tokens", "2", "--json")
 	var r struct {
 		PrefillTPS float64 `json:"prefill_tokens_per_second"`

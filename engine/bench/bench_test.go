@@ -3,35 +3,19 @@ package bench_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"verdict/engine/bench"
-	"verdict/engine/fixture"
+	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
 )
-
-func load(b *testing.B, path string) *gemma3n.Model {
-	b.Helper()
-	dir, cleanup, err := fixture.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(cleanup)
-	m, closeModel, err := fixture.LoadModel(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(closeModel)
-	return m
-}
 
 // models returns the tiny model and, when VERDICT_E2B_FIXTURE names it, the
 // E2B-shaped one.
 func models(b *testing.B) map[string]*gemma3n.Model {
-	ms := map[string]*gemma3n.Model{"tiny": load(b, filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))}
+	ms := map[string]*gemma3n.Model{"tiny": testmodel.Tiny(b)}
 	if p := os.Getenv("VERDICT_E2B_FIXTURE"); p != "" {
-		ms["e2b"] = load(b, p)
+		ms["e2b"] = testmodel.Load(b, p)
 	}
 	return ms
 }
@@ -77,16 +61,7 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 func TestRunReport(t *testing.T) {
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	m, closeModel, err := fixture.LoadModel(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeModel()
+	m := testmodel.Tiny(t)
 	r, err := bench.Run(context.Background(), "tiny", m, 32, 4)
 	if err != nil {
 		t.Fatal(err)

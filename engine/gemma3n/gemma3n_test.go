@@ -8,32 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"verdict/engine/fixture"
 	"verdict/engine/gemma3n"
+	"verdict/engine/fixture/testmodel"
 	"verdict/engine/weights"
 )
-
-func tinyModel(t testing.TB) *gemma3n.Model {
-	t.Helper()
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
-	m, closeModel, err := fixture.LoadModel(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeModel)
-	return m
-}
 
 // TestCachedMatchesOneShot: prefilling in chunks and decoding token by token
 // through the cache gives the one-shot forward's hidden states. The prompt is
 // longer than the sliding window (16) so the window and the KV-shared layers
 // are both exercised.
 func TestCachedMatchesOneShot(t *testing.T) {
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	ids := make([]int32, 40)
 	for i := range ids {
 		ids[i] = int32(2 + (i*7919)%260000)
@@ -76,7 +61,7 @@ func TestCachedMatchesOneShot(t *testing.T) {
 }
 
 func TestForwardErrors(t *testing.T) {
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	for _, ids := range [][]int32{{}, {-1}, {int32(m.Cfg.VocabSize)}} {
 		if _, err := m.Forward(m.NewCache(), ids, nil); err == nil {
 			t.Errorf("Forward(%v) succeeded", ids)
@@ -168,11 +153,7 @@ func (s store) Info(name string) ([]int, string, bool) {
 }
 
 func TestLoadErrors(t *testing.T) {
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-micro-bf16.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	dir := testmodel.Dir(t, "gemma3n-micro-bf16.tar.gz")
 	st, err := weights.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +187,7 @@ func TestLoadErrors(t *testing.T) {
 // prefix + row tokens, gathered or not, with rows of unequal length. The
 // prefix is longer than the sliding window.
 func TestBranches(t *testing.T) {
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	D := m.Cfg.HiddenSize
 	prefix := make([]int32, 23)
 	for i := range prefix {

@@ -3,29 +3,13 @@ package generate_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"verdict/engine/fixture"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
+	"verdict/engine/fixture/testmodel"
 )
-
-func tinyModel(t testing.TB) *gemma3n.Model {
-	t.Helper()
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
-	m, closeModel, err := fixture.LoadModel(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeModel)
-	return m
-}
 
 var prompt = []int32{2, 105, 2364, 107, 6190, 506, 1894, 106, 107, 105, 4368, 107}
 
@@ -49,7 +33,7 @@ func run(t *testing.T, m *gemma3n.Model, opt generate.Options) []int32 {
 }
 
 func TestSampling(t *testing.T) {
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	greedy := run(t, m, generate.Options{MaxTokens: 8})
 	if len(greedy) != 8 {
 		t.Fatalf("got %d tokens, want 8", len(greedy))
@@ -83,7 +67,7 @@ func TestSampling(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	res, err := generate.Run(ctx, m, prompt, generate.Options{MaxTokens: 50}, func(tk generate.Token) error {
 		if tk.Index == 2 {
@@ -102,7 +86,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestOptionErrors(t *testing.T) {
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	for _, opt := range []generate.Options{
 		{MaxTokens: 0},
 		{MaxTokens: 1, Temperature: -1},

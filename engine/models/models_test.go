@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"verdict/engine/fixture"
+	"verdict/engine/fixture/testmodel"
 	"verdict/engine/models"
 )
 
@@ -37,12 +37,7 @@ func TestBuiltinIsTinyFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	f, err := models.Open(dir)
+	f, err := models.Open(testmodel.Dir(t, "gemma3n-synthetic-tiny.tar.gz"))
 	if err != nil {
 		t.Fatal(err)
 	}

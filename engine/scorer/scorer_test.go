@@ -10,42 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"verdict/engine/fixture"
-	"verdict/engine/gemma3n"
-	"verdict/engine/models"
+	"verdict/engine/fixture/testmodel"
 	"verdict/engine/scorer"
-	"verdict/engine/tokenizer"
 )
 
 const ticket = "Customer #4821 writes: my order arrived two weeks late and the screen is cracked. " +
 	"I was charged twice for shipping. I want my money back today or I will dispute the charge."
-
-func tok(t testing.TB) *tokenizer.Tokenizer {
-	t.Helper()
-	tk, err := models.LoadTokenizer("")
-	if err != nil {
-		if os.Getenv("VERDICT_REQUIRE_TOKENIZER") == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("%v", err)
-	}
-	return tk
-}
-
-func tiny(t testing.TB) *gemma3n.Model {
-	t.Helper()
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
-	m, closeModel, err := fixture.LoadModel(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeModel)
-	return m
-}
 
 func ticketSchema(t testing.TB) *scorer.Schema {
 	t.Helper()
@@ -63,11 +33,7 @@ func ticketSchema(t testing.TB) *scorer.Schema {
 // TestPromptMatchesReference: the schema of the reference fixture builds the
 // fixture's prompt text exactly.
 func TestPromptMatchesReference(t *testing.T) {
-	dir, cleanup, err := fixture.Open(filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	dir := testmodel.Dir(t, "gemma3n-synthetic-tiny.tar.gz")
 	var ref struct {
 		PromptText string `json:"prompt_text"`
 	}
@@ -107,7 +73,7 @@ func maxDiff(a, b [][]float64) float64 {
 // TestExecutionShapes: batch sizes and the KV-sharing gather do not change
 // the distributions.
 func TestExecutionShapes(t *testing.T) {
-	m, tk, s := tiny(t), tok(t), ticketSchema(t)
+	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
 	sc := scorer.New(m, tk)
 	ctx := context.Background()
 	base, err := sc.Score(ctx, s, ticket, scorer.Options{})
@@ -135,7 +101,7 @@ func TestExecutionShapes(t *testing.T) {
 // TestBranchesEqualFullPasses: every candidate's log-likelihood equals the
 // one computed with its own full forward pass over prompt + key + value.
 func TestBranchesEqualFullPasses(t *testing.T) {
-	m, tk, s := tiny(t), tok(t), ticketSchema(t)
+	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
 	sc := scorer.New(m, tk)
 	r, err := sc.Score(context.Background(), s, ticket, scorer.Options{TokenLogprobs: true})
 	if err != nil {
@@ -187,7 +153,7 @@ func TestBranchesEqualFullPasses(t *testing.T) {
 func jsonStr(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 func TestResultShape(t *testing.T) {
-	m, tk, s := tiny(t), tok(t), ticketSchema(t)
+	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
 	var seen []string
 	r, err := scorer.New(m, tk).Score(context.Background(), s, ticket, scorer.Options{
 		OnField: func(f scorer.FieldResult) { seen = append(seen, f.Name) },
@@ -230,7 +196,7 @@ func TestResultShape(t *testing.T) {
 // TestTerminatedLevels: levels 1..10 make " 1" a token prefix of " 10"; the
 // values then carry the closing brace and stay distinct.
 func TestTerminatedLevels(t *testing.T) {
-	m, tk := tiny(t), tok(t)
+	m, tk := testmodel.Tiny(t), testmodel.Tokenizer(t)
 	s, err := scorer.ParseSchema([]byte(`{"fields":[{"name":"n","question":"How many?","type":"score",
 		"levels":["1","2","3","4","5","6","7","8","9","10"]}]}`))
 	if err != nil {
@@ -298,7 +264,7 @@ func TestSchemaErrors(t *testing.T) {
 }
 
 func TestInputLimit(t *testing.T) {
-	m, tk, s := tiny(t), tok(t), ticketSchema(t)
+	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
 	long := strings.Repeat("word ", 9000)
 	_, err := scorer.New(m, tk).Score(context.Background(), s, long, scorer.Options{})
 	var le *scorer.LimitError
