@@ -11,63 +11,94 @@ import (
 type Branch struct {
 	IDs     []int32
 	Outputs int
+	// Parent is the row of the parent Segments this row extends (when
+	// ForwardBranches is given parent segments).
+	Parent int
 }
 
-// ForwardBranches runs rows that each continue the prefix held in c; c is
-// only read. A row attends to the prefix and to its own tokens, never to
-// another row. Rows are right-padded to the longest and run as one batch.
+// Segments are the keys and values of a batch of branch rows, which rows
+// of a later batch can extend. They are only read once made.
+type Segments struct {
+	stride int         // keys per row
+	lens   []int       // tokens of each row
+	k, v   [][]float32 // per layer with its own keys: [rows·stride, kvHeads·headDim]
+}
+
+// Len reports the number of tokens of row r.
+func (s *Segments) Len(r int) int { return s.lens[r] }
+
+// ForwardBranches runs rows that each continue the prefix held in c, and,
+// when parent is not nil, row Parent of parent after it; c and parent are
+// only read. A row attends to the prefix, its parent row and its own tokens,
+// never to another row. Rows are right-padded to the longest and run as one
+// batch.
 //
 // With gather, only the wanted positions go through the KV-sharing layers:
 // those layers write no keys or values, so every other position's work there
 // is unused, and the result is the same. It returns, per row, the final
-// hidden states [Outputs, D].
-func (m *Model) ForwardBranches(c *Cache, rows []Branch, gather bool) ([][]float32, error) {
+// hidden states [Outputs, D], and the rows' keys and values as Segments.
+func (m *Model) ForwardBranches(c *Cache, parent *Segments, rows []Branch, gather bool) ([][]float32, *Segments, error) {
 	cfg := m.Cfg
 	D, P := cfg.HiddenSize, cfg.PerLayerSize
 	if c.n == 0 {
-		return nil, fmt.Errorf("gemma3n: branches need a non-empty prefix")
+		return nil, nil, fmt.Errorf("gemma3n: branches need a non-empty prefix")
 	}
 	L := 0
 	for r, b := range rows {
-		if len(b.IDs) == 0 || b.Outputs < 1 || b.Outputs > len(b.IDs) {
-			return nil, fmt.Errorf("gemma3n: branch %d has %d tokens and wants %d outputs", r, len(b.IDs), b.Outputs)
+		if len(b.IDs) == 0 || b.Outputs < 0 || b.Outputs > len(b.IDs) {
+			return nil, nil, fmt.Errorf("gemma3n: branch %d has %d tokens and wants %d outputs", r, len(b.IDs), b.Outputs)
+		}
+		if parent != nil && (b.Parent < 0 || b.Parent >= len(parent.lens)) {
+			return nil, nil, fmt.Errorf("gemma3n: branch %d extends row %d of %d parent rows", r, b.Parent, len(parent.lens))
 		}
 		L = max(L, len(b.IDs))
 	}
 	if len(rows) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	R := len(rows)
 	n := R * L
 	ids := make([]int32, n)
 	qrow, qidx, pos := make([]int32, n), make([]int32, n), make([]int32, n)
+	var midRow, midLen []int32
+	if parent != nil {
+		midRow, midLen = make([]int32, n), make([]int32, n)
+	}
+	seg := &Segments{stride: L, lens: make([]int, R), k: make([][]float32, len(m.layers)), v: make([][]float32, len(m.layers))}
 	for r, b := range rows {
+		seg.lens[r] = len(b.IDs)
+		off := 0
+		if parent != nil {
+			off = parent.lens[b.Parent]
+		}
 		for j := 0; j < L; j++ {
 			t := r*L + j
 			ids[t] = int32(cfg.PAD)
 			if j < len(b.IDs) {
 				ids[t] = b.IDs[j]
 			}
-			qrow[t], qidx[t], pos[t] = int32(r), int32(j), int32(c.n+j)
+			qrow[t], qidx[t], pos[t] = int32(r), int32(j), int32(c.n+off+j)
+			if parent != nil {
+				midRow[t], midLen[t] = int32(b.Parent), int32(off)
+			}
 		}
 	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= cfg.VocabSize {
-			return nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, cfg.VocabSize)
+			return nil, nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, cfg.VocabSize)
 		}
 	}
 	e, err := m.Embed(ids)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ple, err := m.perLayerInputs(ids, e)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	H := m.streams(e, n)
 	w := newWork(m, n)
-	sk := make([][]float32, len(m.layers))
-	sv := make([][]float32, len(m.layers))
+	sk, sv := seg.k, seg.v
 
 	first := cfg.NumLayers - cfg.NumKVSharedLayers
 	cur := n
@@ -82,7 +113,13 @@ func (m *Model) ForwardBranches(c *Cache, rows []Branch, gather bool) ([][]float
 			H = gatherRows(H, sel, 4, cur, D)
 			ple = gatherLayers(ple, sel, first, cfg.NumLayers, cur, P)
 			qrow, qidx, pos = gather32(qrow, sel), gather32(qidx, sel), gather32(pos, sel)
+			if parent != nil {
+				midRow, midLen = gather32(midRow, sel), gather32(midLen, sel)
+			}
 			cur = len(sel)
+			if cur == 0 {
+				break
+			}
 			w = newWork(m, cur)
 		}
 		m.layer(i, H, ple[i*cur*P:(i+1)*cur*P], cur, w, func(y *layer) {
@@ -95,11 +132,20 @@ func (m *Model) ForwardBranches(c *Cache, rows []Branch, gather bool) ([][]float
 				sv[i] = append([]float32(nil), w.v[:kd]...)
 			}
 			s := y.kvSrc
-			native.BranchAttention(w.att[:qd], w.q[:qd], c.k[s], c.v[s], sk[s], sv[s], native.BranchAttnParams{
+			p := native.BranchAttnParams{
 				NQ: cur, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
 				Prefix: c.n, SufLen: L, QRow: qrow, QIdx: qidx, Window: y.window(cfg), Scale: 1,
-			})
+			}
+			var mk, mv []float32
+			if parent != nil {
+				p.MidStride, p.MidRow, p.MidLen = parent.stride, midRow, midLen
+				mk, mv = parent.k[s], parent.v[s]
+			}
+			native.BranchAttention(w.att[:qd], w.q[:qd], c.k[s], c.v[s], mk, mv, sk[s], sv[s], p)
 		})
+	}
+	if cur == 0 {
+		return make([][]float32, R), seg, nil
 	}
 	h := m.unmix(H, cur, w)
 
@@ -117,7 +163,7 @@ func (m *Model) ForwardBranches(c *Cache, rows []Branch, gather bool) ([][]float
 		}
 		out[r] = o
 	}
-	return out, nil
+	return out, seg, nil
 }
 
 // gatherRows keeps rows sel of each of the s blocks [n, d] of x.

@@ -204,7 +204,7 @@ func TestBranches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, gather := range []bool{false, true} {
-		got, err := m.ForwardBranches(c, rows, gather)
+		got, _, err := m.ForwardBranches(c, nil, rows, gather)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,10 +222,41 @@ func TestBranches(t *testing.T) {
 			}
 		}
 	}
-	if _, err := m.ForwardBranches(c, []gemma3n.Branch{{IDs: []int32{5}, Outputs: 2}}, true); err == nil {
+	if _, _, err := m.ForwardBranches(c, nil, []gemma3n.Branch{{IDs: []int32{5}, Outputs: 2}}, true); err == nil {
 		t.Error("a branch wanting more outputs than tokens was accepted")
 	}
-	if _, err := m.ForwardBranches(m.NewCache(), rows, true); err == nil {
+	if _, _, err := m.ForwardBranches(m.NewCache(), nil, rows, true); err == nil {
 		t.Error("branches without a prefix were accepted")
+	}
+
+	// Rows extending parent rows equal full passes over prefix + parent + row.
+	_, seg, err := m.ForwardBranches(c, nil, rows, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := []gemma3n.Branch{
+		{IDs: []int32{623, 976}, Outputs: 2, Parent: 0},
+		{IDs: []int32{5712}, Outputs: 1, Parent: 1},
+		{IDs: []int32{11, 12, 13, 14, 15, 16, 17, 18}, Outputs: 3, Parent: 3},
+		{IDs: []int32{623}, Outputs: 1, Parent: 0},
+	}
+	for _, gather := range []bool{false, true} {
+		got, _, err := m.ForwardBranches(c, seg, children, gather)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, b := range children {
+			all := append(append(append([]int32(nil), prefix...), rows[b.Parent].IDs...), b.IDs...)
+			full, err := m.Forward(m.NewCache(), all, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := maxDiff(got[r], full[len(full)-b.Outputs*D:]); d > 2e-5 {
+				t.Errorf("gather=%v child %d: differs from its own forward pass by %g", gather, r, d)
+			}
+		}
+	}
+	if _, _, err := m.ForwardBranches(c, seg, []gemma3n.Branch{{IDs: []int32{5}, Outputs: 1, Parent: 9}}, true); err == nil {
+		t.Error("a branch extending a missing parent row was accepted")
 	}
 }

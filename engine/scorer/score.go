@@ -143,8 +143,7 @@ const (
 	resultNote        = "confidence (1 - normalised entropy) and allowed_token_mass describe the model's distribution; neither is an accuracy estimate. Fields are scored independently: no field sees another's answer."
 )
 
-// row is one branch row of a decision: the tokens of one candidate (without
-// its last token), and the trie nodes its outputs score.
+// row is one branch row of a decision and the trie nodes its outputs score.
 type row struct {
 	dec   int
 	nodes []int // node of each output, in order
@@ -154,7 +153,7 @@ type row struct {
 // trie holds a decision's candidates as paths of tokens. A node is a token
 // path ending at an output position; every candidate's scored tokens are
 // the edges from the node at its score start down to its leaf. Each node's
-// output is computed once, by the first row whose candidate passes it.
+// output is computed once.
 type trie struct {
 	ids      map[string]int
 	children [][]int32   // per node: the tokens scored at its output
@@ -162,36 +161,50 @@ type trie struct {
 	paths    [][]int     // per candidate: its nodes
 }
 
-// plan builds the decision's trie and the rows that compute its nodes: a
-// candidate whose nodes were all reached by earlier candidates needs no row.
-func (d *compiledDecision) plan(dec int) (*trie, []row) {
+// plan builds the decision's trie and its rows: a key row holding the tokens
+// all candidates share (the JSON key and common value tokens), and one row
+// per candidate that extends it with the candidate's tokens before its last,
+// unless all its nodes were reached before (a single remaining token, or
+// one shared with an earlier candidate). The candidate rows' Parent is left
+// for the caller.
+func (d *compiledDecision) plan(dec int) (*trie, row, []row) {
 	t := &trie{ids: map[string]int{}}
+	node := func(path []int32, next int32) (id int, fresh bool) {
+		k := fmt.Sprint(path)
+		id, ok := t.ids[k]
+		if !ok {
+			id = len(t.children)
+			t.ids[k] = id
+			t.children = append(t.children, nil)
+		}
+		if !slices.Contains(t.children[id], next) {
+			t.children[id] = append(t.children[id], next)
+		}
+		return id, !ok
+	}
+	key := row{dec: dec, b: gemma3n.Branch{IDs: d.shared}}
 	var rows []row
 	for _, c := range d.cands {
 		full := append(append([]int32(nil), d.shared...), c...)
 		var path, fresh []int
 		for p := d.scoreFrom - 1; p < len(full)-1; p++ {
-			k := fmt.Sprint(full[:p+1])
-			id, ok := t.ids[k]
-			if !ok {
-				id = len(t.children)
-				t.ids[k] = id
-				t.children = append(t.children, nil)
-				fresh = append(fresh, id)
-			}
-			if !slices.Contains(t.children[id], full[p+1]) {
-				t.children[id] = append(t.children[id], full[p+1])
-			}
+			id, isNew := node(full[:p+1], full[p+1])
 			path = append(path, id)
+			if isNew && p >= len(d.shared) {
+				fresh = append(fresh, id)
+			} else if isNew {
+				key.nodes = append(key.nodes, id)
+			}
 		}
 		t.paths = append(t.paths, path)
 		if len(fresh) > 0 { // fresh nodes are the last ones of the path
 			rows = append(rows, row{dec: dec, nodes: fresh,
-				b: gemma3n.Branch{IDs: full[:len(full)-1], Outputs: len(fresh)}})
+				b: gemma3n.Branch{IDs: c[:len(c)-1], Outputs: len(fresh)}})
 		}
 	}
+	key.b.Outputs = len(key.nodes)
 	t.lp = make([][]float64, len(t.children))
-	return t, rows
+	return t, key, rows
 }
 
 // Score answers every field of s about the input text.
@@ -339,56 +352,96 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, star
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
 
-	var rows []row
-	rowsLeft := make([]int, len(comp.decisions))
 	tries := make([]*trie, len(comp.decisions))
+	keys := make([]row, len(comp.decisions))
+	cands := make([][]row, len(comp.decisions))
 	for i := range comp.decisions {
-		t, rs := comp.decisions[i].plan(i)
-		tries[i] = t
-		rows = append(rows, rs...)
-		rowsLeft[i] = len(rs)
+		tries[i], keys[i], cands[i] = comp.decisions[i].plan(i)
+		r.rows += 1 + len(cands[i])
 	}
-	r.rows = len(rows)
 	r.scores = make([][]float64, len(comp.decisions))
 	r.tokLP = make([][][]float64, len(comp.decisions))
 	V := sc.m.Cfg.VocabSize
-	for lo := 0; lo < len(rows); lo += batch {
+
+	// forward runs one batch of rows and records their nodes' log-probabilities.
+	forward := func(part []row, parent *gemma3n.Segments) (*gemma3n.Segments, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		t := time.Now()
-		part := rows[lo:min(lo+batch, len(rows))]
 		bs := make([]gemma3n.Branch, len(part))
 		for i, rw := range part {
 			bs[i] = rw.b
 		}
-		hs, err := sc.m.ForwardBranches(cache, bs, !opt.NoGather)
+		hs, seg, err := sc.m.ForwardBranches(cache, parent, bs, !opt.NoGather)
 		if err != nil {
 			return nil, err
 		}
-		for i, rw := range part {
-			n := rw.b.Outputs
-			logits := sc.m.Logits(hs[i], n)
-			lse := make([]float32, n)
+		// One output-head pass for the whole batch's outputs.
+		var h []float32
+		for _, o := range hs {
+			h = append(h, o...)
+		}
+		total := len(h) / sc.m.Cfg.HiddenSize
+		if total > 0 {
+			logits := sc.m.Logits(h, total)
+			lse := make([]float32, total)
 			native.LogSumExp(lse, logits, V)
-			tr := tries[rw.dec]
-			for k, node := range rw.nodes {
-				for _, id := range tr.children[node] {
-					tr.lp[node] = append(tr.lp[node], float64(logits[k*V+int(id)])-float64(lse[k]))
-				}
-			}
-			rowsLeft[rw.dec]--
-			if rowsLeft[rw.dec] == 0 {
-				r.scores[rw.dec], r.tokLP[rw.dec] = tr.scores(&comp.decisions[rw.dec])
-				if r.timings.FirstDecision == 0 {
-					r.timings.FirstDecision = Duration(time.Since(start))
-				}
-				if done != nil {
-					done(r, rw.dec)
+			k := 0
+			for _, rw := range part {
+				tr := tries[rw.dec]
+				for _, node := range rw.nodes {
+					for _, id := range tr.children[node] {
+						tr.lp[node] = append(tr.lp[node], float64(logits[k*V+int(id)])-float64(lse[k]))
+					}
+					k++
 				}
 			}
 		}
 		r.timings.Batches = append(r.timings.Batches, Duration(time.Since(t)))
+		return seg, nil
+	}
+	finish := func(dec int) {
+		r.scores[dec], r.tokLP[dec] = tries[dec].scores(&comp.decisions[dec])
+		if r.timings.FirstDecision == 0 {
+			r.timings.FirstDecision = Duration(time.Since(start))
+		}
+		if done != nil {
+			done(r, dec)
+		}
+	}
+	// Decisions go in groups of batch: their key rows in one batch, then
+	// their candidate rows, batch rows at a time, extending the key rows.
+	for lo := 0; lo < len(keys); lo += batch {
+		group := keys[lo:min(lo+batch, len(keys))]
+		seg, err := forward(group, nil)
+		if err != nil {
+			return nil, err
+		}
+		var pending []row
+		for g, k := range group {
+			if len(cands[k.dec]) == 0 {
+				finish(k.dec)
+				continue
+			}
+			for _, c := range cands[k.dec] {
+				c.b.Parent = g
+				pending = append(pending, c)
+			}
+		}
+		for len(pending) > 0 {
+			part := pending[:min(batch, len(pending))]
+			pending = pending[len(part):]
+			if _, err := forward(part, seg); err != nil {
+				return nil, err
+			}
+			for i, c := range part {
+				last := i == len(part)-1 || part[i+1].dec != c.dec
+				if last && (len(pending) == 0 || pending[0].dec != c.dec) {
+					finish(c.dec)
+				}
+			}
+		}
 	}
 	return r, nil
 }
