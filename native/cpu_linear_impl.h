@@ -11,7 +11,7 @@
  * results depend neither on n nor on the thread count.
  */
 
-#define LIN_KB 512    /* columns per K block (GEMM) */
+#define LIN_KB 1024   /* columns per K block (GEMM) */
 #define LIN_RB 48     /* rows per task (GEMM); divisible by 3, 6 and 8 */
 #define LIN_TB 64     /* tokens per task (GEMM) */
 #define LIN_RB_GEMV 64 /* rows per task when n < 4 */
