@@ -92,7 +92,7 @@ func naiveLocalAttention(q, k, v, pos []float32, valid []bool, t, heads, d, past
 	return out
 }
 
-func randVec(r *rand.Rand, n int, scale float32) []float32 {
+func audioRand(r *rand.Rand, n int, scale float32) []float32 {
 	x := make([]float32, n)
 	for i := range x {
 		x[i] = (r.Float32()*2 - 1) * scale
@@ -120,7 +120,7 @@ func TestAudioIm2Col(t *testing.T) {
 	} {
 		tOut := (c.tIn+c.padT+c.padTB-c.kt)/c.st + 1
 		fOut := (c.fIn+c.padF+c.padFR-c.kf)/c.sf + 1
-		src := randVec(r, c.tIn*c.fIn*c.ch, 1)
+		src := audioRand(r, c.tIn*c.fIn*c.ch, 1)
 		want := naiveAudioIm2Col(src, c.tIn, c.fIn, c.ch, tOut, fOut, c.kt, c.kf, c.st, c.sf, c.padT, c.padF)
 		got := make([]float32, len(want))
 		AudioIm2Col(got, src, c.tIn, c.fIn, c.ch, tOut, fOut, c.kt, c.kf, c.st, c.sf, c.padT, c.padF)
@@ -133,11 +133,11 @@ func TestAudioIm2Col(t *testing.T) {
 func TestAudioCumGroupNormReLU(t *testing.T) {
 	r := rand.New(rand.NewSource(2))
 	for _, c := range []struct{ t, fc, c int }{{1, 8, 4}, {37, 64, 16}, {300, 1024, 32}} {
-		x := randVec(r, c.t*c.fc, 3)
+		x := audioRand(r, c.t*c.fc, 3)
 		for i := range x {
 			x[i] += 0.5 // a non-zero mean
 		}
-		w := randVec(r, c.c, 1)
+		w := audioRand(r, c.c, 1)
 		want := naiveCumGroupNormReLU(x, c.t, c.fc, c.c, w, 1e-3)
 		AudioCumGroupNormReLU(x, c.t, c.fc, c.c, w, 1e-3)
 		if d := maxDiffAudio(x, want); d > 1e-5 {
@@ -155,8 +155,8 @@ func TestAudioLocalAttention(t *testing.T) {
 			{1, 1, 8, 12, 0}, {30, 2, 20, 12, 0}, {50, 3, 64, 5, 2}, {138, 8, 192, 12, 0},
 		} {
 			n := c.t * c.heads * c.d
-			q, k, v := randVec(r, n, 1), randVec(r, n, 1), randVec(r, n, 1)
-			pos := randVec(r, (c.past+c.future+1)*c.heads*c.d, 1)
+			q, k, v := audioRand(r, n, 1), audioRand(r, n, 1), audioRand(r, n, 1)
+			pos := audioRand(r, (c.past+c.future+1)*c.heads*c.d, 1)
 			valid := make([]bool, c.t)
 			for i := range valid {
 				valid[i] = i < c.t*4/5 || i%3 == 0
@@ -180,7 +180,7 @@ func TestAudioLocalAttention(t *testing.T) {
 
 func TestAudioElementwise(t *testing.T) {
 	r := rand.New(rand.NewSource(4))
-	x := randVec(r, 50000, 12)
+	x := audioRand(r, 50000, 12)
 	x[0], x[1], x[2] = -100, 100, 0
 	got := append([]float32(nil), x...)
 	AudioSiLU(got)
@@ -191,7 +191,7 @@ func TestAudioElementwise(t *testing.T) {
 		}
 	}
 	rows, d := 7, 33
-	gx := randVec(r, rows*2*d, 8)
+	gx := audioRand(r, rows*2*d, 8)
 	gy := make([]float32, rows*d)
 	AudioGLU(gy, gx, rows, d)
 	for row := 0; row < rows; row++ {
@@ -212,7 +212,7 @@ func TestAudioElementwise(t *testing.T) {
 	}
 	// Depthwise causal convolution.
 	T, D, K := 9, 6, 5
-	cx, cw := randVec(r, T*D, 1), randVec(r, D*K, 1)
+	cx, cw := audioRand(r, T*D, 1), audioRand(r, D*K, 1)
 	cy := make([]float32, T*D)
 	AudioDepthwiseConvCausal(cy, cx, cw, T, D, K)
 	for i := 0; i < T; i++ {
@@ -235,14 +235,14 @@ func TestAudioThreads(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	T, H, D := 100, 4, 48
 	n := T * H * D
-	q, k, v := randVec(r, n, 1), randVec(r, n, 1), randVec(r, n, 1)
-	pos := randVec(r, 13*H*D, 1)
+	q, k, v := audioRand(r, n, 1), audioRand(r, n, 1), audioRand(r, n, 1)
+	pos := audioRand(r, 13*H*D, 1)
 	valid := make([]bool, T)
 	for i := range valid {
 		valid[i] = true
 	}
-	x := randVec(r, 200*256, 2)
-	w := randVec(r, 8, 1)
+	x := audioRand(r, 200*256, 2)
+	w := audioRand(r, 8, 1)
 	run := func() ([]float32, []float32) {
 		a := make([]float32, n)
 		AudioLocalAttention(a, q, k, v, pos, valid, T, H, D, 12, 0, 50)
