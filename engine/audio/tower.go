@@ -1,0 +1,399 @@
+package audio
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"verdict/engine/weights"
+	"verdict/native"
+)
+
+// Tensor name prefixes in a Gemma 3n checkpoint.
+const (
+	towerPrefix = "model.audio_tower."
+	embedPrefix = "model.embed_audio."
+)
+
+// normEps is the epsilon of the conformer's RMSNorms that transformers builds
+// with the default (every one but the light convolution's two).
+const normEps = 1e-6
+
+// Tower is Gemma 3n's audio encoder (model.audio_tower) with the audio
+// embedder (model.embed_audio) that maps its output into the text decoder's
+// embedding space. It is immutable after LoadTower and safe for concurrent
+// use.
+type Tower struct {
+	Cfg        Config
+	textHidden int
+
+	conv      [2]sscpConv
+	inputProj native.Matrix
+	layers    []conformerLayer
+
+	embedding          []float32 // [VocabSize, D]
+	hardNorm, softNorm []float32
+	projection         native.Matrix // [textHidden, D]
+	pad                []float32     // HardEmbed(TextVocabSize-1)
+}
+
+type sscpConv struct {
+	w      native.Matrix // [out, kt·kf·in], columns in im2col order
+	norm   []float32     // [out]
+	out    int
+	kt, kf int
+	st, sf int
+}
+
+type feedForward struct {
+	pre, post []float32
+	up, down  native.Matrix
+}
+
+type conformerLayer struct {
+	ffwStart, ffwEnd      feedForward
+	preAttnNorm, postNorm []float32
+	q, k, v, post         native.Matrix
+	qScale                float32   // q_scale buffer: head_dim^-0.5 / softplus(0)
+	perDim                []float32 // softplus(per_dim_scale) [head_dim]
+	pos                   []float32 // pos_proj(timing signal) [past+future+1, D]
+	lconvPre, convNorm    []float32
+	linStart, linEnd      native.Matrix
+	depthwise             []float32 // [D, kernel]
+	norm                  []float32
+}
+
+// LoadTower reads the audio tower and the audio embedder from store by
+// their Hugging Face names (model.audio_tower.*, model.embed_audio.*), with
+// the configuration from config.json's audio_config (see ParseConfig). Every
+// tensor's shape is checked against the configuration. Linear weights stored
+// as bf16 stay bf16; the rest is converted to float32.
+func LoadTower(store weights.Store, configJSON []byte) (*Tower, error) {
+	cfg, err := ParseConfig(configJSON)
+	if err != nil {
+		return nil, err
+	}
+	return loadTower(store, cfg)
+}
+
+func loadTower(store weights.Store, cfg Config) (*Tower, error) {
+	l := &loader{s: store}
+	t := &Tower{Cfg: cfg}
+	D := cfg.HiddenSize
+
+	// Subsampling convolutions.
+	in, f := 1, cfg.InputFeatSize
+	for i := range t.conv {
+		c := &t.conv[i]
+		c.out = cfg.SSCPChannels[i]
+		c.kt, c.kf = cfg.SSCPKernels[i][0], cfg.SSCPKernels[i][1]
+		c.st, c.sf = cfg.SSCPStrides[i][0], cfg.SSCPStrides[i][1]
+		p := fmt.Sprintf("%ssubsample_conv_projection.conv_%d.", towerPrefix, i)
+		w := l.tensor(p+"conv.weight", c.out, in, c.kt, c.kf)
+		if w != nil {
+			// [out, in, kt, kf] -> [out, kt, kf, in] (im2col's column order).
+			r := make([]float32, len(w))
+			for o := 0; o < c.out; o++ {
+				for ch := 0; ch < in; ch++ {
+					for a := 0; a < c.kt; a++ {
+						for b := 0; b < c.kf; b++ {
+							r[((o*c.kt+a)*c.kf+b)*in+ch] = w[((o*in+ch)*c.kt+a)*c.kf+b]
+						}
+					}
+				}
+			}
+			c.w = native.NewF32(c.out, c.kt*c.kf*in, r)
+		}
+		c.norm = l.tensor(p+"norm.weight", c.out)
+		_, f = cfg.sscpOut(i, 1, f)
+		in = c.out
+	}
+	t.inputProj = l.matrix(towerPrefix+"subsample_conv_projection.input_proj_linear.weight", D, f*in)
+
+	// Conformer layers.
+	dh := cfg.HeadDim()
+	past, future := max(0, cfg.ContextLeft-1), cfg.ContextRight
+	signal := timingSignal(D, past, future)
+	qScale := float32(float32(math.Pow(float64(dh), -0.5)) * (1 / float32(math.Log(2))))
+	t.layers = make([]conformerLayer, cfg.NumLayers)
+	for i := range t.layers {
+		ly := &t.layers[i]
+		p := fmt.Sprintf("%sconformer.%d.", towerPrefix, i)
+		ffw := func(name string) feedForward {
+			return feedForward{
+				pre:  l.tensor(p+name+".pre_layer_norm.weight", D),
+				up:   l.matrix(p+name+".ffw_layer_1.weight", 4*D, D),
+				down: l.matrix(p+name+".ffw_layer_2.weight", D, 4*D),
+				post: l.tensor(p+name+".post_layer_norm.weight", D),
+			}
+		}
+		ly.ffwStart = ffw("ffw_layer_start")
+		ly.ffwEnd = ffw("ffw_layer_end")
+		ly.preAttnNorm = l.tensor(p+"attention.pre_attn_norm.weight", D)
+		ly.q = l.matrix(p+"attention.attn.q_proj.weight", D, D)
+		ly.k = l.matrix(p+"attention.attn.k_proj.weight", D, D)
+		ly.v = l.matrix(p+"attention.attn.v_proj.weight", D, D)
+		ly.qScale = qScale
+		if s := l.tensor(p+"attention.attn.per_dim_scale", dh); s != nil {
+			ly.perDim = make([]float32, dh)
+			for j, v := range s {
+				ly.perDim[j] = softplus(v)
+			}
+		}
+		if pp := l.matrix(p+"attention.attn.relative_position_embedding.pos_proj.weight", D, D); l.err == nil {
+			ly.pos = make([]float32, (past+future+1)*D)
+			native.Linear(ly.pos, signal, pp, past+future+1)
+		}
+		ly.post = l.matrix(p+"attention.post.weight", D, D)
+		ly.postNorm = l.tensor(p+"attention.post_norm.weight", D)
+		ly.lconvPre = l.tensor(p+"lconv1d.pre_layer_norm.weight", D)
+		ly.linStart = l.matrix(p+"lconv1d.linear_start.weight", 2*D, D)
+		ly.depthwise = l.tensor(p+"lconv1d.depthwise_conv1d.weight", D, 1, cfg.ConvKernel)
+		ly.convNorm = l.tensor(p+"lconv1d.conv_norm.weight", D)
+		ly.linEnd = l.matrix(p+"lconv1d.linear_end.weight", D, D)
+		ly.norm = l.tensor(p+"norm.weight", D)
+	}
+
+	// Embedder.
+	if shape, _, ok := store.Info(embedPrefix + "embedding_projection.weight"); ok && len(shape) == 2 {
+		t.textHidden = shape[0]
+	}
+	t.embedding = l.tensor(embedPrefix+"embedding.weight", cfg.VocabSize, D)
+	t.hardNorm = l.tensor(embedPrefix+"hard_embedding_norm.weight", D)
+	t.softNorm = l.tensor(embedPrefix+"soft_embedding_norm.weight", D)
+	t.projection = l.matrix(embedPrefix+"embedding_projection.weight", max(t.textHidden, 1), D)
+	if l.err != nil {
+		return nil, l.err
+	}
+	var err error
+	if t.pad, err = t.HardEmbed(int32(cfg.TextVocabSize - 1)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// TextHidden is the width of the soft tokens (the text decoder's hidden size).
+func (t *Tower) TextHidden() int { return t.textHidden }
+
+// loader reads tensors with shape checks, keeping the first error.
+type loader struct {
+	s   weights.Store
+	err error
+}
+
+func (l *loader) check(name string, want []int) (dtype string, ok bool) {
+	if l.err != nil {
+		return "", false
+	}
+	shape, dtype, found := l.s.Info(name)
+	if !found {
+		l.err = fmt.Errorf("audio: %s: %w", name, weights.ErrNotFound)
+		return "", false
+	}
+	same := len(shape) == len(want)
+	for i := 0; same && i < len(want); i++ {
+		same = shape[i] == want[i]
+	}
+	if !same {
+		l.err = fmt.Errorf("audio: %s: shape %v, want %v", name, shape, want)
+		return "", false
+	}
+	return dtype, true
+}
+
+// tensor returns a tensor of exactly the given shape as float32.
+func (l *loader) tensor(name string, shape ...int) []float32 {
+	if _, ok := l.check(name, shape); !ok {
+		return nil
+	}
+	v, err := l.s.Float32(name)
+	if err != nil {
+		l.err = fmt.Errorf("audio: %w", err)
+		return nil
+	}
+	return v
+}
+
+// matrix returns a [rows, cols] Linear weight, bf16 kept as bf16.
+func (l *loader) matrix(name string, rows, cols int) native.Matrix {
+	dtype, ok := l.check(name, []int{rows, cols})
+	if !ok {
+		return native.Matrix{}
+	}
+	if dtype == "BF16" {
+		if b, err := l.s.BF16(name); err == nil {
+			return native.NewBF16(rows, cols, b)
+		}
+	}
+	v, err := l.s.Float32(name)
+	if err != nil {
+		l.err = fmt.Errorf("audio: %w", err)
+		return native.Matrix{}
+	}
+	return native.NewF32(rows, cols, v)
+}
+
+// softplus is log(1 + e^x) rounded to float32.
+func softplus(x float32) float32 {
+	return float32(math.Log1p(math.Exp(float64(x))))
+}
+
+// timingSignal is the sinusoidal embedding of the relative distances
+// past, past−1, …, −future: row f is [sin(d·inv), cos(d·inv)] with
+// d = past − f and inv[i] = exp(−i·ln(10⁴)/(D/2 − 1)), float32 like torch.
+func timingSignal(D, past, future int) []float32 {
+	n := D / 2
+	inc := float32(-math.Log(1e4) / float64(max(n-1, 1)))
+	inv := make([]float32, n)
+	for i := range inv {
+		inv[i] = float32(math.Exp(float64(float32(i) * inc)))
+	}
+	F := past + future + 1
+	sig := make([]float32, F*D)
+	for f := 0; f < F; f++ {
+		d := float32(past - f)
+		for i, v := range inv {
+			x := float64(d * v)
+			sig[f*D+i] = float32(math.Sin(x))
+			sig[f*D+n+i] = float32(math.Cos(x))
+		}
+	}
+	return sig
+}
+
+// ErrNoAudio is returned for clips too short to give one feature frame.
+var ErrNoAudio = errors.New("audio: clip too short for one feature frame (513 samples)")
+
+// Encode runs the audio tower on log-mel features (Features' output: feats
+// [T, 128], mask[t] true for a real frame). It returns the encoder output
+// [N, HiddenSize] with N = Cfg.NumTokens(T), and outMask[n] true for rows
+// computed from real frames; the other rows are zero. This is transformers'
+// Gemma3nAudioEncoder (whose mask has the opposite sense: true = padding).
+func (t *Tower) Encode(feats []float32, mask []bool) (out []float32, outMask []bool, err error) {
+	cfg := t.Cfg
+	T0 := len(mask)
+	if T0 == 0 {
+		return nil, nil, ErrNoAudio
+	}
+	if len(feats) != T0*cfg.InputFeatSize {
+		return nil, nil, fmt.Errorf("audio: Encode: %d feature values for %d frames of %d", len(feats), T0, cfg.InputFeatSize)
+	}
+	D := cfg.HiddenSize
+
+	// Subsampling: two strided convolutions (as im2col + Linear), each
+	// followed by the cumulative group norm and a ReLU, channels last.
+	x, tIn, fIn, cIn := feats, T0, cfg.InputFeatSize, 1
+	for i := range t.conv {
+		c := &t.conv[i]
+		tOut, fOut := cfg.sscpOut(i, tIn, fIn)
+		patches := make([]float32, tOut*fOut*c.kt*c.kf*cIn)
+		native.AudioIm2Col(patches, x, tIn, fIn, cIn, tOut, fOut, c.kt, c.kf, c.st, c.sf, 0, 1)
+		y := make([]float32, tOut*fOut*c.out)
+		native.Linear(y, patches, c.w, tOut*fOut)
+		native.AudioCumGroupNormReLU(y, tOut, fOut*c.out, c.out, c.norm, float32(cfg.SSCPNormEps))
+		x, tIn, fIn, cIn = y, tOut, fOut, c.out
+	}
+	T := tIn
+	h := make([]float32, T*D)
+	native.Linear(h, x, t.inputProj, T)
+
+	// The mask follows the time stride: frame i reads mask[i·stride].
+	stride := cfg.SSCPStrides[0][0] * cfg.SSCPStrides[1][0]
+	valid := make([]bool, T)
+	for i := range valid {
+		valid[i] = mask[min(i*stride, T0-1)]
+	}
+
+	s := newScratch(T, D)
+	for i := range t.layers {
+		t.layers[i].forward(s, h, valid, cfg)
+	}
+
+	N := (T + cfg.Reduction - 1) / cfg.Reduction
+	out = make([]float32, N*D)
+	outMask = make([]bool, N)
+	for n := range outMask {
+		outMask[n] = valid[n*cfg.Reduction]
+		if outMask[n] {
+			copy(out[n*D:(n+1)*D], h[n*cfg.Reduction*D:])
+		}
+	}
+	return out, outMask, nil
+}
+
+// scratch holds one Encode call's activations.
+type scratch struct {
+	h, q, k, v, att []float32 // [T, D]
+	wide            []float32 // [T, 4D]
+	T, D            int
+}
+
+func newScratch(T, D int) *scratch {
+	buf := make([]float32, 5*T*D+4*T*D)
+	s := &scratch{T: T, D: D}
+	for _, p := range []*[]float32{&s.h, &s.q, &s.k, &s.v, &s.att} {
+		*p, buf = buf[:T*D:T*D], buf[T*D:]
+	}
+	s.wide = buf
+	return s
+}
+
+func (f *feedForward) forward(s *scratch, x []float32, cfg Config) {
+	T, D := s.T, s.D
+	clip := float32(cfg.GradClip)
+	copy(s.h, x)
+	native.AudioClip(s.h, clip)
+	native.RMSNorm(s.h, s.h, f.pre, D, normEps)
+	native.Linear(s.wide, s.h, f.up, T)
+	native.AudioSiLU(s.wide)
+	native.Linear(s.h, s.wide, f.down, T)
+	native.AudioClip(s.h, clip)
+	native.RMSNorm(s.h, s.h, f.post, D, normEps)
+	native.Scale(s.h, float32(cfg.ResidualWeight))
+	native.Add(x, x, s.h)
+}
+
+func (ly *conformerLayer) forward(s *scratch, x []float32, valid []bool, cfg Config) {
+	T, D := s.T, s.D
+	clip := float32(cfg.GradClip)
+	lconvEps := float32(cfg.RMSNormEps)
+
+	ly.ffwStart.forward(s, x, cfg)
+
+	// Local self-attention with relative positions.
+	copy(s.h, x)
+	native.AudioClip(s.h, clip)
+	native.RMSNorm(s.h, s.h, ly.preAttnNorm, D, normEps)
+	native.Linear(s.q, s.h, ly.q, T)
+	native.Linear(s.k, s.h, ly.k, T)
+	native.Linear(s.v, s.h, ly.v, T)
+	native.Scale(s.q, ly.qScale)
+	native.MulRows(s.q, ly.perDim)
+	native.AudioLocalAttention(s.att, s.q, s.k, s.v, ly.pos, valid, T, cfg.NumHeads, cfg.HeadDim(),
+		max(0, cfg.ContextLeft-1), cfg.ContextRight, float32(cfg.LogitCap))
+	native.Linear(s.h, s.att, ly.post, T)
+	native.AudioClip(s.h, clip)
+	native.RMSNorm(s.h, s.h, ly.postNorm, D, normEps)
+	native.Add(x, x, s.h)
+	for i, ok := range valid {
+		if !ok {
+			clear(x[i*D : (i+1)*D])
+		}
+	}
+
+	// Light convolution: GLU, causal depthwise convolution, SiLU.
+	glu := s.wide[:2*T*D]
+	native.RMSNorm(s.h, x, ly.lconvPre, D, lconvEps)
+	native.Linear(glu, s.h, ly.linStart, T)
+	native.AudioGLU(s.q, glu, T, D)
+	native.AudioDepthwiseConvCausal(s.h, s.q, ly.depthwise, T, D, cfg.ConvKernel)
+	native.AudioClip(s.h, clip)
+	native.RMSNorm(s.h, s.h, ly.convNorm, D, lconvEps)
+	native.AudioSiLU(s.h)
+	native.Linear(s.q, s.h, ly.linEnd, T)
+	native.Add(x, x, s.q)
+
+	ly.ffwEnd.forward(s, x, cfg)
+	native.AudioClip(x, clip)
+	native.RMSNorm(x, x, ly.norm, D, normEps)
+}
