@@ -86,8 +86,6 @@ static void run_tasks(uint64_t t)
 	}
 }
 
-static void free_scratch(void);
-
 static void *worker(void *arg)
 {
 	(void)arg;
@@ -118,7 +116,6 @@ static void *worker(void *arg)
 		seen = t >> GSHIFT;
 		run_tasks(t);
 	}
-	free_scratch();
 	return NULL;
 }
 
@@ -222,9 +219,33 @@ static _Thread_local struct {
 	size_t cap;
 } scr[VK_SCRATCH_SLOTS];
 
+/* A thread's scratch is freed when it exits (pool threads, and threads the
+ * Go runtime lets go), through a key destructor. */
+static pthread_key_t scr_key;
+static pthread_once_t scr_once = PTHREAD_ONCE_INIT;
+
+static void free_scratch(void)
+{
+	for (int i = 0; i < VK_SCRATCH_SLOTS; i++) {
+		free(scr[i].p);
+		scr[i].p = NULL;
+		scr[i].cap = 0;
+	}
+}
+
+static void scr_exit(void *unused)
+{
+	(void)unused;
+	free_scratch();
+}
+
+static void scr_init(void) { pthread_key_create(&scr_key, scr_exit); }
+
 void *vk_scratch(int slot, size_t bytes)
 {
 	if (scr[slot].cap < bytes) {
+		pthread_once(&scr_once, scr_init);
+		pthread_setspecific(scr_key, &scr_key);
 		free(scr[slot].p);
 		size_t cap = (bytes + 4095) & ~(size_t)4095;
 		scr[slot].p = aligned_alloc(64, cap);
@@ -235,13 +256,4 @@ void *vk_scratch(int slot, size_t bytes)
 		scr[slot].cap = cap;
 	}
 	return scr[slot].p;
-}
-
-static void free_scratch(void)
-{
-	for (int i = 0; i < VK_SCRATCH_SLOTS; i++) {
-		free(scr[i].p);
-		scr[i].p = NULL;
-		scr[i].cap = 0;
-	}
 }
