@@ -14,3 +14,9 @@ func MelFilters() []float64 {
 	}
 	return out
 }
+
+// QScale is the attention's query scale of layer i.
+func (t *Tower) QScale(i int) float32 { return t.layers[i].qScale }
+
+// InvTimescales exposes the relative position embedding's frequencies.
+func InvTimescales(n int) []float32 { return invTimescales(n) }

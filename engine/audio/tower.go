@@ -243,11 +243,7 @@ func softplus(x float32) float32 {
 // d = past − f and inv[i] = exp(−i·ln(10⁴)/(D/2 − 1)), float32 like torch.
 func timingSignal(D, past, future int) []float32 {
 	n := D / 2
-	inc := float32(-math.Log(1e4) / float64(max(n-1, 1)))
-	inv := make([]float32, n)
-	for i := range inv {
-		inv[i] = float32(math.Exp(float64(float32(i) * inc)))
-	}
+	inv := invTimescales(n)
 	F := past + future + 1
 	sig := make([]float32, F*D)
 	for f := 0; f < F; f++ {
@@ -259,6 +255,17 @@ func timingSignal(D, past, future int) []float32 {
 		}
 	}
 	return sig
+}
+
+// invTimescales is the relative position embedding's inv_timescales buffer:
+// exp(i·(−ln(10⁴)/(n−1))) for i < n, in float32.
+func invTimescales(n int) []float32 {
+	inc := float32(-math.Log(1e4) / float64(max(n-1, 1)))
+	inv := make([]float32, n)
+	for i := range inv {
+		inv[i] = float32(math.Exp(float64(float32(i) * inc)))
+	}
+	return inv
 }
 
 // ErrNoAudio is returned for clips too short to give one feature frame.
