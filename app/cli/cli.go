@@ -28,6 +28,8 @@ func Commands() []Command {
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
 		{"bench", "measure prefill and decode speed", benchCmd},
+		{"window", "open the desktop window (what verdict does with no command)", windowCmd},
+		{"serve", "serve the app's user interface to a browser on localhost", serveCmd},
 	}
 }
 

@@ -1,0 +1,298 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"verdict/engine/models"
+	"verdict/engine/scorer"
+	"verdict/engine/tokenizer"
+)
+
+// Model states.
+const (
+	ModelNone    = "none"
+	ModelLoading = "loading"
+	ModelReady   = "ready"
+	ModelError   = "error"
+)
+
+// ProgressInterval is the time between two model:state events while loading.
+const ProgressInterval = 250 * time.Millisecond
+
+// Modality is one kind of input and whether the loaded model takes it.
+type Modality struct {
+	Name      string `json:"name"`
+	Supported bool   `json:"supported"`
+	Note      string `json:"note,omitempty"`
+}
+
+// ModelInfo describes the model: what is loaded or loading, or why not.
+type ModelInfo struct {
+	State string `json:"state"`
+	Spec  string `json:"spec,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Path  string `json:"path,omitempty"`
+	// RandomWeights marks the built-in model: its output is noise.
+	RandomWeights bool       `json:"random_weights"`
+	Builtin       bool       `json:"builtin"`
+	Params        int64      `json:"params,omitempty"`
+	SizeBytes     int64      `json:"size_bytes,omitempty"` // weights on disk (0 for the built-in model)
+	Layers        int        `json:"layers,omitempty"`
+	HiddenSize    int        `json:"hidden_size,omitempty"`
+	VocabSize     int        `json:"vocab_size,omitempty"`
+	Inputs        []Modality `json:"inputs,omitempty"`
+	LoadMs        float64    `json:"load_ms,omitempty"`
+	// ElapsedMs is the time spent loading so far (state loading).
+	ElapsedMs float64 `json:"elapsed_ms,omitempty"`
+	Stage     string  `json:"stage,omitempty"`
+	Error     string  `json:"error,omitempty"`
+	Note      string  `json:"note,omitempty"`
+}
+
+// loaded is an opened model with what runs need; refs counts the runs using
+// it, so that a replaced model is closed only after its last run.
+type loaded struct {
+	m    *models.Model
+	tok  *tokenizer.Tokenizer
+	sc   *scorer.Scorer
+	info ModelInfo
+	refs sync.WaitGroup
+}
+
+// Models is the model service: opens a Hugging Face Gemma 3n folder or the
+// built-in model in the background and reports its state.
+type Models struct {
+	open func(spec string) (*models.Model, error)
+	emit Emitter
+	log  *logrus.Logger
+
+	mu     sync.Mutex
+	cur    *loaded
+	info   ModelInfo
+	gen    int // incremented by every Open and Unload: stale loads are discarded
+	onSwap []func()
+}
+
+// NewModels returns the service with no model loaded. open is models.Open
+// unless a test replaces it.
+func NewModels(open func(string) (*models.Model, error), e Emitter, log *logrus.Logger) *Models {
+	if open == nil {
+		open = models.Open
+	}
+	return &Models{open: open, emit: e, log: log, info: ModelInfo{State: ModelNone, Inputs: modalities()}}
+}
+
+func modalities() []Modality {
+	later := "not yet: media decoding is still being built"
+	return []Modality{
+		{Name: "text", Supported: true},
+		{Name: "image", Note: later},
+		{Name: "audio", Note: later},
+		{Name: "video", Note: later},
+	}
+}
+
+// Info returns the current state.
+func (s *Models) Info() ModelInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
+
+// ErrNoModel is returned by runs while no model is ready.
+var ErrNoModel = errors.New("no model is loaded: load the built-in model or a Gemma 3n folder first")
+
+// Open starts loading spec ("builtin" or a folder holding config.json) and
+// returns at once; model:state events report the progress and the outcome.
+// A load in progress is abandoned; runs on the previous model are cancelled
+// (onSwap) before it is closed.
+func (s *Models) Open(spec string) (ModelInfo, error) {
+	spec = strings.TrimSpace(spec)
+	info := ModelInfo{State: ModelLoading, Spec: spec, Inputs: modalities(), Stage: "loading weights and tokenizer"}
+	if spec == "" || spec == models.Builtin {
+		info.Spec, info.Name, info.Builtin, info.RandomWeights = models.Builtin, "built-in tiny Gemma 3n (random weights)", true, true
+		info.Stage = "generating random weights"
+	} else {
+		abs, err := filepath.Abs(spec)
+		if err == nil {
+			spec = abs
+		}
+		st, err := os.Stat(spec)
+		if err != nil {
+			return s.Info(), fmt.Errorf("model folder %s: %w", spec, err)
+		}
+		if !st.IsDir() {
+			return s.Info(), fmt.Errorf("model folder %s: not a folder (choose the folder that holds config.json)", spec)
+		}
+		if _, err := os.Stat(filepath.Join(spec, "config.json")); err != nil {
+			return s.Info(), fmt.Errorf("model folder %s has no config.json: choose a Hugging Face Gemma 3n checkpoint folder", spec)
+		}
+		info.Spec, info.Path, info.Name = spec, spec, filepath.Base(spec)
+		info.SizeBytes = weightBytes(spec)
+	}
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	s.info = info
+	s.mu.Unlock()
+	s.emit.Emit(EventModel, info)
+	s.log.WithField("model", info.Spec).Info("loading model")
+	go s.load(gen, info)
+	return info, nil
+}
+
+func (s *Models) load(gen int, info ModelInfo) {
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.mu.Lock()
+				if s.gen != gen {
+					s.mu.Unlock()
+					return
+				}
+				s.info.ElapsedMs = ms(time.Since(start))
+				cur := s.info
+				s.mu.Unlock()
+				s.emit.Emit(EventModel, cur)
+			}
+		}
+	}()
+	m, err := s.open(info.Spec)
+	var tok *tokenizer.Tokenizer
+	if err == nil {
+		if tok, err = m.Tokenizer(); err != nil {
+			m.Close()
+		}
+	}
+	close(done)
+	s.mu.Lock()
+	if s.gen != gen { // abandoned
+		s.mu.Unlock()
+		if err == nil {
+			m.Close()
+		}
+		return
+	}
+	info.ElapsedMs, info.Stage = 0, ""
+	if err != nil {
+		info.State, info.Error = ModelError, err.Error()
+		s.info = info
+		s.mu.Unlock()
+		s.log.WithError(err).WithField("model", info.Spec).Error("model failed to load")
+		s.emit.Emit(EventModel, info)
+		return
+	}
+	info.State = ModelReady
+	info.Name, info.Builtin, info.RandomWeights = m.Name, m.Builtin, m.Builtin
+	info.Params = m.Cfg.Params()
+	info.Layers, info.HiddenSize, info.VocabSize = m.Cfg.NumLayers, m.Cfg.HiddenSize, m.Cfg.VocabSize
+	info.LoadMs = ms(m.LoadTime)
+	if m.Builtin {
+		info.Note = "random weights: its output is noise, not language; it exercises the whole pipeline"
+	}
+	l := &loaded{m: m, tok: tok, sc: scorer.New(m.Model, tok), info: info}
+	old := s.cur
+	s.cur, s.info = l, info
+	swap := s.onSwap
+	s.mu.Unlock()
+	if old != nil {
+		s.retire(old, swap)
+	}
+	s.log.WithFields(logrus.Fields{"model": info.Name, "params": info.Params, "load_ms": int(info.LoadMs)}).Info("model ready")
+	s.emit.Emit(EventModel, info)
+}
+
+// retire cancels the runs on l and closes it after the last one ends.
+func (s *Models) retire(l *loaded, swap []func()) {
+	for _, f := range swap {
+		f()
+	}
+	go func() {
+		l.refs.Wait()
+		l.m.Close()
+	}()
+}
+
+// Unload cancels a load in progress or closes the loaded model.
+func (s *Models) Unload() ModelInfo {
+	s.mu.Lock()
+	s.gen++
+	old := s.cur
+	s.cur = nil
+	s.info = ModelInfo{State: ModelNone, Inputs: modalities()}
+	info, swap := s.info, s.onSwap
+	s.mu.Unlock()
+	if old != nil {
+		s.retire(old, swap)
+	}
+	s.log.Info("model unloaded")
+	s.emit.Emit(EventModel, info)
+	return info
+}
+
+// acquire returns the ready model, held until release is called.
+func (s *Models) acquire() (l *loaded, release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		if s.info.State == ModelLoading {
+			return nil, nil, errors.New("the model is still loading")
+		}
+		return nil, nil, ErrNoModel
+	}
+	l = s.cur
+	l.refs.Add(1)
+	var once sync.Once
+	return l, func() { once.Do(l.refs.Done) }, nil
+}
+
+// whenSwapped registers f to run when the loaded model is replaced.
+func (s *Models) whenSwapped(f func()) {
+	s.mu.Lock()
+	s.onSwap = append(s.onSwap, f)
+	s.mu.Unlock()
+}
+
+// close closes the loaded model (at shutdown).
+func (s *Models) close() {
+	s.mu.Lock()
+	s.gen++
+	old := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if old != nil {
+		old.refs.Wait()
+		old.m.Close()
+	}
+}
+
+// weightBytes is the size of a folder's safetensors files.
+func weightBytes(dir string) int64 {
+	var n int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			if fi, err := e.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

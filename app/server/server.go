@@ -1,0 +1,303 @@
+// Package server is Verdict's browser mode: it serves the same UI as the
+// window over HTTP on localhost, with the bound services as a JSON API and
+// their events as server-sent events.
+//
+//	POST /api/{Service}/{Method}   body: JSON array of arguments
+//	                               200: the result as JSON; 4xx/5xx: {"error": "..."}
+//	GET  /api/events               text/event-stream; each message's data is
+//	                               {"name": EVENT, "data": PAYLOAD}
+//	GET  /api/bindings             {Service: [Method, ...]}
+//	GET  /...                      the built frontend
+//
+// The API mirrors Wails' bindings (window.go.app.Service.Method(args...)),
+// so the frontend uses one set of calls in both modes.
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// MaxBody bounds a request body.
+const MaxBody = 4 << 20
+
+// Server is the HTTP handler of the browser mode.
+type Server struct {
+	methods map[string]map[string]reflect.Value
+	hub     *Hub
+	assets  fs.FS
+	built   bool
+	log     *logrus.Logger
+	mux     *http.ServeMux
+}
+
+// New serves services (each named by its type) with the frontend in assets
+// (a placeholder page when assets has no index.html); hub carries events.
+func New(services []any, hub *Hub, assets fs.FS, log *logrus.Logger) *Server {
+	s := &Server{methods: map[string]map[string]reflect.Value{}, hub: hub, assets: assets, log: log}
+	for _, svc := range services {
+		v := reflect.ValueOf(svc)
+		t := v.Type()
+		name := t.Elem().Name()
+		ms := map[string]reflect.Value{}
+		for i := 0; i < t.NumMethod(); i++ {
+			ms[t.Method(i).Name] = v.Method(i)
+		}
+		s.methods[name] = ms
+	}
+	if assets != nil {
+		if _, err := fs.Stat(assets, "index.html"); err == nil {
+			s.built = true
+		}
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /api/{service}/{method}", s.call)
+	s.mux.HandleFunc("GET /api/events", s.events)
+	s.mux.HandleFunc("GET /api/bindings", s.bindings)
+	s.mux.HandleFunc("GET /", s.static)
+	return s
+}
+
+// ServeHTTP checks the origin and routes the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin refuses requests another site's page makes to this server (the
+// API can open folders and read files on this machine).
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+// APIError is the body of a failed call.
+type APIError struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+var errType = reflect.TypeFor[error]()
+
+func (s *Server) call(w http.ResponseWriter, r *http.Request) {
+	svc, name := r.PathValue("service"), r.PathValue("method")
+	m, ok := s.methods[svc][name]
+	if !ok {
+		writeJSON(w, http.StatusNotFound, APIError{fmt.Sprintf("no method %s.%s", svc, name)})
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		writeJSON(w, http.StatusUnsupportedMediaType, APIError{"send the arguments as application/json"})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, APIError{err.Error()})
+		return
+	}
+	if len(body) > MaxBody {
+		writeJSON(w, http.StatusRequestEntityTooLarge, APIError{fmt.Sprintf("request body exceeds %d bytes", MaxBody)})
+		return
+	}
+	var raw []json.RawMessage
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := json.Unmarshal(body, &raw); err != nil {
+			writeJSON(w, http.StatusBadRequest, APIError{"the body must be a JSON array of arguments: " + err.Error()})
+			return
+		}
+	}
+	mt := m.Type()
+	if len(raw) != mt.NumIn() {
+		writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("%s.%s takes %d arguments, got %d", svc, name, mt.NumIn(), len(raw))})
+		return
+	}
+	args := make([]reflect.Value, len(raw))
+	for i, a := range raw {
+		p := reflect.New(mt.In(i))
+		if err := json.Unmarshal(a, p.Interface()); err != nil {
+			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("argument %d of %s.%s: %v", i+1, svc, name, err)})
+			return
+		}
+		args[i] = p.Elem()
+	}
+	start := time.Now()
+	out := m.Call(args)
+	s.log.WithFields(logrus.Fields{"call": svc + "." + name, "ms": time.Since(start).Milliseconds()}).Trace("api call")
+	var result any
+	for _, o := range out {
+		if o.Type() == errType {
+			if !o.IsNil() {
+				writeJSON(w, http.StatusUnprocessableEntity, APIError{o.Interface().(error).Error()})
+				return
+			}
+			continue
+		}
+		result = o.Interface()
+	}
+	writeJSON(w, http.StatusOK, result)
+}
+
+func (s *Server) bindings(w http.ResponseWriter, r *http.Request) {
+	out := map[string][]string{}
+	for svc, ms := range s.methods {
+		for m := range ms {
+			out[svc] = append(out[svc], m)
+		}
+		sort.Strings(out[svc])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// KeepAlive is the time between two comment lines on an idle event stream.
+const KeepAlive = 15 * time.Second
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	ch, cancel := s.hub.Subscribe()
+	defer cancel()
+	io.WriteString(w, "retry: 1000\n: connected\n\n")
+	fl.Flush()
+	t := time.NewTicker(KeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", msg); err != nil {
+				return
+			}
+			fl.Flush()
+		case <-t.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+	}
+}
+
+// placeholder is served when the frontend has not been built.
+const placeholder = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Verdict</title>
+<style>body{font:16px/1.5 system-ui,sans-serif;max-width:40em;margin:4em auto;color:#222}code{background:#eee;padding:.1em .3em}</style>
+</head><body><h1>Verdict</h1><p>The user interface has not been built into this binary.</p>
+<p>Build the frontend and the binary again: <code>bash build/run.sh serve</code>
+(or <code>cd frontend &amp;&amp; npm ci &amp;&amp; npm run build</code>, then <code>go build .</code>).</p>
+<p>The JSON API is available under <code>/api/</code>.</p></body></html>`
+
+func (s *Server) static(w http.ResponseWriter, r *http.Request) {
+	if !s.built {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, placeholder)
+		return
+	}
+	p := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+	if p == "" {
+		p = "index.html"
+	}
+	if st, err := fs.Stat(s.assets, p); err != nil || st.IsDir() {
+		if strings.HasPrefix(p, "assets/") || path.Ext(p) != "" {
+			http.NotFound(w, r)
+			return
+		}
+		p = "index.html" // a page path: the app itself
+	}
+	if p == "index.html" {
+		w.Header().Set("Cache-Control", "no-store")
+	}
+	http.ServeFileFS(w, r, s.assets, p)
+}
+
+// Hub fans events out to the connected event streams. It is an app.Emitter.
+type Hub struct {
+	mu   sync.Mutex
+	subs map[chan []byte]struct{}
+	log  *logrus.Logger
+}
+
+// HubBuffer is how many events a slow stream may fall behind before events
+// are dropped for it.
+const HubBuffer = 1024
+
+// NewHub returns a hub with no subscribers.
+func NewHub(log *logrus.Logger) *Hub { return &Hub{subs: map[chan []byte]struct{}{}, log: log} }
+
+// Emit sends the event to every stream.
+func (h *Hub) Emit(name string, data any) {
+	b, err := json.Marshal(struct {
+		Name string `json:"name"`
+		Data any    `json:"data"`
+	}{name, data})
+	if err != nil {
+		h.log.WithError(err).WithField("event", name).Error("event not encodable")
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		select {
+		case ch <- b:
+		default: // this logger's hook must not log here: it would recurse
+		}
+	}
+}
+
+// Subscribe returns a stream of encoded events and its cancel function.
+func (h *Hub) Subscribe() (<-chan []byte, func()) {
+	ch := make(chan []byte, HubBuffer)
+	h.mu.Lock()
+	h.subs[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		if _, ok := h.subs[ch]; ok {
+			delete(h.subs, ch)
+			close(ch)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// Subscribers is the number of connected streams.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}

@@ -1,0 +1,207 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Dialogs are the native dialogs of the window; the browser mode has none.
+type Dialogs interface {
+	// ChooseDirectory returns the chosen folder, or "" when cancelled.
+	ChooseDirectory(title string) (string, error)
+	// ChooseFiles returns the chosen files (none when cancelled).
+	ChooseFiles(title string) ([]string, error)
+	// SaveFile returns where to save, or "" when cancelled.
+	SaveFile(title, defaultName string) (string, error)
+}
+
+// ErrNoDialogs is returned by the dialog methods in the browser mode.
+var ErrNoDialogs = errors.New("native dialogs are only available in the desktop window")
+
+// MaxTextFileBytes bounds a text file read as input.
+const MaxTextFileBytes = 1 << 20
+
+// Input file kinds.
+const (
+	KindText  = "text"
+	KindImage = "image"
+	KindAudio = "audio"
+	KindVideo = "video"
+	KindOther = "other"
+)
+
+// InputFile is a file offered as input: text files carry their text; other
+// kinds say why they are not supported (yet).
+type InputFile struct {
+	Name      string `json:"name"`
+	Path      string `json:"path,omitempty"`
+	Size      int64  `json:"size"`
+	Kind      string `json:"kind"`
+	Supported bool   `json:"supported"`
+	Reason    string `json:"reason,omitempty"`
+	Text      string `json:"text,omitempty"`
+}
+
+var kindByExt = map[string]string{
+	".txt": KindText, ".md": KindText, ".markdown": KindText, ".json": KindText, ".jsonl": KindText,
+	".csv": KindText, ".tsv": KindText, ".log": KindText, ".xml": KindText, ".html": KindText, ".htm": KindText,
+	".yaml": KindText, ".yml": KindText, ".eml": KindText, ".rst": KindText, ".ini": KindText, ".toml": KindText,
+	".png": KindImage, ".jpg": KindImage, ".jpeg": KindImage, ".gif": KindImage, ".webp": KindImage, ".bmp": KindImage,
+	".wav": KindAudio, ".mp3": KindAudio, ".flac": KindAudio, ".ogg": KindAudio, ".m4a": KindAudio,
+	".mp4": KindVideo, ".mov": KindVideo, ".mkv": KindVideo, ".webm": KindVideo, ".avi": KindVideo,
+}
+
+// ClassifyFile names a file's kind from its name and, when the name does not
+// tell, from its first bytes.
+func ClassifyFile(name string, head []byte) string {
+	if k, ok := kindByExt[strings.ToLower(filepath.Ext(name))]; ok {
+		return k
+	}
+	ct := http.DetectContentType(head)
+	switch {
+	case strings.HasPrefix(ct, "text/"):
+		return KindText
+	case strings.HasPrefix(ct, "image/"):
+		return KindImage
+	case strings.HasPrefix(ct, "audio/"):
+		return KindAudio
+	case strings.HasPrefix(ct, "video/"):
+		return KindVideo
+	}
+	return KindOther
+}
+
+// ReadInputFile reads a file as input.
+func ReadInputFile(path string) InputFile {
+	f := InputFile{Name: filepath.Base(path), Path: path, Kind: KindOther}
+	fh, err := os.Open(path)
+	if err != nil {
+		f.Reason = err.Error()
+		return f
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		f.Reason = err.Error()
+		return f
+	}
+	if st.IsDir() {
+		f.Reason = "a folder, not a file"
+		return f
+	}
+	f.Size = st.Size()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(fh, head)
+	f.Kind = ClassifyFile(path, head[:n])
+	switch f.Kind {
+	case KindText:
+		if f.Size > MaxTextFileBytes {
+			f.Reason = fmt.Sprintf("text file of %d bytes exceeds the limit of %d", f.Size, MaxTextFileBytes)
+			return f
+		}
+		if _, err := fh.Seek(0, io.SeekStart); err != nil {
+			f.Reason = err.Error()
+			return f
+		}
+		b, err := io.ReadAll(fh)
+		if err != nil {
+			f.Reason = err.Error()
+			return f
+		}
+		if !utf8.Valid(b) {
+			f.Reason = "not UTF-8 text"
+			return f
+		}
+		f.Supported, f.Text = true, string(b)
+	case KindImage, KindAudio, KindVideo:
+		f.Reason = f.Kind + " input is not supported yet (media decoding is still being built)"
+	default:
+		f.Reason = "not a text, image, audio or video file"
+	}
+	return f
+}
+
+// SystemInfo describes where the UI runs.
+type SystemInfo struct {
+	Mode    string `json:"mode"` // "desktop" or "browser"
+	Dialogs bool   `json:"dialogs"`
+	OS      string `json:"os"`
+	Arch    string `json:"arch"`
+	CPUs    int    `json:"cpus"`
+	Go      string `json:"go"`
+	// SettingsPath is where settings are saved ("" for memory only).
+	SettingsPath string `json:"settings_path"`
+}
+
+// System is the system service: environment, files and native dialogs.
+type System struct {
+	mode     string
+	dialogs  Dialogs
+	settings *Settings
+	log      *logrus.Logger
+}
+
+// Info describes the environment.
+func (s *System) Info() SystemInfo {
+	return SystemInfo{
+		Mode: s.mode, Dialogs: s.dialogs != nil, OS: runtime.GOOS, Arch: runtime.GOARCH,
+		CPUs: runtime.NumCPU(), Go: runtime.Version(), SettingsPath: s.settings.Path(),
+	}
+}
+
+// ReadFiles reads files given by path (dropped on the window or chosen).
+func (s *System) ReadFiles(paths []string) []InputFile {
+	out := make([]InputFile, 0, len(paths))
+	for _, p := range paths {
+		f := ReadInputFile(p)
+		s.log.WithFields(logrus.Fields{"file": f.Name, "kind": f.Kind, "supported": f.Supported}).Debug("input file")
+		out = append(out, f)
+	}
+	return out
+}
+
+// ChooseFiles opens the file dialog and reads the chosen files.
+func (s *System) ChooseFiles() ([]InputFile, error) {
+	if s.dialogs == nil {
+		return nil, ErrNoDialogs
+	}
+	ps, err := s.dialogs.ChooseFiles("Add input files")
+	if err != nil {
+		return nil, err
+	}
+	return s.ReadFiles(ps), nil
+}
+
+// ChooseModelFolder opens the folder dialog for a model ("" when cancelled).
+func (s *System) ChooseModelFolder() (string, error) {
+	if s.dialogs == nil {
+		return "", ErrNoDialogs
+	}
+	return s.dialogs.ChooseDirectory("Choose a Gemma 3n checkpoint folder (config.json, safetensors, tokenizer.json)")
+}
+
+// SaveText asks where to save content and writes it there; it returns the
+// path ("" when cancelled).
+func (s *System) SaveText(defaultName, content string) (string, error) {
+	if s.dialogs == nil {
+		return "", ErrNoDialogs
+	}
+	p, err := s.dialogs.SaveFile("Export", defaultName)
+	if err != nil || p == "" {
+		return "", err
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		return "", err
+	}
+	s.log.WithField("path", p).Info("exported")
+	return p, nil
+}
