@@ -298,9 +298,13 @@ func TestConvPanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"gemm x short":  func() { GemmPacked(make([]float32, 4), make([]float32, 3), PackMatrix(make([]float32, 4), 2, 2), 2) },
 		"gemm unpacked": func() { GemmPacked(make([]float32, 4), make([]float32, 4), Packed{}, 2) },
-		"conv cin":      func() { Conv2D(make([]float32, 64), make([]float32, 64), PackConv(make([]float32, 27), 1, 3, 3), nil, 2, SameGeom(4, 4, 3, 1)) },
-		"dw y short":    func() { DepthwiseConv2D(make([]float32, 3), make([]float32, 16), make([]float32, 9), 1, SameGeom(4, 4, 3, 1)) },
-		"pool shape":    func() { AvgPool2D(make([]float32, 4), make([]float32, 16), 4, 4, 1, 3) },
+		"conv cin": func() {
+			Conv2D(make([]float32, 64), make([]float32, 64), PackConv(make([]float32, 27), 1, 3, 3), nil, 2, SameGeom(4, 4, 3, 1))
+		},
+		"dw y short": func() {
+			DepthwiseConv2D(make([]float32, 3), make([]float32, 16), make([]float32, 9), 1, SameGeom(4, 4, 3, 1))
+		},
+		"pool shape": func() { AvgPool2D(make([]float32, 4), make([]float32, 16), 4, 4, 1, 3) },
 	} {
 		func() {
 			defer func() {

@@ -1,0 +1,233 @@
+package vision
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"verdict/engine/weights"
+)
+
+// untar extracts the files of testdata/<name>.tar.gz (repository root) whose
+// base names are listed (all when none are) into dir, flattening folders.
+func untar(t testing.TB, name, dir string, files ...string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "testdata", name+".tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	want := map[string]bool{}
+	for _, f := range files {
+		want[f] = true
+	}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := filepath.Base(h.Name)
+		if h.Typeflag != tar.TypeReg || (len(want) > 0 && !want[base]) {
+			continue
+		}
+		out, err := os.Create(filepath.Join(dir, base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, tr); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+	}
+}
+
+// tinyFixture is the synthetic-weight fixture with the full-size vision
+// tower, extracted once per test binary.
+var tinyFixture struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func tinyDir(t testing.TB) string {
+	tinyFixture.once.Do(func() {
+		dir, err := os.MkdirTemp("", "vision-tiny-")
+		if err != nil {
+			tinyFixture.err = err
+			return
+		}
+		untar(t, "gemma3n-synthetic-tiny", dir, "config.json", "recipe.json", "expected.safetensors")
+		tinyFixture.dir = dir
+	})
+	if tinyFixture.err != nil {
+		t.Fatal(tinyFixture.err)
+	}
+	return tinyFixture.dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tinyFixture.dir != "" {
+		os.RemoveAll(tinyFixture.dir)
+	}
+	os.Exit(code)
+}
+
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func tensor(t testing.TB, s weights.Store, name string) []float32 {
+	t.Helper()
+	v, err := s.Float32(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func maxAbsDiff(a, b []float32) (worst float64, at int) {
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if d > worst || math.IsNaN(d) {
+			worst, at = d, i
+			if math.IsNaN(d) {
+				return math.Inf(1), i
+			}
+		}
+	}
+	return worst, at
+}
+
+func TestTinyFixtureVisionEmbeds(t *testing.T) {
+	dir := tinyDir(t)
+	store, err := weights.OpenRecipe(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	t0 := time.Now()
+	tower, err := LoadTower(store, readFile(t, filepath.Join(dir, "config.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("load %v", time.Since(t0))
+	exp, err := weights.OpenSafetensors(filepath.Join(dir, "expected.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	pixels := tensor(t, exp, "pixel_values")
+	want := tensor(t, exp, "vision_embeds")
+	t0 = time.Now()
+	got, err := tower.SoftTokens(pixels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("forward %v", time.Since(t0))
+	if len(got) != len(want) {
+		t.Fatalf("got %d values, want %d", len(got), len(want))
+	}
+	d, at := maxAbsDiff(got, want)
+	t.Logf("vision_embeds: max |got - want| = %.3g at %d (got %g want %g)", d, at, got[at], want[at])
+	if d > 1e-3 {
+		t.Errorf("vision_embeds: max abs error %.3g > 1e-3", d)
+	}
+	_ = json.Valid
+	_ = errors.Is
+	_ = strings.Contains
+}
+
+// strongRecipe rewrites the fixture's recipe so that every layer-scale gamma
+// is offset 0.25 + 0.25·u (same seeds), as testdata/make_vision_ref.py did.
+func strongRecipe(t testing.TB, recipe []byte) []byte {
+	var r map[string]any
+	if err := json.Unmarshal(recipe, &r); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range r["tensors"].([]any) {
+		m := e.(map[string]any)
+		if strings.HasPrefix(m["name"].(string), TowerPrefix) && strings.HasSuffix(m["name"].(string), "layer_scale.gamma") {
+			m["offset"], m["scale"] = 0.25, 0.25
+			n++
+		}
+	}
+	if n != 81 {
+		t.Fatalf("rewrote %d layer-scale gammas, want 81", n)
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestStrongLayerScaleReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("second full-size forward; skipped in -short")
+	}
+	dir := tinyDir(t)
+	store, err := weights.NewRecipeStore(strongRecipe(t, readFile(t, filepath.Join(dir, "recipe.json"))), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	tower, err := LoadTower(store, readFile(t, filepath.Join(dir, "config.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := weights.OpenSafetensors(filepath.Join(dir, "expected.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	ref, err := weights.OpenSafetensors(filepath.Join("testdata", "strong_ref.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	feat, err := tower.Features(tensor(t, exp, "pixel_values"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTower := tensor(t, ref, "tower") // [2048, 256]
+	h := tower.Config().HiddenSize
+	tr := make([]float32, len(feat))
+	for tok := range 256 {
+		for c := range h {
+			tr[c*256+tok] = feat[tok*h+c]
+		}
+	}
+	d, at := maxAbsDiff(tr, wantTower)
+	t.Logf("strong tower: max |got - want| = %.3g at %d (want %g)", d, at, wantTower[at])
+	emb := tower.EmbedSoft(feat, 256)
+	want := tensor(t, ref, "embeds")
+	de, at := maxAbsDiff(emb, want)
+	t.Logf("strong embeds: max |got - want| = %.3g at %d (want %g)", de, at, want[at])
+	if d > 1e-3 || de > 1e-3 {
+		t.Errorf("strong layer scale: tower error %.3g, embeds error %.3g (> 1e-3)", d, de)
+	}
+}
