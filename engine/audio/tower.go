@@ -67,7 +67,8 @@ type conformerLayer struct {
 // their Hugging Face names (model.audio_tower.*, model.embed_audio.*), with
 // the configuration from config.json's audio_config (see ParseConfig). Every
 // tensor's shape is checked against the configuration. Linear weights stored
-// as bf16 stay bf16; the rest is converted to float32.
+// as bf16 stay bf16 and may alias the store's mapped memory: close the store
+// only once the tower is no longer used. The rest is converted to float32.
 func LoadTower(store weights.Store, configJSON []byte) (*Tower, error) {
 	cfg, err := ParseConfig(configJSON)
 	if err != nil {
