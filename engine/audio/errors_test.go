@@ -2,6 +2,7 @@ package audio_test
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,5 +185,88 @@ func TestBuffers(t *testing.T) {
 	if audio.NumFrames(30*audio.SampleRate) != 2997 || audio.NumFrames(60*audio.SampleRate) != 2997 ||
 		audio.NumFrames(audio.SampleRate) != 97 || audio.NumFrames(512) != 0 {
 		t.Error("NumFrames disagrees with the spec's table")
+	}
+}
+
+// bf16Store serves every 2-D weight rounded to bfloat16, as BF16 (asBF16) or
+// as F32 holding the same values.
+type bf16Store struct {
+	weights.Store
+	asBF16 bool
+}
+
+func (s bf16Store) twoD(name string) bool {
+	shape, _, ok := s.Store.Info(name)
+	return ok && len(shape) == 2
+}
+
+func (s bf16Store) Info(name string) ([]int, string, bool) {
+	shape, dtype, ok := s.Store.Info(name)
+	if ok && s.asBF16 && len(shape) == 2 {
+		dtype = "BF16"
+	}
+	return shape, dtype, ok
+}
+
+func (s bf16Store) bits(name string) ([]uint16, error) {
+	v, err := s.Store.Float32(name)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]uint16, len(v))
+	for i, x := range v {
+		b[i] = uint16(math.Float32bits(x) >> 16)
+	}
+	return b, nil
+}
+
+func (s bf16Store) BF16(name string) ([]uint16, error) {
+	if !s.asBF16 || !s.twoD(name) {
+		return nil, errors.New("not bf16")
+	}
+	return s.bits(name)
+}
+
+func (s bf16Store) Float32(name string) ([]float32, error) {
+	if !s.twoD(name) {
+		return s.Store.Float32(name)
+	}
+	b, err := s.bits(name)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, len(b))
+	for i, x := range b {
+		v[i] = math.Float32frombits(uint32(x) << 16)
+	}
+	return v, nil
+}
+
+// TestBF16Weights: bf16 linear weights are used as bf16 and give what the
+// same values in float32 give.
+func TestBF16Weights(t *testing.T) {
+	dir := unpack(t, "gemma3n-synthetic-tiny")
+	store, err := weights.OpenRecipe(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := readF32(t, filepath.Join(dir, "audio_waveform.f32"))
+	var out [2][]float32
+	for i, asBF16 := range []bool{false, true} {
+		tw, err := audio.LoadTower(bf16Store{store, asBF16}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[i], err = tw.SoftTokens(samples); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := maxAbsDiff(out[0], out[1]); d > 1e-5 {
+		t.Errorf("bf16 weights differ from the same values in f32 by %g", d)
 	}
 }
