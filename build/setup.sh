@@ -26,3 +26,23 @@ fi
 export CGO_ENABLED=1
 (cd "$root" && go mod download)
 bash "$root/build/fetch-tokenizer.sh" "$root/.cache/tokenizer/gemma3/tokenizer.json"
+
+# media/ (owned by the media layer): ffmpeg/ffprobe for video input and for
+# generating test audio and video, espeak-ng for test speech, webp (cwebp) for
+# test WebP images, libasound2-dev + pkg-config for the cgo ALSA build of
+# github.com/ebitengine/oto/v3 (playback) and of mediadevices' microphone
+# driver; linux-libc-dev provides <linux/videodev2.h> for its camera driver.
+media_apt=()
+command -v ffmpeg >/dev/null 2>&1 || media_apt+=(ffmpeg)
+command -v espeak-ng >/dev/null 2>&1 || media_apt+=(espeak-ng)
+command -v cwebp >/dev/null 2>&1 || media_apt+=(webp)
+command -v pkg-config >/dev/null 2>&1 || media_apt+=(pkg-config)
+pkg-config --exists alsa 2>/dev/null || media_apt+=(libasound2-dev)
+[ -f /usr/include/linux/videodev2.h ] || media_apt+=(linux-libc-dev)
+if [ ${#media_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${media_apt[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${media_apt[@]}"
+fi

@@ -6,6 +6,7 @@ source "$root/build/setup.sh"
 cd "$root"
 export VERDICT_TOKENIZER="$root/.cache/tokenizer/gemma3/tokenizer.json"
 export VERDICT_REQUIRE_TOKENIZER=1
+export VERDICT_REQUIRE_MEDIA_TOOLS=1 # media/ tests fail, not skip, without ffmpeg, espeak-ng, cwebp
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
