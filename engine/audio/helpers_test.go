@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
 	"os"
@@ -183,5 +182,3 @@ func maxAbs(a []float32) float64 {
 	}
 	return m
 }
-
-func shapeString(s []int) string { return fmt.Sprint(s) }
