@@ -2,54 +2,15 @@ package decode
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 
-	"github.com/hajimehoshi/go-mp3"
 	"github.com/jfreymuth/oggvorbis"
 	"github.com/mewkiz/flac"
 
 	"verdict/media/pcm"
 )
-
-// decodeMP3 decodes MPEG-1/2 layer III. go-mp3 always yields 16-bit stereo,
-// so mono files come out as two equal channels (the downmix undoes it).
-func decodeMP3(data []byte, b *budget) (pcm.Interleaved, error) {
-	d, err := mp3.NewDecoder(bytes.NewReader(data))
-	if err != nil {
-		return pcm.Interleaved{}, err
-	}
-	rate := d.SampleRate()
-	if n := d.Length(); n > 0 {
-		if err := b.check(int(n/4), rate, false); err != nil {
-			return pcm.Interleaved{}, err
-		}
-	}
-	limit := b.maxFrames(rate)
-	var out []float32
-	buf := make([]byte, 4*4096)
-	for {
-		n, err := d.Read(buf)
-		for i := 0; i+1 < n; i += 2 {
-			out = append(out, float32(int16(binary.LittleEndian.Uint16(buf[i:])))/(1<<15))
-		}
-		if limit >= 0 && len(out)/2 > limit {
-			return pcm.Interleaved{}, b.check(len(out)/2, rate, true)
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if len(out) > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
-				return pcm.Interleaved{}, fmt.Errorf("after %d samples: %w", len(out)/2, err)
-			}
-			return pcm.Interleaved{}, err
-		}
-	}
-	return pcm.Interleaved{Samples: out[:len(out)/2*2], Channels: 2, Rate: rate}, nil
-}
 
 // decodeFLAC decodes FLAC of any bit depth and channel count.
 func decodeFLAC(data []byte, b *budget) (pcm.Interleaved, error) {
