@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/gemma3n"
 	"verdict/engine/weights"
 )
 

@@ -23,6 +23,9 @@ type Options struct {
 	TopP        float64 // 0 or 1: off
 	Seed        uint64
 	Stop        []int32 // generation ends after emitting one of these
+	// Media holds the soft tokens of the prompt's image and audio
+	// placeholders (nil: a text-only prompt).
+	Media *gemma3n.Media
 }
 
 // Token is one generated token as it is emitted.
@@ -84,7 +87,16 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 			res.Total = time.Since(start)
 			return res, err
 		}
-		h, err := m.Forward(c, input, nil)
+		var h []float32
+		var err error
+		if opt.Media != nil && len(res.IDs) == 0 {
+			var e []float32
+			if e, err = m.EmbedMultimodal(input, *opt.Media); err == nil {
+				h, err = m.ForwardEmbeds(c, input, e, nil)
+			}
+		} else {
+			h, err = m.Forward(c, input, nil)
+		}
 		if err != nil {
 			return res, err
 		}

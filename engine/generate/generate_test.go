@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
-	"verdict/engine/fixture/testmodel"
 )
 
 var prompt = []int32{2, 105, 2364, 107, 6190, 506, 1894, 106, 107, 105, 4368, 107}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"verdict/engine/prompt"
 )
 
 // Tokenizer is what the scorer needs of a tokenizer: text (with special
@@ -16,7 +18,6 @@ type Tokenizer interface {
 
 // compiled is a schema compiled for one prompt: token ids only.
 type compiled struct {
-	prompt    string
 	prefixIDs []int32
 	decisions []compiledDecision
 }
@@ -39,8 +40,8 @@ type compiledDecision struct {
 }
 
 // compile tokenizes the prompt and every decision, checking the boundaries.
-func compile(tok Tokenizer, prompt string, ds []decision) (*compiled, error) {
-	c := &compiled{prompt: prompt, prefixIDs: tok.Encode(prompt)}
+func compile(tok Tokenizer, p prompt.Prompt, ds []decision) (*compiled, error) {
+	c := &compiled{prefixIDs: p.Encode(tok)}
 	if n := len(c.prefixIDs); n > MaxInputTokens {
 		return nil, &LimitError{"processed input tokens", n, MaxInputTokens}
 	}

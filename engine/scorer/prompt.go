@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/prompt"
 )
 
 // Chat-format pieces of Gemma's prompt.
@@ -31,6 +34,12 @@ func jsonString(s string) string {
 // (media placeholders, then text), every question with its criteria, and the
 // model turn header.
 func (s *Schema) Prompt(input string) string {
+	return s.MediaPrompt(input, 0, false, gemma3n.Special{}).String()
+}
+
+// MediaPrompt is Prompt with media placeholders: images, then the audio
+// clip, then the text, under the input label.
+func (s *Schema) MediaPrompt(input string, images int, audio bool, sp gemma3n.Special) prompt.Prompt {
 	instr, label := s.Instructions, s.InputLabel
 	if instr == "" {
 		instr = DefaultInstructions
@@ -38,14 +47,22 @@ func (s *Schema) Prompt(input string) string {
 	if label == "" {
 		label = DefaultInputLabel
 	}
+	var p prompt.Prompt
+	p.Text(fmt.Sprintf("%s%s\n\n%s:\n", userTurn, strings.TrimSpace(instr), label))
+	for i := 0; i < images; i++ {
+		p.Image(sp, fmt.Sprintf("image %d", i+1))
+	}
+	if audio {
+		p.Audio(sp, "audio")
+	}
 	var b strings.Builder
-	b.WriteString(userTurn)
-	fmt.Fprintf(&b, "%s\n\n%s:\n%s\n\nFields:", strings.TrimSpace(instr), label, strings.TrimSpace(input))
+	fmt.Fprintf(&b, "%s\n\nFields:", strings.TrimSpace(input))
 	for _, f := range s.Fields {
 		fmt.Fprintf(&b, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), f.criteria())
 	}
 	b.WriteString(modelTurn)
-	return b.String()
+	p.Text(b.String())
+	return p
 }
 
 // criteria describes the allowed answers of a field.

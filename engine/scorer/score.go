@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/prompt"
 	"verdict/native"
 )
 
@@ -46,6 +47,9 @@ type Options struct {
 	// OnField, when set, receives each field's result as soon as all its
 	// decisions are scored.
 	OnField func(FieldResult)
+	// Media, when set, computes the request's image and audio soft tokens;
+	// it runs inside the request and counts as input preparation.
+	Media func() (*gemma3n.Media, error)
 }
 
 // DefaultBranchBatch is the default number of branch rows per batch.
@@ -213,8 +217,20 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	prompt := s.Prompt(input)
-	comp, cached, err := sc.compileCached(prompt, s.decisions())
+	var md *gemma3n.Media
+	images := 0
+	if opt.Media != nil {
+		var err error
+		if md, err = opt.Media(); err != nil {
+			return nil, err
+		}
+		per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize
+		if per > 0 {
+			images = len(md.Image) / per
+		}
+	}
+	p := s.MediaPrompt(input, images, md != nil && md.Audio != nil, sc.m.Special)
+	comp, cached, err := sc.compileCached(p, s.decisions())
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +243,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 		decisionsLeft[d.field]++
 	}
 	res.Fields = make([]FieldResult, len(s.Fields))
-	r, err := sc.execute(ctx, comp, opt, start, func(r *run, dec int) {
+	r, err := sc.execute(ctx, comp, md, opt, start, func(r *run, dec int) {
 		f := comp.decisions[dec].field
 		decisionsLeft[f]--
 		if decisionsLeft[f] == 0 {
@@ -268,11 +284,11 @@ func (sc *Scorer) ScoreDecisions(ctx context.Context, prompt string, specs []Dec
 		}
 		ds[i] = decision{field: i, label: -1, name: sp.Name, key: sp.Key, values: sp.Values, texts: sp.Texts}
 	}
-	comp, _, err := sc.compileCached(prompt, ds)
+	comp, _, err := sc.compileCached(textPrompt(prompt), ds)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := sc.execute(ctx, comp, opt, time.Now(), nil)
+	r, err := sc.execute(ctx, comp, nil, opt, time.Now(), nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -293,7 +309,7 @@ func (sc *Scorer) ScoreDecisions(ctx context.Context, prompt string, specs []Dec
 // CompiledTokens returns, for a decision of ScoreDecisions' form, each
 // candidate's complete tokens after the prompt (key and value).
 func (sc *Scorer) CompiledTokens(prompt string, spec DecisionSpec) ([][]int32, error) {
-	comp, _, err := sc.compileCached(prompt, []decision{{label: -1, name: spec.Name, key: spec.Key, values: spec.Values, texts: spec.Texts}})
+	comp, _, err := sc.compileCached(textPrompt(prompt), []decision{{label: -1, name: spec.Name, key: spec.Key, values: spec.Values, texts: spec.Texts}})
 	if err != nil {
 		return nil, err
 	}
@@ -305,12 +321,14 @@ func (sc *Scorer) CompiledTokens(prompt string, spec DecisionSpec) ([][]int32, e
 	return out, nil
 }
 
-func (sc *Scorer) compileCached(prompt string, ds []decision) (*compiled, bool, error) {
-	key := cacheKey(prompt, ds)
+func textPrompt(s string) prompt.Prompt { return prompt.Prompt{{Text: s}} }
+
+func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool, error) {
+	key := cacheKey(p.String(), ds)
 	if c, ok := sc.cache.get(key); ok {
 		return c, true, nil
 	}
-	c, err := compile(sc.tok, prompt, ds)
+	c, err := compile(sc.tok, p, ds)
 	if err != nil {
 		return nil, false, err
 	}
@@ -329,7 +347,7 @@ type run struct {
 
 // execute computes the prefix once and runs every decision's branch rows in
 // batches, calling done(dec) as each decision completes.
-func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
+func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
 	batch := opt.BranchBatch
 	if batch == 0 {
 		batch = DefaultBranchBatch
@@ -346,8 +364,18 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, opt Options, star
 	// The shared prefix, computed once and only read by the branches.
 	t := time.Now()
 	cache := sc.m.NewCache()
-	if _, err := sc.m.Forward(cache, comp.prefixIDs, nil); err != nil {
-		return nil, err
+	if md == nil {
+		if _, err := sc.m.Forward(cache, comp.prefixIDs, nil); err != nil {
+			return nil, err
+		}
+	} else {
+		e, err := sc.m.EmbedMultimodal(comp.prefixIDs, *md)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := sc.m.ForwardEmbeds(cache, comp.prefixIDs, e, nil); err != nil {
+			return nil, err
+		}
 	}
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
