@@ -44,7 +44,8 @@ func benchLinear(b *testing.B, dt DType, rows, cols, n int, naive bool) {
 func BenchmarkLinear(b *testing.B) {
 	for _, dt := range []DType{F32, BF16} {
 		for _, s := range []struct{ rows, cols, n int }{
-			{2048, 2048, 1}, {8192, 2048, 1}, {2048, 8192, 1}, {2048, 2048, 64}, {8192, 2048, 64}, {2048, 2048, 5},
+			{2048, 2048, 1}, {8192, 2048, 1}, {2048, 8192, 1}, {2048, 2048, 64}, {8192, 2048, 64},
+			{2048, 2048, 2}, {2048, 2048, 4}, {2048, 2048, 5}, {2048, 2048, 8},
 		} {
 			b.Run(fmt.Sprintf("%v/%dx%d/n=%d", dt, s.rows, s.cols, s.n), func(b *testing.B) {
 				benchLinear(b, dt, s.rows, s.cols, s.n, false)

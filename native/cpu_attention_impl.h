@@ -9,6 +9,20 @@
  * depends on NQ, on the other rows or on the head grouping.
  */
 
+#define ATT_KC 12 /* keys per chunk of the score pass */
+#define ATT_PF 48 /* keys prefetched ahead */
+
+/* att_prefetch asks for rows [a, b) (clipped to n) of len floats at p. */
+VK_INLINE void att_prefetch(const float *p, int64_t ld, int64_t a, int64_t b,
+                            int64_t n, int64_t len)
+{
+	if (b > n)
+		b = n;
+	for (int64_t j = a; j < b; j++)
+		for (int64_t c = 0; c < len; c += 16)
+			__builtin_prefetch(p + j * ld + c);
+}
+
 typedef struct {
 	float *out;
 	const float *q, *k, *v;
@@ -20,7 +34,8 @@ typedef struct {
 
 /* att_pv: o[h·d + c] += Σ_j p[h·ldp + j]·v[j·ldv + c] for c in [c0, c0+8W),
  * one fma per key in key order. */
-VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
+VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const int PF,
+                              const float *p,
                               int64_t ldp, const float *v, int64_t ldv,
                               int64_t nkeys, float *o, int64_t d, int64_t c0)
 {
@@ -32,6 +47,10 @@ VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
 			acc[h][w] = v_load(o + h * d + c0 + 8 * w);
 	for (int64_t j = 0; j < nkeys; j++) {
 		V vv[2];
+		if (PF) {
+			__builtin_prefetch(v + (j + 4) * ldv + c0);
+			__builtin_prefetch(v + j * ldv + c0 + 8 * W + 16);
+		}
 #pragma GCC unroll 2
 		for (int w = 0; w < W; w++)
 			vv[w] = v_load(v + j * ldv + c0 + 8 * w);
@@ -54,7 +73,8 @@ VK_INLINE void VK_ISA(att_pv)(const int H, const int W, const float *p,
  * in cache across the column chunks), the sums carried in o between blocks:
  * still one fma per key, in key order, for every element. */
 #define ATT_JB 64
-VK_INLINE void VK_ISA(att_pv_all)(const int H, const float *p, int64_t ldp,
+VK_INLINE void VK_ISA(att_pv_all)(const int H, const int PF, const float *p,
+                                  int64_t ldp,
                                   const float *v, int64_t ldv, int64_t nkeys,
                                   float *o, int64_t d)
 {
@@ -64,9 +84,9 @@ VK_INLINE void VK_ISA(att_pv_all)(const int H, const float *p, int64_t ldp,
 		const float *pj = p + j0, *vj = v + j0 * ldv;
 		int64_t c = 0;
 		for (; c + 16 <= d; c += 16)
-			VK_ISA(att_pv)(H, 2, pj, ldp, vj, ldv, nj, o, d, c);
+			VK_ISA(att_pv)(H, 2, PF, pj, ldp, vj, ldv, nj, o, d, c);
 		for (; c + 8 <= d; c += 8)
-			VK_ISA(att_pv)(H, 1, pj, ldp, vj, ldv, nj, o, d, c);
+			VK_ISA(att_pv)(H, 1, PF, pj, ldp, vj, ldv, nj, o, d, c);
 		for (; c < d; c++)
 			for (int h = 0; h < H; h++) {
 				float s = o[h * d + c];
@@ -128,26 +148,37 @@ static void VK_ISA(att_task)(void *vc, int64_t task)
 	}
 	int64_t nkeys = hi - lo + 1, ldk = c->hkv * d;
 	float *sc = vk_scratch(1, (size_t)(H * nkeys) * sizeof(float));
-	VK_ISA(lin_block_f32)(c->q + (i * c->hq + h0) * d, d, H,
-	                      c->k + (lo * c->hkv + g) * d, ldk, nkeys, 0,
-	                      d & ~(int64_t)7, NULL, 0, 1, 1, sc, nkeys, d);
+	/* Prefetch when K and V are too big to stay in cache between calls. */
+	int pf = nkeys * ldk > (1 << 18);
+	const float *kb = c->k + (lo * c->hkv + g) * d;
+	/* Keys in chunks, prefetching ahead: strided rows defeat the hardware
+	 * prefetchers. Chunking changes no dot product. */
+	for (int64_t j0 = 0; j0 < nkeys; j0 += ATT_KC) {
+		int64_t nj = nkeys - j0 < ATT_KC ? nkeys - j0 : ATT_KC;
+		if (pf)
+			att_prefetch(kb, ldk, j0 + ATT_PF, j0 + ATT_PF + ATT_KC, nkeys, d);
+		VK_ISA(lin_block_f32)(c->q + (i * c->hq + h0) * d, d, H, kb + j0 * ldk,
+		                      ldk, nj, 0, d & ~(int64_t)7, NULL, 0, 1, 1,
+		                      sc + j0, nkeys, d);
+	}
 	for (int64_t h = 0; h < H; h++)
 		VK_ISA(att_softmax)(sc + h * nkeys, nkeys, c->scale);
 	const float *vb = c->v + (lo * c->hkv + g) * d;
-	switch (H) {
-	case 4:
-		VK_ISA(att_pv_all)(4, sc, nkeys, vb, ldk, nkeys, o, d);
+#define ATT_PV(h, f)                                                       \
+	case 2 * h + f:                                                        \
+		VK_ISA(att_pv_all)(h, f, sc, nkeys, vb, ldk, nkeys, o, d);         \
 		break;
-	case 3:
-		VK_ISA(att_pv_all)(3, sc, nkeys, vb, ldk, nkeys, o, d);
-		break;
-	case 2:
-		VK_ISA(att_pv_all)(2, sc, nkeys, vb, ldk, nkeys, o, d);
-		break;
-	default:
-		VK_ISA(att_pv_all)(1, sc, nkeys, vb, ldk, nkeys, o, d);
-		break;
+	switch (2 * H + pf) {
+		ATT_PV(4, 1)
+		ATT_PV(4, 0)
+		ATT_PV(3, 1)
+		ATT_PV(3, 0)
+		ATT_PV(2, 1)
+		ATT_PV(2, 0)
+		ATT_PV(1, 1)
+		ATT_PV(1, 0)
 	}
+#undef ATT_PV
 }
 
 static void VK_ISA(attention)(float *out, const float *q, const float *k,
