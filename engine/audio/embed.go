@@ -55,6 +55,12 @@ func (t *Tower) SoftTokens(samples []float32) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
+	return t.PadSoftTokens(enc, encMask)
+}
+
+// PadSoftTokens embeds encoder output (Encode's) and pads it to the clip's
+// soft tokens as SoftTokens does.
+func (t *Tower) PadSoftTokens(enc []float32, encMask []bool) ([]float32, error) {
 	if len(encMask) > t.Cfg.SoftTokens {
 		return nil, fmt.Errorf("audio: %d encoder rows exceed the %d soft tokens of a clip", len(encMask), t.Cfg.SoftTokens)
 	}

@@ -34,7 +34,10 @@ type Model struct {
 	Builtin  bool
 	Path     string
 	LoadTime time.Duration
-	store    weights.Store
+
+	store      weights.Store
+	configJSON []byte
+	towers     towers
 }
 
 // Tokenizer returns the model's tokenizer, or the error saying why there is none.
@@ -84,7 +87,7 @@ func Open(spec string) (*Model, error) {
 		st.Close()
 		return nil, fmt.Errorf("open model %s: %w", spec, err)
 	}
-	m.store = st
+	m.store, m.configJSON = st, cfgJSON
 	m.LoadTime = time.Since(start)
 	return m, nil
 }
