@@ -120,7 +120,7 @@ func decodeMP3WithFFmpeg(data []byte, h mp3Header, b *budget) (pcm.Interleaved, 
 	}
 	args = append(args, "-f", "f32le", "-acodec", "pcm_f32le",
 		"-ac", strconv.Itoa(h.channels), "-ar", strconv.Itoa(h.rate), "pipe:1")
-	raw, err := tools.Output(context.Background(), tools.FFmpeg, bytes.NewReader(data), maxOut, args...)
+	raw, err := tools.Output(context.Background(), tools.FFmpeg, ffmpeg.Cmd{Args: args, Stdin: bytes.NewReader(data)}, maxOut)
 	if err != nil {
 		return pcm.Interleaved{}, fmt.Errorf("%s through ffmpeg: %w", what, err)
 	}

@@ -62,10 +62,18 @@ func Find() (*Tools, error) {
 	return t, nil
 }
 
+// Cmd is one run of a tool: its arguments, standard input (may be nil) and,
+// optionally, a writer that also receives its standard error as it comes.
+type Cmd struct {
+	Args   []string
+	Stdin  io.Reader
+	Stderr io.Writer
+}
+
 // Version returns the first line of `ffmpeg -version`, checking that the tool
 // runs at all.
 func (t *Tools) Version(ctx context.Context) (string, error) {
-	out, err := t.Output(ctx, t.FFmpeg, nil, 1<<16, "-version")
+	out, err := t.Output(ctx, t.FFmpeg, Cmd{Args: []string{"-version"}}, 1<<16)
 	if err != nil {
 		return "", err
 	}
@@ -73,25 +81,25 @@ func (t *Tools) Version(ctx context.Context) (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
-// Output runs a tool (t.FFmpeg or t.FFprobe) with args and stdin (may be nil)
-// and returns its standard output, at most maxOut bytes (more is an error).
-func (t *Tools) Output(ctx context.Context, tool string, stdin io.Reader, maxOut int64, args ...string) ([]byte, error) {
+// Output runs a tool (t.FFmpeg or t.FFprobe) and returns its standard
+// output, at most maxOut bytes (more is an error).
+func (t *Tools) Output(ctx context.Context, tool string, c Cmd, maxOut int64) ([]byte, error) {
 	var out []byte
-	err := t.Stream(ctx, tool, stdin, func(stdout io.Reader) error {
+	err := t.Stream(ctx, tool, c, func(stdout io.Reader) error {
 		var err error
 		out, err = io.ReadAll(io.LimitReader(stdout, maxOut+1))
 		if err == nil && int64(len(out)) > maxOut {
 			err = fmt.Errorf("output exceeds %d bytes", maxOut)
 		}
 		return err
-	}, args...)
+	})
 	return out, err
 }
 
 // Stream runs a tool and hands its standard output to read while it runs.
 // The process is killed when ctx ends, when the timeout passes or when read
 // returns an error; its standard error (the last lines) goes into the error.
-func (t *Tools) Stream(ctx context.Context, tool string, stdin io.Reader, read func(stdout io.Reader) error, args ...string) error {
+func (t *Tools) Stream(ctx context.Context, tool string, c Cmd, read func(stdout io.Reader) error) error {
 	if tool == "" {
 		return &UnavailableError{Tool: "ffmpeg", Reason: "ffmpeg was not located (use ffmpeg.Find)"}
 	}
@@ -102,11 +110,14 @@ func (t *Tools) Stream(ctx context.Context, tool string, stdin io.Reader, read f
 	parent := ctx
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, tool, args...)
-	cmd.Stdin = stdin
+	cmd := exec.CommandContext(ctx, tool, c.Args...)
+	cmd.Stdin = c.Stdin
 	cmd.WaitDelay = 2 * time.Second // never wait long on pipes after a kill
 	stderr := &tailBuffer{max: 4096}
 	cmd.Stderr = stderr
+	if c.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(stderr, c.Stderr)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return fmt.Errorf("%s: %w", name(tool), err)
