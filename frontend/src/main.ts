@@ -1,0 +1,540 @@
+// Verdict's page: the same code in the Wails window and in the browser mode.
+import './style.css';
+import { Api } from './api';
+import { composeInput } from './files';
+import { fmtMs } from './format';
+import { applyUpdate, fromRecord, running, startRun } from './run';
+import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
+import { Store, type State } from './store';
+import { detectTransport } from './transport';
+import { Events, type InputFile, type LogEntry, type ModelInfo, type Preferences, type Preset, type RunRecord, type RunStarted, type RunUpdate } from './types';
+import { debounce, h, replace } from './ui/dom';
+import { GeneratorPanel } from './ui/generatorPanel';
+import { HistoryPanel } from './ui/historyPanel';
+import { InputPanel } from './ui/inputPanel';
+import { LogsPanel } from './ui/logsPanel';
+import { ModelBar } from './ui/modelBar';
+import { SchemaEditor } from './ui/schemaEditor';
+import { ScorerPanel } from './ui/scorerPanel';
+import { SettingsDialog } from './ui/settingsDialog';
+import { TimingPanel } from './ui/timingPanel';
+import { errorText, toast } from './ui/toast';
+
+const LS = 'verdict.';
+const load = <T>(k: string, def: T): T => {
+  try {
+    const v = localStorage.getItem(LS + k);
+    return v == null ? def : (JSON.parse(v) as T);
+  } catch {
+    return def;
+  }
+};
+const save = (k: string, v: unknown) => {
+  try {
+    localStorage.setItem(LS + k, JSON.stringify(v));
+  } catch {
+    /* storage full or disabled */
+  }
+};
+
+const MAX_LOGS = 2000;
+
+class App {
+  api: Api;
+  store: Store;
+  private editor: SchemaEditor;
+  private inputPanel: InputPanel;
+  private scorer: ScorerPanel;
+  private gen: GeneratorPanel;
+  private timing: TimingPanel;
+  private historyPanel: HistoryPanel;
+  private logsPanel: LogsPanel;
+  private modelBar: ModelBar;
+  private settings: SettingsDialog;
+  private promptBox = h('pre.prompt#prompt-text');
+  private promptMeta = h('div.small.muted');
+  private tabBodies: Record<State['tab'], HTMLElement>;
+  private tabsNav = h('nav.tabs', { role: 'tablist' });
+  private banner = h('div.banner#banner', { hidden: true });
+  private conn = h('span.conn#connection');
+
+  constructor(root: HTMLElement) {
+    const transport = detectTransport();
+    this.api = new Api(transport);
+    this.store = new Store({
+      mode: transport.mode,
+      booting: true,
+      connected: transport.mode === 'desktop',
+      model: { state: 'none', random_weights: false, builtin: false },
+      presets: [],
+      draft: load<SchemaDraft | null>('draft', null) ?? emptySchema(),
+      schemaName: load('schemaName', ''),
+      input: load('input', ''),
+      files: [],
+      run: null,
+      runFields: [],
+      history: [],
+      baselineId: load<string | null>('baseline', null),
+      logs: [],
+      tab: load<State['tab']>('tab', 'history'),
+    });
+    const s = this.store.state;
+
+    this.modelBar = new ModelBar({
+      model: () => s.model,
+      mode: () => s.mode,
+      loadBuiltin: () => this.openModel('builtin'),
+      loadFolder: (p) => this.openModel(p),
+      chooseFolder: async () => {
+        try {
+          const p = await this.api.chooseModelFolder();
+          if (p) this.openModel(p);
+        } catch (e) {
+          toast(errorText(e), 'error');
+        }
+      },
+    });
+    this.editor = new SchemaEditor({
+      draft: () => s.draft,
+      schemaName: () => s.schemaName,
+      presets: () => s.presets,
+      check: () => s.check,
+      change: (d, name, _structural) => {
+        this.store.set({ draft: d, schemaName: name, check: undefined });
+        save('draft', d);
+        save('schemaName', name);
+        this.checkSchema();
+      },
+      loadPreset: (p) => this.applyPreset(p, true),
+      exportText: (n, c) => this.exportText(n, c),
+    });
+    this.inputPanel = new InputPanel({
+      input: () => s.input,
+      files: () => s.files,
+      setInput: (v) => {
+        this.store.set({ input: v });
+        save('input', v);
+      },
+      addFiles: (fs) => this.addFiles(fs),
+      removeFile: (i) => this.store.set({ files: s.files.filter((_, j) => j !== i) }),
+      mode: () => s.mode,
+      chooseFiles: async () => {
+        try {
+          this.addFiles(await this.api.chooseFiles());
+        } catch (e) {
+          toast(errorText(e), 'error');
+        }
+      },
+      canRun: () => this.canRun(),
+      running: () => running(s.run),
+      run: (w) => this.run(w),
+      stop: () => this.stop(''),
+      inputTokensHint: () => {
+        const n = composeInput(s.input, s.files).length;
+        return n ? `${n.toLocaleString('en-US')} characters` : '';
+      },
+    });
+    this.scorer = new ScorerPanel({ stop: (side) => this.stop(side) });
+    this.gen = new GeneratorPanel({ stop: (side) => this.stop(side) });
+    this.timing = new TimingPanel();
+    this.historyPanel = new HistoryPanel({
+      history: () => s.history,
+      baselineId: () => s.baselineId,
+      currentId: () => s.run?.id ?? null,
+      setBaseline: (id) => {
+        this.store.set({ baselineId: id });
+        save('baseline', id);
+      },
+      open: (id) => this.openRun(id),
+      remove: async (id) => {
+        try {
+          await this.api.deleteRun(id);
+          this.store.set({ history: s.history.filter((r) => r.id !== id) });
+        } catch (e) {
+          toast(errorText(e), 'error');
+        }
+      },
+      clear: async () => {
+        try {
+          await this.api.clearHistory();
+          this.store.set({ history: [], baselineId: null });
+          save('baseline', null);
+        } catch (e) {
+          toast(errorText(e), 'error');
+        }
+      },
+      exportText: (n, c) => this.exportText(n, c),
+    });
+    this.logsPanel = new LogsPanel({
+      logs: () => s.logs,
+      level: () => s.prefs?.log_level ?? 'info',
+      setLevel: async (l) => {
+        try {
+          await this.api.setLogLevel(l);
+          if (s.prefs) this.store.set({ prefs: { ...s.prefs, log_level: l } });
+        } catch (e) {
+          toast(errorText(e), 'error');
+        }
+      },
+      clear: async () => {
+        await this.api.clearLogs().catch(() => undefined);
+        this.store.set({ logs: [] });
+      },
+    });
+    this.settings = new SettingsDialog({
+      prefs: () => s.prefs,
+      save: async (p) => {
+        const got = await this.api.saveSettings(p);
+        this.store.set({ prefs: got });
+      },
+      defaults: () => this.api.defaultSettings(),
+      settingsPath: () => s.system?.settings_path ?? '',
+    });
+
+    this.tabBodies = {
+      history: this.historyPanel.el,
+      logs: this.logsPanel.el,
+      prompt: h('div.prompt-tab', null,
+        h('div.toolbar', null, h('button.btn.small', { type: 'button', onclick: () => this.refreshPrompt() }, 'Refresh'), this.promptMeta),
+        this.promptBox),
+    };
+
+    root.replaceChildren(
+      h('header.topbar', null,
+        h('div.brand', null, h('img', { src: './appicon.png', alt: '', width: 24, height: 24 }), h('span', null, 'Verdict')),
+        this.modelBar.el,
+        h('div.top-actions', null,
+          this.conn,
+          h('button.btn.small#open-settings', { type: 'button', title: 'Settings (Ctrl+,)', onclick: () => this.settings.open() }, '⚙ Settings'))),
+      h('main.layout', null,
+        h('aside.col-schema', null, this.editor.el),
+        h('div.col-main', null,
+          this.inputPanel.el,
+          this.banner,
+          h('div.sides', null, this.scorer.el, this.gen.el),
+          this.timing.el,
+          h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body')))),
+      this.settings.el);
+
+    this.wire();
+    this.keyboard();
+    this.render();
+  }
+
+  private render() {
+    this.modelBar.render();
+    this.editor.renderPresets();
+    this.editor.render();
+    this.inputPanel.render();
+    this.renderRun();
+    this.renderTabs();
+    this.renderConn();
+  }
+
+  private wire() {
+    const s = this.store.state;
+    const st = this.store;
+    st.on(['model'], () => {
+      this.modelBar.render();
+      this.inputPanel.render();
+      this.renderBanner();
+    });
+    st.on(['presets'], () => this.editor.renderPresets());
+    st.on(['check'], () => this.editor.renderStatus());
+    st.on(['input', 'files', 'check', 'draft', 'booting'], () => this.inputPanel.render());
+    st.on(['run', 'runFields'], () => {
+      this.renderRun();
+      this.inputPanel.render();
+    });
+    st.on(['history', 'baselineId'], () => s.tab === 'history' && this.historyPanel.render());
+    st.on(['logs', 'prefs'], () => s.tab === 'logs' && this.logsPanel.render());
+    st.on(['tab'], () => this.renderTabs());
+    st.on(['connected'], () => this.renderConn());
+
+    const t = this.api.t;
+    t.on(Events.model, (m: ModelInfo) => st.set({ model: m }));
+    t.on(Events.runUpdate, (u: RunUpdate) => {
+      if (s.run && s.run.id === u.id) st.set({ run: applyUpdate(s.run, u) });
+    });
+    t.on(Events.runDone, (rec: RunRecord) => {
+      const history = s.history.filter((r) => r.id !== rec.id).concat(rec);
+      const patch: Partial<State> = { history };
+      if (s.run?.id === rec.id) patch.run = fromRecord(rec);
+      st.set(patch);
+      if (s.run?.id === rec.id) this.announceDone(rec);
+    });
+    t.on(Events.logEntries, (es: LogEntry[]) => {
+      const last = s.logs.length ? s.logs[s.logs.length - 1].seq : 0;
+      const logs = s.logs.concat(es.filter((e) => e.seq > last));
+      st.set({ logs: logs.length > MAX_LOGS ? logs.slice(logs.length - MAX_LOGS) : logs });
+    });
+    t.on(Events.filesDropped, (fs: InputFile[]) => this.addFiles(fs));
+    t.on(Events.settings, (p: Preferences) => st.set({ prefs: p }));
+    t.onConnection((c) => {
+      const was = s.connected;
+      st.set({ connected: c });
+      if (c && !was && !s.booting) this.sync(); // reconnected: catch up
+    });
+    this.boot();
+  }
+
+  private async boot() {
+    const s = this.store.state;
+    try {
+      const [system, prefs, presets, limits, model, history, logs] = await Promise.all([
+        this.api.system(), this.api.settings(), this.api.presets(), this.api.limits(), this.api.modelInfo(), this.api.history(), this.api.logs(0, 500),
+      ]);
+      this.store.set({ system, prefs, presets, limits, model, history, logs, booting: false });
+      if (!s.draft.fields.length && presets.length) this.applyPreset(presets[0], !s.input.trim());
+      else this.checkSchema();
+      const cur = await this.api.currentRun();
+      if (cur) this.adoptRun(cur);
+      this.render();
+    } catch (e) {
+      this.store.set({ booting: false });
+      toast(`Cannot reach the Verdict service: ${errorText(e)}`, 'error');
+    }
+  }
+
+  /** After a reconnection: model, history and the run in progress. */
+  private async sync() {
+    try {
+      const [model, history, cur] = await Promise.all([this.api.modelInfo(), this.api.history(), this.api.currentRun()]);
+      this.store.set({ model, history });
+      const s = this.store.state;
+      if (s.run && !s.run.record) {
+        const done = history.find((r) => r.id === s.run!.id);
+        if (done) this.store.set({ run: fromRecord(done) });
+      }
+      if (cur) this.adoptRun(cur);
+    } catch {
+      /* the next reconnection retries */
+    }
+  }
+
+  /** Shows a run that is already in progress (the page was opened during it). */
+  private adoptRun(cur: RunRecord) {
+    const live = fromRecord(cur);
+    live.record = undefined;
+    this.store.set({ run: live, runFields: fieldsOf(cur.schema) });
+  }
+
+  private applyPreset(p: Preset, withSample: boolean) {
+    try {
+      const d = fromEngine(p.schema);
+      this.store.set({ draft: d, schemaName: p.id, check: undefined });
+      save('draft', d);
+      save('schemaName', p.id);
+      if (withSample) {
+        this.store.set({ input: p.sample, files: [] });
+        save('input', p.sample);
+        this.inputPanel.setText(p.sample);
+      }
+      this.editor.render();
+      this.editor.renderPresets();
+      this.checkSchema();
+    } catch (e) {
+      toast(errorText(e), 'error');
+    }
+  }
+
+  private checkSchema = debounce(async () => {
+    const d = this.store.state.draft;
+    if (problems(d).length) return this.editor.renderStatus();
+    try {
+      const c = await this.api.checkSchema(toEngine(d));
+      if (this.store.state.draft === d) this.store.set({ check: c });
+    } catch (e) {
+      toast(errorText(e), 'error');
+    }
+  }, 250);
+
+  private addFiles(fs: InputFile[]) {
+    if (!fs.length) return;
+    this.store.set({ files: this.store.state.files.concat(fs) });
+    const bad = fs.filter((f) => !f.supported);
+    if (bad.length) toast(`${bad.map((f) => f.name).join(', ')}: ${bad[0].reason}`, 'info', 6000);
+  }
+
+  private async openModel(spec: string) {
+    try {
+      const m = await this.api.openModel(spec);
+      this.store.set({ model: m });
+    } catch (e) {
+      toast(errorText(e), 'error');
+    }
+  }
+
+  private canRun(): { ok: boolean; why: string } {
+    const s = this.store.state;
+    if (s.booting) return { ok: false, why: 'connecting…' };
+    if (s.model.state === 'loading') return { ok: false, why: 'waiting for the model to load' };
+    if (s.model.state !== 'ready') return { ok: false, why: 'load a model first' };
+    if (!composeInput(s.input, s.files).trim()) return { ok: false, why: 'type or drop some input' };
+    const p = problems(s.draft);
+    if (p.length) return { ok: false, why: `fix the schema: ${p[0].message}` };
+    if (s.check && !s.check.ok) return { ok: false, why: `fix the schema: ${s.check.error}` };
+    return { ok: true, why: '' };
+  }
+
+  private async run(which: 'both' | 'scorer' | 'generator') {
+    const s = this.store.state;
+    const can = this.canRun();
+    if (!can.ok) {
+      toast(can.why, 'info');
+      return;
+    }
+    if (running(s.run)) return;
+    const schema = toEngine(s.draft);
+    const req = {
+      input: composeInput(s.input, s.files),
+      schema,
+      schema_name: s.schemaName || undefined,
+      files: s.files.map(({ text: _t, ...meta }) => meta),
+    };
+    try {
+      const start = which === 'both' ? this.api.startRun : which === 'scorer' ? this.api.startScorer : this.api.startGenerator;
+      const started: RunStarted = await start(req);
+      this.store.set({ run: startRun(started), runFields: s.draft.fields.map((f) => ({ name: f.name, type: f.type })) });
+    } catch (e) {
+      toast(errorText(e), 'error');
+    }
+  }
+
+  private async stop(side: '' | 'scorer' | 'generator') {
+    const r = this.store.state.run;
+    if (!r || !running(r)) return;
+    try {
+      await this.api.cancelRun(r.id, side);
+    } catch (e) {
+      toast(errorText(e), 'error');
+    }
+  }
+
+  private openRun(id: string) {
+    const rec = this.store.state.history.find((r) => r.id === id);
+    if (!rec || running(this.store.state.run)) return;
+    this.store.set({ run: fromRecord(rec), runFields: fieldsOf(rec.schema) });
+    document.getElementById('scorer-panel')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  }
+
+  private announceDone(rec: RunRecord) {
+    const parts = [];
+    if (rec.scorer) parts.push(`scorer ${rec.scorer.status} in ${fmtMs(rec.scorer.timing.total_ms)}`);
+    if (rec.generator) parts.push(`generation ${rec.generator.status} in ${fmtMs(rec.generator.timing.total_ms)}`);
+    toast(`${rec.id}: ${parts.join(', ')}`, rec.scorer?.status === 'error' || rec.generator?.status === 'error' ? 'error' : 'ok');
+  }
+
+  private async exportText(name: string, content: string) {
+    if (this.store.state.mode === 'desktop') {
+      try {
+        const p = await this.api.saveText(name, content);
+        if (p) toast(`Saved ${p}`, 'ok');
+      } catch (e) {
+        toast(errorText(e), 'error');
+      }
+      return;
+    }
+    const type = name.endsWith('.csv') ? 'text/csv' : 'application/json';
+    const url = URL.createObjectURL(new Blob([content], { type }));
+    const a = h('a', { href: url, download: name, hidden: true });
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
+  private renderRun() {
+    const s = this.store.state;
+    this.scorer.render(s.run, s.runFields);
+    this.gen.render(s.run);
+    this.timing.render(s.run);
+    this.renderBanner();
+    if (s.tab === 'history') this.historyPanel.render();
+  }
+
+  private renderBanner() {
+    const s = this.store.state;
+    const rw = s.run ? s.run.randomWeights : s.model.state === 'ready' && s.model.random_weights;
+    this.banner.hidden = !rw;
+    if (rw) {
+      replace(this.banner, h('b', null, 'Built-in model, random weights.'),
+        ' Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.');
+    }
+  }
+
+  private renderTabs() {
+    const s = this.store.state;
+    const tabs: [State['tab'], string][] = [['history', 'History'], ['logs', 'Logs'], ['prompt', 'Prompt']];
+    replace(this.tabsNav, tabs.map(([k, label], i) =>
+      h('button.tab', { type: 'button', role: 'tab', id: `tab-${k}`, 'aria-selected': String(s.tab === k), title: `${label} (Alt+${i + 1})`,
+        onclick: () => this.setTab(k) }, label, k === 'history' && s.history.length ? h('span.count', null, String(s.history.length)) : null)));
+    const body = document.getElementById('tab-body');
+    if (body) replace(body, this.tabBodies[s.tab]);
+    if (s.tab === 'history') this.historyPanel.render();
+    if (s.tab === 'logs') this.logsPanel.render();
+    if (s.tab === 'prompt') this.refreshPrompt();
+  }
+
+  private setTab(t: State['tab']) {
+    this.store.set({ tab: t });
+    save('tab', t);
+  }
+
+  private async refreshPrompt() {
+    const s = this.store.state;
+    const input = composeInput(s.input, s.files);
+    if (problems(s.draft).length) {
+      this.promptBox.textContent = '';
+      this.promptMeta.textContent = 'Fix the schema to see the prompt.';
+      return;
+    }
+    try {
+      const p = await this.api.prompt(toEngine(s.draft), input || '(input)');
+      this.promptBox.textContent = p.text;
+      this.promptMeta.textContent = `The shared prefix the scorer computes once (and the generator reads in schema mode)${p.tokens ? ` · ${p.tokens.toLocaleString('en-US')} tokens of ${s.limits?.max_input_tokens.toLocaleString('en-US') ?? '8,192'}` : ''}.`;
+    } catch (e) {
+      this.promptMeta.textContent = errorText(e);
+    }
+  }
+
+  private renderConn() {
+    const s = this.store.state;
+    this.conn.className = `conn ${s.connected ? 'on' : 'off'}`;
+    this.conn.textContent = s.mode === 'desktop' ? 'desktop' : s.connected ? 'browser · live' : 'browser · reconnecting…';
+    this.conn.title = s.mode === 'desktop' ? 'Running in the Verdict window' : 'Running in a browser against verdict serve';
+  }
+
+  private keyboard() {
+    document.addEventListener('keydown', (e) => {
+      const s = this.store.state;
+      if ((e.ctrlKey || e.metaKey) && e.key === 'Enter') {
+        e.preventDefault();
+        this.run(e.shiftKey ? 'scorer' : 'both');
+      } else if (e.key === 'Escape' && running(s.run)) {
+        e.preventDefault();
+        this.stop('');
+      } else if ((e.ctrlKey || e.metaKey) && e.key === ',') {
+        e.preventDefault();
+        this.settings.open();
+      } else if (e.altKey && ['1', '2', '3'].includes(e.key)) {
+        e.preventDefault();
+        this.setTab((['history', 'logs', 'prompt'] as const)[Number(e.key) - 1]);
+      }
+    });
+  }
+}
+
+function fieldsOf(schema: unknown): { name: string; type: string }[] {
+  try {
+    return fromEngine(schema).fields.map((f) => ({ name: f.name, type: f.type }));
+  } catch {
+    return [];
+  }
+}
+
+const root = document.getElementById('app');
+if (root) {
+  const app = new App(root);
+  (window as unknown as { verdict: App }).verdict = app;
+}

@@ -1,0 +1,143 @@
+// A run as the UI shows it, built from run:update events (coalesced deltas)
+// and replaced by the final record from run:done.
+import type { FieldResult, RunRecord, RunStarted, RunUpdate, SideStatus, SideTiming } from './types';
+
+export interface LiveScorer {
+  status: SideStatus;
+  error?: string;
+  fields: Map<string, FieldResult>;
+  done: number;
+  total: number;
+  timing?: SideTiming;
+}
+
+export interface LiveGenerator {
+  status: SideStatus;
+  error?: string;
+  text: string;
+  tokens: number;
+  timing?: SideTiming;
+}
+
+export interface LiveRun {
+  id: string;
+  startedMs: number;
+  elapsedMs: number;
+  concurrent: boolean;
+  randomWeights: boolean;
+  model: string;
+  scorer?: LiveScorer;
+  generator?: LiveGenerator;
+  /** The final record, once the run is done. */
+  record?: RunRecord;
+}
+
+export const FINISHED: SideStatus[] = ['done', 'cancelled', 'error'];
+
+export function isFinished(s: SideStatus | undefined): boolean {
+  return s == null || FINISHED.includes(s);
+}
+
+export function startRun(s: RunStarted): LiveRun {
+  return {
+    id: s.id,
+    startedMs: s.started_ms,
+    elapsedMs: 0,
+    concurrent: s.concurrent,
+    randomWeights: s.random_weights,
+    model: s.model,
+    scorer: s.scorer ? { status: 'preparing', fields: new Map(), done: 0, total: 0 } : undefined,
+    generator: s.generator ? { status: 'preparing', text: '', tokens: 0 } : undefined,
+  };
+}
+
+/** Applies one update; updates of another run are ignored. */
+export function applyUpdate(r: LiveRun, u: RunUpdate): LiveRun {
+  if (u.id !== r.id || r.record) return r;
+  const next: LiveRun = { ...r, elapsedMs: Math.max(r.elapsedMs, u.elapsed_ms) };
+  if (u.scorer) {
+    const sc: LiveScorer = r.scorer ?? { status: 'preparing', fields: new Map(), done: 0, total: 0 };
+    const fields = new Map(sc.fields);
+    for (const f of u.scorer.fields ?? []) fields.set(f.name, f);
+    next.scorer = {
+      status: u.scorer.status,
+      error: u.scorer.error,
+      fields,
+      done: u.scorer.done,
+      total: u.scorer.total,
+      timing: u.scorer.timing ?? sc.timing,
+    };
+  }
+  if (u.generator) {
+    const g: LiveGenerator = r.generator ?? { status: 'preparing', text: '', tokens: 0 };
+    next.generator = {
+      status: u.generator.status,
+      error: u.generator.error,
+      text: g.text + (u.generator.delta ?? ''),
+      tokens: u.generator.tokens,
+      timing: u.generator.timing ?? g.timing,
+    };
+  }
+  return next;
+}
+
+/** The run as its final record says. */
+export function fromRecord(rec: RunRecord): LiveRun {
+  const sc = rec.scorer;
+  const g = rec.generator;
+  return {
+    id: rec.id,
+    startedMs: rec.started_ms,
+    elapsedMs: rec.total_ms,
+    concurrent: rec.concurrent,
+    randomWeights: rec.random_weights,
+    model: rec.model,
+    scorer: sc && {
+      status: sc.status,
+      error: sc.error,
+      fields: new Map(sc.fields.map((f) => [f.name, f])),
+      done: sc.fields.length,
+      total: sc.fields_total,
+      timing: sc.timing,
+    },
+    generator: g && {
+      status: g.status,
+      error: g.error,
+      text: g.text,
+      tokens: g.timing.output_tokens ?? 0,
+      timing: g.timing,
+    },
+    record: rec,
+  };
+}
+
+export function running(r: LiveRun | null | undefined): boolean {
+  return !!r && !r.record && (!isFinished(r.scorer?.status) || !isFinished(r.generator?.status));
+}
+
+/** The value the scorer gives a field, as the JSON answer writes it. */
+export function scorerValue(f: FieldResult): unknown {
+  switch (f.type) {
+    case 'choice':
+      return f.winner;
+    case 'score':
+      return f.winner != null && isFinite(Number(f.winner)) ? Number(f.winner) : f.winner;
+    case 'bool':
+      return (f.p_true ?? 0) > 0.5;
+    case 'independent':
+      return Object.fromEntries((f.labels ?? []).map((l) => [l.label, l.p_yes > 0.5]));
+  }
+}
+
+/** Whether the generated JSON gives a field the scorer's value. */
+export function agrees(f: FieldResult, generated: unknown): boolean | null {
+  if (!generated || typeof generated !== 'object' || !(f.name in (generated as object))) return null;
+  const g = (generated as Record<string, unknown>)[f.name];
+  const s = scorerValue(f);
+  if (f.type === 'independent') {
+    if (!g || typeof g !== 'object') return false;
+    return Object.entries(s as Record<string, boolean>).every(([k, v]) => (g as Record<string, unknown>)[k] === v);
+  }
+  if (f.type === 'score') return Number(g) === Number(s);
+  return g === s;
+}

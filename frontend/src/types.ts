@@ -1,0 +1,257 @@
+// The JSON shapes of the Go services (package app and engine/scorer).
+
+export type FieldType = 'choice' | 'independent' | 'bool' | 'score';
+
+export interface Modality {
+  name: string;
+  supported: boolean;
+  note?: string;
+}
+
+export interface ModelInfo {
+  state: 'none' | 'loading' | 'ready' | 'error';
+  spec?: string;
+  name?: string;
+  path?: string;
+  random_weights: boolean;
+  builtin: boolean;
+  params?: number;
+  size_bytes?: number;
+  layers?: number;
+  hidden_size?: number;
+  vocab_size?: number;
+  inputs?: Modality[];
+  load_ms?: number;
+  elapsed_ms?: number;
+  stage?: string;
+  error?: string;
+  note?: string;
+}
+
+export interface Candidate {
+  value: string;
+  probability: number;
+  log_likelihood: number;
+}
+
+export interface Decision {
+  name: string;
+  candidates: Candidate[];
+  confidence: number;
+  allowed_token_mass: number;
+  temperature: number;
+  boundary?: string;
+}
+
+export interface LabelResult {
+  label: string;
+  p_yes: number;
+  confidence: number;
+  allowed_token_mass: number;
+}
+
+export interface FieldResult {
+  name: string;
+  type: FieldType;
+  winner?: string;
+  p_true?: number;
+  labels?: LabelResult[];
+  expected_level?: number;
+  confidence: number;
+  allowed_token_mass: number;
+  decisions: Decision[];
+  elapsed_ms: number;
+}
+
+export interface SideTiming {
+  start_ms: number;
+  input_preparation_ms: number;
+  prefill_ms: number;
+  prefill_tokens_per_second: number;
+  prompt_tokens: number;
+  first_token_ms?: number;
+  first_decision_ms?: number;
+  branch_batches_ms?: number[];
+  decode_ms?: number;
+  decode_tokens_per_second?: number;
+  output_tokens?: number;
+  total_ms: number;
+}
+
+export type SideStatus = 'preparing' | 'prefilling' | 'scoring' | 'decoding' | 'done' | 'cancelled' | 'error';
+
+export interface ScorerSide {
+  status: SideStatus;
+  error?: string;
+  fields: FieldResult[];
+  fields_total: number;
+  answer?: unknown;
+  probability_source?: string;
+  calibration: { applied: boolean; detail: string };
+  note?: string;
+  decisions?: number;
+  branch_rows?: number;
+  branch_batch?: number;
+  cached_schema: boolean;
+  timing: SideTiming;
+}
+
+export interface GeneratorSide {
+  status: SideStatus;
+  error?: string;
+  text: string;
+  stopped: boolean;
+  prompt_mode: string;
+  timing: SideTiming;
+  parsed?: unknown;
+  parse_error?: string;
+}
+
+export interface InputFile {
+  name: string;
+  path?: string;
+  size: number;
+  kind: 'text' | 'image' | 'audio' | 'video' | 'other';
+  supported: boolean;
+  reason?: string;
+  text?: string;
+}
+
+export interface GenerationSettings {
+  max_tokens: number;
+  temperature: number;
+  top_k: number;
+  top_p: number;
+  seed: number;
+  prompt: 'schema' | 'chat';
+}
+
+export interface ScorerSettings {
+  branch_batch: number;
+  temperature: number;
+  calibration?: string;
+}
+
+export interface RunSettings {
+  generation: GenerationSettings;
+  scorer: ScorerSettings;
+}
+
+export interface Preferences {
+  run: RunSettings;
+  log_level: string;
+}
+
+export interface RunRecord {
+  id: string;
+  started_ms: number;
+  model: string;
+  random_weights: boolean;
+  input: { text: string; chars: number; files?: InputFile[] };
+  schema_name?: string;
+  schema?: unknown;
+  settings: RunSettings;
+  concurrent: boolean;
+  note?: string;
+  scorer?: ScorerSide;
+  generator?: GeneratorSide;
+  total_ms: number;
+}
+
+export interface RunStarted {
+  id: string;
+  started_ms: number;
+  scorer: boolean;
+  generator: boolean;
+  concurrent: boolean;
+  model: string;
+  random_weights: boolean;
+}
+
+export interface ScorerUpdate {
+  status: SideStatus;
+  error?: string;
+  fields?: FieldResult[];
+  done: number;
+  total: number;
+  timing?: SideTiming;
+}
+
+export interface GeneratorUpdate {
+  status: SideStatus;
+  error?: string;
+  delta?: string;
+  tokens: number;
+  timing?: SideTiming;
+}
+
+export interface RunUpdate {
+  id: string;
+  elapsed_ms: number;
+  scorer?: ScorerUpdate;
+  generator?: GeneratorUpdate;
+}
+
+export interface RunRequest {
+  input: string;
+  schema?: unknown;
+  schema_name?: string;
+  files?: InputFile[];
+  settings?: RunSettings;
+}
+
+export interface SchemaCheck {
+  ok: boolean;
+  error?: string;
+  field?: string;
+  fields: number;
+  decisions: number;
+}
+
+export interface Preset {
+  id: string;
+  name: string;
+  description: string;
+  sample: string;
+  schema: unknown;
+}
+
+export interface Limits {
+  max_fields: number;
+  max_decisions: number;
+  max_input_tokens: number;
+  max_input_bytes: number;
+}
+
+export interface LogEntry {
+  seq: number;
+  time_ms: number;
+  level: string;
+  message: string;
+  fields?: Record<string, string>;
+}
+
+export interface SystemInfo {
+  mode: 'desktop' | 'browser';
+  dialogs: boolean;
+  os: string;
+  arch: string;
+  cpus: number;
+  go: string;
+  settings_path: string;
+}
+
+export interface PromptPreview {
+  text: string;
+  tokens: number;
+}
+
+// Event names (app/events.go).
+export const Events = {
+  model: 'model:state',
+  runUpdate: 'run:update',
+  runDone: 'run:done',
+  logEntries: 'log:entries',
+  filesDropped: 'files:dropped',
+  settings: 'settings:changed',
+} as const;

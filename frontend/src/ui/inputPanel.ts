@@ -1,0 +1,86 @@
+// The input: typed text, and files by drag and drop or a picker. Text files
+// become part of the input; other files are listed as not supported yet.
+import { fmtBytes } from '../format';
+import { readFile } from '../files';
+import type { InputFile } from '../types';
+import { h, replace } from './dom';
+
+export interface InputHost {
+  input(): string;
+  files(): InputFile[];
+  setInput(s: string): void;
+  addFiles(f: InputFile[]): void;
+  removeFile(i: number): void;
+  mode(): 'desktop' | 'browser';
+  chooseFiles(): void;
+  canRun(): { ok: boolean; why: string };
+  running(): boolean;
+  run(which: 'both' | 'scorer' | 'generator'): void;
+  stop(): void;
+  inputTokensHint(): string;
+}
+
+export class InputPanel {
+  readonly el: HTMLElement;
+  readonly textarea: HTMLTextAreaElement;
+  private chips: HTMLElement;
+  private actions: HTMLElement;
+  private picker: HTMLInputElement;
+
+  constructor(private host: InputHost) {
+    this.textarea = h('textarea#input-text', { rows: 6, placeholder: 'Type or paste the input — or drop text files here.', 'aria-label': 'Input text', spellcheck: true,
+      oninput: () => this.host.setInput(this.textarea.value) });
+    this.picker = h('input', { type: 'file', multiple: true, hidden: true, id: 'file-picker', onchange: async () => {
+      const fs = await Promise.all([...(this.picker.files ?? [])].map(readFile));
+      this.picker.value = '';
+      this.host.addFiles(fs);
+    } });
+    this.chips = h('ul.file-chips#file-chips');
+    this.actions = h('div.run-actions');
+    const drop = h('div.dropzone', { style: '--wails-drop-target: drop' }, this.textarea, this.chips,
+      h('div.drop-hint', null, 'Drop files to add them'));
+    // Browser drag and drop (the window delivers drops through Wails instead).
+    drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });
+    drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+    drop.addEventListener('drop', async (e) => {
+      e.preventDefault();
+      drop.classList.remove('over');
+      const files = [...(e.dataTransfer?.files ?? [])];
+      if (files.length && this.host.mode() === 'browser') this.host.addFiles(await Promise.all(files.map(readFile)));
+    });
+    this.el = h('section.card.input#input', { 'aria-label': 'Input' },
+      h('header.card-head', null, h('h2', null, 'Input'),
+        h('div.head-actions', null,
+          h('button.btn.small#add-files', { type: 'button', title: 'Add text files (images, audio and video come later)', onclick: () => (this.host.mode() === 'desktop' ? this.host.chooseFiles() : this.picker.click()) }, 'Add files…'),
+          this.picker)),
+      drop,
+      this.actions);
+  }
+
+  /** Puts text into the box (presets, restored state). */
+  setText(s: string) {
+    this.textarea.value = s;
+  }
+
+  render() {
+    if (document.activeElement !== this.textarea && this.textarea.value !== this.host.input()) this.textarea.value = this.host.input();
+    const files = this.host.files();
+    replace(this.chips, files.map((f, i) =>
+      h('li.chip', { class: `chip ${f.supported ? 'ok' : 'unsupported'}`, title: f.supported ? `${f.name}: text, part of the input` : `${f.name}: ${f.reason}` },
+        h('span.chip-kind', null, f.kind),
+        h('span.chip-name', null, f.name),
+        h('span.chip-size.muted', null, fmtBytes(f.size)),
+        f.supported ? null : h('span.chip-note', null, f.kind === 'other' ? 'not supported' : 'not supported yet'),
+        h('button.icon', { type: 'button', 'aria-label': `Remove ${f.name}`, onclick: () => this.host.removeFile(i) }, '×'))));
+    const can = this.host.canRun();
+    const running = this.host.running();
+    replace(this.actions,
+      running
+        ? h('button.btn.danger#stop-run', { type: 'button', title: 'Stop both sides (Esc)', onclick: () => this.host.stop() }, '■ Stop')
+        : h('button.btn.primary#run', { type: 'button', disabled: !can.ok, title: can.ok ? 'Run the scorer and generation side by side (Ctrl+Enter)' : can.why, onclick: () => this.host.run('both') }, '▶ Run side by side'),
+      h('button.btn#run-scorer', { type: 'button', disabled: !can.ok || running, title: 'Run the scorer alone (Ctrl+Shift+Enter)', onclick: () => this.host.run('scorer') }, 'Score only'),
+      h('button.btn#run-generator', { type: 'button', disabled: !can.ok || running, title: 'Run generation alone', onclick: () => this.host.run('generator') }, 'Generate only'),
+      h('span.muted.small.run-hint', null, can.ok ? this.host.inputTokensHint() : can.why),
+      h('span.kbd-hint.small.muted', null, h('kbd', null, 'Ctrl'), '+', h('kbd', null, 'Enter'), ' run · ', h('kbd', null, 'Esc'), ' stop'));
+  }
+}

@@ -1,0 +1,73 @@
+// The model: what is loaded, its size and inputs, load progress and errors,
+// and loading another (the built-in model or a Gemma 3n folder).
+import { fmtBytes, fmtMs, fmtParams } from '../format';
+import type { ModelInfo } from '../types';
+import { h, replace } from './dom';
+
+export interface ModelHost {
+  model(): ModelInfo;
+  mode(): 'desktop' | 'browser';
+  loadBuiltin(): void;
+  loadFolder(path: string): void;
+  chooseFolder(): void;
+}
+
+export class ModelBar {
+  readonly el: HTMLElement;
+  private chip: HTMLElement;
+  private pathForm: HTMLFormElement;
+
+  constructor(private host: ModelHost) {
+    this.chip = h('div.model-chip#model-chip', { 'aria-live': 'polite' });
+    const path = h('input#model-path', { placeholder: '/path/to/gemma-3n-E2B-it', 'aria-label': 'Model folder', spellcheck: false });
+    this.pathForm = h('form.model-path', { hidden: true, onsubmit: (e: Event) => { e.preventDefault(); if (path.value.trim()) { this.host.loadFolder(path.value.trim()); this.pathForm.hidden = true; } } },
+      path, h('button.btn.small.primary', { type: 'submit' }, 'Load'),
+      h('button.btn.small', { type: 'button', onclick: () => (this.pathForm.hidden = true) }, 'Cancel'));
+    this.el = h('div.model-bar', null,
+      this.chip,
+      h('div.model-actions', null,
+        h('button.btn.small#load-builtin', { type: 'button', title: 'Load the built-in tiny model (random weights)', onclick: () => this.host.loadBuiltin() }, 'Built-in'),
+        h('button.btn.small#open-folder', { type: 'button', title: 'Open a Hugging Face Gemma 3n checkpoint folder', onclick: () => this.openFolder() }, 'Open folder…'),
+        this.pathForm));
+  }
+
+  private openFolder() {
+    if (this.host.mode() === 'desktop') {
+      this.host.chooseFolder();
+      return;
+    }
+    this.pathForm.hidden = false;
+    (this.pathForm.querySelector('input') as HTMLInputElement).focus();
+  }
+
+  render() {
+    const m = this.host.model();
+    const dot = h('span.dot', { class: `dot dot-${m.state}` });
+    let body: (HTMLElement | string | null)[];
+    switch (m.state) {
+      case 'none':
+        body = [h('b', null, 'No model'), h('span.muted', null, ' — load the built-in model or a Gemma 3n folder')];
+        break;
+      case 'loading':
+        body = [h('span.spinner', { 'aria-hidden': 'true' }), h('b', null, `Loading ${m.name ?? m.spec ?? ''}`),
+          h('span.muted', null, ` ${m.stage ?? ''}${m.size_bytes ? ` · ${fmtBytes(m.size_bytes)}` : ''} · ${fmtMs(m.elapsed_ms ?? 0)}`)];
+        break;
+      case 'error':
+        body = [h('b', null, 'Model failed to load'), h('span.err', { title: m.error }, ` ${m.error ?? ''}`)];
+        break;
+      case 'ready': {
+        const inputs = (m.inputs ?? []).map((i) =>
+          h('span.modality', { class: `modality ${i.supported ? 'on' : 'off'}`, title: i.supported ? `${i.name}: supported` : `${i.name}: ${i.note ?? 'not supported'}` }, i.supported ? `${i.name} ✓` : `${i.name} later`));
+        body = [
+          h('b#model-name', { title: m.path ?? '' }, m.name ?? ''),
+          m.random_weights ? h('span.badge.warn#random-weights', { title: m.note ?? '' }, 'random weights') : null,
+          h('span.muted', null, ` ${fmtParams(m.params)} params${m.size_bytes ? ` · ${fmtBytes(m.size_bytes)}` : ''} · ${m.layers} layers · loaded in ${fmtMs(m.load_ms)}`),
+          h('span.modalities', null, inputs),
+        ];
+        break;
+      }
+    }
+    replace(this.chip, dot, ...body);
+    this.chip.dataset.state = m.state;
+  }
+}

@@ -1,0 +1,92 @@
+// The settings dialog: generation and scorer settings, the log level, and
+// one-click defaults.
+import type { Preferences } from '../types';
+import { h } from './dom';
+import { errorText, toast } from './toast';
+
+export interface SettingsHost {
+  prefs(): Preferences | undefined;
+  save(p: Preferences): Promise<void>;
+  defaults(): Promise<Preferences>;
+  settingsPath(): string;
+}
+
+export class SettingsDialog {
+  readonly el: HTMLDialogElement;
+  private form: HTMLFormElement;
+
+  constructor(private host: SettingsHost) {
+    this.form = h('form.settings-form', { method: 'dialog' });
+    this.el = h('dialog#settings', { 'aria-label': 'Settings' }, this.form);
+  }
+
+  open() {
+    const p = this.host.prefs();
+    if (!p) return;
+    this.fill(p);
+    if (typeof this.el.showModal === 'function') this.el.showModal();
+    else this.el.setAttribute('open', '');
+    (this.form.querySelector('input') as HTMLInputElement | null)?.focus();
+  }
+
+  private fill(p: Preferences) {
+    const g = p.run.generation;
+    const s = p.run.scorer;
+    const num = (name: string, label: string, v: number, attrs: Record<string, unknown>, help: string) =>
+      h('label.lbl', { title: help }, label, h('input', { name, type: 'number', value: String(v), required: true, ...attrs }), h('span.help', null, help));
+    this.form.replaceChildren(
+      h('h2', null, 'Settings'),
+      h('fieldset', null, h('legend', null, 'Generation'),
+        num('max_tokens', 'Max tokens', g.max_tokens, { min: 1, max: 4096, step: 1 }, '1 – 4096'),
+        num('temperature', 'Temperature', g.temperature, { min: 0, max: 5, step: 0.05 }, '0 is greedy'),
+        num('top_k', 'Top-k', g.top_k, { min: 0, max: 1000, step: 1 }, '0 is off'),
+        num('top_p', 'Top-p', g.top_p, { min: 0, max: 1, step: 0.01 }, '1 is off'),
+        num('seed', 'Seed', g.seed, { min: 0, step: 1 }, 'for sampling'),
+        h('label.lbl', null, 'Prompt',
+          h('select', { name: 'prompt' },
+            h('option', { value: 'schema', selected: g.prompt === 'schema' }, 'The scorer\'s prompt: write the JSON answer'),
+            h('option', { value: 'chat', selected: g.prompt === 'chat' }, 'The input alone, as a chat message')))),
+      h('fieldset', null, h('legend', null, 'Scorer'),
+        num('branch_batch', 'Branch batch', s.branch_batch, { min: 1, max: 64, step: 1 }, 'branch rows run together, 1 – 64'),
+        num('scorer_temperature', 'Temperature', s.temperature, { min: 0.01, max: 100, step: 0.05 }, 'divides the log-likelihoods; 1 is the model\'s own'),
+        h('label.lbl', null, 'Calibration file', h('input', { name: 'calibration', value: s.calibration ?? '', placeholder: 'path to a file from verdict calibrate (optional)' }))),
+      h('fieldset', null, h('legend', null, 'Logs'),
+        h('label.lbl', null, 'Level', h('select', { name: 'log_level' },
+          ['error', 'warning', 'info', 'debug', 'trace'].map((l) => h('option', { value: l, selected: l === p.log_level }, l))))),
+      h('p.small.muted', null, this.host.settingsPath() ? `Saved in ${this.host.settingsPath()}` : 'Kept for this session only.'),
+      h('div.row-actions', null,
+        h('button.btn', { type: 'button', onclick: () => this.resetDefaults() }, 'Defaults'),
+        h('span.spacer'),
+        h('button.btn', { type: 'button', onclick: () => this.el.close() }, 'Cancel'),
+        h('button.btn.primary', { type: 'submit', onclick: (e: Event) => this.submit(e) }, 'Save')));
+  }
+
+  private async resetDefaults() {
+    try {
+      this.fill(await this.host.defaults());
+    } catch (e) {
+      toast(errorText(e), 'error');
+    }
+  }
+
+  private async submit(e: Event) {
+    e.preventDefault();
+    if (!this.form.reportValidity()) return;
+    const f = new FormData(this.form);
+    const n = (k: string) => Number(f.get(k));
+    const p: Preferences = {
+      run: {
+        generation: { max_tokens: n('max_tokens'), temperature: n('temperature'), top_k: n('top_k'), top_p: n('top_p'), seed: n('seed'), prompt: f.get('prompt') as 'schema' | 'chat' },
+        scorer: { branch_batch: n('branch_batch'), temperature: n('scorer_temperature'), calibration: String(f.get('calibration') ?? '').trim() },
+      },
+      log_level: String(f.get('log_level')),
+    };
+    try {
+      await this.host.save(p);
+      this.el.close();
+      toast('Settings saved', 'ok');
+    } catch (err) {
+      toast(errorText(err), 'error');
+    }
+  }
+}
