@@ -30,10 +30,12 @@ type Model struct {
 	TokErr error
 	// Name says what was opened; for the built-in model it says that its
 	// weights are random.
-	Name     string
-	Builtin  bool
-	Path     string
-	LoadTime time.Duration
+	Name    string
+	Builtin bool
+	// Synthetic marks a full-size shape with random weights (synthetic-e2b, synthetic-e4b).
+	Synthetic bool
+	Path      string
+	LoadTime  time.Duration
 
 	store      weights.Store
 	configJSON []byte
@@ -51,7 +53,8 @@ func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 // Close releases the model's memory-mapped files.
 func (m *Model) Close() error { return m.store.Close() }
 
-// Open opens the model named by spec: "builtin" or a folder.
+// Open opens the model named by spec: "builtin", a synthetic full-size
+// shape ("synthetic-e2b", "synthetic-e4b"), or a folder.
 func Open(spec string) (*Model, error) {
 	start := time.Now()
 	var (
@@ -66,6 +69,10 @@ func Open(spec string) (*Model, error) {
 		recipe, _ := builtinFS.ReadFile("builtin/recipe.json")
 		buffers, _ := builtinFS.ReadFile("builtin/buffers.safetensors")
 		st, err = weights.NewRecipeStore(recipe, buffers)
+	} else if c, recipe, ok := synthetic(spec); ok {
+		m.Name, m.Path, m.Synthetic = spec+" (Gemma 3n shape, random weights)", "", true
+		cfgJSON = c
+		st, err = weights.NewRecipeStore(recipe, nil)
 	} else {
 		if cfgJSON, err = os.ReadFile(filepath.Join(spec, "config.json")); err != nil {
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
