@@ -3,6 +3,7 @@ module verdict
 go 1.26.0
 
 require (
+	github.com/pion/mediadevices v0.9.4
 	github.com/sirupsen/logrus v1.9.3
 	github.com/wailsapp/wails/v2 v2.9.2
 	golang.org/x/image v0.48.0
@@ -10,8 +11,10 @@ require (
 
 require (
 	github.com/bep/debounce v1.2.1 // indirect
+	github.com/blackjack/webcam v0.6.1 // indirect
 	github.com/ebitengine/oto/v3 v3.4.0 // indirect
 	github.com/ebitengine/purego v0.9.0 // indirect
+	github.com/gen2brain/malgo v0.11.24 // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -37,7 +40,6 @@ require (
 	github.com/pion/interceptor v0.1.42 // indirect
 	github.com/pion/logging v0.2.4 // indirect
 	github.com/pion/mdns/v2 v2.1.0 // indirect
-	github.com/pion/mediadevices v0.9.4 // indirect
 	github.com/pion/randutil v0.1.0 // indirect
 	github.com/pion/rtcp v1.2.16 // indirect
 	github.com/pion/rtp v1.8.26 // indirect
