@@ -3,6 +3,7 @@ module verdict
 go 1.26.0
 
 require (
+	github.com/ebitengine/oto/v3 v3.4.0
 	github.com/pion/mediadevices v0.9.4
 	github.com/sirupsen/logrus v1.9.3
 	github.com/wailsapp/wails/v2 v2.9.2
@@ -12,7 +13,6 @@ require (
 require (
 	github.com/bep/debounce v1.2.1 // indirect
 	github.com/blackjack/webcam v0.6.1 // indirect
-	github.com/ebitengine/oto/v3 v3.4.0 // indirect
 	github.com/ebitengine/purego v0.9.0 // indirect
 	github.com/gen2brain/malgo v0.11.24 // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
