@@ -246,6 +246,21 @@ func TestClassifyAndReadFiles(t *testing.T) {
 	}
 }
 
+func TestFrontendReady(t *testing.T) {
+	ready := make(chan struct{}, 1)
+	s := New(Options{Emitter: NewRecorder(), Logger: quietLogger(), OnFrontendReady: func() { ready <- struct{}{} }})
+	defer s.Shutdown()
+	s.System.FrontendReady("test agent")
+	select {
+	case <-ready:
+	case <-time.After(time.Second):
+		t.Fatal("OnFrontendReady not called")
+	}
+	if e := s.Logs.Entries(0, 0); len(e) == 0 || e[len(e)-1].Message != "frontend ready" || e[len(e)-1].Fields["agent"] != "test agent" {
+		t.Errorf("log %+v", e)
+	}
+}
+
 func TestSystemWithoutDialogs(t *testing.T) {
 	s := newServices(t, NewRecorder())
 	if info := s.System.Info(); info.Mode != "browser" || info.Dialogs {
@@ -262,7 +277,7 @@ func TestSystemWithoutDialogs(t *testing.T) {
 type fakeDialogs struct{ save string }
 
 func (f fakeDialogs) ChooseDirectory(string) (string, error) { return "/models/gemma", nil }
-func (f fakeDialogs) ChooseFiles(string) ([]string, error)  { return nil, nil }
+func (f fakeDialogs) ChooseFiles(string) ([]string, error)   { return nil, nil }
 func (f fakeDialogs) SaveFile(string, string) (string, error) {
 	return f.save, nil
 }

@@ -18,12 +18,13 @@ import (
 
 // Event names, with the payload each carries.
 const (
-	EventModel      = "model:state"   // ModelInfo
-	EventRunUpdate  = "run:update"    // RunUpdate, at most one per UpdateInterval
-	EventRunDone    = "run:done"      // RunRecord
-	EventLogEntries = "log:entries"   // []LogEntry, at most one per LogInterval
-	EventFilesDrop  = "files:dropped" // []InputFile (window only)
-	EventSettings   = "settings:changed"
+	EventModel      = "model:state"      // ModelInfo
+	EventRunStarted = "run:started"      // RunAnnounce: a run began (from any window or page)
+	EventRunUpdate  = "run:update"       // RunUpdate, at most one per UpdateInterval
+	EventRunDone    = "run:done"         // RunRecord
+	EventLogEntries = "log:entries"      // []LogEntry, at most one per LogInterval
+	EventFilesDrop  = "files:dropped"    // []InputFile (window only)
+	EventSettings   = "settings:changed" // Preferences
 )
 
 // Emitter sends one event to the user interface. Implementations must be safe

@@ -73,6 +73,19 @@ type RunStarted struct {
 	RandomWeights bool   `json:"random_weights"`
 }
 
+// FieldRef names a field of a run's schema, in schema order.
+type FieldRef struct {
+	Name string      `json:"name"`
+	Type scorer.Kind `json:"type"`
+}
+
+// RunAnnounce is the run:started event: every page showing the app can follow
+// a run, whoever started it.
+type RunAnnounce struct {
+	Run    RunStarted `json:"run"`
+	Fields []FieldRef `json:"fields"`
+}
+
 // SideTiming is one side's timing breakdown. StartMs is measured from the
 // run's start; FirstTokenMs, FirstDecisionMs and TotalMs from the side's
 // start; the others are durations.
@@ -226,7 +239,11 @@ func (s *Runs) Cancel(id, side string) error {
 	default:
 		return fmt.Errorf("unknown side %q (scorer, generator or empty for both)", side)
 	}
-	s.log.WithFields(logrus.Fields{"run": id, "side": side}).Info("run cancelled")
+	what := side
+	if what == "" {
+		what = "both"
+	}
+	s.log.WithFields(logrus.Fields{"run": id, "side": what}).Info("run cancelled")
 	return nil
 }
 
@@ -425,6 +442,13 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 			r.generatorSide(ctxG, l, schema, req.Input, set.Generation)
 		}()
 	}
+	ann := RunAnnounce{Run: r.started, Fields: []FieldRef{}}
+	if schema != nil {
+		for _, f := range schema.Fields {
+			ann.Fields = append(ann.Fields, FieldRef{f.Name, f.Kind})
+		}
+	}
+	s.emit.Emit(EventRunStarted, ann)
 	close(gate)
 	go func() {
 		defer s.wg.Done()
@@ -661,10 +685,14 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	}
 	r.up.Generator.Delta += tail
 	g.Stopped = res.Stopped
-	g.Timing.PrefillMs = ms(res.Prefill)
-	g.Timing.PrefillTPS = res.PrefillTokensPerSec()
+	if res.Prefill > 0 {
+		g.Timing.PrefillMs = ms(res.Prefill)
+		g.Timing.PrefillTPS = res.PrefillTokensPerSec()
+	}
 	if len(res.IDs) > 0 {
 		g.Timing.FirstTokenMs = ms(prep + res.FirstToken)
+	}
+	if res.Decode > 0 { // a stopped generation keeps the rates measured as it went
 		g.Timing.DecodeMs = ms(res.Decode)
 		g.Timing.DecodeTPS = res.DecodeTokensPerSec()
 	}

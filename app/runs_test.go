@@ -161,6 +161,11 @@ func TestSideBySideRun(t *testing.T) {
 	if _, err := s.Runs.Start(RunRequest{Input: ticketText, Schema: ticketSchema(t)}); !errors.Is(err, ErrBusy) {
 		t.Errorf("second Start: %v, want ErrBusy", err)
 	}
+	ann, ok := rec.Wait(EventRunStarted, time.Second, nil)
+	var a RunAnnounce
+	if !ok || json.Unmarshal(ann.JSON, &a) != nil || a.Run.ID != started.ID || len(a.Fields) != 5 || a.Fields[3].Type != scorer.Independent {
+		t.Errorf("run:started %s", ann.JSON)
+	}
 	if cur := s.Runs.Current(); cur == nil || cur.ID != started.ID {
 		t.Errorf("Current = %+v", cur)
 	}

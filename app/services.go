@@ -24,6 +24,9 @@ type Options struct {
 	Mode string
 	// Open opens a model (models.Open when nil; tests replace it).
 	Open func(spec string) (*models.Model, error)
+	// OnFrontendReady runs (on its own goroutine) each time a page reports
+	// that it is ready.
+	OnFrontendReady func()
 }
 
 // Services are every bound service, wired together.
@@ -58,7 +61,7 @@ func New(o Options) *Services {
 	s.Runs = NewRuns(s.Models, s.Settings, o.Emitter, log)
 	s.Scorer = &Scorer{runs: s.Runs}
 	s.Generator = &Generator{runs: s.Runs}
-	s.System = &System{mode: o.Mode, dialogs: o.Dialogs, settings: s.Settings, log: log}
+	s.System = &System{mode: o.Mode, dialogs: o.Dialogs, settings: s.Settings, log: log, onReady: o.OnFrontendReady}
 	return s
 }
 

@@ -148,6 +148,16 @@ type System struct {
 	dialogs  Dialogs
 	settings *Settings
 	log      *logrus.Logger
+	onReady  func()
+}
+
+// FrontendReady is called by the page once it has loaded its state; it is
+// logged (the window's start-up check waits for it).
+func (s *System) FrontendReady(agent string) {
+	s.log.WithFields(logrus.Fields{"mode": s.mode, "agent": agent}).Info("frontend ready")
+	if s.onReady != nil {
+		go s.onReady()
+	}
 }
 
 // Info describes the environment.

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Builds Verdict and runs it: `bash build/run.sh` runs the built-in model;
-# `bash build/run.sh COMMAND ...` runs any verdict command.
+# Builds Verdict (the frontend, then the binary with its desktop window) and
+# runs it: `bash build/run.sh` opens the window on the built-in model (or, with
+# no display, serves the same app to a browser); `bash build/run.sh COMMAND ...`
+# runs any verdict command, e.g. `bash build/run.sh serve --addr 127.0.0.1:8177`.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/build/setup.sh" >&2
+VERDICT_APP_SETUP=run source "$root/build/setup-app.sh" >&2
 cd "$root"
 export VERDICT_TOKENIZER="${VERDICT_TOKENIZER:-$root/.cache/tokenizer/gemma3/tokenizer.json}"
-go build -o verdict .
+(cd frontend && npm run build --silent) >&2
+go build -tags desktop,production,webkit2_41 -o verdict .
 if [ $# -eq 0 ]; then
-  set -- generate --model builtin --prompt "Is this ticket urgent? The server is down." --max-tokens 24
+  if [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; then
+    set -- window --model builtin
+  else
+    echo "run: no display here; serving the app to a browser instead (open the address below)" >&2
+    set -- serve --model builtin
+  fi
 fi
 exec ./verdict "$@"

@@ -3,6 +3,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/build/setup.sh"
+VERDICT_APP_SETUP=test source "$root/build/setup-app.sh"
 cd "$root"
 export VERDICT_TOKENIZER="$root/.cache/tokenizer/gemma3/tokenizer.json"
 export VERDICT_REQUIRE_TOKENIZER=1
@@ -13,9 +14,17 @@ if [ -n "$unformatted" ]; then
   echo "gofmt needed on: $unformatted" >&2
   exit 1
 fi
+# The frontend: type check, build (embedded by go build) and unit tests.
+(cd frontend && npm run build --silent && npx vitest run)
 go vet ./...
+go vet -tags desktop,production,webkit2_41 ./app/desktop/
 go build -o verdict .
 go test -count=1 -timeout 45m ./...
 ./verdict verify-fixture testdata/gemma3n-synthetic-tiny.tar.gz
 ./verdict verify-fixture testdata/gemma3n-micro-bf16.tar.gz
+# The app end to end: verdict serve in headless Chromium, then the real window
+# under Xvfb (screenshots in build/bin/test/).
+mkdir -p build/bin/test
+(cd frontend && VERDICT_BIN="$root/verdict" E2E_OUT="$root/build/bin/test" node --test e2e/)
+bash build/desktop-check.sh
 echo "all tests passed"

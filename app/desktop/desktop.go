@@ -11,6 +11,9 @@ package desktop
 import (
 	"errors"
 	"io"
+	"time"
+
+	"verdict/app"
 )
 
 // Options configure the window.
@@ -23,8 +26,33 @@ type Options struct {
 	LogLevel string
 	// Stderr receives the log.
 	Stderr io.Writer
+	// Demo runs the support-ticket preset once the window and the model are
+	// ready (a first look, and the start-up check of build/test.sh).
+	Demo bool
 }
 
 // ErrNoWindow is returned by Run in a build without the window.
 var ErrNoWindow = errors.New("this build of verdict has no window: build it with the tags desktop,production,webkit2_41 " +
 	"(bash build/run.sh does), or run `verdict serve` and open the app in a browser")
+
+// demo waits for the model and starts a run of the first preset with its
+// sample input.
+func demo(svc *app.Services) {
+	log := svc.Logger()
+	deadline := time.Now().Add(2 * time.Minute)
+	for svc.Models.Info().State != app.ModelReady {
+		if svc.Models.Info().State == app.ModelError || time.Now().After(deadline) {
+			log.Warn("demo: no model to run")
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ps := svc.Scorer.Presets()
+	if len(ps) == 0 {
+		return
+	}
+	p := ps[0]
+	if _, err := svc.Runs.Start(app.RunRequest{Input: p.Sample, Schema: p.Schema, SchemaName: p.ID}); err != nil {
+		log.WithError(err).Warn("demo: run not started")
+	}
+}

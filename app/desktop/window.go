@@ -90,7 +90,14 @@ func Run(ctx context.Context, o Options) error {
 	}
 	var sw app.SwitchEmitter
 	dlg := &dialogs{}
-	svc := app.New(app.Options{Emitter: &sw, Logger: log, SettingsPath: o.SettingsPath, Dialogs: dlg, Mode: "desktop"})
+	var svc *app.Services
+	var demoOnce sync.Once
+	svc = app.New(app.Options{Emitter: &sw, Logger: log, SettingsPath: o.SettingsPath, Dialogs: dlg, Mode: "desktop",
+		OnFrontendReady: func() {
+			if o.Demo {
+				demoOnce.Do(func() { demo(svc) })
+			}
+		}})
 	if o.LogLevel != "" {
 		if err := svc.Logs.SetLevel(o.LogLevel); err != nil {
 			return err

@@ -45,6 +45,7 @@ export class Api {
 
   // System
   system = () => this.t.call<SystemInfo>('System', 'Info');
+  frontendReady = (agent: string) => this.t.call<void>('System', 'FrontendReady', agent);
   chooseFiles = () => this.t.call<InputFile[]>('System', 'ChooseFiles');
   chooseModelFolder = () => this.t.call<string>('System', 'ChooseModelFolder');
   saveText = (name: string, content: string) => this.t.call<string>('System', 'SaveText', name, content);

@@ -7,7 +7,7 @@ import { applyUpdate, fromRecord, running, startRun } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
 import { Store, type State } from './store';
 import { detectTransport } from './transport';
-import { Events, type InputFile, type LogEntry, type ModelInfo, type Preferences, type Preset, type RunRecord, type RunStarted, type RunUpdate } from './types';
+import { Events, type InputFile, type LogEntry, type ModelInfo, type Preferences, type Preset, type RunAnnounce, type RunRecord, type RunStarted, type RunUpdate } from './types';
 import { debounce, h, replace } from './ui/dom';
 import { GeneratorPanel } from './ui/generatorPanel';
 import { HistoryPanel } from './ui/historyPanel';
@@ -253,6 +253,10 @@ class App {
 
     const t = this.api.t;
     t.on(Events.model, (m: ModelInfo) => st.set({ model: m }));
+    t.on(Events.runStarted, (a: RunAnnounce) => {
+      // A run started here, in another page or by the window itself.
+      if (s.run?.id !== a.run.id) st.set({ run: startRun(a.run), runFields: a.fields });
+    });
     t.on(Events.runUpdate, (u: RunUpdate) => {
       if (s.run && s.run.id === u.id) st.set({ run: applyUpdate(s.run, u) });
     });
@@ -290,6 +294,7 @@ class App {
       const cur = await this.api.currentRun();
       if (cur) this.adoptRun(cur);
       this.render();
+      this.api.frontendReady(navigator.userAgent).catch(() => undefined);
     } catch (e) {
       this.store.set({ booting: false });
       toast(`Cannot reach the Verdict service: ${errorText(e)}`, 'error');
@@ -395,7 +400,8 @@ class App {
     try {
       const start = which === 'both' ? this.api.startRun : which === 'scorer' ? this.api.startScorer : this.api.startGenerator;
       const started: RunStarted = await start(req);
-      this.store.set({ run: startRun(started), runFields: s.draft.fields.map((f) => ({ name: f.name, type: f.type })) });
+      // run:started may have arrived first, with updates after it: keep those.
+      if (s.run?.id !== started.id) this.store.set({ run: startRun(started), runFields: s.draft.fields.map((f) => ({ name: f.name, type: f.type })) });
     } catch (e) {
       toast(errorText(e), 'error');
     }

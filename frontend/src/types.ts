@@ -200,6 +200,11 @@ export interface RunRequest {
   settings?: RunSettings;
 }
 
+export interface RunAnnounce {
+  run: RunStarted;
+  fields: { name: string; type: FieldType }[];
+}
+
 export interface SchemaCheck {
   ok: boolean;
   error?: string;
@@ -249,6 +254,7 @@ export interface PromptPreview {
 // Event names (app/events.go).
 export const Events = {
   model: 'model:state',
+  runStarted: 'run:started',
   runUpdate: 'run:update',
   runDone: 'run:done',
   logEntries: 'log:entries',

@@ -89,3 +89,20 @@ describe('schema editor', () => {
     expect(ed.el.querySelector('.schema-status')!.textContent).toContain('4 fields · 5 decisions');
   });
 });
+
+describe('schema editor problems', () => {
+  it('updates a field\'s problems as its inputs change', () => {
+    let draft: SchemaDraft = fromEngine(ticketSchema);
+    const ed = new SchemaEditor({
+      draft: () => draft, schemaName: () => '', presets: () => [], check: () => undefined,
+      change: (d) => (draft = d), loadPreset: () => {}, exportText: () => {},
+    });
+    const q = ed.el.querySelector('li.field-card[data-field="1"] .field-question') as HTMLInputElement;
+    q.value = '';
+    q.dispatchEvent(new Event('input'));
+    expect(ed.el.querySelector('li.field-card[data-field="1"] .problems')!.textContent).toContain('needs a question');
+    q.value = 'Refund?';
+    q.dispatchEvent(new Event('input'));
+    expect(ed.el.querySelector('li.field-card[data-field="1"] .problems')).toBeNull();
+  });
+});

@@ -181,7 +181,27 @@ export class SchemaEditor {
     const d = structuredClone(this.host.draft());
     f(d);
     this.host.change(d, this.host.schemaName(), false);
+    this.renderProblems(d);
     this.renderStatus();
+  }
+
+  /** Updates each field card's list of problems in place. */
+  private renderProblems(d: SchemaDraft) {
+    const all = problems(d);
+    this.body.querySelectorAll<HTMLElement>('li.field-card').forEach((card) => {
+      const i = Number(card.dataset.field);
+      const msgs = all.filter((p) => p.field === i).map((p) => p.message);
+      let ul = card.querySelector(':scope > ul.problems');
+      if (!msgs.length) {
+        ul?.remove();
+        return;
+      }
+      if (!ul) {
+        ul = h('ul.problems');
+        card.appendChild(ul);
+      }
+      replace(ul, msgs.map((m) => h('li', null, m)));
+    });
   }
 
   private structural(d: SchemaDraft, focus?: string) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what the app needs when it is missing, after build/setup.sh.
+# Sourced by run.sh (VERDICT_APP_SETUP=run) and test.sh (VERDICT_APP_SETUP=test):
+#
+#   run:  GTK 3 and WebKitGTK 4.1 headers (the window, build tag webkit2_41),
+#         Node.js >= 20.19 with npm, and the frontend's npm packages
+#   test: also Debian's Chromium (end-to-end tests), Xvfb, xauth, x11-apps and
+#         ImageMagick (the window's screenshot check)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+what=${VERDICT_APP_SETUP:-run}
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in pkg-config libgtk-3-dev libwebkit2gtk-4.1-dev; do
+  have_pkg "$p" || need+=("$p")
+done
+if [ "$what" = test ]; then
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v Xvfb >/dev/null 2>&1 || need+=(xvfb)
+  command -v xauth >/dev/null 2>&1 || need+=(xauth)
+  command -v xwd >/dev/null 2>&1 || need+=(x11-apps)
+  command -v convert >/dev/null 2>&1 || need+=(imagemagick)
+  # Fonts, so that screenshots show text.
+  have_pkg fonts-dejavu-core || need+=(fonts-dejavu-core)
+fi
+command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup-app: installing ${need[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+# Vite 7 needs Node.js 20.19 or newer.
+node_ok=$(node -e 'const [a,b]=process.versions.node.split(".").map(Number); console.log(a>20||(a===20&&b>=19)?1:0)')
+if [ "$node_ok" != 1 ]; then
+  echo "setup-app: Node.js $(node --version) is too old for the frontend: install Node.js 20.19 or newer" >&2
+  exit 1
+fi
+
+# The frontend's packages, when missing or older than the lock file.
+fe="$root/frontend"
+if [ ! -d "$fe/node_modules" ] || [ "$fe/package-lock.json" -nt "$fe/node_modules/.package-lock.json" ]; then
+  echo "setup-app: npm ci in frontend/" >&2
+  (cd "$fe" && npm ci --no-audit --no-fund --loglevel=error)
+fi
