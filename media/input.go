@@ -5,6 +5,7 @@
 // Subpackages: decode (image and audio files), pcm (samples, resampling),
 // video (ffmpeg), capture (camera and microphone), playback (speaker),
 // preview (thumbnails, waveforms), limits (the numbers and their error),
+// availability (which features work here, and why not),
 // ffmpeg (running the tools). media never imports the engine: the app hands
 // these values to engine/vision and engine/audio.
 package media

@@ -203,7 +203,7 @@ func TestDecodeMP3LowRateNeedsFFmpeg(t *testing.T) {
 	data := encodeWith(t, wav, "mp3", "-c:a", "libmp3lame")
 	t.Setenv("PATH", t.TempDir())
 	_, err := DecodeAudio("low.mp3", data, limits.MaxAudio)
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "MPEG-2 layer III at 22050 Hz needs the ffmpeg tool") {
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "MPEG-2 layer III at 22050 Hz needs the ffmpeg tool (go-mp3 garbles it): ffmpeg was not found on PATH") {
 		t.Errorf("without ffmpeg: %v", err)
 	}
 }

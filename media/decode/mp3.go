@@ -110,7 +110,12 @@ func decodeMP3WithFFmpeg(data []byte, h mp3Header, b *budget) (pcm.Interleaved, 
 	what := fmt.Sprintf("MPEG-%s layer III at %d Hz", h.version, h.rate)
 	tools, err := ffmpeg.Find()
 	if err != nil {
-		return pcm.Interleaved{}, unsupportedf("%s needs the ffmpeg tool, which is missing: %v", what, err)
+		reason := err.Error()
+		var ue *ffmpeg.UnavailableError
+		if errors.As(err, &ue) {
+			reason = ue.Reason
+		}
+		return pcm.Interleaved{}, unsupportedf("%s needs the ffmpeg tool (go-mp3 garbles it): %s", what, reason)
 	}
 	maxOut := int64(math.MaxInt32)
 	args := []string{"-nostdin", "-v", "error", "-f", "mp3", "-i", "pipe:0"}
