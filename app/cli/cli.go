@@ -11,6 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+
+	"verdict/app/inputs"
+	"verdict/engine/models"
 )
 
 // Command is one subcommand.
@@ -100,4 +103,33 @@ func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
 }
 
-var _ = strings.TrimSpace
+// mediaFlags are the media inputs of score and generate.
+type mediaFlags struct {
+	images       stringList
+	audio, video *string
+}
+
+func addMediaFlags(fs *flag.FlagSet) *mediaFlags {
+	m := &mediaFlags{}
+	fs.Var(&m.images, "image", "an image file (PNG, JPEG, GIF, WebP, BMP); repeat for more, at most 8")
+	m.audio = fs.String("audio", "", "an audio file (WAV, MP3, FLAC, OGG), at most 30 s")
+	m.video = fs.String("video", "", "a video file (through ffmpeg): 1 frame per second, at most 32, and its soundtrack")
+	return m
+}
+
+func (m *mediaFlags) any() bool { return len(m.images) > 0 || *m.audio != "" || *m.video != "" }
+
+// prepare decodes the media files and runs the model's towers on them.
+func (m *mediaFlags) prepare(ctx context.Context, mdl *models.Model) (*inputs.Prepared, error) {
+	in, err := inputs.Files(ctx, m.images, *m.audio, *m.video)
+	if err != nil {
+		return nil, err
+	}
+	return inputs.Prepare(mdl, in)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,5 +132,58 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.PrefillTPS <= 0 || r.DecodeTPS <= 0 {
 		t.Errorf("exit %d, %s %s", code, out, errOut)
+	}
+}
+
+// TestScoreMedia: an image, a WAV and a silent video on the built-in model.
+func TestScoreMedia(t *testing.T) {
+	testmodel.Tokenizer(t)
+	for _, tool := range []string{"ffmpeg", "espeak-ng"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("VERDICT_REQUIRE_MEDIA_TOOLS") == "1" {
+				t.Fatal(err)
+			}
+			t.Skip(err)
+		}
+	}
+	dir := t.TempDir()
+	wav, vid, png := filepath.Join(dir, "s.wav"), filepath.Join(dir, "v.mp4"), filepath.Join(dir, "i.png")
+	for _, c := range [][]string{
+		{"espeak-ng", "-w", wav, "The parcel is late."},
+		{"ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=duration=1:size=160x120:rate=5", wav + ".mp4"},
+		{"ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=duration=1:size=200x150:rate=1", "-frames:v", "1", png},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	os.Rename(wav+".mp4", vid)
+	schema := filepath.Join("..", "..", "engine", "scorer", "testdata", "ticket.json")
+	code, out, errOut := run("score", "--model", "builtin", "--schema", schema, "--text", "see attached",
+		"--image", png, "--audio", wav, "--video", vid)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res struct {
+		PromptTokens int `json:"prompt_tokens"`
+		Fields       []json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Fields) != 5 {
+		t.Fatalf("%v: %.300s", err, out)
+	}
+	// Text, 2 images of 256 tokens (the picture and the video's one frame) and 188 audio tokens.
+	if res.PromptTokens < 2*256+188 {
+		t.Errorf("prompt of %d tokens cannot hold the media", res.PromptTokens)
+	}
+	// Limits are checked before any tower runs.
+	args := []string{"score", "--model", "builtin", "--schema", schema, "--text", "x"}
+	for i := 0; i < 9; i++ {
+		args = append(args, "--image", png)
+	}
+	if code, _, errOut := run(args...); code != 1 || !strings.Contains(errOut, "exceeds the limit of 8") {
+		t.Errorf("nine images: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := run("generate", "--model", "builtin", "--prompt", "x", "--audio", png); code != 1 || !strings.Contains(errOut, png) {
+		t.Errorf("an image given as audio: exit %d, %s", code, errOut)
 	}
 }

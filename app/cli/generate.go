@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"verdict/app/inputs"
+	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
 	"verdict/engine/tokenizer"
@@ -21,11 +23,12 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	topK := fs.Int("top-k", 64, "keep the k most likely tokens (0: off)")
 	topP := fs.Float64("top-p", 0.95, "keep the smallest set of tokens with this much probability (1: off)")
 	seed := fs.Uint64("seed", 0, "sampling seed")
+	mf := addMediaFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *prompt == "" {
-		return usageErr("--prompt is required")
+	if *prompt == "" && !mf.any() {
+		return usageErr("--prompt is required (or media: --image, --audio, --video)")
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
@@ -43,7 +46,18 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stderr, "model: %s — its output is noise, not language\n", m.Name)
 	}
 	var ids []int32
-	if *raw {
+	var media *gemma3n.Media
+	if mf.any() {
+		if *raw {
+			return usageErr("--raw takes no media")
+		}
+		p, err := mf.prepare(ctx, m)
+		if err != nil {
+			return err
+		}
+		ids = inputs.ChatPrompt(m, p, *system, *prompt).Encode(tok)
+		media = &p.Media.Media
+	} else if *raw {
 		ids = append([]int32{int32(tok.BOS())}, tok.Encode(*prompt)...)
 	} else {
 		var turns []tokenizer.Turn
@@ -55,7 +69,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	opt := generate.Options{
 		MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed,
-		Stop: []int32{int32(tok.EOS()), int32(tok.EndOfTurn())},
+		Stop: []int32{int32(tok.EOS()), int32(tok.EndOfTurn())}, Media: media,
 	}
 	dec := tok.NewStreamDecoder()
 	res, err := generate.Run(ctx, m.Model, ids, opt, func(t generate.Token) error {

@@ -67,14 +67,15 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	text := fs.String("text", "", "the input text")
 	textFile := fs.String("text-file", "", "read the input text from this file")
 	logprobs := fs.Bool("token-logprobs", false, "include every scored token's log-probability")
+	mf := addMediaFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	if (*text == "") == (*textFile == "") {
-		return usageErr("give exactly one of --text and --text-file")
+	if *text != "" && *textFile != "" || *text == "" && *textFile == "" && !mf.any() {
+		return usageErr("give exactly one of --text and --text-file, or media (--image, --audio, --video)")
 	}
 	input := *text
 	if *textFile != "" {
@@ -97,6 +98,15 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer m.Close()
+	if mf.any() {
+		opt.Media = func() (*scorer.Media, error) {
+			p, err := mf.prepare(ctx, m)
+			if err != nil {
+				return nil, err
+			}
+			return &p.Media, nil
+		}
+	}
 	res, err := sc.Score(ctx, s, input, opt)
 	if err != nil {
 		return err

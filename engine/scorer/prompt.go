@@ -34,12 +34,13 @@ func jsonString(s string) string {
 // (media placeholders, then text), every question with its criteria, and the
 // model turn header.
 func (s *Schema) Prompt(input string) string {
-	return s.MediaPrompt(input, 0, false, gemma3n.Special{}).String()
+	return s.MediaPrompt(input, nil, false, gemma3n.Special{}).String()
 }
 
-// MediaPrompt is Prompt with media placeholders: images, then the audio
-// clip, then the text, under the input label.
-func (s *Schema) MediaPrompt(input string, images int, audio bool, sp gemma3n.Special) prompt.Prompt {
+// MediaPrompt is Prompt with media placeholders under the input label: one
+// per image, each after its caption when it has one (video frames carry
+// their time), then the audio clip, then the text.
+func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp gemma3n.Special) prompt.Prompt {
 	instr, label := s.Instructions, s.InputLabel
 	if instr == "" {
 		instr = DefaultInstructions
@@ -49,7 +50,10 @@ func (s *Schema) MediaPrompt(input string, images int, audio bool, sp gemma3n.Sp
 	}
 	var p prompt.Prompt
 	p.Text(fmt.Sprintf("%s%s\n\n%s:\n", userTurn, strings.TrimSpace(instr), label))
-	for i := 0; i < images; i++ {
+	for i, c := range captions {
+		if c != "" {
+			p.Text(c)
+		}
 		p.Image(sp, fmt.Sprintf("image %d", i+1))
 	}
 	if audio {

@@ -49,7 +49,14 @@ type Options struct {
 	OnField func(FieldResult)
 	// Media, when set, computes the request's image and audio soft tokens;
 	// it runs inside the request and counts as input preparation.
-	Media func() (*gemma3n.Media, error)
+	Media func() (*Media, error)
+}
+
+// Media is a request's media: the soft tokens the decoder merges, and a
+// caption for each image ("" for none).
+type Media struct {
+	gemma3n.Media
+	Captions []string
 }
 
 // DefaultBranchBatch is the default number of branch rows per batch.
@@ -218,18 +225,18 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 		return nil, err
 	}
 	var md *gemma3n.Media
-	images := 0
+	var captions []string
 	if opt.Media != nil {
-		var err error
-		if md, err = opt.Media(); err != nil {
+		in, err := opt.Media()
+		if err != nil {
 			return nil, err
 		}
-		per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize
-		if per > 0 {
-			images = len(md.Image) / per
+		md, captions = &in.Media, in.Captions
+		if per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize; len(md.Image) != per*len(captions) {
+			return nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(captions))
 		}
 	}
-	p := s.MediaPrompt(input, images, md != nil && md.Audio != nil, sc.m.Special)
+	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Special)
 	comp, cached, err := sc.compileCached(p, s.decisions())
 	if err != nil {
 		return nil, err

@@ -1,0 +1,128 @@
+// Package inputs turns a request's media — files decoded by media/, or
+// captured frames and audio — into what the engine takes: image and audio
+// soft tokens from the model's towers, and the prompt's captions.
+package inputs
+
+import (
+	"context"
+	"fmt"
+	"image"
+	"time"
+
+	"verdict/engine/models"
+	"verdict/engine/prompt"
+	"verdict/engine/scorer"
+	"verdict/media"
+	"verdict/media/decode"
+	"verdict/media/limits"
+	"verdict/media/video"
+)
+
+// Files reads image, audio and video files into a media.Input, enforcing
+// its limits (8 images, one audio clip of at most 30 s, one video: 60 s
+// silent or 30 s with sound, one audio source).
+func Files(ctx context.Context, images []string, audioPath, videoPath string) (*media.Input, error) {
+	in := &media.Input{}
+	for _, p := range images {
+		img, _, err := decode.ImageFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if err := in.AddImage(p, img); err != nil {
+			return nil, err
+		}
+	}
+	if audioPath != "" {
+		snd, err := decode.AudioFile(audioPath, limits.MaxAudio)
+		if err != nil {
+			return nil, err
+		}
+		if err := in.SetAudio(audioPath, snd.Clip); err != nil {
+			return nil, err
+		}
+	}
+	if videoPath != "" {
+		r, err := video.NewReader()
+		if err != nil {
+			return nil, err
+		}
+		v, err := r.Load(ctx, videoPath, video.Options{})
+		if err != nil {
+			return nil, err
+		}
+		if err := in.SetVideo(v); err != nil {
+			return nil, err
+		}
+	}
+	return in, in.Validate()
+}
+
+// Prepared is a request's media ready for the engine.
+type Prepared struct {
+	scorer.Media
+	Duration time.Duration // time spent in the towers
+}
+
+// Prepare runs the model's towers on the input: images, then the video's
+// frames (captioned with their time), and the one audio source (the clip or
+// the video's soundtrack).
+func Prepare(m *models.Model, in *media.Input) (*Prepared, error) {
+	start := time.Now()
+	var imgs []image.Image
+	var captions []string
+	for _, im := range in.Images {
+		imgs = append(imgs, im.Image)
+		captions = append(captions, "")
+	}
+	if in.Video != nil {
+		for _, f := range in.Video.Frames {
+			imgs = append(imgs, f.Image)
+			captions = append(captions, fmt.Sprintf("Video frame at %s:", clock(f.Time)))
+		}
+	}
+	var pcm []float32
+	if _, clip, ok := in.Sound(); ok {
+		if clip.Rate != 16000 {
+			return nil, fmt.Errorf("inputs: audio at %d Hz, want 16000", clip.Rate)
+		}
+		pcm = clip.Samples
+		if pcm == nil {
+			pcm = []float32{}
+		}
+	}
+	md, err := m.Media(imgs, pcm)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{Media: scorer.Media{Media: *md, Captions: captions}, Duration: time.Since(start)}, nil
+}
+
+// clock writes a video time as m:ss.
+func clock(d time.Duration) string {
+	s := int(d.Round(time.Second) / time.Second)
+	return fmt.Sprintf("%d:%02d", s/60, s%60)
+}
+
+// ChatPrompt is a one-turn chat prompt for ordinary generation: the system
+// message (if any), the media placeholders (captioned as Captions say), then
+// the text.
+func ChatPrompt(m *models.Model, p *Prepared, system, text string) prompt.Prompt {
+	var pr prompt.Prompt
+	pr.Text("<bos><start_of_turn>user\n")
+	if system != "" {
+		pr.Text(system + "\n\n")
+	}
+	if p != nil {
+		for i, c := range p.Captions {
+			if c != "" {
+				pr.Text(c)
+			}
+			pr.Image(m.Special, fmt.Sprintf("image %d", i+1))
+		}
+		if p.Audio != nil {
+			pr.Audio(m.Special, "audio")
+		}
+	}
+	pr.Text(text + "<end_of_turn>\n<start_of_turn>model\n")
+	return pr
+}
