@@ -259,6 +259,12 @@ func TestFrontendReady(t *testing.T) {
 	if e := s.Logs.Entries(0, 0); len(e) == 0 || e[len(e)-1].Message != "frontend ready" || e[len(e)-1].Fields["agent"] != "test agent" {
 		t.Errorf("log %+v", e)
 	}
+	for _, level := range []string{"error", "warning"} {
+		s.System.FrontendLog(level, strings.Repeat("x", 3000))
+		if e := s.Logs.Entries(0, 0); e[len(e)-1].Level != level || len(e[len(e)-1].Message) > 2100 {
+			t.Errorf("frontend %s logged as %+v", level, e[len(e)-1])
+		}
+	}
 }
 
 func TestSystemWithoutDialogs(t *testing.T) {

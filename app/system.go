@@ -151,6 +151,22 @@ type System struct {
 	onReady  func()
 }
 
+// FrontendLog logs a message from the page: level "error" for errors it did
+// not handle (a script error, a rejected promise), "warning" for errors it
+// showed the user. They show in the log viewer and fail the window's start-up
+// check.
+func (s *System) FrontendLog(level, message string) {
+	if len(message) > 2000 {
+		message = message[:2000] + "…"
+	}
+	e := s.log.WithField("mode", s.mode)
+	if level == "error" {
+		e.Error("frontend: " + message)
+	} else {
+		e.Warn("frontend: " + message)
+	}
+}
+
 // FrontendReady is called by the page once it has loaded its state; it is
 // logged (the window's start-up check waits for it).
 func (s *System) FrontendReady(agent string) {

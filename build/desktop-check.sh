@@ -39,6 +39,11 @@ grep -q 'msg="frontend ready" agent=' "$VERDICT_CHECK_LOG" || { echo "desktop-ch
 grep 'msg="run finished"' "$VERDICT_CHECK_LOG" | grep -q 'generator=done.*scorer=done' ||
   { echo "desktop-check: the demo run did not finish both sides" >&2; cat "$VERDICT_CHECK_LOG" >&2; exit 1; }
 
+if grep -E 'level=(error|fatal|panic)|level=warning msg="frontend' "$VERDICT_CHECK_LOG"; then
+  echo "desktop-check: errors in the window's log (above)" >&2
+  exit 1
+fi
+
 # Not blank: many colours and real contrast.
 colors=$(convert "$VERDICT_CHECK_SHOT" -format '%k' info:)
 stddev=$(convert "$VERDICT_CHECK_SHOT" -colorspace Gray -format '%[fx:standard_deviation]' info:)

@@ -46,6 +46,7 @@ export class Api {
   // System
   system = () => this.t.call<SystemInfo>('System', 'Info');
   frontendReady = (agent: string) => this.t.call<void>('System', 'FrontendReady', agent);
+  frontendLog = (level: 'error' | 'warning', message: string) => this.t.call<void>('System', 'FrontendLog', level, message);
   chooseFiles = () => this.t.call<InputFile[]>('System', 'ChooseFiles');
   chooseModelFolder = () => this.t.call<string>('System', 'ChooseModelFolder');
   saveText = (name: string, content: string) => this.t.call<string>('System', 'SaveText', name, content);

@@ -18,7 +18,7 @@ import { SchemaEditor } from './ui/schemaEditor';
 import { ScorerPanel } from './ui/scorerPanel';
 import { SettingsDialog } from './ui/settingsDialog';
 import { TimingPanel } from './ui/timingPanel';
-import { errorText, toast } from './ui/toast';
+import { errorText, setToastReporter, toast } from './ui/toast';
 
 const LS = 'verdict.';
 const load = <T>(k: string, def: T): T => {
@@ -543,4 +543,12 @@ const root = document.getElementById('app');
 if (root) {
   const app = new App(root);
   (window as unknown as { verdict: App }).verdict = app;
+  // Errors nobody handled go to the Go log (the log viewer, and the window's start-up check).
+  const report = (msg: string) => app.api.frontendLog('error', msg).catch(() => undefined);
+  setToastReporter((msg) => app.api.frontendLog('warning', msg).catch(() => undefined));
+  window.addEventListener('error', (e) => report(`${e.message} (${e.filename}:${e.lineno})`));
+  window.addEventListener('unhandledrejection', (e) => report(`unhandled rejection: ${errorText(e.reason)}`));
 }
+// Dropping a file outside the drop zone must not navigate away from the app.
+document.addEventListener('dragover', (e) => e.preventDefault());
+document.addEventListener('drop', (e) => e.preventDefault());
