@@ -90,14 +90,45 @@ func NewModels(open func(string) (*models.Model, error), e Emitter, log *logrus.
 	return &Models{open: open, emit: e, log: log, info: ModelInfo{State: ModelNone, Inputs: modalities()}}
 }
 
-func modalities() []Modality {
-	later := "not yet: media decoding is still being built"
+// Modality.Model values: whether the model's checkpoint can take the input.
+const (
+	towerUnknown = iota
+	towerPresent
+	towerAbsent
+)
+
+// modalities lists the inputs: text in the app now; images, audio and video
+// not in the app yet, with what the checkpoint holds for them (unknown while
+// no model is loaded).
+func modalities() []Modality { return modalitiesOf(towerUnknown, towerUnknown) }
+
+func modalitiesOf(vision, audio int) []Modality {
+	note := func(what string, tower int, flag string) string {
+		switch tower {
+		case towerPresent:
+			return "not in the app yet; this checkpoint has a " + what + " tower and `verdict score` / `verdict generate` take " + flag
+		case towerAbsent:
+			return "this checkpoint has no " + what + " tower"
+		}
+		return "not in the app yet"
+	}
+	video := note("vision", vision, "--video (through ffmpeg)")
+	if vision == towerAbsent {
+		video = "this checkpoint has no vision tower"
+	}
 	return []Modality{
 		{Name: "text", Supported: true},
-		{Name: "image", Note: later},
-		{Name: "audio", Note: later},
-		{Name: "video", Note: later},
+		{Name: "image", Note: note("vision", vision, "--image")},
+		{Name: "audio", Note: note("audio", audio, "--audio")},
+		{Name: "video", Note: video},
 	}
+}
+
+func towerState(present bool) int {
+	if present {
+		return towerPresent
+	}
+	return towerAbsent
 }
 
 // Info returns the current state.
@@ -202,6 +233,8 @@ func (s *Models) load(gen int, info ModelInfo) {
 	info.Params = m.Cfg.Params()
 	info.Layers, info.HiddenSize, info.VocabSize = m.Cfg.NumLayers, m.Cfg.HiddenSize, m.Cfg.VocabSize
 	info.LoadMs = ms(m.LoadTime)
+	img, aud := m.Inputs()
+	info.Inputs = modalitiesOf(towerState(img), towerState(aud))
 	if m.Builtin {
 		info.Note = "random weights: its output is noise, not language; it exercises the whole pipeline"
 	}

@@ -76,7 +76,7 @@ func TestModelReadyAndReplaced(t *testing.T) {
 		!strings.Contains(info.Name, "random weights") || !strings.Contains(info.Note, "noise") {
 		t.Errorf("built-in model info %+v", info)
 	}
-	if !info.Inputs[0].Supported || info.Inputs[0].Name != "text" || info.Inputs[1].Supported {
+	if !info.Inputs[0].Supported || info.Inputs[0].Name != "text" || info.Inputs[1].Supported || !strings.Contains(info.Inputs[1].Note, "tower") {
 		t.Errorf("inputs %+v", info.Inputs)
 	}
 	// Replacing the model cancels the run on the old one.

@@ -123,7 +123,7 @@ func ReadInputFile(path string) InputFile {
 		}
 		f.Supported, f.Text = true, string(b)
 	case KindImage, KindAudio, KindVideo:
-		f.Reason = f.Kind + " input is not supported yet (media decoding is still being built)"
+		f.Reason = f.Kind + " input is not supported in the app yet (the command line takes --" + f.Kind + ")"
 	default:
 		f.Reason = "not a text, image, audio or video file"
 	}

@@ -46,7 +46,7 @@ export async function readFile(f: File): Promise<InputFile> {
   out.reason =
     kind === 'other'
       ? 'not a text, image, audio or video file'
-      : `${kind} input is not supported yet (media decoding is still being built)`;
+      : `${kind} input is not supported in the app yet (the command line takes --${kind})`;
   return out;
 }
 

@@ -74,7 +74,7 @@ describe('files', () => {
     expect(txt).toMatchObject({ kind: 'text', supported: true, text: 'The server is down.' });
     const img = await readFile(new File([new Uint8Array([0x89, 0x50])], 'photo.png', { type: 'image/png' }));
     expect(img).toMatchObject({ kind: 'image', supported: false });
-    expect(img.reason).toContain('not supported yet');
+    expect(img.reason).toContain('not supported in the app yet');
     const bad = await readFile(new File([new Uint8Array([0x63, 0xe9])], 'latin1.txt'));
     expect(bad).toMatchObject({ supported: false, reason: 'not UTF-8 text' });
     expect(composeInput('  typed ', [txt, img])).toBe('typed\n\n[ticket.txt]\nThe server is down.');

@@ -57,7 +57,8 @@ export class ModelBar {
         break;
       case 'ready': {
         const inputs = (m.inputs ?? []).map((i) =>
-          h('span.modality', { class: `modality ${i.supported ? 'on' : 'off'}`, title: i.supported ? `${i.name}: supported` : `${i.name}: ${i.note ?? 'not supported'}` }, i.supported ? `${i.name} ✓` : `${i.name} later`));
+          h('span.modality', { class: `modality ${i.supported ? 'on' : 'off'}`, dataset: { input: i.name }, title: i.supported ? `${i.name}: supported` : `${i.name}: ${i.note ?? 'not supported'}` },
+            i.supported ? `${i.name} ✓` : /no .* tower/.test(i.note ?? '') ? `no ${i.name}` : `${i.name} later`));
         body = [
           h('b#model-name', { title: m.path ?? '' }, m.name ?? ''),
           m.random_weights ? h('span.badge.warn#random-weights', { title: m.note ?? '' }, 'random weights') : null,
