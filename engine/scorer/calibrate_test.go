@@ -1,0 +1,65 @@
+package scorer
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFitTemperature: labels drawn from softmax(s/T) let the fit recover T.
+func TestFitTemperature(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	for _, T := range []float64{0.5, 1, 2.5} {
+		var obs []observation
+		for i := 0; i < 4000; i++ {
+			s := []float64{r.NormFloat64() * 3, r.NormFloat64() * 3, r.NormFloat64() * 3}
+			p := Softmax(s, T)
+			u, y := r.Float64(), 0
+			for y < 2 && u > p[y] {
+				u -= p[y]
+				y++
+			}
+			obs = append(obs, observation{"f", s, y})
+		}
+		if got := fitTemperature(obs); math.Abs(got-T)/T > 0.1 {
+			t.Errorf("fitted %.3f, want %.3f", got, T)
+		}
+	}
+}
+
+func TestCalibrationFile(t *testing.T) {
+	dir := t.TempDir()
+	c := &Calibration{Global: 1.7, Fields: map[string]float64{"a": 0.8}, Examples: 3}
+	p := filepath.Join(dir, "c.json")
+	if err := c.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadCalibration(p)
+	if err != nil || got.Global != 1.7 || got.Fields["a"] != 0.8 {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if T := got.temperature("a", 1); T != 0.8 {
+		t.Errorf("field temperature %g", T)
+	}
+	if T := got.temperature("b", 1); T != 1.7 {
+		t.Errorf("global temperature %g", T)
+	}
+	if st := got.status(); !st.Applied || !strings.Contains(st.Detail, "1.7") {
+		t.Errorf("status %+v", st)
+	}
+	if st := (*Calibration)(nil).status(); st.Applied {
+		t.Errorf("nil calibration applied: %+v", st)
+	}
+	for _, bad := range []string{`{`, `{"global_temperature": 0}`, `{"global_temperature": 1, "field_temperatures": {"x": -1}}`} {
+		os.WriteFile(p, []byte(bad), 0o644)
+		if _, err := LoadCalibration(p); err == nil {
+			t.Errorf("LoadCalibration(%s) succeeded", bad)
+		}
+	}
+	if _, err := ReadExamples(strings.NewReader("{\"text\": \"x\"}\n")); err == nil || !strings.Contains(err.Error(), "no labels") {
+		t.Errorf("an example without labels: %v", err)
+	}
+}
