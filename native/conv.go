@@ -153,6 +153,34 @@ func CHWToHWC(y, x []float32, c, hw int) {
 	C.vk_chw_to_hwc(fp(y), fp(x), i64(c), i64(hw))
 }
 
+// RMSNormAct is a fused per-pixel RMSNorm over channels: for each row of
+// width c, y = act(x/sqrt(mean(x²) + eps)·w)·gamma + res, with act the
+// tanh-GELU when gelu is set (identity otherwise), gamma (nil: 1) a
+// per-channel scale and res (nil: none) a residual of x's shape. y may alias
+// x or res.
+func RMSNormAct(y, x, w, gamma, res []float32, c int, eps float32, gelu bool) {
+	check(c > 0 && len(x)%c == 0, "RMSNormAct: len(x) is not a multiple of c")
+	rows := len(x) / c
+	if rows == 0 {
+		return
+	}
+	check(len(y) >= len(x) && len(w) >= c, "RMSNormAct: y or w too short")
+	check(gamma == nil || len(gamma) >= c, "RMSNormAct: gamma too short")
+	check(res == nil || len(res) >= len(x), "RMSNormAct: res too short")
+	var g, r *C.float
+	if gamma != nil {
+		g = fp(gamma)
+	}
+	if res != nil {
+		r = fp(res)
+	}
+	ge := C.int(0)
+	if gelu {
+		ge = 1
+	}
+	C.vk_rmsnorm_act(fp(y), fp(x), fp(w), g, r, i64(rows), i64(c), C.float(eps), ge)
+}
+
 // MQAttention computes unmasked multi-query attention: q and out are
 // [nq, heads, d], k and v are [nk, d] (one key/value head for all query
 // heads); out[i, h] = softmax_j(scale·q[i, h]·k[j])·v.

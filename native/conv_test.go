@@ -264,6 +264,63 @@ func TestMQAttention(t *testing.T) {
 	})
 }
 
+func TestRMSNormAct(t *testing.T) {
+	convBoth(t, func(t *testing.T) {
+		r := newRand(13)
+		for _, c := range []int{1, 7, 64, 200} {
+			rows := 37
+			x, w, g, res := convRandVec(r, rows*c), convRandVec(r, c), convRandVec(r, c), convRandVec(r, rows*c)
+			for i := range x {
+				x[i] *= 4
+			}
+			for _, gelu := range []bool{false, true} {
+				for _, withRes := range []bool{false, true} {
+					want := make([]float64, rows*c)
+					for row := range rows {
+						ss := 0.0
+						for i := range c {
+							ss += float64(x[row*c+i]) * float64(x[row*c+i])
+						}
+						inv := 1 / math.Sqrt(ss/float64(c)+1e-6)
+						for i := range c {
+							v := float64(x[row*c+i]) * inv * float64(w[i])
+							if gelu {
+								v = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
+							}
+							v *= float64(g[i])
+							if withRes {
+								v += float64(res[row*c+i])
+							}
+							want[row*c+i] = v
+						}
+					}
+					y := make([]float32, rows*c)
+					var rr []float32
+					if withRes {
+						rr = res
+					}
+					RMSNormAct(y, x, w, g, rr, c, 1e-6, gelu)
+					convClose(t, fmt.Sprintf("c=%d gelu=%v res=%v", c, gelu, withRes), y, want, 2e-6)
+				}
+			}
+		}
+		// In place, no gamma.
+		x := convRandVec(r, 3*16)
+		want := make([]float32, len(x))
+		RMSNormAct(want, x, make16(1), nil, nil, 16, 1e-6, false)
+		RMSNormAct(x, x, make16(1), nil, nil, 16, 1e-6, false)
+		bitsEqual(t, "in place", x, want)
+	})
+}
+
+func make16(v float32) []float32 {
+	w := make([]float32, 16)
+	for i := range w {
+		w[i] = v
+	}
+	return w
+}
+
 // TestConvThreadInvariance: results are bit-identical for any thread count.
 func TestConvThreadInvariance(t *testing.T) {
 	defer SetThreads(0)

@@ -20,11 +20,44 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #define MR 6
 #define NR 16
-#define MC 144    /* rows of A per block (multiple of MR) */
-#define KCMAX 320 /* columns of A per block */
+#ifndef VK_CONV_MC
+#define VK_CONV_MC 144
+#endif
+#ifndef VK_CONV_KC
+#define VK_CONV_KC 320
+#endif
+#define MC VK_CONV_MC    /* rows of A per block (multiple of MR) */
+#define KCMAX VK_CONV_KC /* columns of A per block */
+#define DIRECT_MAX_PANELS 8
+
+/* Denormals are flushed to zero (FTZ and DAZ) while a task runs: some CPUs
+ * take microcode assists on them (tiny attention probabilities, say), and
+ * they are far below what matters here. The caller's mode is restored. */
+static inline unsigned ftz_begin(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned csr = _mm_getcsr();
+	_mm_setcsr(csr | 0x8040);
+	return csr;
+#else
+	return 0;
+#endif
+}
+
+static inline void ftz_end(unsigned csr)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	_mm_setcsr(csr);
+#else
+	(void)csr;
+#endif
+}
 
 /* ------------------------------------------------------------ portable */
 
@@ -47,6 +80,47 @@ static void ukr_scalar(int64_t kc, const float *a, const float *b, float *c,
 	for (int r = 0; r < mr; r++)
 		for (int j = 0; j < nr; j++)
 			c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];
+}
+
+static void ukr_rows_scalar(int64_t kc, const float *a, int64_t lda,
+                            const float *b, float *c, int64_t ldc, int acc,
+                            int nr)
+{
+	float t[MR][NR];
+	for (int r = 0; r < MR; r++)
+		for (int j = 0; j < NR; j++)
+			t[r][j] = 0;
+	for (int64_t p = 0; p < kc; p++) {
+		for (int r = 0; r < MR; r++) {
+			float ar = a[r * lda + p];
+			for (int j = 0; j < NR; j++)
+				t[r][j] = fmaf(ar, b[j], t[r][j]);
+		}
+		b += NR;
+	}
+	for (int r = 0; r < MR; r++)
+		for (int j = 0; j < nr; j++)
+			c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];
+}
+
+static void norm_row_scalar(float *y, const float *x, const float *w,
+                            const float *gamma, const float *res, int64_t c,
+                            float eps, int gelu)
+{
+	float ss = 0;
+	for (int64_t i = 0; i < c; i++)
+		ss = fmaf(x[i], x[i], ss);
+	float inv = 1.0f / sqrtf(ss / (float)c + eps);
+	for (int64_t i = 0; i < c; i++) {
+		float v = x[i] * inv * w[i];
+		if (gelu)
+			v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+		if (gamma)
+			v *= gamma[i];
+		if (res)
+			v += res[i];
+		y[i] = v;
+	}
 }
 
 static void dw_row_scalar(float *y, const float *x, const float *wt, int64_t h,
@@ -79,13 +153,15 @@ static float softmax_row_scalar(float *s, int64_t n, float scale)
 	for (int64_t j = 0; j < n; j++)
 		m = s[j] > m ? s[j] : m;
 	for (int64_t j = 0; j < n; j++) {
-		s[j] = expf(s[j] * scale - m * scale);
+		float t = s[j] * scale - m * scale;
+		s[j] = t >= SOFTMAX_CUT ? expf(t) : 0.0f;
 		sum += s[j];
 	}
 	return sum;
 }
 
-static const vk_conv_ops ops_scalar = {ukr_scalar, dw_row_scalar,
+static const vk_conv_ops ops_scalar = {ukr_scalar, ukr_rows_scalar,
+                                       norm_row_scalar, dw_row_scalar,
                                        softmax_row_scalar};
 
 static const vk_conv_ops *_Atomic conv_ops = NULL;
@@ -259,18 +335,28 @@ static void gemm_block(const vk_conv_ops *o, float *y, int64_t ldy,
                        int64_t jp1)
 {
 	int64_t kcs = kc_step(k);
-	int64_t mcp = (mc + MR - 1) / MR * MR;
+	/* With few panels to share the packing, plain A is read in place by
+	 * whole micro-panels (only a last partial one is packed); otherwise A
+	 * is packed (contiguous micro-panels stream better). */
+	int direct = !s->conv && jp1 - jp0 <= DIRECT_MAX_PANELS;
+	int64_t full = direct ? mc / MR * MR : 0;
+	int64_t mcp = (mc - full + MR - 1) / MR * MR;
 	float *abuf = vk_scratch(1, (size_t)(mcp * kcs) * sizeof(float));
 	for (int64_t p0 = 0; p0 < k; p0 += kcs) {
 		int64_t kc = k - p0 < kcs ? k - p0 : kcs;
-		pack_a(abuf, s, m, i0, mc, p0, kc);
+		if (mc > full)
+			pack_a(abuf, s, m, i0 + full, mc - full, p0, kc);
 		for (int64_t jp = jp0; jp < jp1; jp++) {
 			const float *b = bp + jp * NR * k + p0 * NR;
 			int nr = (int)(n - jp * NR < NR ? n - jp * NR : NR);
-			for (int64_t ir = 0; ir < mc; ir += MR) {
+			int64_t ir = 0;
+			for (; ir < full; ir += MR)
+				o->ukr_rows(kc, s->x + (i0 + ir) * s->ldx + p0, s->ldx, b,
+				            y + (i0 + ir) * ldy + jp * NR, ldy, p0 > 0, nr);
+			for (; ir < mc; ir += MR) {
 				int mr = (int)(mc - ir < MR ? mc - ir : MR);
-				o->ukr(kc, abuf + ir * kc, b, y + (i0 + ir) * ldy + jp * NR,
-				       ldy, p0 > 0, mr, nr);
+				o->ukr(kc, abuf + (ir - full) * kc, b,
+				       y + (i0 + ir) * ldy + jp * NR, ldy, p0 > 0, mr, nr);
 			}
 		}
 	}
@@ -293,8 +379,10 @@ static void gemm_task(void *vc, int64_t t)
 	int64_t i0 = mb * MC, mc = c->m - i0 < MC ? c->m - i0 : MC;
 	int64_t jp0 = nb * c->pchunk;
 	int64_t jp1 = jp0 + c->pchunk < c->npan ? jp0 + c->pchunk : c->npan;
+	unsigned csr = ftz_begin();
 	gemm_block(c->o, c->y, c->ldy, &c->s, c->m, c->bp, c->n, c->k, i0, mc,
 	           jp0, jp1);
+	ftz_end(csr);
 }
 
 static void gemm_run(float *y, int64_t ldy, const asrc *s, const float *bp,
@@ -368,6 +456,42 @@ void vk_conv2d(float *y, const float *x, const float *bp, const float *bias,
 	}
 }
 
+/* ------------------------------------------------------------ norms */
+
+typedef struct {
+	const vk_conv_ops *o;
+	float *y;
+	const float *x, *w, *gamma, *res;
+	int64_t rows, c;
+	float eps;
+	int gelu;
+	int64_t per;
+} norm_ctx;
+
+static void norm_task(void *vc, int64_t t)
+{
+	const norm_ctx *n = vc;
+	int64_t r1 = (t + 1) * n->per < n->rows ? (t + 1) * n->per : n->rows;
+	unsigned csr = ftz_begin();
+	for (int64_t r = t * n->per; r < r1; r++)
+		n->o->norm_row(n->y + r * n->c, n->x + r * n->c, n->w,
+		               n->gamma, n->res ? n->res + r * n->c : NULL, n->c,
+		               n->eps, n->gelu);
+	ftz_end(csr);
+}
+
+void vk_rmsnorm_act(float *y, const float *x, const float *w,
+                    const float *gamma, const float *res, int64_t rows,
+                    int64_t c, float eps, int gelu)
+{
+	if (rows <= 0 || c <= 0)
+		return;
+	norm_ctx n = {ops(), y, x, w, gamma, res, rows, c, eps, gelu, 0};
+	n.per = 16384 / c > 1 ? 16384 / c : 1;
+	vk_par((rows + n.per - 1) / n.per, (gelu ? 30.0 : 4.0) * (double)(rows * c),
+	       norm_task, &n);
+}
+
 /* ------------------------------------------------------------ depthwise */
 
 typedef struct {
@@ -381,8 +505,10 @@ typedef struct {
 static void dw_task(void *vc, int64_t oy)
 {
 	const dw_ctx *c = vc;
+	unsigned csr = ftz_begin();
 	c->o->dw_row(c->y + oy * c->ow * c->c, c->x, c->wt, c->h, c->w, c->c,
 	             c->ow, c->k, c->stride, c->pad_t, c->pad_l, oy);
+	ftz_end(csr);
 }
 
 void vk_dwconv2d(float *y, const float *x, const float *wt, int64_t h,
@@ -496,6 +622,7 @@ typedef struct {
 static void mqa_task(void *vc, int64_t t)
 {
 	const mqa_ctx *c = vc;
+	unsigned csr = ftz_begin();
 	int64_t r0 = t * ARB, nr = c->rows - r0 < ARB ? c->rows - r0 : ARB;
 	float *s = vk_scratch(2, (size_t)(ARB * c->nk + ARB) * sizeof(float));
 	float *sums = s + ARB * c->nk;
@@ -518,6 +645,7 @@ static void mqa_task(void *vc, int64_t t)
 		for (int64_t j = 0; j < c->d; j++)
 			o[r * c->d + j] *= inv;
 	}
+	ftz_end(csr);
 }
 
 void vk_mqa(float *out, const float *q, const float *k, const float *v,

@@ -8,7 +8,8 @@
  * register-blocked AVX2/FMA micro-kernel (portable C otherwise), threaded on
  * the pool of cpu_pool.c. Every output element is computed by one thread in
  * an order fixed by the shapes alone, so results do not depend on the thread
- * count.
+ * count. Denormal inputs and results are flushed to zero while these kernels
+ * run (x86 FTZ/DAZ; the caller's floating-point mode is restored).
  */
 #ifndef VERDICT_KERNELS_CONV_H
 #define VERDICT_KERNELS_CONV_H
@@ -66,19 +67,38 @@ void vk_upsample_concat(float *y, const float *a, int64_t ca, const float *b,
 /* y[p, c] = x[c, p] for p < hw (CHW -> HWC). */
 void vk_chw_to_hwc(float *y, const float *x, int64_t c, int64_t hw);
 
+/* Fused per-pixel norm: for each of rows rows of width c,
+ * y = act(x / sqrt(mean(x²) + eps) · w) · gamma + res, where act is tanh-GELU
+ * when gelu != 0 (else identity), gamma (NULL: 1) is a per-channel scale
+ * and res (NULL: 0) a residual [rows, c]. y may alias x or res. */
+void vk_rmsnorm_act(float *y, const float *x, const float *w,
+                    const float *gamma, const float *res, int64_t rows,
+                    int64_t c, float eps, int gelu);
+
 /* Multi-query attention without mask: q [nq, heads, d], k and v [nk, d]
  * (one key/value head shared by all query heads), out [nq, heads, d]:
- * out[i, h] = softmax_j(scale · q[i, h]·k[j]) · v. */
+ * out[i, h] = softmax_j(scale · q[i, h]·k[j]) · v. Terms of the softmax
+ * below e^-60 of the largest are dropped, and denormals are flushed. */
 void vk_mqa(float *out, const float *q, const float *k, const float *v,
             int64_t nq, int64_t heads, int64_t nk, int64_t d, float scale);
 
 /* Internal to cpu_conv*.c: the inner loops of one SIMD level. */
 #ifdef VK_CONV_INTERNAL
+/* Softmax terms exp(t) with t below this are taken as 0 (< 1e-26 of the
+ * largest term; keeps denormals out of the attention products). */
+#define SOFTMAX_CUT (-60.0f)
 typedef struct {
 	/* 6×16 micro-kernel: c[r·ldc + j] (+)= sum_p a[p·6 + r]·b[p·16 + j]
 	 * for r < mr, j < nr (acc: add to c, else overwrite). */
 	void (*ukr)(int64_t kc, const float *a, const float *b, float *c,
 	            int64_t ldc, int acc, int mr, int nr);
+	/* As ukr with mr = 6, but A read in place: a[r·lda + p]. */
+	void (*ukr_rows)(int64_t kc, const float *a, int64_t lda,
+	                 const float *b, float *c, int64_t ldc, int acc, int nr);
+	/* One row of vk_rmsnorm_act. */
+	void (*norm_row)(float *y, const float *x, const float *w,
+	                 const float *gamma, const float *res, int64_t c,
+	                 float eps, int gelu);
 	/* One output row oy of vk_dwconv2d. */
 	void (*dw_row)(float *y, const float *x, const float *wt, int64_t h,
 	               int64_t w, int64_t c, int64_t ow, int k, int stride,

@@ -399,10 +399,7 @@ func (t *Tower) HardEmbed(id int32) []float32 {
 // normAct applies RmsNorm2d (weight w, over channels) and optionally GELU
 // in place.
 func normAct(x []float32, w []float32, c int, gelu bool) {
-	native.RMSNorm(x, x, w, c, normEps)
-	if gelu {
-		native.GeluTanh(x)
-	}
+	native.RMSNormAct(x, x, w, nil, nil, c, normEps, gelu)
 }
 
 // forward runs the encoder; probe, when not nil, sees each block's output
@@ -455,7 +452,7 @@ func (t *Tower) forward(pixels []float32, probe func(name string, x []float32, h
 	k := hi.h / outRes
 	out := make([]float32, outRes*outRes*t.cfg.HiddenSize)
 	native.AvgPool2D(out, proj, hi.h, hi.w, t.cfg.HiddenSize, k)
-	native.RMSNorm(out, out, t.msfa.norm, t.cfg.HiddenSize, normEps)
+	normAct(out, t.msfa.norm, t.cfg.HiddenSize, false)
 	if probe != nil {
 		probe("msfa", out, outRes, outRes, t.cfg.HiddenSize)
 	}
@@ -477,8 +474,8 @@ func (t *Tower) runBlock(b *block, x act) act {
 		normAct(mid, b.convExp.norm, b.mid, true)
 		out := ws.get(free[1], p*b.out)
 		native.GemmPacked(out, mid, b.convPwl.packed, p)
-		normAct(out, b.convPwl.norm, b.out, false)
-		return t.residual(b, x, act{buf: free[1], h: g.OH, w: g.OW, c: b.out})
+		native.RMSNormAct(out, out, b.convPwl.norm, nil, t.shortcut(b, xb), b.out, normEps, false)
+		return act{buf: free[1], h: g.OH, w: g.OW, c: b.out}
 	case kindUIR:
 		cur, h, w := xb, x.h, x.w
 		next := 0
@@ -502,13 +499,12 @@ func (t *Tower) runBlock(b *block, x act) act {
 		}
 		out := ws.get(free[next], h*w*b.out)
 		native.GemmPacked(out, cur, b.pwProj.packed, h*w)
-		normAct(out, b.pwProj.norm, b.out, false)
-		native.MulRows(out, b.gamma)
-		return t.residual(b, x, act{buf: free[next], h: h, w: w, c: b.out})
+		native.RMSNormAct(out, out, b.pwProj.norm, b.gamma, t.shortcut(b, xb), b.out, normEps, false)
+		return act{buf: free[next], h: h, w: w, c: b.out}
 	default: // kindMQA
 		p, c := x.h*x.w, x.c
 		n := ws.get(free[0], p*c)
-		native.RMSNorm(n, xb, b.norm, c, normEps)
+		native.RMSNormAct(n, xb, b.norm, nil, nil, c, normEps, false)
 		q := ws.get(free[1], p*b.headsDim)
 		native.GemmPacked(q, n, b.query.packed, p)
 		kvSrcK, kvSrcV, kp := n, n, p
@@ -518,9 +514,9 @@ func (t *Tower) runBlock(b *block, x act) act {
 			kd := ws.get(4, 2*kp*c)
 			kvSrcK, kvSrcV = kd[:kp*c], kd[kp*c:]
 			native.DepthwiseConv2D(kvSrcK, n, b.keyDown.dw, c, g)
-			native.RMSNorm(kvSrcK, kvSrcK, b.keyDown.norm, c, normEps)
+			normAct(kvSrcK, b.keyDown.norm, c, false)
 			native.DepthwiseConv2D(kvSrcV, n, b.valDown.dw, c, g)
-			native.RMSNorm(kvSrcV, kvSrcV, b.valDown.norm, c, normEps)
+			normAct(kvSrcV, b.valDown.norm, c, false)
 		}
 		kv := ws.get(5, 2*kp*b.spec.dim)
 		k, v := kv[:kp*b.spec.dim], kv[kp*b.spec.dim:]
@@ -531,17 +527,16 @@ func (t *Tower) runBlock(b *block, x act) act {
 		out := ws.get(free[1], p*c)
 		native.GemmPacked(out, o, b.output.packed, p)
 		native.MulRows(out, b.gamma)
-		return t.residual(b, x, act{buf: free[1], h: x.h, w: x.w, c: c})
+		native.Add(out, out, xb)
+		return act{buf: free[1], h: x.h, w: x.w, c: c}
 	}
 }
 
-// residual adds the block input to its output when the block has a skip.
-func (t *Tower) residual(b *block, x, y act) act {
+// shortcut is the residual a block adds to its output: its input when it
+// has a skip, else nil.
+func (t *Tower) shortcut(b *block, x []float32) []float32 {
 	if !b.skip {
-		return y
+		return nil
 	}
-	n := y.h * y.w * y.c
-	yb := t.ws.bufs[y.buf][:n]
-	native.Add(yb, yb, t.ws.bufs[x.buf][:n])
-	return y
+	return x
 }

@@ -231,3 +231,62 @@ func TestStrongLayerScaleReference(t *testing.T) {
 		t.Errorf("strong layer scale: tower error %.3g, embeds error %.3g (> 1e-3)", d, de)
 	}
 }
+
+func BenchmarkTower(b *testing.B) {
+	dir := tinyDir(b)
+	store, err := weights.OpenRecipe(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	tower, err := LoadTower(store, readFile(b, filepath.Join(dir, "config.json")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	exp, err := weights.OpenSafetensors(filepath.Join(dir, "expected.safetensors"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer exp.Close()
+	pixels := tensor(b, exp, "pixel_values")
+	if _, err := tower.SoftTokens(pixels); err != nil { // warm the workspace
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := tower.SoftTokens(pixels); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(towerFlops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// towerFlops counts the encoder's multiply-adds ×2 at 768×768 (convolutions,
+// projections and attention; norms and activations left out).
+func towerFlops() float64 {
+	h, in := ImageSize/2, stemChannels
+	total := 2.0 * float64(h*h*stemChannels*27)
+	for _, specs := range stages() {
+		for _, b := range specs {
+			switch b.kind {
+			case kindER:
+				oh := h / b.stride
+				total += 2 * float64(oh*oh*in*b.exp) * float64(in*b.k*b.k+b.out)
+				h = oh
+			case kindUIR:
+				mid := in * b.exp
+				oh := h / b.stride
+				total += 2*float64(h*h*in*mid) + 2*float64(oh*oh*mid*b.out)
+				total += 2 * float64(h*h*in*b.start*b.start+oh*oh*mid*b.k*b.k)
+				h = oh
+			case kindMQA:
+				p := h * h
+				kp := p / (b.kvStride * b.kvStride)
+				total += 4*float64(p*in*b.heads*b.dim) + 4*float64(kp*in*b.dim) + 4*float64(p*b.heads*kp*b.dim)
+			}
+			in = b.out
+		}
+	}
+	p := (ImageSize / 16) * (ImageSize / 16)
+	return total + 2*float64(p*1920*3840) + 2*float64(p*3840*2048)
+}
