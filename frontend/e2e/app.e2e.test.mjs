@@ -152,6 +152,18 @@ test('compares a second run with the baseline and stops a run', async () => {
   assert.equal(await page.locator('#history-table tr.baseline').getAttribute('data-run'), 'run-1');
 });
 
+test('settings apply to the next run (Ctrl+, then Ctrl+Enter)', async () => {
+  await page.keyboard.press('Control+,');
+  await page.locator('#settings[open]').waitFor();
+  await page.locator('#settings input[name="max_tokens"]').fill('8');
+  await page.locator('#settings button[type="submit"]').click();
+  await page.locator('#settings').waitFor({ state: 'hidden' });
+  await page.keyboard.press('Control+Enter');
+  await page.locator('#history-table tr[data-run="run-3"]').waitFor();
+  assert.equal(await page.locator('#gen-tokens').textContent(), '8 tok');
+  assert.equal(await page.locator('#scorer-panel .dist.filled').count(), 5);
+});
+
 test('takes text files and lists other files as not supported yet', async () => {
   const txt = join(out, 'ticket.txt');
   writeFileSync(txt, 'The invoice was charged twice.');

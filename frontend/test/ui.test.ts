@@ -106,3 +106,23 @@ describe('schema editor problems', () => {
     expect(ed.el.querySelector('li.field-card[data-field="1"] .problems')).toBeNull();
   });
 });
+
+describe('settings dialog', () => {
+  it('saves the default settings as they are', async () => {
+    const { SettingsDialog } = await import('../src/ui/settingsDialog');
+    const prefs = {
+      run: { generation: { max_tokens: 96, temperature: 0, top_k: 64, top_p: 0.95, seed: 0, prompt: 'schema' as const }, scorer: { branch_batch: 8, temperature: 1 } },
+      log_level: 'info',
+    };
+    let saved: unknown = null;
+    const d = new SettingsDialog({ prefs: () => prefs, save: async (p) => void (saved = p), defaults: async () => prefs, settingsPath: () => '' });
+    document.body.appendChild(d.el);
+    d.open();
+    const form = d.el.querySelector('form')!;
+    expect(form.checkValidity()).toBe(true);
+    (d.el.querySelector('input[name="max_tokens"]') as HTMLInputElement).value = '8';
+    (d.el.querySelector('button[type="submit"]') as HTMLButtonElement).click();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(saved).toEqual({ ...prefs, run: { ...prefs.run, generation: { ...prefs.run.generation, max_tokens: 8 }, scorer: { ...prefs.run.scorer, calibration: '' } } });
+  });
+});
