@@ -183,7 +183,9 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 func (s *Models) load(gen int, info ModelInfo) {
 	start := time.Now()
 	done := make(chan struct{})
+	tickerDone := make(chan struct{})
 	go func() {
+		defer close(tickerDone)
 		t := time.NewTicker(ProgressInterval)
 		defer t.Stop()
 		for {
@@ -211,6 +213,7 @@ func (s *Models) load(gen int, info ModelInfo) {
 		}
 	}
 	close(done)
+	<-tickerDone // no progress event may follow the outcome
 	s.mu.Lock()
 	if s.gen != gen { // abandoned
 		s.mu.Unlock()

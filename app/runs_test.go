@@ -67,6 +67,11 @@ func TestModelLoadFailureIsReported(t *testing.T) {
 	if progress == 0 {
 		t.Error("no loading progress events")
 	}
+	time.Sleep(2 * ProgressInterval)
+	evs := rec.Events(EventModel)
+	if last := evs[len(evs)-1]; !strings.Contains(string(last.JSON), `"state":"error"`) {
+		t.Errorf("the last model event is %s", last.JSON)
+	}
 }
 
 func TestModelReadyAndReplaced(t *testing.T) {
