@@ -45,6 +45,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warnf("serving on %s, not on a loopback address: whoever reaches it can run the model and read files this user can read", ln.Addr())
+	}
 	if !frontend.Built() {
 		log.Warn("the frontend is not built into this binary: the page will say how to build it")
 	}
