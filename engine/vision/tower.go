@@ -75,10 +75,12 @@ type block struct {
 	headsDim int       // mqa heads·dim
 }
 
-// loader reads tensors by name, checking their shapes.
+// loader reads tensors by name, checking their shapes. A dry loader only
+// checks (names and shapes) and returns no data.
 type loader struct {
 	store  weights.Store
 	prefix string
+	dry    bool
 }
 
 // ErrMissing is wrapped by LoadTower's error when a checkpoint lacks a
@@ -93,6 +95,9 @@ func (l loader) tensor(name string, shape ...int) ([]float32, error) {
 	}
 	if !slices.Equal(got, shape) {
 		return nil, fmt.Errorf("vision: %s has shape %v, want %v", full, got, shape)
+	}
+	if l.dry {
+		return nil, nil
 	}
 	return l.store.Float32(full)
 }
@@ -115,15 +120,19 @@ func (l loader) conv(name, normName string, in, out, k int, depthwise bool) (con
 		if err != nil {
 			return c, err
 		}
-		c.dw = native.DepthwiseWeights(w, out, k)
+		if !l.dry {
+			c.dw = native.DepthwiseWeights(w, out, k)
+		}
 	} else {
 		w, err := l.tensor(name, out, in, k, k)
 		if err != nil {
 			return c, err
 		}
-		if k == 1 {
+		switch {
+		case l.dry: // names and shapes only
+		case k == 1:
 			c.packed = native.PackMatrix(w, out, in)
-		} else {
+		default:
 			c.packed = native.PackConv(w, out, in, k)
 		}
 	}
@@ -139,14 +148,25 @@ func (l loader) conv(name, normName string, in, out, k int, depthwise bool) (con
 
 // LoadTower binds the vision encoder (model.vision_tower.timm_model.*) and
 // the vision embedder (model.embed_vision.*) of a Gemma 3n checkpoint. The
-// block layout is mobilenetv5_300m_enc's; every tensor's shape is checked.
+// block layout is mobilenetv5_300m_enc's; every tensor's name and shape is
+// checked before any is read (a missing one gives an error wrapping
+// ErrMissing). Weights are converted to float32 and packed for the native
+// kernels (about 1.2 GB).
 func LoadTower(store weights.Store, cfgJSON []byte) (*Tower, error) {
 	cfg, err := ParseConfig(cfgJSON)
 	if err != nil {
 		return nil, err
 	}
+	if _, err := build(store, cfg, true); err != nil {
+		return nil, err
+	}
+	return build(store, cfg, false)
+}
+
+func build(store weights.Store, cfg Config, dry bool) (*Tower, error) {
+	var err error
 	t := &Tower{cfg: cfg}
-	l := loader{store: store, prefix: TowerPrefix}
+	l := loader{store: store, prefix: TowerPrefix, dry: dry}
 
 	if t.stem, err = l.conv("conv_stem.conv.weight", "conv_stem.bn.weight", 3, stemChannels, 3, false); err != nil {
 		return nil, err
@@ -191,7 +211,7 @@ func LoadTower(store weights.Store, cfgJSON []byte) (*Tower, error) {
 	}
 	t.msfa.norm = slices.Clone(n)
 
-	if err := t.loadEmbedder(store); err != nil {
+	if err := t.loadEmbedder(store, dry); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -274,8 +294,8 @@ func loadBlock(l loader, p string, spec blockSpec, in int) (*block, error) {
 	return b, nil
 }
 
-func (t *Tower) loadEmbedder(store weights.Store) error {
-	l := loader{store: store, prefix: EmbedderPrefix}
+func (t *Tower) loadEmbedder(store weights.Store, dry bool) error {
+	l := loader{store: store, prefix: EmbedderPrefix, dry: dry}
 	h := t.cfg.HiddenSize
 	shape, err := l.shape("embedding_projection.weight")
 	if err != nil {
@@ -292,7 +312,9 @@ func (t *Tower) loadEmbedder(store weights.Store) error {
 	if err != nil {
 		return err
 	}
-	t.embed.projection = native.PackMatrix(proj, th, h)
+	if !dry {
+		t.embed.projection = native.PackMatrix(proj, th, h)
+	}
 	if t.embed.table, err = l.tensor("embedding.weight", t.cfg.VocabSize, h); err != nil {
 		return err
 	}
