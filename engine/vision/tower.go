@@ -388,8 +388,15 @@ func (t *Tower) SoftTokens(pixels []float32) ([]float32, error) {
 // EmbedSoft is the embedder's soft path on n encoder tokens x [n,
 // HiddenSize]: x·√HiddenSize, soft_embedding_norm, embedding_projection,
 // then a scale-free RMSNorm. It returns [n, TextHidden]; x is not changed.
+// It panics when x holds fewer than n tokens.
 func (t *Tower) EmbedSoft(x []float32, n int) []float32 {
 	h, th := t.cfg.HiddenSize, t.cfg.TextHidden
+	if n < 0 || n*h > len(x) {
+		panic(fmt.Sprintf("vision: EmbedSoft: %d tokens of %d in %d values", n, h, len(x)))
+	}
+	if n == 0 {
+		return nil
+	}
 	e := slices.Clone(x[:n*h])
 	native.Scale(e, float32(math.Sqrt(float64(h))))
 	eps := float32(t.cfg.RMSNormEps)
