@@ -47,6 +47,10 @@ type Options struct {
 	// OnField, when set, receives each field's result as soon as all its
 	// decisions are scored.
 	OnField func(FieldResult)
+	// OnStage, when set, hears each stage as it ends: "input" (preparation),
+	// "prefill", and "batch" after every branch batch, with the time since
+	// the request began.
+	OnStage func(stage string, elapsed time.Duration)
 	// Media, when set, computes the request's image and audio soft tokens;
 	// it runs inside the request and counts as input preparation.
 	Media func() (*Media, error)
@@ -367,6 +371,12 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	}
 	r := &run{batch: batch}
 	r.timings.InputPreparation = Duration(time.Since(start))
+	stage := func(name string) {
+		if opt.OnStage != nil {
+			opt.OnStage(name, time.Since(start))
+		}
+	}
+	stage("input")
 
 	// The shared prefix, computed once and only read by the branches.
 	t := time.Now()
@@ -386,6 +396,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	}
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
+	stage("prefill")
 
 	tries := make([]*trie, len(comp.decisions))
 	keys := make([]row, len(comp.decisions))
@@ -434,6 +445,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 			}
 		}
 		r.timings.Batches = append(r.timings.Batches, Duration(time.Since(t)))
+		stage("batch")
 		return seg, nil
 	}
 	finish := func(dec int) {
