@@ -1,6 +1,21 @@
 package native
 
-import "math"
+/*
+#include "kernels.h"
+
+static void branch_attention(float *out, const float *q, const float *pk,
+	const float *pv, const float *mk, const float *mv, const float *sk,
+	const float *sv, const int32_t *qrow, const int32_t *qidx,
+	const int32_t *mid_row, const int32_t *mid_len, int64_t nq, int64_t hq,
+	int64_t hkv, int64_t d, int64_t prefix, int64_t suf_len,
+	int64_t mid_stride, int64_t window, float scale)
+{
+	vk_branch_attn a = {out, q, pk, pv, mk, mv, sk, sv, qrow, qidx, mid_row,
+		mid_len, nq, hq, hkv, d, prefix, suf_len, mid_stride, window, scale};
+	vk_branch_attention(&a);
+}
+*/
+import "C"
 
 // BranchAttnParams describes attention for branch rows that continue a
 // shared prefix, optionally through a parent segment.
@@ -28,72 +43,41 @@ type BranchAttnParams struct {
 }
 
 // BranchAttention computes attention for branch rows; see BranchAttnParams.
-// q and out are [NQ, HeadsQ, HeadDim].
+// q and out are [NQ, HeadsQ, HeadDim]; pk/pv hold the prefix, mk/mv the
+// parent rows (nil without), sk/sv the rows' own keys and values. Each
+// query's output equals Attention's over the same keys in one array, bit
+// for bit, and does not depend on the other queries.
 func BranchAttention(out, q, pk, pv, mk, mv, sk, sv []float32, p BranchAttnParams) {
-	d := p.HeadDim
-	group := p.HeadsQ / p.HeadsKV
-	var scores []float32
-	for i := 0; i < p.NQ; i++ {
-		r, j := int(p.QRow[i]), int(p.QIdx[i])
-		mrow, mlen := -1, 0
-		if p.MidRow != nil && p.MidRow[i] >= 0 {
-			mrow, mlen = int(p.MidRow[i]), int(p.MidLen[i])
-		}
-		pos := p.Prefix + mlen + j
-		lo := 0
-		if p.Window > 0 && pos-p.Window+1 > lo {
-			lo = pos - p.Window + 1
-		}
-		// key returns the key and value at position k (lo <= k <= pos).
-		key := func(k, h int) ([]float32, []float32) {
-			var o int
-			switch {
-			case k < p.Prefix:
-				o = (k*p.HeadsKV + h) * d
-				return pk[o : o+d], pv[o : o+d]
-			case k < p.Prefix+mlen:
-				o = ((mrow*p.MidStride+k-p.Prefix)*p.HeadsKV + h) * d
-				return mk[o : o+d], mv[o : o+d]
-			}
-			o = ((r*p.SufLen+k-p.Prefix-mlen)*p.HeadsKV + h) * d
-			return sk[o : o+d], sv[o : o+d]
-		}
-		if cap(scores) < pos+1 {
-			scores = make([]float32, pos+1)
-		}
-		sc := scores[:pos+1]
-		for h := 0; h < p.HeadsQ; h++ {
-			kh := h / group
-			qv := q[(i*p.HeadsQ+h)*d : (i*p.HeadsQ+h+1)*d]
-			m := float32(math.Inf(-1))
-			for k := lo; k <= pos; k++ {
-				kv, _ := key(k, kh)
-				var s float32
-				for c := range qv {
-					s += qv[c] * kv[c]
-				}
-				s *= p.Scale
-				sc[k] = s
-				if s > m {
-					m = s
-				}
-			}
-			var sum float32
-			for k := lo; k <= pos; k++ {
-				sc[k] = float32(math.Exp(float64(sc[k] - m)))
-				sum += sc[k]
-			}
-			o := out[(i*p.HeadsQ+h)*d : (i*p.HeadsQ+h+1)*d]
-			for c := range o {
-				o[c] = 0
-			}
-			for k := lo; k <= pos; k++ {
-				_, vv := key(k, kh)
-				w := sc[k] / sum
-				for c := range o {
-					o[c] += w * vv[c]
-				}
-			}
-		}
+	if p.NQ <= 0 || p.HeadsQ <= 0 || p.HeadDim <= 0 {
+		return
 	}
+	check(p.HeadsKV > 0 && p.HeadsQ%p.HeadsKV == 0, "BranchAttention: HeadsQ is not a multiple of HeadsKV")
+	d, kv := p.HeadDim, p.HeadsKV*p.HeadDim
+	nq := p.NQ * p.HeadsQ * d
+	check(len(q) >= nq && len(out) >= nq, "BranchAttention: q or out too short")
+	check(len(p.QRow) >= p.NQ && len(p.QIdx) >= p.NQ, "BranchAttention: QRow or QIdx too short")
+	check(len(pk) >= p.Prefix*kv && len(pv) >= p.Prefix*kv, "BranchAttention: prefix keys too short")
+	rows := 0
+	for i := 0; i < p.NQ; i++ {
+		check(p.QRow[i] >= 0 && p.QIdx[i] >= 0 && int(p.QIdx[i]) < p.SufLen, "BranchAttention: query outside its row")
+		rows = max(rows, int(p.QRow[i])+1)
+	}
+	check(len(sk) >= rows*p.SufLen*kv && len(sv) >= rows*p.SufLen*kv, "BranchAttention: row keys too short")
+	var mkp, mvp *C.float
+	var midRow, midLen *C.int32_t
+	var midStride int
+	if p.MidRow != nil {
+		check(len(p.MidRow) >= p.NQ && len(p.MidLen) >= p.NQ, "BranchAttention: MidRow or MidLen too short")
+		for i := 0; i < p.NQ; i++ {
+			if p.MidRow[i] >= 0 {
+				check(p.MidLen[i] >= 0 && int(p.MidLen[i]) <= p.MidStride, "BranchAttention: parent length exceeds MidStride")
+				check(len(mk) >= (int(p.MidRow[i])+1)*p.MidStride*kv && len(mv) >= (int(p.MidRow[i])+1)*p.MidStride*kv,
+					"BranchAttention: parent keys too short")
+			}
+		}
+		mkp, mvp, midRow, midLen, midStride = fp(mk), fp(mv), ip(p.MidRow), ip(p.MidLen), p.MidStride
+	}
+	C.branch_attention(fp(out), fp(q), fp(pk), fp(pv), mkp, mvp, fp(sk), fp(sv), ip(p.QRow), ip(p.QIdx),
+		midRow, midLen, i64(p.NQ), i64(p.HeadsQ), i64(p.HeadsKV), i64(d), i64(p.Prefix), i64(p.SufLen),
+		i64(midStride), i64(p.Window), C.float(p.Scale))
 }

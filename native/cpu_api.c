@@ -1,23 +1,68 @@
 /* cpu_api.c: the kernels.h entry points: pick a kernel set and call it. */
 #include "cpu_internal.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 static const vk_ops *_Atomic cur = &vk_ops_scalar;
 
-static const vk_ops *best(int *level)
+/* Kernel sets by number: 0 portable, 1 AVX2+FMA, 2 NEON, 3 AVX-512. */
+#if defined(VK_HAVE_AVX512_BUILD)
+static vk_ops ops_avx512;
+static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
+static void avx512_init(void) { vk_ops_avx512_fill(&ops_avx512); }
+#endif
+
+/* cap is the highest set vk_init may pick (VERDICT_SIMD). */
+static int cap = 3;
+
+static const vk_ops *set_ops(int set)
 {
+	switch (set) {
+	case 0:
+		return &vk_ops_scalar;
 #if defined(VK_HAVE_AVX2_BUILD)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-		*level = 1;
-		return &vk_ops_avx2;
-	}
+	case 1:
+		__builtin_cpu_init();
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+			return &vk_ops_avx2;
+		return NULL;
+#endif
+#if defined(VK_HAVE_AVX512_BUILD)
+	case 3:
+		__builtin_cpu_init();
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		    __builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("avx512dq") &&
+		    __builtin_cpu_supports("avx512vl")) {
+			pthread_once(&avx512_once, avx512_init);
+			return &ops_avx512;
+		}
+		return NULL;
 #endif
 #if defined(VK_HAVE_NEON_BUILD)
-	*level = 2;
-	return &vk_ops_neon;
+	case 2:
+		return &vk_ops_neon;
 #endif
+	}
+	return NULL;
+}
+
+static const vk_ops *best(int *level)
+{
+	static const int order[] = {3, 1, 2};
+	for (int i = 0; i < 3; i++) {
+		int s = order[i];
+		if (cap < 3 && (s == 3 || s > cap))
+			continue;
+		const vk_ops *o = set_ops(s);
+		if (o) {
+			*level = s;
+			return o;
+		}
+	}
 	*level = 0;
 	return &vk_ops_scalar;
 }
@@ -30,8 +75,42 @@ int vk_set_simd(int level)
 	return got;
 }
 
+int vk_simd_active(void)
+{
+	const vk_ops *o = atomic_load(&cur);
+	if (o == &vk_ops_scalar)
+		return 0;
+#if defined(VK_HAVE_AVX512_BUILD)
+	if (o == &ops_avx512)
+		return 3;
+#endif
+#if defined(VK_HAVE_NEON_BUILD)
+	if (o == &vk_ops_neon)
+		return 2;
+#endif
+	return 1;
+}
+
+int vk_use_simd(int set)
+{
+	const vk_ops *o = set_ops(set);
+	if (!o)
+		return 0;
+	atomic_store(&cur, o);
+	return 1;
+}
+
 void vk_init(int threads)
 {
+	const char *e = getenv("VERDICT_SIMD");
+	if (e) {
+		if (!strcmp(e, "portable") || !strcmp(e, "scalar"))
+			cap = 0;
+		else if (!strcmp(e, "avx2"))
+			cap = 1;
+		else if (!strcmp(e, "neon"))
+			cap = 2;
+	}
 	vk_set_simd(1);
 	if (threads > 0)
 		vk_pool_resize(threads);
@@ -53,6 +132,20 @@ void vk_linear_bf16(float *y, const float *x, const uint16_t *w, int64_t n,
 {
 	OPS->linear(y, x, w, 1, n, rows, cols);
 }
+
+void vk_linear_q4(float *y, const float *x, const uint8_t *q, const float *so,
+                  int64_t n, int64_t rows, int64_t cols, int lg)
+{
+	OPS->linear_q4(y, x, q, so, n, rows, cols, lg);
+}
+
+void vk_q4_dequant(float *dst, const uint8_t *q, const float *so,
+                   int64_t rows, int64_t cols, int lg)
+{
+	OPS->q4_dequant(dst, q, so, rows, cols, lg);
+}
+
+void vk_branch_attention(const vk_branch_attn *p) { OPS->branch_attention(p); }
 
 void vk_attention(float *out, const float *q, const float *k, const float *v,
                   const int32_t *qpos, int64_t nq, int64_t nk, int64_t hq,

@@ -66,6 +66,12 @@ typedef struct {
 	void (*ew)(int op, float *y, const float *a, const float *b, int64_t n,
 	           float s);
 	void (*bf16_to_f32)(float *dst, const uint16_t *src, int64_t n);
+	void (*linear_q4)(float *y, const float *x, const uint8_t *q,
+	                  const float *so, int64_t n, int64_t rows, int64_t cols,
+	                  int lg);
+	void (*q4_dequant)(float *dst, const uint8_t *q, const float *so,
+	                   int64_t rows, int64_t cols, int lg);
+	void (*branch_attention)(const vk_branch_attn *p);
 } vk_ops;
 
 enum {
@@ -83,9 +89,15 @@ enum {
 };
 
 extern const vk_ops vk_ops_scalar;
+
 #if defined(__x86_64__) || defined(__i386__)
 #define VK_HAVE_AVX2_BUILD 1
 extern const vk_ops vk_ops_avx2;
+#endif
+#if defined(VK_HAVE_AVX2_BUILD) && (defined(__GNUC__) || defined(__clang__))
+#define VK_HAVE_AVX512_BUILD 1
+/* vk_ops_avx512_fill: the AVX2 table with the AVX-512 linear kernels. */
+void vk_ops_avx512_fill(vk_ops *o);
 #endif
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define VK_HAVE_NEON_BUILD 1

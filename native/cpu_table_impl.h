@@ -14,4 +14,7 @@ const vk_ops VK_ISA(vk_ops) = {
 	.altup_correct = VK_ISA(altup_correct),
 	.ew = VK_ISA(ew),
 	.bf16_to_f32 = VK_ISA(bf16_to_f32),
+	.linear_q4 = VK_ISA(linear_q4),
+	.q4_dequant = VK_ISA(q4_dequant),
+	.branch_attention = VK_ISA(branch_attention),
 };

@@ -23,6 +23,13 @@ VK_INLINE V v_load_bf16(const uint16_t *p)
 	__m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
 	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
+/* v_q4_nibbles: the low (hi = 0) or high nibbles of p[0..8) as floats. */
+VK_INLINE V v_q4_nibbles(const uint8_t *p, const int hi)
+{
+	__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+	b = hi ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(15));
+	return _mm256_cvtepi32_ps(b);
+}
 VK_INLINE V v_add(V a, V b) { return _mm256_add_ps(a, b); }
 VK_INLINE V v_sub(V a, V b) { return _mm256_sub_ps(a, b); }
 VK_INLINE V v_mul(V a, V b) { return _mm256_mul_ps(a, b); }

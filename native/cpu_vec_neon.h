@@ -48,6 +48,16 @@ VK_INLINE V v_load_bf16(const uint16_t *p)
 	       VK_U2F(vshll_high_n_u16(w, 16))};
 	return r;
 }
+/* v_q4_nibbles: the low (hi = 0) or high nibbles of p[0..8) as floats. */
+VK_INLINE V v_q4_nibbles(const uint8_t *p, const int hi)
+{
+	uint8x8_t b = vld1_u8(p);
+	b = hi ? vshr_n_u8(b, 4) : vand_u8(b, vdup_n_u8(15));
+	uint16x8_t h = vmovl_u8(b);
+	V r = {vcvtq_f32_u32(vmovl_u16(vget_low_u16(h))),
+	       vcvtq_f32_u32(vmovl_high_u16(h))};
+	return r;
+}
 VK_INLINE V v_add(V a, V b)
 {
 	V r = VK_F2(vaddq_f32);

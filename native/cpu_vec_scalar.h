@@ -45,6 +45,13 @@ VK_INLINE V v_load_bf16(const uint16_t *p)
 	VK_LANES r.u[l] = (uint32_t)p[l] << 16;
 	return r;
 }
+/* v_q4_nibbles: the low (hi = 0) or high nibbles of p[0..8) as floats. */
+VK_INLINE V v_q4_nibbles(const uint8_t *p, const int hi)
+{
+	V r;
+	VK_LANES r.f[l] = (float)(hi ? p[l] >> 4 : p[l] & 15);
+	return r;
+}
 VK_INLINE V v_add(V a, V b)
 {
 	VK_LANES a.f[l] = a.f[l] + b.f[l];

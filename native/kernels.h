@@ -25,9 +25,16 @@ void vk_init(int threads);
 void vk_set_threads(int n);
 int vk_threads(void);
 /* vk_set_simd selects the kernel set: 0 portable, 1 best available. It
- * returns the active one: 0 portable, 1 x86 AVX2+FMA, 2 arm64 NEON. All
- * give bit-identical results. */
+ * returns the active one: 0 portable, 1 x86 AVX2+FMA, 2 arm64 NEON, 3 x86
+ * AVX-512 (F, BW, DQ, VL). All give bit-identical results. The environment
+ * variable VERDICT_SIMD (portable, avx2, avx512, neon), read by vk_init,
+ * caps the choice. */
 int vk_set_simd(int level);
+/* vk_use_simd selects one kernel set by the numbers above; it returns 0
+ * (and changes nothing) when this machine lacks it. */
+int vk_use_simd(int set);
+/* vk_simd_active reports the kernel set in use (numbers as above). */
+int vk_simd_active(void);
 
 /* y[t, r] = sum_c x[t, c] * w[r, c]; x [n, cols], w [rows, cols], y [n, rows].
  * The bf16 variant takes w as raw bfloat16 bits. */
@@ -36,11 +43,56 @@ void vk_linear_f32(float *y, const float *x, const float *w, int64_t n,
 void vk_linear_bf16(float *y, const float *x, const uint16_t *w, int64_t n,
                     int64_t rows, int64_t cols);
 
+/* Packed 4-bit weights (q4). A q4 matrix of rows × cols (cols a multiple
+ * of 32, groups of g = 1 << lg columns, g a multiple of 32) is two arrays:
+ *   q  [rows, cols/2] bytes: in each block of 32 columns (16 bytes), byte b
+ *      holds column b in its low nibble and column 16 + b in its high one;
+ *   so [rows, cols/g, 2] floats: each group's scale and offset.
+ * Weight (r, c) is fmaf(scale, nibble, offset), exactly, everywhere.
+ * vk_linear_q4 is vk_linear_f32 over those weights, bit for bit. */
+void vk_linear_q4(float *y, const float *x, const uint8_t *q, const float *so,
+                  int64_t n, int64_t rows, int64_t cols, int lg);
+/* vk_q4_dequant writes rows × cols weights of q4 rows into dst [rows, cols]
+ * (q and so point at the first row). */
+void vk_q4_dequant(float *dst, const uint8_t *q, const float *so,
+                   int64_t rows, int64_t cols, int lg);
+/* vk_q4_quantize packs w [rows, cols] into q and so: per group, offset and
+ * scale from the group's minimum and maximum, refined by least squares
+ * while that lowers the squared error. Deterministic (any thread count). */
+void vk_q4_quantize(uint8_t *q, float *so, const float *w, int64_t rows,
+                    int64_t cols, int lg);
+
 /* Causal (window > 0: sliding-window) attention. q, out [nq, hq, d];
  * k, v [nk, hkv, d]; query i sits at qpos[i]. */
 void vk_attention(float *out, const float *q, const float *k, const float *v,
                   const int32_t *qpos, int64_t nq, int64_t nk, int64_t hq,
                   int64_t hkv, int64_t d, int64_t window, float scale);
+
+/* Branch attention: query i belongs to branch row qrow[i] at own index
+ * qidx[i] and sits at position prefix + mid + qidx[i], where mid is
+ * mid_len[i] when mid_row (not NULL) has mid_row[i] >= 0, else 0. It sees
+ * the prefix keys pk/pv [prefix, hkv, d] (positions 0..prefix-1), its
+ * parent's keys (row mid_row[i] of mk/mv, mid_stride keys a row, the first
+ * mid positions after the prefix) and its own row's keys (row qrow[i] of
+ * sk/sv, suf_len keys a row) up to itself; window > 0 keeps the last window
+ * positions. Results equal vk_attention over the same keys in one array. */
+typedef struct {
+	float *out;            /* [nq, hq, d] */
+	const float *q;        /* [nq, hq, d] */
+	const float *pk, *pv;  /* prefix */
+	const float *mk, *mv;  /* parent rows, or NULL */
+	const float *sk, *sv;  /* own rows */
+	const int32_t *qrow, *qidx, *mid_row, *mid_len;
+	int64_t nq, hq, hkv, d, prefix, suf_len, mid_stride, window;
+	float scale;
+} vk_branch_attn;
+void vk_branch_attention(const vk_branch_attn *p);
+
+/* Machine limits, for benchmarks: the read bandwidth of a multithreaded
+ * streaming read over bytes bytes (GB/s), and the float32 FMA rate of
+ * independent FMA chains on every pool thread (GFLOP/s, 2 flops an FMA). */
+double vk_bench_read_bandwidth(int64_t bytes, int reps);
+double vk_bench_fma_peak(double seconds);
 
 /* Row ops over rows of width dim. w may be NULL in vk_rmsnorm. */
 void vk_rmsnorm(float *y, const float *x, const float *w, int64_t rows,

@@ -18,6 +18,7 @@ type DType int
 const (
 	F32 DType = iota
 	BF16
+	Q4 // packed 4-bit, a float32 scale and offset per group (see NewQ4)
 )
 
 func (d DType) String() string {
@@ -26,17 +27,23 @@ func (d DType) String() string {
 		return "f32"
 	case BF16:
 		return "bf16"
+	case Q4:
+		return "q4"
 	}
 	return "unknown"
 }
 
 // Matrix is a weight matrix of Rows×Cols in PyTorch's Linear layout
-// [out, in]. Exactly one of F32 and BF16 holds its elements.
+// [out, in]. Exactly one of F32, BF16 and Q4 holds its elements; a Q4
+// matrix also has Q4SO and Group.
 type Matrix struct {
 	Rows, Cols int
 	DType      DType
 	F32        []float32
 	BF16       []uint16
+	Q4         []byte    // [Rows, Cols/2] nibbles (see NewQ4)
+	Q4SO       []float32 // [Rows, Cols/Group, 2] scale and offset
+	Group      int       // columns per q4 group
 }
 
 // NewF32 wraps float32 elements as a Matrix.

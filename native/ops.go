@@ -33,6 +33,10 @@ func Threads() int { return int(C.vk_threads()) }
 // reports the active one (0: portable, 1: AVX2+FMA, 2: NEON). For tests.
 func setSIMD(level int) int { return int(C.vk_set_simd(C.int(level))) }
 
+// useSIMD selects one kernel set (0 portable, 1 AVX2, 2 NEON, 3 AVX-512);
+// false when this machine lacks it. For tests.
+func useSIMD(set int) bool { return C.vk_use_simd(C.int(set)) != 0 }
+
 func fp(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(s))) }
 
 func ip(s []int32) *C.int32_t { return (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(s))) }
@@ -47,7 +51,12 @@ func check(ok bool, msg string) {
 
 // Linear computes y[t, r] = Σ_c x[t, c]·W[r, c] for t < n.
 // x is [n, W.Cols], y is [n, W.Rows]; y must not alias x.
-// Each row of y is bit-identical to what a call with n = 1 gives.
+// Each row of y is bit-identical to what a call with n = 1 gives, for any
+// thread count and kernel set. Every dot product is summed the same way:
+// 16 lanes (lane l takes the columns c ≡ l mod 16), fresh lane sums per
+// block of 512 columns added into outer sums, a fixed tree over the lanes,
+// the last Cols%16 columns added in order. A Q4 matrix gives exactly the
+// result of its dequantized float32 weights (Dequantize).
 func Linear(y, x []float32, w Matrix, n int) {
 	if n <= 0 || w.Rows <= 0 {
 		return
@@ -62,6 +71,9 @@ func Linear(y, x []float32, w Matrix, n int) {
 		check(len(w.BF16) >= w.Rows*w.Cols, "Linear: matrix has no bf16 data")
 		C.vk_linear_bf16(fp(y), fp(x), (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(w.BF16))),
 			i64(n), i64(w.Rows), i64(w.Cols))
+	case Q4:
+		w.checkQ4("Linear")
+		C.vk_linear_q4(fp(y), fp(x), bp(w.Q4), fp(w.Q4SO), i64(n), i64(w.Rows), i64(w.Cols), C.int(log2(w.Group)))
 	default:
 		panic("native: Linear: unknown dtype")
 	}

@@ -44,18 +44,27 @@ func (m Matrix) at(r, c int) float32 {
 	return math.Float32frombits(uint32(m.BF16[r*m.Cols+c]) << 16)
 }
 
-// simdLevels runs f once per C kernel set this machine has (the portable
-// one, then AVX2 where available), restoring the best one afterwards.
+// simdSets lists the C kernel sets this machine has (0 portable, 1 AVX2,
+// 2 NEON, 3 AVX-512).
+func simdSets() []int {
+	defer setSIMD(1)
+	var sets []int
+	for s := 0; s <= 3; s++ {
+		if useSIMD(s) {
+			sets = append(sets, s)
+		}
+	}
+	return sets
+}
+
+// simdLevels runs f once per C kernel set this machine has, restoring the
+// best one afterwards.
 func simdLevels(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	defer setSIMD(1)
-	levels := []int{0}
-	if best := setSIMD(1); best != 0 {
-		levels = append(levels, best)
-	}
-	for _, l := range levels {
-		setSIMD(min(l, 1))
-		t.Run([]string{"portable", "avx2", "neon"}[l], f)
+	for _, s := range simdSets() {
+		useSIMD(s)
+		t.Run(simdNames[s], f)
 	}
 }
 
@@ -565,11 +574,14 @@ func TestPortableMatchesSIMD(t *testing.T) {
 	r := newRand(99)
 	run := func(f func() []float32) {
 		t.Helper()
+		defer setSIMD(1)
 		setSIMD(0)
 		a := f()
-		setSIMD(1)
-		b := f()
-		bitsEqual(t, "portable vs simd", a, b)
+		for _, s := range simdSets()[1:] {
+			useSIMD(s)
+			b := f()
+			bitsEqual(t, "portable vs "+simdNames[s], a, b)
+		}
 	}
 	for _, dt := range []DType{F32, BF16} {
 		w := randMatrix(r, dt, 77, 1301)

@@ -1,0 +1,337 @@
+package native
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+var q4Shapes = []struct{ n, rows, cols, group int }{
+	{1, 1, 32, 32}, {1, 7, 64, 32}, {1, 70, 1024, 64}, {2, 33, 512, 128}, {3, 9, 2048, 32},
+	{1, 5, 2560, 128}, {4, 48, 96, 32}, {5, 50, 1536, 64}, {7, 97, 2048, 64},
+	{64, 130, 512, 32}, {65, 49, 2560, 128}, {130, 20, 1024, 256}, {3, 300, 64, 64},
+}
+
+func randQ4(seed uint64, rows, cols, group int) (Matrix, []float32) {
+	r := newRand(seed)
+	w := randVec(r, rows*cols, 0.05)
+	for i := range w { // an offset per row, as real weights have
+		w[i] += float32(i/cols%7) * 0.01
+	}
+	return Quantize(NewF32(rows, cols, w), group), w
+}
+
+// TestQ4Linear: a q4 product is the float32 product of the dequantized
+// weights, bit for bit, on every kernel set, for GEMV and GEMM shapes; and
+// every kernel set gives the portable set's bits.
+func TestQ4Linear(t *testing.T) {
+	for _, s := range q4Shapes {
+		m, _ := randQ4(uint64(s.rows*31+s.cols), s.rows, s.cols, s.group)
+		f := m.Dequantize()
+		x := randVec(newRand(uint64(s.n)), s.n*s.cols, 1)
+		name := fmt.Sprintf("%dx%dx%d/g%d", s.n, s.rows, s.cols, s.group)
+		var ref []float32
+		for _, set := range simdSets() {
+			useSIMD(set)
+			got := make([]float32, s.n*s.rows)
+			want := make([]float32, s.n*s.rows)
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			Linear(got, x, m, s.n)
+			Linear(want, x, f, s.n)
+			bitsEqual(t, name+"/"+simdNames[set]+" q4 vs f32", got, want)
+			if ref == nil {
+				ref = got
+			} else {
+				bitsEqual(t, name+"/"+simdNames[set]+" vs portable", got, ref)
+			}
+		}
+		setSIMD(1)
+		naive := make([]float32, s.n*s.rows)
+		naiveLinear(naive, x, f, s.n)
+		closeTo(t, name+" vs naive", ref, naive, 1e-4, abs(1e-4))
+	}
+}
+
+// TestQ4Determinism: bit-identical for 1, 2 and 3 threads, and each token
+// alone equals its row of an n-token product.
+func TestQ4Determinism(t *testing.T) {
+	defer SetThreads(0)
+	simdLevels(t, func(t *testing.T) {
+		for _, s := range []struct{ n, rows, cols, group int }{
+			{5, 37, 96, 32}, {67, 101, 1280, 64}, {3, 200, 2048, 128}, {64, 256, 1024, 32}, {9, 64, 4096, 64},
+		} {
+			m, _ := randQ4(uint64(s.n+s.rows), s.rows, s.cols, s.group)
+			x := randVec(newRand(uint64(s.cols)), s.n*s.cols, 1)
+			SetThreads(1)
+			ref := make([]float32, s.n*s.rows)
+			Linear(ref, x, m, s.n)
+			name := fmt.Sprintf("%dx%dx%d", s.n, s.rows, s.cols)
+			for _, th := range []int{2, 3} {
+				SetThreads(th)
+				got := make([]float32, len(ref))
+				Linear(got, x, m, s.n)
+				bitsEqual(t, fmt.Sprintf("%s/threads=%d", name, th), got, ref)
+			}
+			for tk := 0; tk < s.n; tk++ {
+				one := make([]float32, s.rows)
+				Linear(one, x[tk*s.cols:(tk+1)*s.cols], m, 1)
+				bitsEqual(t, fmt.Sprintf("%s/token %d alone", name, tk), one, ref[tk*s.rows:(tk+1)*s.rows])
+			}
+			for _, k := range []int{2, 3, 4} {
+				if k > s.n {
+					continue
+				}
+				part := make([]float32, k*s.rows)
+				Linear(part, x[:k*s.cols], m, k)
+				bitsEqual(t, fmt.Sprintf("%s/first %d tokens", name, k), part, ref[:k*s.rows])
+			}
+		}
+	})
+}
+
+// TestQ4Quantize: the least-squares refit never makes the squared error
+// worse than the min/max grid's, no weight is off by much more than a step,
+// a constant group is exact, and the packing is the same on any thread
+// count.
+func TestQ4Quantize(t *testing.T) {
+	defer SetThreads(0)
+	for _, g := range []int{32, 64, 128} {
+		rows, cols := 40, 512
+		r := newRand(uint64(g))
+		w := randVec(r, rows*cols, 0.02)
+		for c := 0; c < g; c++ { // row 3's first group is constant
+			w[3*cols+c] = 0.125
+		}
+		w[5*cols+7] = 0.3 // an outlier
+		SetThreads(1)
+		m := Quantize(NewF32(rows, cols, w), g)
+		d := m.Dequantize().F32
+		var sse, sseMinMax float64
+		for row := 0; row < rows; row++ {
+			for k := 0; k < cols/g; k++ {
+				grp := w[row*cols+k*g : row*cols+(k+1)*g]
+				mn, mx := grp[0], grp[0]
+				for _, v := range grp {
+					mn, mx = min(mn, v), max(mx, v)
+				}
+				step := (mx - mn) / 15
+				s, o := m.Q4SO[(row*(cols/g)+k)*2], m.Q4SO[(row*(cols/g)+k)*2+1]
+				for c, v := range grp {
+					got := d[row*cols+k*g+c]
+					// Least squares may clip a group's extremes a little.
+					if e := math.Abs(float64(got - v)); e > float64(step)*1.5+1e-7 {
+						t.Fatalf("g%d: w[%d,%d] = %v dequantizes to %v (scale %v, offset %v)", g, row, k*g+c, v, got, s, o)
+					}
+					sse += float64((got - v) * (got - v))
+					if step > 0 {
+						q := math.Round(float64((v - mn) / step))
+						e := float64(mn) + q*float64(step) - float64(v)
+						sseMinMax += e * e
+					}
+				}
+			}
+		}
+		for c := 0; c < g; c++ {
+			if d[3*cols+c] != 0.125 {
+				t.Fatalf("g%d: constant group dequantizes to %v", g, d[3*cols+c])
+			}
+		}
+		if sse > sseMinMax*1.0001 {
+			t.Errorf("g%d: squared error %.4g exceeds the min/max grid's %.4g", g, sse, sseMinMax)
+		}
+		t.Logf("g%d: rms error %.4g (min/max grid %.4g)", g, math.Sqrt(sse/float64(len(w))), math.Sqrt(sseMinMax/float64(len(w))))
+		for _, th := range []int{2, 3} {
+			SetThreads(th)
+			m2 := Quantize(NewF32(rows, cols, w), g)
+			for i := range m.Q4 {
+				if m.Q4[i] != m2.Q4[i] {
+					t.Fatalf("g%d threads=%d: nibbles differ at %d", g, th, i)
+				}
+			}
+			bitsEqual(t, fmt.Sprintf("g%d threads=%d scales", g, th), m2.Q4SO, m.Q4SO)
+		}
+	}
+}
+
+// TestQ4ReadRows: reading rows dequantizes exactly as fmaf(scale, q, offset).
+func TestQ4ReadRows(t *testing.T) {
+	m, _ := randQ4(5, 9, 256, 64)
+	simdLevels(t, func(t *testing.T) {
+		for _, row0 := range []int{0, 4, 8} {
+			got := make([]float32, 256)
+			m.ReadRows(got, row0)
+			for c := range got {
+				q := m.Q4[row0*128+c/32*16+c%16]
+				if c%32 >= 16 {
+					q >>= 4
+				}
+				q &= 15
+				so := m.Q4SO[(row0*4+c/64)*2:]
+				want := float32(math.FMA(float64(so[0]), float64(q), float64(so[1])))
+				if d := math.Abs(float64(got[c] - want)); d > 1e-7*math.Abs(float64(want)) {
+					t.Fatalf("row %d col %d = %v, want %v", row0, c, got[c], want)
+				}
+			}
+		}
+	})
+}
+
+type battnCase struct {
+	name                       string
+	hq, hkv, d, prefix, window int
+	rows, sufLen, midStride    int
+	parents                    bool
+	lens                       []int // tokens in each row (<= sufLen)
+	midLens                    []int // parent lengths per row
+	gatherLast                 bool  // only each row's last token queries
+}
+
+func battnCases() []battnCase {
+	return []battnCase{
+		{name: "plain", hq: 8, hkv: 2, d: 64, prefix: 37, rows: 3, sufLen: 5, lens: []int{5, 3, 1}},
+		{name: "parents", hq: 8, hkv: 2, d: 48, prefix: 20, rows: 4, sufLen: 3, midStride: 6, parents: true,
+			lens: []int{3, 2, 3, 1}, midLens: []int{6, 4, 0, 2}},
+		{name: "window", hq: 4, hkv: 1, d: 32, prefix: 30, window: 8, rows: 2, sufLen: 6, midStride: 4, parents: true,
+			lens: []int{6, 6}, midLens: []int{4, 1}},
+		{name: "tiny-window", hq: 2, hkv: 2, d: 13, prefix: 9, window: 2, rows: 3, sufLen: 4, lens: []int{4, 4, 2}},
+		{name: "gathered", hq: 8, hkv: 2, d: 256, prefix: 600, window: 512, rows: 5, sufLen: 4, midStride: 3, parents: true,
+			lens: []int{4, 1, 2, 4, 3}, midLens: []int{3, 0, 3, 2, 1}, gatherLast: true},
+		{name: "big", hq: 8, hkv: 2, d: 256, prefix: 300, rows: 8, sufLen: 5, lens: []int{5, 5, 5, 5, 5, 5, 5, 5}},
+	}
+}
+
+// battnInputs builds the case's inputs and, for each query, the same keys
+// and values copied into one array, for Attention.
+func battnInputs(c battnCase) (q, pk, pv, mk, mv, sk, sv []float32, p BranchAttnParams, flat func(i int) (k, v []float32, pos int32)) {
+	r := newRand(uint64(c.prefix*7 + c.d))
+	kv := c.hkv * c.d
+	pk, pv = randVec(r, c.prefix*kv, 1), randVec(r, c.prefix*kv, 1)
+	sk, sv = randVec(r, c.rows*c.sufLen*kv, 1), randVec(r, c.rows*c.sufLen*kv, 1)
+	if c.parents {
+		mk, mv = randVec(r, c.rows*c.midStride*kv, 1), randVec(r, c.rows*c.midStride*kv, 1)
+	}
+	p = BranchAttnParams{HeadsQ: c.hq, HeadsKV: c.hkv, HeadDim: c.d, Prefix: c.prefix, SufLen: c.sufLen,
+		Window: c.window, Scale: 1 / float32(math.Sqrt(float64(c.d)))}
+	parent := func(row int) int { return (row + 1) % c.rows } // rows extend another row's parent segment
+	if c.parents {
+		p.MidStride = c.midStride
+	}
+	for row := 0; row < c.rows; row++ {
+		for j := 0; j < c.lens[row]; j++ {
+			if c.gatherLast && j != c.lens[row]-1 {
+				continue
+			}
+			p.QRow, p.QIdx = append(p.QRow, int32(row)), append(p.QIdx, int32(j))
+			if c.parents {
+				mr := int32(parent(row))
+				if c.midLens[row] == 0 {
+					mr = -1
+				}
+				p.MidRow, p.MidLen = append(p.MidRow, mr), append(p.MidLen, int32(c.midLens[row]))
+			}
+		}
+	}
+	p.NQ = len(p.QRow)
+	q = randVec(r, p.NQ*c.hq*c.d, 1)
+	flat = func(i int) ([]float32, []float32, int32) {
+		row, j := int(p.QRow[i]), int(p.QIdx[i])
+		k := append([]float32(nil), pk...)
+		v := append([]float32(nil), pv...)
+		if c.parents && p.MidRow[i] >= 0 {
+			mr, ml := int(p.MidRow[i]), int(p.MidLen[i])
+			k = append(k, mk[mr*c.midStride*kv:(mr*c.midStride+ml)*kv]...)
+			v = append(v, mv[mr*c.midStride*kv:(mr*c.midStride+ml)*kv]...)
+		}
+		k = append(k, sk[row*c.sufLen*kv:(row*c.sufLen+j+1)*kv]...)
+		v = append(v, sv[row*c.sufLen*kv:(row*c.sufLen+j+1)*kv]...)
+		return k, v, int32(len(k)/kv - 1)
+	}
+	return
+}
+
+// TestBranchAttention: the C kernel against the Go reference, and bit for
+// bit against Attention over each query's keys copied into one array.
+func TestBranchAttention(t *testing.T) {
+	simdLevels(t, func(t *testing.T) {
+		for _, c := range battnCases() {
+			q, pk, pv, mk, mv, sk, sv, p, flat := battnInputs(c)
+			got := make([]float32, len(q))
+			want := make([]float32, len(q))
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			BranchAttention(got, q, pk, pv, mk, mv, sk, sv, p)
+			naiveBranchAttention(want, q, pk, pv, mk, mv, sk, sv, p)
+			closeTo(t, c.name, got, want, 1e-5, abs(2e-6))
+			row := c.hq * c.d
+			for i := 0; i < p.NQ; i++ {
+				k, v, pos := flat(i)
+				one := make([]float32, row)
+				Attention(one, q[i*row:(i+1)*row], k, v, AttnParams{NQ: 1, NK: len(k) / (c.hkv * c.d),
+					HeadsQ: c.hq, HeadsKV: c.hkv, HeadDim: c.d, QPos: []int32{pos}, Window: c.window, Scale: p.Scale})
+				bitsEqual(t, fmt.Sprintf("%s/query %d vs Attention", c.name, i), got[i*row:(i+1)*row], one)
+			}
+		}
+	})
+}
+
+func TestBranchAttentionDeterminism(t *testing.T) {
+	defer SetThreads(0)
+	for _, c := range battnCases() {
+		q, pk, pv, mk, mv, sk, sv, p, _ := battnInputs(c)
+		var ref []float32
+		for _, set := range simdSets() {
+			useSIMD(set)
+			for _, th := range []int{1, 2, 3} {
+				SetThreads(th)
+				got := make([]float32, len(q))
+				BranchAttention(got, q, pk, pv, mk, mv, sk, sv, p)
+				if ref == nil {
+					ref = got
+					continue
+				}
+				bitsEqual(t, fmt.Sprintf("%s/%s/threads=%d", c.name, simdNames[set], th), got, ref)
+			}
+		}
+		setSIMD(1)
+	}
+}
+
+func BenchmarkQ4Linear(b *testing.B) {
+	for _, g := range []int{32, 64, 128} {
+		for _, s := range []struct{ rows, cols, n int }{
+			{2048, 2048, 1}, {8192, 2048, 1}, {2048, 8192, 1}, {2048, 2048, 64}, {8192, 2048, 64}, {2048, 8192, 512},
+		} {
+			b.Run(fmt.Sprintf("q4g%d/%dx%d/n=%d", g, s.rows, s.cols, s.n), func(b *testing.B) {
+				m, _ := randQ4(1, s.rows, s.cols, g)
+				x := randVec(newRand(2), s.n*s.cols, 1)
+				y := make([]float32, s.n*s.rows)
+				b.SetBytes(m.Bytes())
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					Linear(y, x, m, s.n)
+				}
+				b.ReportMetric(2*float64(s.n*s.rows*s.cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+func BenchmarkBranchAttention(b *testing.B) {
+	c := battnCase{name: "scorer", hq: 8, hkv: 2, d: 256, prefix: 512, window: 512, rows: 8, sufLen: 5, midStride: 3,
+		parents: true, lens: []int{5, 5, 5, 5, 5, 5, 5, 5}, midLens: []int{3, 3, 3, 3, 3, 3, 3, 3}}
+	q, pk, pv, mk, mv, sk, sv, p, _ := battnInputs(c)
+	out := make([]float32, len(q))
+	b.Run("C", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			BranchAttention(out, q, pk, pv, mk, mv, sk, sv, p)
+		}
+	})
+	b.Run("naive", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			naiveBranchAttention(out, q, pk, pv, mk, mv, sk, sv, p)
+		}
+	})
+}
