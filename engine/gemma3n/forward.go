@@ -63,13 +63,7 @@ func (m *Model) Embed(ids []int32) ([]float32, error) {
 	D := m.Cfg.HiddenSize
 	e := make([]float32, len(ids)*D)
 	for t, id := range ids {
-		row := e[t*D : (t+1)*D]
-		switch m.embed.DType {
-		case native.F32:
-			copy(row, m.embed.F32[int(id)*D:(int(id)+1)*D])
-		case native.BF16:
-			native.BF16ToF32(row, m.embed.BF16[int(id)*D:(int(id)+1)*D])
-		}
+		m.embed.ReadRows(e[t*D:(t+1)*D], int(id)) // q4: dequantizes the one row
 	}
 	native.Scale(e, m.embedScale)
 	return e, nil

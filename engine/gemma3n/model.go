@@ -28,6 +28,79 @@ type Model struct {
 	altupUnemb [3]native.Matrix
 	norm       []float32
 	layers     []layer
+
+	opt    LoadOptions
+	packed *packed // the q4 arena (nil for f32 weights)
+}
+
+// Weights selects how Load keeps the decoder's large matrices.
+type Weights string
+
+const (
+	// WeightsF32 keeps the matrices as the checkpoint stores them (float32,
+	// or bfloat16 widened on the fly), computing in float32: the exact path
+	// the reference fixtures are checked with.
+	WeightsF32 Weights = "f32"
+	// WeightsQ4 packs every large matrix (attention, MLP, AltUp and
+	// per-layer projections, Laurel, the tied embedding and output head) to
+	// 4 bits at load: groups of Group columns share a float32 scale and
+	// offset. Activations and small parameters stay float32.
+	WeightsQ4 Weights = "q4"
+)
+
+// DefaultGroup is the q4 group size (columns per scale and offset), chosen
+// by measurement: see README.md.
+const DefaultGroup = 64
+
+// ParseWeights reads a --weights value: "f32" or "q4".
+func ParseWeights(s string) (Weights, error) {
+	switch Weights(s) {
+	case WeightsF32, WeightsQ4:
+		return Weights(s), nil
+	}
+	return "", fmt.Errorf("weights %q: want f32 or q4", s)
+}
+
+// LoadOptions are Load's settings.
+type LoadOptions struct {
+	Weights Weights // "" means WeightsF32
+	Group   int     // q4 group size: a power of two >= 32 (0: DefaultGroup)
+	// CacheDir, when set together with CacheKey, keeps packed weights in a
+	// file there, memory-mapped on the next load; CacheKey identifies the
+	// checkpoint (its files' paths, sizes and times, or its recipe) and
+	// CacheName gives the file a readable prefix. Small models are never
+	// cached.
+	CacheDir, CacheKey, CacheName string
+	// Log, when set, hears about cache files that were stale or corrupt.
+	Log func(string)
+}
+
+// Weights reports how the model keeps its large matrices.
+func (m *Model) Weights() Weights { return m.opt.Weights }
+
+// Group reports the q4 group size (0 for f32 weights).
+func (m *Model) Group() int {
+	if m.opt.Weights != WeightsQ4 {
+		return 0
+	}
+	return m.opt.Group
+}
+
+// PackedCache reports the packed-weights cache file ("" when none) and
+// whether this load read it from disk rather than building it.
+func (m *Model) PackedCache() (path string, fromDisk bool) {
+	if m.packed == nil {
+		return "", false
+	}
+	return m.packed.Path, m.packed.FromDisk
+}
+
+// Close releases the packed weights' memory. The model must not be used
+// afterwards.
+func (m *Model) Close() error {
+	p := m.packed
+	m.packed = nil
+	return p.close()
 }
 
 type layer struct {
@@ -49,11 +122,31 @@ type layer struct {
 	postPLENorm                                 []float32
 }
 
-// Load binds a decoder's weights from store. Float32 tensors of an mmapped
-// checkpoint are used in place, bf16 matrices stay bf16; the per-layer
-// embedding table is never loaded whole.
+// Load binds a decoder's weights from store as they are stored (float32
+// weights): LoadWith with WeightsF32.
 func Load(store weights.Store, cfg Config, sp Special) (*Model, error) {
-	m := &Model{Cfg: cfg, Special: sp, store: store}
+	return LoadWith(store, cfg, sp, LoadOptions{Weights: WeightsF32})
+}
+
+// LoadWith binds a decoder's weights from store. With WeightsF32, float32
+// tensors of an mmapped checkpoint are used in place and bf16 matrices stay
+// bf16; with WeightsQ4 the large matrices are packed (read a few rows at a
+// time, never whole in float32) or mapped from the cache. The per-layer
+// embedding table is never loaded whole: it is read by row.
+func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Model, error) {
+	if opt.Weights == "" {
+		opt.Weights = WeightsF32
+	}
+	if _, err := ParseWeights(string(opt.Weights)); err != nil {
+		return nil, fmt.Errorf("gemma3n: %w", err)
+	}
+	if opt.Group == 0 {
+		opt.Group = DefaultGroup
+	}
+	if opt.Weights == WeightsQ4 && (opt.Group < 32 || opt.Group&(opt.Group-1) != 0 || opt.Group > 512) {
+		return nil, fmt.Errorf("gemma3n: q4 group size %d: want a power of two from 32 to 512", opt.Group)
+	}
+	m := &Model{Cfg: cfg, Special: sp, store: store, opt: opt}
 	switch {
 	case has(store, "model.language_model.embed_tokens.weight"):
 		m.prefix = "model.language_model."
@@ -62,20 +155,20 @@ func Load(store weights.Store, cfg Config, sp Special) (*Model, error) {
 	default:
 		return nil, fmt.Errorf("gemma3n: no embed_tokens.weight under model.language_model. or model.")
 	}
-	l := &loader{m: m}
+	l := &loader{m: m, opt: opt}
 	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
 	qd, kd := cfg.NumHeads*cfg.HeadDim, cfg.NumKVHeads*cfg.HeadDim
 
-	m.embed = l.matrix("embed_tokens.weight", cfg.VocabSize, D)
+	l.matrix(&m.embed, "embed_tokens.weight", cfg.VocabSize, D)
 	m.embedScale = l.scalar("embed_tokens.embed_scale", float32(math.Sqrt(float64(D))))
 	m.pleName = m.prefix + "embed_tokens_per_layer.weight"
 	l.check(m.pleName, cfg.VocabSizePerLayer, L*P)
 	m.pleScale = l.scalar("embed_tokens_per_layer.embed_scale", float32(math.Sqrt(float64(P))))
-	m.pleProj = l.matrix("per_layer_model_projection.weight", L*P, D)
+	l.matrix(&m.pleProj, "per_layer_model_projection.weight", L*P, D)
 	m.pleNorm = l.vector("per_layer_projection_norm.weight", P)
 	for i := 0; i < 3; i++ {
-		m.altupProj[i] = l.matrix(fmt.Sprintf("altup_projections.%d.weight", i), D, D)
-		m.altupUnemb[i] = l.matrix(fmt.Sprintf("altup_unembed_projections.%d.weight", i), D, D)
+		l.matrix(&m.altupProj[i], fmt.Sprintf("altup_projections.%d.weight", i), D, D)
+		l.matrix(&m.altupUnemb[i], fmt.Sprintf("altup_unembed_projections.%d.weight", i), D, D)
 	}
 	m.norm = l.vector("norm.weight", D)
 
@@ -97,21 +190,21 @@ func Load(store weights.Store, cfg Config, sp Special) (*Model, error) {
 		if len(cfg.ActivationSparsity) > 0 && cfg.ActivationSparsity[i] > 0 {
 			y.sparsityZ = sparsityZ(cfg.ActivationSparsity[i])
 		}
-		y.q = l.matrix(n("self_attn.q_proj.weight"), qd, D)
+		l.matrix(&y.q, n("self_attn.q_proj.weight"), qd, D)
 		y.qNorm = l.vector(n("self_attn.q_norm.weight"), cfg.HeadDim)
 		if y.kvSrc == i { // shared layers never use their own k/v weights
-			y.k = l.matrix(n("self_attn.k_proj.weight"), kd, D)
-			y.v = l.matrix(n("self_attn.v_proj.weight"), kd, D)
+			l.matrix(&y.k, n("self_attn.k_proj.weight"), kd, D)
+			l.matrix(&y.v, n("self_attn.v_proj.weight"), kd, D)
 			y.kNorm = l.vector(n("self_attn.k_norm.weight"), cfg.HeadDim)
 		}
-		y.o = l.matrix(n("self_attn.o_proj.weight"), D, qd)
+		l.matrix(&y.o, n("self_attn.o_proj.weight"), D, qd)
 		y.inNorm = l.vector(n("input_layernorm.weight"), D)
 		y.postAttnNorm = l.vector(n("post_attention_layernorm.weight"), D)
 		y.preFFNorm = l.vector(n("pre_feedforward_layernorm.weight"), D)
 		y.postFFNorm = l.vector(n("post_feedforward_layernorm.weight"), D)
-		y.gate = l.matrix(n("mlp.gate_proj.weight"), I, D)
-		y.up = l.matrix(n("mlp.up_proj.weight"), I, D)
-		y.down = l.matrix(n("mlp.down_proj.weight"), D, I)
+		l.matrix(&y.gate, n("mlp.gate_proj.weight"), I, D)
+		l.matrix(&y.up, n("mlp.up_proj.weight"), I, D)
+		l.matrix(&y.down, n("mlp.down_proj.weight"), D, I)
 		y.routerNorm = l.vector(n("altup.router_norm.weight"), D)
 		y.correctScale = l.vector(n("altup.correct_output_scale"), D)
 		y.router = l.f32matrix(n("altup.modality_router.weight"), 4, D)
@@ -122,15 +215,22 @@ func Load(store weights.Store, cfg Config, sp Special) (*Model, error) {
 				y.corrCoefs.F32[j] = min(max(v, -c), c)
 			}
 		}
-		y.laurelL = l.matrix(n("laurel.linear_left.weight"), cfg.LaurelRank, D)
-		y.laurelR = l.matrix(n("laurel.linear_right.weight"), D, cfg.LaurelRank)
+		l.matrix(&y.laurelL, n("laurel.linear_left.weight"), cfg.LaurelRank, D)
+		l.matrix(&y.laurelR, n("laurel.linear_right.weight"), D, cfg.LaurelRank)
 		y.laurelNorm = l.vector(n("laurel.post_laurel_norm.weight"), D)
-		y.pleGate = l.matrix(n("per_layer_input_gate.weight"), P, D)
-		y.pleProj = l.matrix(n("per_layer_projection.weight"), D, P)
+		l.matrix(&y.pleGate, n("per_layer_input_gate.weight"), P, D)
+		l.matrix(&y.pleProj, n("per_layer_projection.weight"), D, P)
 		y.postPLENorm = l.vector(n("post_per_layer_input_norm.weight"), D)
 	}
 	if l.err != nil {
 		return nil, l.err
+	}
+	if len(l.reqs) > 0 {
+		p, err := l.pack(l.reqs)
+		if err != nil {
+			return nil, err
+		}
+		m.packed = p
 	}
 	return m, nil
 }
@@ -147,10 +247,13 @@ func invFreq(theta float64, headDim int) []float32 {
 	return f
 }
 
-// loader binds tensors and keeps the first error.
+// loader binds tensors and keeps the first error; q4 matrices are packed
+// together once all are known.
 type loader struct {
-	m   *Model
-	err error
+	m    *Model
+	opt  LoadOptions
+	err  error
+	reqs []packReq
 }
 
 func (l *loader) fail(err error) {
@@ -192,27 +295,37 @@ func (l *loader) full(name string) string {
 	return l.m.prefix + name
 }
 
-// matrix binds a Linear weight, keeping bf16 in place.
-func (l *loader) matrix(name string, rows, cols int) native.Matrix {
+// q4MinElems: smaller matrices stay float32 (they cost nothing to read).
+const q4MinElems = 4096
+
+// matrix binds a Linear weight into dst: packed later for q4 when it is
+// large and its columns fit the groups, else as stored (bf16 in place).
+func (l *loader) matrix(dst *native.Matrix, name string, rows, cols int) {
 	name = l.full(name)
+	*dst = native.Matrix{Rows: rows, Cols: cols}
 	dt, ok := l.check(name, rows, cols)
 	if !ok {
-		return native.Matrix{Rows: rows, Cols: cols}
+		return
+	}
+	if l.opt.Weights == WeightsQ4 && rows*cols >= q4MinElems && native.Q4Fits(cols, l.opt.Group) {
+		l.reqs = append(l.reqs, packReq{dst: dst, name: name, rows: rows, cols: cols})
+		return
 	}
 	if dt == "BF16" {
 		b, err := l.m.store.BF16(name)
 		if err != nil {
 			l.fail(err)
-			return native.Matrix{Rows: rows, Cols: cols}
+			return
 		}
-		return native.NewBF16(rows, cols, b)
+		*dst = native.NewBF16(rows, cols, b)
+		return
 	}
 	f, err := l.m.store.Float32(name)
 	if err != nil {
 		l.fail(err)
-		return native.Matrix{Rows: rows, Cols: cols}
+		return
 	}
-	return native.NewF32(rows, cols, f)
+	*dst = native.NewF32(rows, cols, f)
 }
 
 // f32matrix binds a small matrix as a private float32 copy.

@@ -4,11 +4,14 @@
 package models
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"verdict/engine/gemma3n"
@@ -39,6 +42,7 @@ type Model struct {
 
 	store      weights.Store
 	configJSON []byte
+	recipe     []byte // synthetic shapes: their recipe
 	towers     towers
 }
 
@@ -50,13 +54,67 @@ func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 	return m.Tok, nil
 }
 
-// Close releases the model's memory-mapped files.
-func (m *Model) Close() error { return m.store.Close() }
+// Close releases the model's memory-mapped files and packed weights.
+func (m *Model) Close() error {
+	var err error
+	if m.Model != nil {
+		err = m.Model.Close()
+	}
+	if e := m.store.Close(); err == nil {
+		err = e
+	}
+	return err
+}
 
-// Open opens the model named by spec: "builtin", a synthetic full-size
+// Options are OpenWith's settings.
+type Options struct {
+	// Weights: gemma3n.WeightsQ4 (packed 4-bit, the default on the CPU) or
+	// gemma3n.WeightsF32 (as stored, exact: the reference fixtures use it).
+	Weights gemma3n.Weights
+	// Group is the q4 group size (0: gemma3n.DefaultGroup).
+	Group int
+	// CacheDir holds packed weights between runs ("": CacheDirDefault();
+	// "off": no cache).
+	CacheDir string
+	// Log, when set, hears about stale or corrupt cache files.
+	Log func(string)
+}
+
+// DefaultWeights is what Open uses: packed 4-bit weights.
+const DefaultWeights = gemma3n.WeightsQ4
+
+// CacheDirDefault is where packed weights are cached unless Options say
+// otherwise: $VERDICT_PACKED_CACHE when set ("off" disables it), else
+// os.UserCacheDir()/verdict/packed.
+func CacheDirDefault() string {
+	if d := os.Getenv("VERDICT_PACKED_CACHE"); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "off"
+	}
+	return filepath.Join(d, "verdict", "packed")
+}
+
+// Open opens the model named by spec with the default options: q4 weights,
+// the default cache. Use OpenWith(spec, Options{Weights: gemma3n.WeightsF32})
+// for the exact float32 path.
+func Open(spec string) (*Model, error) { return OpenWith(spec, Options{}) }
+
+// OpenWith opens the model named by spec: "builtin", a synthetic full-size
 // shape ("synthetic-e2b", "synthetic-e4b"), or a folder.
-func Open(spec string) (*Model, error) {
+func OpenWith(spec string, opt Options) (*Model, error) {
 	start := time.Now()
+	if opt.Weights == "" {
+		opt.Weights = DefaultWeights
+	}
+	if opt.CacheDir == "" {
+		opt.CacheDir = CacheDirDefault()
+	}
+	if opt.CacheDir == "off" {
+		opt.CacheDir = ""
+	}
 	var (
 		cfgJSON []byte
 		st      weights.Store
@@ -72,6 +130,7 @@ func Open(spec string) (*Model, error) {
 	} else if c, recipe, ok := synthetic(spec); ok {
 		m.Name, m.Path, m.Synthetic = spec+" (Gemma 3n shape, random weights)", "", true
 		cfgJSON = c
+		m.recipe = recipe
 		st, err = weights.NewRecipeStore(recipe, nil)
 	} else {
 		if cfgJSON, err = os.ReadFile(filepath.Join(spec, "config.json")); err != nil {
@@ -85,7 +144,14 @@ func Open(spec string) (*Model, error) {
 	}
 	cfg, sp, err := gemma3n.ParseConfig(cfgJSON)
 	if err == nil {
-		m.Model, err = gemma3n.Load(st, cfg, sp)
+		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log}
+		if opt.Weights == gemma3n.WeightsQ4 && opt.CacheDir != "" {
+			lo.CacheDir, lo.CacheName = opt.CacheDir, cacheName(spec, m)
+			lo.CacheKey, err = cacheKey(spec, m, cfgJSON)
+		}
+		if err == nil {
+			m.Model, err = gemma3n.LoadWith(st, cfg, sp, lo)
+		}
 	}
 	if err == nil {
 		m.Tok, m.TokErr = LoadTokenizer(m.Path)
@@ -129,4 +195,57 @@ func LoadTokenizer(modelDir string) (*tokenizer.Tokenizer, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w (looked in %v; run build/fetch-tokenizer.sh or set VERDICT_TOKENIZER)", ErrNoTokenizer, ps)
+}
+
+// cacheName is the readable prefix of a model's packed-weights cache file.
+func cacheName(spec string, m *Model) string {
+	if m.Builtin {
+		return "builtin"
+	}
+	if m.Synthetic {
+		return spec
+	}
+	return filepath.Base(filepath.Clean(spec))
+}
+
+// cacheKey identifies a checkpoint for the packed-weights cache: a
+// synthetic shape by its config and recipe, a folder by its absolute path
+// and the name, size and modification time of every file the weights and
+// configuration come from.
+func cacheKey(spec string, m *Model, cfgJSON []byte) (string, error) {
+	h := sha256.New()
+	if m.Builtin || m.Synthetic {
+		h.Write(cfgJSON)
+		h.Write([]byte{0})
+		if m.Builtin {
+			r, _ := builtinFS.ReadFile("builtin/recipe.json")
+			b, _ := builtinFS.ReadFile("builtin/buffers.safetensors")
+			h.Write(r)
+			h.Write(b)
+		} else {
+			h.Write(m.recipe)
+		}
+		return "recipe:" + hex.EncodeToString(h.Sum(nil)), nil
+	}
+	dir, err := filepath.Abs(spec)
+	if err != nil {
+		return "", err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(h, "%s\x00", dir)
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasSuffix(n, ".safetensors") && !strings.HasSuffix(n, ".json") {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(dir, n))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d %d\x00", n, fi.Size(), fi.ModTime().UnixNano())
+	}
+	return "files:" + hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -1,0 +1,20 @@
+//go:build !unix
+
+package gemma3n
+
+import (
+	"errors"
+	"os"
+)
+
+const mmapSupported = false
+
+func anonMem(size int) ([]byte, bool, error) { return make([]byte, size), false, nil }
+
+var errNoMmap = errors.New("memory mapping is not available")
+
+func mapFileRW(f *os.File, size int) ([]byte, error)   { return nil, errNoMmap }
+func mapFileRead(f *os.File, size int) ([]byte, error) { return nil, errNoMmap }
+func syncMem(b []byte) error                           { return nil }
+func protectRead(b []byte)                             {}
+func unmapMem(b []byte) error                          { return nil }

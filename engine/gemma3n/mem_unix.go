@@ -1,0 +1,47 @@
+//go:build unix
+
+package gemma3n
+
+import (
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+const mmapSupported = true
+
+// anonMem returns size bytes of zeroed memory outside the Go heap.
+func anonMem(size int) ([]byte, bool, error) {
+	if size == 0 {
+		return nil, false, nil
+	}
+	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, false, err
+	}
+	return b, true, nil
+}
+
+func mapFileRW(f *os.File, size int) ([]byte, error) {
+	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+func mapFileRead(f *os.File, size int) ([]byte, error) {
+	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+}
+
+func syncMem(b []byte) error {
+	// msync(MS_ASYNC): the kernel writes the pages back in its own time;
+	// readers of the file see them at once.
+	_, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(ptr(b)), uintptr(len(b)), syscall.MS_ASYNC)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func protectRead(b []byte) { syscall.Mprotect(b, syscall.PROT_READ) }
+
+func unmapMem(b []byte) error { return syscall.Munmap(b) }
+
+func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
