@@ -97,9 +97,38 @@ func (m *Model) perLayerInputs(ids []int32, e []float32) ([]float32, error) {
 	return out, nil
 }
 
+// ForwardLast is Forward for callers that need only the final hidden
+// states of the last keep positions (generation: 1; a prefix whose keys and
+// values are all that is wanted: 0): it returns [min(keep, n), D], the same
+// values as the last rows of Forward's result, bit for bit. The KV-sharing
+// layers write no keys or values, so they run only those positions.
+func (m *Model) ForwardLast(c *Cache, ids []int32, keep int) ([]float32, error) {
+	for _, id := range ids {
+		if id < 0 || int(id) >= m.Cfg.VocabSize {
+			return nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, m.Cfg.VocabSize)
+		}
+	}
+	e, err := m.Embed(ids)
+	if err != nil {
+		return nil, err
+	}
+	return m.ForwardEmbedsLast(c, ids, e, keep)
+}
+
+// ForwardEmbedsLast is ForwardLast with the input embeddings given.
+func (m *Model) ForwardEmbedsLast(c *Cache, ids []int32, e []float32, keep int) ([]float32, error) {
+	return m.forward(c, ids, e, nil, max(keep, 0))
+}
+
 // ForwardEmbeds is Forward with the input embeddings given (multimodal
 // positions already merged); ids still choose the per-layer token embeddings.
 func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]float32, error) {
+	return m.forward(c, ids, e, hook, len(ids))
+}
+
+// forward runs the decoder; the KV-sharing layers run only the last keep
+// positions (all of them when a hook wants every layer's states).
+func (m *Model) forward(c *Cache, ids []int32, e []float32, hook Hook, keep int) ([]float32, error) {
 	cfg := m.Cfg
 	n, D := len(ids), cfg.HiddenSize
 	if n == 0 {
@@ -107,6 +136,9 @@ func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]
 	}
 	if len(e) != n*D {
 		return nil, fmt.Errorf("gemma3n: %d embedding values for %d tokens of width %d", len(e), n, D)
+	}
+	if hook != nil || keep > n {
+		keep = n
 	}
 	ple, err := m.perLayerInputs(ids, e)
 	if err != nil {
@@ -123,14 +155,35 @@ func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]
 	H := m.streams(e, n)
 	w := newWork(m, n)
 	P := cfg.PerLayerSize
+	first := cfg.NumLayers - cfg.NumKVSharedLayers
+	cur, nk := n, c.n+n // positions running, keys attended
 	for i := range m.layers {
-		m.layer(i, H, ple[i*n*P:(i+1)*n*P], n, w, func(y *layer) { m.cacheAttention(i, y, c, pos, w) })
+		if i == first && keep < n && cfg.NumKVSharedLayers > 0 {
+			// Keep the last keep positions: the layers from here on read
+			// the source layers' keys and values, all already cached.
+			sel := make([]int, keep)
+			for k := range sel {
+				sel[k] = n - keep + k
+			}
+			H = gatherRows(H, sel, 4, n, D)
+			ple = gatherLayers(ple, sel, first, cfg.NumLayers, n, P)
+			pos = pos[n-keep:]
+			cur = keep
+			if cur == 0 {
+				break
+			}
+			w = newWork(m, cur)
+		}
+		m.layer(i, H, ple[i*cur*P:(i+1)*cur*P], cur, w, func(y *layer) { m.cacheAttention(i, y, c, pos, nk, w) })
 		if hook != nil {
-			hook(i, H[:n*D])
+			hook(i, H[:cur*D])
 		}
 	}
 	c.n += n
-	return m.unmix(H, n, w), nil
+	if cur == 0 {
+		return []float32{}, nil
+	}
+	return m.unmix(H, cur, w), nil
 }
 
 // streams builds the four AltUp streams [4, n, D] from the embeddings e:
@@ -298,8 +351,8 @@ func (y *layer) window(cfg Config) int {
 }
 
 // cacheAttention rotates the projections to their positions, appends keys
-// and values to the cache and attends over it.
-func (m *Model) cacheAttention(i int, y *layer, c *Cache, pos []int32, w *work) {
+// and values to the cache and attends over its first nk keys.
+func (m *Model) cacheAttention(i int, y *layer, c *Cache, pos []int32, nk int, w *work) {
 	cfg := m.Cfg
 	n, hd := len(pos), cfg.HeadDim
 	native.RoPE(w.q[:n*cfg.NumHeads*hd], pos, cfg.NumHeads, hd, y.invFreq)
@@ -310,7 +363,7 @@ func (m *Model) cacheAttention(i int, y *layer, c *Cache, pos []int32, w *work) 
 		c.v[i] = append(c.v[i], w.v[:kd]...)
 	}
 	native.Attention(w.att[:n*cfg.NumHeads*hd], w.q[:n*cfg.NumHeads*hd], c.k[y.kvSrc], c.v[y.kvSrc], native.AttnParams{
-		NQ: n, NK: c.n + n, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
+		NQ: n, NK: nk, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
 		QPos: pos, Window: y.window(cfg), Scale: 1,
 	})
 }

@@ -260,3 +260,50 @@ func TestBranches(t *testing.T) {
 		t.Error("a branch extending a missing parent row was accepted")
 	}
 }
+
+// TestForwardLast: the last positions' states equal Forward's last rows bit
+// for bit, and the cache a keep-0 prefill leaves decodes exactly like
+// Forward's.
+func TestForwardLast(t *testing.T) {
+	m := testmodel.Tiny(t)
+	ids := make([]int32, 30)
+	for i := range ids {
+		ids[i] = int32(2 + (i*7919)%260000)
+	}
+	D := m.Cfg.HiddenSize
+	c0 := m.NewCache()
+	full, err := m.Forward(c0, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []int{0, 1, 3, 30, 40} {
+		c := m.NewCache()
+		h, err := m.ForwardLast(c, ids, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := min(keep, len(ids))
+		if len(h) != k*D || c.Len() != len(ids) {
+			t.Fatalf("keep %d: %d values, cache %d", keep, len(h), c.Len())
+		}
+		want := full[(len(ids)-k)*D:]
+		for i := range h {
+			if math.Float32bits(h[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("keep %d: value %d is %v, want %v", keep, i, h[i], want[i])
+			}
+		}
+		// Decoding on from this cache gives Forward's next states.
+		a, err := m.Forward(c, []int32{77, 5}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1 := m.NewCache()
+		m.Forward(c1, ids, nil)
+		b, _ := m.Forward(c1, []int32{77, 5}, nil)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("keep %d: decode after it differs at %d", keep, i)
+			}
+		}
+	}
+}

@@ -92,10 +92,10 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 		if opt.Media != nil && len(res.IDs) == 0 {
 			var e []float32
 			if e, err = m.EmbedMultimodal(input, *opt.Media); err == nil {
-				h, err = m.ForwardEmbeds(c, input, e, nil)
+				h, err = m.ForwardEmbedsLast(c, input, e, 1)
 			}
 		} else {
-			h, err = m.Forward(c, input, nil)
+			h, err = m.ForwardLast(c, input, 1) // only the last position's state is needed
 		}
 		if err != nil {
 			return res, err

@@ -378,11 +378,12 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	}
 	stage("input")
 
-	// The shared prefix, computed once and only read by the branches.
+	// The shared prefix, computed once and only read by the branches: only
+	// its keys and values are needed (no output state).
 	t := time.Now()
 	cache := sc.m.NewCache()
 	if md == nil {
-		if _, err := sc.m.Forward(cache, comp.prefixIDs, nil); err != nil {
+		if _, err := sc.m.ForwardLast(cache, comp.prefixIDs, 0); err != nil {
 			return nil, err
 		}
 	} else {
@@ -390,7 +391,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		if err != nil {
 			return nil, err
 		}
-		if _, err := sc.m.ForwardEmbeds(cache, comp.prefixIDs, e, nil); err != nil {
+		if _, err := sc.m.ForwardEmbedsLast(cache, comp.prefixIDs, e, 0); err != nil {
 			return nil, err
 		}
 	}
