@@ -13,14 +13,22 @@ import (
 	"verdict/native"
 )
 
+// benchModels are the models verdict bench measures unless told otherwise:
+// Gemma 3n E2B's and E4B's shapes with random weights.
+const benchModels = "synthetic-e2b,synthetic-e4b"
+
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "scorer" {
 		return benchScorerCmd(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlags("bench", stderr)
-	model := fs.String("model", models.Builtin, "model folder, or builtin")
-	prompt := fs.Int("prompt-tokens", 512, "prompt length to prefill")
+	model := fs.String("model", benchModels, "models to measure, comma-separated: synthetic-e2b, synthetic-e4b, builtin or folders")
+	wf := addWeightFlags(fs)
+	prompt := fs.Int("prompt-tokens", 512, "prompt length to prefill (also the scorer's prefix)")
 	decode := fs.Int("decode-tokens", 32, "tokens to decode after the prompt")
+	fields := fs.Int("fields", 8, "choice fields of 4 candidates in the scorer request")
+	scorerReq := fs.Bool("scorer", true, "time one scorer request")
+	limits := fs.Bool("limits", true, "measure the machine's read bandwidth and FMA peak")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parse(fs, args); err != nil {
@@ -29,28 +37,76 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	native.SetThreads(*threads)
-	m, err := models.Open(*model)
+	if *prompt < 1 || *decode < 1 || *fields < 1 {
+		return usageErr("--prompt-tokens, --decode-tokens and --fields must be positive")
+	}
+	opt, err := wf.options()
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	r, err := bench.Run(ctx, m.Name, m.Model, *prompt, *decode)
-	if err != nil {
-		return err
+	native.SetThreads(*threads)
+	progress := func(format string, a ...any) {
+		if *asJSON {
+			fmt.Fprintf(stderr, format+"\n", a...)
+		}
+	}
+	rep := bench.SuiteReport{Machine: bench.ThisMachine()}
+	if *limits {
+		progress("measuring the machine's limits")
+		l := bench.MeasureLimits()
+		rep.Limits = &l
+	}
+	for _, spec := range strings.Split(*model, ",") {
+		if spec = strings.TrimSpace(spec); spec == "" {
+			continue
+		}
+		progress("%s: loading (%s weights)", spec, opt.Weights)
+		bench.ResetPeakMemory()
+		m, err := models.OpenWith(spec, opt)
+		if err != nil {
+			return err
+		}
+		o := bench.Opened{Name: spec, M: m.Model, TokErr: m.TokErr, LoadSeconds: m.LoadTime.Seconds()}
+		if m.Tok != nil {
+			o.Tok = m.Tok
+		}
+		var cached float64
+		if path, hit := m.PackedCache(); path != "" && !hit {
+			// This load packed the weights: time the next one, from the
+			// cache it wrote, and measure that model.
+			m.Close()
+			bench.ResetPeakMemory()
+			if m, err = models.OpenWith(spec, opt); err != nil {
+				return err
+			}
+			cached = m.LoadTime.Seconds()
+			o.M = m.Model
+		}
+		progress("%s: measuring", spec)
+		r, err := bench.MeasureModel(ctx, o, bench.SuiteOptions{PromptTokens: *prompt, DecodeTokens: *decode,
+			Fields: *fields, Scorer: *scorerReq}, rep.Limits)
+		if cached > 0 {
+			r.CacheHit, r.LoadCachedSeconds = false, cached
+		}
+		m.Close()
+		if err != nil {
+			return err
+		}
+		rep.Models = append(rep.Models, r)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return enc.Encode(rep)
 	}
-	fmt.Fprintf(stdout, "load %.2fs\n%s\n", m.LoadTime.Seconds(), r)
+	fmt.Fprintln(stdout, rep)
 	return nil
 }
 
 func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench scorer", stderr)
 	model := fs.String("model", models.Builtin, "model folder, or builtin")
+	wf := addWeightFlags(fs)
 	prompt := fs.Int("prompt-tokens", 512, "length of the shared prefix")
 	fields := fs.Int("fields", 8, "choice fields of 4 candidates each")
 	full := fs.Int("full-passes", 0, "candidates to time with their own full forward pass (0: all)")
@@ -72,7 +128,7 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		sizes = append(sizes, n)
 	}
 	native.SetThreads(*threads)
-	m, err := models.Open(*model)
+	m, err := wf.open(*model)
 	if err != nil {
 		return err
 	}

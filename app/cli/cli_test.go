@@ -125,13 +125,29 @@ func TestGenerateBuiltin(t *testing.T) {
 
 func TestBenchJSON(t *testing.T) {
 	testmodel.Tokenizer(t)
-	code, out, errOut := run("bench", "--prompt-tokens", "16", "--decode-tokens", "2", "--json")
+	code, out, errOut := run("bench", "--model", "builtin", "--prompt-tokens", "16", "--decode-tokens", "2",
+		"--limits=false", "--json")
 	var r struct {
-		PrefillTPS float64 `json:"prefill_tokens_per_second"`
-		DecodeTPS  float64 `json:"decode_tokens_per_second"`
+		Models []struct {
+			Weights string `json:"weights"`
+			Prefill struct {
+				TPS float64 `json:"tokens_per_second"`
+			} `json:"prefill"`
+			Decode struct {
+				TPS float64 `json:"tokens_per_second"`
+			} `json:"decode"`
+			Scorer struct {
+				Seconds float64 `json:"seconds"`
+			} `json:"scorer"`
+		} `json:"models"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.PrefillTPS <= 0 || r.DecodeTPS <= 0 {
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || len(r.Models) != 1 || r.Models[0].Weights != "q4" ||
+		r.Models[0].Prefill.TPS <= 0 || r.Models[0].Decode.TPS <= 0 || r.Models[0].Scorer.Seconds <= 0 {
 		t.Errorf("exit %d, %s %s", code, out, errOut)
+	}
+	code, _, errOut = run("bench", "--weights", "f16")
+	if code != 2 || !strings.Contains(errOut, "want f32 or q4") {
+		t.Errorf("--weights f16: exit %d, %s", code, errOut)
 	}
 }
 

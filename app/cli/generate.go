@@ -15,6 +15,7 @@ import (
 func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("generate", stderr)
 	model := fs.String("model", models.Builtin, "model folder (Hugging Face Gemma 3n checkpoint or synthetic fixture), or builtin")
+	wf := addWeightFlags(fs)
 	prompt := fs.String("prompt", "", "the user's message")
 	system := fs.String("system", "", "optional system message")
 	raw := fs.Bool("raw", false, "send the prompt as it is, without the chat format")
@@ -33,7 +34,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	m, err := models.Open(*model)
+	m, err := wf.open(*model)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 // scoreFlags are the flags score and calibrate share.
 type scoreFlags struct {
+	weights                             weightFlags
 	model, schema, backend, calibration *string
 	batch                               *int
 	temperature                         *float64
@@ -24,6 +25,7 @@ func addScoreFlags(fs interface {
 	Float64(string, float64, string) *float64
 }) scoreFlags {
 	return scoreFlags{
+		weights:     addWeightFlags(fs),
 		model:       fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:      fs.String("schema", "", "schema JSON file (required)"),
 		backend:     fs.String("backend", "json", "scoring backend: json"),
@@ -49,7 +51,7 @@ func (f scoreFlags) open() (*models.Model, *scorer.Scorer, *scorer.Schema, error
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", *f.schema, err)
 	}
-	m, err := models.Open(*f.model)
+	m, err := f.weights.open(*f.model)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -24,6 +24,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("serve", stderr)
 	addr := fs.String("addr", DefaultAddr, "address to listen on (port 0 picks a free one)")
 	model := fs.String("model", models.Builtin, "model to load at start: builtin, a Gemma 3n folder, or none")
+	wf := addWeightFlags(fs)
 	settings := fs.String("settings", app.DefaultSettingsPath(), "settings file (empty: keep settings in memory)")
 	level := fs.String("log-level", "", "log level (error, warning, info, debug, trace); default: the saved setting")
 	if err := parse(fs, args); err != nil {
@@ -32,10 +33,15 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
+	mopt, err := wf.options()
+	if err != nil {
+		return err
+	}
 	log := logrus.New()
 	log.SetOutput(stderr)
 	hub := server.NewHub(log)
-	svc := app.New(app.Options{Emitter: hub, Logger: log, SettingsPath: *settings, Mode: "browser"})
+	svc := app.New(app.Options{Emitter: hub, Logger: log, SettingsPath: *settings, Mode: "browser",
+		Open: func(spec string) (*models.Model, error) { return models.OpenWith(spec, mopt) }})
 	if *level != "" {
 		if err := svc.Logs.SetLevel(*level); err != nil {
 			return usageErr("%v", err)

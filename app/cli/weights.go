@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/models"
+)
+
+// weightFlags are the --weights and --group flags of the commands that run
+// a model.
+type weightFlags struct {
+	weights *string
+	group   *int
+}
+
+func addWeightFlags(fs interface {
+	String(string, string, string) *string
+	Int(string, int, string) *int
+}) weightFlags {
+	return weightFlags{
+		weights: fs.String("weights", string(models.DefaultWeights),
+			"weight format: q4 (packed to 4 bits at load, cached on disk; the default) or f32 (as the checkpoint stores them, exact)"),
+		group: fs.Int("group", 0, "q4 group size: columns sharing a scale and offset (32, 64, 128, ...; 0: the default, 64)"),
+	}
+}
+
+// options turns the flags into model options.
+func (w weightFlags) options() (models.Options, error) {
+	f, err := gemma3n.ParseWeights(*w.weights)
+	if err != nil {
+		return models.Options{}, usageErr("--weights: %v", err)
+	}
+	if g := *w.group; g != 0 && (g < 32 || g > 512 || g&(g-1) != 0) {
+		return models.Options{}, usageErr("--group %d: want a power of two from 32 to 512", g)
+	}
+	return models.Options{Weights: f, Group: *w.group, Log: func(s string) { fmt.Fprintln(os.Stderr, "verdict: "+s) }}, nil
+}
+
+// open opens spec with the flags' weight format.
+func (w weightFlags) open(spec string) (*models.Model, error) {
+	opt, err := w.options()
+	if err != nil {
+		return nil, err
+	}
+	return models.OpenWith(spec, opt)
+}

@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/scorer"
+	"verdict/native"
+)
+
+// Limits are the machine's ceilings, measured in the benchmark's run.
+type Limits struct {
+	// ReadBandwidth is a multithreaded streaming read over a buffer far
+	// larger than the caches, GB/s.
+	ReadBandwidth float64 `json:"read_bandwidth_gb_per_s"`
+	// FMAPeak is independent float32 FMA chains of the kernels' widest
+	// vectors on every kernel thread, GFLOP/s (2 flops an FMA).
+	FMAPeak float64 `json:"fma_peak_gflop_per_s"`
+	SIMD    string  `json:"simd"`
+	Threads int     `json:"threads"`
+}
+
+// MeasureLimits measures the machine's read bandwidth and FMA peak.
+func MeasureLimits() Limits {
+	return Limits{
+		ReadBandwidth: native.ReadBandwidth(1<<30, 5),
+		FMAPeak:       native.FMAPeak(0.3),
+		SIMD:          native.SIMD(),
+		Threads:       native.Threads(),
+	}
+}
+
+// Memory is the process's resident memory, from /proc/self/status.
+type Memory struct {
+	RSS int64 `json:"vm_rss_bytes"` // resident now
+	HWM int64 `json:"vm_hwm_bytes"` // peak resident since the last ResetPeakMemory
+}
+
+// ReadMemory reads VmRSS and VmHWM (zero where /proc is not there).
+func ReadMemory() Memory {
+	var m Memory
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fs[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			m.RSS = kb << 10
+		case "VmHWM":
+			m.HWM = kb << 10
+		}
+	}
+	return m
+}
+
+// ResetPeakMemory returns memory to the system and restarts VmHWM from the
+// current resident size (Linux: /proc/self/clear_refs).
+func ResetPeakMemory() {
+	runtime.GC()
+	debug.FreeOSMemory()
+	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// PrefillReport is a prompt's prefill.
+type PrefillReport struct {
+	Tokens    int     `json:"tokens"`
+	Seconds   float64 `json:"seconds"`
+	TPS       float64 `json:"tokens_per_second"`
+	FLOPs     float64 `json:"flops"`       // performed: matrix products and attention
+	DenseFLOP float64 `json:"dense_flops"` // every layer on every position
+	GFLOPs    float64 `json:"gflop_per_s"` // performed FLOPs over the time
+	// PercentOfPeak is GFLOPs over the machine's FMA peak.
+	PercentOfPeak float64 `json:"percent_of_fma_peak"`
+}
+
+// DecodeReport is token-by-token decoding after the prompt.
+type DecodeReport struct {
+	Tokens        int     `json:"tokens"`
+	Seconds       float64 `json:"seconds"`
+	TPS           float64 `json:"tokens_per_second"`
+	BytesPerToken int64   `json:"bytes_per_token"` // weights, per-layer embedding row, keys and values
+	GBs           float64 `json:"gb_per_s"`
+	// PercentOfBandwidth is GBs over the machine's read bandwidth.
+	PercentOfBandwidth float64 `json:"percent_of_bandwidth"`
+}
+
+// ScorerSummary is one scorer request: a prefix of PromptTokens, Fields
+// choice fields of 4 candidates.
+type ScorerSummary struct {
+	PromptTokens     int     `json:"prompt_tokens"`
+	Fields           int     `json:"fields"`
+	Decisions        int     `json:"decisions"`
+	BranchRows       int     `json:"branch_rows"`
+	Seconds          float64 `json:"seconds"`
+	PrefillSeconds   float64 `json:"prefix_prefill_seconds"`
+	TotalOverPrefill float64 `json:"total_over_prefill"`
+	Skipped          string  `json:"skipped,omitempty"`
+}
+
+// ModelReport is one model's measurements.
+type ModelReport struct {
+	Model       string  `json:"model"`
+	Params      int64   `json:"params"`
+	Weights     string  `json:"weights"`
+	Group       int     `json:"group,omitempty"`
+	WeightBytes int64   `json:"weight_bytes"`
+	LoadSeconds float64 `json:"load_seconds"`
+	// PackedCache is the packed-weights cache file; CacheHit says the load
+	// mapped it rather than packing; LoadCachedSeconds, when the load
+	// packed, is a second load's time, from the cache it wrote.
+	PackedCache       string        `json:"packed_cache,omitempty"`
+	CacheHit          bool          `json:"cache_hit"`
+	LoadCachedSeconds float64       `json:"load_cached_seconds,omitempty"`
+	MemoryAfterLoad   Memory        `json:"memory_after_load"`
+	Memory            Memory        `json:"memory"` // after everything below
+	Prefill           PrefillReport `json:"prefill"`
+	Decode            DecodeReport  `json:"decode"`
+	Scorer            ScorerSummary `json:"scorer"`
+}
+
+// SuiteReport is verdict bench's JSON object.
+type SuiteReport struct {
+	Machine Machine       `json:"machine"`
+	Limits  *Limits       `json:"limits,omitempty"`
+	Models  []ModelReport `json:"models"`
+}
+
+// Opened is a model the suite measures.
+type Opened struct {
+	Name        string
+	M           *gemma3n.Model
+	Tok         scorer.Tokenizer // nil: no scorer request
+	TokErr      error
+	LoadSeconds float64
+}
+
+// SuiteOptions are the suite's settings.
+type SuiteOptions struct {
+	PromptTokens, DecodeTokens, Fields int
+	Scorer                             bool
+}
+
+// MeasureModel runs the prefill, decode and scorer measurements on an
+// opened model; lim (nil: unknown) turns rates into percentages.
+func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) (ModelReport, error) {
+	m := o.M
+	r := ModelReport{Model: o.Name, Params: m.Cfg.Params(), Weights: string(m.Weights()), Group: m.Group(),
+		WeightBytes: m.WeightBytes(), LoadSeconds: o.LoadSeconds}
+	r.PackedCache, r.CacheHit = m.PackedCache()
+	r.MemoryAfterLoad = ReadMemory()
+	// Warm up: threads, scratch buffers, every weight page.
+	if _, err := m.ForwardLast(m.NewCache(), Prompt(4), 1); err != nil {
+		return r, err
+	}
+	run, err := Run(ctx, o.Name, m, opt.PromptTokens, opt.DecodeTokens)
+	if err != nil {
+		return r, err
+	}
+	p := &r.Prefill
+	p.Tokens, p.Seconds, p.TPS = run.PromptTokens, run.PrefillSeconds, run.PrefillTPS
+	p.FLOPs = m.ForwardFLOPs(opt.PromptTokens, 0, 1, 1)
+	p.DenseFLOP = m.ForwardFLOPs(opt.PromptTokens, 0, 1, 0)
+	p.GFLOPs = p.FLOPs / p.Seconds / 1e9
+	d := &r.Decode
+	d.Tokens, d.Seconds, d.TPS = run.DecodeTokens, run.DecodeSeconds, run.DecodeTPS
+	d.BytesPerToken = m.DecodeBytes(opt.PromptTokens + (opt.DecodeTokens+1)/2)
+	d.GBs = float64(d.BytesPerToken) * d.TPS / 1e9
+	if lim != nil {
+		p.PercentOfPeak = 100 * p.GFLOPs / lim.FMAPeak
+		d.PercentOfBandwidth = 100 * d.GBs / lim.ReadBandwidth
+	}
+	s := &r.Scorer
+	s.Fields = opt.Fields
+	switch {
+	case !opt.Scorer:
+		s.Skipped = "not asked for"
+	case o.Tok == nil:
+		s.Skipped = fmt.Sprintf("no tokenizer: %v", o.TokErr)
+	default:
+		sch := ScorerSchema(opt.Fields)
+		sc := scorer.New(m, o.Tok)
+		res, err := sc.Score(ctx, sch, ScorerInput(o.Tok, sch, opt.PromptTokens), scorer.Options{})
+		if err != nil {
+			return r, err
+		}
+		s.PromptTokens, s.Decisions, s.BranchRows = res.PromptTokens, res.Decisions, res.BranchRows
+		s.Seconds = time.Duration(res.Timings.Total).Seconds()
+		s.PrefillSeconds = time.Duration(res.Timings.Prefill).Seconds()
+		s.TotalOverPrefill = s.Seconds / s.PrefillSeconds
+	}
+	r.Memory = ReadMemory()
+	return r, nil
+}
+
+func (r SuiteReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "machine: %s\n", r.Machine)
+	if l := r.Limits; l != nil {
+		fmt.Fprintf(&b, "limits: read bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s (%s, %d threads)\n",
+			l.ReadBandwidth, l.FMAPeak, l.SIMD, l.Threads)
+	}
+	gb := func(n int64) float64 { return float64(n) / (1 << 30) }
+	for _, m := range r.Models {
+		fmt.Fprintf(&b, "\n%s, %s weights", m.Model, m.Weights)
+		if m.Group > 0 {
+			fmt.Fprintf(&b, " (groups of %d)", m.Group)
+		}
+		fmt.Fprintf(&b, ": %.2f GiB of weights, load %.2fs", gb(m.WeightBytes), m.LoadSeconds)
+		if m.PackedCache != "" {
+			fmt.Fprintf(&b, " (cache hit %v", m.CacheHit)
+			if m.LoadCachedSeconds > 0 {
+				fmt.Fprintf(&b, "; from the cache %.2fs", m.LoadCachedSeconds)
+			}
+			b.WriteString(")")
+		}
+		fmt.Fprintf(&b, "\n  memory: VmRSS %.2f GiB after load, %.2f GiB at the end, VmHWM %.2f GiB\n",
+			gb(m.MemoryAfterLoad.RSS), gb(m.Memory.RSS), gb(m.Memory.HWM))
+		p, d := m.Prefill, m.Decode
+		fmt.Fprintf(&b, "  prefill %d tokens: %.3fs, %.1f tokens/s, %.1f GFLOP/s = %.0f%% of the FMA peak\n",
+			p.Tokens, p.Seconds, p.TPS, p.GFLOPs, p.PercentOfPeak)
+		fmt.Fprintf(&b, "  decode %d tokens: %.2f tokens/s, %.0f MB a token, %.1f GB/s = %.0f%% of the read bandwidth\n",
+			d.Tokens, d.TPS, float64(d.BytesPerToken)/1e6, d.GBs, d.PercentOfBandwidth)
+		if s := m.Scorer; s.Skipped != "" {
+			fmt.Fprintf(&b, "  scorer: skipped (%s)\n", s.Skipped)
+		} else {
+			fmt.Fprintf(&b, "  scorer: %d-token prefix, %d fields (%d branch rows): %.3fs = %.2fx the prefix prefill (%.3fs)\n",
+				s.PromptTokens, s.Fields, s.BranchRows, s.Seconds, s.TotalOverPrefill, s.PrefillSeconds)
+		}
+	}
+	return b.String()
+}
