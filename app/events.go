@@ -1,6 +1,6 @@
 // Package app is the Go side of Verdict's user interface: the services the
 // window and the browser mode bind (models, scorer, generator, runs, settings,
-// logs, system), the two worker streams of a side-by-side run and the events
+// logs, system, media), the two worker streams of a side-by-side run and the events
 // they stream.
 //
 // Services are plain structs with context-free logic. Every long call returns
@@ -25,6 +25,13 @@ const (
 	EventLogEntries = "log:entries"      // []LogEntry, at most one per LogInterval
 	EventFilesDrop  = "files:dropped"    // []InputFile (window only)
 	EventSettings   = "settings:changed" // Preferences
+
+	EventMedia             = "media:changed"      // []MediaItem: the input's media after a change
+	EventMediaAvailability = "media:availability" // MediaAvailability
+	EventCameraFrame       = "camera:frame"       // CameraFrame, about 3 a second while live
+	EventCameraState       = "camera:state"       // CameraState
+	EventMicState          = "mic:state"          // RecordingState, at most 10 a second
+	EventPlayback          = "playback:state"     // PlaybackState
 )
 
 // Emitter sends one event to the user interface. Implementations must be safe

@@ -14,6 +14,7 @@ import (
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
+	"verdict/media/limits"
 )
 
 // Model states.
@@ -90,37 +91,34 @@ func NewModels(open func(string) (*models.Model, error), e Emitter, log *logrus.
 	return &Models{open: open, emit: e, log: log, info: ModelInfo{State: ModelNone, Inputs: modalities()}}
 }
 
-// Modality.Model values: whether the model's checkpoint can take the input.
+// Tower states: whether the model's checkpoint can take an input.
 const (
 	towerUnknown = iota
 	towerPresent
 	towerAbsent
 )
 
-// modalities lists the inputs: text in the app now; images, audio and video
-// not in the app yet, with what the checkpoint holds for them (unknown while
-// no model is loaded).
+// modalities lists the inputs while no model is loaded: text, and images,
+// audio and video depending on the checkpoint.
 func modalities() []Modality { return modalitiesOf(towerUnknown, towerUnknown) }
 
+// modalitiesOf lists the inputs a model takes: images and video (its frames)
+// with a vision tower, audio with an audio tower.
 func modalitiesOf(vision, audio int) []Modality {
-	note := func(what string, tower int, flag string) string {
+	m := func(name string, tower int, what, supported string) Modality {
 		switch tower {
 		case towerPresent:
-			return "not in the app yet; this checkpoint has a " + what + " tower and `verdict score` / `verdict generate` take " + flag
+			return Modality{Name: name, Supported: true, Note: supported}
 		case towerAbsent:
-			return "this checkpoint has no " + what + " tower"
+			return Modality{Name: name, Note: "this checkpoint has no " + what + " tower"}
 		}
-		return "not in the app yet"
-	}
-	video := note("vision", vision, "--video (through ffmpeg)")
-	if vision == towerAbsent {
-		video = "this checkpoint has no vision tower"
+		return Modality{Name: name, Note: "load a model to know"}
 	}
 	return []Modality{
 		{Name: "text", Supported: true},
-		{Name: "image", Note: note("vision", vision, "--image")},
-		{Name: "audio", Note: note("audio", audio, "--audio")},
-		{Name: "video", Note: video},
+		m("image", vision, "vision", fmt.Sprintf("up to %d images, each stretched to %d×%d (%d soft tokens)", limits.MaxImages, ModelImageSide, ModelImageSide, DefaultImageTokens)),
+		m("audio", audio, "audio", fmt.Sprintf("one clip of up to %v, as 16 kHz mono (%d soft tokens)", limits.MaxAudio, DefaultAudioTokens)),
+		m("video", vision, "vision", fmt.Sprintf("one video through ffmpeg: a frame a second, at most %d, and its soundtrack", limits.MaxVideoFrames)),
 	}
 }
 
@@ -279,6 +277,23 @@ func (s *Models) Unload() ModelInfo {
 	s.log.Info("model unloaded")
 	s.emit.Emit(EventModel, info)
 	return info
+}
+
+// mediaTokens returns the soft tokens of one image and of one audio clip for
+// the loaded model (Gemma 3n's 256 and 188 when none is loaded).
+func (s *Models) mediaTokens() (image, audio int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	image, audio = DefaultImageTokens, DefaultAudioTokens
+	if s.cur != nil {
+		if sp := s.cur.m.Special; sp.VisionTokens > 0 {
+			image = sp.VisionTokens
+		}
+		if sp := s.cur.m.Special; sp.AudioTokens > 0 {
+			audio = sp.AudioTokens
+		}
+	}
+	return image, audio
 }
 
 // acquire returns the ready model, held until release is called.

@@ -13,9 +13,13 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"verdict/app/inputs"
+	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
+	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
+	"verdict/media"
 )
 
 // UpdateInterval is the shortest time between two run:update events: at most
@@ -58,6 +62,10 @@ type RunRequest struct {
 	SchemaName string          `json:"schema_name,omitempty"`
 	// Files describe the attached files (their text is already in Input).
 	Files []InputFile `json:"files,omitempty"`
+	// Media are the ids of the media items (Media.Items) the run takes, in
+	// the order the prompt gives them: images, then a video's frames, then
+	// the audio.
+	Media []string `json:"media,omitempty"`
 	// Settings override the saved settings for this run.
 	Settings *RunSettings `json:"settings,omitempty"`
 }
@@ -141,7 +149,28 @@ type InputSummary struct {
 	Text  string      `json:"text"`
 	Chars int         `json:"chars"`
 	Files []InputFile `json:"files,omitempty"`
+	Media []MediaRef  `json:"media,omitempty"`
 }
+
+// RunMedia is a run's media preparation. The vision and audio towers run
+// once per run; both sides receive the same soft tokens.
+type RunMedia struct {
+	Status string `json:"status"` // preparing, done, error or cancelled
+	// Done of Total items (images, video frames, the audio clip) have been
+	// through their tower; Stage names the one in its tower now.
+	Done       int     `json:"done"`
+	Total      int     `json:"total"`
+	Stage      string  `json:"stage,omitempty"`
+	Images     int     `json:"images"` // images and video frames
+	Audio      bool    `json:"audio"`
+	SoftTokens int     `json:"soft_tokens"`
+	TowerMs    float64 `json:"tower_ms,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	Note       string  `json:"note"`
+}
+
+// MediaNote explains the input preparation of a run with media.
+const MediaNote = "The vision and audio towers ran once for this run: both sides received the same soft tokens, and each side's input preparation includes its wait for them."
 
 // RunRecord is a run: live while it runs, final in run:done and History.
 type RunRecord struct {
@@ -155,6 +184,7 @@ type RunRecord struct {
 	Settings      RunSettings     `json:"settings"`
 	Concurrent    bool            `json:"concurrent"`
 	Note          string          `json:"note,omitempty"`
+	Media         *RunMedia       `json:"media,omitempty"`
 	Scorer        *ScorerSide     `json:"scorer,omitempty"`
 	Generator     *GeneratorSide  `json:"generator,omitempty"`
 	TotalMs       float64         `json:"total_ms"`
@@ -186,6 +216,7 @@ type RunUpdate struct {
 	ElapsedMs float64          `json:"elapsed_ms"`
 	Scorer    *ScorerUpdate    `json:"scorer,omitempty"`
 	Generator *GeneratorUpdate `json:"generator,omitempty"`
+	Media     *RunMedia        `json:"media,omitempty"`
 }
 
 // Runs runs the scorer and the generator side by side: both start together
@@ -194,6 +225,9 @@ type RunUpdate struct {
 type Runs struct {
 	models   *Models
 	settings *Settings
+	media    *Media
+	// prepare runs the towers (inputs.PrepareContext; tests count calls).
+	prepare  func(ctx context.Context, m *models.Model, in *media.Input, progress inputs.Progress) (*inputs.Prepared, error)
 	emit     Emitter
 	log      *logrus.Logger
 	interval time.Duration
@@ -207,7 +241,7 @@ type Runs struct {
 
 // NewRuns returns the run service.
 func NewRuns(m *Models, st *Settings, e Emitter, log *logrus.Logger) *Runs {
-	r := &Runs{models: m, settings: st, emit: e, log: log, interval: UpdateInterval}
+	r := &Runs{models: m, settings: st, emit: e, log: log, interval: UpdateInterval, prepare: inputs.PrepareContext}
 	m.whenSwapped(func() { r.cancelActive("the model was replaced") })
 	return r
 }
@@ -343,8 +377,20 @@ type run struct {
 }
 
 func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
-	if strings.TrimSpace(req.Input) == "" {
-		return RunStarted{}, errors.New("the input is empty: type or drop some text first")
+	var in *media.Input
+	var refs []MediaRef
+	if len(req.Media) > 0 {
+		if s.media == nil {
+			return RunStarted{}, errors.New("media input is not available")
+		}
+		var err error
+		if in, refs, err = s.media.input(req.Media); err != nil {
+			return RunStarted{}, err
+		}
+	}
+	hasMedia := in != nil && !in.Empty()
+	if strings.TrimSpace(req.Input) == "" && !hasMedia {
+		return RunStarted{}, errors.New("the input is empty: type or drop some text, or add an image, audio or video")
 	}
 	if len(req.Input) > MaxInputBytes {
 		return RunStarted{}, &scorer.LimitError{What: "input bytes", Value: len(req.Input), Max: MaxInputBytes}
@@ -382,6 +428,12 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	if err != nil {
 		return RunStarted{}, err
 	}
+	if hasMedia {
+		if err := canTake(l, in); err != nil {
+			release()
+			return RunStarted{}, err
+		}
+	}
 
 	s.mu.Lock()
 	if s.active != nil {
@@ -398,7 +450,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	}
 	r.rec = RunRecord{
 		ID: r.id, StartedMs: t0.UnixMilli(), Model: l.info.Name, RandomWeights: l.info.RandomWeights,
-		Input:      InputSummary{Text: req.Input, Chars: utf8.RuneCountInString(req.Input), Files: req.Files},
+		Input:      InputSummary{Text: req.Input, Chars: utf8.RuneCountInString(req.Input), Files: req.Files, Media: refs},
 		SchemaName: req.SchemaName, Settings: set, Concurrent: doScorer && doGen,
 	}
 	if schema != nil {
@@ -406,6 +458,25 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	}
 	if r.rec.Concurrent {
 		r.rec.Note = ContentionNote
+	}
+	var prep *sharedPrep
+	if hasMedia {
+		_, _, sound := in.Sound()
+		images := len(in.Images)
+		if in.Video != nil {
+			images += len(in.Video.Frames)
+		}
+		total := images
+		if sound {
+			total++
+		}
+		img, aud := s.models.mediaTokens()
+		r.rec.Media = &RunMedia{Status: StatusPreparing, Total: total, Images: images, Audio: sound, Note: MediaNote,
+			SoftTokens: images * img}
+		if sound {
+			r.rec.Media.SoftTokens += aud
+		}
+		prep = &sharedPrep{done: make(chan struct{})}
 	}
 	r.up.ID = r.id
 	r.th = newThrottle(s.interval, r.flush)
@@ -418,7 +489,18 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 
 	s.log.WithFields(logrus.Fields{
 		"run": r.id, "scorer": doScorer, "generator": doGen, "model": l.info.Name, "input_chars": r.rec.Input.Chars,
+		"media": len(refs),
 	}).Info("run started")
+
+	var prepCancel context.CancelFunc = func() {}
+	if prep != nil {
+		var ctxP context.Context
+		ctxP, prepCancel = context.WithCancel(context.Background())
+		go func() {
+			defer close(prep.done)
+			r.prepareMedia(ctxP, s.prepare, l, in, prep)
+		}()
+	}
 
 	var sides sync.WaitGroup
 	gate := make(chan struct{}) // opens both sides at the same moment
@@ -430,7 +512,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 			<-gate
 			r.scorerSide(ctxS, l, schema, req.Input, scorer.Options{
 				BranchBatch: set.Scorer.BranchBatch, Temperature: set.Scorer.Temperature, Calibration: calib,
-			})
+			}, prep)
 		}()
 	}
 	if doGen {
@@ -439,7 +521,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		go func() {
 			defer sides.Done()
 			<-gate
-			r.generatorSide(ctxG, l, schema, req.Input, set.Generation)
+			r.generatorSide(ctxG, l, schema, req.Input, set.Generation, prep)
 		}()
 	}
 	ann := RunAnnounce{Run: r.started, Fields: []FieldRef{}}
@@ -453,6 +535,12 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	go func() {
 		defer s.wg.Done()
 		sides.Wait()
+		// Both sides are over: a tower pass nobody waits for stops after
+		// its current item, and ends before the model is released.
+		prepCancel()
+		if prep != nil {
+			<-prep.done
+		}
 		release()
 		cancelS()
 		cancelG()
@@ -496,7 +584,77 @@ func (r *run) snapshot() RunRecord {
 		g := *r.rec.Generator
 		rec.Generator = &g
 	}
+	if r.rec.Media != nil {
+		m := *r.rec.Media
+		rec.Media = &m
+	}
 	return rec
+}
+
+// sharedPrep is a run's media preparation, computed once for both sides.
+type sharedPrep struct {
+	done chan struct{} // closed when p or err is set
+	p    *inputs.Prepared
+	err  error
+}
+
+// wait returns the prepared media once they are ready, or ctx's error.
+func (sp *sharedPrep) wait(ctx context.Context) (*inputs.Prepared, error) {
+	select {
+	case <-sp.done:
+		return sp.p, sp.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// prepareMedia runs the towers once, reporting each item as it starts.
+func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *models.Model, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
+	start := time.Now()
+	p, err := prepare(ctx, l.m, in, func(done, total int, what string) {
+		r.mu.Lock()
+		m := r.rec.Media
+		m.Done, m.Total, m.Stage = done, total, what
+		r.mediaChanged()
+		r.mu.Unlock()
+		r.th.poke()
+	})
+	sp.p, sp.err = p, err
+	r.mu.Lock()
+	m := r.rec.Media
+	m.TowerMs = ms(time.Since(start))
+	m.Stage = ""
+	switch {
+	case err == nil:
+		m.Status, m.Done = StatusDone, m.Total
+	case errors.Is(err, context.Canceled):
+		m.Status, m.Error = StatusCancelled, "stopped"
+	default:
+		m.Status, m.Error = StatusError, err.Error()
+	}
+	r.mediaChanged()
+	r.mu.Unlock()
+	r.th.poke()
+}
+
+// mediaChanged marks the media preparation for the next update (r.mu held).
+func (r *run) mediaChanged() {
+	m := *r.rec.Media
+	r.up.Media = &m
+	r.dirty = true
+}
+
+// canTake checks that the model has the towers the media need.
+func canTake(l *loaded, in *media.Input) error {
+	vision, audio := l.m.Inputs()
+	_, _, sound := in.Sound()
+	switch {
+	case (len(in.Images) > 0 || in.Video != nil) && !vision:
+		return fmt.Errorf("%s has no vision tower: it cannot take images or video", l.info.Name)
+	case sound && !audio:
+		return fmt.Errorf("%s has no audio tower: it cannot take audio", l.info.Name)
+	}
+	return nil
 }
 
 // flush emits the pending update, if any.
@@ -524,6 +682,7 @@ func (r *run) scorerChanged(timing bool) {
 	u.Status, u.Error, u.Done, u.Total = sc.Status, sc.Error, len(sc.Fields), sc.FieldsTotal
 	if timing {
 		t := sc.Timing
+		t.BatchesMs = append([]float64(nil), t.BatchesMs...)
 		u.Timing = &t
 	}
 	r.dirty = true
@@ -544,15 +703,43 @@ func (r *run) generatorChanged(timing bool) {
 	r.dirty = true
 }
 
-func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, input string, opt scorer.Options) {
+func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, input string, opt scorer.Options, prep *sharedPrep) {
 	start := time.Now()
 	r.mu.Lock()
 	sc := r.rec.Scorer
-	sc.Status = StatusScoring
 	sc.Timing.StartMs = ms(start.Sub(r.t0))
 	r.scorerChanged(true)
 	r.mu.Unlock()
 	r.th.poke()
+
+	if prep != nil {
+		opt.Media = func() (*scorer.Media, error) {
+			p, err := prep.wait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &p.Media, nil
+		}
+	}
+	// Live stages: input preparation, prefill, then every branch batch.
+	var last time.Duration
+	opt.OnStage = func(stage string, elapsed time.Duration) {
+		r.mu.Lock()
+		switch stage {
+		case "input":
+			sc.Status = StatusPrefilling
+			sc.Timing.InputPrepMs = ms(elapsed)
+		case "prefill":
+			sc.Status = StatusScoring
+			sc.Timing.PrefillMs = ms(elapsed - last)
+		case "batch":
+			sc.Timing.BatchesMs = append(sc.Timing.BatchesMs, ms(elapsed-last))
+		}
+		last = elapsed
+		r.scorerChanged(true)
+		r.mu.Unlock()
+		r.th.poke()
+	}
 
 	opt.OnField = func(f scorer.FieldResult) {
 		r.mu.Lock()
@@ -597,7 +784,7 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 	sc.Timing.TotalMs = msD(t.Total)
 }
 
-func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schema, input string, set GenerationSettings) {
+func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schema, input string, set GenerationSettings, media *sharedPrep) {
 	start := time.Now()
 	r.mu.Lock()
 	g := r.rec.Generator
@@ -615,9 +802,23 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 		r.th.poke()
 	}
 	var ids []int32
-	if set.Prompt == PromptChat {
+	var md *gemma3n.Media
+	switch {
+	case media != nil:
+		p, err := media.wait(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		md = &p.Media.Media
+		if set.Prompt == PromptChat {
+			ids = inputs.ChatPrompt(l.m, p, "", input).Encode(l.tok)
+		} else {
+			ids = schema.MediaPrompt(input, p.Captions, p.Audio != nil, l.m.Special).Encode(l.tok)
+		}
+	case set.Prompt == PromptChat:
 		ids = l.tok.EncodeChat([]tokenizer.Turn{{Role: "user", Content: input}}, true)
-	} else {
+	default:
 		ids = l.tok.Encode(schema.Prompt(input))
 	}
 	if len(ids) > scorer.MaxInputTokens {
@@ -645,7 +846,7 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	var text strings.Builder
 	opt := generate.Options{
 		MaxTokens: set.MaxTokens, Temperature: set.Temperature, TopK: set.TopK, TopP: set.TopP, Seed: set.Seed,
-		Stop: l.tok.StopIDs(),
+		Stop: l.tok.StopIDs(), Media: md,
 	}
 	res, err := generate.Run(ctx, l.m.Model, ids, opt, func(t generate.Token) error {
 		now := time.Now()
@@ -794,23 +995,66 @@ func (s *Scorer) Limits() Limits {
 
 // PromptPreview is the prompt the model receives for an input.
 type PromptPreview struct {
+	// Text is the prompt with each media run written as <image 1>, <audio>.
 	Text   string `json:"text"`
 	Tokens int    `json:"tokens"` // 0 when no model is loaded
+	// MediaTokens are the soft tokens of the media (256 per image or video
+	// frame, 188 for the audio), part of Tokens.
+	MediaTokens int  `json:"media_tokens"`
+	Images      int  `json:"images"` // images and video frames
+	Audio       bool `json:"audio"`
+	MaxTokens   int  `json:"max_tokens"`
 }
 
 // Prompt returns the shared prefix the scorer (and the generator in schema
 // mode) gives the model for input.
 func (s *Scorer) Prompt(schema json.RawMessage, input string) (PromptPreview, error) {
+	return s.PromptMedia(schema, input, nil)
+}
+
+// PromptMedia is Prompt with the media items whose ids are given: the
+// prompt's media placeholders and the token count against the limit.
+func (s *Scorer) PromptMedia(schema json.RawMessage, input string, mediaIDs []string) (PromptPreview, error) {
 	sc, err := scorer.ParseSchema(schema)
 	if err != nil {
 		return PromptPreview{}, err
 	}
-	p := PromptPreview{Text: sc.Prompt(input)}
-	if l, release, err := s.runs.models.acquire(); err == nil {
+	p := PromptPreview{MaxTokens: scorer.MaxInputTokens}
+	var captions []string
+	if len(mediaIDs) > 0 && s.runs.media != nil {
+		in, _, err := s.runs.media.input(mediaIDs)
+		if err != nil {
+			return PromptPreview{}, err
+		}
+		captions = inputs.Captions(in)
+		_, _, p.Audio = in.Sound()
+	}
+	img, aud := s.runs.models.mediaTokens()
+	p.Images = len(captions)
+	p.MediaTokens = p.Images * img
+	if p.Audio {
+		p.MediaTokens += aud
+	}
+	l, release, err := s.runs.models.acquire()
+	if err != nil {
+		p.Text = sc.MediaPrompt(input, captions, p.Audio, gemma3nSpecial(img, aud)).String()
+		return p, nil
+	}
+	defer release()
+	pr := sc.MediaPrompt(input, captions, p.Audio, l.m.Special)
+	p.Text = pr.String()
+	if len(captions) > 0 || p.Audio {
+		p.Tokens = len(pr.Encode(l.tok))
+	} else {
 		p.Tokens = len(l.tok.Encode(p.Text))
-		release()
 	}
 	return p, nil
+}
+
+// gemma3nSpecial is a placeholder Special for rendering a prompt without a
+// model (only the soft-token counts matter to String).
+func gemma3nSpecial(img, aud int) gemma3n.Special {
+	return gemma3n.Special{VisionTokens: img, AudioTokens: aud}
 }
 
 // Presets returns the built-in schemas with sample inputs.

@@ -1,11 +1,16 @@
 package app
 
 import (
+	"context"
 	"io"
+	"net/http"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/models"
+	"verdict/media/availability"
+	"verdict/media/capture"
 )
 
 // Options configure the services.
@@ -24,6 +29,16 @@ type Options struct {
 	Mode string
 	// Open opens a model (models.Open when nil; tests replace it).
 	Open func(spec string) (*models.Model, error)
+	// Capture selects the capture drivers: "hardware" (cameras and
+	// microphones) or "synthetic" (mediadevices' VideoTest and AudioTest, for
+	// tests and demos); empty reads VERDICT_CAPTURE, then means hardware.
+	Capture string
+	// OpenSpeaker opens the audio output (media/playback when nil; tests
+	// replace it).
+	OpenSpeaker func(timeout time.Duration) (Speaker, error)
+	// CheckMedia reports which media features work (media/availability when
+	// nil; tests replace it).
+	CheckMedia func(ctx context.Context, d *capture.Devices) availability.Report
 	// OnFrontendReady runs (on its own goroutine) each time a page reports
 	// that it is ready.
 	OnFrontendReady func()
@@ -38,6 +53,7 @@ type Services struct {
 	Settings  *Settings
 	Logs      *Logs
 	System    *System
+	Media     *Media
 
 	log *logrus.Logger
 }
@@ -58,24 +74,48 @@ func New(o Options) *Services {
 	s.Logs = NewLogs(log, o.Emitter)
 	s.Settings = NewSettings(o.SettingsPath, s.Logs, log, o.Emitter)
 	s.Models = NewModels(o.Open, o.Emitter, log)
+	s.Media = newMedia(o, s.Models, log)
 	s.Runs = NewRuns(s.Models, s.Settings, o.Emitter, log)
+	s.Runs.media = s.Media
 	s.Scorer = &Scorer{runs: s.Runs}
 	s.Generator = &Generator{runs: s.Runs}
-	s.System = &System{mode: o.Mode, dialogs: o.Dialogs, settings: s.Settings, log: log, onReady: o.OnFrontendReady}
+	s.System = &System{mode: o.Mode, dialogs: o.Dialogs, settings: s.Settings, media: s.Media, log: log, onReady: o.OnFrontendReady}
 	return s
 }
 
 // Bound lists the services the window binds and the browser mode serves;
 // each is named by its type (Models, Scorer, ...).
 func (s *Services) Bound() []any {
-	return []any{s.Models, s.Scorer, s.Generator, s.Runs, s.Settings, s.Logs, s.System}
+	return []any{s.Models, s.Scorer, s.Generator, s.Runs, s.Settings, s.Logs, s.System, s.Media}
 }
+
+// MediaFiles serves the media previews under /media/ (see Media.Files).
+func (s *Services) MediaFiles() http.Handler { return s.Media.Files() }
+
+// Uploader takes the files the page uploads (the browser mode's
+// POST /api/upload).
+type Uploader interface {
+	// Add adds one uploaded file, read from r.
+	Add(name string, r io.Reader) MediaResult
+	// Done announces the media after a batch of uploads.
+	Done()
+}
+
+type uploader struct{ m *Media }
+
+func (u uploader) Add(name string, r io.Reader) MediaResult { return u.m.addUpload(name, r) }
+func (u uploader) Done()                                    { u.m.changed() }
+
+// Uploads is the Uploader of the media service.
+func (s *Services) Uploads() Uploader { return uploader{s.Media} }
 
 // Logger is the services' logger.
 func (s *Services) Logger() *logrus.Logger { return s.log }
 
-// Shutdown cancels the run in progress, waits for it and closes the model.
+// Shutdown stops the camera, the recording and the playback, cancels the run
+// in progress, waits for it and closes the model.
 func (s *Services) Shutdown() {
+	s.Media.shutdown()
 	s.Runs.cancelActive("shutting down")
 	s.Runs.wait()
 	s.Models.close()

@@ -39,16 +39,19 @@ const (
 	KindOther = "other"
 )
 
-// InputFile is a file offered as input: text files carry their text; other
-// kinds say why they are not supported (yet).
+// InputFile is a file offered as input: text files carry their text; image,
+// audio and video files become media (System.ReadFiles adds them to the
+// media service and says how in Media); other files say why they are not
+// supported.
 type InputFile struct {
-	Name      string `json:"name"`
-	Path      string `json:"path,omitempty"`
-	Size      int64  `json:"size"`
-	Kind      string `json:"kind"`
-	Supported bool   `json:"supported"`
-	Reason    string `json:"reason,omitempty"`
-	Text      string `json:"text,omitempty"`
+	Name      string       `json:"name"`
+	Path      string       `json:"path,omitempty"`
+	Size      int64        `json:"size"`
+	Kind      string       `json:"kind"`
+	Supported bool         `json:"supported"`
+	Reason    string       `json:"reason,omitempty"`
+	Text      string       `json:"text,omitempty"`
+	Media     *MediaResult `json:"media,omitempty"`
 }
 
 var kindByExt = map[string]string{
@@ -80,7 +83,8 @@ func ClassifyFile(name string, head []byte) string {
 	return KindOther
 }
 
-// ReadInputFile reads a file as input.
+// ReadInputFile reads a file as input: the text of a text file; an image,
+// audio or video file is only classified (the media service decodes it).
 func ReadInputFile(path string) InputFile {
 	f := InputFile{Name: filepath.Base(path), Path: path, Kind: KindOther}
 	fh, err := os.Open(path)
@@ -123,7 +127,7 @@ func ReadInputFile(path string) InputFile {
 		}
 		f.Supported, f.Text = true, string(b)
 	case KindImage, KindAudio, KindVideo:
-		f.Reason = f.Kind + " input is not supported in the app yet (the command line takes --" + f.Kind + ")"
+		f.Supported = true // media: System.ReadFiles adds it to the media service
 	default:
 		f.Reason = "not a text, image, audio or video file"
 	}
@@ -147,6 +151,7 @@ type System struct {
 	mode     string
 	dialogs  Dialogs
 	settings *Settings
+	media    *Media
 	log      *logrus.Logger
 	onReady  func()
 }
@@ -184,13 +189,25 @@ func (s *System) Info() SystemInfo {
 	}
 }
 
-// ReadFiles reads files given by path (dropped on the window or chosen).
+// ReadFiles reads files given by path (dropped on the window or chosen):
+// text files are returned with their text, image, audio and video files are
+// added to the input's media (Media says what became of each).
 func (s *System) ReadFiles(paths []string) []InputFile {
 	out := make([]InputFile, 0, len(paths))
+	media := false
 	for _, p := range paths {
 		f := ReadInputFile(p)
+		if f.Supported && f.Kind != KindText && s.media != nil {
+			r := s.media.addPath(p, f.Name, SourceFile)
+			f.Media = &r
+			f.Supported, f.Reason = r.Error == "", r.Error
+			media = true
+		}
 		s.log.WithFields(logrus.Fields{"file": f.Name, "kind": f.Kind, "supported": f.Supported}).Debug("input file")
 		out = append(out, f)
+	}
+	if media {
+		s.media.changed()
 	}
 	return out
 }
@@ -200,7 +217,7 @@ func (s *System) ChooseFiles() ([]InputFile, error) {
 	if s.dialogs == nil {
 		return nil, ErrNoDialogs
 	}
-	ps, err := s.dialogs.ChooseFiles("Add input files")
+	ps, err := s.dialogs.ChooseFiles("Add input files: text, images, audio, video")
 	if err != nil {
 		return nil, err
 	}

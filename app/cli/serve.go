@@ -60,8 +60,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Cancelling base ends the event streams, which never go idle.
 	base, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
+	api := server.New(svc.Bound(), hub, frontend.Assets(), log)
+	api.HandleMedia(svc.Uploads(), svc.MediaFiles())
 	srv := &http.Server{
-		Handler:           server.New(svc.Bound(), hub, frontend.Assets(), log),
+		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}

@@ -111,7 +111,8 @@ func Run(ctx context.Context, o Options) error {
 		MinWidth:         980,
 		MinHeight:        640,
 		BackgroundColour: &options.RGBA{R: 245, G: 246, B: 248, A: 255},
-		AssetServer:      &assetserver.Options{Assets: frontend.Assets()},
+		// Media previews (/media/...) are not assets: the handler serves them.
+		AssetServer: &assetserver.Options{Assets: frontend.Assets(), Handler: svc.MediaFiles()},
 		OnStartup: func(wctx context.Context) {
 			dlg.mu.Lock()
 			dlg.ctx = wctx

@@ -9,6 +9,7 @@ import (
 	"image"
 	"time"
 
+	"verdict/engine/gemma3n"
 	"verdict/engine/models"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
@@ -63,25 +64,41 @@ type Prepared struct {
 	Duration time.Duration // time spent in the towers
 }
 
+// Progress reports the towers' work: done of total items (images, video
+// frames, the audio clip) have been through their tower; what names the item
+// now running ("image 2", "video frame at 0:03", "audio").
+type Progress func(done, total int, what string)
+
 // Prepare runs the model's towers on the input: images, then the video's
 // frames (captioned with their time), and the one audio source (the clip or
 // the video's soundtrack).
 func Prepare(m *models.Model, in *media.Input) (*Prepared, error) {
+	return PrepareContext(context.Background(), m, in, nil)
+}
+
+// PrepareContext is Prepare one item at a time: ctx is checked before each
+// image, frame and clip (a tower pass itself is not interrupted), and
+// progress, when set, hears each item as it starts and once at the end. The
+// result is the same as Prepare's.
+func PrepareContext(ctx context.Context, m *models.Model, in *media.Input, progress Progress) (*Prepared, error) {
 	start := time.Now()
-	var imgs []image.Image
-	var captions []string
-	for _, im := range in.Images {
-		imgs = append(imgs, im.Image)
-		captions = append(captions, "")
+	type item struct {
+		img  image.Image
+		what string
+	}
+	var items []item
+	for i, im := range in.Images {
+		items = append(items, item{im.Image, fmt.Sprintf("image %d", i+1)})
 	}
 	if in.Video != nil {
 		for _, f := range in.Video.Frames {
-			imgs = append(imgs, f.Image)
-			captions = append(captions, fmt.Sprintf("Video frame at %s:", clock(f.Time)))
+			items = append(items, item{f.Image, "video frame at " + clock(f.Time)})
 		}
 	}
+	captions := Captions(in)
 	var pcm []float32
-	if _, clip, ok := in.Sound(); ok {
+	_, clip, hasSound := in.Sound()
+	if hasSound {
 		if clip.Rate != 16000 {
 			return nil, fmt.Errorf("inputs: audio at %d Hz, want 16000", clip.Rate)
 		}
@@ -90,11 +107,58 @@ func Prepare(m *models.Model, in *media.Input) (*Prepared, error) {
 			pcm = []float32{}
 		}
 	}
-	md, err := m.Media(imgs, pcm)
-	if err != nil {
-		return nil, err
+	total := len(items)
+	if hasSound {
+		total++
 	}
+	report := func(done int, what string) {
+		if progress != nil {
+			progress(done, total, what)
+		}
+	}
+	md := &gemma3n.Media{}
+	for i, it := range items {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		report(i, it.what)
+		one, err := m.Media([]image.Image{it.img}, nil)
+		if err != nil {
+			return nil, err
+		}
+		md.Image = append(md.Image, one.Image...)
+		md.Hard = one.Hard
+	}
+	if hasSound || len(items) == 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if hasSound {
+			report(len(items), "audio")
+		}
+		one, err := m.Media(nil, pcm)
+		if err != nil {
+			return nil, err
+		}
+		md.Audio, md.Hard = one.Audio, one.Hard
+	}
+	report(total, "")
 	return &Prepared{Media: scorer.Media{Media: *md, Captions: captions}, Duration: time.Since(start)}, nil
+}
+
+// Captions are the prompt's captions of the input's images in order: none
+// for images, "Video frame at m:ss:" for each video frame.
+func Captions(in *media.Input) []string {
+	var captions []string
+	for range in.Images {
+		captions = append(captions, "")
+	}
+	if in.Video != nil {
+		for _, f := range in.Video.Frames {
+			captions = append(captions, fmt.Sprintf("Video frame at %s:", clock(f.Time)))
+		}
+	}
+	return captions
 }
 
 // clock writes a video time as m:ss.

@@ -7,6 +7,10 @@
 //	GET  /api/events               text/event-stream; each message's data is
 //	                               {"name": EVENT, "data": PAYLOAD}
 //	GET  /api/bindings             {Service: [Method, ...]}
+//	POST /api/upload               multipart/form-data, one or more "file" parts:
+//	                               image, audio and video files for the input
+//	                               200: {"results": [{"name", "item"|"error", "limit"?}]}
+//	GET  /media/...                previews of the input's media (app.Media.Files)
 //	GET  /...                      the built frontend
 //
 // The API mirrors Wails' bindings (window.go.app.Service.Method(args...)),
@@ -15,6 +19,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -28,6 +33,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"verdict/app"
 )
 
 // MaxBody bounds a request body.
@@ -36,6 +43,7 @@ const MaxBody = 4 << 20
 // Server is the HTTP handler of the browser mode.
 type Server struct {
 	methods map[string]map[string]reflect.Value
+	uploads app.Uploader
 	hub     *Hub
 	assets  fs.FS
 	built   bool
@@ -66,8 +74,109 @@ func New(services []any, hub *Hub, assets fs.FS, log *logrus.Logger) *Server {
 	s.mux.HandleFunc("POST /api/{service}/{method}", s.call)
 	s.mux.HandleFunc("GET /api/events", s.events)
 	s.mux.HandleFunc("GET /api/bindings", s.bindings)
+	s.mux.HandleFunc("POST /api/upload", s.upload)
 	s.mux.HandleFunc("GET /", s.static)
 	return s
+}
+
+// HandleMedia serves uploads (POST /api/upload) into up and the media
+// previews (GET /media/) from files.
+func (s *Server) HandleMedia(up app.Uploader, files http.Handler) {
+	s.uploads = up
+	s.mux.Handle("GET /media/", files)
+}
+
+// MaxUpload bounds the body of one upload request: its files together.
+const MaxUpload = app.MaxUploadBytes
+
+// UploadResponse is the body of a successful upload.
+type UploadResponse struct {
+	Results []app.MediaResult `json:"results"`
+}
+
+// upload adds the "file" parts of a multipart/form-data body to the input's
+// media. A file that cannot be added (not media, corrupt, over a limit) gets
+// its error in its result; the request fails only when it is malformed or
+// over MaxUpload.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	if s.uploads == nil {
+		writeJSON(w, http.StatusNotFound, APIError{"uploads are not served here"})
+		return
+	}
+	if r.ContentLength > MaxUpload {
+		writeJSON(w, http.StatusRequestEntityTooLarge, APIError{tooLarge(r.ContentLength)})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, MaxUpload)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeJSON(w, http.StatusUnsupportedMediaType, APIError{"send the files as multipart/form-data, each in a part named \"file\": " + err.Error()})
+		return
+	}
+	res := UploadResponse{Results: []app.MediaResult{}}
+	defer func() {
+		if len(res.Results) > 0 {
+			s.uploads.Done()
+		}
+	}()
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeJSON(w, http.StatusRequestEntityTooLarge, APIError{tooLarge(-1)})
+				return
+			}
+			writeJSON(w, http.StatusBadRequest, APIError{"malformed upload: " + err.Error()})
+			return
+		}
+		if part.FormName() != "file" || part.FileName() == "" {
+			part.Close()
+			continue
+		}
+		name := part.FileName()
+		cr := &countingReader{r: part}
+		result := s.uploads.Add(name, cr)
+		part.Close()
+		var mbe *http.MaxBytesError
+		if errors.As(cr.err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, APIError{tooLarge(-1)})
+			return
+		}
+		s.log.WithFields(logrus.Fields{"file": name, "bytes": cr.n, "error": result.Error}).Debug("upload")
+		res.Results = append(res.Results, result)
+	}
+	if len(res.Results) == 0 {
+		writeJSON(w, http.StatusBadRequest, APIError{"no file in the upload: send each file in a part named \"file\""})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func tooLarge(n int64) string {
+	if n > 0 {
+		return fmt.Sprintf("the upload is %.1f MB, over the limit of %d MB: send fewer or smaller files", float64(n)/1e6, MaxUpload>>20)
+	}
+	return fmt.Sprintf("the upload is over the limit of %d MB: send fewer or smaller files", MaxUpload>>20)
+}
+
+// countingReader counts bytes and keeps the first read error.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // ServeHTTP checks the origin and routes the request.

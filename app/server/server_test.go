@@ -2,8 +2,13 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"image"
+	"image/png"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +19,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/app"
+	"verdict/media/availability"
+	"verdict/media/capture"
 )
 
 func newTest(t *testing.T, assets fstest.MapFS) (*httptest.Server, *app.Services, *Hub) {
@@ -21,13 +28,16 @@ func newTest(t *testing.T, assets fstest.MapFS) (*httptest.Server, *app.Services
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	hub := NewHub(log)
-	svc := app.New(app.Options{Emitter: hub, Logger: log})
+	svc := app.New(app.Options{Emitter: hub, Logger: log, Capture: "synthetic",
+		CheckMedia: func(context.Context, *capture.Devices) availability.Report { return availability.Report{} }})
 	t.Cleanup(svc.Shutdown)
 	var fsys = assets
 	if fsys == nil {
 		fsys = fstest.MapFS{}
 	}
-	ts := httptest.NewServer(New(svc.Bound(), hub, fsys, log))
+	srv := New(svc.Bound(), hub, fsys, log)
+	srv.HandleMedia(svc.Uploads(), svc.MediaFiles())
+	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	return ts, svc, hub
 }
@@ -89,7 +99,7 @@ func TestCalls(t *testing.T) {
 	var b map[string][]string
 	json.NewDecoder(resp.Body).Decode(&b)
 	resp.Body.Close()
-	for _, svc := range []string{"Models", "Scorer", "Generator", "Runs", "Settings", "Logs", "System"} {
+	for _, svc := range []string{"Models", "Scorer", "Generator", "Runs", "Settings", "Logs", "System", "Media"} {
 		if len(b[svc]) == 0 {
 			t.Errorf("bindings lack %s: %v", svc, b)
 		}
@@ -181,5 +191,133 @@ func TestStatic(t *testing.T) {
 		if code, body := get(ts, tc.path); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("GET %s: %d %q", tc.path, code, body)
 		}
+	}
+}
+
+func pngBytes(t *testing.T, w, h int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// wavBytes is a silent 16-bit mono WAV of n samples at 16 kHz.
+func wavBytes(n int) []byte {
+	var b bytes.Buffer
+	le := func(v uint32, size int) {
+		for i := 0; i < size; i++ {
+			b.WriteByte(byte(v >> (8 * i)))
+		}
+	}
+	b.WriteString("RIFF")
+	le(uint32(36+2*n), 4)
+	b.WriteString("WAVEfmt ")
+	le(16, 4)
+	le(1, 2)
+	le(1, 2)
+	le(16000, 4)
+	le(32000, 4)
+	le(2, 2)
+	le(16, 2)
+	b.WriteString("data")
+	le(uint32(2*n), 4)
+	b.Write(make([]byte, 2*n))
+	return b.Bytes()
+}
+
+func upload(t *testing.T, url string, files map[string][]byte, header map[string]string) (int, string) {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("note", "ignored")
+	for _, name := range []string{"photo.png", "tone.wav", "notes.txt", "2.png", "3.png", "4.png", "5.png", "6.png", "7.png", "8.png", "9.png"} {
+		if data, ok := files[name]; ok {
+			w, _ := mw.CreateFormFile("file", name)
+			w.Write(data)
+		}
+	}
+	mw.Close()
+	req, _ := http.NewRequest("POST", url+"/api/upload", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestUpload(t *testing.T) {
+	ts, svc, _ := newTest(t, nil)
+	code, body := upload(t, ts.URL, map[string][]byte{"photo.png": pngBytes(t, 30, 20), "tone.wav": wavBytes(8000), "notes.txt": []byte("hi")}, nil)
+	if code != 200 {
+		t.Fatalf("upload: %d %s", code, body)
+	}
+	var res UploadResponse
+	if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Results) != 3 {
+		t.Fatalf("results %s, %v", body, err)
+	}
+	img, aud, txt := res.Results[0], res.Results[1], res.Results[2]
+	if img.Item == nil || img.Item.Kind != "image" || img.Item.Source != app.SourceUpload || img.Item.Tokens != 256 || img.Name != "photo.png" {
+		t.Errorf("image %+v", img)
+	}
+	if aud.Item == nil || aud.Item.Kind != "audio" || aud.Item.DurationMs != 500 || aud.Item.Tokens != 188 {
+		t.Errorf("audio %+v", aud)
+	}
+	if txt.Item != nil || !strings.Contains(txt.Error, "text file") {
+		t.Errorf("text %+v", txt)
+	}
+	// The previews are served beside the API.
+	resp, err := http.Get(ts.URL + img.Item.ModelView)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := png.DecodeConfig(resp.Body)
+	resp.Body.Close()
+	if err != nil || cfg.Width != 768 || cfg.Height != 768 || resp.Header.Get("Content-Type") != "image/png" {
+		t.Errorf("model view: %+v %v", cfg, err)
+	}
+	if n := len(svc.Media.Items()); n != 2 {
+		t.Errorf("%d items", n)
+	}
+
+	// A ninth image: the result names the limit.
+	more := map[string][]byte{}
+	for i := 2; i <= 9; i++ {
+		more[string(rune('0'+i))+".png"] = pngBytes(t, 4, 4)
+	}
+	code, body = upload(t, ts.URL, more, nil)
+	json.Unmarshal([]byte(body), &res)
+	if code != 200 || len(res.Results) != 8 {
+		t.Fatalf("eight more: %d %s", code, body)
+	}
+	last := res.Results[7]
+	if last.Limit == nil || last.Limit.Limit != "images" || last.Limit.Value != 9 || last.Error != "9.png: images 9 exceeds the limit of 8" {
+		t.Errorf("ninth image %+v", last)
+	}
+
+	// Malformed and refused requests.
+	if code, body := post(t, ts.URL+"/api/upload", "{}", nil); code != http.StatusUnsupportedMediaType || !strings.Contains(body, "multipart/form-data") {
+		t.Errorf("JSON upload: %d %s", code, body)
+	}
+	if code, body := upload(t, ts.URL, nil, nil); code != http.StatusBadRequest || !strings.Contains(body, "no file") {
+		t.Errorf("empty upload: %d %s", code, body)
+	}
+	if code, _ := upload(t, ts.URL, map[string][]byte{"photo.png": pngBytes(t, 2, 2)}, map[string]string{"Origin": "http://evil.example"}); code != http.StatusForbidden {
+		t.Errorf("cross-origin upload: %d", code)
+	}
+	req := httptest.NewRequest("POST", "/api/upload", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
+	req.ContentLength = MaxUpload + 1
+	w := httptest.NewRecorder()
+	ts.Config.Handler.ServeHTTP(w, req)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "over the limit of 256 MB") {
+		t.Errorf("huge upload: %d %s", w.Code, w.Body)
 	}
 }

@@ -1,0 +1,827 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"verdict/engine/scorer"
+	"verdict/engine/vision"
+	"verdict/media"
+	"verdict/media/availability"
+	"verdict/media/capture"
+	_ "verdict/media/capture/hardware"  // V4L2 cameras, miniaudio microphones
+	_ "verdict/media/capture/synthetic" // VideoTest and AudioTest, selected by VERDICT_CAPTURE=synthetic
+	"verdict/media/decode"
+	"verdict/media/limits"
+	"verdict/media/pcm"
+	"verdict/media/preview"
+	"verdict/media/video"
+)
+
+// Where an input's media came from.
+const (
+	SourceFile       = "file"       // a path: the window's file dialog or a drop on it
+	SourceUpload     = "upload"     // uploaded by the page (browser mode)
+	SourceCamera     = "camera"     // a camera snapshot
+	SourceMicrophone = "microphone" // a microphone recording
+)
+
+// Soft tokens per image and per audio clip when no model is loaded (Gemma
+// 3n's; a loaded model's config says its own).
+const (
+	DefaultImageTokens = 256
+	DefaultAudioTokens = 188
+)
+
+// ModelImageSide is the side of the square image the vision tower receives.
+const ModelImageSide = vision.ImageSize
+
+// WaveformBuckets is the resolution of an audio item's waveform.
+const WaveformBuckets = 240
+
+// MaxMediaFileBytes bounds one media file added by path or upload.
+const MaxMediaFileBytes = limits.MaxFileBytes
+
+// MediaTimeout bounds decoding one file (a video runs ffmpeg).
+const MediaTimeout = 2 * time.Minute
+
+// FramePreview is one sampled video frame as the model receives it.
+type FramePreview struct {
+	Ms      int64  `json:"ms"`
+	Caption string `json:"caption"` // the time the prompt gives it (m:ss)
+	URL     string `json:"url"`     // a JPEG of the 768×768 frame
+}
+
+// MediaItem is one image, audio clip or video of the input, with previews of
+// exactly what the model receives: the 768×768 image, the 16 kHz waveform,
+// the sampled frames and their times.
+type MediaItem struct {
+	ID     string `json:"id"`
+	Kind   string `json:"kind"` // image, audio or video
+	Name   string `json:"name"`
+	Source string `json:"source"`
+	Format string `json:"format,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	// Width and Height are the original image's or video's size.
+	Width      int     `json:"width,omitempty"`
+	Height     int     `json:"height,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	// Tokens is the number of soft tokens the model receives for it.
+	Tokens int `json:"tokens"`
+	// Thumb is the URL of a small JPEG of the original (images, videos).
+	Thumb string `json:"thumb,omitempty"`
+	// ModelView is the URL of the 768×768 PNG the vision tower receives
+	// (images), rendered back from the image processor's output.
+	ModelView string         `json:"model_view,omitempty"`
+	Frames    []FramePreview `json:"frames,omitempty"`
+	// Sound is set for audio and for videos with a soundtrack.
+	Sound bool `json:"sound,omitempty"`
+	// Waveform summarises the 16 kHz mono samples the audio tower receives.
+	Waveform []preview.Peak `json:"waveform,omitempty"`
+	Note     string         `json:"note,omitempty"`
+	AddedMs  int64          `json:"added_ms"`
+}
+
+// LimitInfo is a media limit that was exceeded (media/limits.Error).
+type LimitInfo struct {
+	Limit   string  `json:"limit"`
+	Value   float64 `json:"value"`
+	Max     float64 `json:"max"`
+	Unit    string  `json:"unit,omitempty"`
+	AtLeast bool    `json:"at_least,omitempty"`
+}
+
+func limitInfo(err error) *LimitInfo {
+	var le *limits.Error
+	if !errors.As(err, &le) {
+		return nil
+	}
+	return &LimitInfo{Limit: le.Limit, Value: le.Value, Max: le.Max, Unit: le.Unit, AtLeast: le.AtLeast}
+}
+
+// MediaResult is the outcome of adding one file: the item, or why not.
+type MediaResult struct {
+	Name  string     `json:"name"`
+	Item  *MediaItem `json:"item,omitempty"`
+	Error string     `json:"error,omitempty"`
+	// Limit is set when a media limit refused it.
+	Limit *LimitInfo `json:"limit,omitempty"`
+}
+
+func failed(name string, err error) MediaResult {
+	return MediaResult{Name: name, Error: err.Error(), Limit: limitInfo(err)}
+}
+
+// MediaLimits are the media limits and costs the page shows.
+type MediaLimits struct {
+	MaxImages        int     `json:"max_images"`
+	MaxAudioMs       float64 `json:"max_audio_ms"`
+	MaxSilentVideoMs float64 `json:"max_silent_video_ms"`
+	MaxSoundVideoMs  float64 `json:"max_video_with_sound_ms"`
+	MaxVideoFrames   int     `json:"max_video_frames"`
+	VideoFPS         float64 `json:"video_fps"`
+	MaxAudioSources  int     `json:"max_audio_sources"`
+	MaxUploadBytes   int64   `json:"max_upload_bytes"`
+	ImageTokens      int     `json:"image_tokens"`
+	AudioTokens      int     `json:"audio_tokens"`
+	MaxInputTokens   int     `json:"max_input_tokens"`
+	ModelImageSide   int     `json:"model_image_side"`
+	RecordSeconds    []int   `json:"record_seconds"`
+}
+
+// MediaAvailability says which media features work here and why not.
+type MediaAvailability struct {
+	availability.Report
+	// Drivers are the capture drivers in use: "hardware" or "synthetic".
+	Drivers string `json:"drivers"`
+}
+
+// Speaker plays the model's audio input (*playback.Speaker).
+type Speaker interface {
+	Play(ctx context.Context, clip pcm.Clip) error
+}
+
+// mediaEntry is one item with what the model receives.
+type mediaEntry struct {
+	item  MediaItem
+	image *image.RGBA  // image: the 768×768 model view
+	clip  *pcm.Clip    // audio: 16 kHz mono
+	video *video.Video // video: frames as 768×768 model views, soundtrack
+	thumb []byte       // JPEG of the original
+
+	mu    sync.Mutex
+	cache map[string][]byte // encoded previews by file name
+}
+
+// Media is the media service: the input's images, audio clip and video (the
+// same for every page: added by path in the window, by upload in the
+// browser, from the camera and the microphone), their previews, the limits,
+// and what capture and playback can do here.
+type Media struct {
+	emit    Emitter
+	log     *logrus.Logger
+	models  *Models
+	devices *capture.Devices
+	drivers capture.Drivers
+	check   func(ctx context.Context, d *capture.Devices) availability.Report
+	speaker func(timeout time.Duration) (Speaker, error)
+
+	mu      sync.Mutex
+	entries []*mediaEntry
+
+	availMu sync.Mutex
+	avail   *MediaAvailability
+
+	live liveState // camera, microphone, playback
+}
+
+// newMedia returns the media service.
+func newMedia(o Options, models *Models, log *logrus.Logger) *Media {
+	drv := capture.Hardware
+	c := o.Capture
+	if c == "" {
+		c = os.Getenv("VERDICT_CAPTURE")
+	}
+	if strings.EqualFold(strings.TrimSpace(c), "synthetic") {
+		drv = capture.Synthetic
+	}
+	m := &Media{emit: o.Emitter, log: log, models: models, devices: capture.Open(drv), drivers: drv,
+		check: o.CheckMedia, speaker: o.OpenSpeaker}
+	if m.check == nil {
+		m.check = func(ctx context.Context, d *capture.Devices) availability.Report {
+			return availability.Check(ctx, d, 2*time.Second)
+		}
+	}
+	if m.speaker == nil {
+		m.speaker = openSpeaker
+	}
+	return m
+}
+
+// Drivers names the capture drivers in use ("hardware" or "synthetic").
+func (s *Media) Drivers() string { return s.drivers.String() }
+
+// Availability reports which media features work here (checked once, then
+// remembered; Refresh checks again).
+func (s *Media) Availability() MediaAvailability {
+	s.availMu.Lock()
+	defer s.availMu.Unlock()
+	if s.avail == nil {
+		s.checkLocked()
+	}
+	return *s.avail
+}
+
+// Refresh checks the devices and ffmpeg again and reports the result (also
+// as a media:availability event).
+func (s *Media) Refresh() MediaAvailability {
+	s.availMu.Lock()
+	defer s.availMu.Unlock()
+	s.checkLocked()
+	return *s.avail
+}
+
+func (s *Media) checkLocked() {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	a := &MediaAvailability{Report: s.check(ctx, s.devices), Drivers: s.drivers.String()}
+	s.avail = a
+	f := logrus.Fields{"drivers": a.Drivers}
+	for name, ft := range map[string]availability.Feature{"camera": a.Camera, "microphone": a.Microphone, "speaker": a.Speaker, "video": a.Video} {
+		if ft.Available {
+			f[name] = "available"
+		} else {
+			f[name] = ft.Reason
+		}
+	}
+	s.log.WithFields(f).Info("media availability")
+	s.emit.Emit(EventMediaAvailability, *a)
+}
+
+// Limits returns the media limits and the token costs of the loaded model.
+func (s *Media) Limits() MediaLimits {
+	img, aud := s.models.mediaTokens()
+	return MediaLimits{
+		MaxImages: limits.MaxImages, MaxAudioMs: ms(limits.MaxAudio), MaxSilentVideoMs: ms(limits.MaxSilentVideo),
+		MaxSoundVideoMs: ms(limits.MaxVideoWithSound), MaxVideoFrames: limits.MaxVideoFrames, VideoFPS: limits.VideoFPS,
+		MaxAudioSources: limits.MaxAudioSources, MaxUploadBytes: MaxUploadBytes, ImageTokens: img, AudioTokens: aud,
+		MaxInputTokens: scorer.MaxInputTokens, ModelImageSide: ModelImageSide, RecordSeconds: RecordChoices,
+	}
+}
+
+// Items returns the input's media in the order they were added.
+func (s *Media) Items() []MediaItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.itemsLocked()
+}
+
+func (s *Media) itemsLocked() []MediaItem {
+	img, aud := s.models.mediaTokens()
+	out := make([]MediaItem, 0, len(s.entries))
+	for _, e := range s.entries {
+		out = append(out, e.withTokens(img, aud))
+	}
+	return out
+}
+
+// withTokens is the item with its soft-token count for the given costs.
+func (e *mediaEntry) withTokens(img, aud int) MediaItem {
+	it := e.item
+	switch {
+	case e.image != nil:
+		it.Tokens = img
+	case e.clip != nil:
+		it.Tokens = aud
+	case e.video != nil:
+		it.Tokens = img * len(e.video.Frames)
+		if e.video.HasSound() {
+			it.Tokens += aud
+		}
+	}
+	return it
+}
+
+// changed announces the media after a change.
+func (s *Media) changed() {
+	s.mu.Lock()
+	items := s.itemsLocked()
+	s.mu.Unlock()
+	s.emit.Emit(EventMedia, items)
+}
+
+// Remove takes an item out of the input.
+func (s *Media) Remove(id string) error {
+	s.mu.Lock()
+	found := false
+	for i, e := range s.entries {
+		if e.item.ID == id {
+			s.entries = append(s.entries[:i:i], s.entries[i+1:]...)
+			found = true
+			break
+		}
+	}
+	s.mu.Unlock()
+	if !found {
+		return fmt.Errorf("no media %q in the input", id)
+	}
+	s.live.stopPlaybackOf(id)
+	s.changed()
+	return nil
+}
+
+// Clear removes every item.
+func (s *Media) Clear() {
+	s.mu.Lock()
+	s.entries = nil
+	s.mu.Unlock()
+	s.live.stopPlaybackOf("")
+	s.changed()
+}
+
+// AddFiles adds image, audio and video files by path (the window's dialog
+// and drops); each result says what was added or why not.
+func (s *Media) AddFiles(paths []string) []MediaResult {
+	out := make([]MediaResult, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, s.addPath(p, filepath.Base(p), SourceFile))
+	}
+	s.changed()
+	return out
+}
+
+// Upload adds one file sent as bytes (base64 in JSON): the browser mode's
+// POST /api/upload streams larger files through the same path.
+func (s *Media) Upload(name string, data []byte) MediaResult {
+	if int64(len(data)) > MaxUploadBytes {
+		return failed(name, limits.Bytes(int64(len(data)), MaxUploadBytes))
+	}
+	r := s.addUpload(name, bytes.NewReader(data))
+	s.changed()
+	return r
+}
+
+// MaxUploadBytes bounds one upload (one request of POST /api/upload).
+const MaxUploadBytes = 256 << 20
+
+// addUpload stores an uploaded file in a temporary file (ffmpeg reads
+// videos from a path) and adds it.
+func (s *Media) addUpload(name string, r io.Reader) MediaResult {
+	name = filepath.Base(strings.ReplaceAll(name, "\\", "/"))
+	if name == "." || name == "/" || name == "" {
+		name = "upload"
+	}
+	f, err := os.CreateTemp("", "verdict-upload-*")
+	if err != nil {
+		return failed(name, err)
+	}
+	defer os.Remove(f.Name())
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return failed(name, fmt.Errorf("upload %s: %w", name, err))
+	}
+	res := s.addPath(f.Name(), name, SourceUpload)
+	if res.Error != "" { // errors name the file, not the temporary copy
+		res.Error = strings.ReplaceAll(res.Error, f.Name(), name)
+	}
+	return res
+}
+
+// addPath decodes a file and adds it within the limits; it does not
+// announce the change.
+func (s *Media) addPath(path, name, source string) MediaResult {
+	e, err := s.decodePath(path, name, source)
+	if err != nil {
+		s.log.WithError(err).WithField("file", name).Info("media not added")
+		return failed(name, err)
+	}
+	if err := s.insert(e, false); err != nil {
+		s.log.WithError(err).WithField("file", name).Info("media not added")
+		return failed(name, err)
+	}
+	it := s.itemOf(e)
+	s.log.WithFields(logrus.Fields{"file": name, "kind": it.Kind, "source": source, "tokens": it.Tokens}).Info("media added")
+	return MediaResult{Name: name, Item: &it}
+}
+
+func (s *Media) itemOf(e *mediaEntry) MediaItem {
+	img, aud := s.models.mediaTokens()
+	return e.withTokens(img, aud)
+}
+
+// decodePath reads one media file: the format is recognised from its first
+// bytes.
+func (s *Media) decodePath(path, name, source string) (*mediaEntry, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, err
+	}
+	if st.IsDir() {
+		fh.Close()
+		return nil, fmt.Errorf("%s is a folder, not a file", name)
+	}
+	if st.Size() > MaxMediaFileBytes {
+		fh.Close()
+		e := limits.Bytes(st.Size(), MaxMediaFileBytes)
+		e.Source = name
+		return nil, e
+	}
+	head := make([]byte, decode.SniffLen)
+	n, _ := io.ReadFull(fh, head)
+	head = head[:n]
+	f := decode.Sniff(head)
+	kind := f.Kind
+	if kind == decode.Unknown { // the name may tell (an audio file ffmpeg reads, a text file)
+		switch ClassifyFile(name, head) {
+		case KindVideo:
+			kind = decode.Video
+		case KindText:
+			fh.Close()
+			return nil, fmt.Errorf("%s is a text file: drop it on the input text", name)
+		}
+	}
+	if err := s.precheck(kind, name); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	if kind == decode.Video {
+		fh.Close()
+		return s.decodeVideo(path, name, source, st.Size())
+	}
+	data, err := io.ReadAll(io.MultiReader(bytes.NewReader(head), fh))
+	fh.Close()
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case decode.Image:
+		img, format, err := decode.DecodeImage(name, data)
+		if err != nil {
+			return nil, err
+		}
+		e, err := newImageEntry(img, name, source)
+		if err != nil {
+			return nil, err
+		}
+		e.item.Format, e.item.Bytes = format, int64(len(data))
+		return e, nil
+	case decode.Audio:
+		snd, err := decode.DecodeAudio(name, data, limits.MaxAudio)
+		if err != nil {
+			return nil, err
+		}
+		e := newAudioEntry(snd.Clip, name, source)
+		e.item.Format, e.item.Bytes = snd.Format, int64(len(data))
+		e.item.Note = fmt.Sprintf("%s, %d Hz, %d channel(s): the model hears it as 16 kHz mono", snd.Format, snd.Rate, snd.Channels)
+		return e, nil
+	}
+	if f.Name != "" {
+		return nil, fmt.Errorf("%s: %s files are not supported (images: PNG, JPEG, GIF, WebP, BMP; audio: WAV, MP3, FLAC, OGG; video through ffmpeg)", name, f.Name)
+	}
+	return nil, fmt.Errorf("%s: not an image (PNG, JPEG, GIF, WebP, BMP), audio (WAV, MP3, FLAC, OGG) or video file", name)
+}
+
+// precheck refuses a file that cannot fit before decoding it.
+func (s *Media) precheck(kind decode.Kind, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var images, videos int
+	for _, e := range s.entries {
+		switch {
+		case e.image != nil:
+			images++
+		case e.video != nil:
+			videos++
+		}
+	}
+	var le *limits.Error
+	switch {
+	case kind == decode.Image && images+1 > limits.MaxImages:
+		le = limits.Count(limits.Images, images+1, limits.MaxImages)
+	case kind == decode.Video && videos+1 > limits.MaxVideos:
+		le = limits.Count(limits.Videos, videos+1, limits.MaxVideos)
+	}
+	if le != nil {
+		le.Source = name
+		return le
+	}
+	return nil
+}
+
+func (s *Media) decodeVideo(path, name, source string, size int64) (*mediaEntry, error) {
+	r, err := video.NewReader()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MediaTimeout)
+	defer cancel()
+	v, err := r.Load(ctx, path, video.Options{})
+	if err != nil {
+		return nil, err
+	}
+	v.Source = name
+	e := &mediaEntry{item: MediaItem{Kind: KindVideo, Name: name, Source: source, Bytes: size, Format: v.Info.VideoCodec,
+		Width: v.Info.Width, Height: v.Info.Height, DurationMs: ms(v.Info.Duration), Sound: v.HasSound()}}
+	if len(v.Frames) > 0 {
+		if e.thumb, err = preview.JPEG(v.Frames[0].Image, 320, 80); err != nil {
+			return nil, err
+		}
+	}
+	// Keep only what the model receives: each frame as its 768×768 view.
+	for i := range v.Frames {
+		v.Frames[i].Image = ModelView(v.Frames[i].Image)
+	}
+	e.video = v
+	sound := "silent"
+	if v.HasSound() {
+		sound = "its soundtrack is the audio input"
+		e.item.Waveform = preview.Waveform(v.Soundtrack.Samples, WaveformBuckets)
+	}
+	e.item.Note = fmt.Sprintf("%d frames, one every %s, each stretched to %d×%d; %s", len(v.Frames), v.Interval, ModelImageSide, ModelImageSide, sound)
+	return e, nil
+}
+
+// newImageEntry keeps an image as the model receives it.
+func newImageEntry(img image.Image, name, source string) (*mediaEntry, error) {
+	b := img.Bounds()
+	thumb, err := preview.JPEG(img, 320, 85)
+	if err != nil {
+		return nil, err
+	}
+	e := &mediaEntry{item: MediaItem{Kind: KindImage, Name: name, Source: source, Width: b.Dx(), Height: b.Dy()},
+		image: ModelView(img), thumb: thumb}
+	e.item.Note = fmt.Sprintf("%d×%d stretched to %d×%d (the aspect ratio is not kept, as in the Gemma 3n processor)", b.Dx(), b.Dy(), ModelImageSide, ModelImageSide)
+	if b.Dx() == b.Dy() {
+		e.item.Note = fmt.Sprintf("%d×%d resized to %d×%d, as in the Gemma 3n processor", b.Dx(), b.Dy(), ModelImageSide, ModelImageSide)
+	}
+	return e, nil
+}
+
+// newAudioEntry keeps a 16 kHz mono clip.
+func newAudioEntry(clip pcm.Clip, name, source string) *mediaEntry {
+	return &mediaEntry{item: MediaItem{Kind: KindAudio, Name: name, Source: source, DurationMs: ms(clip.Duration()), Sound: true,
+		Waveform: preview.Waveform(clip.Samples, WaveformBuckets)}, clip: &clip}
+}
+
+// ModelView renders the image processor's output (engine/vision.Preprocess:
+// RGB stretched to 768×768, values k/255) back to an image. The vision tower
+// receives exactly this image: Preprocess of it gives the same pixels.
+func ModelView(img image.Image) *image.RGBA {
+	px := vision.Preprocess(img)
+	const n = ModelImageSide * ModelImageSide
+	out := image.NewRGBA(image.Rect(0, 0, ModelImageSide, ModelImageSide))
+	for p := range n {
+		o := out.Pix[4*p:]
+		o[0], o[1], o[2], o[3] = to8(px[p]), to8(px[n+p]), to8(px[2*n+p]), 255
+	}
+	return out
+}
+
+func to8(v float32) uint8 {
+	x := v*255 + 0.5
+	switch {
+	case x <= 0:
+		return 0
+	case x >= 255:
+		return 255
+	}
+	return uint8(x)
+}
+
+// insert adds an entry if the input stays within the limits; replaceAudio
+// first drops the current audio clip (a new recording replaces it).
+func (s *Media) insert(e *mediaEntry, replaceAudio bool) error {
+	id, err := newMediaID()
+	if err != nil {
+		return err
+	}
+	e.item.ID, e.item.AddedMs = id, time.Now().UnixMilli()
+	base := "/media/" + id + "/"
+	if e.thumb != nil {
+		e.item.Thumb = base + "thumb.jpg"
+	}
+	if e.image != nil {
+		e.item.ModelView = base + "model.png"
+	}
+	if e.video != nil {
+		e.item.Frames = nil
+		for i, f := range e.video.Frames {
+			e.item.Frames = append(e.item.Frames, FramePreview{Ms: f.Time.Milliseconds(), Caption: clock(f.Time), URL: base + "frame/" + strconv.Itoa(i) + ".jpg"})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entries := s.entries
+	if replaceAudio && e.clip != nil {
+		entries = nil
+		for _, x := range s.entries {
+			if x.clip == nil {
+				entries = append(entries, x)
+			}
+		}
+	}
+	in := inputOf(entries)
+	switch {
+	case e.image != nil:
+		err = in.AddImage(e.item.Name, e.image)
+	case e.clip != nil:
+		err = in.SetAudio(e.item.Name, *e.clip)
+	case e.video != nil:
+		err = in.SetVideo(e.video)
+	}
+	if err != nil {
+		return err
+	}
+	s.entries = append(entries, e)
+	return nil
+}
+
+// inputOf collects entries into a media.Input (no checks).
+func inputOf(entries []*mediaEntry) *media.Input {
+	in := &media.Input{}
+	for _, e := range entries {
+		switch {
+		case e.image != nil:
+			in.Images = append(in.Images, media.Image{Source: e.item.Name, Image: e.image})
+		case e.clip != nil:
+			in.Audio = &media.Audio{Source: e.item.Name, Clip: *e.clip}
+		case e.video != nil:
+			in.Video = e.video
+		}
+	}
+	return in
+}
+
+// MediaRef describes a run's media item in its record.
+type MediaRef struct {
+	ID         string  `json:"id"`
+	Kind       string  `json:"kind"`
+	Name       string  `json:"name"`
+	Source     string  `json:"source"`
+	Tokens     int     `json:"tokens"`
+	Width      int     `json:"width,omitempty"`
+	Height     int     `json:"height,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	Frames     int     `json:"frames,omitempty"`
+	Sound      bool    `json:"sound,omitempty"`
+}
+
+// input resolves item ids into the media of a run, checking the limits.
+func (s *Media) input(ids []string) (*media.Input, []MediaRef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img, aud := s.models.mediaTokens()
+	var picked []*mediaEntry
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		var e *mediaEntry
+		for _, x := range s.entries {
+			if x.item.ID == id {
+				e = x
+			}
+		}
+		if e == nil {
+			return nil, nil, fmt.Errorf("media %q is no longer in the input: add it again", id)
+		}
+		picked = append(picked, e)
+	}
+	in := &media.Input{}
+	refs := make([]MediaRef, 0, len(picked))
+	for _, e := range picked {
+		var err error
+		switch {
+		case e.image != nil:
+			err = in.AddImage(e.item.Name, e.image)
+		case e.clip != nil:
+			err = in.SetAudio(e.item.Name, *e.clip)
+		case e.video != nil:
+			err = in.SetVideo(e.video)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		it := e.withTokens(img, aud)
+		refs = append(refs, MediaRef{ID: it.ID, Kind: it.Kind, Name: it.Name, Source: it.Source, Tokens: it.Tokens,
+			Width: it.Width, Height: it.Height, DurationMs: it.DurationMs, Frames: len(it.Frames), Sound: it.Sound})
+	}
+	return in, refs, in.Validate()
+}
+
+func (s *Media) entry(id string) *mediaEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.entries {
+		if e.item.ID == id {
+			return e
+		}
+	}
+	return nil
+}
+
+func newMediaID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// clock writes a video time as m:ss, as the prompt's captions do.
+func clock(d time.Duration) string {
+	s := int(d.Round(time.Second) / time.Second)
+	return fmt.Sprintf("%d:%02d", s/60, s%60)
+}
+
+// Files serves the media previews:
+//
+//	GET /media/{id}/thumb.jpg      a thumbnail of the original image or video
+//	GET /media/{id}/model.png      the 768×768 image the vision tower receives
+//	GET /media/{id}/frame/{n}.jpg  a sampled video frame as the model receives it
+//	GET /media/camera/live.jpg     the camera's latest live frame
+//
+// The browser mode serves it beside the API; the window serves it through
+// Wails' asset server.
+func (s *Media) Files() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /media/camera/live.jpg", func(w http.ResponseWriter, r *http.Request) {
+		b := s.live.latestFrame()
+		if b == nil {
+			http.Error(w, "the camera is not live", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		serveBytes(w, "image/jpeg", b)
+	})
+	mux.HandleFunc("GET /media/{id}/{file}", func(w http.ResponseWriter, r *http.Request) {
+		s.servePreview(w, r.PathValue("id"), r.PathValue("file"))
+	})
+	mux.HandleFunc("GET /media/{id}/frame/{file}", func(w http.ResponseWriter, r *http.Request) {
+		s.servePreview(w, r.PathValue("id"), "frame/"+r.PathValue("file"))
+	})
+	return mux
+}
+
+func (s *Media) servePreview(w http.ResponseWriter, id, file string) {
+	e := s.entry(id)
+	if e == nil {
+		http.Error(w, "no such media", http.StatusNotFound)
+		return
+	}
+	b, ctype, err := e.preview(file)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Cache-Control", "private, max-age=86400, immutable") // ids are never reused
+	serveBytes(w, ctype, b)
+}
+
+func serveBytes(w http.ResponseWriter, ctype string, b []byte) {
+	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
+}
+
+// preview encodes (once) one preview file of the entry.
+func (e *mediaEntry) preview(file string) ([]byte, string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ctype := "image/jpeg"
+	if strings.HasSuffix(file, ".png") {
+		ctype = "image/png"
+	}
+	if b, ok := e.cache[file]; ok {
+		return b, ctype, nil
+	}
+	var b []byte
+	var err error
+	switch {
+	case file == "thumb.jpg" && e.thumb != nil:
+		return e.thumb, ctype, nil
+	case file == "model.png" && e.image != nil:
+		b, err = preview.PNG(e.image, 0)
+	case strings.HasPrefix(file, "frame/") && strings.HasSuffix(file, ".jpg") && e.video != nil:
+		n, perr := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(file, "frame/"), ".jpg"))
+		if perr != nil || n < 0 || n >= len(e.video.Frames) {
+			return nil, "", fmt.Errorf("no frame %s", file)
+		}
+		b, err = preview.JPEG(e.video.Frames[n].Image, 384, 85)
+	default:
+		return nil, "", fmt.Errorf("no preview %s", file)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if e.cache == nil {
+		e.cache = map[string][]byte{}
+	}
+	e.cache[file] = b
+	return b, ctype, nil
+}
