@@ -23,7 +23,7 @@ export default defineConfig({
   },
   server: {
     // `npm run dev` against a running `verdict serve`
-    proxy: { '/api': 'http://127.0.0.1:8177' },
+    proxy: { '/api': 'http://127.0.0.1:8177', '/media': 'http://127.0.0.1:8177' },
   },
   test: {
     environment: 'jsdom',

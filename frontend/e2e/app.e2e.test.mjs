@@ -7,6 +7,7 @@
 import { spawn } from 'node:child_process';
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { crc32, deflateSync } from 'node:zlib';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -25,7 +26,11 @@ let page;
 const pageErrors = [];
 
 before(async () => {
-  server = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--model', 'none', '--settings='], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Synthetic capture drivers: a colour-bar camera and a 480 Hz microphone.
+  server = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--model', 'none', '--settings='], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, VERDICT_CAPTURE: 'synthetic' },
+  });
   server.stderr.on('data', (d) => (serverLog += d));
   baseURL = await new Promise((resolveURL, reject) => {
     let buf = '';
@@ -60,6 +65,52 @@ after(async () => {
 });
 
 const shot = (name) => page.screenshot({ path: join(out, name), fullPage: false });
+
+/** A w×h RGB PNG: a gradient, shifted by seed. */
+function png(w, h, seed = 0) {
+  const raw = Buffer.alloc((w * 3 + 1) * h);
+  for (let y = 0; y < h; y++) {
+    const row = y * (w * 3 + 1);
+    for (let x = 0; x < w; x++) {
+      raw[row + 1 + 3 * x] = (x * 255) / Math.max(1, w - 1);
+      raw[row + 2 + 3 * x] = (y * 255) / Math.max(1, h - 1);
+      raw[row + 3 + 3 * x] = (seed * 40) % 256;
+    }
+  }
+  const chunk = (type, data) => {
+    const len = Buffer.alloc(4);
+    len.writeUInt32BE(data.length);
+    const td = Buffer.concat([Buffer.from(type, 'latin1'), data]);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(crc32(td));
+    return Buffer.concat([len, td, crc]);
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0);
+  ihdr.writeUInt32BE(h, 4);
+  ihdr.set([8, 2, 0, 0, 0], 8); // 8-bit RGB
+  return Buffer.concat([Buffer.from('\x89PNG\r\n\x1a\n', 'latin1'), chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
+}
+
+/** A 16-bit mono WAV of a 440 Hz tone. */
+function wav(seconds, rate = 22050) {
+  const n = Math.round(seconds * rate);
+  const b = Buffer.alloc(44 + 2 * n);
+  b.write('RIFF', 0, 'latin1');
+  b.writeUInt32LE(36 + 2 * n, 4);
+  b.write('WAVEfmt ', 8, 'latin1');
+  b.writeUInt32LE(16, 16);
+  b.writeUInt16LE(1, 20);
+  b.writeUInt16LE(1, 22);
+  b.writeUInt32LE(rate, 24);
+  b.writeUInt32LE(2 * rate, 28);
+  b.writeUInt16LE(2, 32);
+  b.writeUInt16LE(16, 34);
+  b.write('data', 36, 'latin1');
+  b.writeUInt32LE(2 * n, 40);
+  for (let i = 0; i < n; i++) b.writeInt16LE(Math.round(12000 * Math.sin((2 * Math.PI * 440 * i) / rate)), 44 + 2 * i);
+  return b;
+}
 
 test('loads the built-in model', async () => {
   await page.goto(baseURL);
@@ -164,16 +215,118 @@ test('settings apply to the next run (Ctrl+, then Ctrl+Enter)', async () => {
   assert.equal(await page.locator('#scorer-panel .dist.filled').count(), 5);
 });
 
-test('takes text files and lists other files as not supported yet', async () => {
+test('takes text files; media files go to the media panel, broken ones say why', async () => {
   const txt = join(out, 'ticket.txt');
   writeFileSync(txt, 'The invoice was charged twice.');
-  const png = join(out, 'photo.png');
-  writeFileSync(png, Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
-  await page.locator('#file-picker').setInputFiles([txt, png]);
+  const broken = join(out, 'broken.png');
+  writeFileSync(broken, Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+  await page.locator('#file-picker').setInputFiles([txt, broken]);
   await page.locator('#file-chips .chip.ok').waitFor();
-  assert.match(await page.locator('#file-chips .chip.unsupported').textContent(), /not supported yet/);
+  await page.locator('#media-error:not([hidden])').waitFor();
+  assert.match(await page.locator('#media-error').textContent(), /broken\.png/);
+  assert.equal(await page.locator('.media-item').count(), 0);
   await page.locator('#tab-prompt').click();
   await page.locator('#prompt-text', { hasText: 'charged twice' }).waitFor();
+});
+
+test('runs on an image and a WAV: what the model receives, its token cost, the distributions', async () => {
+  const img = join(out, 'gradient.png');
+  writeFileSync(img, png(64, 48));
+  const tone = join(out, 'tone.wav');
+  writeFileSync(tone, wav(1));
+  await page.locator('#file-picker').setInputFiles([img, tone]);
+  const image = page.locator('.media-item[data-kind="image"]');
+  const audio = page.locator('.media-item[data-kind="audio"]');
+  await image.waitFor();
+  await audio.waitFor();
+  // The 768×768 image the vision tower receives, the 16 kHz waveform, the costs.
+  const view = image.locator('.model-view img');
+  await page.waitForFunction((el) => el.complete && el.naturalWidth > 0, await view.elementHandle());
+  assert.deepEqual(await view.evaluate((el) => [el.naturalWidth, el.naturalHeight]), [768, 768]);
+  assert.match(await image.textContent(), /64×48 PNG/);
+  assert.equal(await image.locator('.tokens').textContent(), '256 tokens');
+  assert.equal(await audio.locator('.tokens').textContent(), '188 tokens');
+  assert.match(await audio.locator('svg.waveform path').getAttribute('d'), /^M/);
+  await page.locator('#token-budget', { hasText: 'of 8,192 prompt tokens (media 444' }).waitFor();
+  // Playback: a play button, or why there is no speaker.
+  const play = audio.locator('.play');
+  if (await play.isDisabled()) assert.match(await audio.textContent(), /no speaker: /);
+  await page.locator('#media-devices').scrollIntoViewIfNeeded();
+  await page.locator('#input').scrollIntoViewIfNeeded();
+  await shot('media.png');
+
+  await page.locator('#tab-prompt').click();
+  await page.locator('#prompt-text', { hasText: '<image 1>' }).waitFor();
+  assert.match(await page.locator('#prompt-text').textContent(), /<audio>/);
+
+  await page.locator('#run').click();
+  await page.locator('#scorer-panel .pill[data-status="done"]').waitFor({ timeout: 180000 });
+  await page.locator('#generator-panel .pill[data-status="done"]').waitFor({ timeout: 180000 });
+  assert.equal(await page.locator('#scorer-panel .dist.filled').count(), 5);
+  const ps = await page.locator('#scorer-panel .dist[data-field="department"] .bar-row').evaluateAll((rows) => rows.map((r) => Number(r.dataset.p)));
+  assert.ok(Math.abs(ps.reduce((a, b) => a + b, 0) - 1) < 1e-3, `departments sum to ${ps}`);
+  assert.match(await page.locator('#scorer-stage').textContent(), /prefill .* branch batch/);
+  // The towers ran once; both sides count the wait as input preparation.
+  assert.match(await page.locator('#media-note').textContent(), /ran once/);
+  const rows = await page.locator('#timing-table tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
+  const towers = rows.find((r) => r[0] === 'Media towers');
+  assert.ok(towers && /shared/.test(towers[1]) && towers[1] === towers[2], `towers row ${towers}`);
+  const prep = rows.find((r) => r[0] === 'Input preparation');
+  assert.match(prep[1], /\d/);
+  assert.match(prep[2], /\d/);
+  const prefill = rows.find((r) => r[0] === 'Prefill');
+  const tokens = prefill.slice(1).map((c) => Number(/(\d+) tok/.exec(c)[1]));
+  assert.ok(tokens[0] > 444 && tokens[0] === tokens[1], `prompt tokens ${tokens}`);
+  await page.locator('#scorer-panel').scrollIntoViewIfNeeded();
+  await shot('run-media.png');
+  await page.locator('#timing').scrollIntoViewIfNeeded();
+  await shot('timing-media.png');
+});
+
+test('camera snapshot and live feed, microphone recording (synthetic devices)', async () => {
+  await page.locator('#input').scrollIntoViewIfNeeded();
+  await page.locator('#media-devices li[data-feature="camera"]', { hasText: 'camera ✓' }).waitFor();
+  assert.match(await page.locator('#media-devices').textContent(), /synthetic devices/);
+  await page.locator('#snapshot').click();
+  const snap = page.locator('.media-item[data-kind="image"]').nth(1);
+  await snap.waitFor();
+  assert.match(await snap.textContent(), /640×480 .*camera/);
+
+  await page.locator('#camera-toggle').click();
+  const feed = page.locator('#camera-feed');
+  await page.waitForFunction(() => /seq=\d+/.test(document.querySelector('#camera-feed')?.getAttribute('src') ?? ''));
+  const first = await feed.getAttribute('src');
+  await page.waitForFunction((src) => document.querySelector('#camera-feed').getAttribute('src') !== src, first);
+  await page.waitForFunction((el) => el.complete && el.naturalWidth === 320, await feed.elementHandle());
+  await shot('camera.png');
+  await page.locator('#camera-toggle').click();
+  await page.locator('#camera-live').waitFor({ state: 'hidden' });
+
+  await page.locator('#record-seconds').selectOption('5');
+  await page.locator('#record').click();
+  await page.locator('#record-countdown', { hasText: /s left/ }).waitFor();
+  await page.waitForTimeout(1200);
+  await page.locator('#record-stop').click();
+  await page.locator('.media-item[data-kind="audio"]', { hasText: 'microphone' }).waitFor();
+  assert.equal(await page.locator('.media-item[data-kind="audio"]').count(), 1);
+  await page.locator('#clear-media').click();
+  await page.locator('.media-empty').waitFor();
+});
+
+test('refuses a ninth image with the limit', async () => {
+  const files = [];
+  for (let i = 1; i <= 9; i++) {
+    const p = join(out, `small-${i}.png`);
+    writeFileSync(p, png(16, 12, i));
+    files.push(p);
+  }
+  await page.locator('#file-picker').setInputFiles(files);
+  await page.locator('#media-error', { hasText: 'small-9.png: images 9 exceeds the limit of 8' }).waitFor();
+  assert.equal(await page.locator('.media-item[data-kind="image"]').count(), 8);
+  await page.locator('#media-error').scrollIntoViewIfNeeded();
+  await shot('limit.png');
+  await page.locator('#clear-media').click();
+  await page.locator('.media-empty').waitFor();
 });
 
 test('edits the schema and shows the logs', async () => {

@@ -1,8 +1,10 @@
 // Typed calls to the Go services.
+import { bytesOf } from './files';
 import type { Transport } from './transport';
 import type {
-  InputFile, Limits, LogEntry, ModelInfo, Preferences, Preset, PromptPreview, RunRecord, RunRequest, RunStarted,
-  SchemaCheck, SystemInfo,
+  CameraState, InputFile, Limits, LogEntry, MediaAvailability, MediaItem, MediaLimits, MediaResult, ModelInfo,
+  PlaybackState, Preferences, Preset, PromptPreview, RecordingState, RunRecord, RunRequest, RunStarted, SchemaCheck,
+  SystemInfo, UploadResponse,
 } from './types';
 
 export class Api {
@@ -31,7 +33,7 @@ export class Api {
   checkSchema = (schema: unknown) => this.t.call<SchemaCheck>('Scorer', 'Check', schema);
   presets = () => this.t.call<Preset[]>('Scorer', 'Presets');
   limits = () => this.t.call<Limits>('Scorer', 'Limits');
-  prompt = (schema: unknown, input: string) => this.t.call<PromptPreview>('Scorer', 'Prompt', schema, input);
+  prompt = (schema: unknown, input: string, media: string[] = []) => this.t.call<PromptPreview>('Scorer', 'PromptMedia', schema, input, media);
 
   // Settings
   settings = () => this.t.call<Preferences>('Settings', 'Get');
@@ -50,4 +52,42 @@ export class Api {
   chooseFiles = () => this.t.call<InputFile[]>('System', 'ChooseFiles');
   chooseModelFolder = () => this.t.call<string>('System', 'ChooseModelFolder');
   saveText = (name: string, content: string) => this.t.call<string>('System', 'SaveText', name, content);
+
+  // Media: the input's images, audio and video, the camera, the microphone, the speaker
+  mediaItems = () => this.t.call<MediaItem[]>('Media', 'Items');
+  mediaLimits = () => this.t.call<MediaLimits>('Media', 'Limits');
+  mediaAvailability = () => this.t.call<MediaAvailability>('Media', 'Availability');
+  refreshMedia = () => this.t.call<MediaAvailability>('Media', 'Refresh');
+  removeMedia = (id: string) => this.t.call<void>('Media', 'Remove', id);
+  clearMedia = () => this.t.call<void>('Media', 'Clear');
+  snapshot = (camera = '') => this.t.call<MediaResult>('Media', 'Snapshot', camera);
+  startCamera = (camera = '') => this.t.call<CameraState>('Media', 'StartCamera', camera);
+  stopCamera = () => this.t.call<CameraState>('Media', 'StopCamera');
+  cameraState = () => this.t.call<CameraState>('Media', 'Camera');
+  record = (seconds: number, mic = '') => this.t.call<RecordingState>('Media', 'Record', mic, seconds);
+  stopRecording = () => this.t.call<RecordingState>('Media', 'StopRecording');
+  recording = () => this.t.call<RecordingState>('Media', 'Recording');
+  play = (id: string) => this.t.call<PlaybackState>('Media', 'Play', id);
+  stopPlayback = () => this.t.call<PlaybackState>('Media', 'StopPlayback');
+
+  /** Adds media files from the page: one multipart upload in the browser, base64 calls otherwise. */
+  async upload(files: File[]): Promise<MediaResult[]> {
+    if (!files.length) return [];
+    if (this.t.upload) {
+      const form = new FormData();
+      for (const f of files) form.append('file', f, f.name);
+      return ((await this.t.upload(form)) as UploadResponse).results;
+    }
+    const out: MediaResult[] = [];
+    for (const f of files) out.push(await this.t.call<MediaResult>('Media', 'Upload', f.name, await base64(f)));
+    return out;
+  }
+}
+
+/** A file's bytes as base64 (Go's JSON for []byte). */
+export async function base64(f: Blob): Promise<string> {
+  const bytes = await bytesOf(f);
+  let bin = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
 }

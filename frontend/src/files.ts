@@ -1,6 +1,7 @@
 // Input files picked or dropped in the browser (the window reads them in Go:
-// app.ReadInputFile). Text files become part of the input; other kinds are
-// shown as not supported yet.
+// app.System.ReadFiles). Text files become part of the input; images, audio
+// and video are uploaded to the media service; other files are listed as not
+// supported.
 import type { InputFile } from './types';
 
 export const MAX_TEXT_FILE_BYTES = 1 << 20;
@@ -43,11 +44,24 @@ export async function readFile(f: File): Promise<InputFile> {
     }
     return out;
   }
-  out.reason =
-    kind === 'other'
-      ? 'not a text, image, audio or video file'
-      : `${kind} input is not supported in the app yet (the command line takes --${kind})`;
+  out.reason = kind === 'other' ? 'not a text, image, audio or video file' : `${kind}: added as media`;
   return out;
+}
+
+/**
+ * Splits picked or dropped files: text files are read here; everything else
+ * goes to the media service, which recognises images, audio and video from
+ * their content and says why it refuses the rest.
+ */
+export function splitFiles(files: File[]): { text: File[]; media: File[] } {
+  const out = { text: [] as File[], media: [] as File[] };
+  for (const f of files) (classify(f.name, f.type) === 'text' ? out.text : out.media).push(f);
+  return out;
+}
+
+/** A refused media file as an input-file chip that says why. */
+export function refusedFile(f: { name: string; size: number; type?: string }, reason: string): InputFile {
+  return { name: f.name, size: f.size, kind: classify(f.name, f.type ?? ''), supported: false, reason };
 }
 
 /** The model's input: the typed text, then each text file under its name. */
@@ -59,7 +73,8 @@ export function composeInput(typed: string, files: InputFile[]): string {
   return parts.join('\n\n');
 }
 
-function bytesOf(f: Blob): Promise<Uint8Array> {
+/** A blob's bytes (FileReader where Blob.arrayBuffer is missing). */
+export function bytesOf(f: Blob): Promise<Uint8Array> {
   if (typeof f.arrayBuffer === 'function') return f.arrayBuffer().then((b) => new Uint8Array(b));
   return new Promise((resolve, reject) => {
     const r = new FileReader();

@@ -1,18 +1,24 @@
 // Verdict's page: the same code in the Wails window and in the browser mode.
 import './style.css';
 import { Api } from './api';
-import { composeInput } from './files';
+import { composeInput, readFile, splitFiles } from './files';
+import { budget, mergeItems } from './media';
 import { fmtMs } from './format';
 import { applyUpdate, fromRecord, running, startRun } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
 import { Store, type State } from './store';
 import { detectTransport } from './transport';
-import { Events, type InputFile, type LogEntry, type ModelInfo, type Preferences, type Preset, type RunAnnounce, type RunRecord, type RunStarted, type RunUpdate } from './types';
+import {
+  Events, type CameraFrame, type CameraState, type InputFile, type LogEntry, type MediaAvailability, type MediaItem, type MediaResult,
+  type ModelInfo, type PlaybackState, type Preferences, type Preset, type RecordingState, type RunAnnounce, type RunRecord,
+  type RunStarted, type RunUpdate,
+} from './types';
 import { debounce, h, replace } from './ui/dom';
 import { GeneratorPanel } from './ui/generatorPanel';
 import { HistoryPanel } from './ui/historyPanel';
 import { InputPanel } from './ui/inputPanel';
 import { LogsPanel } from './ui/logsPanel';
+import { MediaPanel } from './ui/mediaPanel';
 import { ModelBar } from './ui/modelBar';
 import { SchemaEditor } from './ui/schemaEditor';
 import { ScorerPanel } from './ui/scorerPanel';
@@ -44,6 +50,7 @@ class App {
   store: Store;
   private editor: SchemaEditor;
   private inputPanel: InputPanel;
+  private mediaPanel: MediaPanel;
   private scorer: ScorerPanel;
   private gen: GeneratorPanel;
   private timing: TimingPanel;
@@ -71,6 +78,12 @@ class App {
       schemaName: load('schemaName', ''),
       input: load('input', ''),
       files: [],
+      media: [],
+      mediaError: null,
+      camera: { live: false, seq: 0 },
+      cameraFrame: null,
+      recording: null,
+      playback: { playing: false },
       run: null,
       runFields: [],
       history: [],
@@ -83,6 +96,7 @@ class App {
     this.modelBar = new ModelBar({
       model: () => s.model,
       mode: () => s.mode,
+      availability: () => s.mediaAvail,
       loadBuiltin: () => this.openModel('builtin'),
       loadFolder: (p) => this.openModel(p),
       chooseFolder: async () => {
@@ -108,6 +122,26 @@ class App {
       loadPreset: (p) => this.applyPreset(p, true),
       exportText: (n, c) => this.exportText(n, c),
     });
+    this.mediaPanel = new MediaPanel({
+      items: () => s.media,
+      limits: () => s.mediaLimits,
+      availability: () => s.mediaAvail,
+      camera: () => s.camera,
+      cameraFrame: () => s.cameraFrame,
+      recording: () => s.recording,
+      playback: () => s.playback,
+      preview: () => s.preview,
+      error: () => s.mediaError,
+      remove: (id) => this.mediaCall(() => this.api.removeMedia(id)),
+      clear: () => this.mediaCall(() => this.api.clearMedia()),
+      snapshot: () => this.mediaCall(async () => this.mediaResults([await this.api.snapshot()])),
+      toggleCamera: () => this.mediaCall(async () => this.store.set({ camera: s.camera.live ? await this.api.stopCamera() : await this.api.startCamera() })),
+      record: (sec) => this.mediaCall(async () => this.store.set({ recording: await this.api.record(sec) })),
+      stopRecording: () => this.mediaCall(async () => this.store.set({ recording: await this.api.stopRecording() })),
+      play: (id) => this.mediaCall(async () => this.store.set({ playback: await this.api.play(id) })),
+      stopPlayback: () => this.mediaCall(async () => this.store.set({ playback: await this.api.stopPlayback() })),
+      refresh: () => this.mediaCall(async () => this.store.set({ mediaAvail: await this.api.refreshMedia() })),
+    });
     this.inputPanel = new InputPanel({
       input: () => s.input,
       files: () => s.files,
@@ -116,6 +150,7 @@ class App {
         save('input', v);
       },
       addFiles: (fs) => this.addFiles(fs),
+      pickFiles: (fs) => this.pickFiles(fs),
       removeFile: (i) => this.store.set({ files: s.files.filter((_, j) => j !== i) }),
       mode: () => s.mode,
       chooseFiles: async () => {
@@ -131,9 +166,13 @@ class App {
       stop: () => this.stop(''),
       inputTokensHint: () => {
         const n = composeInput(s.input, s.files).length;
-        return n ? `${n.toLocaleString('en-US')} characters` : '';
+        const b = budget(s.media, s.mediaLimits, s.preview);
+        const parts = [];
+        if (n) parts.push(`${n.toLocaleString('en-US')} characters`);
+        if (b.total != null) parts.push(`${b.total.toLocaleString('en-US')} / ${b.max.toLocaleString('en-US')} tokens`);
+        return parts.join(' · ');
       },
-    });
+    }, this.mediaPanel.el);
     this.scorer = new ScorerPanel({ stop: (side) => this.stop(side) });
     this.gen = new GeneratorPanel({ stop: (side) => this.stop(side) });
     this.timing = new TimingPanel();
@@ -226,6 +265,7 @@ class App {
     this.editor.renderPresets();
     this.editor.render();
     this.inputPanel.render();
+    this.mediaPanel.render();
     this.renderRun();
     this.renderTabs();
     this.renderConn();
@@ -238,7 +278,15 @@ class App {
       this.modelBar.render();
       this.inputPanel.render();
       this.renderBanner();
+      if (s.model.state === 'ready' || s.model.state === 'none') this.refreshMedia();
     });
+    st.on(['media', 'mediaAvail', 'mediaLimits', 'mediaError', 'camera', 'recording', 'playback', 'preview'], () => {
+      this.mediaPanel.render();
+      this.inputPanel.render();
+    });
+    st.on(['mediaAvail'], () => this.modelBar.render());
+    st.on(['cameraFrame'], () => this.mediaPanel.frame(s.cameraFrame));
+    st.on(['input', 'files', 'media', 'draft'], () => this.refreshPreview());
     st.on(['presets'], () => this.editor.renderPresets());
     st.on(['check'], () => this.editor.renderStatus());
     st.on(['input', 'files', 'check', 'draft', 'booting'], () => this.inputPanel.render());
@@ -273,6 +321,29 @@ class App {
       st.set({ logs: logs.length > MAX_LOGS ? logs.slice(logs.length - MAX_LOGS) : logs });
     });
     t.on(Events.filesDropped, (fs: InputFile[]) => this.addFiles(fs));
+    t.on(Events.media, (items: MediaItem[]) => st.set({ media: items }));
+    t.on(Events.mediaAvailability, (a: MediaAvailability) => st.set({ mediaAvail: a }));
+    t.on(Events.cameraFrame, (f: CameraFrame) => st.set({ cameraFrame: f.url }));
+    t.on(Events.cameraState, (c: CameraState) => {
+      st.set({ camera: c, cameraFrame: c.live ? s.cameraFrame : null });
+      if (c.error) toast(`Camera: ${c.error}`, 'error');
+    });
+    t.on(Events.micState, (r: RecordingState) => {
+      const was = s.recording?.recording;
+      st.set({ recording: r });
+      if (was && !r.recording) {
+        if (r.item) {
+          st.set({ mediaError: null, media: mergeItems(s.media.filter((m) => m.kind !== 'audio'), [r.item]) });
+          toast(`Recorded ${(r.recorded_ms / 1000).toFixed(1)} s from ${r.device ?? 'the microphone'}: it is the input audio`, 'ok');
+        } else if (r.error) {
+          st.set({ mediaError: `Recording: ${r.error}` });
+        }
+      }
+    });
+    t.on(Events.playback, (p: PlaybackState) => {
+      st.set({ playback: p });
+      if (p.error) toast(p.error, 'error');
+    });
     t.on(Events.settings, (p: Preferences) => st.set({ prefs: p }));
     t.onConnection((c) => {
       const was = s.connected;
@@ -285,10 +356,13 @@ class App {
   private async boot() {
     const s = this.store.state;
     try {
-      const [system, prefs, presets, limits, model, history, logs] = await Promise.all([
+      const [system, prefs, presets, limits, model, history, logs, media, mediaLimits, camera, recording] = await Promise.all([
         this.api.system(), this.api.settings(), this.api.presets(), this.api.limits(), this.api.modelInfo(), this.api.history(), this.api.logs(0, 500),
+        this.api.mediaItems(), this.api.mediaLimits(), this.api.cameraState(), this.api.recording(),
       ]);
-      this.store.set({ system, prefs, presets, limits, model, history, logs, booting: false });
+      this.store.set({ system, prefs, presets, limits, model, history, logs, media, mediaLimits, camera, recording, booting: false });
+      // Looking for devices may take a moment: the page does not wait for it.
+      this.api.mediaAvailability().then((a) => this.store.set({ mediaAvail: a })).catch((e) => toast(`Media devices: ${errorText(e)}`, 'error'));
       if (!s.draft.fields.length && presets.length) this.applyPreset(presets[0], !s.input.trim());
       else this.checkSchema();
       const cur = await this.api.currentRun();
@@ -304,8 +378,10 @@ class App {
   /** After a reconnection: model, history and the run in progress. */
   private async sync() {
     try {
-      const [model, history, cur] = await Promise.all([this.api.modelInfo(), this.api.history(), this.api.currentRun()]);
-      this.store.set({ model, history });
+      const [model, history, cur, media, camera, recording] = await Promise.all([
+        this.api.modelInfo(), this.api.history(), this.api.currentRun(), this.api.mediaItems(), this.api.cameraState(), this.api.recording(),
+      ]);
+      this.store.set({ model, history, media, camera, recording });
       const s = this.store.state;
       if (s.run && !s.run.record) {
         const done = history.find((r) => r.id === s.run!.id);
@@ -354,12 +430,85 @@ class App {
     }
   }, 250);
 
+  /** Files from the window (dialog or drop): text files carry their text, media files what became of them. */
   private addFiles(fs: InputFile[]) {
     if (!fs.length) return;
-    this.store.set({ files: this.store.state.files.concat(fs) });
-    const bad = fs.filter((f) => !f.supported);
+    const media = fs.filter((f) => f.media).map((f) => f.media!);
+    const rest = fs.filter((f) => !f.media);
+    if (media.length) this.mediaResults(media);
+    if (!rest.length) return;
+    this.store.set({ files: this.store.state.files.concat(rest) });
+    const bad = rest.filter((f) => !f.supported);
     if (bad.length) toast(`${bad.map((f) => f.name).join(', ')}: ${bad[0].reason}`, 'info', 6000);
   }
+
+  /** Files picked or dropped in the browser: text is read here, media are uploaded. */
+  private async pickFiles(files: File[]) {
+    const { text, media } = splitFiles(files);
+    if (text.length) this.addFiles(await Promise.all(text.map(readFile)));
+    if (!media.length) return;
+    const big = this.store.state.mediaLimits?.max_upload_bytes ?? Infinity;
+    const total = media.reduce((n, f) => n + f.size, 0);
+    if (total > big) {
+      this.store.set({ mediaError: `These files are ${(total / 1e6).toFixed(1)} MB together, over the upload limit of ${Math.round(big / (1 << 20))} MB: add fewer at a time.` });
+      return;
+    }
+    try {
+      this.mediaResults(await this.api.upload(media));
+    } catch (e) {
+      this.store.set({ mediaError: errorText(e) });
+      toast(errorText(e), 'error');
+    }
+  }
+
+  /** Shows what became of added media: new items, and the first refusal with its reason. */
+  private mediaResults(rs: MediaResult[]) {
+    const s = this.store.state;
+    const added = rs.filter((r) => r.item).map((r) => r.item!);
+    const bad = rs.filter((r) => r.error);
+    const patch: Partial<State> = { media: mergeItems(s.media, added) };
+    if (bad.length) {
+      const lines = bad.map((r) => r.error!);
+      patch.mediaError = lines.join('\n');
+      toast(bad.length === 1 ? lines[0] : `${bad.length} files were not added: ${lines[0]}…`, bad.some((r) => r.limit) ? 'error' : 'info', 8000);
+    } else if (added.length) {
+      patch.mediaError = null;
+    }
+    this.store.set(patch);
+  }
+
+  /** Runs a media call, showing its error. */
+  private async mediaCall(f: () => Promise<unknown>) {
+    try {
+      await f();
+    } catch (e) {
+      this.store.set({ mediaError: errorText(e) });
+    }
+  }
+
+  private async refreshMedia() {
+    try {
+      const [media, mediaLimits] = await Promise.all([this.api.mediaItems(), this.api.mediaLimits()]);
+      this.store.set({ media, mediaLimits });
+      this.refreshPreview();
+    } catch {
+      /* the next event brings them */
+    }
+  }
+
+  /** Counts the prompt's tokens for the input, the media and the schema (debounced). */
+  private refreshPreview = debounce(async () => {
+    const s = this.store.state;
+    if (s.booting || problems(s.draft).length) return;
+    const input = composeInput(s.input, s.files);
+    const ids = s.media.map((m) => m.id);
+    try {
+      const p = await this.api.prompt(toEngine(s.draft), input, ids);
+      if (this.store.state.media.map((m) => m.id).join() === ids.join()) this.store.set({ preview: p });
+    } catch {
+      this.store.set({ preview: undefined });
+    }
+  }, 400);
 
   private async openModel(spec: string) {
     try {
@@ -375,7 +524,11 @@ class App {
     if (s.booting) return { ok: false, why: 'connecting…' };
     if (s.model.state === 'loading') return { ok: false, why: 'waiting for the model to load' };
     if (s.model.state !== 'ready') return { ok: false, why: 'load a model first' };
-    if (!composeInput(s.input, s.files).trim()) return { ok: false, why: 'type or drop some input' };
+    if (!composeInput(s.input, s.files).trim() && !s.media.length) return { ok: false, why: 'type or drop some input' };
+    if (s.recording?.recording) return { ok: false, why: 'wait for the recording to finish' };
+    if (s.preview && s.preview.tokens > s.preview.max_tokens) {
+      return { ok: false, why: `the prompt is ${s.preview.tokens.toLocaleString('en-US')} tokens, over the limit of ${s.preview.max_tokens.toLocaleString('en-US')}: remove some media or text` };
+    }
     const p = problems(s.draft);
     if (p.length) return { ok: false, why: `fix the schema: ${p[0].message}` };
     if (s.check && !s.check.ok) return { ok: false, why: `fix the schema: ${s.check.error}` };
@@ -396,6 +549,7 @@ class App {
       schema,
       schema_name: s.schemaName || undefined,
       files: s.files.map(({ text: _t, ...meta }) => meta),
+      media: s.media.map((m) => m.id),
     };
     try {
       const start = which === 'both' ? this.api.startRun : which === 'scorer' ? this.api.startScorer : this.api.startGenerator;
@@ -496,9 +650,10 @@ class App {
       return;
     }
     try {
-      const p = await this.api.prompt(toEngine(s.draft), input || '(input)');
+      const p = await this.api.prompt(toEngine(s.draft), input || (s.media.length ? '' : '(input)'), s.media.map((m) => m.id));
       this.promptBox.textContent = p.text;
-      this.promptMeta.textContent = `The shared prefix the scorer computes once (and the generator reads in schema mode)${p.tokens ? ` · ${p.tokens.toLocaleString('en-US')} tokens of ${s.limits?.max_input_tokens.toLocaleString('en-US') ?? '8,192'}` : ''}.`;
+      const media = p.media_tokens ? ` (media ${p.media_tokens.toLocaleString('en-US')}: each <image N> stands for ${s.mediaLimits?.image_tokens ?? 256} soft tokens, <audio> for ${s.mediaLimits?.audio_tokens ?? 188})` : '';
+      this.promptMeta.textContent = `The shared prefix the scorer computes once (and the generator reads in schema mode)${p.tokens ? ` · ${p.tokens.toLocaleString('en-US')} tokens of ${(p.max_tokens || 8192).toLocaleString('en-US')}${media}` : ''}.`;
     } catch (e) {
       this.promptMeta.textContent = errorText(e);
     }

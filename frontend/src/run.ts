@@ -1,6 +1,7 @@
 // A run as the UI shows it, built from run:update events (coalesced deltas)
 // and replaced by the final record from run:done.
-import type { FieldResult, RunRecord, RunStarted, RunUpdate, SideStatus, SideTiming } from './types';
+import { fmtMs } from './format';
+import type { FieldResult, RunMedia, RunRecord, RunStarted, RunUpdate, SideStatus, SideTiming } from './types';
 
 export interface LiveScorer {
   status: SideStatus;
@@ -28,6 +29,8 @@ export interface LiveRun {
   model: string;
   scorer?: LiveScorer;
   generator?: LiveGenerator;
+  /** The media preparation (the towers run once for both sides). */
+  media?: RunMedia;
   /** The final record, once the run is done. */
   record?: RunRecord;
 }
@@ -55,6 +58,7 @@ export function startRun(s: RunStarted): LiveRun {
 export function applyUpdate(r: LiveRun, u: RunUpdate): LiveRun {
   if (u.id !== r.id || r.record) return r;
   const next: LiveRun = { ...r, elapsedMs: Math.max(r.elapsedMs, u.elapsed_ms) };
+  if (u.media) next.media = u.media;
   if (u.scorer) {
     const sc: LiveScorer = r.scorer ?? { status: 'preparing', fields: new Map(), done: 0, total: 0 };
     const fields = new Map(sc.fields);
@@ -92,6 +96,7 @@ export function fromRecord(rec: RunRecord): LiveRun {
     concurrent: rec.concurrent,
     randomWeights: rec.random_weights,
     model: rec.model,
+    media: rec.media,
     scorer: sc && {
       status: sc.status,
       error: sc.error,
@@ -109,6 +114,33 @@ export function fromRecord(rec: RunRecord): LiveRun {
     },
     record: rec,
   };
+}
+
+/** What the scorer is doing, live: waiting for the towers, prefilling, branch batches. */
+export function scorerStage(r: LiveRun | null | undefined): string {
+  const sc = r?.scorer;
+  if (!sc) return '';
+  const t = sc.timing;
+  const batches = t?.branch_batches_ms?.length ?? 0;
+  const nb = `${batches} branch batch${batches === 1 ? '' : 'es'}`;
+  switch (sc.status) {
+    case 'preparing':
+      return r!.media && r!.media.status === 'preparing' ? `waiting for the towers: ${towerStage(r!)}` : 'building the prompt';
+    case 'prefilling':
+      return `input ready in ${fmtMs(t?.input_preparation_ms)} · prefilling the shared prefix`;
+    case 'scoring':
+      return `prefill done in ${fmtMs(t?.prefill_ms)} · ${nb} done`;
+    case 'done':
+      return t ? `prefill ${fmtMs(t.prefill_ms)} · ${nb}` : '';
+  }
+  return '';
+}
+
+/** The towers' progress: "image 1 (1 of 2)". */
+export function towerStage(r: LiveRun): string {
+  const m = r.media;
+  if (!m) return '';
+  return m.stage ? `${m.stage} (${Math.min(m.done + 1, m.total)} of ${m.total})` : `${m.done} of ${m.total}`;
 }
 
 export function running(r: LiveRun | null | undefined): boolean {

@@ -1,7 +1,10 @@
 // The page's state and a minimal change notification.
 import type { LiveRun } from './run';
 import type { SchemaDraft } from './schema';
-import type { InputFile, Limits, LogEntry, ModelInfo, Preferences, Preset, RunRecord, SchemaCheck, SystemInfo } from './types';
+import type {
+  CameraState, InputFile, Limits, LogEntry, MediaAvailability, MediaItem, MediaLimits, ModelInfo, PlaybackState, Preferences,
+  Preset, PromptPreview, RecordingState, RunRecord, SchemaCheck, SystemInfo,
+} from './types';
 
 export interface State {
   mode: 'desktop' | 'browser';
@@ -17,6 +20,18 @@ export interface State {
   check?: SchemaCheck;
   input: string;
   files: InputFile[];
+  /** The input's images, audio and video (the media service's, shared by every page). */
+  media: MediaItem[];
+  mediaLimits?: MediaLimits;
+  mediaAvail?: MediaAvailability;
+  /** The last refused media file or device error. */
+  mediaError: string | null;
+  camera: CameraState;
+  cameraFrame: string | null;
+  recording: RecordingState | null;
+  playback: PlaybackState;
+  /** The prompt the model would receive now: tokens against the limit. */
+  preview?: PromptPreview;
   /** The run on screen: live, or one opened from the history. */
   run: LiveRun | null;
   /** The field names and types of the run on screen, in schema order. */

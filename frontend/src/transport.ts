@@ -10,6 +10,8 @@ export interface Transport {
   on(event: string, cb: Listener): () => void;
   /** Called with true/false as the event connection comes and goes. */
   onConnection(cb: (connected: boolean) => void): void;
+  /** Sends files as multipart/form-data to POST /api/upload (browser mode only). */
+  upload?(form: FormData): Promise<unknown>;
 }
 
 interface WailsWindow {
@@ -111,6 +113,18 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
       connection.add(cb);
       ensure();
       cb(connected);
+    },
+    async upload(form: FormData) {
+      const resp = await deps.fetch(`${base}/api/upload`, { method: 'POST', body: form });
+      const text = await resp.text();
+      let body: any = null;
+      try {
+        body = text ? JSON.parse(text) : null;
+      } catch {
+        throw new Error(`upload: ${resp.status} ${text.slice(0, 200)}`);
+      }
+      if (!resp.ok) throw new Error(body && body.error ? body.error : `upload: HTTP ${resp.status}`);
+      return body;
     },
   };
 }

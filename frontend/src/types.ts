@@ -115,6 +115,150 @@ export interface InputFile {
   supported: boolean;
   reason?: string;
   text?: string;
+  /** What became of a media file (the window adds them by path). */
+  media?: MediaResult;
+}
+
+export type MediaKind = 'image' | 'audio' | 'video';
+
+export interface Peak {
+  min: number;
+  max: number;
+}
+
+export interface FramePreview {
+  ms: number;
+  caption: string;
+  url: string;
+}
+
+/** An image, audio clip or video of the input (app.MediaItem). */
+export interface MediaItem {
+  id: string;
+  kind: MediaKind;
+  name: string;
+  source: 'file' | 'upload' | 'camera' | 'microphone';
+  format?: string;
+  bytes?: number;
+  width?: number;
+  height?: number;
+  duration_ms?: number;
+  tokens: number;
+  thumb?: string;
+  model_view?: string;
+  frames?: FramePreview[];
+  sound?: boolean;
+  waveform?: Peak[];
+  note?: string;
+  added_ms: number;
+}
+
+export interface LimitInfo {
+  limit: string;
+  value: number;
+  max: number;
+  unit?: string;
+  at_least?: boolean;
+}
+
+export interface MediaResult {
+  name: string;
+  item?: MediaItem;
+  error?: string;
+  limit?: LimitInfo;
+}
+
+export interface MediaLimits {
+  max_images: number;
+  max_audio_ms: number;
+  max_silent_video_ms: number;
+  max_video_with_sound_ms: number;
+  max_video_frames: number;
+  video_fps: number;
+  max_audio_sources: number;
+  max_upload_bytes: number;
+  image_tokens: number;
+  audio_tokens: number;
+  max_input_tokens: number;
+  model_image_side: number;
+  record_seconds: number[];
+}
+
+export interface Feature {
+  available: boolean;
+  reason?: string;
+  devices?: string[];
+}
+
+export interface MediaAvailability {
+  camera: Feature;
+  microphone: Feature;
+  speaker: Feature;
+  video: Feature;
+  drivers: 'hardware' | 'synthetic';
+}
+
+export interface CameraState {
+  live: boolean;
+  device?: string;
+  seq: number;
+  error?: string;
+}
+
+export interface CameraFrame {
+  seq: number;
+  url: string;
+  width: number;
+  height: number;
+}
+
+export interface RecordingState {
+  recording: boolean;
+  device?: string;
+  recorded_ms: number;
+  total_ms: number;
+  stopped?: boolean;
+  item?: MediaItem;
+  error?: string;
+  limit?: LimitInfo;
+}
+
+export interface PlaybackState {
+  playing: boolean;
+  id?: string;
+  error?: string;
+}
+
+export interface UploadResponse {
+  results: MediaResult[];
+}
+
+/** A run's media in its record. */
+export interface MediaRef {
+  id: string;
+  kind: MediaKind;
+  name: string;
+  source: string;
+  tokens: number;
+  width?: number;
+  height?: number;
+  duration_ms?: number;
+  frames?: number;
+  sound?: boolean;
+}
+
+/** A run's media preparation: the towers run once for both sides. */
+export interface RunMedia {
+  status: SideStatus;
+  done: number;
+  total: number;
+  stage?: string;
+  images: number;
+  audio: boolean;
+  soft_tokens: number;
+  tower_ms?: number;
+  error?: string;
+  note: string;
 }
 
 export interface GenerationSettings {
@@ -147,12 +291,13 @@ export interface RunRecord {
   started_ms: number;
   model: string;
   random_weights: boolean;
-  input: { text: string; chars: number; files?: InputFile[] };
+  input: { text: string; chars: number; files?: InputFile[]; media?: MediaRef[] };
   schema_name?: string;
   schema?: unknown;
   settings: RunSettings;
   concurrent: boolean;
   note?: string;
+  media?: RunMedia;
   scorer?: ScorerSide;
   generator?: GeneratorSide;
   total_ms: number;
@@ -190,6 +335,7 @@ export interface RunUpdate {
   elapsed_ms: number;
   scorer?: ScorerUpdate;
   generator?: GeneratorUpdate;
+  media?: RunMedia;
 }
 
 export interface RunRequest {
@@ -197,6 +343,8 @@ export interface RunRequest {
   schema?: unknown;
   schema_name?: string;
   files?: InputFile[];
+  /** Ids of the media items the run takes. */
+  media?: string[];
   settings?: RunSettings;
 }
 
@@ -249,6 +397,10 @@ export interface SystemInfo {
 export interface PromptPreview {
   text: string;
   tokens: number;
+  media_tokens: number;
+  images: number;
+  audio: boolean;
+  max_tokens: number;
 }
 
 // Event names (app/events.go).
@@ -260,4 +412,10 @@ export const Events = {
   logEntries: 'log:entries',
   filesDropped: 'files:dropped',
   settings: 'settings:changed',
+  media: 'media:changed',
+  mediaAvailability: 'media:availability',
+  cameraFrame: 'camera:frame',
+  cameraState: 'camera:state',
+  micState: 'mic:state',
+  playback: 'playback:state',
 } as const;

@@ -1,5 +1,6 @@
 import { browserTransport, isWails, wailsTransport } from '../src/transport';
-import { classify, composeInput, readFile } from '../src/files';
+import { classify, composeInput, readFile, refusedFile, splitFiles } from '../src/files';
+import { Api, base64 } from '../src/api';
 
 class FakeES {
   static last: FakeES;
@@ -74,9 +75,50 @@ describe('files', () => {
     expect(txt).toMatchObject({ kind: 'text', supported: true, text: 'The server is down.' });
     const img = await readFile(new File([new Uint8Array([0x89, 0x50])], 'photo.png', { type: 'image/png' }));
     expect(img).toMatchObject({ kind: 'image', supported: false });
-    expect(img.reason).toContain('not supported in the app yet');
+    expect(img.reason).toContain('added as media');
     const bad = await readFile(new File([new Uint8Array([0x63, 0xe9])], 'latin1.txt'));
     expect(bad).toMatchObject({ supported: false, reason: 'not UTF-8 text' });
     expect(composeInput('  typed ', [txt, img])).toBe('typed\n\n[ticket.txt]\nThe server is down.');
+  });
+});
+
+describe('media files', () => {
+  it('reads text here and sends the rest to the media service', () => {
+    const fs = [new File(['a'], 'note.txt'), new File(['b'], 'photo.png'), new File(['c'], 'clip.wav'), new File(['d'], 'blob.bin')];
+    const { text, media } = splitFiles(fs);
+    expect(text.map((f) => f.name)).toEqual(['note.txt']);
+    expect(media.map((f) => f.name)).toEqual(['photo.png', 'clip.wav', 'blob.bin']);
+    expect(refusedFile({ name: 'x.png', size: 3 }, 'broken')).toEqual({ name: 'x.png', size: 3, kind: 'image', supported: false, reason: 'broken' });
+  });
+
+  it('uploads files as multipart in the browser and reports the error of a refused upload', async () => {
+    const sent: { url: string; body: unknown }[] = [];
+    let reply = { status: 200, body: '{"results":[{"name":"photo.png","item":{"id":"a1","kind":"image","tokens":256}}]}' };
+    const fetch = (async (url: string, init: RequestInit) => {
+      sent.push({ url, body: init.body });
+      return { ok: reply.status < 300, status: reply.status, text: async () => reply.body };
+    }) as unknown as typeof globalThis.fetch;
+    const api = new Api(browserTransport({ fetch, base: 'http://x' }));
+    const rs = await api.upload([new File([new Uint8Array([1, 2, 3])], 'photo.png')]);
+    expect(rs[0].item?.id).toBe('a1');
+    expect(sent[0].url).toBe('http://x/api/upload');
+    expect(sent[0].body).toBeInstanceOf(FormData);
+    expect((sent[0].body as FormData).getAll('file')).toHaveLength(1);
+    reply = { status: 413, body: '{"error":"the upload is 300.0 MB, over the limit of 256 MB: send fewer or smaller files"}' };
+    await expect(api.upload([new File(['x'], 'big.mp4')])).rejects.toThrow('over the limit of 256 MB');
+    expect(await api.upload([])).toEqual([]);
+  });
+
+  it('sends base64 through the bound method where there is no upload route', async () => {
+    const calls: unknown[][] = [];
+    const w = {
+      go: { app: { Media: { Upload: async (...a: unknown[]) => (calls.push(a), { name: a[0], error: 'not media' }) } } },
+      runtime: { EventsOn: () => () => {} },
+    };
+    const api = new Api(wailsTransport(w));
+    const rs = await api.upload([new File([new Uint8Array([104, 105])], 'hi.bin')]);
+    expect(calls).toEqual([['hi.bin', 'aGk=']]);
+    expect(rs[0].error).toBe('not media');
+    expect(await base64(new Blob([new Uint8Array(70000).fill(65)]))).toHaveLength(Math.ceil(70000 / 3) * 4);
   });
 });

@@ -1,7 +1,6 @@
 // The input: typed text, and files by drag and drop or a picker. Text files
-// become part of the input; other files are listed as not supported yet.
+// become part of the input; images, audio and video go to the media panel.
 import { fmtBytes } from '../format';
-import { readFile } from '../files';
 import type { InputFile } from '../types';
 import { h, replace } from './dom';
 
@@ -10,6 +9,8 @@ export interface InputHost {
   files(): InputFile[];
   setInput(s: string): void;
   addFiles(f: InputFile[]): void;
+  /** Files picked or dropped in the browser (text read here, media uploaded). */
+  pickFiles(f: File[]): void;
   removeFile(i: number): void;
   mode(): 'desktop' | 'browser';
   chooseFiles(): void;
@@ -27,18 +28,18 @@ export class InputPanel {
   private actions: HTMLElement;
   private picker: HTMLInputElement;
 
-  constructor(private host: InputHost) {
-    this.textarea = h('textarea#input-text', { rows: 6, placeholder: 'Type or paste the input — or drop text files here.', 'aria-label': 'Input text', spellcheck: true,
+  constructor(private host: InputHost, media?: HTMLElement) {
+    this.textarea = h('textarea#input-text', { rows: 5, placeholder: 'Type or paste the input — or drop text, images, audio or video here.', 'aria-label': 'Input text', spellcheck: true,
       oninput: () => this.host.setInput(this.textarea.value) });
-    this.picker = h('input', { type: 'file', multiple: true, hidden: true, id: 'file-picker', onchange: async () => {
-      const fs = await Promise.all([...(this.picker.files ?? [])].map(readFile));
+    this.picker = h('input', { type: 'file', multiple: true, hidden: true, id: 'file-picker', onchange: () => {
+      const fs = [...(this.picker.files ?? [])];
       this.picker.value = '';
-      this.host.addFiles(fs);
+      this.host.pickFiles(fs);
     } });
     this.chips = h('ul.file-chips#file-chips');
     this.actions = h('div.run-actions');
     const drop = h('div.dropzone', { style: '--wails-drop-target: drop' }, this.textarea, this.chips,
-      h('div.drop-hint', null, 'Drop files to add them'));
+      h('div.drop-hint', null, 'Drop text, images, audio or video to add them'));
     // Browser drag and drop (the window delivers drops through Wails instead).
     drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });
     drop.addEventListener('dragleave', () => drop.classList.remove('over'));
@@ -46,14 +47,15 @@ export class InputPanel {
       e.preventDefault();
       drop.classList.remove('over');
       const files = [...(e.dataTransfer?.files ?? [])];
-      if (files.length && this.host.mode() === 'browser') this.host.addFiles(await Promise.all(files.map(readFile)));
+      if (files.length && this.host.mode() === 'browser') this.host.pickFiles(files);
     });
     this.el = h('section.card.input#input', { 'aria-label': 'Input' },
       h('header.card-head', null, h('h2', null, 'Input'),
         h('div.head-actions', null,
-          h('button.btn.small#add-files', { type: 'button', title: 'Add text files (images, audio and video come later)', onclick: () => (this.host.mode() === 'desktop' ? this.host.chooseFiles() : this.picker.click()) }, 'Add files…'),
+          h('button.btn.small#add-files', { type: 'button', title: 'Add text, image, audio or video files', onclick: () => (this.host.mode() === 'desktop' ? this.host.chooseFiles() : this.picker.click()) }, 'Add files…'),
           this.picker)),
       drop,
+      media ?? null,
       this.actions);
   }
 
@@ -70,7 +72,7 @@ export class InputPanel {
         h('span.chip-kind', null, f.kind),
         h('span.chip-name', null, f.name),
         h('span.chip-size.muted', null, fmtBytes(f.size)),
-        f.supported ? null : h('span.chip-note', null, f.kind === 'other' ? 'not supported' : 'not supported yet'),
+        f.supported ? null : h('span.chip-note', null, 'not supported'),
         h('button.icon', { type: 'button', 'aria-label': `Remove ${f.name}`, onclick: () => this.host.removeFile(i) }, '×'))));
     const can = this.host.canRun();
     const running = this.host.running();

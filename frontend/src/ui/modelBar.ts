@@ -1,12 +1,14 @@
 // The model: what is loaded, its size and inputs, load progress and errors,
 // and loading another (the built-in model or a Gemma 3n folder).
 import { fmtBytes, fmtMs, fmtParams } from '../format';
-import type { ModelInfo } from '../types';
+import type { MediaAvailability, ModelInfo } from '../types';
 import { h, replace } from './dom';
 
 export interface ModelHost {
   model(): ModelInfo;
   mode(): 'desktop' | 'browser';
+  /** What media features work here (video needs ffmpeg). */
+  availability(): MediaAvailability | undefined;
   loadBuiltin(): void;
   loadFolder(path: string): void;
   chooseFolder(): void;
@@ -56,9 +58,10 @@ export class ModelBar {
         body = [h('b', null, 'Model failed to load'), h('span.err', { title: m.error }, ` ${m.error ?? ''}`)];
         break;
       case 'ready': {
-        const inputs = (m.inputs ?? []).map((i) =>
-          h('span.modality', { class: `modality ${i.supported ? 'on' : 'off'}`, dataset: { input: i.name }, title: i.supported ? `${i.name}: supported` : `${i.name}: ${i.note ?? 'not supported'}` },
-            i.supported ? `${i.name} ✓` : /no .* tower/.test(i.note ?? '') ? `no ${i.name}` : `${i.name} later`));
+        const inputs = (m.inputs ?? []).map((i) => {
+          const [on, label, title] = modalityLabel(i.name, i.supported, i.note, this.host.availability());
+          return h('span.modality', { class: `modality ${on ? 'on' : 'off'}`, dataset: { input: i.name }, title }, label);
+        });
         body = [
           h('b#model-name', { title: m.path ?? '' }, m.name ?? ''),
           m.random_weights ? h('span.badge.warn#random-weights', { title: m.note ?? '' }, 'random weights') : null,
@@ -71,4 +74,14 @@ export class ModelBar {
     replace(this.chip, dot, ...body);
     this.chip.dataset.state = m.state;
   }
+}
+
+/**
+ * A modality's label: whether the model takes it (its checkpoint has the
+ * tower) and, for video, whether ffmpeg is there to read it.
+ */
+export function modalityLabel(name: string, supported: boolean, note: string | undefined, a: MediaAvailability | undefined): [boolean, string, string] {
+  if (!supported) return [false, /no .* tower/.test(note ?? '') ? `no ${name}` : `${name} ?`, `${name}: ${note ?? 'not supported'}`];
+  if (name === 'video' && a && !a.video.available) return [false, 'video ✗', `video: the model takes it, but ${a.video.reason ?? 'ffmpeg is missing'}`];
+  return [true, `${name} ✓`, `${name}: ${note ?? 'supported'}`];
 }

@@ -2,7 +2,7 @@
 // field finishes.
 import { fmtMass, fmtMs, fmtPct } from '../format';
 import type { LiveRun } from '../run';
-import { isFinished } from '../run';
+import { isFinished, scorerStage } from '../run';
 import type { FieldResult } from '../types';
 import { h, replace } from './dom';
 import { statusPill } from './common';
@@ -77,7 +77,8 @@ export class ScorerPanel {
       h('div.head-actions', null,
         sc ? statusPill(sc.status) : null,
         sc ? h('span.progress#scorer-progress', null, `${sc.done}/${sc.total || fields.length} fields`) : null,
-        stop));
+        stop),
+      sc ? h('div.stage.small.muted#scorer-stage', { 'aria-live': 'polite' }, scorerStage(run)) : null);
 
     if (!run || !sc) {
       this.shownRun = '';

@@ -48,6 +48,8 @@ export class TimingPanel {
       [['prep', 'input preparation'], ['prefill', 'prefill'], ['branches', 'branch batches'], ['decode', 'decode'], ['wait', 'running / other']].map(([k, label]) =>
         h('span', null, h('i', { class: `sw wf-${k}` }), label)));
 
+    const m = run.media;
+    const towers = m ? (m.status === 'done' ? `${fmtMs(m.tower_ms)} · shared` : m.status === 'preparing' ? `running (${m.done}/${m.total})` : m.error ?? m.status) : null;
     const row = (label: string, s: string | null, g: string | null, help = '') =>
       h('tr', null, h('th', { scope: 'row', title: help }, label), h('td', null, s ?? '—'), h('td', null, g ?? '—'));
     const S = run.scorer ? sT : undefined;
@@ -56,7 +58,8 @@ export class TimingPanel {
       h('thead', null, h('tr', null, h('th', null, ''), h('th', { scope: 'col' }, 'Scorer'), h('th', { scope: 'col' }, 'Generation'))),
       h('tbody', null,
         row('Started at', S ? fmtMs(S.start_ms) : null, G ? fmtMs(G.start_ms) : null, 'from the start of the run'),
-        row('Input preparation', S ? fmtMs(S.input_preparation_ms) : null, G ? fmtMs(G.input_preparation_ms) : null, 'prompt building, tokenizing, schema compilation'),
+        row('Input preparation', S ? fmtMs(S.input_preparation_ms) : null, G ? fmtMs(G.input_preparation_ms) : null, m ? 'the wait for the media towers, then prompt building, tokenizing, schema compilation' : 'prompt building, tokenizing, schema compilation'),
+        m ? row('Media towers', S ? towers : null, G ? towers : null, `${m.images} image(s) or frame(s)${m.audio ? ' and audio' : ''}: ${m.soft_tokens.toLocaleString('en-US')} soft tokens, computed once for both sides`) : null,
         row('Prefill', S ? `${fmtMs(S.prefill_ms)} · ${S.prompt_tokens} tok` : null, G ? `${fmtMs(G.prefill_ms)} · ${G.prompt_tokens} tok` : null),
         row('Prefill speed', S ? fmtRate(S.prefill_tokens_per_second) : null, G ? fmtRate(G.prefill_tokens_per_second) : null),
         row('First token', null, G?.first_token_ms ? fmtMs(G.first_token_ms) : null, 'from the side\'s start'),
@@ -66,6 +69,7 @@ export class TimingPanel {
         row('Total', S ? fmtMs(S.total_ms) : null, G ? fmtMs(G.total_ms) : null, 'from the side\'s start')));
     replace(this.body,
       run.concurrent ? h('p.note#contention', { role: 'note' }, '⚠ ', CONTENTION) : null,
+      m ? h('p.note#media-note', { role: 'note' }, h('b', null, 'Media: '), m.note, m.tower_ms ? ` Towers: ${fmtMs(m.tower_ms)} for ${m.soft_tokens.toLocaleString('en-US')} soft tokens.` : '') : null,
       h('div.waterfall#waterfall', null, axis, laneEls),
       legend,
       table);

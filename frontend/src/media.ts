@@ -1,0 +1,125 @@
+// What the media panel shows, computed from the media service's state: token
+// costs against the prompt limit, waveforms, countdowns, limits.
+import type { MediaItem, MediaLimits, Peak, PromptPreview, RecordingState } from './types';
+
+export const DEFAULT_LIMITS: MediaLimits = {
+  max_images: 8,
+  max_audio_ms: 30000,
+  max_silent_video_ms: 60000,
+  max_video_with_sound_ms: 30000,
+  max_video_frames: 32,
+  video_fps: 1,
+  max_audio_sources: 1,
+  max_upload_bytes: 256 << 20,
+  image_tokens: 256,
+  audio_tokens: 188,
+  max_input_tokens: 8192,
+  model_image_side: 768,
+  record_seconds: [5, 10, 30],
+};
+
+/** Soft tokens of the items: 256 per image or video frame, 188 per audio source. */
+export function mediaTokens(items: MediaItem[]): number {
+  return items.reduce((n, it) => n + (it.tokens ?? 0), 0);
+}
+
+export interface Budget {
+  /** Soft tokens of the media. */
+  media: number;
+  /** The whole prompt (text, media, questions), when a model counted it. */
+  total: number | null;
+  max: number;
+  over: boolean;
+  /** Fraction of the limit used by the media and by the rest (0..1 each, clamped). */
+  mediaShare: number;
+  restShare: number;
+  text: string;
+}
+
+/**
+ * The prompt's token budget: the media's soft tokens and, when a model
+ * counted it, the whole prompt, against the 8,192-token limit.
+ */
+export function budget(items: MediaItem[], limits: MediaLimits | undefined, preview: PromptPreview | undefined): Budget {
+  const max = preview?.max_tokens || limits?.max_input_tokens || DEFAULT_LIMITS.max_input_tokens;
+  const media = preview && preview.tokens ? preview.media_tokens : mediaTokens(items);
+  const total = preview && preview.tokens ? preview.tokens : null;
+  const used = total ?? media;
+  const n = (v: number) => v.toLocaleString('en-US');
+  const parts = [];
+  if (media) parts.push(`media ${n(media)}`);
+  if (total != null) parts.push(`text and questions ${n(Math.max(0, total - media))}`);
+  const text = total != null
+    ? `${n(total)} of ${n(max)} prompt tokens${parts.length ? ` (${parts.join(' + ')})` : ''}`
+    : media
+      ? `${n(media)} media tokens of ${n(max)} (load a model to count the text)`
+      : '';
+  const clamp = (v: number) => Math.max(0, Math.min(1, v));
+  const mediaShare = clamp(media / max);
+  return { media, total, max, over: used > max, mediaShare, restShare: clamp(Math.min((used - media) / max, 1 - mediaShare)), text };
+}
+
+/** One line per kind: "2 images · 1 audio clip · 1 video (12 frames)". */
+export function summary(items: MediaItem[]): string {
+  const images = items.filter((i) => i.kind === 'image').length;
+  const audio = items.filter((i) => i.kind === 'audio').length;
+  const videos = items.filter((i) => i.kind === 'video');
+  const parts = [];
+  if (images) parts.push(`${images} image${images === 1 ? '' : 's'}`);
+  if (audio) parts.push(`${audio} audio clip${audio === 1 ? '' : 's'}`);
+  for (const v of videos) parts.push(`1 video (${v.frames?.length ?? 0} frames${v.sound ? ' and sound' : ''})`);
+  return parts.join(' · ');
+}
+
+/** An SVG path of a min/max waveform in a width×height box (0 at mid-height). */
+export function waveformPath(peaks: Peak[] | undefined, width: number, height: number): string {
+  if (!peaks || !peaks.length) return '';
+  const mid = height / 2;
+  const step = width / peaks.length;
+  const y = (v: number) => (mid - Math.max(-1, Math.min(1, v)) * mid).toFixed(1);
+  const parts: string[] = [];
+  peaks.forEach((p, i) => {
+    const x = (i * step + step / 2).toFixed(1);
+    // At least a hairline so silence still shows.
+    const hi = Math.max(p.max, p.min + 0.01);
+    parts.push(`M${x} ${y(hi)}V${y(p.min)}`);
+  });
+  return parts.join('');
+}
+
+/** A duration: "0.8 s", "12.5 s", "1:05". */
+export function fmtDuration(ms: number | undefined): string {
+  if (ms == null || !isFinite(ms)) return '—';
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+}
+
+/** The recording's countdown: "Recording… 3.2 s left". */
+export function countdown(r: RecordingState | null | undefined): string {
+  if (!r || !r.recording) return '';
+  const left = Math.max(0, r.total_ms - r.recorded_ms);
+  return `Recording from ${r.device ?? 'the microphone'}… ${(left / 1000).toFixed(1)} s left`;
+}
+
+/** Fraction of the recording done (0..1). */
+export function recordProgress(r: RecordingState | null | undefined): number {
+  if (!r || !r.total_ms) return 0;
+  return Math.max(0, Math.min(1, r.recorded_ms / r.total_ms));
+}
+
+/** What an item is, in a line: "64×48 PNG · upload", "1.5 s WAV · upload". */
+export function describe(it: MediaItem): string {
+  const parts: string[] = [];
+  if (it.kind === 'image') parts.push(`${it.width}×${it.height}${it.format ? ` ${it.format}` : ''}`);
+  if (it.kind === 'audio') parts.push(`${fmtDuration(it.duration_ms)}${it.format ? ` ${it.format}` : ''}`);
+  if (it.kind === 'video') parts.push(`${fmtDuration(it.duration_ms)} ${it.width}×${it.height}${it.sound ? ' with sound' : ', silent'}`);
+  parts.push(it.source);
+  return parts.join(' · ');
+}
+
+/** Keeps the order of current, adds items it lacks (from an upload's results). */
+export function mergeItems(current: MediaItem[], added: MediaItem[]): MediaItem[] {
+  const ids = new Set(current.map((i) => i.id));
+  return current.concat(added.filter((i) => !ids.has(i.id)));
+}
