@@ -29,6 +29,8 @@
 
 typedef __m512 Z;
 
+
+
 VK_INLINE Z z_wload(const int bf, const void *w, int64_t off)
 {
 	if (bf) {
@@ -191,7 +193,7 @@ VK_INLINE Z z_table(const float *so)
 VK_INLINE void z_q4_tile(const int T, const int R, const float *x,
                          int64_t ldx, const uint8_t *q, int64_t ldq,
                          const float *so, int64_t ldso, int lg, int64_t cols,
-                         float *y, int64_t ldy)
+                         float *y, int64_t ldy, int pf)
 {
 	const int64_t G = (int64_t)1 << lg;
 	float ob[4 * 4 * 16] __attribute__((aligned(64)));
@@ -209,6 +211,18 @@ VK_INLINE void z_q4_tile(const int T, const int R, const float *x,
 			for (int r = 0; r < R; r++)
 				tbl[r] = z_table(so + r * ldso + (g0 >> lg) * 2);
 			for (int64_t j = g0; j < g0 + G; j += 32) {
+				/* The next tile's rows follow these: fetch R·16 bytes of
+				 * them per R·16 bytes read (short rows are too short for
+				 * the hardware prefetchers). */
+				if (pf) {
+					const char *p = (const char *)q + R * ldq + (j / 32) * R * 16;
+					_mm_prefetch(p, _MM_HINT_T0);
+					if (R * 16 > 64)
+						_mm_prefetch(p + 64, _MM_HINT_T0);
+					if ((j & 255) == 0)
+						_mm_prefetch((const char *)(so + R * ldso) + (j / 256) * 64,
+						             _MM_HINT_T0);
+				}
 #pragma GCC unroll 4
 				for (int r = 0; r < R; r++) {
 					__m512i v = _mm512_cvtepu8_epi32(
@@ -291,10 +305,10 @@ static void z_gemv_task(void *vc, int64_t task)
 #define ZQ4_ROWS(T, R)                                                     \
 	for (; r + R <= nr; r += R)                                            \
 		z_q4_tile(T, R, c->x, cols, q + r * ldq, ldq, so + r * ldso, ldso,  \
-		          c->lg, cols, y + r, c->rows);                            \
+		          c->lg, cols, y + r, c->rows, r0 + r + 2 * R <= c->rows);   \
 	for (; r < nr; r++)                                                    \
 		z_q4_tile(T, 1, c->x, cols, q + r * ldq, ldq, so + r * ldso, ldso,  \
-		          c->lg, cols, y + r, c->rows);
+		          c->lg, cols, y + r, c->rows, 0);
 		switch (c->n) {
 		case 1:
 			ZQ4_ROWS(1, 4)

@@ -215,7 +215,7 @@ VK_INLINE V VK_ISA(q4_deq8)(const uint8_t *p, const int hi, V s, V o)
 VK_INLINE void VK_ISA(q4_tile)(const int T, const int R, const float *x,
                                int64_t ldx, const uint8_t *q, int64_t ldq,
                                const float *so, int64_t ldso, int lg,
-                               int64_t cols, float *y, int64_t ldy)
+                               int64_t cols, float *y, int64_t ldy, int pf)
 {
 	float ob[4 * 4 * 16] __attribute__((aligned(64)));
 	for (int64_t b = 0; b < cols; b += LIN_KB) {
@@ -228,6 +228,17 @@ VK_INLINE void VK_ISA(q4_tile)(const int T, const int R, const float *x,
 				a[t][r][0] = a[t][r][1] = v_zero();
 		for (int64_t j = b; j < be; j += 32) {
 			int64_t g2 = (j >> lg) * 2;
+			/* The next tile's rows follow these: fetch R·16 bytes of them
+			 * per R·16 bytes read (short rows are too short for the
+			 * hardware prefetchers). */
+			if (pf) {
+				const char *p = (const char *)q + R * ldq + (j / 32) * R * 16;
+				__builtin_prefetch(p);
+				if (R * 16 > 64)
+					__builtin_prefetch(p + 64);
+				if ((j & 255) == 0)
+					__builtin_prefetch((const char *)(so + R * ldso) + (j / 256) * 64);
+			}
 #pragma GCC unroll 4
 			for (int r = 0; r < R; r++) {
 				const uint8_t *p = q + r * ldq + j / 2;
@@ -314,10 +325,11 @@ static void VK_ISA(lin_gemv_task)(void *vc, int64_t task)
 #define Q4_ROWS(T, R)                                                      \
 	for (; r + R <= nr; r += R)                                            \
 		VK_ISA(q4_tile)(T, R, c->x, cols, q + r * ldq, ldq, so + r * ldso,  \
-		                ldso, c->lg, cols, y + r, c->rows);                \
+		                ldso, c->lg, cols, y + r, c->rows,                 \
+		                r0 + r + 2 * R <= c->rows);                        \
 	for (; r < nr; r++)                                                    \
 		VK_ISA(q4_tile)(T, 1, c->x, cols, q + r * ldq, ldq, so + r * ldso,  \
-		                ldso, c->lg, cols, y + r, c->rows);
+		                ldso, c->lg, cols, y + r, c->rows, 0);
 		switch (c->n) {
 		case 1:
 			Q4_ROWS(1, 4)
