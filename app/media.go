@@ -781,6 +781,7 @@ func (s *Media) servePreview(w http.ResponseWriter, id, file string) {
 	}
 	w.Header().Set("Cache-Control", "private, max-age=86400, immutable") // ids are never reused
 	serveBytes(w, ctype, b)
+	s.log.WithFields(logrus.Fields{"media": id, "file": file, "bytes": len(b)}).Debug("media preview served")
 }
 
 func serveBytes(w http.ResponseWriter, ctype string, b []byte) {

@@ -2,7 +2,8 @@
 # Builds the desktop window (build tags desktop,production,webkit2_41) and
 # checks it under Xvfb: starts `verdict window --demo` on the built-in model,
 # waits until the page has reported ready through Wails' bindings and the demo
-# run has finished, takes a screenshot of the screen and checks that it is not
+# run (on the sample text and a synthetic camera snapshot) has finished, checks
+# that the page loaded the snapshot's preview, takes a screenshot of the screen and checks that it is not
 # blank. Writes desktop.png and desktop.log to $VERDICT_TEST_OUT (default
 # build/bin/test). Run by build/test.sh.
 set -euo pipefail
@@ -18,9 +19,12 @@ export VERDICT_CHECK_BIN="$bin" VERDICT_CHECK_LOG="$out/desktop.log" VERDICT_CHE
 rm -f "$VERDICT_CHECK_LOG" "$VERDICT_CHECK_SHOT"
 # WebKitGTK on a display without a GPU: software rendering.
 export WEBKIT_DISABLE_DMABUF_RENDERER=1 LIBGL_ALWAYS_SOFTWARE=1 NO_AT_BRIDGE=1
+# The synthetic camera: the demo runs on a snapshot too, and the page loads
+# its 768×768 preview through the window's asset server.
+export VERDICT_CAPTURE=synthetic
 xvfb-run -a -s "-screen 0 1440x900x24" bash -c '
   set -u
-  "$VERDICT_CHECK_BIN" window --demo --settings= --log-level info >"$VERDICT_CHECK_LOG" 2>&1 &
+  "$VERDICT_CHECK_BIN" window --demo --settings= --log-level debug >"$VERDICT_CHECK_LOG" 2>&1 &
   pid=$!
   ok=0
   for _ in $(seq 1 1800); do
@@ -38,6 +42,9 @@ xvfb-run -a -s "-screen 0 1440x900x24" bash -c '
 grep -q 'msg="frontend ready" agent=' "$VERDICT_CHECK_LOG" || { echo "desktop-check: the page never called the Go side" >&2; cat "$VERDICT_CHECK_LOG" >&2; exit 1; }
 grep 'msg="run finished"' "$VERDICT_CHECK_LOG" | grep -q 'generator=done.*scorer=done' ||
   { echo "desktop-check: the demo run did not finish both sides" >&2; cat "$VERDICT_CHECK_LOG" >&2; exit 1; }
+
+grep -q 'msg="snapshot added"' "$VERDICT_CHECK_LOG" && grep -q 'msg="media preview served" .*file=model.png' "$VERDICT_CHECK_LOG" ||
+  { echo "desktop-check: the window did not show the camera snapshot as the model receives it" >&2; cat "$VERDICT_CHECK_LOG" >&2; exit 1; }
 
 if grep -E 'level=(error|fatal|panic)|level=warning msg="frontend' "$VERDICT_CHECK_LOG"; then
   echo "desktop-check: errors in the window's log (above)" >&2

@@ -27,7 +27,8 @@ type Options struct {
 	// Stderr receives the log.
 	Stderr io.Writer
 	// Demo runs the support-ticket preset once the window and the model are
-	// ready (a first look, and the start-up check of build/test.sh).
+	// ready (a first look, and the start-up check of build/test.sh); with
+	// synthetic capture drivers, on a camera snapshot as well.
 	Demo bool
 }
 
@@ -52,7 +53,17 @@ func demo(svc *app.Services) {
 		return
 	}
 	p := ps[0]
-	if _, err := svc.Runs.Start(app.RunRequest{Input: p.Sample, Schema: p.Schema, SchemaName: p.ID}); err != nil {
+	req := app.RunRequest{Input: p.Sample, Schema: p.Schema, SchemaName: p.ID}
+	// With the synthetic camera (VERDICT_CAPTURE=synthetic, as the window
+	// check runs it), the demo takes a snapshot and runs on it too.
+	if svc.Media.Drivers() == "synthetic" {
+		if r := svc.Media.Snapshot(""); r.Item != nil {
+			req.Media = []string{r.Item.ID}
+		} else {
+			log.WithField("error", r.Error).Warn("demo: no snapshot")
+		}
+	}
+	if _, err := svc.Runs.Start(req); err != nil {
 		log.WithError(err).Warn("demo: run not started")
 	}
 }
