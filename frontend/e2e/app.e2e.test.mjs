@@ -4,7 +4,7 @@
 //   VERDICT_BIN   the verdict binary (default: ../verdict from frontend/)
 //   CHROMIUM      the browser (default: /usr/bin/chromium)
 //   E2E_OUT       where screenshots and exports go (default: a temporary folder)
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { crc32, deflateSync } from 'node:zlib';
@@ -325,6 +325,28 @@ test('refuses a ninth image with the limit', async () => {
   assert.equal(await page.locator('.media-item[data-kind="image"]').count(), 8);
   await page.locator('#media-error').scrollIntoViewIfNeeded();
   await shot('limit.png');
+  await page.locator('#clear-media').click();
+  await page.locator('.media-empty').waitFor();
+});
+
+test('shows a video as the model receives it: a frame a second with its time, and the soundtrack', async (t) => {
+  const clip = join(out, 'clip.mp4');
+  const ff = spawnSync('ffmpeg', ['-v', 'error', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=10:duration=3', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=16000:duration=3',
+    '-c:v', 'mpeg4', '-pix_fmt', 'yuv420p', '-c:a', 'aac', '-y', clip]);
+  if (ff.error || ff.status !== 0) {
+    if (process.env.VERDICT_REQUIRE_MEDIA_TOOLS === '1') assert.fail(`ffmpeg: ${ff.error ?? ff.stderr}`);
+    t.skip('no ffmpeg');
+    return;
+  }
+  await page.locator('#file-picker').setInputFiles([clip]);
+  const video = page.locator('.media-item[data-kind="video"]');
+  await video.waitFor();
+  assert.deepEqual(await video.locator('.frame figcaption').allTextContents(), ['0:00', '0:01', '0:02']);
+  assert.equal(await video.locator('.tokens').textContent(), `${3 * 256 + 188} tokens`);
+  assert.match(await video.locator('svg.waveform path').getAttribute('d'), /^M/);
+  await page.waitForFunction(() => [...document.querySelectorAll('.frame img')].every((i) => i.complete && i.naturalWidth > 0));
+  await video.scrollIntoViewIfNeeded();
+  await shot('video.png');
   await page.locator('#clear-media').click();
   await page.locator('.media-empty').waitFor();
 });

@@ -192,7 +192,7 @@ export class MediaPanel {
     } else if (it.kind === 'video') {
       body = h('div.media-previews.video', null,
         h('div.frames', null, (it.frames ?? []).map((f) =>
-          h('figure.frame', { dataset: { ms: String(f.ms) } }, h('img', { src: f.url, alt: `frame at ${f.caption}`, width: 96, height: 96, loading: 'lazy' }), h('figcaption', null, f.caption)))),
+          h('figure.frame', { dataset: { ms: String(f.ms) } }, h('img', { src: f.url, alt: `frame at ${f.caption}`, width: 96, height: 96 }), h('figcaption', null, f.caption)))),
         it.sound ? this.audio(it, pb, speakerWhy) : null);
     }
     return h('li.media-item', { dataset: { id: it.id, kind: it.kind } }, head, body, meta);
