@@ -83,7 +83,20 @@ func New(services []any, hub *Hub, assets fs.FS, log *logrus.Logger) *Server {
 // previews (GET /media/) from files.
 func (s *Server) HandleMedia(up app.Uploader, files http.Handler) {
 	s.uploads = up
-	s.mux.Handle("GET /media/", files)
+	s.mux.Handle("GET /media/", sameSiteOnly(files))
+}
+
+// sameSiteOnly refuses media requests that browsers mark as coming from
+// another site's page (an <img> elsewhere could show the live camera).
+func sameSiteOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Sec-Fetch-Site") {
+		case "cross-site", "same-site":
+			http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // MaxUpload bounds the body of one upload request: its files together.

@@ -283,6 +283,13 @@ func TestUpload(t *testing.T) {
 	if err != nil || cfg.Width != 768 || cfg.Height != 768 || resp.Header.Get("Content-Type") != "image/png" {
 		t.Errorf("model view: %+v %v", cfg, err)
 	}
+	req, _ := http.NewRequest("GET", ts.URL+img.Item.ModelView, nil)
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-site preview: %v %v", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
 	if n := len(svc.Media.Items()); n != 2 {
 		t.Errorf("%d items", n)
 	}
@@ -312,7 +319,7 @@ func TestUpload(t *testing.T) {
 	if code, _ := upload(t, ts.URL, map[string][]byte{"photo.png": pngBytes(t, 2, 2)}, map[string]string{"Origin": "http://evil.example"}); code != http.StatusForbidden {
 		t.Errorf("cross-origin upload: %d", code)
 	}
-	req := httptest.NewRequest("POST", "/api/upload", strings.NewReader("x"))
+	req = httptest.NewRequest("POST", "/api/upload", strings.NewReader("x"))
 	req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
 	req.ContentLength = MaxUpload + 1
 	w := httptest.NewRecorder()
