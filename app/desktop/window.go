@@ -119,7 +119,8 @@ func Run(ctx context.Context, o Options) error {
 			dlg.mu.Unlock()
 			sw.Set(wailsEmitter{wctx})
 			runtime.OnFileDrop(wctx, func(x, y int, paths []string) {
-				sw.Emit(app.EventFilesDrop, svc.System.ReadFiles(paths))
+				// Decoding media (a video runs ffmpeg) must not hold up the window.
+				go func() { sw.Emit(app.EventFilesDrop, svc.System.ReadFiles(paths)) }()
 			})
 			go func() { // Ctrl-C in the terminal closes the window
 				<-ctx.Done()
