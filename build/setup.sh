@@ -36,6 +36,7 @@ media_apt=()
 command -v ffmpeg >/dev/null 2>&1 || media_apt+=(ffmpeg)
 command -v espeak-ng >/dev/null 2>&1 || media_apt+=(espeak-ng)
 command -v cwebp >/dev/null 2>&1 || media_apt+=(webp)
+command -v djpeg >/dev/null 2>&1 || media_apt+=(libjpeg-turbo-progs) # JPEG decoded as PIL decodes it
 command -v pkg-config >/dev/null 2>&1 || media_apt+=(pkg-config)
 pkg-config --exists alsa 2>/dev/null || media_apt+=(libasound2-dev)
 [ -f /usr/include/linux/videodev2.h ] || media_apt+=(linux-libc-dev)

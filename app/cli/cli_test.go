@@ -43,6 +43,24 @@ func TestVerifyFixture(t *testing.T) {
 	}
 }
 
+// TestVerifyPreprocessing: the image processor and the feature extractor
+// match transformers on the preprocessing references, the JPEG photo
+// included (decoded by libjpeg's djpeg, as PIL decodes it).
+func TestVerifyPreprocessing(t *testing.T) {
+	if _, err := exec.LookPath("djpeg"); err != nil {
+		if os.Getenv("VERDICT_REQUIRE_MEDIA_TOOLS") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	for _, f := range []string{"gemma3n-preprocess.tar.gz", "gemma3n-preprocess-downscale.tar.gz"} {
+		code, out, errOut := run("verify-fixture", filepath.Join("..", "..", "testdata", f))
+		if code != 0 || !strings.HasSuffix(out, "4 passed, 0 failed\n") {
+			t.Errorf("%s: exit %d\n%s%s", f, code, out, errOut)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 
 	"verdict/engine/fixture"
 	"verdict/engine/models"
+	"verdict/media/decode"
 )
 
 var errChecksFailed = errors.New("checks failed")
@@ -28,7 +30,13 @@ func verifyFixture(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer cleanup()
-	opt := fixture.Options{Report: func(r fixture.Result) { fmt.Fprintln(stdout, r) }}
+	opt := fixture.Options{
+		Report: func(r fixture.Result) { fmt.Fprintln(stdout, r) },
+		DecodeImage: func(path string) (image.Image, error) {
+			img, _, err := decode.ImageFile(path)
+			return img, err
+		},
+	}
 	if tok, err := models.LoadTokenizer(dir); err == nil {
 		opt.Tokenizer = tok
 	} else {

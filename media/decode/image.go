@@ -24,7 +24,7 @@ type imageCodec struct {
 
 var imageCodecs = map[string]imageCodec{
 	PNG:  {png.DecodeConfig, png.Decode},
-	JPEG: {jpeg.DecodeConfig, jpeg.Decode},
+	JPEG: {jpeg.DecodeConfig, decodeJPEG},
 	GIF:  {gif.DecodeConfig, decodeGIF},
 	WebP: {webp.DecodeConfig, webp.Decode},
 	BMP:  {bmp.DecodeConfig, bmp.Decode},
