@@ -26,6 +26,9 @@
 #define LIN_TB 64      /* tokens per task (GEMM) */
 #define LIN_RB_GEMV 32 /* rows per task when n <= LIN_GEMV_N */
 #define LIN_GEMV_N 3
+#ifndef Z_Q4_FUSED_N
+#define Z_Q4_FUSED_N 32 /* q4 token counts up to this dequantize in registers */
+#endif
 
 typedef __m512 Z;
 
@@ -189,18 +192,20 @@ VK_INLINE Z z_table(const float *so)
 	                       _mm512_set1_ps(so[1]));
 }
 
-/* z_q4_tile: q4_tile of cpu_linear_impl.h with 16-lane registers. */
+/* z_q4_tile: q4_tile of cpu_linear_impl.h with 16-lane registers: the R
+ * rows' weights of each 32-column block are dequantized into registers once
+ * and used by all T tokens (T <= 8). pf: prefetch the next tile's rows. */
 VK_INLINE void z_q4_tile(const int T, const int R, const float *x,
                          int64_t ldx, const uint8_t *q, int64_t ldq,
                          const float *so, int64_t ldso, int lg, int64_t cols,
                          float *y, int64_t ldy, int pf)
 {
 	const int64_t G = (int64_t)1 << lg;
-	float ob[4 * 4 * 16] __attribute__((aligned(64)));
+	float ob[8 * 4 * 16] __attribute__((aligned(64)));
 	for (int64_t b = 0; b < cols; b += LIN_KB) {
 		int64_t be = b + LIN_KB < cols ? b + LIN_KB : cols;
-		Z a[4][4];
-#pragma GCC unroll 4
+		Z a[8][4];
+#pragma GCC unroll 8
 		for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
 			for (int r = 0; r < R; r++)
@@ -223,23 +228,27 @@ VK_INLINE void z_q4_tile(const int T, const int R, const float *x,
 						_mm_prefetch((const char *)(so + R * ldso) + (j / 256) * 64,
 						             _MM_HINT_T0);
 				}
+				Z w0[4], w1[4];
 #pragma GCC unroll 4
 				for (int r = 0; r < R; r++) {
 					__m512i v = _mm512_cvtepu8_epi32(
 					    _mm_loadu_si128((const __m128i *)(q + r * ldq + j / 2)));
-					Z w0 = _mm512_permutexvar_ps(v, tbl[r]);
-					Z w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tbl[r]);
+					w0[r] = _mm512_permutexvar_ps(v, tbl[r]);
+					w1[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tbl[r]);
+				}
+#pragma GCC unroll 8
+				for (int t = 0; t < T; t++) {
+					Z x0 = _mm512_loadu_ps(x + t * ldx + j);
+					Z x1 = _mm512_loadu_ps(x + t * ldx + j + 16);
 #pragma GCC unroll 4
-					for (int t = 0; t < T; t++) {
-						a[t][r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * ldx + j),
-						                          w0, a[t][r]);
-						a[t][r] = _mm512_fmadd_ps(
-						    _mm512_loadu_ps(x + t * ldx + j + 16), w1, a[t][r]);
+					for (int r = 0; r < R; r++) {
+						a[t][r] = _mm512_fmadd_ps(x0, w0[r], a[t][r]);
+						a[t][r] = _mm512_fmadd_ps(x1, w1[r], a[t][r]);
 					}
 				}
 			}
 		}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
 			for (int r = 0; r < R; r++) {
@@ -253,6 +262,21 @@ VK_INLINE void z_q4_tile(const int T, const int R, const float *x,
 	for (int t = 0; t < T; t++)
 		for (int r = 0; r < R; r++)
 			y[t * ldy + r] = z_hsum(_mm512_loadu_ps(ob + (t * 4 + r) * 16));
+}
+
+/* z_q4_rows: tokens [0, n) (n <= 8) against rows [0, nr), R rows a tile. */
+VK_INLINE void z_q4_rows(const int T, const int R, const float *x,
+                         int64_t ldx, const uint8_t *q, int64_t ldq,
+                         const float *so, int64_t ldso, int lg, int64_t cols,
+                         float *y, int64_t ldy, int64_t nr, int pf_last)
+{
+	int64_t r = 0;
+	for (; r + R <= nr; r += R)
+		z_q4_tile(T, R, x, ldx, q + r * ldq, ldq, so + r * ldso, ldso, lg, cols,
+		          y + r, ldy, r + 2 * R <= nr || pf_last);
+	for (; r < nr; r++)
+		z_q4_tile(T, 1, x, ldx, q + r * ldq, ldq, so + r * ldso, ldso, lg, cols,
+		          y + r, ldy, 0);
 }
 
 /* z_q4_panel: q4_panel of cpu_linear_impl.h. */
@@ -301,26 +325,30 @@ static void z_gemv_task(void *vc, int64_t task)
 		int64_t ldq = cols / 2, ldso = (cols >> c->lg) * 2;
 		const uint8_t *q = c->q + r0 * ldq;
 		const float *so = c->so + r0 * ldso;
-		int64_t r = 0;
-#define ZQ4_ROWS(T, R)                                                     \
-	for (; r + R <= nr; r += R)                                            \
-		z_q4_tile(T, R, c->x, cols, q + r * ldq, ldq, so + r * ldso, ldso,  \
-		          c->lg, cols, y + r, c->rows, r0 + r + 2 * R <= c->rows);   \
-	for (; r < nr; r++)                                                    \
-		z_q4_tile(T, 1, c->x, cols, q + r * ldq, ldq, so + r * ldso, ldso,  \
-		          c->lg, cols, y + r, c->rows, 0);
-		switch (c->n) {
-		case 1:
-			ZQ4_ROWS(1, 4)
-			break;
-		case 2:
-			ZQ4_ROWS(2, 4)
-			break;
-		default:
-			ZQ4_ROWS(3, 4)
-			break;
+		int pf = r0 + nr < c->rows; /* rows follow this task's */
+		/* Tokens in groups of 8: each group reads the task's rows again,
+		 * from the cache after the first. */
+		for (int64_t t0 = 0; t0 < c->n; t0 += 8) {
+			int64_t nt = c->n - t0 < 8 ? c->n - t0 : 8;
+			const float *x = c->x + t0 * cols;
+			float *yt = y + t0 * c->rows;
+#define ZQ4(T, R)                                                          \
+	case T:                                                                \
+		z_q4_rows(T, R, x, cols, q, ldq, so, ldso, c->lg, cols, yt, c->rows, nr, \
+		          pf && t0 == 0);                                          \
+		break;
+			switch (nt) {
+				ZQ4(1, 4)
+				ZQ4(2, 4)
+				ZQ4(3, 4)
+				ZQ4(4, 4)
+				ZQ4(5, 3)
+				ZQ4(6, 3)
+				ZQ4(7, 2)
+				ZQ4(8, 2)
+			}
+#undef ZQ4
 		}
-#undef ZQ4_ROWS
 		return;
 	}
 	float ob[3 * LIN_RB_GEMV * 16] __attribute__((aligned(64)));
@@ -389,7 +417,7 @@ static void z_run(z_ctx *c)
 {
 	int64_t ntasks;
 	vk_task_fn fn;
-	if (c->n <= LIN_GEMV_N) {
+	if (c->n <= LIN_GEMV_N || (c->q && c->n <= Z_Q4_FUSED_N)) {
 		c->rb = LIN_RB_GEMV;
 		ntasks = (c->rows + c->rb - 1) / c->rb;
 		fn = z_gemv_task;

@@ -10,6 +10,7 @@ var q4Shapes = []struct{ n, rows, cols, group int }{
 	{1, 1, 32, 32}, {1, 7, 64, 32}, {1, 70, 1024, 64}, {2, 33, 512, 128}, {3, 9, 2048, 32},
 	{1, 5, 2560, 128}, {4, 48, 96, 32}, {5, 50, 1536, 64}, {7, 97, 2048, 64},
 	{64, 130, 512, 32}, {65, 49, 2560, 128}, {130, 20, 1024, 256}, {3, 300, 64, 64},
+	{12, 37, 512, 64}, {17, 21, 1024, 32}, {32, 40, 2048, 128}, {33, 11, 1536, 64}, {8, 9, 96, 32},
 }
 
 func randQ4(seed uint64, rows, cols, group int) (Matrix, []float32) {
@@ -61,6 +62,7 @@ func TestQ4Determinism(t *testing.T) {
 	simdLevels(t, func(t *testing.T) {
 		for _, s := range []struct{ n, rows, cols, group int }{
 			{5, 37, 96, 32}, {67, 101, 1280, 64}, {3, 200, 2048, 128}, {64, 256, 1024, 32}, {9, 64, 4096, 64},
+			{21, 70, 512, 64}, {32, 33, 1024, 32},
 		} {
 			m, _ := randQ4(uint64(s.n+s.rows), s.rows, s.cols, s.group)
 			x := randVec(newRand(uint64(s.cols)), s.n*s.cols, 1)
