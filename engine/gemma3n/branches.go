@@ -30,8 +30,9 @@ func (s *Segments) Len(r int) int { return s.lens[r] }
 // ForwardBranches runs rows that each continue the prefix held in c, and,
 // when parent is not nil, row Parent of parent after it; c and parent are
 // only read. A row attends to the prefix, its parent row and its own tokens,
-// never to another row. Rows are right-padded to the longest and run as one
-// batch.
+// never to another row. The rows run as one batch of their tokens (no
+// padding); each row's outputs equal a full forward pass over prefix,
+// parent row and row, bit for bit.
 //
 // With gather, only the wanted positions go through the KV-sharing layers:
 // those layers write no keys or values, so every other position's work there
@@ -56,30 +57,35 @@ func (m *Model) ForwardBranches(c *Cache, parent *Segments, rows []Branch, gathe
 	if len(rows) == 0 {
 		return nil, nil, nil
 	}
+	// Only the rows' real tokens run (no right padding); their keys and
+	// values land in row-strided segments (row r's key j at r·L + j).
 	R := len(rows)
-	n := R * L
-	ids := make([]int32, n)
-	qrow, qidx, pos := make([]int32, n), make([]int32, n), make([]int32, n)
+	n := 0
+	for _, b := range rows {
+		n += len(b.IDs)
+	}
+	ids := make([]int32, 0, n)
+	qrow, qidx, pos := make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+	slot := make([]int, 0, n) // each token's key slot r·L + j
 	var midRow, midLen []int32
 	if parent != nil {
-		midRow, midLen = make([]int32, n), make([]int32, n)
+		midRow, midLen = make([]int32, 0, n), make([]int32, 0, n)
 	}
 	seg := &Segments{stride: L, lens: make([]int, R), k: make([][]float32, len(m.layers)), v: make([][]float32, len(m.layers))}
+	first0 := make([]int, R) // each row's first token index
 	for r, b := range rows {
 		seg.lens[r] = len(b.IDs)
+		first0[r] = len(ids)
 		off := 0
 		if parent != nil {
 			off = parent.lens[b.Parent]
 		}
-		for j := 0; j < L; j++ {
-			t := r*L + j
-			ids[t] = int32(cfg.PAD)
-			if j < len(b.IDs) {
-				ids[t] = b.IDs[j]
-			}
-			qrow[t], qidx[t], pos[t] = int32(r), int32(j), int32(c.n+off+j)
+		for j, id := range b.IDs {
+			ids = append(ids, id)
+			qrow, qidx, pos = append(qrow, int32(r)), append(qidx, int32(j)), append(pos, int32(c.n+off+j))
+			slot = append(slot, r*L+j)
 			if parent != nil {
-				midRow[t], midLen[t] = int32(b.Parent), int32(off)
+				midRow, midLen = append(midRow, int32(b.Parent)), append(midLen, int32(off))
 			}
 		}
 	}
@@ -107,7 +113,7 @@ func (m *Model) ForwardBranches(c *Cache, parent *Segments, rows []Branch, gathe
 		if gather && i == first && cfg.NumKVSharedLayers > 0 {
 			for r, b := range rows {
 				for j := len(b.IDs) - b.Outputs; j < len(b.IDs); j++ {
-					sel = append(sel, r*L+j)
+					sel = append(sel, first0[r]+j)
 				}
 			}
 			H = gatherRows(H, sel, 4, cur, D)
@@ -128,8 +134,12 @@ func (m *Model) ForwardBranches(c *Cache, parent *Segments, rows []Branch, gathe
 			native.RoPE(w.q[:qd], pos, cfg.NumHeads, hd, y.invFreq)
 			if y.kvSrc == i {
 				native.RoPE(w.k[:kd], pos, cfg.NumKVHeads, hd, y.invFreq)
-				sk[i] = append([]float32(nil), w.k[:kd]...)
-				sv[i] = append([]float32(nil), w.v[:kd]...)
+				kw := cfg.NumKVHeads * hd
+				sk[i], sv[i] = make([]float32, R*L*kw), make([]float32, R*L*kw)
+				for t, sl := range slot {
+					copy(sk[i][sl*kw:(sl+1)*kw], w.k[t*kw:(t+1)*kw])
+					copy(sv[i][sl*kw:(sl+1)*kw], w.v[t*kw:(t+1)*kw])
+				}
 			}
 			s := y.kvSrc
 			p := native.BranchAttnParams{
@@ -154,7 +164,7 @@ func (m *Model) ForwardBranches(c *Cache, parent *Segments, rows []Branch, gathe
 	for r, b := range rows {
 		o := make([]float32, 0, b.Outputs*D)
 		for j := len(b.IDs) - b.Outputs; j < len(b.IDs); j++ {
-			t := r*L + j
+			t := first0[r] + j
 			if sel != nil {
 				t = k
 				k++
