@@ -281,6 +281,8 @@ test('runs on an image and a WAV: what the model receives, its token cost, the d
   await shot('run-media.png');
   await page.locator('#timing').scrollIntoViewIfNeeded();
   await shot('timing-media.png');
+  await page.locator('#tab-history').click();
+  await page.locator('#history-table tr[data-run="run-4"]', { hasText: '1 img + audio' }).waitFor();
 });
 
 test('camera snapshot and live feed, microphone recording (synthetic devices)', async () => {

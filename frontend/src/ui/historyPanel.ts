@@ -55,7 +55,8 @@ export class HistoryPanel {
         return h('tr', { class: `${isBase ? 'baseline' : ''} ${this.host.currentId() === r.id ? 'current' : ''}`, dataset: { run: r.id } },
           h('td', null, h('button.icon.star', { type: 'button', 'aria-pressed': String(isBase), title: isBase ? 'Unset the baseline' : 'Use as the baseline', onclick: () => this.host.setBaseline(isBase ? null : r.id) }, isBase ? '★' : '☆')),
           h('td', null, h('div', null, h('b', null, r.id)), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`)),
-          h('td.input-cell', { title: r.input.text.slice(0, 500) }, ellipsis(r.input.text, 60)),
+          h('td.input-cell', { title: r.input.text.slice(0, 500) + mediaTitle(r) },
+            r.input.media?.length ? h('span.tag', { title: mediaTitle(r).trim() }, mediaBadge(r)) : null, ' ', ellipsis(r.input.text, 60)),
           h('td.small', null, [r.scorer ? `scorer ${r.scorer.status}` : '', r.generator ? `gen ${r.generator.status}` : ''].filter(Boolean).join(' · ')),
           metrics.map((m) => {
             const v = m.get(r);
@@ -70,4 +71,20 @@ export class HistoryPanel {
       })));
     replace(this.el, toolbar, h('div.table-wrap', null, table));
   }
+}
+
+/** "2 img + audio" for a run's media. */
+function mediaBadge(r: RunRecord): string {
+  const m = r.input.media ?? [];
+  const n = (k: string) => m.filter((x) => x.kind === k).length;
+  const parts = [];
+  if (n('image')) parts.push(`${n('image')} img`);
+  if (n('video')) parts.push('video');
+  if (n('audio')) parts.push('audio');
+  return parts.join(' + ');
+}
+
+function mediaTitle(r: RunRecord): string {
+  const m = r.input.media ?? [];
+  return m.length ? `\nmedia: ${m.map((x) => `${x.name} (${x.kind}, ${x.tokens} tokens)`).join(', ')}` : '';
 }
