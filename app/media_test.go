@@ -634,3 +634,45 @@ func TestVideoUpload(t *testing.T) {
 		t.Errorf("prompt %+v, %v", pv, err)
 	}
 }
+
+func TestCancelWhileTheTowersRun(t *testing.T) {
+	s, rec := readyServices(t)
+	stopped := make(chan struct{})
+	s.Runs.prepare = func(ctx context.Context, m *models.Model, in *media.Input, p inputs.Progress) (*inputs.Prepared, error) {
+		p(0, 2, "image 1")
+		select { // a tower pass that ends when nobody waits for it
+		case <-ctx.Done():
+			close(stopped)
+			return nil, ctx.Err()
+		case <-time.After(30 * time.Second):
+			return nil, errors.New("the towers were not stopped")
+		}
+	}
+	img := mustAdd(t, s.Media.Upload("photo.png", testPNG(t, 8, 8)))
+	started, err := s.Runs.Start(RunRequest{Input: "x", Schema: ticketSchema(t), Media: []string{img.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Wait(EventRunUpdate, 5*time.Second, func(b json.RawMessage) bool { return strings.Contains(string(b), `"stage":"image 1"`) }); !ok {
+		t.Fatal("no tower progress")
+	}
+	// Stopping one side leaves the towers running for the other.
+	s.Runs.Cancel(started.ID, SideScorer)
+	select {
+	case <-stopped:
+		t.Fatal("the towers stopped while the generator waited for them")
+	case <-time.After(200 * time.Millisecond):
+	}
+	start := time.Now()
+	s.Runs.Cancel(started.ID, SideGenerator)
+	if _, ok := rec.Wait(EventRunDone, 5*time.Second, nil); !ok {
+		t.Fatal("no run:done after stopping both sides")
+	}
+	done, _ := s.Runs.Get(started.ID)
+	if done.Scorer.Status != StatusCancelled || done.Generator.Status != StatusCancelled || done.Media.Status != StatusCancelled {
+		t.Errorf("statuses: scorer %s, generator %s, media %s", done.Scorer.Status, done.Generator.Status, done.Media.Status)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("stopping took %v", d)
+	}
+}
