@@ -236,10 +236,16 @@ func (r SuiteReport) String() string {
 		fmt.Fprintf(&b, "\n  memory: VmRSS %.2f GiB after load, %.2f GiB at the end, VmHWM %.2f GiB\n",
 			gb(m.MemoryAfterLoad.RSS), gb(m.Memory.RSS), gb(m.Memory.HWM))
 		p, d := m.Prefill, m.Decode
-		fmt.Fprintf(&b, "  prefill %d tokens: %.3fs, %.1f tokens/s, %.1f GFLOP/s = %.0f%% of the FMA peak\n",
-			p.Tokens, p.Seconds, p.TPS, p.GFLOPs, p.PercentOfPeak)
-		fmt.Fprintf(&b, "  decode %d tokens: %.2f tokens/s, %.0f MB a token, %.1f GB/s = %.0f%% of the read bandwidth\n",
-			d.Tokens, d.TPS, float64(d.BytesPerToken)/1e6, d.GBs, d.PercentOfBandwidth)
+		pct := func(v float64, of string) string {
+			if r.Limits == nil {
+				return ""
+			}
+			return fmt.Sprintf(" = %.0f%% of the %s", v, of)
+		}
+		fmt.Fprintf(&b, "  prefill %d tokens: %.3fs, %.1f tokens/s, %.1f GFLOP/s%s\n",
+			p.Tokens, p.Seconds, p.TPS, p.GFLOPs, pct(p.PercentOfPeak, "FMA peak"))
+		fmt.Fprintf(&b, "  decode %d tokens: %.2f tokens/s, %.0f MB a token, %.1f GB/s%s\n",
+			d.Tokens, d.TPS, float64(d.BytesPerToken)/1e6, d.GBs, pct(d.PercentOfBandwidth, "read bandwidth"))
 		if s := m.Scorer; s.Skipped != "" {
 			fmt.Fprintf(&b, "  scorer: skipped (%s)\n", s.Skipped)
 		} else {
