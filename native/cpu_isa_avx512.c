@@ -326,6 +326,9 @@ static void z_gemv_task(void *vc, int64_t task)
 		const uint8_t *q = c->q + r0 * ldq;
 		const float *so = c->so + r0 * ldso;
 		int pf = r0 + nr < c->rows; /* rows follow this task's */
+		/* The first tile's rows start cold: ask for them all at once. */
+		for (int64_t b = 0; b < 4 * ldq && b < nr * ldq; b += 64)
+			_mm_prefetch((const char *)q + b, _MM_HINT_T0);
 		/* Tokens in groups of 8: each group reads the task's rows again,
 		 * from the cache after the first. */
 		for (int64_t t0 = 0; t0 < c->n; t0 += 8) {
