@@ -147,6 +147,16 @@ void vk_q4_dequant(float *dst, const uint8_t *q, const float *so,
 
 void vk_branch_attention(const vk_branch_attn *p) { OPS->branch_attention(p); }
 
+void vk_sparse_mlp_q4(float *y, float *g, float *h, int32_t *idx,
+                      int32_t *cnt, int32_t *off, const float *x,
+                      const uint8_t *uq, const float *uso, const uint8_t *dq,
+                      const float *dso, int64_t n, int64_t inter, int64_t d,
+                      float z, int lg)
+{
+	OPS->sparse_mlp_q4(y, g, h, idx, cnt, off, x, uq, uso, dq, dso, n, inter, d,
+	                   z, lg);
+}
+
 void vk_attention(float *out, const float *q, const float *k, const float *v,
                   const int32_t *qpos, int64_t nq, int64_t nk, int64_t hq,
                   int64_t hkv, int64_t d, int64_t window, float scale)

@@ -258,11 +258,11 @@ static void VK_ISA(mul_rows)(float *x, const float *w, int64_t rows,
 	VK_ISA(rows_run)(&c, dim, 1);
 }
 
-static void VK_ISA(sparse_row)(const VK_ISA(row_ctx) *c, int64_t r)
+/* sparse_cut: Gemma 3n's activation-sparsity cutoff of a gate row:
+ * mean + population std · z. */
+static float VK_ISA(sparse_cut)(const float *g, int64_t dim, float z)
 {
-	int64_t dim = c->dim, i;
-	float *g = c->y + r * dim;
-	const float *u = c->u + r * dim;
+	int64_t i;
 	V acc = v_zero();
 	for (i = 0; i + 8 <= dim; i += 8)
 		acc = v_add(acc, v_load(g + i));
@@ -280,7 +280,15 @@ static void VK_ISA(sparse_row)(const VK_ISA(row_ctx) *c, int64_t r)
 		acc = v_fma(d, d, acc);
 	}
 	float sd = (float)sqrt((double)(v_hsum(acc) / (float)dim));
-	V cut = v_set1(mu + sd * c->a), zero = v_zero();
+	return mu + sd * z;
+}
+
+static void VK_ISA(sparse_row)(const VK_ISA(row_ctx) *c, int64_t r)
+{
+	int64_t dim = c->dim, i;
+	float *g = c->y + r * dim;
+	const float *u = c->u + r * dim;
+	V cut = v_set1(VK_ISA(sparse_cut)(g, dim, c->a)), zero = v_zero();
 	for (i = 0; i + 8 <= dim; i += 8) {
 		V v = v_sub(v_load(g + i), cut);
 		v = v_select(v_lt(v, zero), zero, v);

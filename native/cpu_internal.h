@@ -72,6 +72,11 @@ typedef struct {
 	void (*q4_dequant)(float *dst, const uint8_t *q, const float *so,
 	                   int64_t rows, int64_t cols, int lg);
 	void (*branch_attention)(const vk_branch_attn *p);
+	void (*sparse_mlp_q4)(float *y, float *g, float *h, int32_t *idx,
+	                      int32_t *cnt, int32_t *off, const float *x,
+	                      const uint8_t *uq, const float *uso,
+	                      const uint8_t *dq, const float *dso, int64_t n,
+	                      int64_t inter, int64_t d, float z, int lg);
 } vk_ops;
 
 enum {

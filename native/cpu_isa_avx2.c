@@ -19,6 +19,8 @@
 
 #include "cpu_elementwise_impl.h"
 
+#include "cpu_sparse_impl.h"
+
 #include "cpu_table_impl.h"
 
 #else

@@ -14,4 +14,6 @@
 
 #include "cpu_elementwise_impl.h"
 
+#include "cpu_sparse_impl.h"
+
 #include "cpu_table_impl.h"

@@ -62,6 +62,21 @@ void vk_q4_dequant(float *dst, const uint8_t *q, const float *so,
 void vk_q4_quantize(uint8_t *q, float *so, const float *w, int64_t rows,
                     int64_t cols, int lg);
 
+/* vk_sparse_mlp_q4: Gemma 3n's MLP for a layer with activation sparsity,
+ * over q4 weights, reading only the rows that survive the cutoff. Per token
+ * t: cut = mean + population std · z of g_t (the gate outputs, [n, inter]);
+ * for each i with g_ti − cut > 0 (in increasing i),
+ *   h_i = gelu(g_ti − cut) · (x_t · up_i)  (up: q4 [inter, d]),
+ * y_t = Σ_i h_i · dT_i (dT: down_proj transposed, q4 [inter, d]), one fused
+ * multiply-add per survivor for each element, in increasing i; y [n, d].
+ * up_i·x_t is the canonical dot product of vk_linear_q4. g is overwritten;
+ * h and idx are scratch [n, inter], cnt [n] and off [n + 1] too. */
+void vk_sparse_mlp_q4(float *y, float *g, float *h, int32_t *idx,
+                      int32_t *cnt, int32_t *off, const float *x,
+                      const uint8_t *uq, const float *uso, const uint8_t *dq,
+                      const float *dso, int64_t n, int64_t inter, int64_t d,
+                      float z, int lg);
+
 /* Causal (window > 0: sliding-window) attention. q, out [nq, hq, d];
  * k, v [nk, hkv, d]; query i sits at qpos[i]. */
 void vk_attention(float *out, const float *q, const float *k, const float *v,

@@ -107,3 +107,27 @@ func (m Matrix) checkQ4(op string) {
 func bp(b []byte) *C.uint8_t { return (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b))) }
 
 func log2(n int) int { return bits.TrailingZeros(uint(n)) }
+
+// SparseMLPQ4 is Gemma 3n's MLP for a layer with activation sparsity over
+// q4 weights, reading only the rows that survive the cutoff. For each token
+// t (x [n, d], gate outputs g [n, inter]): cut = mean + population std · z
+// of g_t; for each i with g_ti − cut > 0, h_i = gelu(g_ti − cut)·(x_t·up_i);
+// y_t = Σ_i h_i·downT_i in increasing i (downT is down_proj transposed,
+// [inter, d]). up_i·x_t is Linear's dot product, bit for bit; each token's
+// result depends neither on n nor on the thread count. g is overwritten; h
+// and idx are scratch of n·inter elements.
+func SparseMLPQ4(y, g, h []float32, idx []int32, x []float32, up, downT Matrix, n int, z float32) {
+	if n <= 0 {
+		return
+	}
+	up.checkQ4("SparseMLPQ4")
+	downT.checkQ4("SparseMLPQ4")
+	inter, d := up.Rows, up.Cols
+	check(downT.Rows == inter && downT.Cols == d && downT.Group == up.Group, "SparseMLPQ4: up and downT shapes differ")
+	check(len(y) >= n*d && len(x) >= n*d, "SparseMLPQ4: x or y too short")
+	check(len(g) >= n*inter && len(h) >= n*inter && len(idx) >= n*inter, "SparseMLPQ4: g, h or idx too short")
+	cnt := make([]int32, 2*n+1)
+	C.vk_sparse_mlp_q4(fp(y), fp(g), fp(h), ip(idx), ip(cnt[:n]), ip(cnt[n:]), fp(x),
+		bp(up.Q4), fp(up.Q4SO), bp(downT.Q4), fp(downT.Q4SO), i64(n), i64(inter), i64(d), C.float(z),
+		C.int(log2(up.Group)))
+}

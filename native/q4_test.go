@@ -337,3 +337,87 @@ func BenchmarkBranchAttention(b *testing.B) {
 		}
 	})
 }
+
+// sparseInputs: a gate output g (with a few rows' survivors), x, and q4
+// up and downᵀ matrices.
+func sparseInputs(n, inter, d, group int) (g, x []float32, up, downT Matrix) {
+	r := newRand(uint64(n*inter + d))
+	g = randVec(r, n*inter, 1)
+	x = randVec(r, n*d, 1)
+	up, _ = randQ4(uint64(inter), inter, d, group)
+	downT, _ = randQ4(uint64(inter+1), inter, d, group)
+	return
+}
+
+// TestSparseMLPQ4: the survivors' h values are the dense kernels' (up by
+// Linear, SparseGeluMul) bit for bit; y is the sum over them; each token
+// alone, any thread count and any kernel set give the same bits.
+func TestSparseMLPQ4(t *testing.T) {
+	defer SetThreads(0)
+	const z = 1.6448536
+	for _, s := range []struct{ n, inter, d, group int }{{1, 256, 64, 32}, {5, 1024, 128, 64}, {33, 512, 96, 32}, {3, 2048, 256, 128}} {
+		g, x, up, downT := sparseInputs(s.n, s.inter, s.d, s.group)
+		name := fmt.Sprintf("%dx%dx%d", s.n, s.inter, s.d)
+		// The dense reference.
+		u := make([]float32, s.n*s.inter)
+		Linear(u, x, up, s.n)
+		hd := append([]float32(nil), g...)
+		SparseGeluMul(hd, u, s.inter, z)
+		dT := downT.Dequantize().F32
+		run := func(n int, gi, xi []float32) ([]float32, []float32, []int32) {
+			y := make([]float32, n*s.d)
+			h := make([]float32, n*s.inter)
+			idx := make([]int32, n*s.inter)
+			SparseMLPQ4(y, append([]float32(nil), gi...), h, idx, xi, up, downT, n, z)
+			return y, h, idx
+		}
+		var ref []float32
+		for _, set := range simdSets() {
+			useSIMD(set)
+			for _, th := range []int{1, 3} {
+				SetThreads(th)
+				y, h, idx := run(s.n, g, x)
+				if ref == nil {
+					ref = y
+					// Survivors: h as the dense kernel; y their sum.
+					for tk := 0; tk < s.n; tk++ {
+						k := 0
+						want := make([]float64, s.d)
+						for i := 0; i < s.inter; i++ {
+							v := hd[tk*s.inter+i]
+							if v == 0 && g[tk*s.inter+i] <= 0 {
+								continue
+							}
+							if k >= s.inter || int(idx[tk*s.inter+k]) != i {
+								if v == 0 {
+									continue // gelu(x)·u == 0 without surviving: tiny x
+								}
+								t.Fatalf("%s token %d: survivor %d missing", name, tk, i)
+							}
+							if math.Float32bits(h[tk*s.inter+k]) != math.Float32bits(v) {
+								t.Fatalf("%s token %d row %d: h %v, dense %v", name, tk, i, h[tk*s.inter+k], v)
+							}
+							for c := 0; c < s.d; c++ {
+								want[c] += float64(v) * float64(dT[i*s.d+c])
+							}
+							k++
+						}
+						for c := 0; c < s.d; c++ {
+							if d := math.Abs(float64(y[tk*s.d+c]) - want[c]); d > 1e-4*(1+math.Abs(want[c])) {
+								t.Fatalf("%s token %d col %d: %v, want %v", name, tk, c, y[tk*s.d+c], want[c])
+							}
+						}
+					}
+					continue
+				}
+				bitsEqual(t, fmt.Sprintf("%s/%s/threads=%d", name, simdNames[set], th), y, ref)
+			}
+		}
+		setSIMD(1)
+		SetThreads(0)
+		for tk := 0; tk < s.n; tk++ {
+			y, _, _ := run(1, g[tk*s.inter:(tk+1)*s.inter], x[tk*s.d:(tk+1)*s.d])
+			bitsEqual(t, fmt.Sprintf("%s/token %d alone", name, tk), y, ref[tk*s.d:(tk+1)*s.d])
+		}
+	}
+}

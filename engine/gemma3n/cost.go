@@ -7,9 +7,12 @@ import "verdict/native"
 
 // layerMatrices lists a layer's matrices (those it holds).
 func (y *layer) matrices() []native.Matrix {
-	return []native.Matrix{y.q, y.k, y.v, y.o, y.gate, y.up, y.down, y.router, y.predCoefs, y.corrCoefs,
+	return []native.Matrix{y.q, y.k, y.v, y.o, y.gate, y.up, y.down, y.downT, y.router, y.predCoefs, y.corrCoefs,
 		y.laurelL, y.laurelR, y.pleGate, y.pleProj}
 }
+
+// sparse reports whether the layer's MLP reads only the surviving rows.
+func (y *layer) sparse() bool { return y.downT.DType == native.Q4 }
 
 func vecBytes(vs ...[]float32) int64 {
 	var n int64
@@ -40,11 +43,17 @@ func (m *Model) WeightBytes() int64 {
 
 // DecodeBytes reports the bytes one decode step reads from memory at
 // context length ctx (the new token included): every weight once (the
-// output head is the whole embedding matrix), the token's per-layer
+// output head is the whole embedding matrix; of a sparse MLP's up and
+// downᵀ, the expected share of surviving rows), the token's per-layer
 // embedding row, and the keys and values every layer attends over.
 func (m *Model) DecodeBytes(ctx int) int64 {
 	cfg := m.Cfg
 	n := m.WeightBytes() + int64(cfg.NumLayers*cfg.PerLayerSize)*4
+	for i := range m.layers {
+		if y := &m.layers[i]; y.sparse() {
+			n -= int64((1 - y.keep) * float64(y.up.Bytes()+y.downT.Bytes()))
+		}
+	}
 	kv := int64(cfg.NumKVHeads*cfg.HeadDim) * 4 * 2
 	for i := range m.layers {
 		n += int64(m.layers[i].keys(cfg, ctx-1)) * kv
@@ -64,8 +73,11 @@ func (y *layer) keys(cfg Config, pos int) int {
 // y (and what it uses of the shared ones).
 func (y *layer) matMACs(m *Model, i int) float64 {
 	var n float64
-	for _, w := range []native.Matrix{y.q, y.o, y.gate, y.up, y.down, y.router, y.laurelL, y.laurelR, y.pleGate, y.pleProj} {
+	for _, w := range []native.Matrix{y.q, y.o, y.gate, y.up, y.down, y.downT, y.router, y.laurelL, y.laurelR, y.pleGate, y.pleProj} {
 		n += float64(w.Rows) * float64(w.Cols)
+	}
+	if y.sparse() { // only the surviving rows of up and downᵀ
+		n -= (1 - y.keep) * (float64(y.up.Rows)*float64(y.up.Cols) + float64(y.downT.Rows)*float64(y.downT.Cols))
 	}
 	if y.kvSrc == i {
 		n += float64(y.k.Rows)*float64(y.k.Cols) + float64(y.v.Rows)*float64(y.v.Cols)

@@ -234,6 +234,7 @@ func (m *Model) rescale(y, target, mag []float32) {
 // work holds one forward pass's scratch buffers.
 type work struct {
 	pred, a, an, laur, q, k, v, att, o, x, f, g, u, d, mod, coef, lr, pg []float32
+	idx                                                                  []int32 // sparse MLP scratch
 }
 
 func newWork(m *Model, n int) *work {
@@ -248,6 +249,7 @@ func newWork(m *Model, n int) *work {
 		pred: f(4 * n * D), an: f(n * D), laur: f(n * D), q: f(n * qd), k: f(n * kd), v: f(n * kd),
 		att: f(n * qd), o: f(n * D), x: f(n * D), f: f(n * D), g: f(n * I), u: f(n * I), d: f(n * D),
 		mod: f(n * 4), coef: f(n * 16), lr: f(n * cfg.LaurelRank), pg: f(n * cfg.PerLayerSize),
+		idx: make([]int32, n*I),
 	}
 }
 
@@ -295,13 +297,17 @@ func (m *Model) layer(i int, H, ple []float32, n int, w *work, attend func(y *la
 	native.RMSNorm(w.f, w.x, y.preFFNorm, D, eps)
 	g, u := w.g[:n*I], w.u[:n*I]
 	native.Linear(g, w.f, y.gate, n)
-	native.Linear(u, w.f, y.up, n)
-	if y.sparsityZ != 0 {
-		native.SparseGeluMul(g, u, I, y.sparsityZ)
+	if y.downT.DType == native.Q4 { // activation sparsity: only the survivors' rows
+		native.SparseMLPQ4(w.d, g, u, w.idx[:n*I], w.f, y.up, y.downT, n, y.sparsityZ)
 	} else {
-		native.GeluMul(g, u)
+		native.Linear(u, w.f, y.up, n)
+		if y.sparsityZ != 0 {
+			native.SparseGeluMul(g, u, I, y.sparsityZ)
+		} else {
+			native.GeluMul(g, u)
+		}
+		native.Linear(w.d, g, y.down, n)
 	}
-	native.Linear(w.d, g, y.down, n)
 	native.RMSNorm(w.d, w.d, y.postFFNorm, D, eps)
 	native.Add(w.x, w.x, w.d) // activated
 

@@ -114,12 +114,17 @@ type layer struct {
 	qNorm, kNorm                                []float32
 	inNorm, postAttnNorm, preFFNorm, postFFNorm []float32
 	gate, up, down                              native.Matrix
-	routerNorm, correctScale                    []float32
-	router, predCoefs, corrCoefs                native.Matrix
-	laurelL, laurelR                            native.Matrix
-	laurelNorm                                  []float32
-	pleGate, pleProj                            native.Matrix
-	postPLENorm                                 []float32
+	// downT is down_proj transposed ([inter, D], q4) in q4 layers with
+	// activation sparsity, whose MLP then reads only the surviving rows of
+	// up and downT (down stays empty).
+	downT                        native.Matrix
+	keep                         float64 // the expected share of surviving MLP activations
+	routerNorm, correctScale     []float32
+	router, predCoefs, corrCoefs native.Matrix
+	laurelL, laurelR             native.Matrix
+	laurelNorm                   []float32
+	pleGate, pleProj             native.Matrix
+	postPLENorm                  []float32
 }
 
 // Load binds a decoder's weights from store as they are stored (float32
@@ -187,8 +192,10 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 		y.sliding = cfg.LayerTypes[i] == "sliding_attention"
 		y.invFreq = invFreqs[cfg.LayerTypes[i]]
 		y.kvSrc = cfg.KVSource(i)
+		y.keep = 1
 		if len(cfg.ActivationSparsity) > 0 && cfg.ActivationSparsity[i] > 0 {
 			y.sparsityZ = sparsityZ(cfg.ActivationSparsity[i])
+			y.keep = 1 - cfg.ActivationSparsity[i]
 		}
 		l.matrix(&y.q, n("self_attn.q_proj.weight"), qd, D)
 		y.qNorm = l.vector(n("self_attn.q_norm.weight"), cfg.HeadDim)
@@ -204,7 +211,11 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 		y.postFFNorm = l.vector(n("post_feedforward_layernorm.weight"), D)
 		l.matrix(&y.gate, n("mlp.gate_proj.weight"), I, D)
 		l.matrix(&y.up, n("mlp.up_proj.weight"), I, D)
-		l.matrix(&y.down, n("mlp.down_proj.weight"), D, I)
+		if y.sparsityZ != 0 && l.packs(I, D) && l.packs(D, I) {
+			l.matrixT(&y.downT, n("mlp.down_proj.weight"), D, I)
+		} else {
+			l.matrix(&y.down, n("mlp.down_proj.weight"), D, I)
+		}
 		y.routerNorm = l.vector(n("altup.router_norm.weight"), D)
 		y.correctScale = l.vector(n("altup.correct_output_scale"), D)
 		y.router = l.f32matrix(n("altup.modality_router.weight"), 4, D)
@@ -307,7 +318,7 @@ func (l *loader) matrix(dst *native.Matrix, name string, rows, cols int) {
 	if !ok {
 		return
 	}
-	if l.opt.Weights == WeightsQ4 && rows*cols >= q4MinElems && native.Q4Fits(cols, l.opt.Group) {
+	if l.packs(rows, cols) {
 		l.reqs = append(l.reqs, packReq{dst: dst, name: name, rows: rows, cols: cols})
 		return
 	}
@@ -326,6 +337,21 @@ func (l *loader) matrix(dst *native.Matrix, name string, rows, cols int) {
 		return
 	}
 	*dst = native.NewF32(rows, cols, f)
+}
+
+// packs reports whether a rows×cols matrix is packed to q4.
+func (l *loader) packs(rows, cols int) bool {
+	return l.opt.Weights == WeightsQ4 && rows*cols >= q4MinElems && native.Q4Fits(cols, l.opt.Group)
+}
+
+// matrixT packs the transpose of a rows×cols weight (as cols×rows) into
+// dst; q4 only.
+func (l *loader) matrixT(dst *native.Matrix, name string, rows, cols int) {
+	name = l.full(name)
+	*dst = native.Matrix{Rows: cols, Cols: rows}
+	if _, ok := l.check(name, rows, cols); ok {
+		l.reqs = append(l.reqs, packReq{dst: dst, name: name, rows: cols, cols: rows, transpose: true})
+	}
 }
 
 // f32matrix binds a small matrix as a private float32 copy.

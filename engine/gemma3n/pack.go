@@ -49,7 +49,16 @@ var packMinCache int64 = 64 << 20
 type packReq struct {
 	dst        *native.Matrix
 	name       string
-	rows, cols int
+	rows, cols int  // the packed matrix's shape
+	transpose  bool // packed is the transpose of the stored cols×rows tensor
+}
+
+// entryName names a request in the cache header.
+func (r packReq) entryName() string {
+	if r.transpose {
+		return r.name + " (transposed)"
+	}
+	return r.name
 }
 
 type packEntry struct {
@@ -102,7 +111,7 @@ func layout(reqs []packReq, group int) ([]packEntry, int64) {
 	al := func(n int64) int64 { return (n + packAlign - 1) / packAlign * packAlign }
 	for i, r := range reqs {
 		nq, ns := native.Q4Sizes(r.rows, r.cols, group)
-		es[i] = packEntry{Name: r.name, Rows: r.rows, Cols: r.cols, qLen: int64(nq), soFloats: ns}
+		es[i] = packEntry{Name: r.entryName(), Rows: r.rows, Cols: r.cols, qLen: int64(nq), soFloats: ns}
 		es[i].QOff = off
 		off = al(off + int64(nq))
 		es[i].SOOff = off
@@ -221,6 +230,12 @@ func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error 
 	var buf []float32
 	for i, r := range reqs {
 		q, so := views(data, &es[i])
+		if r.transpose {
+			if err := l.quantizeT(q, so, r); err != nil {
+				return err
+			}
+			continue
+		}
 		per := max(1, chunk/r.cols)
 		if need := min(per, r.rows) * r.cols; cap(buf) < need {
 			buf = make([]float32, need)
@@ -234,6 +249,31 @@ func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error 
 			}
 			native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, l.opt.Group)
 		}
+	}
+	return nil
+}
+
+// quantizeT packs the transpose of a stored tensor: it reads the whole
+// tensor (one matrix of float32, transiently), then packs the transpose a
+// few rows at a time.
+func (l *loader) quantizeT(q []byte, so []float32, r packReq) error {
+	src := make([]float32, r.rows*r.cols) // stored as [r.cols, r.rows]
+	if err := l.m.store.Rows(r.name, 0, src); err != nil {
+		return fmt.Errorf("gemma3n: packing %s: %w", r.name, err)
+	}
+	per := max(1, (1<<20)/r.cols)
+	buf := make([]float32, min(per, r.rows)*r.cols)
+	ng := r.cols / l.opt.Group
+	for r0 := 0; r0 < r.rows; r0 += per {
+		n := min(per, r.rows-r0)
+		b := buf[:n*r.cols]
+		for c := 0; c < r.cols; c++ {
+			row := src[c*r.rows+r0 : c*r.rows+r0+n]
+			for k, v := range row {
+				b[k*r.cols+c] = v
+			}
+		}
+		native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, l.opt.Group)
 	}
 	return nil
 }
