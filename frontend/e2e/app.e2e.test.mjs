@@ -260,6 +260,10 @@ test('runs on an image and a WAV: what the model receives, its token cost, the d
   assert.match(await page.locator('#prompt-text').textContent(), /<audio>/);
 
   await page.locator('#run').click();
+  // Wait for this run to start and end: the panels still show the last
+  // run's "done" until the new run's first update.
+  await page.locator('#stop-run').waitFor();
+  await page.locator('#stop-run').waitFor({ state: 'detached', timeout: 180000 });
   await page.locator('#scorer-panel .pill[data-status="done"]').waitFor({ timeout: 180000 });
   await page.locator('#generator-panel .pill[data-status="done"]').waitFor({ timeout: 180000 });
   assert.equal(await page.locator('#scorer-panel .dist.filled').count(), 5);
