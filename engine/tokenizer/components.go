@@ -77,6 +77,30 @@ func applyNormalizer(steps []normStep, s string) string {
 	return s
 }
 
+// parseSequence reads a Sequence component: its list under key, each entry
+// parsed by parse, their steps concatenated in order.
+func parseSequence[T any](c component, what, typ, key string, parse func([]byte) ([]T, error)) ([]T, error) {
+	if err := c.only(what, typ, key); err != nil {
+		return nil, err
+	}
+	var subs []json.RawMessage
+	if err := c.field(what, key, &subs); err != nil {
+		return nil, err
+	}
+	var steps []T
+	for _, sub := range subs {
+		if isNull(sub) {
+			return nil, unsupported(what, "null inside Sequence")
+		}
+		s, err := parse(sub)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, s...)
+	}
+	return steps, nil
+}
+
 func parseNormalizer(raw []byte) ([]normStep, error) {
 	const what = "normalizer"
 	if isNull(raw) {
@@ -88,25 +112,7 @@ func parseNormalizer(raw []byte) ([]normStep, error) {
 	}
 	switch typ {
 	case "Sequence":
-		if err := c.only(what, typ, "normalizers"); err != nil {
-			return nil, err
-		}
-		var subs []json.RawMessage
-		if err := c.field(what, "normalizers", &subs); err != nil {
-			return nil, err
-		}
-		var steps []normStep
-		for _, sub := range subs {
-			if isNull(sub) {
-				return nil, unsupported(what, "null inside Sequence")
-			}
-			s, err := parseNormalizer(sub)
-			if err != nil {
-				return nil, err
-			}
-			steps = append(steps, s...)
-		}
-		return steps, nil
+		return parseSequence(c, what, typ, "normalizers", parseNormalizer)
 	case "Replace":
 		if err := c.only(what, typ, "pattern", "content"); err != nil {
 			return nil, err
@@ -149,25 +155,7 @@ func parsePreTokenizer(raw []byte) ([]splitStep, error) {
 	}
 	switch typ {
 	case "Sequence":
-		if err := c.only(what, typ, "pretokenizers"); err != nil {
-			return nil, err
-		}
-		var subs []json.RawMessage
-		if err := c.field(what, "pretokenizers", &subs); err != nil {
-			return nil, err
-		}
-		var steps []splitStep
-		for _, sub := range subs {
-			if isNull(sub) {
-				return nil, unsupported(what, "null inside Sequence")
-			}
-			s, err := parsePreTokenizer(sub)
-			if err != nil {
-				return nil, err
-			}
-			steps = append(steps, s...)
-		}
-		return steps, nil
+		return parseSequence(c, what, typ, "pretokenizers", parsePreTokenizer)
 	case "Split":
 		if err := c.only(what, typ, "pattern", "behavior", "invert"); err != nil {
 			return nil, err
