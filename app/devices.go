@@ -195,14 +195,7 @@ func (s *Media) StopCamera() CameraState {
 	l.mu.Lock()
 	cancel, done := l.camCancel, l.camDone
 	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(CameraTimeout):
-			s.log.Warn("the camera did not stop in time")
-		}
-	}
+	s.stopAndWait(cancel, done, "camera")
 	return s.Camera()
 }
 
@@ -351,14 +344,7 @@ func (s *Media) StopRecording() RecordingState {
 	l.mu.Lock()
 	cancel, done := l.recCancel, l.recDone
 	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(CameraTimeout):
-			s.log.Warn("the recording did not stop in time")
-		}
-	}
+	s.stopAndWait(cancel, done, "recording")
 	return s.Recording()
 }
 
@@ -450,4 +436,18 @@ func (s *Media) shutdown() {
 		}
 	}
 	s.live.stopPlaybackOf("")
+}
+
+// stopAndWait cancels a device task (if one runs) and waits, at most
+// CameraTimeout, for it to end.
+func (s *Media) stopAndWait(cancel func(), done <-chan struct{}, what string) {
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(CameraTimeout):
+		s.log.Warn("the " + what + " did not stop in time")
+	}
 }
