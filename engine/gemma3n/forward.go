@@ -126,64 +126,14 @@ func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]
 	return m.forward(c, ids, e, hook, len(ids))
 }
 
-// forward runs the decoder; the KV-sharing layers run only the last keep
-// positions (all of them when a hook wants every layer's states).
+// forward runs the decoder for one sequence; the KV-sharing layers run only
+// the last keep positions (all of them when a hook wants every layer's states).
 func (m *Model) forward(c *Cache, ids []int32, e []float32, hook Hook, keep int) ([]float32, error) {
-	cfg := m.Cfg
-	n, D := len(ids), cfg.HiddenSize
-	if n == 0 {
-		return nil, fmt.Errorf("gemma3n: empty input")
-	}
-	if len(e) != n*D {
-		return nil, fmt.Errorf("gemma3n: %d embedding values for %d tokens of width %d", len(e), n, D)
-	}
-	if hook != nil || keep > n {
-		keep = n
-	}
-	ple, err := m.perLayerInputs(ids, e)
+	out, err := m.forwardSeqs([]Seq{{Cache: c, IDs: ids, Embeds: e, Keep: keep}}, hook)
 	if err != nil {
 		return nil, err
 	}
-	pos := make([]int32, n)
-	for t := range pos {
-		pos[t] = int32(c.n + t)
-	}
-	if hook != nil {
-		hook(-1, e)
-	}
-
-	H := m.streams(e, n)
-	w := newWork(m, n)
-	P := cfg.PerLayerSize
-	first := cfg.NumLayers - cfg.NumKVSharedLayers
-	cur, nk := n, c.n+n // positions running, keys attended
-	for i := range m.layers {
-		if i == first && keep < n && cfg.NumKVSharedLayers > 0 {
-			// Keep the last keep positions: the layers from here on read
-			// the source layers' keys and values, all already cached.
-			sel := make([]int, keep)
-			for k := range sel {
-				sel[k] = n - keep + k
-			}
-			H = gatherRows(H, sel, 4, n, D)
-			ple = gatherLayers(ple, sel, first, cfg.NumLayers, n, P)
-			pos = pos[n-keep:]
-			cur = keep
-			if cur == 0 {
-				break
-			}
-			w = newWork(m, cur)
-		}
-		m.layer(i, H, ple[i*cur*P:(i+1)*cur*P], cur, w, func(y *layer) { m.cacheAttention(i, y, c, pos, nk, w) })
-		if hook != nil {
-			hook(i, H[:cur*D])
-		}
-	}
-	c.n += n
-	if cur == 0 {
-		return []float32{}, nil
-	}
-	return m.unmix(H, cur, w), nil
+	return out[0], nil
 }
 
 // streams builds the four AltUp streams [4, n, D] from the embeddings e:
@@ -356,30 +306,23 @@ func (y *layer) window(cfg Config) int {
 	return 0
 }
 
-// cacheAttention rotates the projections to their positions, appends keys
-// and values to the cache and attends over its first nk keys.
-func (m *Model) cacheAttention(i int, y *layer, c *Cache, pos []int32, nk int, w *work) {
+// cacheAttention rotates the projections of the n = len(pos) rows from row
+// off of w to their positions, appends keys and values to c and attends
+// over c's first nk keys.
+func (m *Model) cacheAttention(i int, y *layer, c *Cache, pos []int32, nk int, w *work, off int) {
 	cfg := m.Cfg
 	n, hd := len(pos), cfg.HeadDim
-	native.RoPE(w.q[:n*cfg.NumHeads*hd], pos, cfg.NumHeads, hd, y.invFreq)
+	qd, kd := cfg.NumHeads*hd, cfg.NumKVHeads*hd
+	q := w.q[off*qd : (off+n)*qd]
+	native.RoPE(q, pos, cfg.NumHeads, hd, y.invFreq)
 	if y.kvSrc == i {
-		kd := n * cfg.NumKVHeads * hd
-		native.RoPE(w.k[:kd], pos, cfg.NumKVHeads, hd, y.invFreq)
-		c.k[i] = append(c.k[i], w.k[:kd]...)
-		c.v[i] = append(c.v[i], w.v[:kd]...)
+		k := w.k[off*kd : (off+n)*kd]
+		native.RoPE(k, pos, cfg.NumKVHeads, hd, y.invFreq)
+		c.k[i] = append(c.k[i], k...)
+		c.v[i] = append(c.v[i], w.v[off*kd:(off+n)*kd]...)
 	}
-	native.Attention(w.att[:n*cfg.NumHeads*hd], w.q[:n*cfg.NumHeads*hd], c.k[y.kvSrc], c.v[y.kvSrc], native.AttnParams{
+	native.Attention(w.att[off*qd:(off+n)*qd], q, c.k[y.kvSrc], c.v[y.kvSrc], native.AttnParams{
 		NQ: n, NK: nk, HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd,
 		QPos: pos, Window: y.window(cfg), Scale: 1,
 	})
-}
-
-// Logits computes the soft-capped output logits [n, vocab] of hidden states h.
-func (m *Model) Logits(h []float32, n int) []float32 {
-	out := make([]float32, n*m.Cfg.VocabSize)
-	native.Linear(out, h, m.embed, n)
-	if c := float32(m.Cfg.FinalLogitSoftcap); c > 0 {
-		native.Softcap(out, c)
-	}
-	return out
 }
