@@ -1,0 +1,343 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"verdict/engine/gemma3n"
+	"verdict/native"
+)
+
+// Head selects the output head that chooses each token.
+type Head int
+
+const (
+	// SparseHead computes the logits of the legal tokens only.
+	SparseHead Head = iota
+	// DenseHead computes the whole vocabulary's logits, then masks them.
+	DenseHead
+)
+
+// DenseTolerance is the largest relative gap CheckDense accepts between the
+// sparse and the dense head's logit of one legal token.
+const DenseTolerance = 1e-5
+
+// Options control a decode.
+type Options struct {
+	Head Head
+	// CheckDense computes the dense head too at every step and fails unless
+	// both heads pick the same token with logits within DenseTolerance.
+	CheckDense bool
+	// MaxBatch bounds the sequences decoded at once (DecodeBatch; 0: 32).
+	MaxBatch int
+	// PrefillChunk bounds the prompt tokens a sequence feeds in one batched
+	// step, so long prompts do not stall the others' decode steps (0: 512).
+	PrefillChunk int
+	// OnStep, when set, receives every step as soon as its token is chosen.
+	OnStep func(req int, st Step) error
+}
+
+// Request is one decode: a prompt (token ids, ending with the model turn's
+// header) and the number of entries to emit.
+type Request struct {
+	Prompt []int32
+	K      int
+}
+
+// Step is one decode step.
+type Step struct {
+	Node   int32     `json:"node"`
+	Legal  []int32   `json:"legal"`
+	Chosen int32     `json:"chosen"`
+	Margin *float64  `json:"margin"`           // best minus second-best legal logit; null with one legal token
+	Logits []float32 `json:"logits,omitempty"` // per legal token
+	Entry  int32     `json:"entry"`            // the entry completed by a SEP or STOP, else -1
+}
+
+// Probs returns the softmax of the step's legal logits.
+func (st Step) Probs() []float64 {
+	p := make([]float64, len(st.Logits))
+	mx := math.Inf(-1)
+	for _, v := range st.Logits {
+		mx = math.Max(mx, float64(v))
+	}
+	sum := 0.0
+	for i, v := range st.Logits {
+		p[i] = math.Exp(float64(v) - mx)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// Result is one request's answer.
+type Result struct {
+	Entries []int32  // in emission order
+	Names   []string // their names
+	Tokens  []int32  // every chosen token
+	Steps   []Step
+	Prompt  int // prompt tokens
+	// Prefill is the time to the first chosen token, Decode the rest, both
+	// from the request's admission; Head the time its steps spent in the
+	// output head (a batched step's head time is charged to each of its
+	// sequences) and Dense the cross-check's dense head time.
+	Prefill, Decode, Head, Dense time.Duration
+	DenseMaxRel                  float64 // CheckDense: the largest relative gap seen
+}
+
+// Stats describes a DecodeBatch run as a whole.
+type Stats struct {
+	Steps   int           // batched forward passes
+	Rows    int           // token rows they ran
+	Forward time.Duration // in the decoder
+	Head    time.Duration // in the output head
+	Dense   time.Duration // in the cross-check's dense head
+	Total   time.Duration
+	MaxRows int // the most legal rows one step's sparse head read
+}
+
+// Decode runs one request alone, with the serial no-repeat form (per-edge
+// counts).
+func Decode(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt Options) (Result, error) {
+	opt.MaxBatch = 1
+	res, _, err := run(ctx, m, c, []Request{req}, opt, false)
+	if err != nil {
+		return Result{}, err
+	}
+	return res[0], nil
+}
+
+// DecodeBatch decodes many requests, up to MaxBatch at once, each with its
+// own KV cache: one batched forward pass per step over every running
+// sequence's rows (decode steps, and prompt chunks of newly admitted
+// requests), one sparse head over the union of their legal rows. Each
+// result is bit-identical to Decode on that request alone.
+func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options) ([]Result, Stats, error) {
+	return run(ctx, m, c, reqs, opt, true)
+}
+
+// seq is one running request.
+type seq struct {
+	req    int
+	st     *State
+	cache  *gemma3n.Cache
+	fed    int // prompt tokens fed so far
+	next   int32
+	start  time.Time
+	legal  []int32
+	logits []float32
+}
+
+func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options, batched bool) ([]Result, Stats, error) {
+	start := time.Now()
+	var stats Stats
+	maxBatch, chunk := opt.MaxBatch, opt.PrefillChunk
+	if maxBatch <= 0 {
+		maxBatch = 32
+	}
+	if chunk <= 0 {
+		chunk = 512
+	}
+	limit := m.Cfg.MaxPositionEmbeddings
+	longest := 0
+	for _, e := range c.Entries {
+		longest = max(longest, len(e.TokenIDs)+1)
+	}
+	for i, r := range reqs {
+		if len(r.Prompt) == 0 {
+			return nil, stats, fmt.Errorf("catalog: request %d has an empty prompt", i)
+		}
+		if r.K < 1 || r.K > len(c.Entries) {
+			return nil, stats, fmt.Errorf("catalog: request %d: k = %d, but the catalog has %d entries (k must be 1..%d)", i, r.K, len(c.Entries), len(c.Entries))
+		}
+		if n := len(r.Prompt) + r.K*longest; limit > 0 && n > limit {
+			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, len(r.Prompt), r.K*longest, limit)
+		}
+		for _, id := range r.Prompt {
+			if id < 0 || int(id) >= m.Cfg.VocabSize {
+				return nil, stats, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Cfg.VocabSize)
+			}
+		}
+	}
+	out := make([]Result, len(reqs))
+	var running []*seq
+	nextReq := 0
+	var scratch native.RowScratch
+	D := m.Cfg.HiddenSize
+	for nextReq < len(reqs) || len(running) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, stats, err
+		}
+		for len(running) < maxBatch && nextReq < len(reqs) {
+			st, err := c.NewState(reqs[nextReq].K, batched, nextReq)
+			if err != nil {
+				return nil, stats, err
+			}
+			running = append(running, &seq{req: nextReq, st: st, cache: m.NewCache(), start: time.Now()})
+			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
+			nextReq++
+		}
+		// One batched forward pass: a prompt chunk or the last chosen token
+		// of every running sequence.
+		seqs := make([]gemma3n.Seq, len(running))
+		for i, s := range running {
+			p := reqs[s.req].Prompt
+			if s.fed < len(p) {
+				n := min(chunk, len(p)-s.fed)
+				if !batched {
+					n = len(p) // alone: the whole prompt at once
+				}
+				seqs[i] = gemma3n.Seq{Cache: s.cache, IDs: p[s.fed : s.fed+n]}
+				s.fed += n
+				if s.fed == len(p) {
+					seqs[i].Keep = 1
+				}
+			} else {
+				seqs[i] = gemma3n.Seq{Cache: s.cache, IDs: []int32{s.next}, Keep: 1}
+			}
+			stats.Rows += len(seqs[i].IDs)
+		}
+		t0 := time.Now()
+		hs, err := m.ForwardSeqs(seqs)
+		if err != nil {
+			return nil, stats, err
+		}
+		stats.Forward += time.Since(t0)
+		stats.Steps++
+		// The sequences with an output this step, their hidden states and
+		// legal sets.
+		var act []*seq
+		var h []float32
+		for i, s := range running {
+			if seqs[i].Keep == 0 {
+				continue
+			}
+			if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
+				return nil, stats, fmt.Errorf("request %d: %w", s.req, err)
+			}
+			act = append(act, s)
+			h = append(h, hs[i][:D]...)
+		}
+		if len(act) > 0 {
+			if err := step(m, c, act, h, opt, &scratch, &stats, out); err != nil {
+				return nil, stats, err
+			}
+		}
+		kept := running[:0]
+		for _, s := range running {
+			if s.st.Done() {
+				r := &out[s.req]
+				r.Decode = time.Since(s.start) - r.Prefill
+				r.Entries = slices.Clone(s.st.Emitted())
+				for _, e := range r.Entries {
+					r.Names = append(r.Names, c.Entries[e].Name)
+				}
+				continue
+			}
+			kept = append(kept, s)
+		}
+		running = kept
+	}
+	stats.Total = time.Since(start)
+	return out, stats, nil
+}
+
+// step chooses the next token of every sequence in act (hidden states h,
+// [len(act), D]) through the head, records it and advances the walks.
+func step(m *gemma3n.Model, c *Catalog, act []*seq, h []float32, opt Options, scratch *native.RowScratch, stats *Stats, out []Result) error {
+	n, V := len(act), m.Cfg.VocabSize
+	var union []int32
+	for _, s := range act {
+		union = append(union, s.legal...)
+	}
+	slices.Sort(union)
+	union = slices.Compact(union)
+	stats.MaxRows = max(stats.MaxRows, len(union))
+
+	var sparse, dense []float32
+	var tHead, tDense time.Duration
+	if opt.Head == SparseHead {
+		t0 := time.Now()
+		sparse = make([]float32, n*len(union))
+		m.LogitsRows(sparse, h, n, union, scratch)
+		tHead = time.Since(t0)
+	}
+	if opt.Head == DenseHead || opt.CheckDense {
+		t0 := time.Now()
+		dense = m.Logits(h, n)
+		d := time.Since(t0)
+		if opt.Head == DenseHead {
+			tHead = d
+		} else {
+			tDense = d
+		}
+	}
+	stats.Head += tHead
+	stats.Dense += tDense
+	for i, s := range act {
+		r := &out[s.req]
+		r.Head += tHead
+		r.Dense += tDense
+		logits := make([]float32, len(s.legal))
+		for j, t := range s.legal {
+			if opt.Head == SparseHead {
+				u, _ := slices.BinarySearch(union, t)
+				logits[j] = sparse[i*len(union)+u]
+			} else {
+				logits[j] = dense[i*V+int(t)]
+			}
+		}
+		best, margin, err := Pick(logits)
+		if err != nil {
+			return fmt.Errorf("catalog: request %d, step %d: %w", s.req, s.st.Step(), err)
+		}
+		if opt.CheckDense && opt.Head == SparseHead {
+			dl := make([]float32, len(s.legal))
+			for j, t := range s.legal {
+				dl[j] = dense[i*V+int(t)]
+				rel := math.Abs(float64(logits[j])-float64(dl[j])) / math.Max(math.Abs(float64(dl[j])), 1e-30)
+				if float64(logits[j]) == float64(dl[j]) {
+					rel = 0
+				}
+				r.DenseMaxRel = math.Max(r.DenseMaxRel, rel)
+				if rel > DenseTolerance {
+					return fmt.Errorf("catalog: request %d, step %d: token %d: sparse head logit %v, dense %v (relative gap %.2g > %g)",
+						s.req, s.st.Step(), t, logits[j], dl[j], rel, DenseTolerance)
+				}
+			}
+			if db, _, err := Pick(dl); err != nil || db != best {
+				return fmt.Errorf("catalog: request %d, step %d: the sparse head picks token %d, the dense head %d", s.req, s.st.Step(), s.legal[best], s.legal[max(db, 0)])
+			}
+		}
+		node := s.st.Node()
+		chosen := s.legal[best]
+		if err := s.st.Advance(chosen); err != nil {
+			return fmt.Errorf("request %d: %w", s.req, err)
+		}
+		st := Step{Node: node, Legal: slices.Clone(s.legal), Chosen: chosen, Logits: logits, Entry: -1}
+		if !math.IsNaN(margin) {
+			st.Margin = &margin
+		}
+		if chosen == c.Grammar.Sep || chosen == c.Grammar.Stop {
+			em := s.st.Emitted()
+			st.Entry = em[len(em)-1]
+		}
+		if len(r.Steps) == 0 {
+			r.Prefill = time.Since(s.start)
+		}
+		r.Steps = append(r.Steps, st)
+		r.Tokens = append(r.Tokens, chosen)
+		s.next = chosen
+		if opt.OnStep != nil {
+			if err := opt.OnStep(s.req, st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
