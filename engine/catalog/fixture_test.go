@@ -154,4 +154,3 @@ func absf(x float64) float64 {
 	}
 	return x
 }
-
