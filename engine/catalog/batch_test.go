@@ -1,0 +1,105 @@
+package catalog_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+
+	"verdict/engine/catalog"
+	"verdict/engine/fixture/testmodel"
+)
+
+// TestBatchMatchesAlone: batched decoding (the masked no-repeat form, prompt
+// chunks mixed with other sequences' decode steps, requests admitted as
+// others finish) gives every request exactly what decoding it alone gives:
+// the same tokens and bit-identical logits at every step, over shuffled
+// batches of the fixture's intents on both catalogs.
+func TestBatchMatchesAlone(t *testing.T) {
+	f := loadFixture(t)
+	tok := testmodel.Tokenizer(t)
+	m := testmodel.Tiny(t)
+	g := grammar(tok)
+	main, err := catalog.Compile(f.Catalog, tok, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pre []catalog.Entry
+	for _, e := range f.Catalog {
+		pre = append(pre, catalog.Entry{Name: e.Name})
+	}
+	for _, n := range f.Prefix.Extra {
+		pre = append(pre, catalog.Entry{Name: n})
+	}
+	prefix, err := catalog.Compile(pre, tok, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		cat *catalog.Catalog
+		req catalog.Request
+	}
+	var jobs []job
+	for _, c := range f.Cases {
+		jobs = append(jobs, job{main, catalog.Request{Prompt: c.PromptIDs, K: c.K}})
+	}
+	for _, c := range f.Prefix.Cases {
+		jobs = append(jobs, job{prefix, catalog.Request{Prompt: c.PromptIDs, K: c.K}})
+	}
+	// Every intent again with another k, so that batches mix lengths.
+	for i, c := range f.Cases {
+		jobs = append(jobs, job{main, catalog.Request{Prompt: catalog.Prompt(tok, turns(tok), main.Entries, 1+i%6, c.Intent), K: 1 + i%6}})
+	}
+	alone := make([]catalog.Result, len(jobs))
+	for i, j := range jobs {
+		if alone[i], err = catalog.Decode(context.Background(), m, j.cat, j.req, catalog.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches := 200
+	if s := os.Getenv("VERDICT_CATALOG_BATCHES"); s != "" {
+		batches, _ = strconv.Atoi(s)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for b := 0; b < batches; b++ {
+		cat := main
+		var pick []int
+		for i, j := range jobs {
+			if j.cat == main {
+				pick = append(pick, i)
+			}
+		}
+		if b%4 == 3 {
+			cat, pick = prefix, pick[:0]
+			for i, j := range jobs {
+				if j.cat == prefix {
+					pick = append(pick, i)
+				}
+			}
+		}
+		r.Shuffle(len(pick), func(x, y int) { pick[x], pick[y] = pick[y], pick[x] })
+		pick = pick[:1+r.IntN(len(pick))]
+		reqs := make([]catalog.Request, len(pick))
+		for i, p := range pick {
+			reqs[i] = jobs[p].req
+		}
+		opt := catalog.Options{MaxBatch: 1 + r.IntN(8), PrefillChunk: []int{7, 64, 200, 512}[r.IntN(4)]}
+		got, _, err := catalog.DecodeBatch(context.Background(), m, cat, reqs, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range pick {
+			want := alone[p]
+			if !slices.Equal(got[i].Tokens, want.Tokens) || !slices.Equal(got[i].Names, want.Names) {
+				t.Fatalf("batch %d (%+v) request %d: %v, alone %v", b, opt, i, got[i].Names, want.Names)
+			}
+			for s := range want.Steps {
+				if !bitsEqual(got[i].Steps[s].Logits, want.Steps[s].Logits) {
+					t.Fatalf("batch %d request %d step %d: logits %v, alone %v", b, i, s, got[i].Steps[s].Logits, want.Steps[s].Logits)
+				}
+			}
+		}
+	}
+}
