@@ -8,6 +8,8 @@ import (
 	"verdict/engine/models"
 )
 
+const weightsHelp = "weight format: q4 (packed to 4 bits at load, cached on disk; the default) or f32 (as the checkpoint stores them, exact)"
+
 // weightFlags are the --weights and --group flags of the commands that run
 // a model.
 type weightFlags struct {
@@ -20,8 +22,7 @@ func addWeightFlags(fs interface {
 	Int(string, int, string) *int
 }) weightFlags {
 	return weightFlags{
-		weights: fs.String("weights", string(models.DefaultWeights),
-			"weight format: q4 (packed to 4 bits at load, cached on disk; the default) or f32 (as the checkpoint stores them, exact)"),
+		weights: fs.String("weights", string(models.DefaultWeights), weightsHelp),
 		group: fs.Int("group", 0, "q4 group size: columns sharing a scale and offset (32, 64, 128, ...; 0: the default, 64)"),
 	}
 }

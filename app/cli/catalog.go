@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"verdict/engine/catalog"
+	"verdict/engine/models"
+	"verdict/engine/tokenizer"
+)
+
+// maxInputFile bounds the catalog, prompt and batch files the CLI reads.
+const maxInputFile = 64 << 20
+
+func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("catalog", stderr)
+	model := fs.String("model", models.Builtin, "model folder, or builtin")
+	wf := weightFlags{weights: fs.String("weights", string(models.DefaultWeights), weightsHelp), group: new(int)}
+	catFile := fs.String("catalog", "", `catalog file: a JSON list of {"name", "description"} (required)`)
+	k := fs.Int("k", 0, "the number of distinct entries to emit")
+	text := fs.String("text", "", "the request")
+	promptFile := fs.String("prompt-file", "", "read the request (or, with --raw, the whole prompt) from this file")
+	raw := fs.Bool("raw", false, "the text is the complete prompt, special tokens written as text (<bos><start_of_turn>…)")
+	checkDense := fs.Bool("check-dense", false, "compute the dense output head too at every step and cross-check it")
+	asJSON := fs.Bool("json", false, "print the names, tokens, steps and timing as JSON")
+	batch := fs.String("batch", "", `decode many requests: a JSON-lines file of {"text", "k"}`)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	if *catFile == "" {
+		return usageErr("--catalog is required")
+	}
+	type job struct {
+		text string
+		k    int
+	}
+	var jobs []job
+	if *batch != "" {
+		if *text != "" || *promptFile != "" || *k != 0 {
+			return usageErr("--batch takes its texts and k from the file: no --text, --prompt-file or --k")
+		}
+		data, err := readInput(*batch)
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		sc.Buffer(nil, maxInputFile)
+		for line := 1; sc.Scan(); line++ {
+			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+				continue
+			}
+			var j struct {
+				Text *string `json:"text"`
+				K    *int    `json:"k"`
+			}
+			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&j); err != nil {
+				return fmt.Errorf("%s line %d: %v", *batch, line, err)
+			}
+			if j.Text == nil || j.K == nil {
+				return fmt.Errorf(`%s line %d: want {"text": …, "k": …}`, *batch, line)
+			}
+			if err := checkText(*j.Text); err != nil {
+				return fmt.Errorf("%s line %d: %v", *batch, line, err)
+			}
+			jobs = append(jobs, job{*j.Text, *j.K})
+		}
+		if len(jobs) == 0 {
+			return fmt.Errorf("%s holds no requests", *batch)
+		}
+	} else {
+		if (*text == "") == (*promptFile == "") {
+			return usageErr("give exactly one of --text and --prompt-file")
+		}
+		if *k <= 0 {
+			return usageErr("--k must be at least 1, got %d", *k)
+		}
+		t := *text
+		if *promptFile != "" {
+			data, err := readInput(*promptFile)
+			if err != nil {
+				return err
+			}
+			t = string(data)
+		}
+		if err := checkText(t); err != nil {
+			return usageErr("%v", err)
+		}
+		jobs = []job{{t, *k}}
+	}
+	data, err := readInput(*catFile)
+	if err != nil {
+		return err
+	}
+	entries, err := catalog.ParseEntries(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *catFile, err)
+	}
+	m, err := wf.open(*model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	tok, err := m.Tokenizer()
+	if err != nil {
+		return err
+	}
+	if m.Builtin {
+		fmt.Fprintf(stderr, "model: %s — its choices are noise\n", m.Name)
+	}
+	cat, err := catalog.Compile(entries, tok, Grammar(tok))
+	if err != nil {
+		return fmt.Errorf("%s: %w", *catFile, err)
+	}
+	reqs := make([]catalog.Request, len(jobs))
+	for i, j := range jobs {
+		if j.k < 1 || j.k > len(cat.Entries) {
+			return fmt.Errorf("request %d: k = %d, but the catalog has %d entries", i+1, j.k, len(cat.Entries))
+		}
+		if *raw {
+			reqs[i] = catalog.Request{Prompt: tok.Encode(j.text), K: j.k}
+		} else {
+			reqs[i] = catalog.Request{Prompt: catalog.Prompt(tok, Turns(tok), cat.Entries, j.k, j.text), K: j.k}
+		}
+	}
+	opt := catalog.Options{CheckDense: *checkDense}
+	if *batch == "" {
+		res, err := catalog.Decode(ctx, m.Model, cat, reqs[0], opt)
+		if err != nil {
+			return err
+		}
+		if *checkDense {
+			fmt.Fprintf(stderr, "dense head cross-check: %d steps, same winners, largest relative logit gap %.2g (tolerance %g)\n",
+				len(res.Steps), res.DenseMaxRel, catalog.DenseTolerance)
+		}
+		if *asJSON {
+			return writeJSON(stdout, catalogJSON(res, tok))
+		}
+		for _, n := range res.Names {
+			fmt.Fprintln(stdout, n)
+		}
+		tm := catalogTiming(res)
+		fmt.Fprintf(stderr, "prompt %d tokens, prefill %.0f ms, %d tokens at %.2f ms a token (head %.3f ms a token over %d legal rows at most)\n",
+			res.Prompt, tm.PrefillMS, tm.Tokens, tm.MSPerToken, tm.HeadMSPerToken, maxLegal(res))
+		return nil
+	}
+	results, stats, err := catalog.DecodeBatch(ctx, m.Model, cat, reqs, opt)
+	if err != nil {
+		return err
+	}
+	for i, res := range results {
+		if *asJSON {
+			out := catalogJSON(res, tok)
+			out.Request = i + 1
+			if err := writeJSONLine(stdout, out); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := writeJSONLine(stdout, map[string]any{"request": i + 1, "names": res.Names}); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "%d requests in %.2f s (%.1f requests/s), %d batched steps over %d rows\n",
+		len(results), stats.Total.Seconds(), float64(len(results))/stats.Total.Seconds(), stats.Steps, stats.Rows)
+	return nil
+}
+
+// Grammar is the catalog output language over the Gemma tokenizer: entries
+// separated by the "\n" token, ended by <end_of_turn>.
+func Grammar(tok *tokenizer.Tokenizer) catalog.Grammar {
+	sep, _ := tok.Lookup("\n")
+	return catalog.Grammar{Sep: sep, SepText: "\n", Stop: tok.EndOfTurn()}
+}
+
+// Turns are the Gemma chat control tokens.
+func Turns(tok *tokenizer.Tokenizer) catalog.Turns {
+	return catalog.Turns{BOS: tok.BOS(), StartOfTurn: tok.StartOfTurn(), EndOfTurn: tok.EndOfTurn()}
+}
+
+// checkText refuses an empty or non-UTF-8 request.
+func checkText(s string) error {
+	switch {
+	case len(bytes.TrimSpace([]byte(s))) == 0:
+		return fmt.Errorf("the request is empty")
+	case !utf8.ValidString(s):
+		return fmt.Errorf("the request is not valid UTF-8 text")
+	}
+	return nil
+}
+
+// readInput reads a file of at most maxInputFile bytes.
+func readInput(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxInputFile {
+		return nil, fmt.Errorf("%s is larger than %d MiB", path, maxInputFile>>20)
+	}
+	return data, nil
+}
+
+type catalogStepJSON struct {
+	Node   int32    `json:"node"`
+	Legal  []int32  `json:"legal"`
+	Chosen int32    `json:"chosen"`
+	Margin *float64 `json:"margin"`
+}
+
+type catalogTimingJSON struct {
+	PromptTokens   int     `json:"prompt_tokens"`
+	PrefillMS      float64 `json:"prefill_ms"`
+	DecodeMS       float64 `json:"decode_ms"`
+	Tokens         int     `json:"tokens"`
+	MSPerToken     float64 `json:"ms_per_token"`
+	HeadMSPerToken float64 `json:"head_ms_per_token"`
+	DenseCheckMS   float64 `json:"dense_check_ms,omitempty"`
+}
+
+type catalogOut struct {
+	Request int               `json:"request,omitempty"`
+	Names   []string          `json:"names"`
+	Tokens  []int32           `json:"tokens"`
+	Text    string            `json:"text"`
+	Steps   []catalogStepJSON `json:"steps"`
+	Timing  catalogTimingJSON `json:"timing"`
+}
+
+func catalogJSON(res catalog.Result, tok *tokenizer.Tokenizer) catalogOut {
+	out := catalogOut{Names: res.Names, Tokens: res.Tokens, Text: tok.Decode(res.Tokens), Timing: catalogTiming(res)}
+	for _, s := range res.Steps {
+		out.Steps = append(out.Steps, catalogStepJSON{s.Node, s.Legal, s.Chosen, s.Margin})
+	}
+	return out
+}
+
+func catalogTiming(res catalog.Result) catalogTimingJSON {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	t := catalogTimingJSON{PromptTokens: res.Prompt, PrefillMS: ms(res.Prefill), DecodeMS: ms(res.Decode),
+		Tokens: len(res.Tokens), DenseCheckMS: ms(res.Dense)}
+	if n := len(res.Tokens); n > 0 {
+		t.HeadMSPerToken = ms(res.Head) / float64(n)
+	}
+	if n := len(res.Tokens) - 1; n > 0 {
+		t.MSPerToken = ms(res.Decode) / float64(n)
+	}
+	return t
+}
+
+func maxLegal(res catalog.Result) int {
+	n := 0
+	for _, s := range res.Steps {
+		n = max(n, len(s.Legal))
+	}
+	return n
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeJSONLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }

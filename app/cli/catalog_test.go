@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"verdict/engine/fixture/testmodel"
+)
+
+type catalogFixture struct {
+	Catalog []map[string]any `json:"catalog"`
+	Cases   []struct {
+		Intent         string   `json:"intent"`
+		K              int      `json:"k"`
+		PromptText     string   `json:"prompt_text"`
+		ExpectedNames  []string `json:"expected_names"`
+		ExpectedTokens []int32  `json:"expected_tokens"`
+		Steps          []struct {
+			Node   int32   `json:"node"`
+			Legal  []int32 `json:"legal"`
+			Chosen int32   `json:"chosen"`
+		} `json:"steps"`
+	} `json:"cases"`
+}
+
+// writeCatalog writes the fixture's catalog (with its token ids) to a file.
+func writeCatalog(t *testing.T) (string, catalogFixture) {
+	t.Helper()
+	data, err := os.ReadFile(testmodel.Testdata("catalog-tiny.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f catalogFixture
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tools.json")
+	b, _ := json.Marshal(f.Catalog)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, f
+}
+
+// TestCatalogCommand: verdict catalog on the built-in model (the fixture's
+// weights) with --weights f32 gives the fixture's answers, through the
+// prompt builder and through --raw, alone and in --batch.
+func TestCatalogCommand(t *testing.T) {
+	testmodel.Tokenizer(t)
+	cat, f := writeCatalog(t)
+	c := f.Cases[3]
+	code, out, errOut := run("catalog", "--weights", "f32", "--catalog", cat, "--k", "3", "--text", c.Intent, "--json", "--check-dense")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		Names  []string `json:"names"`
+		Tokens []int32  `json:"tokens"`
+		Steps  []struct {
+			Node   int32   `json:"node"`
+			Legal  []int32 `json:"legal"`
+			Chosen int32   `json:"chosen"`
+		} `json:"steps"`
+		Timing map[string]float64 `json:"timing"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !slices.Equal(got.Names, c.ExpectedNames) || !slices.Equal(got.Tokens, c.ExpectedTokens) || len(got.Steps) != len(c.Steps) {
+		t.Fatalf("names %v tokens %v; fixture %v %v", got.Names, got.Tokens, c.ExpectedNames, c.ExpectedTokens)
+	}
+	for i, s := range got.Steps {
+		if s.Node != c.Steps[i].Node || !slices.Equal(s.Legal, c.Steps[i].Legal) || s.Chosen != c.Steps[i].Chosen {
+			t.Fatalf("step %d: %+v, fixture %+v", i, s, c.Steps[i])
+		}
+	}
+	if got.Timing["tokens"] != float64(len(c.ExpectedTokens)) || !strings.Contains(errOut, "same winners") {
+		t.Fatalf("timing %v, stderr %q", got.Timing, errOut)
+	}
+
+	// --raw: the fixture's prompt text, special tokens written as text.
+	pf := filepath.Join(t.TempDir(), "prompt.txt")
+	os.WriteFile(pf, []byte(f.Cases[5].PromptText), 0o644)
+	code, out, errOut = run("catalog", "--weights", "f32", "--catalog", cat, "--k", "3", "--prompt-file", pf, "--raw")
+	if want := strings.Join(f.Cases[5].ExpectedNames, "\n") + "\n"; code != 0 || out != want {
+		t.Fatalf("--raw: exit %d, stdout %q, want %q (%s)", code, out, want, errOut)
+	}
+
+	// --batch: every case in one file.
+	var lines []string
+	for _, c := range f.Cases {
+		b, _ := json.Marshal(map[string]any{"text": c.Intent, "k": c.K})
+		lines = append(lines, string(b))
+	}
+	bf := filepath.Join(t.TempDir(), "batch.jsonl")
+	os.WriteFile(bf, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	code, out, errOut = run("catalog", "--weights", "f32", "--catalog", cat, "--batch", bf)
+	if code != 0 || !strings.Contains(errOut, "requests/s") {
+		t.Fatalf("--batch: exit %d: %s", code, errOut)
+	}
+	outs := strings.Split(strings.TrimSpace(out), "\n")
+	if len(outs) != len(f.Cases) {
+		t.Fatalf("--batch: %d lines for %d requests", len(outs), len(f.Cases))
+	}
+	for i, l := range outs {
+		var r struct {
+			Request int      `json:"request"`
+			Names   []string `json:"names"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Request != i+1 || !slices.Equal(r.Names, f.Cases[i].ExpectedNames) {
+			t.Fatalf("--batch line %d: %s (%v), want %v", i, l, err, f.Cases[i].ExpectedNames)
+		}
+	}
+}
+
+func TestCatalogCommandErrors(t *testing.T) {
+	testmodel.Tokenizer(t)
+	cat, _ := writeCatalog(t)
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--k", "1", "--text", "x"}, 2, "--catalog is required"},
+		{[]string{"--catalog", cat, "--text", "x"}, 2, "--k must be at least 1"},
+		{[]string{"--catalog", cat, "--k", "1"}, 2, "exactly one of --text and --prompt-file"},
+		{[]string{"--catalog", cat, "--k", "1", "--text", "  "}, 2, "the request is empty"},
+		{[]string{"--catalog", cat, "--k", "1", "--text", "\xff\xfe"}, 2, "not valid UTF-8"},
+		{[]string{"--catalog", cat, "--k", "43", "--text", "x"}, 1, "k = 43, but the catalog has 42 entries"},
+		{[]string{"--catalog", file("empty.json", "[]"), "--k", "1", "--text", "x"}, 1, "no entries"},
+		{[]string{"--catalog", file("obj.json", `{"name": "a"}`), "--k", "1", "--text", "x"}, 1, "a catalog is a JSON list"},
+		{[]string{"--catalog", file("dup.json", `[{"name": "a"}, {"name": "a"}]`), "--k", "1", "--text", "x"}, 1, `same name "a"`},
+		{[]string{"--catalog", file("key.json", `[{"name": "a", "desc": "x"}]`), "--k", "1", "--text", "x"}, 1, `unknown field "desc"`},
+		{[]string{"--catalog", file("ids.json", `[{"name": "a", "token_ids": [5]}]`), "--k", "1", "--text", "x"}, 1, "token_ids [5]"},
+		{[]string{"--catalog", "/dev/zero", "--k", "1", "--text", "x"}, 1, "not a regular file"},
+		{[]string{"--catalog", cat, "--batch", file("b.jsonl", `{"text": "x"}`)}, 1, `want {"text": …, "k": …}`},
+		{[]string{"--catalog", cat, "--batch", file("b2.jsonl", `{"text": "x", "k": 1}`), "--k", "2"}, 2, "no --text, --prompt-file or --k"},
+	}
+	for _, c := range cases {
+		code, _, errOut := run(append([]string{"catalog"}, c.args...)...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
