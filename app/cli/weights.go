@@ -23,7 +23,7 @@ func addWeightFlags(fs interface {
 }) weightFlags {
 	return weightFlags{
 		weights: fs.String("weights", string(models.DefaultWeights), weightsHelp),
-		group: fs.Int("group", 0, "q4 group size: columns sharing a scale and offset (32, 64, 128, ...; 0: the default, 64)"),
+		group:   fs.Int("group", 0, "q4 group size: columns sharing a scale and offset (32, 64, 128, ...; 0: the default, 64)"),
 	}
 }
 
