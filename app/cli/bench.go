@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"verdict/engine/bench"
+	"verdict/engine/catalog"
 	"verdict/engine/models"
 	"verdict/native"
 )
@@ -20,6 +21,9 @@ const benchModels = "synthetic-e2b,synthetic-e4b"
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "scorer" {
 		return benchScorerCmd(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "catalog" {
+		return benchCatalogCmd(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlags("bench", stderr)
 	model := fs.String("model", benchModels, "models to measure, comma-separated: synthetic-e2b, synthetic-e4b, builtin or folders")
@@ -147,5 +151,77 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return enc.Encode(r)
 	}
 	fmt.Fprintln(stdout, r)
+	return nil
+}
+
+func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench catalog", stderr)
+	model := fs.String("model", benchModels+","+models.Builtin, "models to measure, comma-separated")
+	wf := addWeightFlags(fs)
+	requests := fs.Int("requests", len(catalog.ToolRequests), "example requests of the tool catalog to decode per mode (1..8)")
+	batches := fs.String("batches", "1,8,32", "batch sizes of the throughput sweep")
+	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
+	asJSON := fs.Bool("json", false, "print a JSON list, one object per model")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	if *requests < 1 || *requests > len(catalog.ToolRequests) {
+		return usageErr("--requests %d: want 1..%d", *requests, len(catalog.ToolRequests))
+	}
+	var sizes []int
+	for _, s := range strings.Split(*batches, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 256 {
+			return usageErr("--batches: %q is not a batch size in 1..256", s)
+		}
+		sizes = append(sizes, n)
+	}
+	native.SetThreads(*threads)
+	var reps []bench.CatalogReport
+	for _, spec := range strings.Split(*model, ",") {
+		if spec = strings.TrimSpace(spec); spec == "" {
+			continue
+		}
+		fmt.Fprintf(stderr, "%s: loading\n", spec)
+		m, err := wf.open(spec)
+		if err != nil {
+			return err
+		}
+		r, err := func() (bench.CatalogReport, error) {
+			defer m.Close()
+			tok, err := m.Tokenizer()
+			if err != nil {
+				return bench.CatalogReport{}, err
+			}
+			cat, err := catalog.Compile(catalog.Tools(), tok, Grammar(tok))
+			if err != nil {
+				return bench.CatalogReport{}, err
+			}
+			var reqs []catalog.Request
+			for _, q := range catalog.ToolRequests[:*requests] {
+				reqs = append(reqs, catalog.Request{Prompt: catalog.Prompt(tok, Turns(tok), cat.Entries, q.K, q.Text), K: q.K})
+			}
+			fmt.Fprintf(stderr, "%s: measuring\n", spec)
+			return bench.Catalog(ctx, spec, m.Model, cat, reqs, sizes)
+		}()
+		if err != nil {
+			return err
+		}
+		if !*asJSON {
+			fmt.Fprint(stdout, r)
+		}
+		reps = append(reps, r)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(reps)
+	}
 	return nil
 }
