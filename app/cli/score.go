@@ -28,7 +28,7 @@ func addScoreFlags(fs interface {
 		weights:     addWeightFlags(fs),
 		model:       fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:      fs.String("schema", "", "schema JSON file (required)"),
-		backend:     fs.String("backend", "json", "scoring backend: json"),
+		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods) or catalog (choice fields decoded through their option tries)"),
 		calibration: fs.String("calibration", "", "apply the fitted temperatures of this calibration file"),
 		batch:       fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
@@ -40,8 +40,8 @@ func (f scoreFlags) open() (*models.Model, *scorer.Scorer, *scorer.Schema, error
 	if *f.schema == "" {
 		return nil, nil, nil, usageErr("--schema is required")
 	}
-	if *f.backend != "json" {
-		return nil, nil, nil, usageErr("backend %q is not available (available: json)", *f.backend)
+	if *f.backend != scorer.BackendJSON && *f.backend != scorer.BackendCatalog {
+		return nil, nil, nil, usageErr("backend %q is not available (available: json, catalog)", *f.backend)
 	}
 	b, err := os.ReadFile(*f.schema)
 	if err != nil {
@@ -87,7 +87,7 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		input = string(b)
 	}
-	opt := scorer.Options{BranchBatch: *f.batch, Temperature: *f.temperature, TokenLogprobs: *logprobs}
+	opt := scorer.Options{BranchBatch: *f.batch, Temperature: *f.temperature, TokenLogprobs: *logprobs, Backend: *f.backend}
 	if *f.calibration != "" {
 		c, err := scorer.LoadCalibration(*f.calibration)
 		if err != nil {

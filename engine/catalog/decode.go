@@ -45,6 +45,9 @@ type Options struct {
 type Request struct {
 	Prompt []int32
 	K      int
+	// Cache, when set, holds positions already processed (a forked shared
+	// prefix) that Prompt continues; the decode extends it.
+	Cache *gemma3n.Cache
 }
 
 // Step is one decode step.
@@ -155,8 +158,12 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		if r.K < 1 || r.K > len(c.Entries) {
 			return nil, stats, fmt.Errorf("catalog: request %d: k = %d, but the catalog has %d entries (k must be 1..%d)", i, r.K, len(c.Entries), len(c.Entries))
 		}
-		if n := len(r.Prompt) + r.K*longest; limit > 0 && n > limit {
-			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, len(r.Prompt), r.K*longest, limit)
+		past := 0
+		if r.Cache != nil {
+			past = r.Cache.Len()
+		}
+		if n := past + len(r.Prompt) + r.K*longest; limit > 0 && n > limit {
+			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), r.K*longest, limit)
 		}
 		for _, id := range r.Prompt {
 			if id < 0 || int(id) >= m.Cfg.VocabSize {
@@ -178,7 +185,11 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			if err != nil {
 				return nil, stats, err
 			}
-			running = append(running, &seq{req: nextReq, st: st, cache: m.NewCache(), start: time.Now()})
+			cache := reqs[nextReq].Cache
+			if cache == nil {
+				cache = m.NewCache()
+			}
+			running = append(running, &seq{req: nextReq, st: st, cache: cache, start: time.Now()})
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
 			nextReq++
 		}

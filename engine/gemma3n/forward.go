@@ -23,6 +23,17 @@ func (m *Model) NewCache() *Cache {
 // Len reports the number of positions in the cache.
 func (c *Cache) Len() int { return c.n }
 
+// Clone returns an independent copy of c (a fork of its positions).
+func (c *Cache) Clone() *Cache {
+	d := &Cache{n: c.n, k: make([][]float32, len(c.k)), v: make([][]float32, len(c.v))}
+	for i := range c.k {
+		if c.k[i] != nil {
+			d.k[i], d.v[i] = append([]float32(nil), c.k[i]...), append([]float32(nil), c.v[i]...)
+		}
+	}
+	return d
+}
+
 // Truncate drops every position at or after n.
 func (c *Cache) Truncate(n int) {
 	if n >= c.n {

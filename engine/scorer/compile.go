@@ -39,25 +39,27 @@ type compiledDecision struct {
 	fixed bool
 }
 
+// after returns the tokens of text after the prompt's tail, or false when
+// they merge with the tail.
+func after(tok Tokenizer, text string) ([]int32, bool) {
+	tail := tok.Encode(promptTail)
+	ids := tok.Encode(promptTail + text)
+	if !slices.Equal(ids[:min(len(tail), len(ids))], tail) {
+		return nil, false
+	}
+	return ids[len(tail):], true
+}
+
 // compile tokenizes the prompt and every decision, checking the boundaries.
 func compile(tok Tokenizer, p prompt.Prompt, ds []decision) (*compiled, error) {
 	c := &compiled{prefixIDs: p.Encode(tok)}
 	if n := len(c.prefixIDs); n > MaxInputTokens {
 		return nil, &LimitError{"processed input tokens", n, MaxInputTokens}
 	}
-	tail := tok.Encode(promptTail)
-	if !hasSuffix(c.prefixIDs, tail) {
+	if !hasSuffix(c.prefixIDs, tok.Encode(promptTail)) {
 		return nil, fmt.Errorf("scorer: the prompt does not end in %q tokens", promptTail)
 	}
-	// tails returns the tokens of text after the prompt tail, or false when
-	// they merge with the tail.
-	after := func(text string) ([]int32, bool) {
-		ids := tok.Encode(promptTail + text)
-		if !slices.Equal(ids[:min(len(tail), len(ids))], tail) {
-			return nil, false
-		}
-		return ids[len(tail):], true
-	}
+	after := func(text string) ([]int32, bool) { return after(tok, text) }
 	for _, d := range ds {
 		cd, err := compileDecision(tok, d, after)
 		if err != nil {

@@ -87,6 +87,8 @@ func (f *Field) criteria() string {
 		return "One of: " + list(quoted) + "."
 	case Bool:
 		return "true or false."
+	case Catalog:
+		return fmt.Sprintf("Exactly %d of these, one per line: %s.", f.K, list(quoted))
 	case Independent:
 		return "An object with a true/false value for each of: " + list(quoted) + "."
 	case Score:
@@ -168,6 +170,7 @@ func (s *Schema) decisions() []decision {
 			out = append(out, d)
 		case Bool:
 			out = append(out, boolean(d))
+		case Catalog: // decoded through its trie (see catalogFields)
 		case Independent:
 			for j, o := range f.Options {
 				out = append(out, boolean(decision{

@@ -26,6 +26,7 @@ const (
 	Independent Kind = "independent" // each label true or false on its own
 	Bool        Kind = "bool"        // JSON true or false
 	Score       Kind = "score"       // one of ordered numeric levels
+	Catalog     Kind = "catalog"     // exactly K distinct entries, decoded through a token trie
 )
 
 // Limits of the serving configuration.
@@ -48,9 +49,11 @@ type Field struct {
 	Name     string
 	Question string
 	Kind     Kind
-	// Options are the categories (Choice), labels (Independent) or ordered
-	// levels (Score); empty for Bool.
+	// Options are the categories (Choice), labels (Independent), ordered
+	// levels (Score) or entries (Catalog); empty for Bool.
 	Options []Option
+	// K is the number of distinct entries a Catalog field names.
+	K int
 }
 
 // Schema is the set of questions asked about one input.
@@ -98,7 +101,7 @@ func (s *Schema) Decisions() int {
 		if f.Kind == Independent {
 			n += len(f.Options)
 		} else {
-			n++
+			n++ // a Catalog field is one decode
 		}
 	}
 	return n
@@ -168,10 +171,17 @@ func (s *Schema) Validate() error {
 					return bad("levels must be in increasing order of value (%q after %q)", o.Name, f.Options[i-1].Name)
 				}
 			}
+		case Catalog:
+			if len(f.Options) < 1 {
+				return bad("a catalog needs at least 1 entry")
+			}
+			if f.K < 1 || f.K > len(f.Options) {
+				return bad("k = %d, but the catalog has %d entries (k must be 1..%d)", f.K, len(f.Options), len(f.Options))
+			}
 		case "":
-			return bad("missing type (one of choice, independent, bool, score)")
+			return bad("missing type (one of choice, independent, bool, score, catalog)")
 		default:
-			return bad("unknown type %q (one of choice, independent, bool, score)", f.Kind)
+			return bad("unknown type %q (one of choice, independent, bool, score, catalog)", f.Kind)
 		}
 	}
 	if d := s.Decisions(); d > MaxDecisions {
@@ -189,7 +199,9 @@ func (s *Schema) Validate() error {
 //	   "labels": {"late delivery": "", "damaged item": ""}},
 //	  {"name": "refund", "question": "Refund asked?", "type": "bool"},
 //	  {"name": "anger", "question": "How angry?", "type": "score",
-//	   "levels": {"1": "calm", "5": "furious"}}]}
+//	   "levels": {"1": "calm", "5": "furious"}},
+//	  {"name": "tools", "question": "Which tools?", "type": "catalog",
+//	   "entries": {"refund_order": "Refund an order", ...}, "k": 2}]}
 //
 // Options, labels and levels keep the order of the file. A level named by a
 // number takes that value; other levels are given as
@@ -205,6 +217,8 @@ func ParseSchema(data []byte) (*Schema, error) {
 			Options  json.RawMessage `json:"options"`
 			Labels   json.RawMessage `json:"labels"`
 			Levels   json.RawMessage `json:"levels"`
+			Entries  json.RawMessage `json:"entries"`
+			K        int             `json:"k"`
 		} `json:"fields"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -214,7 +228,10 @@ func ParseSchema(data []byte) (*Schema, error) {
 	}
 	s := &Schema{Instructions: raw.Instructions, InputLabel: raw.InputLabel}
 	for _, rf := range raw.Fields {
-		f := Field{Name: rf.Name, Question: rf.Question, Kind: rf.Type}
+		f := Field{Name: rf.Name, Question: rf.Question, Kind: rf.Type, K: rf.K}
+		if rf.Type != Catalog && rf.K != 0 {
+			return nil, &SchemaError{Field: rf.Name, Msg: "k is for catalog fields only"}
+		}
 		src, key := rf.Options, "options"
 		switch rf.Type {
 		case Independent:
@@ -224,6 +241,8 @@ func ParseSchema(data []byte) (*Schema, error) {
 			}
 		case Score:
 			src, key = rf.Levels, "levels"
+		case Catalog:
+			src, key = rf.Entries, "entries"
 		}
 		if len(src) > 0 {
 			opts, err := parseOptions(src, rf.Type == Score)

@@ -54,6 +54,10 @@ type Options struct {
 	// Media, when set, computes the request's image and audio soft tokens;
 	// it runs inside the request and counts as input preparation.
 	Media func() (*Media, error)
+	// Backend is "json" (the default: candidate likelihoods) or "catalog"
+	// (choice fields decoded through their option tries). Catalog fields
+	// are decoded under either.
+	Backend string
 }
 
 // Media is a request's media: the soft tokens the decoder merges, and a
@@ -116,7 +120,13 @@ type FieldResult struct {
 	Confidence       float64    `json:"confidence"`
 	AllowedTokenMass float64    `json:"allowed_token_mass"`
 	Decisions        []Decision `json:"decisions"`
-	Elapsed          Duration   `json:"elapsed_ms"`
+	// Names are the entries a trie decode emitted, in order (Catalog, and
+	// Choice under the catalog backend), Steps its distributions and
+	// PathProbability the product of its chosen tokens' probabilities.
+	Names           []string      `json:"names,omitempty"`
+	Steps           []CatalogStep `json:"steps,omitempty"`
+	PathProbability *float64      `json:"path_probability,omitempty"`
+	Elapsed         Duration      `json:"elapsed_ms"`
 }
 
 // Duration marshals as milliseconds.
@@ -240,14 +250,35 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 			return nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(captions))
 		}
 	}
+	switch opt.Backend {
+	case "", BackendJSON, BackendCatalog:
+	default:
+		return nil, fmt.Errorf("scorer: unknown backend %q (json or catalog)", opt.Backend)
+	}
 	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Special)
-	comp, cached, err := sc.compileCached(p, s.decisions())
+	decoded, err := sc.decodedFields(s, opt.Backend, func(text string) ([]int32, bool) { return after(sc.tok, text) })
+	if err != nil {
+		return nil, err
+	}
+	var ds []decision
+	for _, d := range s.decisions() {
+		if !slices.ContainsFunc(decoded, func(df decodedField) bool { return df.field == d.field }) {
+			ds = append(ds, d)
+		}
+	}
+	comp, cached, err := sc.compileCached(p, ds)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{
 		ProbabilitySource: probabilitySource, Note: resultNote, PromptTokens: len(comp.prefixIDs),
-		Decisions: len(comp.decisions), CachedSchema: cached, Calibration: opt.Calibration.status(),
+		Decisions: len(comp.decisions) + len(decoded), CachedSchema: cached, Calibration: opt.Calibration.status(),
+	}
+	if len(decoded) > 0 {
+		res.ProbabilitySource += "; " + catalogSource
+		if len(comp.decisions) == 0 {
+			res.ProbabilitySource = catalogSource
+		}
 	}
 	decisionsLeft := map[int]int{}
 	for _, d := range comp.decisions {
@@ -267,6 +298,24 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(decoded) > 0 {
+		r.cache.Truncate(len(comp.prefixIDs))
+		if err := sc.decode(ctx, s, decoded, r.cache, res, func(f FieldResult) {
+			if r.timings.FirstDecision == 0 {
+				r.timings.FirstDecision = Duration(time.Since(start))
+			}
+			if opt.OnField != nil {
+				opt.OnField(f)
+			}
+		}); err != nil {
+			return nil, err
+		}
+		for i := range res.Fields {
+			if res.Fields[i].Names != nil {
+				res.Fields[i].Elapsed = Duration(time.Since(start))
+			}
+		}
 	}
 	res.Timings, res.BranchRows, res.BranchBatch = r.timings, r.rows, r.batch
 	res.Answer = assemble(s, res.Fields)
@@ -349,8 +398,9 @@ func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool
 
 // run is one execution's raw scores.
 type run struct {
-	scores  [][]float64   // per decision, per candidate: s(c)
-	tokLP   [][][]float64 // per decision, per candidate: each scored token
+	cache   *gemma3n.Cache // the shared prefix (and the key rows' common lead)
+	scores  [][]float64    // per decision, per candidate: s(c)
+	tokLP   [][][]float64  // per decision, per candidate: each scored token
 	timings Timings
 	rows    int
 	batch   int
@@ -395,6 +445,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 			return nil, err
 		}
 	}
+	r.cache = cache
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
 	stage("prefill")
@@ -640,6 +691,15 @@ func assemble(s *Schema, fields []FieldResult) json.RawMessage {
 		switch f.Type {
 		case Choice:
 			b.WriteString(jsonString(f.Winner))
+		case Catalog:
+			b.WriteByte('[')
+			for j, n := range f.Names {
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(jsonString(n))
+			}
+			b.WriteByte(']')
 		case Score:
 			for _, o := range s.Fields[i].Options {
 				if o.Name == f.Winner {
