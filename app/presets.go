@@ -2,8 +2,10 @@ package app
 
 import (
 	"embed"
+
 	"encoding/json"
 	"strings"
+	"verdict/engine/catalog"
 )
 
 // presetFS holds the built-in schemas: NAME.json (the schema, in the scorer's
@@ -13,7 +15,7 @@ import (
 var presetFS embed.FS
 
 // presetOrder is the order the schema picker lists the presets in.
-var presetOrder = []string{"ticket", "moderation", "review"}
+var presetOrder = []string{"ticket", "moderation", "review", "tools"}
 
 // Preset is a built-in schema with a sample input.
 type Preset struct {
@@ -28,6 +30,9 @@ func presets() []Preset {
 	var out []Preset
 	for _, id := range presetOrder {
 		schema, err := presetFS.ReadFile("presets/" + id + ".json")
+		if id == "tools" {
+			schema, err = toolsSchema()
+		}
 		if err != nil {
 			continue
 		}
@@ -38,4 +43,25 @@ func presets() []Preset {
 		out = append(out, p)
 	}
 	return out
+}
+
+// toolsSchema is the "tools" preset's schema: the example tool catalog
+// (catalog.Tools, 42 entries) as a catalog field naming the two tools a
+// request needs.
+func toolsSchema() ([]byte, error) {
+	var b strings.Builder
+	b.WriteString(`{"instructions": "Read the request and choose the tools that serve it.", "input_label": "Request", "fields": [` +
+		`{"name": "tools", "question": "Which tools, in the order they are needed?", "type": "catalog", "k": 2, "entries": {`)
+	for i, e := range catalog.Tools() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		k, _ := json.Marshal(e.Name)
+		v, _ := json.Marshal(e.Description)
+		b.Write(k)
+		b.WriteString(": ")
+		b.Write(v)
+	}
+	b.WriteString(`}}]}`)
+	return []byte(b.String()), nil
 }

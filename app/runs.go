@@ -195,9 +195,19 @@ type ScorerUpdate struct {
 	Status string               `json:"status"`
 	Error  string               `json:"error,omitempty"`
 	Fields []scorer.FieldResult `json:"fields,omitempty"` // newly finished
-	Done   int                  `json:"done"`
-	Total  int                  `json:"total"`
-	Timing *SideTiming          `json:"timing,omitempty"`
+	// Catalog holds the trie-decode steps chosen since the last update.
+	Catalog []CatalogLive `json:"catalog,omitempty"`
+	Done    int           `json:"done"`
+	Total   int           `json:"total"`
+	Timing  *SideTiming   `json:"timing,omitempty"`
+}
+
+// CatalogLive is one step of a field's trie decode as it happens: the names
+// emitted so far and the step's distribution over its legal tokens.
+type CatalogLive struct {
+	Field string             `json:"field"`
+	Names []string           `json:"names"`
+	Step  scorer.CatalogStep `json:"step"`
 }
 
 // GeneratorUpdate is what changed on the generation side since the last
@@ -512,6 +522,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 			<-gate
 			r.scorerSide(ctxS, l, schema, req.Input, scorer.Options{
 				BranchBatch: set.Scorer.BranchBatch, Temperature: set.Scorer.Temperature, Calibration: calib,
+				Backend: set.Scorer.Backend, CatalogCheckDense: true,
 			}, prep)
 		}()
 	}
@@ -703,6 +714,10 @@ func (r *run) generatorChanged(timing bool) {
 	r.dirty = true
 }
 
+// catalogLiveTokens is how many of a live catalog step's legal tokens an
+// update carries (the field's result has them all).
+const catalogLiveTokens = 8
+
 func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, input string, opt scorer.Options, prep *sharedPrep) {
 	start := time.Now()
 	r.mu.Lock()
@@ -741,6 +756,16 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 		r.th.poke()
 	}
 
+	opt.OnCatalogStep = func(field string, names []string, st scorer.CatalogStep) {
+		if len(st.Tokens) > catalogLiveTokens {
+			st.Tokens = st.Tokens[:catalogLiveTokens] // the most probable
+		}
+		r.mu.Lock()
+		r.scorerChanged(false)
+		r.up.Scorer.Catalog = append(r.up.Scorer.Catalog, CatalogLive{field, names, st})
+		r.mu.Unlock()
+		r.th.poke()
+	}
 	opt.OnField = func(f scorer.FieldResult) {
 		r.mu.Lock()
 		sc.Fields = append(sc.Fields, f)

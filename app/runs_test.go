@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,8 +137,9 @@ func waitDone(t *testing.T, s *Services, rec *Recorder, id string) RunRecord {
 type update struct {
 	ID     string `json:"id"`
 	Scorer *struct {
-		Status string            `json:"status"`
-		Fields []json.RawMessage `json:"fields"`
+		Status  string            `json:"status"`
+		Fields  []json.RawMessage `json:"fields"`
+		Catalog []CatalogLive     `json:"catalog"`
 	} `json:"scorer"`
 	Generator *GeneratorUpdate `json:"generator"`
 }
@@ -391,5 +393,50 @@ func TestPromptPreview(t *testing.T) {
 	p, err := s.Scorer.Prompt(ticketSchema(t), "The app crashes.")
 	if err != nil || !strings.Contains(p.Text, "The app crashes.") || !strings.Contains(p.Text, "<start_of_turn>model") || p.Tokens == 0 {
 		t.Errorf("%+v, %v", p, err)
+	}
+}
+
+// TestCatalogRun: the tools preset decodes its catalog field through the
+// trie: the names arrive live, step by step, with each step's most probable
+// legal tokens, and the result holds the names, every step's distribution
+// and the sparse head's time per token beside the dense one's.
+func TestCatalogRun(t *testing.T) {
+	s, rec := readyServices(t)
+	var tools Preset
+	for _, p := range s.Scorer.Presets() {
+		if p.ID == "tools" {
+			tools = p
+		}
+	}
+	if tools.ID == "" {
+		t.Fatal("no tools preset")
+	}
+	set := DefaultPreferences().Run
+	set.Generation.MaxTokens = 4
+	started, err := s.Runs.Start(RunRequest{Input: tools.Sample, Schema: tools.Schema, SchemaName: "tools", Settings: &set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := waitDone(t, s, rec, started.ID)
+	if r.Scorer == nil || r.Scorer.Status != StatusDone || len(r.Scorer.Fields) != 1 {
+		t.Fatalf("scorer %+v", r.Scorer)
+	}
+	f := r.Scorer.Fields[0]
+	if f.Type != scorer.Catalog || len(f.Names) != 2 || len(f.Steps) == 0 || f.CatalogTiming == nil ||
+		f.CatalogTiming.HeadMsPerToken <= 0 || f.CatalogTiming.DenseHeadMsPerToken <= 0 || f.Steps[0].Legal < 2 {
+		t.Fatalf("tools field %+v", f)
+	}
+	var live []CatalogLive
+	for _, u := range updates(t, rec, started.ID) {
+		if u.Scorer != nil {
+			live = append(live, u.Scorer.Catalog...)
+		}
+	}
+	if len(live) != len(f.Steps) || live[0].Field != "tools" || len(live[0].Names) != 0 ||
+		!slices.Equal(live[len(live)-1].Names, f.Names) || len(live[0].Step.Tokens) > catalogLiveTokens {
+		t.Fatalf("%d live steps for %d steps: first %+v", len(live), len(f.Steps), live[0])
+	}
+	if want := `{"tools": ["` + f.Names[0] + `", "` + f.Names[1] + `"]}`; string(r.Scorer.Answer) != want {
+		t.Fatalf("answer %s, want %s", r.Scorer.Answer, want)
 	}
 }

@@ -33,6 +33,9 @@ type ScorerSettings struct {
 	// Calibration is a calibration file (verdict calibrate) whose fitted
 	// temperatures replace Temperature; empty for none.
 	Calibration string `json:"calibration,omitempty"`
+	// Backend is json (candidate likelihoods; empty means json) or catalog
+	// (choice fields decoded through their option tries).
+	Backend string `json:"backend,omitempty"`
 }
 
 // RunSettings are the settings a run uses.
@@ -88,6 +91,8 @@ func (r RunSettings) Validate() error {
 		return bad("scorer.branch_batch", "%d is outside 1..64", s.BranchBatch)
 	case !(s.Temperature > 0 && s.Temperature <= 100) || math.IsInf(s.Temperature, 0):
 		return bad("scorer.temperature", "%v must be above 0 and at most 100", s.Temperature)
+	case s.Backend != "" && s.Backend != scorer.BackendJSON && s.Backend != scorer.BackendCatalog:
+		return bad("scorer.backend", "%q is not one of json, catalog", s.Backend)
 	}
 	return nil
 }

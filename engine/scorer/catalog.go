@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"verdict/engine/catalog"
 	"verdict/engine/gemma3n"
@@ -31,6 +32,18 @@ type CatalogStep struct {
 	Chosen int32       `json:"chosen"`
 	Legal  int         `json:"legal"`
 	Tokens []TokenProb `json:"tokens"`
+}
+
+// CatalogTiming is a trie decode's time per token: all of it, and the
+// output head's part, sparse and (when cross-checked) dense.
+type CatalogTiming struct {
+	Tokens              int     `json:"tokens"`
+	PrefillMs           float64 `json:"prefill_ms"`
+	MsPerToken          float64 `json:"ms_per_token"`
+	HeadMsPerToken      float64 `json:"sparse_head_ms_per_token"`
+	DenseHeadMsPerToken float64 `json:"dense_head_ms_per_token,omitempty"`
+	MaxLegal            int     `json:"max_legal"`
+	DenseMaxRelGap      float64 `json:"dense_max_relative_gap,omitempty"`
 }
 
 const catalogSource = "catalog: trie-constrained greedy decoding; each step's distribution is the softmax over its legal tokens"
@@ -87,9 +100,21 @@ func (sc *Scorer) decodedFields(s *Schema, backend string, after func(string) ([
 
 // decode answers the decoded fields, each from its own fork of the prefix
 // cache, in one batch.
-func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix *gemma3n.Cache, res *Result, onField func(FieldResult)) error {
+func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix *gemma3n.Cache, res *Result, opt Options, onField func(FieldResult)) error {
 	for _, df := range fs {
-		r, err := catalog.Decode(ctx, sc.m, df.cat, catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone()}, catalog.Options{})
+		copt := catalog.Options{CheckDense: opt.CatalogCheckDense}
+		if opt.OnCatalogStep != nil {
+			name := s.Fields[df.field].Name
+			var names []string
+			copt.OnStep = func(_ int, st catalog.Step) error {
+				if st.Entry >= 0 {
+					names = append(names, df.cat.Entries[st.Entry].Name)
+				}
+				opt.OnCatalogStep(name, slices.Clone(names), sc.catalogStep(st))
+				return nil
+			}
+		}
+		r, err := catalog.Decode(ctx, sc.m, df.cat, catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone()}, copt)
 		if err != nil {
 			return fmt.Errorf("scorer: field %q: %w", s.Fields[df.field].Name, err)
 		}
@@ -109,24 +134,17 @@ func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, pref
 // candidate named by all of them ("a | b").
 func (sc *Scorer) catalogResult(f Field, df decodedField, r catalog.Result) FieldResult {
 	fr := FieldResult{Name: f.Name, Type: f.Kind, Names: r.Names, Decisions: []Decision{}}
-	tx, _ := sc.tok.(texter)
 	path := 1.0
 	entropy, states := 0.0, 0
+	ms := func(d time.Duration, n int) float64 { return d.Seconds() * 1000 / float64(max(n, 1)) }
+	tm := &CatalogTiming{Tokens: len(r.Tokens), PrefillMs: ms(r.Prefill, 1), MsPerToken: ms(r.Decode, len(r.Tokens)-1),
+		HeadMsPerToken: ms(r.Head, len(r.Tokens)), DenseHeadMsPerToken: ms(r.Dense, len(r.Tokens)), DenseMaxRelGap: r.DenseMaxRel}
+	fr.CatalogTiming = tm
 	for _, st := range r.Steps {
 		p := st.Probs()
-		cs := CatalogStep{Node: st.Node, Chosen: st.Chosen, Legal: len(st.Legal)}
-		for j, id := range st.Legal {
-			tp := TokenProb{ID: id, P: p[j]}
-			if tx != nil {
-				tp.Text = tx.Decode([]int32{id})
-			}
-			cs.Tokens = append(cs.Tokens, tp)
-			if id == st.Chosen {
-				path *= p[j]
-			}
-		}
-		sort.SliceStable(cs.Tokens, func(a, b int) bool { return cs.Tokens[a].P > cs.Tokens[b].P })
-		fr.Steps = append(fr.Steps, cs)
+		tm.MaxLegal = max(tm.MaxLegal, len(st.Legal))
+		path *= p[slices.Index(st.Legal, st.Chosen)]
+		fr.Steps = append(fr.Steps, sc.catalogStep(st))
 		if len(p) > 1 {
 			h := 0.0
 			for _, q := range p {
@@ -154,6 +172,22 @@ func (sc *Scorer) catalogResult(f Field, df decodedField, r catalog.Result) Fiel
 		fr.AllowedTokenMass = 1 // the decode only ever chooses legal tokens
 	}
 	return fr
+}
+
+// catalogStep is a decode step with its distribution, most probable first.
+func (sc *Scorer) catalogStep(st catalog.Step) CatalogStep {
+	tx, _ := sc.tok.(texter)
+	p := st.Probs()
+	cs := CatalogStep{Node: st.Node, Chosen: st.Chosen, Legal: len(st.Legal)}
+	for j, id := range st.Legal {
+		tp := TokenProb{ID: id, P: p[j]}
+		if tx != nil {
+			tp.Text = tx.Decode([]int32{id})
+		}
+		cs.Tokens = append(cs.Tokens, tp)
+	}
+	sort.SliceStable(cs.Tokens, func(a, b int) bool { return cs.Tokens[a].P > cs.Tokens[b].P })
+	return cs
 }
 
 // choiceDistribution partitions a 1-of-n decode's probability over the

@@ -32,13 +32,26 @@ func TestCatalogField(t *testing.T) {
 	input := "Umbrella for Berlin tomorrow? Put the meeting in my calendar and mail Anna."
 	sc := scorer.New(m, tok)
 	var streamed []string
-	res, err := sc.Score(context.Background(), s, input, scorer.Options{OnField: func(f scorer.FieldResult) { streamed = append(streamed, f.Name) }})
+	var live [][]string
+	res, err := sc.Score(context.Background(), s, input, scorer.Options{CatalogCheckDense: true,
+		OnField: func(f scorer.FieldResult) { streamed = append(streamed, f.Name) },
+		OnCatalogStep: func(field string, names []string, st scorer.CatalogStep) {
+			if field == "tools" {
+				live = append(live, names)
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := res.Fields[0]
 	if len(f.Names) != 2 || f.Names[0] == f.Names[1] || len(f.Steps) == 0 || !slices.Contains(streamed, "tools") {
 		t.Fatalf("tools field %+v, streamed %v", f, streamed)
+	}
+	if len(live) != len(f.Steps) || !slices.Equal(live[len(live)-1], f.Names) || len(live[0]) != 0 {
+		t.Fatalf("live steps %v for %d steps, names %v", live, len(f.Steps), f.Names)
+	}
+	if tm := f.CatalogTiming; tm == nil || tm.Tokens != len(f.Steps) || tm.DenseHeadMsPerToken <= 0 || tm.DenseMaxRelGap != 0 {
+		t.Fatalf("catalog timing %+v", f.CatalogTiming)
 	}
 	// The same decode alone: the prompt, then the key.
 	prompt := tok.Encode(s.Prompt(input) + `{"tools":`)

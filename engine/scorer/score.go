@@ -54,6 +54,12 @@ type Options struct {
 	// Media, when set, computes the request's image and audio soft tokens;
 	// it runs inside the request and counts as input preparation.
 	Media func() (*Media, error)
+	// OnCatalogStep, when set, hears every step of a trie decode as it is
+	// chosen: the field, the names emitted so far and the step.
+	OnCatalogStep func(field string, names []string, step CatalogStep)
+	// CatalogCheckDense computes the dense output head too at every step of
+	// a trie decode, cross-checks it and times it beside the sparse head.
+	CatalogCheckDense bool
 	// Backend is "json" (the default: candidate likelihoods) or "catalog"
 	// (choice fields decoded through their option tries). Catalog fields
 	// are decoded under either.
@@ -123,10 +129,11 @@ type FieldResult struct {
 	// Names are the entries a trie decode emitted, in order (Catalog, and
 	// Choice under the catalog backend), Steps its distributions and
 	// PathProbability the product of its chosen tokens' probabilities.
-	Names           []string      `json:"names,omitempty"`
-	Steps           []CatalogStep `json:"steps,omitempty"`
-	PathProbability *float64      `json:"path_probability,omitempty"`
-	Elapsed         Duration      `json:"elapsed_ms"`
+	Names           []string       `json:"names,omitempty"`
+	Steps           []CatalogStep  `json:"steps,omitempty"`
+	PathProbability *float64       `json:"path_probability,omitempty"`
+	CatalogTiming   *CatalogTiming `json:"catalog_timing,omitempty"`
+	Elapsed         Duration       `json:"elapsed_ms"`
 }
 
 // Duration marshals as milliseconds.
@@ -301,7 +308,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	}
 	if len(decoded) > 0 {
 		r.cache.Truncate(len(comp.prefixIDs))
-		if err := sc.decode(ctx, s, decoded, r.cache, res, func(f FieldResult) {
+		if err := sc.decode(ctx, s, decoded, r.cache, res, opt, func(f FieldResult) {
 			if r.timings.FirstDecision == 0 {
 				r.timings.FirstDecision = Duration(time.Since(start))
 			}
