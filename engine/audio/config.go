@@ -100,7 +100,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("audio: config: "+format, args...)
 	}
 	for _, f := range []struct {
-		name     string
+		name      string
 		v, lo, hi int
 	}{
 		{"hidden_size", c.HiddenSize, 1, maxWidth},
