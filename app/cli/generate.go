@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,6 +10,7 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
+	promptpkg "verdict/engine/prompt"
 	"verdict/engine/tokenizer"
 )
 
@@ -56,10 +58,17 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		ids = inputs.ChatPrompt(m, p, *system, *prompt).Encode(tok)
+		if ids, err = inputs.ChatPrompt(m, p, *system, *prompt).Encode(tok, m.Special); err != nil {
+			return err
+		}
 		media = &p.Media.Media
 	} else if *raw {
+		// --raw sends the text as written, control tokens included; media
+		// placeholders without media are refused.
 		ids = append([]int32{int32(tok.BOS())}, tok.Encode(*prompt)...)
+		if err := promptpkg.CheckMediaIDs(ids, m.Special, tok); err != nil {
+			return fmt.Errorf("--raw prompt: %w", err)
+		}
 	} else {
 		var turns []tokenizer.Turn
 		if *system != "" {
@@ -80,8 +89,18 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		_, werr := io.WriteString(stdout, dec.Add(t.ID))
 		return werr
 	})
-	io.WriteString(stdout, dec.Flush()+"\n")
+	interrupted := err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if err == nil || interrupted || len(res.IDs) > 0 {
+		io.WriteString(stdout, dec.Flush()+"\n")
+	}
+	switch {
+	case interrupted: // Ctrl-C: what was generated is the answer
+		fmt.Fprintf(stderr, "interrupted after %d tokens\n", len(res.IDs))
+		return nil
+	case err != nil: // no speed figures for a run that failed
+		return err
+	}
 	fmt.Fprintf(stderr, "prompt %d tokens, prefill %.1f tokens/s, first token %.0f ms, %d tokens at %.1f tokens/s\n",
 		res.PromptLen, res.PrefillTokensPerSec(), res.FirstToken.Seconds()*1000, len(res.IDs), res.DecodeTokensPerSec())
-	return err
+	return nil
 }
