@@ -233,6 +233,8 @@ func TestSchemaErrors(t *testing.T) {
 	}
 	for _, tc := range []struct{ json, want string }{
 		{`{`, "invalid JSON"},
+		{` [{"name":"a","question":"q?","type":"bool"}]`, `the schema must be a JSON object like {"fields": [...]}, but it is an array`},
+		{`"fields"`, "but it is a string"},
 		{`{"fields":[]}`, "no fields"},
 		{`{"fields":[{"name":"","question":"q?","type":"bool"}]}`, "empty name"},
 		{`{"fields":[{"name":"a","question":"q?","type":"bool"},{"name":"a","question":"q?","type":"bool"}]}`, "duplicate field name"},
