@@ -17,6 +17,7 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
+	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
 	"verdict/media"
@@ -818,7 +819,9 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 			ids, perr = schema.MediaPrompt(input, p.Captions, p.Audio != nil, l.m.Special).Encode(l.tok, l.m.Special)
 		}
 	case set.Prompt == PromptChat:
-		ids = l.tok.EncodeChat([]tokenizer.Turn{{Role: "user", Content: input}}, true)
+		if perr = prompt.CheckMediaText(input, l.m.Special, l.tok); perr == nil {
+			ids = l.tok.EncodeChat([]tokenizer.Turn{{Role: "user", Content: input}}, true)
+		}
 	default:
 		ids, perr = schema.MediaPrompt(input, nil, false, l.m.Special).Encode(l.tok, l.m.Special)
 	}

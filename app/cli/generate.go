@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"unicode/utf8"
 
 	"verdict/app/inputs"
 	"verdict/engine/gemma3n"
@@ -30,8 +32,11 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *prompt == "" && !mf.any() {
+	if strings.TrimSpace(*prompt) == "" && !mf.any() {
 		return usageErr("--prompt is required (or media: --image, --audio, --video)")
+	}
+	if !utf8.ValidString(*prompt) || !utf8.ValidString(*system) {
+		return usageErr("--prompt and --system must be valid UTF-8 text")
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
@@ -70,6 +75,11 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("--raw prompt: %w", err)
 		}
 	} else {
+		for _, text := range []string{*system, *prompt} {
+			if err := promptpkg.CheckMediaText(text, m.Special, tok); err != nil {
+				return err
+			}
+		}
 		var turns []tokenizer.Turn
 		if *system != "" {
 			turns = append(turns, tokenizer.Turn{Role: "system", Content: *system})

@@ -118,4 +118,12 @@ func TestGenerateHonesty(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--raw prompt: the text holds the end-of-image token") {
 		t.Errorf("placeholder in a raw prompt: exit %d, %s", code, stderr)
 	}
+	code, _, stderr = run("generate", "--model", "builtin", "--prompt", "look <image_soft_token>", "--max-tokens", "1")
+	if code != 1 || !strings.Contains(stderr, "the text holds <image_soft_token>") {
+		t.Errorf("placeholder in a chat prompt: exit %d, %s", code, stderr)
+	}
+	code, _, stderr = run("generate", "--model", "builtin", "--prompt", "  \n", "--max-tokens", "1")
+	if code != 2 || !strings.Contains(stderr, "--prompt is required") {
+		t.Errorf("blank prompt: exit %d, %s", code, stderr)
+	}
 }

@@ -5,8 +5,9 @@
 // Only the builder places control tokens: text it writes (Text) may hold
 // special tokens written as text ("<start_of_turn>"), while text from
 // outside (User: the input, a schema's questions and option names, a system
-// message) is tokenized with its special tokens as plain text, and a media
-// placeholder id coming out of any text is refused.
+// message) is tokenized with its special tokens as plain text. Media tokens
+// are refused in text: spelled out in user text, or as ids coming out of
+// any text.
 package prompt
 
 import (
@@ -86,6 +87,11 @@ func (p Prompt) Encode(tok Tokenizer, sp gemma3n.Special) ([]int32, error) {
 		return nil
 	}
 	for _, s := range p {
+		if s.User {
+			if err := CheckMediaText(s.Text, sp, tok); err != nil {
+				return nil, err
+			}
+		}
 		if s.IDs == nil {
 			if s.Text != "" {
 				parts = append(parts, tokenizer.Part{Text: s.Text, Control: !s.User})
@@ -103,19 +109,51 @@ func (p Prompt) Encode(tok Tokenizer, sp gemma3n.Special) ([]int32, error) {
 	return out, nil
 }
 
-// CheckMediaIDs refuses ids of text that hold one of sp's media ids (zero
-// ids are unset and ignored). tok, when it has a TokenText method, names the
-// token in the error.
-func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
-	media := map[int32]string{}
+// mediaID is one of a config's media token ids.
+type mediaID struct {
+	id   int32
+	what string
+}
+
+// mediaIDs lists sp's media ids (zero ids are unset and left out).
+func mediaIDs(sp gemma3n.Special) []mediaID {
+	var out []mediaID
 	for _, m := range []struct {
 		id   int
 		what string
 	}{{sp.BOI, "start-of-image"}, {sp.EOI, "end-of-image"}, {sp.Image, "image placeholder"},
 		{sp.BOA, "start-of-audio"}, {sp.EOA, "end-of-audio"}, {sp.Audio, "audio placeholder"}} {
 		if m.id != 0 {
-			media[int32(m.id)] = m.what
+			out = append(out, mediaID{int32(m.id), m.what})
 		}
+	}
+	return out
+}
+
+// CheckMediaText refuses untrusted text that spells one of sp's media
+// tokens as the tokenizer names it ("<image_soft_token>"): media are
+// attached as files, never written into the text. tok needs a TokenText
+// method for the check to run.
+func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
+	tt, ok := tok.(interface{ TokenText(int32) string })
+	if !ok || !strings.Contains(text, "<") {
+		return nil
+	}
+	for _, m := range mediaIDs(sp) {
+		if name := tt.TokenText(m.id); len(name) > 2 && strings.Contains(text, name) {
+			return fmt.Errorf("the text holds %s, the model's %s token (id %d): images and audio are attached as media, not written as tokens", name, m.what, m.id)
+		}
+	}
+	return nil
+}
+
+// CheckMediaIDs refuses ids of text that hold one of sp's media ids (zero
+// ids are unset and ignored). tok, when it has a TokenText method, names the
+// token in the error.
+func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
+	media := map[int32]string{}
+	for _, m := range mediaIDs(sp) {
+		media[m.id] = m.what
 	}
 	if len(media) == 0 {
 		return nil

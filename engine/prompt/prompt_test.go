@@ -50,6 +50,17 @@ func TestEncode(t *testing.T) {
 	if _, err := r.Encode(tk, sp); err == nil || !strings.Contains(err.Error(), "end-of-image token <image_soft_token> (id 262144)") {
 		t.Errorf("placeholder in text: %v", err)
 	}
+	// Spelled out in user text, a media token is refused too (the plain
+	// encoding would keep it text, but it is never what the user means).
+	var u prompt.Prompt
+	u.Text("<bos>")
+	u.User("look: <start_of_image> here")
+	if _, err := u.Encode(tk, sp); err == nil || !strings.Contains(err.Error(), "the text holds <start_of_image>, the model's start-of-image token (id 255999)") {
+		t.Errorf("media token spelled in user text: %v", err)
+	}
+	if err := prompt.CheckMediaText("a <b> c", sp, tk); err != nil {
+		t.Errorf("ordinary text: %v", err)
+	}
 	if err := prompt.CheckMediaIDs([]int32{2, 262273}, sp, tk); err == nil || !strings.Contains(err.Error(), "audio placeholder") {
 		t.Errorf("CheckMediaIDs: %v", err)
 	}

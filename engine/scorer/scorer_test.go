@@ -235,6 +235,8 @@ func TestSchemaErrors(t *testing.T) {
 		{`{`, "invalid JSON"},
 		{` [{"name":"a","question":"q?","type":"bool"}]`, `the schema must be a JSON object like {"fields": [...]}, but it is an array`},
 		{`"fields"`, "but it is a string"},
+		{`null`, "but it is null"},
+		{`nonsense`, "invalid JSON"},
 		{`{"fields":[]}`, "no fields"},
 		{`{"fields":[{"name":"","question":"q?","type":"bool"}]}`, "empty name"},
 		{`{"fields":[{"name":"a","question":"q?","type":"bool"},{"name":"a","question":"q?","type":"bool"}]}`, "duplicate field name"},
