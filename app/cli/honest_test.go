@@ -38,6 +38,7 @@ func TestScoreFlagHonesty(t *testing.T) {
 		{[]string{"score", "--schema", schema, "--text", "x", "--branch-batch", "65"}, 2, "--branch-batch must be from 1 to 64"},
 		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--temperature", "2"}, 2, "--temperature does not apply to calibrate"},
 		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--branch-batch", "0"}, 2, "--branch-batch must be from 1 to 64"},
+		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--calibration", extra}, 2, "--calibration does not apply to calibrate"},
 		{[]string{"score", "--schema", schema, "--text", "  \n "}, 1, "the input is empty"},
 		{[]string{"score", "--schema", schema, "--text-file", blank}, 1, blank + ": the input is empty"},
 		{[]string{"score", "--schema", schema, "--text-file", bin}, 1, bin + ": the input is not valid UTF-8 text"},

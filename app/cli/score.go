@@ -41,10 +41,15 @@ func addScoreFlags(fs interface {
 
 // check refuses flag values the scorer would otherwise replace silently:
 // --temperature must be positive (0 is not "greedy" here), --branch-batch
-// within 1..64. calibrate fits temperatures, so it takes no --temperature.
+// within 1..64. calibrate fits temperatures, so it takes no --temperature
+// and no --calibration.
 func (f scoreFlags) check(fs *flag.FlagSet, calibrating bool) error {
-	if calibrating && isSet(fs, "temperature") {
-		return usageErr("--temperature does not apply to calibrate: it fits the temperatures")
+	if calibrating {
+		for _, name := range []string{"temperature", "calibration"} {
+			if isSet(fs, name) {
+				return usageErr("--%s does not apply to calibrate: it fits the temperatures", name)
+			}
+		}
 	}
 	if t := *f.temperature; !(t > 0) || math.IsInf(t, 0) {
 		return usageErr("--temperature must be positive, got %v (scores are divided by it)", t)
