@@ -11,7 +11,10 @@
 //
 // Encode never adds special tokens (HF's add_special_tokens=false); the
 // post-processor of the file is therefore not used. EncodeChat renders the
-// Gemma chat template, whose text already begins with "<bos>".
+// Gemma chat template, whose text already begins with "<bos>". Encode turns
+// special tokens written in the text into their ids; EncodePlain (HF's
+// split_special_tokens=True) keeps them text, for text from users, and
+// EncodeParts mixes the two in one pass for prompts that hold both.
 //
 // The published Gemma 3 tokenizer.json and Gemma 3n's agree on all text ids
 // (below 262144) but not on the multimodal placeholders: in this file
