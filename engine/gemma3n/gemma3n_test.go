@@ -376,3 +376,24 @@ func TestForwardLast(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxPositions: neither the forward pass nor branch rows run past
+// max_position_embeddings; the error names both numbers.
+func TestMaxPositions(t *testing.T) {
+	m := *testmodel.Tiny(t) // a copy: the shared model keeps its config
+	m.Cfg.MaxPositionEmbeddings = 8
+	c := m.NewCache()
+	if _, err := m.ForwardLast(c, []int32{2, 10, 11, 12, 13, 14}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ForwardLast(c, []int32{15, 16, 17}, 1); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
+		t.Errorf("forward past the limit: %v", err)
+	}
+	rows := []gemma3n.Branch{{IDs: []int32{20, 21}, Outputs: 1}, {IDs: []int32{22, 23, 24}, Outputs: 1}}
+	if _, _, err := m.ForwardBranches(c, nil, rows, true); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
+		t.Errorf("branch rows past the limit: %v", err)
+	}
+	if _, _, err := m.ForwardBranches(c, nil, rows[:1], true); err != nil {
+		t.Errorf("branch rows within the limit: %v", err)
+	}
+}
