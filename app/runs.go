@@ -17,6 +17,7 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
+	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
 	"verdict/media"
@@ -828,6 +829,7 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	}
 	var ids []int32
 	var md *gemma3n.Media
+	var perr error
 	switch {
 	case media != nil:
 		p, err := media.wait(ctx)
@@ -837,14 +839,20 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 		}
 		md = &p.Media.Media
 		if set.Prompt == PromptChat {
-			ids = inputs.ChatPrompt(l.m, p, "", input).Encode(l.tok)
+			ids, perr = inputs.ChatPrompt(l.m, p, "", input).Encode(l.tok, l.m.Special)
 		} else {
-			ids = schema.MediaPrompt(input, p.Captions, p.Audio != nil, l.m.Special).Encode(l.tok)
+			ids, perr = schema.MediaPrompt(input, p.Captions, p.Audio != nil, l.m.Special).Encode(l.tok, l.m.Special)
 		}
 	case set.Prompt == PromptChat:
-		ids = l.tok.EncodeChat([]tokenizer.Turn{{Role: "user", Content: input}}, true)
+		if perr = prompt.CheckMediaText(input, l.m.Special, l.tok); perr == nil {
+			ids = l.tok.EncodeChat([]tokenizer.Turn{{Role: "user", Content: input}}, true)
+		}
 	default:
-		ids = l.tok.Encode(schema.Prompt(input))
+		ids, perr = schema.MediaPrompt(input, nil, false, l.m.Special).Encode(l.tok, l.m.Special)
+	}
+	if perr != nil {
+		fail(perr)
+		return
 	}
 	if len(ids) > scorer.MaxInputTokens {
 		fail(&scorer.LimitError{What: "input tokens", Value: len(ids), Max: scorer.MaxInputTokens})
@@ -1068,11 +1076,11 @@ func (s *Scorer) PromptMedia(schema json.RawMessage, input string, mediaIDs []st
 	defer release()
 	pr := sc.MediaPrompt(input, captions, p.Audio, l.m.Special)
 	p.Text = pr.String()
-	if len(captions) > 0 || p.Audio {
-		p.Tokens = len(pr.Encode(l.tok))
-	} else {
-		p.Tokens = len(l.tok.Encode(p.Text))
+	ids, err := pr.Encode(l.tok, l.m.Special)
+	if err != nil {
+		return PromptPreview{}, err
 	}
+	p.Tokens = len(ids)
 	return p, nil
 }
 

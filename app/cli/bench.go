@@ -205,7 +205,11 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 			var reqs []catalog.Request
 			for _, q := range catalog.ToolRequests[:*requests] {
-				reqs = append(reqs, catalog.Request{Prompt: catalog.Prompt(tok, Turns(tok), cat.Entries, q.K, q.Text), K: q.K})
+				ids, err := catalogPrompt(tok, m.Model, cat, q.Text, q.K, false)
+				if err != nil {
+					return bench.CatalogReport{}, err
+				}
+				reqs = append(reqs, catalog.Request{Prompt: ids, K: q.K})
 			}
 			fmt.Fprintf(stderr, "%s: measuring\n", spec)
 			return bench.Catalog(ctx, spec, m.Model, cat, reqs, sizes)

@@ -12,7 +12,9 @@ import (
 	"unicode/utf8"
 
 	"verdict/engine/catalog"
+	"verdict/engine/gemma3n"
 	"verdict/engine/models"
+	"verdict/engine/prompt"
 	"verdict/engine/tokenizer"
 )
 
@@ -128,11 +130,11 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if j.k < 1 || j.k > len(cat.Entries) {
 			return fmt.Errorf("request %d: k = %d, but the catalog has %d entries", i+1, j.k, len(cat.Entries))
 		}
-		if *raw {
-			reqs[i] = catalog.Request{Prompt: tok.Encode(j.text), K: j.k}
-		} else {
-			reqs[i] = catalog.Request{Prompt: catalog.Prompt(tok, Turns(tok), cat.Entries, j.k, j.text), K: j.k}
+		ids, err := catalogPrompt(tok, m.Model, cat, j.text, j.k, *raw)
+		if err != nil {
+			return fmt.Errorf("request %d: %w", i+1, err)
 		}
+		reqs[i] = catalog.Request{Prompt: ids, K: j.k}
 	}
 	opt := catalog.Options{CheckDense: *checkDense}
 	if *batch == "" {
@@ -184,9 +186,15 @@ func Grammar(tok *tokenizer.Tokenizer) catalog.Grammar {
 	return catalog.Grammar{Sep: sep, SepText: "\n", Stop: tok.EndOfTurn()}
 }
 
-// Turns are the Gemma chat control tokens.
-func Turns(tok *tokenizer.Tokenizer) catalog.Turns {
-	return catalog.Turns{BOS: tok.BOS(), StartOfTurn: tok.StartOfTurn(), EndOfTurn: tok.EndOfTurn()}
+// catalogPrompt builds a request's prompt ids: the catalog prompt around
+// the request, or with raw the text as the whole prompt (special tokens
+// written as text become ids; media tokens are refused either way).
+func catalogPrompt(tok *tokenizer.Tokenizer, m *gemma3n.Model, cat *catalog.Catalog, text string, k int, raw bool) ([]int32, error) {
+	if !raw {
+		return catalog.Prompt(cat.Entries, k, text).Encode(tok, m.Special)
+	}
+	ids := tok.Encode(text)
+	return ids, prompt.CheckMediaIDs(ids, m.Special, tok)
 }
 
 // checkText refuses an empty or non-UTF-8 request.

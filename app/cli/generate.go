@@ -2,13 +2,17 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"unicode/utf8"
 
 	"verdict/app/inputs"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
+	promptpkg "verdict/engine/prompt"
 	"verdict/engine/tokenizer"
 )
 
@@ -28,8 +32,11 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *prompt == "" && !mf.any() {
+	if strings.TrimSpace(*prompt) == "" && !mf.any() {
 		return usageErr("--prompt is required (or media: --image, --audio, --video)")
+	}
+	if !utf8.ValidString(*prompt) || !utf8.ValidString(*system) {
+		return usageErr("--prompt and --system must be valid UTF-8 text")
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
@@ -56,11 +63,23 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		ids = inputs.ChatPrompt(m, p, *system, *prompt).Encode(tok)
+		if ids, err = inputs.ChatPrompt(m, p, *system, *prompt).Encode(tok, m.Special); err != nil {
+			return err
+		}
 		media = &p.Media.Media
 	} else if *raw {
+		// --raw sends the text as written, control tokens included; media
+		// placeholders without media are refused.
 		ids = append([]int32{int32(tok.BOS())}, tok.Encode(*prompt)...)
+		if err := promptpkg.CheckMediaIDs(ids, m.Special, tok); err != nil {
+			return fmt.Errorf("--raw prompt: %w", err)
+		}
 	} else {
+		for _, text := range []string{*system, *prompt} {
+			if err := promptpkg.CheckMediaText(text, m.Special, tok); err != nil {
+				return err
+			}
+		}
 		var turns []tokenizer.Turn
 		if *system != "" {
 			turns = append(turns, tokenizer.Turn{Role: "system", Content: *system})
@@ -80,8 +99,18 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		_, werr := io.WriteString(stdout, dec.Add(t.ID))
 		return werr
 	})
-	io.WriteString(stdout, dec.Flush()+"\n")
+	interrupted := err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if err == nil || interrupted || len(res.IDs) > 0 {
+		io.WriteString(stdout, dec.Flush()+"\n")
+	}
+	switch {
+	case interrupted: // Ctrl-C: what was generated is the answer
+		fmt.Fprintf(stderr, "interrupted after %d tokens\n", len(res.IDs))
+		return nil
+	case err != nil: // no speed figures for a run that failed
+		return err
+	}
 	fmt.Fprintf(stderr, "prompt %d tokens, prefill %.1f tokens/s, first token %.0f ms, %d tokens at %.1f tokens/s\n",
 		res.PromptLen, res.PrefillTokensPerSec(), res.FirstToken.Seconds()*1000, len(res.IDs), res.DecodeTokensPerSec())
-	return err
+	return nil
 }

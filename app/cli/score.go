@@ -3,9 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strings"
+	"unicode/utf8"
 
 	"verdict/engine/models"
 	"verdict/engine/scorer"
@@ -33,6 +37,60 @@ func addScoreFlags(fs interface {
 		batch:       fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
 	}
+}
+
+// check refuses flag values the scorer would otherwise replace silently:
+// --temperature must be positive (0 is not "greedy" here), --branch-batch
+// within 1..64. calibrate fits temperatures, so it takes no --temperature
+// and no --calibration.
+func (f scoreFlags) check(fs *flag.FlagSet, calibrating bool) error {
+	if calibrating {
+		for _, name := range []string{"temperature", "calibration"} {
+			if isSet(fs, name) {
+				return usageErr("--%s does not apply to calibrate: it fits the temperatures", name)
+			}
+		}
+	}
+	if t := *f.temperature; !(t > 0) || math.IsInf(t, 0) {
+		return usageErr("--temperature must be positive, got %v (scores are divided by it)", t)
+	}
+	if b := *f.batch; b < 1 || b > 64 {
+		return usageErr("--branch-batch must be from 1 to 64, got %d", b)
+	}
+	return nil
+}
+
+// isSet reports whether the flag was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// checkInput refuses an empty or non-UTF-8 input, as the app does.
+func checkInput(input, source string, media bool) error {
+	if strings.TrimSpace(input) == "" && !media {
+		return fmt.Errorf("%sthe input is empty: give some text, or media (--image, --audio, --video)", source)
+	}
+	if !utf8.ValidString(input) {
+		return fmt.Errorf("%sthe input is not valid UTF-8 text", source)
+	}
+	return nil
+}
+
+// checkWritable makes sure path can be written before a long computation
+// whose result goes there; it leaves no file behind that was not there.
+func checkWritable(path string) error {
+	_, statErr := os.Stat(path)
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("--out %s is not writable: %w", path, err)
+	}
+	fh.Close()
+	if os.IsNotExist(statErr) {
+		os.Remove(path)
+	}
+	return nil
 }
 
 // open loads the model, tokenizer and schema the flags name.
@@ -79,21 +137,33 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *text != "" && *textFile != "" || *text == "" && *textFile == "" && !mf.any() {
 		return usageErr("give exactly one of --text and --text-file, or media (--image, --audio, --video)")
 	}
-	input := *text
+	if err := f.check(fs, false); err != nil {
+		return err
+	}
+	input, source := *text, ""
 	if *textFile != "" {
 		b, err := os.ReadFile(*textFile)
 		if err != nil {
 			return err
 		}
-		input = string(b)
+		input, source = string(b), *textFile+": "
 	}
-	opt := scorer.Options{BranchBatch: *f.batch, Temperature: *f.temperature, TokenLogprobs: *logprobs, Backend: *f.backend}
+	if err := checkInput(input, source, mf.any()); err != nil {
+		return err
+	}
+	opt := scorer.Options{BranchBatch: *f.batch, TokenLogprobs: *logprobs, Backend: *f.backend}
+	if isSet(fs, "temperature") {
+		opt.Temperature = *f.temperature // else the scorer's default, 1
+	}
 	if *f.calibration != "" {
 		c, err := scorer.LoadCalibration(*f.calibration)
 		if err != nil {
 			return err
 		}
 		opt.Calibration = c
+		if opt.Temperature != 0 {
+			fmt.Fprintf(stderr, "note: the fitted temperatures of %s replace --temperature %g\n", *f.calibration, opt.Temperature)
+		}
 	}
 	m, sc, s, err := f.open()
 	if err != nil {
@@ -135,6 +205,12 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *examples == "" {
 		return usageErr("--examples is required")
+	}
+	if err := f.check(fs, true); err != nil {
+		return err
+	}
+	if err := checkWritable(*out); err != nil {
+		return err
 	}
 	r, err := os.Open(*examples)
 	if err != nil {

@@ -169,17 +169,18 @@ func clock(d time.Duration) string {
 
 // ChatPrompt is a one-turn chat prompt for ordinary generation: the system
 // message (if any), the media placeholders (captioned as Captions say), then
-// the text.
+// the text. Only the chat markup gives control tokens: special tokens in the
+// system message, captions and text stay text.
 func ChatPrompt(m *models.Model, p *Prepared, system, text string) prompt.Prompt {
 	var pr prompt.Prompt
 	pr.Text("<bos><start_of_turn>user\n")
 	if system != "" {
-		pr.Text(system + "\n\n")
+		pr.User(system + "\n\n")
 	}
 	if p != nil {
 		for i, c := range p.Captions {
 			if c != "" {
-				pr.Text(c)
+				pr.User(c)
 			}
 			pr.Image(m.Special, fmt.Sprintf("image %d", i+1))
 		}
@@ -187,6 +188,7 @@ func ChatPrompt(m *models.Model, p *Prepared, system, text string) prompt.Prompt
 			pr.Audio(m.Special, "audio")
 		}
 	}
-	pr.Text(text + "<end_of_turn>\n<start_of_turn>model\n")
+	pr.User(text)
+	pr.Text("<end_of_turn>\n<start_of_turn>model\n")
 	return pr
 }

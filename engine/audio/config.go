@@ -3,6 +3,7 @@ package audio
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // Config is the audio tower's configuration: transformers' Gemma3nAudioConfig
@@ -84,9 +85,51 @@ func ParseConfig(data []byte) (Config, error) {
 	return c, c.validate()
 }
 
+// Bounds on the sizes a config may ask for, checked before any sizes an
+// allocation; the loader then holds them to the checkpoint's tensors.
+const (
+	maxLayers  = 1024
+	maxWidth   = 1 << 16 // hidden size, channels, heads, attention context
+	maxKernel  = 1024    // convolution kernels and strides, reduction
+	maxVocab   = 1 << 22
+	maxSoftTok = 1 << 16
+)
+
 func (c Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("audio: config: "+format, args...)
+	}
+	for _, f := range []struct {
+		name      string
+		v, lo, hi int
+	}{
+		{"hidden_size", c.HiddenSize, 1, maxWidth},
+		{"conf_num_attention_heads", c.NumHeads, 1, maxWidth},
+		{"conf_num_hidden_layers", c.NumLayers, 0, maxLayers},
+		{"conf_attention_chunk_size", c.ChunkSize, 1, maxWidth},
+		{"conf_attention_context_left", c.ContextLeft, 0, maxWidth},
+		{"conf_attention_context_right", c.ContextRight, 0, maxWidth},
+		{"conf_conv_kernel_size", c.ConvKernel, 1, maxKernel},
+		{"conf_reduction_factor", c.Reduction, 1, maxKernel},
+		{"vocab_size", c.VocabSize, 1, maxVocab},
+		{"vocab_offset", c.VocabOffset, 0, maxVocab},
+		{"text_config.vocab_size", c.TextVocabSize, 1, 2 * maxVocab},
+		{"audio_soft_tokens_per_image", c.SoftTokens, 1, maxSoftTok},
+	} {
+		if f.v < f.lo || f.v > f.hi {
+			return bad("%s %d is outside [%d, %d]", f.name, f.v, f.lo, f.hi)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"rms_norm_eps", c.RMSNormEps}, {"sscp_conv_group_norm_eps", c.SSCPNormEps}, {"gradient_clipping", c.GradClip}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			return bad("%s must be positive, got %g", f.name, f.v)
+		}
+	}
+	if math.IsNaN(c.ResidualWeight) || math.IsInf(c.ResidualWeight, 0) || math.IsInf(c.LogitCap, 0) {
+		return bad("conf_residual_weight %g and conf_attention_logit_cap %g must be finite", c.ResidualWeight, c.LogitCap)
 	}
 	switch {
 	case c.HiddenSize <= 0 || c.NumHeads <= 0 || c.HiddenSize%c.NumHeads != 0:
@@ -113,12 +156,21 @@ func (c Config) validate() error {
 		return bad("audio_soft_tokens_per_image %d", c.SoftTokens)
 	}
 	for i := 0; i < 2; i++ {
-		if c.SSCPChannels[i] <= 0 || len(c.SSCPKernels[i]) != 2 || len(c.SSCPStrides[i]) != 2 ||
-			c.SSCPKernels[i][0] <= 0 || c.SSCPKernels[i][1] <= 0 || c.SSCPStrides[i][0] <= 0 || c.SSCPStrides[i][1] <= 0 {
+		if c.SSCPChannels[i] <= 0 || c.SSCPChannels[i] > maxWidth || len(c.SSCPKernels[i]) != 2 || len(c.SSCPStrides[i]) != 2 ||
+			!inRange(c.SSCPKernels[i], 1, maxKernel) || !inRange(c.SSCPStrides[i], 1, maxKernel) {
 			return bad("subsampling convolution %d: channels %d, kernel %v, stride %v", i, c.SSCPChannels[i], c.SSCPKernels[i], c.SSCPStrides[i])
 		}
 	}
 	return nil
+}
+
+func inRange(v []int, lo, hi int) bool {
+	for _, x := range v {
+		if x < lo || x > hi {
+			return false
+		}
+	}
+	return true
 }
 
 // HeadDim is the attention head size (192).

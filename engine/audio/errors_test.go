@@ -68,7 +68,21 @@ func TestLoadErrors(t *testing.T) {
 		{"bad heads", store, `{"model_type": "gemma3n_audio", "hidden_size": 64, "conf_num_attention_heads": 5}`, "conf_num_attention_heads", false},
 		{"bad feature size", store, `{"audio_config": {"input_feat_size": 80}}`, "input_feat_size", false},
 		{"more layers than stored", store, strings.Replace(string(cfg), `"conf_num_hidden_layers": 2`, `"conf_num_hidden_layers": 3`, 1),
-			"conformer.2.", true},
+			"config conf_num_hidden_layers is 3 but the checkpoint has 2 conformer layers", false},
+		{"a million layers", store, strings.Replace(string(cfg), `"conf_num_hidden_layers": 2`, `"conf_num_hidden_layers": 1000000`, 1),
+			"conf_num_hidden_layers 1000000 is outside [0, 1024]", false},
+		{"huge context", store, strings.Replace(string(cfg), `"conf_attention_context_left": 13`, `"conf_attention_context_left": 100000000`, 1),
+			"conf_attention_context_left 100000000 is outside", false},
+		{"no chunk", store, strings.Replace(string(cfg), `"conf_attention_chunk_size": 12`, `"conf_attention_chunk_size": 0`, 1),
+			"conf_attention_chunk_size 0 is outside", false},
+		{"negative eps", store, strings.Replace(string(cfg), `"sscp_conv_group_norm_eps": 0.001`, `"sscp_conv_group_norm_eps": -0.001`, 1),
+			"sscp_conv_group_norm_eps must be positive, got -0.001", false},
+		{"huge kernel", store, strings.Replace(string(cfg), `"conf_conv_kernel_size": 5`, `"conf_conv_kernel_size": 50000000`, 1),
+			"conf_conv_kernel_size 50000000 is outside", false},
+		{"kernel not the checkpoint's", store, strings.Replace(string(cfg), `"conf_conv_kernel_size": 5`, `"conf_conv_kernel_size": 7`, 1),
+			"config conf_conv_kernel_size is 7 but the checkpoint's model.audio_tower.conformer.0.lconv1d.depthwise_conv1d.weight has 5", false},
+		{"wider than the checkpoint", store, strings.Replace(string(cfg), `"hidden_size": 64,`, `"hidden_size": 128,`, 1),
+			"config hidden_size is 128 but the checkpoint's model.embed_audio.hard_embedding_norm.weight has 64", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -78,6 +78,9 @@ func LoadTower(store weights.Store, configJSON []byte) (*Tower, error) {
 }
 
 func loadTower(store weights.Store, cfg Config) (*Tower, error) {
+	if err := checkCheckpoint(store, cfg); err != nil {
+		return nil, err
+	}
 	l := &loader{s: store}
 	t := &Tower{Cfg: cfg}
 	D := cfg.HiddenSize

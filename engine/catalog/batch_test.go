@@ -10,6 +10,7 @@ import (
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/gemma3n"
 )
 
 // TestBatchMatchesAlone: batched decoding (the masked no-repeat form, prompt
@@ -50,7 +51,11 @@ func TestBatchMatchesAlone(t *testing.T) {
 	}
 	// Every intent again with another k, so that batches mix lengths.
 	for i, c := range f.Cases {
-		jobs = append(jobs, job{main, catalog.Request{Prompt: catalog.Prompt(tok, turns(tok), main.Entries, 1+i%6, c.Intent), K: 1 + i%6}})
+		ids, err := catalog.Prompt(main.Entries, 1+i%6, c.Intent).Encode(tok, gemma3n.Special{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, job{main, catalog.Request{Prompt: ids, K: 1 + i%6}})
 	}
 	alone := make([]catalog.Result, len(jobs))
 	for i, j := range jobs {

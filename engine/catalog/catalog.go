@@ -26,9 +26,9 @@ type Entry struct {
 	TokenIDs    []int32 `json:"token_ids,omitempty"` // the name's tokens; verified when given
 }
 
-// Tokenizer encodes plain text (special tokens written in it are text).
+// Tokenizer encodes plain text: special tokens written in it stay text.
 type Tokenizer interface {
-	Encode(text string) []int32
+	EncodePlain(text string) []int32
 }
 
 // Grammar names the control tokens of the output language.
@@ -100,7 +100,7 @@ func Compile(entries []Entry, tok Tokenizer, g Grammar) (*Catalog, error) {
 	if g.Sep == g.Stop {
 		return nil, invalid("separator and stop are the same token %d", g.Sep)
 	}
-	if sep := tok.Encode(g.SepText); !slices.Equal(sep, []int32{g.Sep}) {
+	if sep := tok.EncodePlain(g.SepText); !slices.Equal(sep, []int32{g.Sep}) {
 		return nil, invalid("the separator %q encodes as %v, not [%d]", g.SepText, sep, g.Sep)
 	}
 	c := &Catalog{Entries: make([]Entry, len(entries)), Grammar: g}
@@ -113,7 +113,7 @@ func Compile(entries []Entry, tok Tokenizer, g Grammar) (*Catalog, error) {
 			return nil, invalid("entries %d and %d have the same name %q", j, i, e.Name)
 		}
 		seen[e.Name] = i
-		ids := tok.Encode(e.Name)
+		ids := tok.EncodePlain(e.Name)
 		if e.TokenIDs != nil && !slices.Equal(e.TokenIDs, ids) {
 			return nil, invalid("entry %q: token_ids %v, but the tokenizer gives %v", e.Name, e.TokenIDs, ids)
 		}
@@ -122,7 +122,7 @@ func Compile(entries []Entry, tok Tokenizer, g Grammar) (*Catalog, error) {
 				return nil, invalid("entry %q holds the control token %d", e.Name, id)
 			}
 		}
-		both := tok.Encode(e.Name + g.SepText + e.Name)
+		both := tok.EncodePlain(e.Name + g.SepText + e.Name)
 		want := append(append(append(make([]int32, 0, 2*len(ids)+1), ids...), g.Sep), ids...)
 		if !slices.Equal(both, want) {
 			return nil, invalid("entry %q: the separator %q merges with it (%v, not %v)", e.Name, g.SepText, both, want)

@@ -16,7 +16,7 @@ import (
 // except that "\n" is 107; optional merges map a string to one token.
 type charTok struct{ merges map[string]int32 }
 
-func (c charTok) Encode(s string) []int32 {
+func (c charTok) EncodePlain(s string) []int32 {
 	var out []int32
 	for i := 0; i < len(s); {
 		matched := false

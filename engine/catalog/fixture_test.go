@@ -9,6 +9,7 @@ import (
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/gemma3n"
 	"verdict/engine/tokenizer"
 )
 
@@ -59,10 +60,6 @@ func grammar(tok *tokenizer.Tokenizer) catalog.Grammar {
 	return catalog.Grammar{Sep: sep, SepText: "\n", Stop: tok.EndOfTurn()}
 }
 
-func turns(tok *tokenizer.Tokenizer) catalog.Turns {
-	return catalog.Turns{BOS: tok.BOS(), StartOfTurn: tok.StartOfTurn(), EndOfTurn: tok.EndOfTurn()}
-}
-
 // TestFixture reproduces catalog-tiny.json exactly with float32 weights:
 // prompts, trie size, every step's node, legal set and chosen token, the
 // names, for both catalogs, with the sparse head cross-checked against the
@@ -106,7 +103,10 @@ func TestFixture(t *testing.T) {
 	}
 	for _, set := range sets {
 		for i, fc := range set.cases {
-			ids := catalog.Prompt(tok, turns(tok), set.cat.Entries, fc.K, fc.Intent)
+			ids, err := catalog.Prompt(set.cat.Entries, fc.K, fc.Intent).Encode(tok, gemma3n.Special{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !slices.Equal(ids, fc.PromptIDs) {
 				t.Fatalf("%s case %d: the prompt builder's %d ids differ from the fixture's %d", set.name, i, len(ids), len(fc.PromptIDs))
 			}

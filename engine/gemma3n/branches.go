@@ -94,6 +94,11 @@ func (m *Model) ForwardBranches(c *Cache, parent *Segments, rows []Branch, gathe
 			return nil, nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, cfg.VocabSize)
 		}
 	}
+	for _, p := range pos {
+		if err := m.checkPositions(int(p) + 1); err != nil {
+			return nil, nil, err
+		}
+	}
 	e, err := m.Embed(ids)
 	if err != nil {
 		return nil, nil, err

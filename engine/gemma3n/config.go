@@ -73,8 +73,51 @@ func ParseConfig(data []byte) (Config, Special, error) {
 		return Config{}, sp, fmt.Errorf("config.json: model_type %q is not gemma3n or gemma3n_text", top.ModelType)
 	}
 	c, err := parseText(text)
-	return c, sp, err
+	if err != nil {
+		return c, sp, err
+	}
+	return c, sp, sp.validate()
 }
+
+// Bounds on what a config may ask for, checked before anything is sized by
+// it; LoadWith then holds every size to the checkpoint's tensors.
+const (
+	maxLayers     = 1024
+	maxWidth      = 1 << 16 // hidden sizes, head dims, heads, ranks
+	maxVocab      = 1 << 22
+	maxSoftTokens = 1 << 16
+)
+
+// validate checks the multimodal token ids (they may lie past the text
+// vocabulary: the vision and audio embedders hold them) and counts.
+func (sp Special) validate() error {
+	for _, f := range []struct {
+		name string
+		id   int
+	}{{"boi_token_id", sp.BOI}, {"eoi_token_id", sp.EOI}, {"image_token_id", sp.Image},
+		{"boa_token_id", sp.BOA}, {"eoa_token_id", sp.EOA}, {"audio_token_id", sp.Audio}} {
+		if f.id < 0 || f.id > maxVocab {
+			return fmt.Errorf("config.json: %s %d is outside [0, %d]", f.name, f.id, maxVocab)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"vision_soft_tokens_per_image", sp.VisionTokens}, {"audio_soft_tokens_per_image", sp.AudioTokens}} {
+		if f.n < 0 || f.n > maxSoftTokens {
+			return fmt.Errorf("config.json: %s %d is outside [0, %d]", f.name, f.n, maxSoftTokens)
+		}
+	}
+	return nil
+}
+
+// Transformers' Gemma3nTextConfig defaults for the settings a config may
+// leave out.
+const (
+	defaultRMSNormEps    = 1e-6
+	defaultSlidingWindow = 512
+	defaultMaxPositions  = 32768
+)
 
 func parseText(data []byte) (Config, error) {
 	var c Config
@@ -88,11 +131,27 @@ func parseText(data []byte) (Config, error) {
 			Theta float64 `json:"rope_theta"`
 			Type  string  `json:"rope_type"`
 		} `json:"rope_parameters"`
-		RopeTheta      float64 `json:"rope_theta"`
-		RopeLocalTheta float64 `json:"rope_local_base_freq"`
+		RopeTheta      float64  `json:"rope_theta"`
+		RopeLocalTheta float64  `json:"rope_local_base_freq"`
+		Eps            *float64 `json:"rms_norm_eps"`
+		Window         *int     `json:"sliding_window"`
+		MaxPositions   *int     `json:"max_position_embeddings"`
 	}
 	if err := json.Unmarshal(data, &extra); err != nil {
 		return c, fmt.Errorf("text_config: %w", err)
+	}
+	if extra.Eps == nil {
+		c.RMSNormEps = defaultRMSNormEps
+	}
+	if extra.Window == nil {
+		c.SlidingWindow = defaultSlidingWindow
+	}
+	if extra.MaxPositions == nil {
+		c.MaxPositionEmbeddings = defaultMaxPositions
+	}
+	// Sizes first: num_hidden_layers sizes the per-layer lists below.
+	if err := c.validateSizes(); err != nil {
+		return c, err
 	}
 	var one int
 	if err := json.Unmarshal(extra.Intermediate, &one); err == nil {
@@ -136,12 +195,73 @@ func parseText(data []byte) (Config, error) {
 	return c, c.validate()
 }
 
+// validateSizes checks every size of the config against its domain and the
+// package's bounds, before any of them sizes an allocation.
+func (c Config) validateSizes() error {
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{
+		{"num_hidden_layers", c.NumLayers, maxLayers},
+		{"hidden_size", c.HiddenSize, maxWidth},
+		{"hidden_size_per_layer_input", c.PerLayerSize, maxWidth},
+		{"num_attention_heads", c.NumHeads, maxWidth},
+		{"num_key_value_heads", c.NumKVHeads, maxWidth},
+		{"head_dim", c.HeadDim, maxWidth},
+		{"laurel_rank", c.LaurelRank, maxWidth},
+		{"vocab_size", c.VocabSize, maxVocab},
+		{"vocab_size_per_layer_input", c.VocabSizePerLayer, maxVocab},
+		{"sliding_window", c.SlidingWindow, math.MaxInt32},
+		{"max_position_embeddings", c.MaxPositionEmbeddings, math.MaxInt32},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("text_config: %s must be positive, got %d", f.name, f.v)
+		}
+		if f.v > f.max {
+			return fmt.Errorf("text_config: %s %d is over the limit of %d", f.name, f.v, f.max)
+		}
+	}
+	if c.VocabSizePerLayer > c.VocabSize {
+		return fmt.Errorf("text_config: vocab_size_per_layer_input %d is larger than vocab_size %d", c.VocabSizePerLayer, c.VocabSize)
+	}
+	return nil
+}
+
 func (c Config) validate() error {
 	bad := func(f string, a ...any) error { return fmt.Errorf("text_config: "+f, a...) }
+	if err := c.validateSizes(); err != nil {
+		return err
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
-	case c.NumLayers <= 0:
-		return bad("num_hidden_layers must be positive, got %d", c.NumLayers)
-	case c.HiddenSize <= 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0:
+	case !(c.RMSNormEps > 0) || !finite(c.RMSNormEps):
+		return bad("rms_norm_eps must be positive, got %g", c.RMSNormEps)
+	case !(c.FinalLogitSoftcap >= 0) || !finite(c.FinalLogitSoftcap):
+		return bad("final_logit_softcapping must be 0 (off) or positive, got %g", c.FinalLogitSoftcap)
+	case !(c.AltUpCoefClip >= 0) || !finite(c.AltUpCoefClip):
+		return bad("altup_coef_clip must be 0 (off) or positive, got %g", c.AltUpCoefClip)
+	case c.BOS < 0 || c.BOS >= c.VocabSize:
+		return bad("bos_token_id %d is outside the vocabulary [0, %d)", c.BOS, c.VocabSize)
+	case c.PAD < 0 || c.PAD >= c.VocabSize:
+		return bad("pad_token_id %d is outside the vocabulary [0, %d)", c.PAD, c.VocabSize)
+	}
+	for _, id := range c.EOS {
+		if id < 0 || id >= c.VocabSize {
+			return bad("eos_token_id %d is outside the vocabulary [0, %d)", id, c.VocabSize)
+		}
+	}
+	for i, p := range c.ActivationSparsity {
+		if !(p >= 0 && p < 1) {
+			return bad("activation_sparsity_pattern[%d] is %g, want a value in [0, 1)", i, p)
+		}
+	}
+	for i, n := range c.IntermediateSize {
+		if n <= 0 || n > maxWidth*8 {
+			return bad("intermediate_size[%d] is %d, want 1 to %d", i, n, maxWidth*8)
+		}
+	}
+	switch {
+	case c.HeadDim%2 != 0:
 		return bad("hidden_size %d / head_dim %d invalid", c.HiddenSize, c.HeadDim)
 	case c.NumHeads <= 0 || c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0:
 		return bad("num_attention_heads %d must be a positive multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
@@ -166,8 +286,8 @@ func (c Config) validate() error {
 		if t != "full_attention" && t != "sliding_attention" {
 			return bad("layer %d has unknown type %q", i, t)
 		}
-		if c.RopeTheta[t] <= 0 {
-			return bad("no rope_theta for %s layers", t)
+		if th := c.RopeTheta[t]; !(th > 0) || math.IsInf(th, 0) {
+			return bad("no positive rope_theta for %s layers (got %g)", t, th)
 		}
 	}
 	return nil

@@ -137,6 +137,23 @@ func (m *Model) ForwardEmbeds(c *Cache, ids []int32, e []float32, hook Hook) ([]
 	return m.forward(c, ids, e, hook, len(ids))
 }
 
+// PositionsError reports a sequence longer than the model's
+// max_position_embeddings.
+type PositionsError struct{ Positions, Max int }
+
+func (e *PositionsError) Error() string {
+	return fmt.Sprintf("gemma3n: %d tokens exceed the model's max_position_embeddings of %d", e.Positions, e.Max)
+}
+
+// checkPositions refuses a sequence of n positions beyond the model's
+// max_position_embeddings.
+func (m *Model) checkPositions(n int) error {
+	if max := m.Cfg.MaxPositionEmbeddings; max > 0 && n > max {
+		return &PositionsError{n, max}
+	}
+	return nil
+}
+
 // forward runs the decoder for one sequence; the KV-sharing layers run only
 // the last keep positions (all of them when a hook wants every layer's states).
 func (m *Model) forward(c *Cache, ids []int32, e []float32, hook Hook, keep int) ([]float32, error) {

@@ -1,6 +1,7 @@
 package gemma3n_test
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -127,6 +128,24 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"layer_types":["x","y"]}`, "unknown type"},
 		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"num_kv_shared_layers":2}`, "num_kv_shared_layers 2 out of range"},
 		{`{"text_config":{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":1,"intermediate_size":16,"hidden_activation":"relu"}}`, "hidden_activation"},
+		// Sizes are bounded before the per-layer lists are made from them.
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":3000000,"intermediate_size":16}`, "num_hidden_layers 3000000 is over the limit of 1024"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"hidden_size":1048576}`, "hidden_size 1048576 is over the limit"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"head_dim":0}`, "head_dim must be positive, got 0"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":[16,-3]}`, "intermediate_size[1] is -3"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"vocab_size_per_layer_input":11}`, "vocab_size_per_layer_input 11 is larger than vocab_size 10"},
+		// Values outside their domain.
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"rms_norm_eps":-1e-6}`, "rms_norm_eps must be positive, got -1e-06"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"rms_norm_eps":0}`, "rms_norm_eps must be positive, got 0"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"activation_sparsity_pattern":[1,0]}`, "activation_sparsity_pattern[0] is 1, want a value in [0, 1)"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"activation_sparsity_pattern":[0,-0.5]}`, "activation_sparsity_pattern[1] is -0.5"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"sliding_window":-4}`, "sliding_window must be positive, got -4"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"max_position_embeddings":0}`, "max_position_embeddings must be positive, got 0"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"final_logit_softcapping":-30}`, "final_logit_softcapping must be 0 (off) or positive"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"head_dim":5}`, "head_dim 5 invalid"},
+		{`{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16,"eos_token_id":[1,10]}`, "eos_token_id 10 is outside the vocabulary [0, 10)"},
+		{`{"image_token_id":-262145,"text_config":{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16}}`, "image_token_id -262145 is outside"},
+		{`{"vision_soft_tokens_per_image":-1,"text_config":{"model_type":"gemma3n_text",` + base + `,"num_hidden_layers":2,"intermediate_size":16}}`, "vision_soft_tokens_per_image -1"},
 	} {
 		_, _, err := gemma3n.ParseConfig([]byte(tc.json))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -180,6 +199,56 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if _, err := gemma3n.Load(st, cfg, sp); err != nil {
 		t.Errorf("Load of the unmodified checkpoint: %v", err)
+	}
+}
+
+// TestLoadConfigMismatch: a config whose sizes are not the checkpoint's
+// fails before anything is sized by it, naming the field and both values.
+func TestLoadConfigMismatch(t *testing.T) {
+	dir := testmodel.Dir(t, "gemma3n-micro-bf16.tar.gz")
+	st, err := weights.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cb, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		field string
+		value any
+		want  string
+	}{
+		{"num_hidden_layers", 5, "config num_hidden_layers is 5 but the checkpoint has 4 layers"},
+		{"vocab_size", 8192, "config vocab_size is 8192 but the checkpoint's model.language_model.embed_tokens.weight rows says 4096"},
+		{"hidden_size", 32, "config hidden_size is 32 but the checkpoint's model.language_model.embed_tokens.weight columns says 16"},
+		{"hidden_size_per_layer_input", 8, "config hidden_size_per_layer_input is 8 but"},
+		{"head_dim", 16, "config head_dim is 16 but"},
+		{"num_attention_heads", 4, "config num_attention_heads is 4 but the checkpoint's model.language_model.layers.0.self_attn.q_proj.weight rows / head_dim says 2"},
+		{"laurel_rank", 8, "config laurel_rank is 8 but"},
+		{"intermediate_size", 64, "config intermediate_size[0] is 64 but the checkpoint's model.language_model.layers.0.mlp.gate_proj.weight rows says 32"},
+	} {
+		var m map[string]any
+		if err := json.Unmarshal(cb, &m); err != nil {
+			t.Fatal(err)
+		}
+		text := m
+		if sub, ok := m["text_config"].(map[string]any); ok {
+			text = sub
+		}
+		text["intermediate_size"] = 32 // one value for every layer
+		delete(text, "layer_types")
+		delete(text, "activation_sparsity_pattern")
+		text[tc.field] = tc.value
+		b, _ := json.Marshal(m)
+		cfg, sp, err := gemma3n.ParseConfig(b)
+		if err != nil {
+			t.Fatalf("%s=%v: ParseConfig: %v", tc.field, tc.value, err)
+		}
+		if _, err := gemma3n.Load(st, cfg, sp); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%v: Load = %v, want error containing %q", tc.field, tc.value, err, tc.want)
+		}
 	}
 }
 
@@ -305,5 +374,26 @@ func TestForwardLast(t *testing.T) {
 				t.Fatalf("keep %d: decode after it differs at %d", keep, i)
 			}
 		}
+	}
+}
+
+// TestMaxPositions: neither the forward pass nor branch rows run past
+// max_position_embeddings; the error names both numbers.
+func TestMaxPositions(t *testing.T) {
+	m := *testmodel.Tiny(t) // a copy: the shared model keeps its config
+	m.Cfg.MaxPositionEmbeddings = 8
+	c := m.NewCache()
+	if _, err := m.ForwardLast(c, []int32{2, 10, 11, 12, 13, 14}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ForwardLast(c, []int32{15, 16, 17}, 1); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
+		t.Errorf("forward past the limit: %v", err)
+	}
+	rows := []gemma3n.Branch{{IDs: []int32{20, 21}, Outputs: 1}, {IDs: []int32{22, 23, 24}, Outputs: 1}}
+	if _, _, err := m.ForwardBranches(c, nil, rows, true); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
+		t.Errorf("branch rows past the limit: %v", err)
+	}
+	if _, _, err := m.ForwardBranches(c, nil, rows[:1], true); err != nil {
+		t.Errorf("branch rows within the limit: %v", err)
 	}
 }

@@ -160,6 +160,9 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 	default:
 		return nil, fmt.Errorf("gemma3n: no embed_tokens.weight under model.language_model. or model.")
 	}
+	if err := checkCheckpoint(store, m.prefix, cfg); err != nil {
+		return nil, err
+	}
 	l := &loader{m: m, opt: opt}
 	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
 	qd, kd := cfg.NumHeads*cfg.HeadDim, cfg.NumKVHeads*cfg.HeadDim

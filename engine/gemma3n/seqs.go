@@ -62,6 +62,9 @@ func (m *Model) forwardSeqs(seqs []Seq, hook Hook) ([][]float32, error) {
 		if len(q.Embeds) != ns*D {
 			return nil, fmt.Errorf("gemma3n: %d embedding values for %d tokens of width %d", len(q.Embeds), ns, D)
 		}
+		if err := m.checkPositions(q.Cache.n + ns); err != nil {
+			return nil, err
+		}
 		keep[s] = min(max(q.Keep, 0), ns)
 		if hook != nil {
 			keep[s] = ns

@@ -59,8 +59,10 @@ func rate(n int, d time.Duration) float64 {
 }
 
 // Run generates from prompt, calling emit for every token as soon as it is
-// chosen. It stops at MaxTokens, on a stop token, when emit returns an error,
-// or when ctx is done (returning ctx.Err() with what was generated so far).
+// chosen. It stops at MaxTokens, on a stop token, when the sequence fills
+// the model's max_position_embeddings, when emit returns an error, or when
+// ctx is done (returning ctx.Err() with what was generated so far). A prompt
+// longer than max_position_embeddings is refused.
 func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
 	res := Result{PromptLen: len(prompt)}
 	if len(prompt) == 0 {
@@ -78,11 +80,18 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	if opt.TopK < 0 {
 		return res, fmt.Errorf("generate: top-k must be >= 0, got %d", opt.TopK)
 	}
+	maxPos := m.Cfg.MaxPositionEmbeddings
+	if maxPos > 0 && len(prompt) > maxPos {
+		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
+	}
 	start := time.Now()
 	s := newSampler(opt)
 	c := m.NewCache()
 	input := prompt
 	for len(res.IDs) < opt.MaxTokens {
+		if maxPos > 0 && len(res.IDs) > 0 && c.Len()+len(input) > maxPos {
+			break // the next token has no position left
+		}
 		if err := ctx.Err(); err != nil {
 			res.Total = time.Since(start)
 			return res, err

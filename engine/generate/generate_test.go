@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
@@ -99,5 +100,26 @@ func TestOptionErrors(t *testing.T) {
 	}
 	if _, err := generate.Run(context.Background(), m, nil, generate.Options{MaxTokens: 1}, nil); err == nil {
 		t.Error("Run with an empty prompt succeeded")
+	}
+}
+
+// TestMaxPositions: a prompt longer than max_position_embeddings is refused
+// with both numbers, and generation ends when the sequence fills it.
+func TestMaxPositions(t *testing.T) {
+	small := *testmodel.Tiny(t) // a copy: the shared model keeps its config
+	small.Cfg.MaxPositionEmbeddings = len(prompt) + 3
+	long := append(slices.Clone(prompt), prompt[:4]...)
+	_, err := generate.Run(context.Background(), &small, long, generate.Options{MaxTokens: 5}, nil)
+	if err == nil || !strings.Contains(err.Error(), "prompt has 16 tokens, more than the model's max_position_embeddings of 15") {
+		t.Errorf("long prompt: %v", err)
+	}
+	res, err := generate.Run(context.Background(), &small, prompt, generate.Options{MaxTokens: 50}, nil)
+	if err != nil || len(res.IDs) != 4 || res.Stopped {
+		t.Errorf("generation up to the limit: %d tokens (stopped %v), %v; want 4 (positions 12..14 fed, one more picked)", len(res.IDs), res.Stopped, err)
+	}
+	// The forward pass itself refuses positions past the limit.
+	c := small.NewCache()
+	if _, err := small.ForwardLast(c, long, 1); err == nil || !strings.Contains(err.Error(), "16 tokens exceed the model's max_position_embeddings of 15") {
+		t.Errorf("ForwardLast of 16 tokens: %v", err)
 	}
 }

@@ -1,17 +1,26 @@
 // Package prompt assembles Gemma 3n prompts: chat-format text with image and
 // audio placeholders expanded as the Hugging Face processor expands them,
 // tokenized the way the processor tokenizes them.
+//
+// Only the builder places control tokens: text it writes (Text) may hold
+// special tokens written as text ("<start_of_turn>"), while text from
+// outside (User: the input, a schema's questions and option names, a system
+// message) is tokenized with its special tokens as plain text. Media tokens
+// are refused in text: spelled out in user text, or as ids coming out of
+// any text.
 package prompt
 
 import (
+	"fmt"
 	"strings"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/tokenizer"
 )
 
-// Tokenizer turns text (special tokens written as text) into ids.
+// Tokenizer turns text into ids; see tokenizer.Tokenizer.EncodeParts.
 type Tokenizer interface {
-	Encode(text string) []int32
+	EncodeParts(parts []tokenizer.Part) []int32
 }
 
 // Segment is a piece of a prompt: text, or token ids placed as they are.
@@ -20,13 +29,19 @@ type Segment struct {
 	IDs  []int32
 	// Label names a media run in String ("image 1", "audio").
 	Label string
+	// User marks text from outside the builder: its special tokens are
+	// tokenized as text.
+	User bool
 }
 
 // Prompt is a sequence of segments.
 type Prompt []Segment
 
-// Text appends text.
+// Text appends text the builder wrote: special tokens in it become ids.
 func (p *Prompt) Text(s string) { *p = append(*p, Segment{Text: s}) }
+
+// User appends untrusted text: special tokens in it stay text.
+func (p *Prompt) User(s string) { *p = append(*p, Segment{Text: s, User: true}) }
 
 // Image appends one image's placeholders: "\n\n", <start_of_image>, the
 // image soft tokens, <end_of_image>, "\n\n".
@@ -51,26 +66,112 @@ func (p *Prompt) media(begin, soft, end, n int, label string) {
 }
 
 // Encode tokenizes the prompt. Text between two runs of ids is tokenized as
-// one string, as the processor's tokenizer does between special tokens.
-func (p Prompt) Encode(tok Tokenizer) []int32 {
+// one string, as the processor's tokenizer does between special tokens, with
+// User text's special tokens kept as text. Text whose tokens include one of
+// sp's media ids (a placeholder written in a --raw prompt, or a tokenizer
+// that does not mark it special) is refused: media are placed only as runs
+// of ids.
+func (p Prompt) Encode(tok Tokenizer, sp gemma3n.Special) ([]int32, error) {
 	var out []int32
-	var text strings.Builder
-	flush := func() {
-		if text.Len() > 0 {
-			out = append(out, tok.Encode(text.String())...)
-			text.Reset()
+	var parts []tokenizer.Part
+	flush := func() error {
+		if len(parts) == 0 {
+			return nil
 		}
+		ids := tok.EncodeParts(parts)
+		parts = parts[:0]
+		if err := CheckMediaIDs(ids, sp, tok); err != nil {
+			return err
+		}
+		out = append(out, ids...)
+		return nil
 	}
 	for _, s := range p {
+		if s.User {
+			if err := CheckMediaText(s.Text, sp, tok); err != nil {
+				return nil, err
+			}
+		}
 		if s.IDs == nil {
-			text.WriteString(s.Text)
+			if s.Text != "" {
+				parts = append(parts, tokenizer.Part{Text: s.Text, Control: !s.User})
+			}
 			continue
 		}
-		flush()
+		if err := flush(); err != nil {
+			return nil, err
+		}
 		out = append(out, s.IDs...)
 	}
-	flush()
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// mediaID is one of a config's media token ids.
+type mediaID struct {
+	id   int32
+	what string
+}
+
+// mediaIDs lists sp's media ids (zero ids are unset and left out).
+func mediaIDs(sp gemma3n.Special) []mediaID {
+	var out []mediaID
+	for _, m := range []struct {
+		id   int
+		what string
+	}{{sp.BOI, "start-of-image"}, {sp.EOI, "end-of-image"}, {sp.Image, "image placeholder"},
+		{sp.BOA, "start-of-audio"}, {sp.EOA, "end-of-audio"}, {sp.Audio, "audio placeholder"}} {
+		if m.id != 0 {
+			out = append(out, mediaID{int32(m.id), m.what})
+		}
+	}
 	return out
+}
+
+// CheckMediaText refuses untrusted text that spells one of sp's media
+// tokens as the tokenizer names it ("<image_soft_token>"): media are
+// attached as files, never written into the text. tok needs a TokenText
+// method for the check to run.
+func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
+	tt, ok := tok.(interface{ TokenText(int32) string })
+	if !ok || !strings.Contains(text, "<") {
+		return nil
+	}
+	for _, m := range mediaIDs(sp) {
+		if name := tt.TokenText(m.id); len(name) > 2 && strings.Contains(text, name) {
+			return fmt.Errorf("the text holds %s, the model's %s token (id %d): images and audio are attached as media, not written as tokens", name, m.what, m.id)
+		}
+	}
+	return nil
+}
+
+// CheckMediaIDs refuses ids of text that hold one of sp's media ids (zero
+// ids are unset and ignored). tok, when it has a TokenText method, names the
+// token in the error.
+func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
+	media := map[int32]string{}
+	for _, m := range mediaIDs(sp) {
+		media[m.id] = m.what
+	}
+	if len(media) == 0 {
+		return nil
+	}
+	for _, id := range ids {
+		what, ok := media[id]
+		if !ok {
+			continue
+		}
+		name := ""
+		if tt, ok := tok.(interface{ TokenText(int32) string }); ok {
+			if t := tt.TokenText(id); t != "" {
+				name = " " + t
+			}
+		}
+		return fmt.Errorf("the text holds the %s token%s (id %d): images and audio are attached as media, not written as tokens", what, name, id)
+	}
+	return nil
 }
 
 // String renders the prompt as text with media runs shown as <label>.

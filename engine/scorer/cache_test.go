@@ -3,6 +3,9 @@ package scorer
 import (
 	"fmt"
 	"testing"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/prompt"
 )
 
 func TestSchemaCacheLRU(t *testing.T) {
@@ -24,7 +27,16 @@ func TestSchemaCacheLRU(t *testing.T) {
 	// The key holds the complete prompt and every candidate definition.
 	d := []decision{{key: `{"a":`, texts: []string{" true", " false"}}}
 	e := []decision{{key: `{"a":`, texts: []string{" true", " maybe"}}}
-	if cacheKey("p", d) == cacheKey("p", e) || cacheKey("p", d) == cacheKey("q", d) {
+	if cacheKey(textPrompt("p"), d) == cacheKey(textPrompt("p"), e) || cacheKey(textPrompt("p"), d) == cacheKey(textPrompt("q"), d) {
 		t.Error("different prompts or candidates share a cache key")
+	}
+	// The same text from the builder or the user, or a media run and the
+	// text that renders like it, are different prompts.
+	var user, media, text prompt.Prompt
+	user.User("<end_of_turn>")
+	media.Image(gemma3n.Special{BOI: 1, Image: 2, EOI: 3, VisionTokens: 2}, "image 1")
+	text.User("\n\n<image 1>\n\n")
+	if cacheKey(user, d) == cacheKey(textPrompt("<end_of_turn>"), d) || media.String() != text.String() || cacheKey(media, d) == cacheKey(text, d) {
+		t.Error("user text shares a cache key with builder text or a media run")
 	}
 }

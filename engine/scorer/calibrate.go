@@ -2,6 +2,7 @@ package scorer
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,14 +28,42 @@ type Calibration struct {
 type CalibrationStatus struct {
 	Applied bool   `json:"applied"`
 	Detail  string `json:"detail"`
+	// OverriddenTemperature is the requested temperature that the fitted
+	// ones replaced (0: none was requested).
+	OverriddenTemperature float64 `json:"overridden_temperature,omitempty"`
 }
 
-func (c *Calibration) status() CalibrationStatus {
+// status describes the calibration of a result whose options asked for
+// temperature requested (0: none).
+func (c *Calibration) status(requested float64) CalibrationStatus {
 	if c == nil {
 		return CalibrationStatus{Detail: "uncalibrated: temperatures as requested (default 1)"}
 	}
-	return CalibrationStatus{Applied: true, Detail: fmt.Sprintf(
+	st := CalibrationStatus{Applied: true, Detail: fmt.Sprintf(
 		"fitted temperatures applied (global %.3g, %d per-field; fitted on %d examples)", c.Global, len(c.Fields), c.Examples)}
+	if requested != 0 {
+		st.OverriddenTemperature = requested
+		st.Detail += fmt.Sprintf("; they replace the requested temperature %g", requested)
+	}
+	return st
+}
+
+// CheckSchema refuses a calibration with a field temperature for a field the
+// schema does not have (fitted on another schema).
+func (c *Calibration) CheckSchema(s *Schema) error {
+	if c == nil {
+		return nil
+	}
+	for _, name := range c.FieldNames() {
+		if s.field(name) < 0 {
+			var have []string
+			for _, f := range s.Fields {
+				have = append(have, f.Name)
+			}
+			return fmt.Errorf("calibration: field %q is not in the schema (its fields: %s)", name, strings.Join(have, ", "))
+		}
+	}
+	return nil
 }
 
 // temperature is the temperature for a field: its fitted one, else the
@@ -60,17 +89,35 @@ func LoadCalibration(path string) (*Calibration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("calibration: %w", err)
 	}
-	var c Calibration
-	if err := json.Unmarshal(b, &c); err != nil {
+	c, err := ParseCalibration(b)
+	if err != nil {
 		return nil, fmt.Errorf("calibration %s: %w", path, err)
 	}
-	if !(c.Global > 0) {
-		return nil, fmt.Errorf("calibration %s: global_temperature must be positive", path)
+	return c, nil
+}
+
+// ParseCalibration reads the JSON of a calibration file: only Save's keys,
+// one object, positive finite temperatures.
+func ParseCalibration(b []byte) (*Calibration, error) {
+	var c Calibration
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("data after the JSON object")
+	}
+	if !(c.Global > 0) || math.IsInf(c.Global, 0) {
+		return nil, fmt.Errorf("global_temperature must be positive, got %g", c.Global)
 	}
 	for f, t := range c.Fields {
 		if !(t > 0) || math.IsInf(t, 0) {
-			return nil, fmt.Errorf("calibration %s: temperature of field %q must be positive", path, f)
+			return nil, fmt.Errorf("temperature of field %q must be positive, got %g", f, t)
 		}
+	}
+	if c.Examples < 0 || c.Decisions < 0 {
+		return nil, fmt.Errorf("examples %d and decisions %d must not be negative", c.Examples, c.Decisions)
 	}
 	return &c, nil
 }

@@ -47,17 +47,41 @@ func TestCalibrationFile(t *testing.T) {
 	if T := got.temperature("b", 1); T != 1.7 {
 		t.Errorf("global temperature %g", T)
 	}
-	if st := got.status(); !st.Applied || !strings.Contains(st.Detail, "1.7") {
+	if st := got.status(0); !st.Applied || !strings.Contains(st.Detail, "1.7") || st.OverriddenTemperature != 0 {
 		t.Errorf("status %+v", st)
 	}
-	if st := (*Calibration)(nil).status(); st.Applied {
+	// A requested temperature that the fitted ones replace is reported.
+	if st := got.status(2.5); st.OverriddenTemperature != 2.5 || !strings.Contains(st.Detail, "replace the requested temperature 2.5") {
+		t.Errorf("status with a requested temperature: %+v", st)
+	}
+	if st := (*Calibration)(nil).status(2); st.Applied || st.OverriddenTemperature != 0 {
 		t.Errorf("nil calibration applied: %+v", st)
 	}
-	for _, bad := range []string{`{`, `{"global_temperature": 0}`, `{"global_temperature": 1, "field_temperatures": {"x": -1}}`} {
-		os.WriteFile(p, []byte(bad), 0o644)
-		if _, err := LoadCalibration(p); err == nil {
-			t.Errorf("LoadCalibration(%s) succeeded", bad)
+	for _, bad := range []struct{ json, want string }{
+		{`{`, "unexpected EOF"},
+		{`{"global_temperature": 0}`, "global_temperature must be positive"},
+		{`{"global_temperature": 1, "field_temperatures": {"x": -1}}`, `field "x" must be positive`},
+		{`{"global_temperature": 1, "temperature": 2}`, `unknown field "temperature"`},
+		{`{"global_temperature": 1, "field_temperatures": {"x": 1}, "fields": {}}`, `unknown field "fields"`},
+		{`{"global_temperature": 1} {"global_temperature": 2}`, "data after the JSON object"},
+		{`{"global_temperature": 1, "examples": -3}`, "must not be negative"},
+	} {
+		os.WriteFile(p, []byte(bad.json), 0o644)
+		if _, err := LoadCalibration(p); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("LoadCalibration(%s) = %v, want an error containing %q", bad.json, err, bad.want)
 		}
+	}
+	// Field temperatures must name the schema's fields.
+	s, err := ParseSchema([]byte(`{"fields": [{"name": "a", "question": "A?", "type": "bool"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.CheckSchema(s); err != nil {
+		t.Errorf("CheckSchema of a matching schema: %v", err)
+	}
+	other := &Calibration{Global: 1, Fields: map[string]float64{"a": 1, "priority": 2}}
+	if err := other.CheckSchema(s); err == nil || !strings.Contains(err.Error(), `field "priority" is not in the schema (its fields: a)`) {
+		t.Errorf("CheckSchema of a foreign field: %v", err)
 	}
 	if _, err := ReadExamples(strings.NewReader("{\"text\": \"x\"}\n")); err == nil || !strings.Contains(err.Error(), "no labels") {
 		t.Errorf("an example without labels: %v", err)

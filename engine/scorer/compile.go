@@ -7,13 +7,18 @@ import (
 	"strings"
 	"sync"
 
+	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
+	"verdict/engine/tokenizer"
 )
 
-// Tokenizer is what the scorer needs of a tokenizer: text (with special
-// tokens written as text) to ids, without adding BOS.
+// Tokenizer is what the scorer needs of a tokenizer: text to ids, without
+// adding BOS. Encode matches special tokens written as text, EncodePlain
+// keeps them text, EncodeParts mixes the two (see package tokenizer).
 type Tokenizer interface {
 	Encode(text string) []int32
+	EncodePlain(text string) []int32
+	EncodeParts(parts []tokenizer.Part) []int32
 }
 
 // compiled is a schema compiled for one prompt: token ids only.
@@ -42,8 +47,8 @@ type compiledDecision struct {
 // after returns the tokens of text after the prompt's tail, or false when
 // they merge with the tail.
 func after(tok Tokenizer, text string) ([]int32, bool) {
-	tail := tok.Encode(promptTail)
-	ids := tok.Encode(promptTail + text)
+	tail := tok.EncodePlain(promptTail)
+	ids := tok.EncodePlain(promptTail + text)
 	if !slices.Equal(ids[:min(len(tail), len(ids))], tail) {
 		return nil, false
 	}
@@ -51,12 +56,17 @@ func after(tok Tokenizer, text string) ([]int32, bool) {
 }
 
 // compile tokenizes the prompt and every decision, checking the boundaries.
-func compile(tok Tokenizer, p prompt.Prompt, ds []decision) (*compiled, error) {
-	c := &compiled{prefixIDs: p.Encode(tok)}
+// Answers are plain text: a field or option name cannot end the model's turn.
+func compile(tok Tokenizer, p prompt.Prompt, ds []decision, sp gemma3n.Special) (*compiled, error) {
+	ids, err := p.Encode(tok, sp)
+	if err != nil {
+		return nil, fmt.Errorf("scorer: %w", err)
+	}
+	c := &compiled{prefixIDs: ids}
 	if n := len(c.prefixIDs); n > MaxInputTokens {
 		return nil, &LimitError{"processed input tokens", n, MaxInputTokens}
 	}
-	if !hasSuffix(c.prefixIDs, tok.Encode(promptTail)) {
+	if !hasSuffix(c.prefixIDs, tok.EncodePlain(promptTail)) {
 		return nil, fmt.Errorf("scorer: the prompt does not end in %q tokens", promptTail)
 	}
 	after := func(text string) ([]int32, bool) { return after(tok, text) }
@@ -75,7 +85,7 @@ func compileDecision(tok Tokenizer, d decision, after func(string) ([]int32, boo
 		return &SchemaError{Field: d.name, Msg: fmt.Sprintf(format, a...)}
 	}
 	key, ok := after(d.key)
-	if !ok || !slices.Equal(key, tok.Encode(d.key)) {
+	if !ok || !slices.Equal(key, tok.EncodePlain(d.key)) {
 		return compiledDecision{}, bad("its JSON key %s merges with the end of the prompt when tokenized", d.key)
 	}
 	cd := compiledDecision{decision: d}
@@ -94,7 +104,7 @@ func compileDecision(tok Tokenizer, d decision, after func(string) ([]int32, boo
 			if !ok {
 				return cd, bad("value %s merges with the end of the prompt", strings.TrimSpace(t))
 			}
-			if !slices.Equal(j, append(slices.Clone(key), tok.Encode(t)...)) {
+			if !slices.Equal(j, append(slices.Clone(key), tok.EncodePlain(t)...)) {
 				cd.fixed = true // boundary merge: score the canonical tokens
 			}
 			joints[i] = j
@@ -173,9 +183,22 @@ func newSchemaCache(max int) *schemaCache {
 	return &schemaCache{max: max, order: list.New(), byKey: map[string]*list.Element{}}
 }
 
-func cacheKey(prompt string, ds []decision) string {
+// cacheKey identifies a compiled prompt: every segment's kind (builder
+// text, user text or ids) and content, then the decisions, so that user
+// text can never reuse the ids of the same text written by the builder or
+// of a media run.
+func cacheKey(p prompt.Prompt, ds []decision) string {
 	var b strings.Builder
-	b.WriteString(prompt)
+	for _, s := range p {
+		switch {
+		case s.IDs != nil:
+			fmt.Fprintf(&b, "\x03%v", s.IDs)
+		case s.User:
+			b.WriteString("\x04" + s.Text)
+		default:
+			b.WriteString("\x05" + s.Text)
+		}
+	}
 	for _, d := range ds {
 		fmt.Fprintf(&b, "\x00%s\x01%s", d.key, strings.Join(d.texts, "\x02"))
 	}

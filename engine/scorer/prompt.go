@@ -48,11 +48,15 @@ func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp gem
 	if label == "" {
 		label = DefaultInputLabel
 	}
+	// Only the chat markup is the builder's: the schema's instructions,
+	// labels, questions and option names, the captions and the input are
+	// the user's, their special tokens tokenized as text.
 	var p prompt.Prompt
-	p.Text(fmt.Sprintf("%s%s\n\n%s:\n", userTurn, strings.TrimSpace(instr), label))
+	p.Text(userTurn)
+	p.User(fmt.Sprintf("%s\n\n%s:\n", strings.TrimSpace(instr), label))
 	for i, c := range captions {
 		if c != "" {
-			p.Text(c)
+			p.User(c)
 		}
 		p.Image(sp, fmt.Sprintf("image %d", i+1))
 	}
@@ -64,8 +68,8 @@ func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp gem
 	for _, f := range s.Fields {
 		fmt.Fprintf(&b, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), f.criteria())
 	}
-	b.WriteString(modelTurn)
-	p.Text(b.String())
+	p.User(b.String())
+	p.Text(modelTurn)
 	return p
 }
 

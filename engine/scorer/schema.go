@@ -221,6 +221,13 @@ func ParseSchema(data []byte) (*Schema, error) {
 			K        int             `json:"k"`
 		} `json:"fields"`
 	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' && json.Valid(t) {
+		what := map[byte]string{'[': "an array", '"': "a string", 'n': "null", 't': "a boolean", 'f': "a boolean"}[t[0]]
+		if what == "" {
+			what = "a number"
+		}
+		return nil, &SchemaError{Msg: fmt.Sprintf(`the schema must be a JSON object like {"fields": [...]}, but it is %s`, what)}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {

@@ -245,6 +245,9 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	if err := opt.Calibration.CheckSchema(s); err != nil {
+		return nil, err
+	}
 	var md *gemma3n.Media
 	var captions []string
 	if opt.Media != nil {
@@ -279,7 +282,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	}
 	res := &Result{
 		ProbabilitySource: probabilitySource, Note: resultNote, PromptTokens: len(comp.prefixIDs),
-		Decisions: len(comp.decisions) + len(decoded), CachedSchema: cached, Calibration: opt.Calibration.status(),
+		Decisions: len(comp.decisions) + len(decoded), CachedSchema: cached, Calibration: opt.Calibration.status(opt.Temperature),
 	}
 	if len(decoded) > 0 {
 		res.ProbabilitySource += "; " + catalogSource
@@ -391,11 +394,11 @@ func (sc *Scorer) CompiledTokens(prompt string, spec DecisionSpec) ([][]int32, e
 func textPrompt(s string) prompt.Prompt { return prompt.Prompt{{Text: s}} }
 
 func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool, error) {
-	key := cacheKey(p.String(), ds)
+	key := cacheKey(p, ds)
 	if c, ok := sc.cache.get(key); ok {
 		return c, true, nil
 	}
-	c, err := compile(sc.tok, p, ds)
+	c, err := compile(sc.tok, p, ds, sc.m.Special)
 	if err != nil {
 		return nil, false, err
 	}

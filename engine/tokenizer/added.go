@@ -10,6 +10,7 @@ type matchToken struct {
 	text                       string
 	id                         int32
 	singleWord, lstrip, rstrip bool
+	special                    bool
 }
 
 // matcher finds added tokens in text the way HF's AddedVocabulary does with
@@ -81,9 +82,17 @@ func (m *matcher) longest(s string, i int) int32 {
 // them (id -1), in order, following HF's find_matches including the
 // single_word, lstrip and rstrip rules.
 func (m *matcher) split(s string, emit func(piece string, id int32)) {
+	m.splitSkip(s, nil, func(piece string, _ int, id int32) { emit(piece, id) })
+}
+
+// splitSkip is split with special tokens filtered: a special token matched
+// at [start, stop) is left as text when skip says so, and the search
+// resumes at the offset skip returns (HF's encode_special_tokens resumes
+// after the match). emit also gets each piece's offset in s.
+func (m *matcher) splitSkip(s string, skip func(start, stop int) (resume int, skipped bool), emit func(piece string, at int, id int32)) {
 	if len(m.toks) == 0 {
 		if s != "" {
-			emit(s, -1)
+			emit(s, 0, -1)
 		}
 		return
 	}
@@ -101,6 +110,12 @@ func (m *matcher) split(s string, emit func(piece string, id int32)) {
 		t := &m.toks[ti]
 		start, stop := i, i+len(t.text)
 		i = stop // the automaton resumes after the raw match
+		if t.special && skip != nil {
+			if resume, skipped := skip(start, stop); skipped {
+				i = resume
+				continue
+			}
+		}
 		if t.singleWord && (endsWithWord(s[:start]) || startsWithWord(s[stop:])) {
 			continue
 		}
@@ -116,13 +131,13 @@ func (m *matcher) split(s string, emit func(piece string, id int32)) {
 			stop += spacePrefixLen(s[stop:])
 		}
 		if done < start {
-			emit(s[done:start], -1)
+			emit(s[done:start], done, -1)
 		}
-		emit(s[start:stop], t.id)
+		emit(s[start:stop], start, t.id)
 		done = stop
 	}
 	if done < len(s) {
-		emit(s[done:], -1)
+		emit(s[done:], done, -1)
 	}
 }
 

@@ -25,7 +25,19 @@ type Turn struct {
 // Roles are not checked here; see ValidateTurns.
 func ChatPrompt(turns []Turn, addGenerationPrompt bool) string {
 	var b strings.Builder
-	b.WriteString("<bos>")
+	for _, p := range chatParts(turns, addGenerationPrompt) {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// chatParts is ChatPrompt as Parts: the template's markup is Control text,
+// the turns' contents plain.
+func chatParts(turns []Turn, addGenerationPrompt bool) []Part {
+	var out []Part
+	control := func(s string) { out = append(out, Part{Text: s, Control: true}) }
+	plain := func(s string) { out = append(out, Part{Text: s}) }
+	control("<bos>")
 	prefix := ""
 	if len(turns) > 0 && turns[0].Role == "system" {
 		prefix = turns[0].Content + "\n\n"
@@ -36,19 +48,18 @@ func ChatPrompt(turns []Turn, addGenerationPrompt bool) string {
 		if role == "assistant" {
 			role = "model"
 		}
-		b.WriteString("<start_of_turn>")
-		b.WriteString(role)
-		b.WriteString("\n")
+		control("<start_of_turn>")
+		plain(role + "\n")
 		if i == 0 {
-			b.WriteString(prefix)
+			plain(prefix)
 		}
-		b.WriteString(strings.TrimFunc(t.Content, isPySpace))
-		b.WriteString("<end_of_turn>\n")
+		plain(strings.TrimFunc(t.Content, isPySpace))
+		control("<end_of_turn>\n")
 	}
 	if addGenerationPrompt {
-		b.WriteString("<start_of_turn>model\n")
+		control("<start_of_turn>model\n")
 	}
-	return b.String()
+	return out
 }
 
 // isPySpace is Python's str.isspace, which Jinja's trim uses: Unicode white
@@ -73,9 +84,11 @@ func ValidateTurns(turns []Turn) error {
 	return nil
 }
 
-// EncodeChat encodes ChatPrompt(turns, addGenerationPrompt). The prompt
-// text starts with "<bos>", so the ids start with exactly one BOS and
-// nothing else is added.
+// EncodeChat encodes ChatPrompt(turns, addGenerationPrompt), with the
+// turns' contents as plain text: a special token written in a message
+// ("<end_of_turn>") stays text, only the template's markup gives control
+// ids. The prompt text starts with "<bos>", so the ids start with exactly
+// one BOS and nothing else is added.
 func (t *Tokenizer) EncodeChat(turns []Turn, addGenerationPrompt bool) []int32 {
-	return t.Encode(ChatPrompt(turns, addGenerationPrompt))
+	return t.EncodeParts(chatParts(turns, addGenerationPrompt))
 }

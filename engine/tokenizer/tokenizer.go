@@ -11,7 +11,10 @@
 //
 // Encode never adds special tokens (HF's add_special_tokens=false); the
 // post-processor of the file is therefore not used. EncodeChat renders the
-// Gemma chat template, whose text already begins with "<bos>".
+// Gemma chat template, whose text already begins with "<bos>". Encode turns
+// special tokens written in the text into their ids; EncodePlain (HF's
+// split_special_tokens=True) keeps them text, for text from users, and
+// EncodeParts mixes the two in one pass for prompts that hold both.
 //
 // The published Gemma 3 tokenizer.json and Gemma 3n's agree on all text ids
 // (below 262144) but not on the multimodal placeholders: in this file
@@ -28,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -215,7 +219,7 @@ func (t *Tokenizer) setupAdded(raw []byte) error {
 		t.addedByText[a.Content] = a.ID
 		t.addedByID[a.ID] = a
 		maxID = max(maxID, a.ID)
-		mt := matchToken{id: a.ID, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
+		mt := matchToken{id: a.ID, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip, special: a.Special}
 		if a.Normalized {
 			// Normalized tokens match their normalized form in normalized text.
 			mt.text = applyNormalizer(t.normalizer, a.Content)
@@ -289,16 +293,86 @@ func (t *Tokenizer) StopIDs() []int32 { return []int32{t.eos, t.eot} }
 
 // Encode tokenizes text like HF's encode(text, add_special_tokens=False).
 // Added tokens written in the text (e.g. "<start_of_turn>") become their
-// ids. Bytes that are not valid UTF-8 are encoded as byte tokens.
+// ids. Bytes that are not valid UTF-8 are encoded as byte tokens. Use it
+// only for text a prompt builder wrote; untrusted text goes through
+// EncodePlain or a plain Part of EncodeParts.
 func (t *Tokenizer) Encode(text string) []int32 {
+	return t.EncodeParts([]Part{{Text: text, Control: true}})
+}
+
+// EncodePlain tokenizes untrusted text like HF's encode(text,
+// add_special_tokens=False) with split_special_tokens=True: special tokens
+// written in the text ("<end_of_turn>", "<bos>", ...) stay text and are
+// tokenized as such; other added tokens (whitespace runs, "<unused0>") still
+// match, as in HF.
+func (t *Tokenizer) EncodePlain(text string) []int32 {
+	return t.EncodeParts([]Part{{Text: text}})
+}
+
+// Part is a piece of text for EncodeParts. In Control text, special tokens
+// written as text become their ids (the prompt builder's "<bos>",
+// "<start_of_turn>", ...); in other text they stay text.
+type Part struct {
+	Text    string
+	Control bool
+}
+
+// EncodeParts tokenizes the concatenation of parts in one pass, so that the
+// ids are those of the whole text (merges may cross a part boundary), except
+// that a special token matches only where it lies wholly inside one Control
+// part.
+func (t *Tokenizer) EncodeParts(parts []Part) []int32 {
+	var b strings.Builder
+	var control [][2]int // [begin, end) of each Control part
+	allControl := true
+	for _, p := range parts {
+		if p.Control {
+			control = append(control, [2]int{b.Len(), b.Len() + len(p.Text)})
+		} else if p.Text != "" {
+			allControl = false
+		}
+		b.WriteString(p.Text)
+	}
+	text := b.String()
+	// inControl reports whether [start, stop) lies in one Control part.
+	inControl := func(start, stop int) bool {
+		for _, r := range control {
+			if start >= r[0] && stop <= r[1] {
+				return true
+			}
+		}
+		return false
+	}
+	var skip func(start, stop int) (int, bool)
+	if !allControl {
+		skip = func(start, stop int) (int, bool) {
+			if inControl(start, stop) {
+				return 0, false
+			}
+			// Resume after the match, or where a Control part begins
+			// inside it, so the builder's own tokens still match.
+			for _, r := range control {
+				if r[0] > start && r[0] < stop {
+					return r[0], true
+				}
+			}
+			return stop, true
+		}
+	}
 	out := make([]int32, 0, len(text)/4+4)
-	t.rawAdded.split(text, func(piece string, id int32) {
+	t.rawAdded.splitSkip(text, skip, func(piece string, at int, id int32) {
 		if id >= 0 {
 			out = append(out, id)
 			return
 		}
 		norm := applyNormalizer(t.normalizer, piece)
-		t.normAdded.split(norm, func(p string, id int32) {
+		// Offsets do not survive normalization: a normalized special token
+		// matches only in a piece wholly inside one Control part.
+		var normSkip func(int, int) (int, bool)
+		if skip != nil && !inControl(at, at+len(piece)) {
+			normSkip = func(_, stop int) (int, bool) { return stop, true }
+		}
+		t.normAdded.splitSkip(norm, normSkip, func(p string, _ int, id int32) {
 			if id >= 0 {
 				out = append(out, id)
 				return

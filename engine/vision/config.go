@@ -13,12 +13,19 @@ package vision
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
 
 // Architecture is the one encoder this package implements.
 const Architecture = "mobilenetv5_300m_enc"
+
+// Bounds on the sizes a config may ask for.
+const (
+	maxVocab      = 1 << 22
+	maxTextHidden = 1 << 16
+)
 
 // ImageSize is the side of the square input the processor produces.
 const ImageSize = 768
@@ -97,12 +104,12 @@ func ParseConfig(data []byte) (Config, error) {
 		return c, fmt.Errorf("vision: hidden_size %d, %s has 2048", c.HiddenSize, Architecture)
 	case c.SoftTokens != 256:
 		return c, fmt.Errorf("vision: vision_soft_tokens_per_image %d, %s gives 256", c.SoftTokens, Architecture)
-	case c.VocabSize <= 0 || c.VocabOffset < 0:
-		return c, fmt.Errorf("vision: bad hard-token range: offset %d, size %d", c.VocabOffset, c.VocabSize)
-	case !(c.RMSNormEps > 0):
-		return c, fmt.Errorf("vision: rms_norm_eps %g", c.RMSNormEps)
-	case c.TextHidden < 0:
-		return c, fmt.Errorf("vision: text hidden_size %d", c.TextHidden)
+	case c.VocabSize <= 0 || c.VocabOffset < 0 || c.VocabSize > maxVocab || c.VocabOffset > maxVocab:
+		return c, fmt.Errorf("vision: bad hard-token range: vocab_offset %d, vocab_size %d (each from 0 to %d, size positive)", c.VocabOffset, c.VocabSize, maxVocab)
+	case !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0):
+		return c, fmt.Errorf("vision: rms_norm_eps must be positive, got %g", c.RMSNormEps)
+	case c.TextHidden < 0 || c.TextHidden > maxTextHidden:
+		return c, fmt.Errorf("vision: text_config.hidden_size %d is outside [0, %d]", c.TextHidden, maxTextHidden)
 	}
 	return c, nil
 }

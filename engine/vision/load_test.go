@@ -66,7 +66,8 @@ func TestLoadTowerErrors(t *testing.T) {
 		{name: "depthwise kernel", shape: map[string][]int{tp + "blocks.1.0.dw_mid.conv.weight": {768, 1, 3, 3}}, want: "dw_mid.conv.weight"},
 		{name: "msfa width", shape: map[string][]int{tp + "msfa.ffn.pw_exp.conv.weight": {3840, 1280, 1, 1}}, want: "msfa.ffn.pw_exp"},
 		{name: "projection width", shape: map[string][]int{ep + "embedding_projection.weight": {64, 1024}}, want: "embedding_projection.weight"},
-		{name: "hard table rows", shape: map[string][]int{ep + "embedding.weight": {100, 2048}}, want: "embedding.weight has shape [100 2048]"},
+		{name: "hard table rows", shape: map[string][]int{ep + "embedding.weight": {100, 2048}}, want: "config vision_config.vocab_size is 128 but the checkpoint's model.embed_vision.embedding.weight has 100 rows"},
+		{name: "text width", shape: map[string][]int{ep + "embedding_projection.weight": {32, 2048}}, want: "config text_config.hidden_size is 64 but the checkpoint's model.embed_vision.embedding_projection.weight has 32 rows"},
 		{name: "extra block", shape: map[string][]int{tp + "blocks.3.39.layer_scale.gamma": {1280}}, want: "more blocks in stage 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,6 +108,10 @@ func TestParseConfig(t *testing.T) {
 		{"tokens", `{"vision_config": {}, "vision_soft_tokens_per_image": 64}`, "256"},
 		{"eps", `{"vision_config": {"rms_norm_eps": 0}}`, "rms_norm_eps"},
 		{"vocab", `{"vision_config": {"vocab_size": 0}}`, "hard-token"},
+		{"huge vocab", `{"vision_config": {"vocab_size": 1073741824}}`, "vocab_size 1073741824"},
+		{"negative offset", `{"vision_config": {"vocab_offset": -5}}`, "vocab_offset -5"},
+		{"negative eps", `{"vision_config": {"rms_norm_eps": -1e-6}}`, "rms_norm_eps must be positive, got -1e-06"},
+		{"huge text width", `{"vision_config": {}, "text_config": {"hidden_size": 1048576}}`, "text_config.hidden_size 1048576"},
 	} {
 		if _, err := ParseConfig([]byte(bad.json)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want one containing %q", bad.name, err, bad.want)

@@ -307,6 +307,12 @@ func (t *Tower) loadEmbedder(store weights.Store, dry bool) error {
 	if t.cfg.TextHidden == 0 {
 		t.cfg.TextHidden = shape[0]
 	}
+	if t.cfg.TextHidden != shape[0] {
+		return fmt.Errorf("vision: config text_config.hidden_size is %d but the checkpoint's %sembedding_projection.weight has %d rows", t.cfg.TextHidden, EmbedderPrefix, shape[0])
+	}
+	if table, err := l.shape("embedding.weight"); err == nil && len(table) == 2 && table[0] != t.cfg.VocabSize {
+		return fmt.Errorf("vision: config vision_config.vocab_size is %d but the checkpoint's %sembedding.weight has %d rows", t.cfg.VocabSize, EmbedderPrefix, table[0])
+	}
 	th := t.cfg.TextHidden
 	proj, err := l.tensor("embedding_projection.weight", th, h)
 	if err != nil {

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -155,6 +156,7 @@ func parseSafetensors(f *stFile) (map[string]*stTensor, error) {
 		return nil, fmt.Errorf("weights: %s: bad header: not a JSON object", f.path)
 	}
 	out := make(map[string]*stTensor, len(entries))
+	spans := make([]span, 0, len(entries))
 	for name, raw := range entries {
 		if name == "__metadata__" {
 			continue
@@ -192,8 +194,41 @@ func parseSafetensors(f *stFile) (map[string]*stTensor, error) {
 			return nil, fmt.Errorf("weights: %s: tensor %q: %d data bytes, want %d for %s %v", f.path, name, end-b, want, e.Dtype, e.Shape)
 		}
 		out[name] = &stTensor{file: f, dtype: e.Dtype, shape: e.Shape, numel: count, raw: body[b:end:end]}
+		spans = append(spans, span{name, b, end})
+	}
+	if err := checkOverlap(spans); err != nil {
+		return nil, fmt.Errorf("weights: %s: %w", f.path, err)
 	}
 	return out, nil
+}
+
+// span is one tensor's data_offsets.
+type span struct {
+	name       string
+	begin, end int64
+}
+
+// checkOverlap refuses two tensors whose data share bytes (empty tensors
+// share none).
+func checkOverlap(spans []span) error {
+	slices.SortFunc(spans, func(a, b span) int {
+		if a.begin != b.begin {
+			return cmp.Compare(a.begin, b.begin)
+		}
+		return cmp.Compare(a.end, b.end)
+	})
+	var last *span
+	for i := range spans {
+		s := &spans[i]
+		if s.begin == s.end {
+			continue
+		}
+		if last != nil && s.begin < last.end {
+			return fmt.Errorf("tensors %q [%d, %d) and %q [%d, %d) overlap in the data section", last.name, last.begin, last.end, s.name, s.begin, s.end)
+		}
+		last = s
+	}
+	return nil
 }
 
 // Info implements Store.

@@ -31,6 +31,8 @@ func TestOpenSafetensorsErrors(t *testing.T) {
 		{"offsets not pair", rawST(`{"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}}`, f32bytes(1)), []string{`"w"`, "not [begin, end]"}},
 		{"offsets reversed", rawST(`{"w":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}}`, f32bytes(1)), []string{`"w"`, "bad data_offsets"}},
 		{"negative dim", rawST(`{"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"w"`, "negative dimension"}},
+		{"overlapping data", rawST(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}`, f32bytes(1, 2, 3)), []string{`"a" [0, 8)`, `"b" [4, 12)`, "overlap"}},
+		{"same data twice", rawST(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"a" [0, 4)`, `"b" [0, 4)`, "overlap"}},
 		{"unknown dtype", buildST(t, 0, tspec{"w", "Q4_K", []int{4}, make([]byte, 4)}), []string{`"w"`, `unknown dtype "Q4_K"`}},
 		{"wrong data size", buildST(t, 0, tspec{"w", "F32", []int{3}, f32bytes(1, 2)}), []string{`"w"`, "8 data bytes, want 12"}},
 		{"truncated", buildST(t, 0, good, tspec{"v", "BF16", []int{4}, u16bytes(1, 2, 3, 4)})[:10+len(`{}`)], []string{"exceeds"}},

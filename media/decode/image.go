@@ -2,7 +2,6 @@ package decode
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"image"
 	"image/draw"
@@ -106,16 +105,22 @@ func article(k Kind) string {
 }
 
 // decodeGIF returns the first frame composed onto the GIF's logical screen.
+// Only that frame is decoded: an animation's later frames are never read,
+// so a long one costs no more memory than its first frame.
 func decodeGIF(r io.Reader) (image.Image, error) {
-	g, err := gif.DecodeAll(r)
+	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
-	if len(g.Image) == 0 {
-		return nil, errors.New("no frames")
+	cfg, err := gif.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
 	}
-	first := g.Image[0]
-	screen := image.Rect(0, 0, g.Config.Width, g.Config.Height)
+	first, err := gif.Decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	screen := image.Rect(0, 0, cfg.Width, cfg.Height)
 	if screen.Empty() || first.Bounds() == screen {
 		return first, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -148,6 +149,48 @@ func TestDecodeGIFFirstFrame(t *testing.T) {
 	}
 	if _, _, _, a := img.At(0, 0).RGBA(); a != 0 {
 		t.Errorf("outside the first frame alpha %d, want transparent", a)
+	}
+}
+
+// TestDecodeGIFOnlyFirstFrame: an animation's later frames are not decoded:
+// a corrupt second frame does not matter, and a 40-frame animation costs
+// the memory of one frame.
+func TestDecodeGIFOnlyFirstFrame(t *testing.T) {
+	pal := color.Palette{color.RGBA{255, 0, 0, 255}, color.RGBA{0, 255, 0, 255}}
+	anim := func(side, frames int) []byte {
+		f := image.NewPaletted(image.Rect(0, 0, side, side), pal)
+		g := &gif.GIF{Config: image.Config{ColorModel: pal, Width: side, Height: side}}
+		for range frames {
+			g.Image, g.Delay = append(g.Image, f), append(g.Delay, 10)
+		}
+		var buf bytes.Buffer
+		if err := gif.EncodeAll(&buf, g); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	two := anim(8, 2)
+	frame := len(anim(8, 3)) - len(two) // the bytes of one frame
+	// Cut the second frame short, 12 bytes into it.
+	broken := two[:len(two)-1-frame+12]
+	if img, _, err := DecodeImage("broken.gif", broken); err != nil || img.Bounds() != image.Rect(0, 0, 8, 8) {
+		t.Errorf("GIF with a corrupt second frame: %v, want the first frame", err)
+	}
+
+	data := anim(1000, 40) // 40 MB of frames
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	img, _, err := DecodeImage("long.gif", data)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Bounds() != image.Rect(0, 0, 1000, 1000) {
+		t.Fatalf("bounds %v", img.Bounds())
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Errorf("decoding a 40-frame 1000×1000 GIF allocated %d MB, want under 8 MB (one frame is 1 MB)", got>>20)
 	}
 }
 
