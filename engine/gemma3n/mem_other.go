@@ -19,5 +19,5 @@ func syncMem(b []byte) error                           { return nil }
 func protectRead(b []byte)                             {}
 func unmapMem(b []byte) error                          { return nil }
 
-func lockFile(f *os.File)      {}
+func lockFile(f *os.File)     {}
 func tryLock(f *os.File) bool { return false } // without locks, nothing is pruned

@@ -79,7 +79,9 @@ func TestPackCancelAndTemporaryFiles(t *testing.T) {
 	}
 	// The next load checks the cache and says so.
 	var checked bool
-	opt.Progress = func(stage string, done, total int64) { checked = checked || stage == gemma3n.StageChecking && done == total }
+	opt.Progress = func(stage string, done, total int64) {
+		checked = checked || stage == gemma3n.StageChecking && done == total
+	}
 	m, err = gemma3n.LoadWith(st, cfg, sp, opt)
 	if err != nil {
 		t.Fatal(err)
