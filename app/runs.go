@@ -167,6 +167,25 @@ type RunMedia struct {
 	TowerMs    float64 `json:"tower_ms,omitempty"`
 	Error      string  `json:"error,omitempty"`
 	Note       string  `json:"note"`
+	// The item in its tower now: its tower is being loaded (Loading) or has
+	// done Block of Blocks steps, ItemMs after the item started, with about
+	// LeftMs to go (0: not known yet).
+	Loading bool    `json:"loading,omitempty"`
+	Block   int     `json:"block,omitempty"`
+	Blocks  int     `json:"blocks,omitempty"`
+	ItemMs  float64 `json:"item_ms,omitempty"`
+	LeftMs  float64 `json:"left_ms,omitempty"`
+	// Items are the finished items with their tower time.
+	Items []RunMediaItem `json:"items"`
+}
+
+// RunMediaItem is one image, video frame or clip's tower pass.
+type RunMediaItem struct {
+	What string  `json:"what"`
+	Ms   float64 `json:"ms"`
+	// Cached: its output came from the tower cache (the same input on the
+	// same model before).
+	Cached bool `json:"cached"`
 }
 
 // MediaNote explains the input preparation of a run with media.
@@ -264,6 +283,7 @@ func (s *Runs) Cancel(id, side string) error {
 	}
 	switch side {
 	case "":
+		r.cancelPrep()
 		r.cancelScorer()
 		r.cancelGen()
 	case SideScorer:
@@ -352,6 +372,7 @@ func (s *Runs) cancelActive(why string) {
 	s.mu.Unlock()
 	if r != nil {
 		s.log.WithField("run", r.id).Info("cancelling run: " + why)
+		r.cancelPrep()
 		r.cancelScorer()
 		r.cancelGen()
 	}
@@ -369,6 +390,7 @@ type run struct {
 	emit    Emitter
 
 	cancelScorer, cancelGen context.CancelFunc
+	cancelPrep              context.CancelFunc // the towers; set before the run is active
 
 	mu    sync.Mutex
 	rec   RunRecord
@@ -472,7 +494,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		}
 		img, aud := s.models.mediaTokens()
 		r.rec.Media = &RunMedia{Status: StatusPreparing, Total: total, Images: images, Audio: sound, Note: MediaNote,
-			SoftTokens: images * img}
+			SoftTokens: images * img, Items: []RunMediaItem{}}
 		if sound {
 			r.rec.Media.SoftTokens += aud
 		}
@@ -483,6 +505,8 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	ctxS, cancelS := context.WithCancel(context.Background())
 	ctxG, cancelG := context.WithCancel(context.Background())
 	r.cancelScorer, r.cancelGen = cancelS, cancelG
+	ctxP, prepCancel := context.WithCancel(context.Background())
+	r.cancelPrep = prepCancel
 	s.active = r
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -492,10 +516,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		"media": len(refs),
 	}).Info("run started")
 
-	var prepCancel context.CancelFunc = func() {}
 	if prep != nil {
-		var ctxP context.Context
-		ctxP, prepCancel = context.WithCancel(context.Background())
 		go func() {
 			defer close(prep.done)
 			r.prepareMedia(ctxP, s.prepare, l, in, prep)
@@ -535,8 +556,8 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	go func() {
 		defer s.wg.Done()
 		sides.Wait()
-		// Both sides are over: a tower pass nobody waits for stops after
-		// its current item, and ends before the model is released.
+		// Both sides are over: a tower pass nobody waits for stops within
+		// a block, and ends before the model is released.
 		prepCancel()
 		if prep != nil {
 			<-prep.done
@@ -586,6 +607,7 @@ func (r *run) snapshot() RunRecord {
 	}
 	if r.rec.Media != nil {
 		m := *r.rec.Media
+		m.Items = append([]RunMediaItem{}, m.Items...)
 		rec.Media = &m
 	}
 	return rec
@@ -608,13 +630,29 @@ func (sp *sharedPrep) wait(ctx context.Context) (*inputs.Prepared, error) {
 	}
 }
 
-// prepareMedia runs the towers once, reporting each item as it starts.
+// prepareMedia runs the towers once, reporting each item as it starts and
+// each of its tower's steps.
 func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *models.Model, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
 	start := time.Now()
-	p, err := prepare(ctx, l.m, in, func(done, total int, what string) {
+	var item string
+	var itemStart time.Time
+	p, err := prepare(ctx, l.m, in, func(st inputs.Step) {
+		now := time.Now()
+		if st.What != item {
+			item, itemStart = st.What, now
+		}
 		r.mu.Lock()
 		m := r.rec.Media
-		m.Done, m.Total, m.Stage = done, total, what
+		m.Done, m.Total, m.Stage = st.Done, st.Total, st.What
+		m.Loading, m.Block, m.Blocks, m.LeftMs = st.Loading, st.Block, st.Blocks, 0
+		m.ItemMs = 0
+		if st.What != "" {
+			m.ItemMs = ms(now.Sub(itemStart))
+		}
+		if !st.Loading && st.Block > 0 && st.Blocks > st.Block {
+			m.LeftMs = m.ItemMs * float64(st.Blocks-st.Block) / float64(st.Block)
+		}
+		m.Items = mediaItems(st.Items)
 		r.mediaChanged()
 		r.mu.Unlock()
 		r.th.poke()
@@ -623,7 +661,10 @@ func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *m
 	r.mu.Lock()
 	m := r.rec.Media
 	m.TowerMs = ms(time.Since(start))
-	m.Stage = ""
+	m.Stage, m.Loading, m.Block, m.Blocks, m.ItemMs, m.LeftMs = "", false, 0, 0, 0, 0
+	if p != nil {
+		m.Items = mediaItems(p.Items)
+	}
 	switch {
 	case err == nil:
 		m.Status, m.Done = StatusDone, m.Total
@@ -640,8 +681,17 @@ func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *m
 // mediaChanged marks the media preparation for the next update (r.mu held).
 func (r *run) mediaChanged() {
 	m := *r.rec.Media
+	m.Items = append([]RunMediaItem{}, m.Items...)
 	r.up.Media = &m
 	r.dirty = true
+}
+
+func mediaItems(its []inputs.Item) []RunMediaItem {
+	out := make([]RunMediaItem, len(its))
+	for i, it := range its {
+		out[i] = RunMediaItem{What: it.What, Ms: ms(it.Duration), Cached: it.Cached}
+	}
+	return out
 }
 
 // canTake checks that the model has the towers the media need.
