@@ -57,10 +57,10 @@ type ModelInfo struct {
 	Stage     string  `json:"stage,omitempty"`
 	// Done of Total units of the stage (weights packed, bytes checked);
 	// both 0 when the stage does not count.
-	Done  int64 `json:"done,omitempty"`
-	Total int64 `json:"total,omitempty"`
-	Error     string  `json:"error,omitempty"`
-	Note      string  `json:"note,omitempty"`
+	Done  int64  `json:"done,omitempty"`
+	Total int64  `json:"total,omitempty"`
+	Error string `json:"error,omitempty"`
+	Note  string `json:"note,omitempty"`
 }
 
 // loaded is an opened model with what runs need; refs counts the runs using
