@@ -62,7 +62,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		progress("%s: loading (%s weights)", spec, opt.Weights)
 		bench.ResetPeakMemory()
-		m, err := models.OpenWith(spec, opt)
+		m, err := openModel(ctx, spec, opt, stderr)
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// cache it wrote, and measure that model.
 			m.Close()
 			bench.ResetPeakMemory()
-			if m, err = models.OpenWith(spec, opt); err != nil {
+			if m, err = openModel(ctx, spec, opt, stderr); err != nil {
 				return err
 			}
 			cached = m.LoadTime.Seconds()
@@ -128,7 +128,7 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		sizes = append(sizes, n)
 	}
 	native.SetThreads(*threads)
-	m, err := wf.open(*model)
+	m, err := wf.open(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	m, err := wf.open(*model)
+	m, err := wf.open(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if *raw {
 			return usageErr("--raw takes no media")
 		}
-		p, err := mf.prepare(ctx, m)
+		p, err := mf.prepare(ctx, m, stderr)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func addScoreFlags(fs interface {
 }
 
 // open loads the model, tokenizer and schema the flags name.
-func (f scoreFlags) open() (*models.Model, *scorer.Scorer, *scorer.Schema, error) {
+func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, *scorer.Scorer, *scorer.Schema, error) {
 	if *f.schema == "" {
 		return nil, nil, nil, usageErr("--schema is required")
 	}
@@ -51,7 +51,7 @@ func (f scoreFlags) open() (*models.Model, *scorer.Scorer, *scorer.Schema, error
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", *f.schema, err)
 	}
-	m, err := f.weights.open(*f.model)
+	m, err := f.weights.open(ctx, *f.model, stderr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -95,14 +95,14 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		opt.Calibration = c
 	}
-	m, sc, s, err := f.open()
+	m, sc, s, err := f.open(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	if mf.any() {
 		opt.Media = func() (*scorer.Media, error) {
-			p, err := mf.prepare(ctx, m)
+			p, err := mf.prepare(ctx, m, stderr)
 			if err != nil {
 				return nil, err
 			}
@@ -145,7 +145,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("%s: %w", *examples, err)
 	}
-	m, sc, s, err := f.open()
+	m, sc, s, err := f.open(ctx, stderr)
 	if err != nil {
 		return err
 	}
