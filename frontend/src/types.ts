@@ -24,6 +24,9 @@ export interface ModelInfo {
   load_ms?: number;
   elapsed_ms?: number;
   stage?: string;
+  /** Done of total units of the loading stage (weights packed, bytes checked). */
+  done?: number;
+  total?: number;
   error?: string;
   note?: string;
 }
@@ -259,6 +262,20 @@ export interface RunMedia {
   tower_ms?: number;
   error?: string;
   note: string;
+  /** The item in its tower: loading the tower, or block of blocks done, item_ms in, about left_ms to go. */
+  loading?: boolean;
+  block?: number;
+  blocks?: number;
+  item_ms?: number;
+  left_ms?: number;
+  /** The finished items with their tower time; cached ones came from the tower cache. */
+  items?: RunMediaItem[];
+}
+
+export interface RunMediaItem {
+  what: string;
+  ms: number;
+  cached: boolean;
 }
 
 export interface GenerationSettings {
