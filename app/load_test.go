@@ -174,3 +174,38 @@ func TestTowerOutputsAreCached(t *testing.T) {
 		t.Error("a new model answered from the old model's cache")
 	}
 }
+
+// TestPrefillProgressIsStreamed: both sides' updates carry the decoder
+// layers their prefill has run.
+func TestPrefillProgressIsStreamed(t *testing.T) {
+	s, rec := readyServices(t)
+	set := DefaultPreferences().Run
+	set.Generation.MaxTokens = 2
+	done := runWith(t, s, rec, RunRequest{Input: ticketText, Schema: ticketSchema(t), Settings: &set})
+	saw := map[string]bool{}
+	for _, e := range rec.Events(EventRunUpdate) {
+		var u struct {
+			ID        string
+			Scorer    *struct{ Timing *SideTiming }
+			Generator *struct{ Timing *SideTiming }
+		}
+		json.Unmarshal(e.JSON, &u)
+		if u.ID != done.ID {
+			continue
+		}
+		live := func(side string, x *SideTiming) {
+			if x != nil && x.PrefillLayers > 0 && x.PrefillDone > 0 && x.PrefillDone <= x.PrefillLayers {
+				saw[side] = true
+			}
+		}
+		if u.Scorer != nil {
+			live("scorer", u.Scorer.Timing)
+		}
+		if u.Generator != nil {
+			live("generator", u.Generator.Timing)
+		}
+	}
+	if !saw["scorer"] || !saw["generator"] {
+		t.Errorf("prefill progress seen: %v", saw)
+	}
+}

@@ -110,6 +110,11 @@ type SideTiming struct {
 	DecodeTPS       float64   `json:"decode_tokens_per_second,omitempty"`
 	OutputTokens    int       `json:"output_tokens,omitempty"`
 	TotalMs         float64   `json:"total_ms"`
+
+	// PrefillDone of PrefillLayers decoder layers have run on the prompt
+	// (live progress of a long prefill).
+	PrefillDone   int `json:"prefill_done,omitempty"`
+	PrefillLayers int `json:"prefill_layers,omitempty"`
 }
 
 // ScorerSide is the scorer's part of a run.
@@ -791,6 +796,13 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 		r.th.poke()
 	}
 
+	opt.OnPrefill = func(done, total int) {
+		r.mu.Lock()
+		sc.Timing.PrefillDone, sc.Timing.PrefillLayers = done, total
+		r.scorerChanged(true)
+		r.mu.Unlock()
+		r.th.poke()
+	}
 	opt.OnField = func(f scorer.FieldResult) {
 		r.mu.Lock()
 		sc.Fields = append(sc.Fields, f)
@@ -897,6 +909,13 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	opt := generate.Options{
 		MaxTokens: set.MaxTokens, Temperature: set.Temperature, TopK: set.TopK, TopP: set.TopP, Seed: set.Seed,
 		Stop: l.tok.StopIDs(), Media: md,
+		OnPrefill: func(done, total int) {
+			r.mu.Lock()
+			g.Timing.PrefillDone, g.Timing.PrefillLayers = done, total
+			r.generatorChanged(true)
+			r.mu.Unlock()
+			r.th.poke()
+		},
 	}
 	res, err := generate.Run(ctx, l.m.Model, ids, opt, func(t generate.Token) error {
 		now := time.Now()

@@ -10,9 +10,15 @@ import (
 // Cache holds the keys and values of every position processed so far, for the
 // layers that compute their own (KV-shared layers read their source's).
 type Cache struct {
-	n    int
-	k, v [][]float32 // per layer: [n, kvHeads·headDim]; nil for shared layers
+	n        int
+	k, v     [][]float32 // per layer: [n, kvHeads·headDim]; nil for shared layers
+	progress func(done, total int)
 }
+
+// OnLayer makes every later forward pass on c report the decoder layers
+// done of those it runs, after each layer (nil stops the reports): a long
+// prefill's progress.
+func (c *Cache) OnLayer(f func(done, total int)) { c.progress = f }
 
 // NewCache returns an empty cache for m.
 func (m *Model) NewCache() *Cache {
@@ -156,7 +162,11 @@ func (m *Model) forward(c *Cache, ids []int32, e []float32, hook Hook, keep int)
 	w := newWork(m, n)
 	P := cfg.PerLayerSize
 	first := cfg.NumLayers - cfg.NumKVSharedLayers
-	cur, nk := n, c.n+n // positions running, keys attended
+	cur, nk := n, c.n+n   // positions running, keys attended
+	runs := len(m.layers) // the layers this pass runs
+	if keep == 0 && cfg.NumKVSharedLayers > 0 {
+		runs = first
+	}
 	for i := range m.layers {
 		if i == first && keep < n && cfg.NumKVSharedLayers > 0 {
 			// Keep the last keep positions: the layers from here on read
@@ -177,6 +187,9 @@ func (m *Model) forward(c *Cache, ids []int32, e []float32, hook Hook, keep int)
 		m.layer(i, H, ple[i*cur*P:(i+1)*cur*P], cur, w, func(y *layer) { m.cacheAttention(i, y, c, pos, nk, w) })
 		if hook != nil {
 			hook(i, H[:cur*D])
+		}
+		if c.progress != nil {
+			c.progress(i+1, runs)
 		}
 	}
 	c.n += n
