@@ -129,13 +129,25 @@ export function scorerStage(r: LiveRun | null | undefined): string {
     case 'preparing':
       return r!.media && r!.media.status === 'preparing' ? `waiting for the towers: ${towerStage(r!)}` : 'building the prompt';
     case 'prefilling':
-      return `input ready in ${fmtMs(t?.input_preparation_ms)} · prefilling the shared prefix`;
+      return `input ready in ${fmtMs(t?.input_preparation_ms)} · prefilling the shared prefix${prefillStage(t, r!.elapsedMs)}`;
     case 'scoring':
       return `prefill done in ${fmtMs(t?.prefill_ms)} · ${nb} done`;
     case 'done':
       return t ? `prefill ${fmtMs(t.prefill_ms)} · ${nb}` : '';
   }
   return '';
+}
+
+/**
+ * A long prefill's progress: " · layer 12 of 30 · about 3.20 s left" (the
+ * time left once a layer is done); "" before the first layer.
+ */
+export function prefillStage(t: SideTiming | undefined, elapsedMs: number): string {
+  if (!t?.prefill_layers || !t.prefill_done) return '';
+  let s = ` · layer ${t.prefill_done} of ${t.prefill_layers}`;
+  const spent = elapsedMs - t.start_ms - t.input_preparation_ms;
+  if (t.prefill_done < t.prefill_layers && spent > 0) s += ` · about ${fmtMs((spent * (t.prefill_layers - t.prefill_done)) / t.prefill_done)} left`;
+  return s;
 }
 
 /** The towers' progress: "image 1 (1 of 2) · block 12 of 84 · 3.2 s, about 20 s left". */

@@ -72,6 +72,9 @@ export interface SideTiming {
   prefill_ms: number;
   prefill_tokens_per_second: number;
   prompt_tokens: number;
+  /** Live progress of a long prefill: decoder layers done of those it runs. */
+  prefill_done?: number;
+  prefill_layers?: number;
   first_token_ms?: number;
   first_decision_ms?: number;
   branch_batches_ms?: number[];

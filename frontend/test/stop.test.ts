@@ -1,4 +1,4 @@
-import { applyUpdate, fromRecord, markStopping, pendingLabel, running, startRun, stopping, towerItems, towerStage } from '../src/run';
+import { applyUpdate, fromRecord, markStopping, pendingLabel, prefillStage, running, scorerStage, startRun, stopping, towerItems, towerStage } from '../src/run';
 import { InputPanel, type InputHost } from '../src/ui/inputPanel';
 import { ScorerPanel } from '../src/ui/scorerPanel';
 import { TimingPanel } from '../src/ui/timingPanel';
@@ -105,5 +105,15 @@ describe('model load progress', () => {
     expect(loadProgress({ state: 'loading', random_weights: false, builtin: false, stage: 'packing weights to 4 bits', done: 1e9, total: 4e9, elapsed_ms: 10000, size_bytes: 0 }))
       .toBe('packing weights to 4 bits 25% · 10.0 s, about 30.0 s left');
     expect(loadProgress({ state: 'loading', random_weights: true, builtin: true, stage: 'generating random weights', elapsed_ms: 250 })).toBe('generating random weights · 250 ms');
+  });
+});
+
+describe('prefill progress', () => {
+  it('says the layer and the time left of a long prefill', () => {
+    let r = startRun(started);
+    r = applyUpdate(r, { id: 'run-1', elapsed_ms: 3000, scorer: { status: 'prefilling', done: 0, total: 4,
+      timing: { start_ms: 0, input_preparation_ms: 1000, prefill_ms: 0, prefill_tokens_per_second: 0, prompt_tokens: 4000, total_ms: 3000, prefill_done: 10, prefill_layers: 30 } } });
+    expect(scorerStage(r)).toBe('input ready in 1.00 s · prefilling the shared prefix · layer 10 of 30 · about 4.00 s left');
+    expect(prefillStage(undefined, 10)).toBe('');
   });
 });
