@@ -58,10 +58,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			err := c.Run(ctx, args[1:], stdout, stderr)
 			signal.Stop(sig)
 			close(done)
+			interrupted := ctx.Err() != nil
 			cancel()
 			switch {
 			case err == nil:
 				return 0
+			case interrupted && errors.Is(err, context.Canceled):
+				fmt.Fprintf(stderr, "verdict %s: stopped\n", c.Name)
+				return 130
 			case errors.Is(err, flag.ErrHelp):
 				return 0
 			case errors.Is(err, ErrUsage):

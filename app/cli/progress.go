@@ -83,7 +83,7 @@ func barLine(label string, done, total int64, unit string, elapsed time.Duration
 	if total > 0 {
 		f := min(1, max(0, float64(done)/float64(total)))
 		n := int(f * barWidth)
-		fmt.Fprintf(&s, " [%s%s] %3.0f%% %s of %s", strings.Repeat("#", n), strings.Repeat(".", barWidth-n), 100*f, count(done, unit), count(total, unit))
+		fmt.Fprintf(&s, " [%s%s] %3.0f%% %s of %s", strings.Repeat("#", n), strings.Repeat(".", barWidth-n), 100*f, count(done, total, unit), count(total, total, unit))
 		if unit != "" {
 			s.WriteString(" " + unit)
 		}
@@ -96,12 +96,13 @@ func barLine(label string, done, total int64, unit string, elapsed time.Duration
 	return s.String()
 }
 
-// count writes n: large counts of weights and bytes in G and M.
-func count(n int64, unit string) string {
-	if unit == "blocks" || unit == "items" || n < 10_000_000 {
+// count writes n of total: in G or M when total is that large (weights,
+// bytes), as it is otherwise (blocks).
+func count(n, total int64, unit string) string {
+	switch {
+	case unit == "blocks" || total < 10_000_000:
 		return fmt.Sprint(n)
-	}
-	if n >= 1e9 {
+	case total >= 1e9:
 		return fmt.Sprintf("%.2f G", float64(n)/1e9)
 	}
 	return fmt.Sprintf("%.0f M", float64(n)/1e6)

@@ -102,3 +102,22 @@ func TestInterrupts(t *testing.T) {
 	close(done2)
 	interrupts(make(chan os.Signal), done2, func() { t.Error("cancelled without a signal") }, &errOut, func(int) { t.Error("exited") })
 }
+
+// TestCount: a count is written in the unit its total is written in.
+func TestCount(t *testing.T) {
+	for _, tc := range []struct {
+		n, total int64
+		unit     string
+		want     string
+	}{
+		{4_194_304, 17_000_000, "weights", "4 M"},
+		{17_000_000, 17_000_000, "weights", "17 M"},
+		{250_000_000, 4_000_000_000, "weights", "0.25 G"},
+		{12, 84, "blocks", "12"},
+		{5, 10, "bytes", "5"},
+	} {
+		if got := count(tc.n, tc.total, tc.unit); got != tc.want {
+			t.Errorf("count(%d, %d, %s) = %q, want %q", tc.n, tc.total, tc.unit, got, tc.want)
+		}
+	}
+}
