@@ -71,6 +71,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	opt := generate.Options{
 		MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed,
 		Stop: []int32{int32(tok.EOS()), int32(tok.EndOfTurn())}, Media: media,
+		OnPrefill: prefillProgress(newBar(stderr)),
 	}
 	dec := tok.NewStreamDecoder()
 	res, err := generate.Run(ctx, m.Model, ids, opt, func(t generate.Token) error {

@@ -137,6 +137,17 @@ func towerProgress(b *bar) inputs.Progress {
 	}
 }
 
+// prefillProgress is a prefill's OnPrefill drawing on b, cleared after
+// the last layer.
+func prefillProgress(b *bar) func(done, total int) {
+	return func(done, total int) {
+		b.show("prefill", int64(done), int64(total), "layers")
+		if done >= total {
+			b.clear()
+		}
+	}
+}
+
 // openModel opens spec with opt, stopped by ctx, with a progress bar on
 // stderr when it is a terminal.
 func openModel(ctx context.Context, spec string, opt models.Options, stderr io.Writer) (*models.Model, error) {

@@ -58,6 +58,13 @@ func TestProgressBar(t *testing.T) {
 	if on.String() != "\r\x1b[K" {
 		t.Errorf("the end of the towers wrote %q, want the line cleared", on.String())
 	}
+	on.Reset()
+	p2 := prefillProgress(b)
+	p2(1, 30)
+	p2(30, 30)
+	if got := on.String(); !strings.Contains(got, "prefill [") || !strings.Contains(got, "1 of 30 layers") || !strings.HasSuffix(got, "30 of 30 layers · 0s\x1b[K\r\x1b[K") {
+		t.Errorf("prefill lines %q", got)
+	}
 }
 
 // TestInterrupts: the first Ctrl-C cancels the command and says how to

@@ -87,7 +87,8 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		input = string(b)
 	}
-	opt := scorer.Options{BranchBatch: *f.batch, Temperature: *f.temperature, TokenLogprobs: *logprobs}
+	opt := scorer.Options{BranchBatch: *f.batch, Temperature: *f.temperature, TokenLogprobs: *logprobs,
+		OnPrefill: prefillProgress(newBar(stderr))}
 	if *f.calibration != "" {
 		c, err := scorer.LoadCalibration(*f.calibration)
 		if err != nil {
