@@ -642,7 +642,7 @@ func TestCancelWhileTheTowersRun(t *testing.T) {
 	s, rec := readyServices(t)
 	stopped := make(chan struct{})
 	s.Runs.prepare = func(ctx context.Context, m *models.Model, in *media.Input, p inputs.Progress) (*inputs.Prepared, error) {
-		p(0, 2, "image 1")
+		p(inputs.Step{Total: 2, What: "image 1"})
 		select { // a tower pass that ends when nobody waits for it
 		case <-ctx.Done():
 			close(stopped)

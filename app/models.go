@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -54,8 +55,12 @@ type ModelInfo struct {
 	// ElapsedMs is the time spent loading so far (state loading).
 	ElapsedMs float64 `json:"elapsed_ms,omitempty"`
 	Stage     string  `json:"stage,omitempty"`
-	Error     string  `json:"error,omitempty"`
-	Note      string  `json:"note,omitempty"`
+	// Done of Total units of the stage (weights packed, bytes checked);
+	// both 0 when the stage does not count.
+	Done  int64  `json:"done,omitempty"`
+	Total int64  `json:"total,omitempty"`
+	Error string `json:"error,omitempty"`
+	Note  string `json:"note,omitempty"`
 }
 
 // loaded is an opened model with what runs need; refs counts the runs using
@@ -68,10 +73,24 @@ type loaded struct {
 	refs sync.WaitGroup
 }
 
+// OpenFunc opens a model: it stops when ctx is done (returning its error)
+// and tells progress, when set, its slow stages.
+type OpenFunc func(ctx context.Context, spec string, progress func(stage string, done, total int64)) (*models.Model, error)
+
+// OpenWith is the OpenFunc of models.OpenContext with opt.
+func OpenWith(opt models.Options) OpenFunc {
+	return func(ctx context.Context, spec string, progress func(string, int64, int64)) (*models.Model, error) {
+		o := opt
+		o.Progress = progress
+		return models.OpenContext(ctx, spec, o)
+	}
+}
+
 // Models is the model service: opens a Hugging Face Gemma 3n folder or the
-// built-in model in the background and reports its state.
+// built-in model in the background and reports its state. One load runs at
+// a time: Open and Unload cancel the load in progress.
 type Models struct {
-	open func(spec string) (*models.Model, error)
+	open OpenFunc
 	emit Emitter
 	log  *logrus.Logger
 
@@ -80,15 +99,19 @@ type Models struct {
 	info   ModelInfo
 	gen    int // incremented by every Open and Unload: stale loads are discarded
 	onSwap []func()
+	cancel context.CancelFunc // the load in progress
+	ended  chan struct{}      // closed when the last load started has ended
 }
 
-// NewModels returns the service with no model loaded. open is models.Open
-// unless a test replaces it.
-func NewModels(open func(string) (*models.Model, error), e Emitter, log *logrus.Logger) *Models {
+// NewModels returns the service with no model loaded. open is
+// models.OpenContext with the default options unless a test replaces it.
+func NewModels(open OpenFunc, e Emitter, log *logrus.Logger) *Models {
 	if open == nil {
-		open = models.Open
+		open = OpenWith(models.Options{})
 	}
-	return &Models{open: open, emit: e, log: log, info: ModelInfo{State: ModelNone, Inputs: modalities()}}
+	ended := make(chan struct{})
+	close(ended)
+	return &Models{open: open, emit: e, log: log, info: ModelInfo{State: ModelNone, Inputs: modalities()}, cancel: func() {}, ended: ended}
 }
 
 // Tower states: whether the model's checkpoint can take an input.
@@ -141,8 +164,9 @@ var ErrNoModel = errors.New("no model is loaded: load the built-in model or a Ge
 
 // Open starts loading spec ("builtin" or a folder holding config.json) and
 // returns at once; model:state events report the progress and the outcome.
-// A load in progress is abandoned; runs on the previous model are cancelled
-// (onSwap) before it is closed.
+// A load in progress is cancelled, and the new one starts once it has
+// stopped; runs on the previous model are cancelled (onSwap) before it is
+// closed.
 func (s *Models) Open(spec string) (ModelInfo, error) {
 	spec = strings.TrimSpace(spec)
 	info := ModelInfo{State: ModelLoading, Spec: spec, Inputs: modalities(), Stage: "loading weights and tokenizer"}
@@ -171,14 +195,35 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 	s.gen++
 	gen := s.gen
 	s.info = info
+	s.cancel()
+	ctx, cancel := context.WithCancel(context.Background())
+	prev, ended := s.ended, make(chan struct{})
+	s.cancel, s.ended = cancel, ended
 	s.mu.Unlock()
 	s.emit.Emit(EventModel, info)
 	s.log.WithField("model", info.Spec).Info("loading model")
-	go s.load(gen, info)
+	go func() {
+		defer close(ended)
+		defer cancel()
+		<-prev // the cancelled load frees its memory first
+		s.load(ctx, gen, info)
+	}()
 	return info, nil
 }
 
-func (s *Models) load(gen int, info ModelInfo) {
+// progress records a load's stage for the next model:state event.
+func (s *Models) progress(gen int, stage string, done, total int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == gen {
+		s.info.Stage, s.info.Done, s.info.Total = stage, done, total
+	}
+}
+
+func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
+	if ctx.Err() != nil { // replaced while the previous load stopped
+		return
+	}
 	start := time.Now()
 	done := make(chan struct{})
 	tickerDone := make(chan struct{})
@@ -203,7 +248,7 @@ func (s *Models) load(gen int, info ModelInfo) {
 			}
 		}
 	}()
-	m, err := s.open(info.Spec)
+	m, err := s.open(ctx, info.Spec, func(stage string, done, total int64) { s.progress(gen, stage, done, total) })
 	var tok *tokenizer.Tokenizer
 	if err == nil {
 		if tok, err = m.Tokenizer(); err != nil {
@@ -220,7 +265,7 @@ func (s *Models) load(gen int, info ModelInfo) {
 		}
 		return
 	}
-	info.ElapsedMs, info.Stage = 0, ""
+	info.ElapsedMs, info.Stage, info.Done, info.Total = 0, "", 0, 0
 	if err != nil {
 		info.State, info.Error = ModelError, err.Error()
 		s.info = info
@@ -266,6 +311,7 @@ func (s *Models) retire(l *loaded, swap []func()) {
 func (s *Models) Unload() ModelInfo {
 	s.mu.Lock()
 	s.gen++
+	s.cancel()
 	old := s.cur
 	s.cur = nil
 	s.info = ModelInfo{State: ModelNone, Inputs: modalities()}
@@ -319,13 +365,15 @@ func (s *Models) whenSwapped(f func()) {
 	s.mu.Unlock()
 }
 
-// close closes the loaded model (at shutdown).
+// close stops a load in progress and closes the loaded model (at shutdown).
 func (s *Models) close() {
 	s.mu.Lock()
 	s.gen++
-	old := s.cur
+	s.cancel()
+	old, ended := s.cur, s.ended
 	s.cur = nil
 	s.mu.Unlock()
+	<-ended
 	if old != nil {
 		old.refs.Wait()
 		old.m.Close()

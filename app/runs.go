@@ -111,6 +111,11 @@ type SideTiming struct {
 	DecodeTPS       float64   `json:"decode_tokens_per_second,omitempty"`
 	OutputTokens    int       `json:"output_tokens,omitempty"`
 	TotalMs         float64   `json:"total_ms"`
+
+	// PrefillDone of PrefillLayers decoder layers have run on the prompt
+	// (live progress of a long prefill).
+	PrefillDone   int `json:"prefill_done,omitempty"`
+	PrefillLayers int `json:"prefill_layers,omitempty"`
 }
 
 // ScorerSide is the scorer's part of a run.
@@ -168,6 +173,25 @@ type RunMedia struct {
 	TowerMs    float64 `json:"tower_ms,omitempty"`
 	Error      string  `json:"error,omitempty"`
 	Note       string  `json:"note"`
+	// The item in its tower now: its tower is being loaded (Loading) or has
+	// done Block of Blocks steps, ItemMs after the item started, with about
+	// LeftMs to go (0: not known yet).
+	Loading bool    `json:"loading,omitempty"`
+	Block   int     `json:"block,omitempty"`
+	Blocks  int     `json:"blocks,omitempty"`
+	ItemMs  float64 `json:"item_ms,omitempty"`
+	LeftMs  float64 `json:"left_ms,omitempty"`
+	// Items are the finished items with their tower time.
+	Items []RunMediaItem `json:"items"`
+}
+
+// RunMediaItem is one image, video frame or clip's tower pass.
+type RunMediaItem struct {
+	What string  `json:"what"`
+	Ms   float64 `json:"ms"`
+	// Cached: its output came from the tower cache (the same input on the
+	// same model before).
+	Cached bool `json:"cached"`
 }
 
 // MediaNote explains the input preparation of a run with media.
@@ -275,6 +299,7 @@ func (s *Runs) Cancel(id, side string) error {
 	}
 	switch side {
 	case "":
+		r.cancelPrep()
 		r.cancelScorer()
 		r.cancelGen()
 	case SideScorer:
@@ -363,6 +388,7 @@ func (s *Runs) cancelActive(why string) {
 	s.mu.Unlock()
 	if r != nil {
 		s.log.WithField("run", r.id).Info("cancelling run: " + why)
+		r.cancelPrep()
 		r.cancelScorer()
 		r.cancelGen()
 	}
@@ -380,6 +406,7 @@ type run struct {
 	emit    Emitter
 
 	cancelScorer, cancelGen context.CancelFunc
+	cancelPrep              context.CancelFunc // the towers; set before the run is active
 
 	mu    sync.Mutex
 	rec   RunRecord
@@ -483,7 +510,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		}
 		img, aud := s.models.mediaTokens()
 		r.rec.Media = &RunMedia{Status: StatusPreparing, Total: total, Images: images, Audio: sound, Note: MediaNote,
-			SoftTokens: images * img}
+			SoftTokens: images * img, Items: []RunMediaItem{}}
 		if sound {
 			r.rec.Media.SoftTokens += aud
 		}
@@ -494,6 +521,8 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	ctxS, cancelS := context.WithCancel(context.Background())
 	ctxG, cancelG := context.WithCancel(context.Background())
 	r.cancelScorer, r.cancelGen = cancelS, cancelG
+	ctxP, prepCancel := context.WithCancel(context.Background())
+	r.cancelPrep = prepCancel
 	s.active = r
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -503,10 +532,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		"media": len(refs),
 	}).Info("run started")
 
-	var prepCancel context.CancelFunc = func() {}
 	if prep != nil {
-		var ctxP context.Context
-		ctxP, prepCancel = context.WithCancel(context.Background())
 		go func() {
 			defer close(prep.done)
 			r.prepareMedia(ctxP, s.prepare, l, in, prep)
@@ -547,8 +573,8 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	go func() {
 		defer s.wg.Done()
 		sides.Wait()
-		// Both sides are over: a tower pass nobody waits for stops after
-		// its current item, and ends before the model is released.
+		// Both sides are over: a tower pass nobody waits for stops within
+		// a block, and ends before the model is released.
 		prepCancel()
 		if prep != nil {
 			<-prep.done
@@ -598,6 +624,7 @@ func (r *run) snapshot() RunRecord {
 	}
 	if r.rec.Media != nil {
 		m := *r.rec.Media
+		m.Items = append([]RunMediaItem{}, m.Items...)
 		rec.Media = &m
 	}
 	return rec
@@ -620,13 +647,29 @@ func (sp *sharedPrep) wait(ctx context.Context) (*inputs.Prepared, error) {
 	}
 }
 
-// prepareMedia runs the towers once, reporting each item as it starts.
+// prepareMedia runs the towers once, reporting each item as it starts and
+// each of its tower's steps.
 func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *models.Model, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
 	start := time.Now()
-	p, err := prepare(ctx, l.m, in, func(done, total int, what string) {
+	var item string
+	var itemStart time.Time
+	p, err := prepare(ctx, l.m, in, func(st inputs.Step) {
+		now := time.Now()
+		if st.What != item {
+			item, itemStart = st.What, now
+		}
 		r.mu.Lock()
 		m := r.rec.Media
-		m.Done, m.Total, m.Stage = done, total, what
+		m.Done, m.Total, m.Stage = st.Done, st.Total, st.What
+		m.Loading, m.Block, m.Blocks, m.LeftMs = st.Loading, st.Block, st.Blocks, 0
+		m.ItemMs = 0
+		if st.What != "" {
+			m.ItemMs = ms(now.Sub(itemStart))
+		}
+		if !st.Loading && st.Block > 0 && st.Blocks > st.Block {
+			m.LeftMs = m.ItemMs * float64(st.Blocks-st.Block) / float64(st.Block)
+		}
+		m.Items = mediaItems(st.Items)
 		r.mediaChanged()
 		r.mu.Unlock()
 		r.th.poke()
@@ -635,7 +678,10 @@ func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *m
 	r.mu.Lock()
 	m := r.rec.Media
 	m.TowerMs = ms(time.Since(start))
-	m.Stage = ""
+	m.Stage, m.Loading, m.Block, m.Blocks, m.ItemMs, m.LeftMs = "", false, 0, 0, 0, 0
+	if p != nil {
+		m.Items = mediaItems(p.Items)
+	}
 	switch {
 	case err == nil:
 		m.Status, m.Done = StatusDone, m.Total
@@ -652,8 +698,17 @@ func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *m
 // mediaChanged marks the media preparation for the next update (r.mu held).
 func (r *run) mediaChanged() {
 	m := *r.rec.Media
+	m.Items = append([]RunMediaItem{}, m.Items...)
 	r.up.Media = &m
 	r.dirty = true
+}
+
+func mediaItems(its []inputs.Item) []RunMediaItem {
+	out := make([]RunMediaItem, len(its))
+	for i, it := range its {
+		out[i] = RunMediaItem{What: it.What, Ms: ms(it.Duration), Cached: it.Cached}
+	}
+	return out
 }
 
 // canTake checks that the model has the towers the media need.
@@ -764,6 +819,13 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 		r.mu.Lock()
 		r.scorerChanged(false)
 		r.up.Scorer.Catalog = append(r.up.Scorer.Catalog, CatalogLive{field, names, st})
+		r.mu.Unlock()
+		r.th.poke()
+	}
+	opt.OnPrefill = func(done, total int) {
+		r.mu.Lock()
+		sc.Timing.PrefillDone, sc.Timing.PrefillLayers = done, total
+		r.scorerChanged(true)
 		r.mu.Unlock()
 		r.th.poke()
 	}
@@ -880,6 +942,13 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	opt := generate.Options{
 		MaxTokens: set.MaxTokens, Temperature: set.Temperature, TopK: set.TopK, TopP: set.TopP, Seed: set.Seed,
 		Stop: l.tok.StopIDs(), Media: md,
+		OnPrefill: func(done, total int) {
+			r.mu.Lock()
+			g.Timing.PrefillDone, g.Timing.PrefillLayers = done, total
+			r.generatorChanged(true)
+			r.mu.Unlock()
+			r.th.poke()
+		},
 	}
 	res, err := generate.Run(ctx, l.m.Model, ids, opt, func(t generate.Token) error {
 		now := time.Now()

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -38,7 +39,7 @@ func TestModelOpenErrors(t *testing.T) {
 
 func TestModelLoadFailureIsReported(t *testing.T) {
 	rec := NewRecorder()
-	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: func(string) (*models.Model, error) {
+	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: func(context.Context, string, func(string, int64, int64)) (*models.Model, error) {
 		time.Sleep(2 * ProgressInterval)
 		return nil, errors.New("tensor model.embed has shape [1] not [262400 2048]")
 	}})

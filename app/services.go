@@ -8,7 +8,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"verdict/engine/models"
 	"verdict/media/availability"
 	"verdict/media/capture"
 )
@@ -27,8 +26,9 @@ type Options struct {
 	Dialogs Dialogs
 	// Mode is "desktop" or "browser".
 	Mode string
-	// Open opens a model (models.Open when nil; tests replace it).
-	Open func(spec string) (*models.Model, error)
+	// Open opens a model (OpenWith(models.Options{}) when nil; tests
+	// replace it).
+	Open OpenFunc
 	// Capture selects the capture drivers: "hardware" (cameras and
 	// microphones) or "synthetic" (mediadevices' VideoTest and AudioTest, for
 	// tests and demos); empty reads VERDICT_CAPTURE, then means hardware.

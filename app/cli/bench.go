@@ -66,7 +66,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		progress("%s: loading (%s weights)", spec, opt.Weights)
 		bench.ResetPeakMemory()
-		m, err := models.OpenWith(spec, opt)
+		m, err := openModel(ctx, spec, opt, stderr)
 		if err != nil {
 			return err
 		}
@@ -80,7 +80,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// cache it wrote, and measure that model.
 			m.Close()
 			bench.ResetPeakMemory()
-			if m, err = models.OpenWith(spec, opt); err != nil {
+			if m, err = openModel(ctx, spec, opt, stderr); err != nil {
 				return err
 			}
 			cached = m.LoadTime.Seconds()
@@ -132,7 +132,7 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		sizes = append(sizes, n)
 	}
 	native.SetThreads(*threads)
-	m, err := wf.open(*model)
+	m, err := wf.open(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			continue
 		}
 		fmt.Fprintf(stderr, "%s: loading\n", spec)
-		m, err := wf.open(spec)
+		m, err := wf.open(ctx, spec, stderr)
 		if err != nil {
 			return err
 		}

@@ -109,7 +109,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%s: %w", *catFile, err)
 	}
-	m, err := wf.open(*model)
+	m, err := wf.open(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}

@@ -51,12 +51,22 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range Commands() {
 		if c.Name == args[0] {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-			defer stop()
+			ctx, cancel := context.WithCancel(context.Background())
+			sig := make(chan os.Signal, 2)
+			signal.Notify(sig, os.Interrupt)
+			done := make(chan struct{})
+			go interrupts(sig, done, cancel, stderr, os.Exit)
 			err := c.Run(ctx, args[1:], stdout, stderr)
+			signal.Stop(sig)
+			close(done)
+			interrupted := ctx.Err() != nil
+			cancel()
 			switch {
 			case err == nil:
 				return 0
+			case interrupted && errors.Is(err, context.Canceled):
+				fmt.Fprintf(stderr, "verdict %s: stopped\n", c.Name)
+				return 130
 			case errors.Is(err, flag.ErrHelp):
 				return 0
 			case errors.Is(err, ErrUsage):
@@ -120,13 +130,16 @@ func addMediaFlags(fs *flag.FlagSet) *mediaFlags {
 
 func (m *mediaFlags) any() bool { return len(m.images) > 0 || *m.audio != "" || *m.video != "" }
 
-// prepare decodes the media files and runs the model's towers on them.
-func (m *mediaFlags) prepare(ctx context.Context, mdl *models.Model) (*inputs.Prepared, error) {
+// prepare decodes the media files and runs the model's towers on them,
+// stopped by ctx, with a progress bar on stderr when it is a terminal.
+func (m *mediaFlags) prepare(ctx context.Context, mdl *models.Model, stderr io.Writer) (*inputs.Prepared, error) {
 	in, err := inputs.Files(ctx, m.images, *m.audio, *m.video)
 	if err != nil {
 		return nil, err
 	}
-	return inputs.Prepare(mdl, in)
+	b := newBar(stderr)
+	defer b.clear()
+	return inputs.PrepareContext(ctx, mdl, in, towerProgress(b))
 }
 
 // stringList is a repeatable string flag.

@@ -41,7 +41,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	m, err := wf.open(*model)
+	m, err := wf.open(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if *raw {
 			return usageErr("--raw takes no media")
 		}
-		p, err := mf.prepare(ctx, m)
+		p, err := mf.prepare(ctx, m, stderr)
 		if err != nil {
 			return err
 		}
@@ -90,6 +90,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	opt := generate.Options{
 		MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed,
 		Stop: []int32{int32(tok.EOS()), int32(tok.EndOfTurn())}, Media: media,
+		OnPrefill: prefillProgress(newBar(stderr)),
 	}
 	dec := tok.NewStreamDecoder()
 	res, err := generate.Run(ctx, m.Model, ids, opt, func(t generate.Token) error {

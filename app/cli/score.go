@@ -94,7 +94,7 @@ func checkWritable(path string) error {
 }
 
 // open loads the model, tokenizer and schema the flags name.
-func (f scoreFlags) open() (*models.Model, *scorer.Scorer, *scorer.Schema, error) {
+func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, *scorer.Scorer, *scorer.Schema, error) {
 	if *f.schema == "" {
 		return nil, nil, nil, usageErr("--schema is required")
 	}
@@ -109,7 +109,7 @@ func (f scoreFlags) open() (*models.Model, *scorer.Scorer, *scorer.Schema, error
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", *f.schema, err)
 	}
-	m, err := f.weights.open(*f.model)
+	m, err := f.weights.open(ctx, *f.model, stderr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -151,7 +151,8 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkInput(input, source, mf.any()); err != nil {
 		return err
 	}
-	opt := scorer.Options{BranchBatch: *f.batch, TokenLogprobs: *logprobs, Backend: *f.backend}
+	opt := scorer.Options{BranchBatch: *f.batch, TokenLogprobs: *logprobs, Backend: *f.backend,
+		OnPrefill: prefillProgress(newBar(stderr))}
 	if isSet(fs, "temperature") {
 		opt.Temperature = *f.temperature // else the scorer's default, 1
 	}
@@ -165,14 +166,14 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "note: the fitted temperatures of %s replace --temperature %g\n", *f.calibration, opt.Temperature)
 		}
 	}
-	m, sc, s, err := f.open()
+	m, sc, s, err := f.open(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	if mf.any() {
 		opt.Media = func() (*scorer.Media, error) {
-			p, err := mf.prepare(ctx, m)
+			p, err := mf.prepare(ctx, m, stderr)
 			if err != nil {
 				return nil, err
 			}
@@ -221,7 +222,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("%s: %w", *examples, err)
 	}
-	m, sc, s, err := f.open()
+	m, sc, s, err := f.open(ctx, stderr)
 	if err != nil {
 		return err
 	}

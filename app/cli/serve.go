@@ -41,7 +41,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.SetOutput(stderr)
 	hub := server.NewHub(log)
 	svc := app.New(app.Options{Emitter: hub, Logger: log, SettingsPath: *settings, Mode: "browser",
-		Open: func(spec string) (*models.Model, error) { return models.OpenWith(spec, mopt) }})
+		Open: app.OpenWith(mopt)})
 	if *level != "" {
 		if err := svc.Logs.SetLevel(*level); err != nil {
 			return usageErr("%v", err)

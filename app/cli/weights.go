@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"verdict/engine/gemma3n"
@@ -39,11 +41,12 @@ func (w weightFlags) options() (models.Options, error) {
 	return models.Options{Weights: f, Group: *w.group, Log: func(s string) { fmt.Fprintln(os.Stderr, "verdict: "+s) }}, nil
 }
 
-// open opens spec with the flags' weight format.
-func (w weightFlags) open(spec string) (*models.Model, error) {
+// open opens spec with the flags' weight format, stopped by ctx, with a
+// progress bar on stderr when it is a terminal.
+func (w weightFlags) open(ctx context.Context, spec string, stderr io.Writer) (*models.Model, error) {
 	opt, err := w.options()
 	if err != nil {
 		return nil, err
 	}
-	return models.OpenWith(spec, opt)
+	return openModel(ctx, spec, opt, stderr)
 }

@@ -5,6 +5,7 @@ package inputs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"time"
@@ -62,12 +63,32 @@ func Files(ctx context.Context, images []string, audioPath, videoPath string) (*
 type Prepared struct {
 	scorer.Media
 	Duration time.Duration // time spent in the towers
+	// Items are the images, video frames and audio in the order they went
+	// through their towers, each with its time.
+	Items []Item
 }
 
-// Progress reports the towers' work: done of total items (images, video
-// frames, the audio clip) have been through their tower; what names the item
-// now running ("image 2", "video frame at 0:03", "audio").
-type Progress func(done, total int, what string)
+// Item is one image, video frame or clip's pass through its tower.
+type Item struct {
+	What     string        // "image 2", "video frame at 0:03", "audio"
+	Duration time.Duration // its tower time (with the tower's load on first use)
+	Cached   bool          // its output came from the model's tower cache
+}
+
+// Step is the towers' progress: Done of Total items (images, video frames,
+// the audio clip) have been through their tower; What names the item now
+// running ("" once all are done), whose tower is being loaded (Loading) or
+// has done Block of Blocks steps. Items are the finished ones.
+type Step struct {
+	Done, Total   int
+	What          string
+	Loading       bool
+	Block, Blocks int
+	Items         []Item
+}
+
+// Progress hears the towers' work.
+type Progress func(Step)
 
 // Prepare runs the model's towers on the input: images, then the video's
 // frames (captioned with their time), and the one audio source (the clip or
@@ -76,10 +97,11 @@ func Prepare(m *models.Model, in *media.Input) (*Prepared, error) {
 	return PrepareContext(context.Background(), m, in, nil)
 }
 
-// PrepareContext is Prepare one item at a time: ctx is checked before each
-// image, frame and clip (a tower pass itself is not interrupted), and
-// progress, when set, hears each item as it starts and once at the end. The
-// result is the same as Prepare's.
+// PrepareContext is Prepare one item at a time: ctx stops it between items
+// and inside the towers (between blocks), and progress, when set, hears
+// each item as it starts, each of its tower's steps, and once at the end.
+// Outputs the model has cached are not computed again. The result is the
+// same as Prepare's.
 func PrepareContext(ctx context.Context, m *models.Model, in *media.Input, progress Progress) (*Prepared, error) {
 	start := time.Now()
 	type item struct {
@@ -111,39 +133,49 @@ func PrepareContext(ctx context.Context, m *models.Model, in *media.Input, progr
 	if hasSound {
 		total++
 	}
-	report := func(done int, what string) {
+	var done []Item
+	report := func(st Step) {
 		if progress != nil {
-			progress(done, total, what)
+			st.Total, st.Done, st.Items = total, len(done), append([]Item(nil), done...)
+			progress(st)
 		}
 	}
-	md := &gemma3n.Media{}
-	for i, it := range items {
+	// run passes one item through its tower.
+	run := func(what string, tower func(models.TowerProgress) ([]float32, bool, error)) ([]float32, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		report(i, it.what)
-		one, err := m.Media([]image.Image{it.img}, nil)
+		report(Step{What: what})
+		t0 := time.Now()
+		soft, cached, err := tower(func(loading bool, block, blocks int) {
+			report(Step{What: what, Loading: loading, Block: block, Blocks: blocks})
+		})
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		done = append(done, Item{What: what, Duration: time.Since(t0), Cached: cached})
+		return soft, nil
+	}
+	md := &gemma3n.Media{Hard: m.HardEmbed}
+	for _, it := range items {
+		soft, err := run(it.what, func(p models.TowerProgress) ([]float32, bool, error) { return m.ImageTokens(ctx, it.img, p) })
 		if err != nil {
 			return nil, err
 		}
-		md.Image = append(md.Image, one.Image...)
-		md.Hard = one.Hard
+		md.Image = append(md.Image, soft...)
 	}
-	if hasSound || len(items) == 0 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if hasSound {
-			report(len(items), "audio")
-		}
-		one, err := m.Media(nil, pcm)
+	if hasSound {
+		soft, err := run("audio", func(p models.TowerProgress) ([]float32, bool, error) { return m.AudioTokens(ctx, pcm, p) })
 		if err != nil {
 			return nil, err
 		}
-		md.Audio, md.Hard = one.Audio, one.Hard
+		md.Audio = soft
 	}
-	report(total, "")
-	return &Prepared{Media: scorer.Media{Media: *md, Captions: captions}, Duration: time.Since(start)}, nil
+	report(Step{})
+	return &Prepared{Media: scorer.Media{Media: *md, Captions: captions}, Duration: time.Since(start), Items: done}, nil
 }
 
 // Captions are the prompt's captions of the input's images in order: none

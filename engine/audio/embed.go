@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"context"
 	"fmt"
 
 	"verdict/native"
@@ -50,8 +51,14 @@ func (t *Tower) HardEmbed(id int32) ([]float32, error) {
 // the hard embedding of the padding id Cfg.TextVocabSize−1 (262399). Clips
 // longer than 30 s are truncated by Features.
 func (t *Tower) SoftTokens(samples []float32) ([]float32, error) {
+	return t.SoftTokensContext(context.Background(), samples, nil)
+}
+
+// SoftTokensContext is SoftTokens with EncodeContext's cancellation and
+// progress.
+func (t *Tower) SoftTokensContext(ctx context.Context, samples []float32, progress func(done, total int)) ([]float32, error) {
 	feats, mask := Features(samples)
-	enc, encMask, err := t.Encode(feats, mask)
+	enc, encMask, err := t.EncodeContext(ctx, feats, mask, progress)
 	if err != nil {
 		return nil, err
 	}

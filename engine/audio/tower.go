@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -281,6 +282,28 @@ var ErrNoAudio = errors.New("audio: clip too short for one feature frame (513 sa
 // computed from real frames; the other rows are zero. This is transformers'
 // Gemma3nAudioEncoder (whose mask has the opposite sense: true = padding).
 func (t *Tower) Encode(feats []float32, mask []bool) (out []float32, outMask []bool, err error) {
+	return t.EncodeContext(context.Background(), feats, mask, nil)
+}
+
+// Steps is the number of steps EncodeContext reports: the subsampling, then
+// every conformer layer.
+func (t *Tower) Steps() int { return 1 + len(t.layers) }
+
+// EncodeContext is Encode that stops between conformer layers when ctx is
+// done (returning its error) and tells progress, when set, the steps done
+// of Steps().
+func (t *Tower) EncodeContext(ctx context.Context, feats []float32, mask []bool, progress func(done, total int)) (out []float32, outMask []bool, err error) {
+	step, total := 0, t.Steps()
+	next := func() error {
+		step++
+		if progress != nil {
+			progress(step, total)
+		}
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	cfg := t.Cfg
 	T0 := len(mask)
 	if T0 == 0 {
@@ -315,9 +338,15 @@ func (t *Tower) Encode(feats []float32, mask []bool) (out []float32, outMask []b
 		valid[i] = mask[min(i*stride, T0-1)]
 	}
 
+	if err := next(); err != nil {
+		return nil, nil, err
+	}
 	s := newScratch(T, D)
 	for i := range t.layers {
 		t.layers[i].forward(s, h, valid, cfg)
+		if err := next(); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	N := (T + cfg.Reduction - 1) / cfg.Reduction

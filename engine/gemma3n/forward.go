@@ -10,9 +10,15 @@ import (
 // Cache holds the keys and values of every position processed so far, for the
 // layers that compute their own (KV-shared layers read their source's).
 type Cache struct {
-	n    int
-	k, v [][]float32 // per layer: [n, kvHeads·headDim]; nil for shared layers
+	n        int
+	k, v     [][]float32 // per layer: [n, kvHeads·headDim]; nil for shared layers
+	progress func(done, total int)
 }
+
+// OnLayer makes every later forward pass on c report the decoder layers
+// done of those it runs, after each layer (nil stops the reports): a long
+// prefill's progress.
+func (c *Cache) OnLayer(f func(done, total int)) { c.progress = f }
 
 // NewCache returns an empty cache for m.
 func (m *Model) NewCache() *Cache {

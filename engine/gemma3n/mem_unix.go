@@ -45,3 +45,11 @@ func protectRead(b []byte) { syscall.Mprotect(b, syscall.PROT_READ) }
 func unmapMem(b []byte) error { return syscall.Munmap(b) }
 
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// lockFile takes an exclusive advisory lock on f, held until f is closed.
+func lockFile(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) }
+
+// tryLock reports whether f could be locked: no process holds it.
+func tryLock(f *os.File) bool {
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
+}

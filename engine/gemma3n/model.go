@@ -1,6 +1,7 @@
 package gemma3n
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -73,6 +74,27 @@ type LoadOptions struct {
 	CacheDir, CacheKey, CacheName string
 	// Log, when set, hears about cache files that were stale or corrupt.
 	Log func(string)
+	// Context, when set, stops a load: q4 packing checks it every few rows
+	// and LoadWith then returns its error (a half-written cache file is
+	// removed).
+	Context context.Context
+	// Progress, when set, hears the slow steps: stage names the step, done
+	// of total its units (weights packed, or bytes of a cache file checked).
+	Progress func(stage string, done, total int64)
+}
+
+// Stages LoadOptions.Progress names.
+const (
+	StagePacking  = "packing weights to 4 bits"
+	StageChecking = "checking the packed-weights cache"
+)
+
+// ctx returns the load's context (never nil).
+func (o LoadOptions) ctx() context.Context {
+	if o.Context == nil {
+		return context.Background()
+	}
+	return o.Context
 }
 
 // Weights reports how the model keeps its large matrices.

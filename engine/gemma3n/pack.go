@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"verdict/native"
@@ -31,8 +33,9 @@ import (
 // group size and, per matrix, its name, shape, data offsets and the CRC-32C
 // of its bytes. A file whose header, size, key, group, matrix list or any
 // checksum disagrees is stale or corrupt: it is removed and rebuilt. Files
-// are written under a temporary name and renamed, so a crash leaves no
-// half-written cache behind.
+// are written under a temporary name (locked while written) and renamed; a
+// failed or cancelled build removes its temporary file, and a load removes
+// the unlocked ones a crash left behind.
 
 const (
 	packMagic   = "VRDQ4PK\x00"
@@ -183,8 +186,9 @@ func (l *loader) pack(reqs []packReq) (*packed, error) {
 	es, size := layout(reqs, opt.Group)
 	useCache := opt.CacheDir != "" && opt.CacheKey != "" && size >= packMinCache && mmapSupported
 	if useCache {
+		pruneTemp(opt.CacheDir)
 		path := cacheFile(opt.CacheDir, opt.CacheName, opt.CacheKey, opt.Group)
-		p, err := openPacked(path, opt.CacheKey, opt.Group, es)
+		p, err := openPacked(path, opt.CacheKey, opt.Group, es, l.report(StageChecking))
 		if err == nil {
 			bindAll(p.area, reqs, es, opt.Group)
 			p.Bytes = size
@@ -198,6 +202,9 @@ func (l *loader) pack(reqs []packReq) (*packed, error) {
 		if err == nil {
 			p.Bytes = size
 			return p, nil
+		}
+		if cerr := opt.ctx().Err(); cerr != nil {
+			return nil, cerr
 		}
 		if opt.Log != nil {
 			opt.Log(fmt.Sprintf("packed weights: no cache (%v)", err))
@@ -223,15 +230,54 @@ func bindAll(data []byte, reqs []packReq, es []packEntry, group int) {
 	}
 }
 
+// report returns a progress function for stage that passes at most about
+// ten calls a second (and the last one) to LoadOptions.Progress; nil when
+// there is none.
+func (l *loader) report(stage string) func(done, total int64) {
+	f := l.opt.Progress
+	if f == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	var last time.Time
+	return func(done, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := time.Now(); done >= total || now.Sub(last) >= 100*time.Millisecond {
+			last = now
+			f(stage, done, total)
+		}
+	}
+}
+
 // quantizeAll packs every request into data, reading the source a few rows
-// at a time (never a whole float32 copy of the model).
+// at a time (never a whole float32 copy of the model). It stops between
+// reads when the load's context is done, and reports the weights packed.
 func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error {
 	const chunk = 4 << 20 // floats per read
+	ctx, report := l.opt.ctx(), l.report(StagePacking)
+	var total, done int64
+	for _, r := range reqs {
+		total += int64(r.rows) * int64(r.cols)
+	}
+	step := func(n int64) error {
+		done += n
+		if report != nil {
+			report(done, total)
+		}
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	var buf []float32
 	for i, r := range reqs {
 		q, so := views(data, &es[i])
 		if r.transpose {
 			if err := l.quantizeT(q, so, r); err != nil {
+				return err
+			}
+			if err := step(int64(r.rows) * int64(r.cols)); err != nil {
 				return err
 			}
 			continue
@@ -248,6 +294,9 @@ func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error 
 				return fmt.Errorf("gemma3n: packing %s: %w", r.name, err)
 			}
 			native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, l.opt.Group)
+			if err := step(int64(n) * int64(r.cols)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -297,6 +346,7 @@ func (l *loader) buildCache(path string, reqs []packReq, es []packEntry, size in
 		return nil, err
 	}
 	tmp := f.Name()
+	lockFile(f) // pruneTemp leaves a file alone while it is being written
 	fail := func(err error) (*packed, error) {
 		f.Close()
 		os.Remove(tmp)
@@ -349,6 +399,25 @@ func (l *loader) buildCache(path string, reqs []packReq, es []packEntry, size in
 	return p, nil
 }
 
+// tempPattern matches the temporary files buildCache writes.
+const tempPattern = "*.q4.tmp-*"
+
+// pruneTemp removes the temporary cache files in dir that no process is
+// writing (a crash or a kill left them): those it can lock.
+func pruneTemp(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	for _, p := range tmps {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if tryLock(f) {
+			os.Remove(p)
+		}
+		f.Close()
+	}
+}
+
 // pruneCache removes older cache files of the same model name and group.
 func pruneCache(keep, name string, group int) {
 	old, _ := filepath.Glob(filepath.Join(filepath.Dir(keep), fmt.Sprintf("%s-g%d-*.q4", cacheName(name), group)))
@@ -360,8 +429,9 @@ func pruneCache(keep, name string, group int) {
 }
 
 // openPacked maps an existing cache file and checks it against what the
-// loader wants: format, key, group, the matrices and their checksums.
-func openPacked(path, key string, group int, want []packEntry) (*packed, error) {
+// loader wants: format, key, group, the matrices and their checksums;
+// progress, when set, hears the bytes checked.
+func openPacked(path, key string, group int, want []packEntry, progress func(done, total int64)) (*packed, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -426,7 +496,17 @@ func openPacked(path, key string, group int, want []packEntry) (*packed, error) 
 	d := m[dataAt:]
 	p := &packed{data: m, area: d, mapped: true, Path: path, FromDisk: true}
 	bad := make([]bool, len(want))
-	parallel(len(want), func(i int) { bad[i] = entryCRC(d, &want[i]) != want[i].CRC })
+	var checked, sum atomic.Int64
+	for i := range want {
+		sum.Add(want[i].qLen + int64(want[i].soFloats)*4)
+	}
+	parallel(len(want), func(i int) {
+		bad[i] = entryCRC(d, &want[i]) != want[i].CRC
+		n := checked.Add(want[i].qLen + int64(want[i].soFloats)*4)
+		if progress != nil {
+			progress(n, sum.Load())
+		}
+	})
 	for i, b := range bad {
 		if b {
 			p.close()

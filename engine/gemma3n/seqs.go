@@ -132,6 +132,15 @@ func (m *Model) forwardSeqs(seqs []Seq, hook Hook) ([][]float32, error) {
 		if hook != nil {
 			hook(i, H[:cur*D])
 		}
+		for s, q := range seqs {
+			if q.Cache.progress != nil && cnt[s] > 0 {
+				runs := len(m.layers) // the layers this sequence runs
+				if keep[s] == 0 && cfg.NumKVSharedLayers > 0 {
+					runs = first
+				}
+				q.Cache.progress(i+1, runs)
+			}
+		}
 	}
 	for _, q := range seqs {
 		q.Cache.n += len(q.IDs)

@@ -26,6 +26,9 @@ type Options struct {
 	// Media holds the soft tokens of the prompt's image and audio
 	// placeholders (nil: a text-only prompt).
 	Media *gemma3n.Media
+	// OnPrefill, when set, hears the prompt's prefill: decoder layers done
+	// of those it runs, after each.
+	OnPrefill func(done, total int)
 }
 
 // Token is one generated token as it is emitted.
@@ -87,6 +90,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	start := time.Now()
 	s := newSampler(opt)
 	c := m.NewCache()
+	c.OnLayer(opt.OnPrefill)
 	input := prompt
 	for len(res.IDs) < opt.MaxTokens {
 		if maxPos > 0 && len(res.IDs) > 0 && c.Len()+len(input) > maxPos {
@@ -113,6 +117,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 		logits := m.Logits(h[len(h)-D:], 1)
 		if len(res.IDs) == 0 {
 			res.Prefill = time.Since(start)
+			c.OnLayer(nil)
 		}
 		id := s.pick(logits)
 		res.IDs = append(res.IDs, id)

@@ -1,8 +1,14 @@
 package models
 
 import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"image"
+	"math"
 	"sync"
 
 	"verdict/engine/audio"
@@ -11,34 +17,62 @@ import (
 )
 
 // towers loads the vision and audio towers on first use: a text-only
-// request never pays for them.
+// request never pays for them. A load stopped by its context is not
+// remembered: the next use tries again.
 type towers struct {
-	visionOnce, audioOnce sync.Once
-	vision                *vision.Tower
-	audio                 *audio.Tower
-	visionErr, audioErr   error
+	visionMu, audioMu   sync.Mutex
+	vision              *vision.Tower
+	audio               *audio.Tower
+	visionErr, audioErr error
 }
+
+// TowerProgress hears a tower's work on one item: done of total steps;
+// loading is true while the tower's weights are read on first use.
+type TowerProgress func(loading bool, done, total int)
+
+// DefaultTowerCacheBytes bounds the tower outputs a model keeps (about a
+// hundred images or clips of Gemma 3n's).
+const DefaultTowerCacheBytes = 256 << 20
 
 // VisionTower returns the model's vision tower, loading it on first use.
 func (m *Model) VisionTower() (*vision.Tower, error) {
-	m.towers.visionOnce.Do(func() {
-		m.towers.vision, m.towers.visionErr = vision.LoadTower(m.store, m.configJSON)
-		if m.towers.visionErr != nil {
-			m.towers.visionErr = fmt.Errorf("%s has no usable vision tower: %w", m.Name, m.towers.visionErr)
+	return m.visionTower(context.Background(), nil)
+}
+
+func (m *Model) visionTower(ctx context.Context, progress TowerProgress) (*vision.Tower, error) {
+	tw := &m.towers
+	tw.visionMu.Lock()
+	defer tw.visionMu.Unlock()
+	if tw.vision != nil || tw.visionErr != nil {
+		return tw.vision, tw.visionErr
+	}
+	var p func(done, total int)
+	if progress != nil {
+		p = func(done, total int) { progress(true, done, total) }
+	}
+	t, err := vision.LoadTowerContext(ctx, m.store, m.configJSON, p)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
 		}
-	})
-	return m.towers.vision, m.towers.visionErr
+		tw.visionErr = fmt.Errorf("%s has no usable vision tower: %w", m.Name, err)
+	}
+	tw.vision = t
+	return tw.vision, tw.visionErr
 }
 
 // AudioTower returns the model's audio tower, loading it on first use.
 func (m *Model) AudioTower() (*audio.Tower, error) {
-	m.towers.audioOnce.Do(func() {
-		m.towers.audio, m.towers.audioErr = audio.LoadTower(m.store, m.configJSON)
-		if m.towers.audioErr != nil {
-			m.towers.audioErr = fmt.Errorf("%s has no usable audio tower: %w", m.Name, m.towers.audioErr)
+	tw := &m.towers
+	tw.audioMu.Lock()
+	defer tw.audioMu.Unlock()
+	if tw.audio == nil && tw.audioErr == nil {
+		tw.audio, tw.audioErr = audio.LoadTower(m.store, m.configJSON)
+		if tw.audioErr != nil {
+			tw.audioErr = fmt.Errorf("%s has no usable audio tower: %w", m.Name, tw.audioErr)
 		}
-	})
-	return m.towers.audio, m.towers.audioErr
+	}
+	return tw.audio, tw.audioErr
 }
 
 // Inputs reports what the model accepts besides text, from what its
@@ -49,49 +83,199 @@ func (m *Model) Inputs() (images, audio bool) {
 	return images, audio
 }
 
+// ImageTokens runs one image through the image processor and the vision
+// tower: its soft tokens [VisionTokens, D]. An image the model has encoded
+// before (the same pixels after preprocessing) comes from the model's
+// tower cache: cached is then true. ctx stops the tower between blocks;
+// progress, when set, hears its steps. The result must not be modified.
+func (m *Model) ImageTokens(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
+	vt, err := m.visionTower(ctx, progress)
+	if err != nil {
+		return nil, false, err
+	}
+	px := vision.Preprocess(img)
+	key := outputKey('v', px)
+	if v, ok := m.outputs().get(key); ok {
+		return v, true, nil
+	}
+	var p func(done, total int)
+	if progress != nil {
+		p = func(done, total int) { progress(false, done, total) }
+	}
+	if soft, err = vt.SoftTokensContext(ctx, px, p); err != nil {
+		return nil, false, err
+	}
+	m.outputs().put(key, soft)
+	return soft, false, nil
+}
+
+// AudioTokens runs a 16 kHz mono clip through the feature extractor and
+// the audio tower: its soft tokens [AudioTokens, D], from the tower cache
+// when the model has encoded the same samples before (cached true). ctx
+// stops the tower between layers. The result must not be modified.
+func (m *Model) AudioTokens(ctx context.Context, pcm []float32, progress TowerProgress) (soft []float32, cached bool, err error) {
+	at, err := m.AudioTower()
+	if err != nil {
+		return nil, false, err
+	}
+	key := outputKey('a', pcm)
+	if v, ok := m.outputs().get(key); ok {
+		return v, true, nil
+	}
+	var p func(done, total int)
+	if progress != nil {
+		p = func(done, total int) { progress(false, done, total) }
+	}
+	if soft, err = at.SoftTokensContext(ctx, pcm, p); err != nil {
+		return nil, false, err
+	}
+	m.outputs().put(key, soft)
+	return soft, false, nil
+}
+
 // Media runs the towers: every image through the image processor and the
 // vision tower, the audio clip (16 kHz mono, nil for none) through the
 // feature extractor and the audio tower. The result is what the decoder
 // merges at the prompt's placeholders.
 func (m *Model) Media(images []image.Image, pcm []float32) (*gemma3n.Media, error) {
+	return m.MediaContext(context.Background(), images, pcm)
+}
+
+// MediaContext is Media stopped by ctx, inside the towers too.
+func (m *Model) MediaContext(ctx context.Context, images []image.Image, pcm []float32) (*gemma3n.Media, error) {
 	md := &gemma3n.Media{}
-	var vt *vision.Tower
-	var at *audio.Tower
-	var err error
-	if len(images) > 0 {
-		if vt, err = m.VisionTower(); err != nil {
-			return nil, err
-		}
-		for i, img := range images {
-			soft, err := vt.SoftTokens(vision.Preprocess(img))
-			if err != nil {
-				return nil, fmt.Errorf("image %d: %w", i+1, err)
-			}
-			md.Image = append(md.Image, soft...)
-		}
-	}
-	if pcm != nil {
-		if at, err = m.AudioTower(); err != nil {
-			return nil, err
-		}
-		if md.Audio, err = at.SoftTokens(pcm); err != nil {
-			return nil, fmt.Errorf("audio: %w", err)
-		}
-	}
-	audioFirst := int32(m.Special.EOA) // the audio vocabulary starts at <end_of_audio>
-	md.Hard = func(id int32) ([]float32, error) {
-		if id >= audioFirst && audioFirst > 0 {
-			t, err := m.AudioTower()
-			if err != nil {
+	for i, img := range images {
+		soft, _, err := m.ImageTokens(ctx, img, nil)
+		if err != nil {
+			if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
 				return nil, err
 			}
-			return t.HardEmbed(id)
+			return nil, fmt.Errorf("image %d: %w", i+1, err)
 		}
-		t, err := m.VisionTower()
+		md.Image = append(md.Image, soft...)
+	}
+	if pcm != nil {
+		soft, _, err := m.AudioTokens(ctx, pcm, nil)
+		if err != nil {
+			return nil, fmt.Errorf("audio: %w", err)
+		}
+		md.Audio = soft
+	}
+	md.Hard = m.HardEmbed
+	return md, nil
+}
+
+// HardEmbed embeds a multimodal control token (gemma3n.Media.Hard).
+func (m *Model) HardEmbed(id int32) ([]float32, error) {
+	audioFirst := int32(m.Special.EOA) // the audio vocabulary starts at <end_of_audio>
+	if id >= audioFirst && audioFirst > 0 {
+		t, err := m.AudioTower()
 		if err != nil {
 			return nil, err
 		}
-		return t.HardEmbed(id), nil
+		return t.HardEmbed(id)
 	}
-	return md, nil
+	t, err := m.VisionTower()
+	if err != nil {
+		return nil, err
+	}
+	return t.HardEmbed(id), nil
+}
+
+// outputs returns the model's tower cache.
+func (m *Model) outputs() *outputCache {
+	m.outOnce.Do(func() {
+		n := m.towerCacheBytes
+		if n == 0 {
+			n = DefaultTowerCacheBytes
+		}
+		m.out = newOutputCache(n)
+	})
+	return m.out
+}
+
+// ClearTowerCache forgets the model's cached tower outputs.
+func (m *Model) ClearTowerCache() { m.outputs().clear() }
+
+// outputKey identifies a tower input: its kind and a hash of its values.
+func outputKey(kind byte, x []float32) [32]byte {
+	h := sha256.New()
+	h.Write([]byte{kind})
+	var b [4096]byte
+	for len(x) > 0 {
+		n := min(len(x), len(b)/4)
+		for i, v := range x[:n] {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		h.Write(b[:4*n])
+		x = x[n:]
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// outputCache keeps tower outputs by input, least recently used first out,
+// within a bound on their bytes.
+type outputCache struct {
+	mu    sync.Mutex
+	max   int64
+	used  int64
+	order *list.List // of *outputEntry, most recent first
+	byKey map[[32]byte]*list.Element
+}
+
+type outputEntry struct {
+	key [32]byte
+	v   []float32
+}
+
+func newOutputCache(max int64) *outputCache {
+	return &outputCache{max: max, order: list.New(), byKey: map[[32]byte]*list.Element{}}
+}
+
+func (c *outputCache) get(k [32]byte) ([]float32, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byKey[k]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*outputEntry).v, true
+}
+
+// put keeps v unless it alone exceeds the bound, dropping the least
+// recently used entries to make room.
+func (c *outputCache) put(k [32]byte, v []float32) {
+	n := int64(len(v)) * 4
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n > c.max || c.byKey[k] != nil {
+		return
+	}
+	for c.used+n > c.max {
+		last := c.order.Back()
+		old := last.Value.(*outputEntry)
+		c.order.Remove(last)
+		delete(c.byKey, old.key)
+		c.used -= int64(len(old.v)) * 4
+	}
+	c.byKey[k] = c.order.PushFront(&outputEntry{key: k, v: v})
+	c.used += n
+}
+
+func (c *outputCache) clear() {
+	c.mu.Lock()
+	c.order.Init()
+	clear(c.byKey)
+	c.used = 0
+	c.mu.Unlock()
+}
+
+// len and bytes report the cache's size (tests).
+func (c *outputCache) size() (entries int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byKey), c.used
 }

@@ -4,14 +4,19 @@
 package models
 
 import (
+	"context"
 	"crypto/sha256"
 	"embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"verdict/engine/gemma3n"
@@ -44,6 +49,10 @@ type Model struct {
 	configJSON []byte
 	recipe     []byte // synthetic shapes: their recipe
 	towers     towers
+
+	towerCacheBytes int64
+	outOnce         sync.Once
+	out             *outputCache
 }
 
 // Tokenizer returns the model's tokenizer, or the error saying why there is none.
@@ -78,7 +87,19 @@ type Options struct {
 	CacheDir string
 	// Log, when set, hears about stale or corrupt cache files.
 	Log func(string)
+	// Progress, when set, hears the slow steps of a load (gemma3n's
+	// stages, then StageTokenizer): done of total units, 0 of 0 when
+	// unknown.
+	Progress func(stage string, done, total int64)
+	// TowerCacheBytes bounds the tower outputs the model keeps
+	// (0: DefaultTowerCacheBytes).
+	TowerCacheBytes int64
+
+	ctx context.Context // OpenContext's
 }
+
+// StageTokenizer is the last stage Options.Progress hears.
+const StageTokenizer = "reading the tokenizer"
 
 // DefaultWeights is what Open uses: packed 4-bit weights.
 const DefaultWeights = gemma3n.WeightsQ4
@@ -102,6 +123,14 @@ func CacheDirDefault() string {
 // for the exact float32 path.
 func Open(spec string) (*Model, error) { return OpenWith(spec, Options{}) }
 
+// OpenContext is OpenWith stopped by ctx: packing weights checks it every
+// few rows, and a stopped load returns ctx's error and leaves no cache file
+// behind.
+func OpenContext(ctx context.Context, spec string, opt Options) (*Model, error) {
+	opt.ctx = ctx
+	return OpenWith(spec, opt)
+}
+
 // OpenWith opens the model named by spec: "builtin", a synthetic full-size
 // shape ("synthetic-e2b", "synthetic-e4b"), or a folder.
 func OpenWith(spec string, opt Options) (*Model, error) {
@@ -119,7 +148,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		cfgJSON []byte
 		st      weights.Store
 		err     error
-		m       = &Model{Path: spec}
+		m       = &Model{Path: spec, towerCacheBytes: opt.TowerCacheBytes}
 	)
 	if spec == Builtin || spec == "" {
 		m.Builtin, m.Name, m.Path = true, "built-in tiny Gemma 3n (random weights)", ""
@@ -144,7 +173,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 	}
 	cfg, sp, err := gemma3n.ParseConfig(cfgJSON)
 	if err == nil {
-		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log}
+		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log, Context: opt.ctx, Progress: opt.Progress}
 		if opt.Weights == gemma3n.WeightsQ4 && opt.CacheDir != "" {
 			lo.CacheDir, lo.CacheName = opt.CacheDir, cacheName(spec, m)
 			lo.CacheKey, err = cacheKey(spec, m, cfgJSON)
@@ -153,10 +182,19 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 			m.Model, err = gemma3n.LoadWith(st, cfg, sp, lo)
 		}
 	}
+	if err == nil && opt.ctx != nil {
+		err = opt.ctx.Err()
+	}
 	if err == nil {
+		if opt.Progress != nil {
+			opt.Progress(StageTokenizer, 0, 0)
+		}
 		m.Tok, m.TokErr = LoadTokenizer(m.Path)
 	}
 	if err != nil {
+		if m.Model != nil {
+			m.Model.Close()
+		}
 		st.Close()
 		return nil, fmt.Errorf("open model %s: %w", spec, err)
 	}
@@ -209,9 +247,10 @@ func cacheName(spec string, m *Model) string {
 }
 
 // cacheKey identifies a checkpoint for the packed-weights cache: a
-// synthetic shape by its config and recipe, a folder by its absolute path
-// and the name, size and modification time of every file the weights and
-// configuration come from.
+// synthetic shape by its config and recipe, a folder by its absolute path,
+// the name, size and modification time of every file the weights and
+// configuration come from, and a hash of their content (see fingerprint):
+// weights rewritten with the same size and time get another key.
 func cacheKey(spec string, m *Model, cfgJSON []byte) (string, error) {
 	h := sha256.New()
 	if m.Builtin || m.Synthetic {
@@ -246,6 +285,62 @@ func cacheKey(spec string, m *Model, cfgJSON []byte) (string, error) {
 			return "", err
 		}
 		fmt.Fprintf(h, "%s %d %d\x00", n, fi.Size(), fi.ModTime().UnixNano())
+		if err := fingerprint(h, filepath.Join(dir, n), fi.Size()); err != nil {
+			return "", err
+		}
 	}
 	return "files:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Fingerprint bounds: files up to wholeHashMax bytes are hashed whole;
+// larger ones by their safetensors header and fingerprintSamples evenly
+// spaced runs of sampleBytes.
+const (
+	wholeHashMax       = 64 << 20
+	fingerprintSamples = 256
+	sampleBytes        = 64 << 10
+	maxHeaderBytes     = 100 << 20
+)
+
+// fingerprint adds the content of the file at path (size bytes) to h: all
+// of it when small, else its safetensors header (every tensor's name,
+// dtype, shape and offsets) and 16 MiB of its data in evenly spaced
+// samples, which a load reads in a moment and any retrained or converted
+// checkpoint changes.
+func fingerprint(h hash.Hash, path string, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if size <= wholeHashMax {
+		_, err := io.Copy(h, io.LimitReader(f, size))
+		return err
+	}
+	var n [8]byte
+	if _, err := f.ReadAt(n[:], 0); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	hl := int64(binary.LittleEndian.Uint64(n[:]))
+	if strings.HasSuffix(path, ".safetensors") && (hl < 0 || hl > maxHeaderBytes || 8+hl > size) {
+		return fmt.Errorf("%s: safetensors header of %d bytes in a file of %d", path, hl, size)
+	}
+	start := int64(0)
+	if strings.HasSuffix(path, ".safetensors") {
+		if _, err := io.Copy(h, io.NewSectionReader(f, 0, 8+hl)); err != nil {
+			return err
+		}
+		start = 8 + hl
+	}
+	buf := make([]byte, sampleBytes)
+	span := size - start
+	for i := int64(0); i < fingerprintSamples; i++ {
+		off := start + span*i/fingerprintSamples
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		h.Write(buf[:k])
+	}
+	return nil
 }

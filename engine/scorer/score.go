@@ -51,6 +51,9 @@ type Options struct {
 	// "prefill", and "batch" after every branch batch, with the time since
 	// the request began.
 	OnStage func(stage string, elapsed time.Duration)
+	// OnPrefill, when set, hears the shared prefix's prefill: decoder
+	// layers done of those it runs, after each.
+	OnPrefill func(done, total int)
 	// Media, when set, computes the request's image and audio soft tokens;
 	// it runs inside the request and counts as input preparation.
 	Media func() (*Media, error)
@@ -442,6 +445,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	// its keys and values are needed (no output state).
 	t := time.Now()
 	cache := sc.m.NewCache()
+	cache.OnLayer(opt.OnPrefill)
 	if md == nil {
 		if _, err := sc.m.ForwardLast(cache, comp.prefixIDs, 0); err != nil {
 			return nil, err
@@ -456,6 +460,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		}
 	}
 	r.cache = cache
+	cache.OnLayer(nil)
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
 	stage("prefill")

@@ -1,6 +1,7 @@
 package vision
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -153,18 +154,42 @@ func (l loader) conv(name, normName string, in, out, k int, depthwise bool) (con
 // ErrMissing). Weights are converted to float32 and packed for the native
 // kernels (about 1.2 GB).
 func LoadTower(store weights.Store, cfgJSON []byte) (*Tower, error) {
+	return LoadTowerContext(context.Background(), store, cfgJSON, nil)
+}
+
+// LoadTowerContext is LoadTower that stops between blocks when ctx is done
+// (returning its error) and tells progress, when set, the blocks loaded.
+func LoadTowerContext(ctx context.Context, store weights.Store, cfgJSON []byte, progress func(done, total int)) (*Tower, error) {
 	cfg, err := ParseConfig(cfgJSON)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := build(store, cfg, true); err != nil {
+	if _, err := build(ctx, store, cfg, true, nil); err != nil {
 		return nil, err
 	}
-	return build(store, cfg, false)
+	return build(ctx, store, cfg, false, progress)
 }
 
-func build(store weights.Store, cfg Config, dry bool) (*Tower, error) {
+// Blocks is the number of steps a forward pass (and a load) reports: the
+// stem, every block, the MSFA.
+func Blocks() int {
+	n := 2
+	for _, st := range stages() {
+		n += len(st)
+	}
+	return n
+}
+
+func build(ctx context.Context, store weights.Store, cfg Config, dry bool, progress func(done, total int)) (*Tower, error) {
 	var err error
+	step, total := 0, Blocks()
+	next := func() error {
+		step++
+		if progress != nil {
+			progress(step, total)
+		}
+		return ctx.Err()
+	}
 	t := &Tower{cfg: cfg}
 	l := loader{store: store, prefix: TowerPrefix, dry: dry}
 
@@ -176,6 +201,9 @@ func build(store weights.Store, cfg Config, dry bool) (*Tower, error) {
 		return nil, err
 	}
 	t.stem.bias = slices.Clone(b)
+	if err := next(); err != nil {
+		return nil, err
+	}
 
 	in := stemChannels
 	for s, specs := range stages() {
@@ -183,6 +211,9 @@ func build(store weights.Store, cfg Config, dry bool) (*Tower, error) {
 		for j, spec := range specs {
 			blk, err := loadBlock(l, fmt.Sprintf("blocks.%d.%d.", s, j), spec, in)
 			if err != nil {
+				return nil, err
+			}
+			if err := next(); err != nil {
 				return nil, err
 			}
 			stage = append(stage, blk)
@@ -212,6 +243,9 @@ func build(store weights.Store, cfg Config, dry bool) (*Tower, error) {
 	t.msfa.norm = slices.Clone(n)
 
 	if err := t.loadEmbedder(store, dry); err != nil {
+		return nil, err
+	}
+	if err := next(); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -375,16 +409,32 @@ func (t *Tower) Features(pixels []float32) ([]float32, error) {
 	if len(pixels) != 3*ImageSize*ImageSize {
 		return nil, fmt.Errorf("vision: pixels has %d values, want 3×%d×%d", len(pixels), ImageSize, ImageSize)
 	}
+	return t.FeaturesContext(context.Background(), pixels, nil)
+}
+
+// FeaturesContext is Features that stops between blocks when ctx is done
+// (returning its error, within one block's time) and tells progress, when
+// set, the steps done of Blocks().
+func (t *Tower) FeaturesContext(ctx context.Context, pixels []float32, progress func(done, total int)) ([]float32, error) {
+	if len(pixels) != 3*ImageSize*ImageSize {
+		return nil, fmt.Errorf("vision: pixels has %d values, want 3×%d×%d", len(pixels), ImageSize, ImageSize)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.forward(pixels, nil), nil
+	return t.forward(ctx, pixels, nil, progress)
 }
 
 // SoftTokens runs the encoder and the embedder's soft path on pixels
 // [3, 768, 768]: the 256 image-token embeddings [256, TextHidden], in the
 // order of the <image_soft_token> placeholders.
 func (t *Tower) SoftTokens(pixels []float32) ([]float32, error) {
-	feat, err := t.Features(pixels)
+	return t.SoftTokensContext(context.Background(), pixels, nil)
+}
+
+// SoftTokensContext is SoftTokens with FeaturesContext's cancellation and
+// progress.
+func (t *Tower) SoftTokensContext(ctx context.Context, pixels []float32, progress func(done, total int)) ([]float32, error) {
+	feat, err := t.FeaturesContext(ctx, pixels, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -438,8 +488,20 @@ func normAct(x []float32, w []float32, c int, gelu bool) {
 }
 
 // forward runs the encoder; probe, when not nil, sees each block's output
-// (name, [h·w, c]) for tests.
-func (t *Tower) forward(pixels []float32, probe func(name string, x []float32, h, w, c int)) []float32 {
+// (name, [h·w, c]) for tests. ctx is checked after the stem and every
+// block; progress hears each step.
+func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name string, x []float32, h, w, c int), progress func(done, total int)) ([]float32, error) {
+	step, total := 0, Blocks()
+	next := func() error {
+		step++
+		if progress != nil {
+			progress(step, total)
+		}
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	ws := &t.ws
 	// Buffer roles rotate; 0..2 are general, 3 holds the stage-2 output,
 	// 4 and 5 are attention scratch.
@@ -453,12 +515,18 @@ func (t *Tower) forward(pixels []float32, probe func(name string, x []float32, h
 	if probe != nil {
 		probe("stem", xs, x.h, x.w, x.c)
 	}
+	if err := next(); err != nil {
+		return nil, err
+	}
 	var stage2 act
 	for s, stage := range t.stages {
 		for _, b := range stage {
 			x = t.runBlock(b, x)
 			if probe != nil {
 				probe(b.name, ws.bufs[x.buf][:x.h*x.w*x.c], x.h, x.w, x.c)
+			}
+			if err := next(); err != nil {
+				return nil, err
 			}
 		}
 		if s == 2 {
@@ -491,7 +559,8 @@ func (t *Tower) forward(pixels []float32, probe func(name string, x []float32, h
 	if probe != nil {
 		probe("msfa", out, outRes, outRes, t.cfg.HiddenSize)
 	}
-	return out
+	next()
+	return out, nil
 }
 
 // runBlock applies one block to x (in buffer x.buf of 0..2) and returns the

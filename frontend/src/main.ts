@@ -4,7 +4,7 @@ import { Api } from './api';
 import { composeInput, readFile, splitFiles } from './files';
 import { budget, mergeItems } from './media';
 import { fmtMs } from './format';
-import { applyUpdate, fromRecord, running, startRun } from './run';
+import { applyUpdate, fromRecord, markStopping, running, startRun, stopping } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
 import { Store, type State } from './store';
 import { detectTransport } from './transport';
@@ -99,6 +99,13 @@ class App {
       availability: () => s.mediaAvail,
       loadBuiltin: () => this.openModel('builtin'),
       loadFolder: (p) => this.openModel(p),
+      cancelLoad: async () => {
+        try {
+          this.store.set({ model: await this.api.unloadModel() });
+        } catch (e) {
+          toast(errorText(e), 'error');
+        }
+      },
       chooseFolder: async () => {
         try {
           const p = await this.api.chooseModelFolder();
@@ -162,6 +169,7 @@ class App {
       },
       canRun: () => this.canRun(),
       running: () => running(s.run),
+      stopping: () => stopping(s.run),
       run: (w) => this.run(w),
       stop: () => this.stop(''),
       inputTokensHint: () => {
@@ -564,9 +572,13 @@ class App {
   private async stop(side: '' | 'scorer' | 'generator') {
     const r = this.store.state.run;
     if (!r || !running(r)) return;
+    // Stopping both sides shows "Stopping…" until run:done confirms the end.
+    if (side === '') this.store.set({ run: markStopping(r) });
     try {
       await this.api.cancelRun(r.id, side);
     } catch (e) {
+      const cur = this.store.state.run;
+      if (side === '' && cur?.id === r.id && cur.stopping) this.store.set({ run: { ...cur, stopping: false } });
       toast(errorText(e), 'error');
     }
   }

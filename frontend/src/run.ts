@@ -33,6 +33,8 @@ export interface LiveRun {
   media?: RunMedia;
   /** The final record, once the run is done. */
   record?: RunRecord;
+  /** Stop was pressed: the run is stopping until run:done confirms it. */
+  stopping?: boolean;
 }
 
 export const FINISHED: SideStatus[] = ['done', 'cancelled', 'error'];
@@ -127,7 +129,7 @@ export function scorerStage(r: LiveRun | null | undefined): string {
     case 'preparing':
       return r!.media && r!.media.status === 'preparing' ? `waiting for the towers: ${towerStage(r!)}` : 'building the prompt';
     case 'prefilling':
-      return `input ready in ${fmtMs(t?.input_preparation_ms)} · prefilling the shared prefix`;
+      return `input ready in ${fmtMs(t?.input_preparation_ms)} · prefilling the shared prefix${prefillStage(t, r!.elapsedMs)}`;
     case 'scoring':
       return `prefill done in ${fmtMs(t?.prefill_ms)} · ${nb} done`;
     case 'done':
@@ -136,15 +138,67 @@ export function scorerStage(r: LiveRun | null | undefined): string {
   return '';
 }
 
-/** The towers' progress: "image 1 (1 of 2)". */
+/**
+ * A long prefill's progress: " · layer 12 of 30 · about 3.20 s left" (the
+ * time left once a layer is done); "" before the first layer.
+ */
+export function prefillStage(t: SideTiming | undefined, elapsedMs: number): string {
+  if (!t?.prefill_layers || !t.prefill_done) return '';
+  let s = ` · layer ${t.prefill_done} of ${t.prefill_layers}`;
+  const spent = elapsedMs - t.start_ms - t.input_preparation_ms;
+  if (t.prefill_done < t.prefill_layers && spent > 0) s += ` · about ${fmtMs((spent * (t.prefill_layers - t.prefill_done)) / t.prefill_done)} left`;
+  return s;
+}
+
+/** The towers' progress: "image 1 (1 of 2) · block 12 of 84 · 3.2 s, about 20 s left". */
 export function towerStage(r: LiveRun): string {
   const m = r.media;
   if (!m) return '';
-  return m.stage ? `${m.stage} (${Math.min(m.done + 1, m.total)} of ${m.total})` : `${m.done} of ${m.total}`;
+  if (!m.stage) return `${m.done} of ${m.total}`;
+  let s = `${m.stage} (${Math.min(m.done + 1, m.total)} of ${m.total})`;
+  if (m.loading) s += ' · loading the tower';
+  else if (m.blocks) s += ` · block ${m.block ?? 0} of ${m.blocks}`;
+  if (m.item_ms) s += ` · ${fmtMs(m.item_ms)}${m.left_ms ? `, about ${fmtMs(m.left_ms)} left` : ''}`;
+  return s;
 }
 
+/**
+ * Whether the run is still going on the server: until run:done, while a
+ * side runs, the towers run, or a Stop waits for its confirmation.
+ */
 export function running(r: LiveRun | null | undefined): boolean {
-  return !!r && !r.record && (!isFinished(r.scorer?.status) || !isFinished(r.generator?.status));
+  return !!r && !r.record && (!isFinished(r.scorer?.status) || !isFinished(r.generator?.status) || r.media?.status === 'preparing' || !!r.stopping);
+}
+
+/**
+ * Whether the run is stopping: Stop was pressed, or both sides are over
+ * while the towers still run, and run:done has not come yet.
+ */
+export function stopping(r: LiveRun | null | undefined): boolean {
+  return running(r) && (!!r!.stopping || (isFinished(r!.scorer?.status) && isFinished(r!.generator?.status)));
+}
+
+/** The run marked as stopping (Stop of both sides pressed). */
+export function markStopping(r: LiveRun): LiveRun {
+  return r.record ? r : { ...r, stopping: true };
+}
+
+/** What a field card without a result says: waiting while the scorer runs, why not once it is over. */
+export function pendingLabel(sc: LiveScorer | undefined): string {
+  switch (sc?.status) {
+    case 'cancelled':
+      return 'not scored: stopped';
+    case 'error':
+      return 'not scored: error';
+    case 'done':
+      return 'not scored';
+  }
+  return 'waiting…';
+}
+
+/** The towers' time per item for the timing table: "image 1 1.2 s · audio cached". */
+export function towerItems(m: RunMedia | undefined): string {
+  return (m?.items ?? []).map((it) => `${it.what} ${it.cached ? 'cached' : fmtMs(it.ms)}`).join(' · ');
 }
 
 /** The value the scorer gives a field, as the JSON answer writes it. */

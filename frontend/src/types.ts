@@ -24,6 +24,9 @@ export interface ModelInfo {
   load_ms?: number;
   elapsed_ms?: number;
   stage?: string;
+  /** Done of total units of the loading stage (weights packed, bytes checked). */
+  done?: number;
+  total?: number;
   error?: string;
   note?: string;
 }
@@ -69,6 +72,9 @@ export interface SideTiming {
   prefill_ms: number;
   prefill_tokens_per_second: number;
   prompt_tokens: number;
+  /** Live progress of a long prefill: decoder layers done of those it runs. */
+  prefill_done?: number;
+  prefill_layers?: number;
   first_token_ms?: number;
   first_decision_ms?: number;
   branch_batches_ms?: number[];
@@ -259,6 +265,20 @@ export interface RunMedia {
   tower_ms?: number;
   error?: string;
   note: string;
+  /** The item in its tower: loading the tower, or block of blocks done, item_ms in, about left_ms to go. */
+  loading?: boolean;
+  block?: number;
+  blocks?: number;
+  item_ms?: number;
+  left_ms?: number;
+  /** The finished items with their tower time; cached ones came from the tower cache. */
+  items?: RunMediaItem[];
+}
+
+export interface RunMediaItem {
+  what: string;
+  ms: number;
+  cached: boolean;
 }
 
 export interface GenerationSettings {

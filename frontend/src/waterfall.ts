@@ -1,6 +1,6 @@
 // The timing waterfall: both sides' phases on one time axis (ms from the
 // run's start).
-import type { SideTiming } from './types';
+import type { RunMedia, SideTiming } from './types';
 
 export interface Segment {
   kind: 'prep' | 'prefill' | 'branches' | 'decode' | 'wait';
@@ -19,7 +19,7 @@ export interface Marker {
 }
 
 export interface Lane {
-  side: 'scorer' | 'generator';
+  side: 'scorer' | 'generator' | 'towers';
   segments: Segment[];
   markers: Marker[];
   end: number;
@@ -54,6 +54,27 @@ export function generatorLane(t: SideTiming): Lane {
   if (first != null && end > first) segs.push({ kind: 'decode', label: `decode (${t.output_tokens ?? 0} tokens)`, start: first, end });
   const markers: Marker[] = first != null ? [{ kind: 'first-token', label: 'first token', at: first, sideMs: t.first_token_ms! }] : [];
   return { side: 'generator', segments: segs, markers, end: Math.max(end, prefillEnd) };
+}
+
+/**
+ * The towers' lane: one segment per finished item, in the order they ran
+ * from the run's start (cached items take no time and say so), then the
+ * item in its tower up to now.
+ */
+export function mediaLane(m: RunMedia, elapsed = 0): Lane {
+  const segs: Segment[] = [];
+  let at = 0;
+  for (const it of m.items ?? []) {
+    const dur = it.cached ? 0 : Math.max(0, it.ms);
+    segs.push({ kind: 'prep', label: it.cached ? `${it.what} (cached)` : it.what, start: at, end: at + dur });
+    at += dur;
+  }
+  if (m.status === 'preparing' && m.stage) {
+    const end = Math.max(at, at + (m.item_ms ?? 0), elapsed);
+    segs.push({ kind: 'wait', label: `${m.stage} (running)`, start: at, end });
+    at = end;
+  }
+  return { side: 'towers', segments: segs, markers: [], end: Math.max(at, m.tower_ms ?? 0) };
 }
 
 /** Round tick spacing for an axis of length span split into about n parts. */

@@ -3,7 +3,7 @@
 import { fmtRate } from '../format';
 import { extractJSON } from '../jsonparse';
 import type { LiveRun } from '../run';
-import { agrees, isFinished, towerStage } from '../run';
+import { agrees, isFinished, prefillStage, towerStage } from '../run';
 import { h, replace } from './dom';
 import { statusPill } from './common';
 
@@ -47,7 +47,7 @@ export class GeneratorPanel {
     this.text.classList.toggle('empty-text', g.text === '');
     this.text.dataset.placeholder = g.status === 'preparing' && run.media?.status === 'preparing'
       ? `waiting for the towers: ${towerStage(run)}…`
-      : g.status === 'preparing' || g.status === 'prefilling' ? 'reading the input…' : '';
+      : g.status === 'preparing' || g.status === 'prefilling' ? `reading the input…${g.status === 'prefilling' ? prefillStage(t, run.elapsedMs) : ''}` : '';
     if (this.text.textContent !== g.text) {
       const atBottom = this.text.scrollTop + this.text.clientHeight >= this.text.scrollHeight - 8;
       this.text.textContent = g.text;

@@ -16,6 +16,8 @@ export interface InputHost {
   chooseFiles(): void;
   canRun(): { ok: boolean; why: string };
   running(): boolean;
+  /** Stop was pressed (or both sides are over) and the server has not confirmed the end yet. */
+  stopping?(): boolean;
   run(which: 'both' | 'scorer' | 'generator'): void;
   stop(): void;
   inputTokensHint(): string;
@@ -77,7 +79,9 @@ export class InputPanel {
     const can = this.host.canRun();
     const running = this.host.running();
     replace(this.actions,
-      running
+      running && this.host.stopping?.()
+        ? h('button.btn.danger#stop-run', { type: 'button', disabled: true, title: 'Waiting for the server to confirm that the run has stopped' }, 'Stopping…')
+        : running
         ? h('button.btn.danger#stop-run', { type: 'button', title: 'Stop both sides (Esc)', onclick: () => this.host.stop() }, '■ Stop')
         : h('button.btn.primary#run', { type: 'button', disabled: !can.ok, title: can.ok ? 'Run the scorer and generation side by side (Ctrl+Enter)' : can.why, onclick: () => this.host.run('both') }, '▶ Run side by side'),
       h('button.btn#run-scorer', { type: 'button', disabled: !can.ok || running, title: 'Run the scorer alone (Ctrl+Shift+Enter)', onclick: () => this.host.run('scorer') }, 'Score only'),

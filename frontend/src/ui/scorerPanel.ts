@@ -2,7 +2,7 @@
 // field finishes.
 import { fmtMass, fmtMs, fmtPct } from '../format';
 import type { LiveRun } from '../run';
-import { isFinished, scorerStage } from '../run';
+import { isFinished, pendingLabel, scorerStage } from '../run';
 import type { FieldResult } from '../types';
 import { h, replace } from './dom';
 import { statusPill } from './common';
@@ -113,6 +113,16 @@ export class ScorerPanel {
       }
       this.fill(card, f);
       this.filled.add(name);
+    }
+    // Cards without a result wait while the scorer runs, and say why once it is over.
+    const over = isFinished(sc.status);
+    for (const [name, card] of this.cards) {
+      if (this.filled.has(name)) continue;
+      card.classList.toggle('pending', !over);
+      card.classList.toggle('unscored', over);
+      const win = card.querySelector('.dist-win');
+      if (win) win.textContent = pendingLabel(sc);
+      if (over) card.querySelector('.skeleton')?.remove();
     }
     if (sc.error && sc.status === 'error') {
       if (!this.list.querySelector('.side-error')) this.list.prepend(h('div.side-error', { role: 'alert' }, sc.error));

@@ -2,9 +2,9 @@
 // table of the numbers.
 import { fmtMs, fmtRate } from '../format';
 import type { LiveRun } from '../run';
-import { isFinished } from '../run';
+import { isFinished, towerItems } from '../run';
 import type { SideTiming } from '../types';
-import { generatorLane, scorerLane, ticks, type Lane } from '../waterfall';
+import { generatorLane, mediaLane, scorerLane, ticks, type Lane } from '../waterfall';
 import { h, replace } from './dom';
 
 const CONTENTION = 'Both sides ran at the same time on the same CPU cores: each side\'s timings include contention with the other.';
@@ -33,6 +33,7 @@ export class TimingPanel {
     const sT = liveTiming(run.scorer?.timing, isFinished(run.scorer?.status), el);
     const gT = liveTiming(run.generator?.timing, isFinished(run.generator?.status), el);
     const lanes: Lane[] = [];
+    if (run.media) lanes.push(mediaLane(run.media, run.media.status === 'preparing' ? el : 0));
     if (sT) lanes.push(withRunning(scorerLane(sT), !isFinished(run.scorer?.status), sT));
     if (gT) lanes.push(withRunning(generatorLane(gT), !isFinished(run.generator?.status), gT));
     const span = Math.max(1, el, ...lanes.map((l) => l.end));
@@ -40,7 +41,7 @@ export class TimingPanel {
     const axis = h('div.wf-axis', null, ticks(span).map((t) => h('span.wf-tick', { style: { left: pct(t) } }, fmtMs(t))));
     const laneEls = lanes.map((l) =>
       h('div.wf-lane', { dataset: { side: l.side } },
-        h('span.wf-name', null, l.side === 'scorer' ? 'Scorer' : 'Generation'),
+        h('span.wf-name', null, l.side === 'scorer' ? 'Scorer' : l.side === 'towers' ? 'Towers' : 'Generation'),
         h('div.wf-track', null,
           l.segments.map((s) => h('div.wf-seg', { class: `wf-seg wf-${s.kind}`, title: `${s.label}: ${fmtMs(s.end - s.start)} (${fmtMs(s.start)} → ${fmtMs(s.end)})`, style: { left: pct(s.start), width: pct(s.end - s.start) } })),
           l.markers.map((m) => h('div.wf-mark', { class: `wf-mark wf-${m.kind}`, title: `${m.label}: ${fmtMs(m.sideMs)} after the side started (${fmtMs(m.at)} into the run)`, style: { left: pct(m.at) } }, h('span', null, `${m.label} ${fmtMs(m.sideMs)}`))))));
@@ -49,7 +50,8 @@ export class TimingPanel {
         h('span', null, h('i', { class: `sw wf-${k}` }), label)));
 
     const m = run.media;
-    const towers = m ? (m.status === 'done' ? `${fmtMs(m.tower_ms)} · shared` : m.status === 'preparing' ? `running (${m.done}/${m.total})` : m.error ?? m.status) : null;
+    const items = towerItems(m);
+    const towers = m ? (m.status === 'done' ? `${fmtMs(m.tower_ms)} · shared` : m.status === 'preparing' ? `running (${m.done}/${m.total})` : m.error ?? m.status) + (items ? ` · ${items}` : '') : null;
     const row = (label: string, s: string | null, g: string | null, help = '') =>
       h('tr', null, h('th', { scope: 'row', title: help }, label), h('td', null, s ?? '—'), h('td', null, g ?? '—'));
     const S = run.scorer ? sT : undefined;
