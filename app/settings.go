@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/scorer"
+	"verdict/internal/safefile"
 )
 
 // GenerationSettings tune the generation side of a run.
@@ -92,6 +93,9 @@ func (r RunSettings) Validate() error {
 	return nil
 }
 
+// MaxSettingsBytes bounds the settings file.
+const MaxSettingsBytes = 1 << 20
+
 // Settings is the settings service. With a path it keeps the preferences in
 // that JSON file; without one, in memory only.
 type Settings struct {
@@ -109,7 +113,7 @@ type Settings struct {
 func NewSettings(path string, logs *Logs, log *logrus.Logger, e Emitter) *Settings {
 	s := &Settings{path: path, logs: logs, log: log, emit: e, p: DefaultPreferences()}
 	if path != "" {
-		b, err := os.ReadFile(path)
+		b, err := safefile.ReadFile(path, MaxSettingsBytes)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
