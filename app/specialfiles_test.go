@@ -84,3 +84,21 @@ func TestSettingsRefuseSpecialFiles(t *testing.T) {
 		}
 	}
 }
+
+// A calibration file in the settings is read at the start of each run: a
+// device or FIFO there fails the run at once.
+func TestRunRefusesSpecialCalibration(t *testing.T) {
+	s, _ := mediaServices(t, nil)
+	for path, want := range specialFiles(t) {
+		p := s.Settings.Get()
+		p.Run.Scorer.Calibration = path
+		if _, err := s.Settings.Set(p); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		within(t, "Runs.Start with calibration "+path, func() { _, err = s.Runs.Start(RunRequest{Input: "x", Schema: ticketSchema(t)}) })
+		if err == nil || !strings.Contains(err.Error(), "calibration: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("calibration %s: %v, want %q", path, err, want)
+		}
+	}
+}
