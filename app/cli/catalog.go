@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"time"
 	"unicode/utf8"
 
@@ -15,6 +14,7 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/models"
 	"verdict/engine/prompt"
+	"verdict/engine/safefile"
 	"verdict/engine/tokenizer"
 )
 
@@ -208,27 +208,8 @@ func checkText(s string) error {
 	return nil
 }
 
-// readInput reads a file of at most maxInputFile bytes.
-func readInput(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxInputFile {
-		return nil, fmt.Errorf("%s is larger than %d MiB", path, maxInputFile>>20)
-	}
-	return data, nil
-}
+// readInput reads a regular file of at most maxInputFile bytes.
+func readInput(path string) ([]byte, error) { return safefile.ReadFile(path, maxInputFile) }
 
 type catalogStepJSON struct {
 	Node   int32    `json:"node"`

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -22,7 +23,8 @@ const DefaultAddr = "127.0.0.1:8177"
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", stderr)
-	addr := fs.String("addr", DefaultAddr, "address to listen on (port 0 picks a free one)")
+	addr := fs.String("addr", DefaultAddr, "address to listen on (port 0 picks a free one); a non-loopback one needs --allow-remote")
+	remote := fs.Bool("allow-remote", false, "allow an --addr that is not a loopback address: whoever reaches it and has the printed address (its token) can run the model and read files this user can read")
 	model := fs.String("model", models.Builtin, "model to load at start: builtin, a Gemma 3n folder, or none")
 	wf := addWeightFlags(fs)
 	settings := fs.String("settings", app.DefaultSettingsPath(), "settings file (empty: keep settings in memory)")
@@ -51,8 +53,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		log.Warnf("serving on %s, not on a loopback address: whoever reaches it can run the model and read files this user can read", ln.Addr())
+	defer ln.Close()
+	tcp, _ := ln.Addr().(*net.TCPAddr)
+	if tcp == nil || !tcp.IP.IsLoopback() {
+		if !*remote {
+			return usageErr("--addr %s is not a loopback address: pass --allow-remote to serve other machines too (whoever reaches it with the printed address can run the model and read files this user can read)", *addr)
+		}
+		log.Warnf("serving on %s, not only on a loopback address (--allow-remote)", ln.Addr())
 	}
 	if !frontend.Built() {
 		log.Warn("the frontend is not built into this binary: the page will say how to build it")
@@ -60,7 +67,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Cancelling base ends the event streams, which never go idle.
 	base, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
-	api := server.New(svc.Bound(), hub, frontend.Assets(), log)
+	token := server.NewToken()
+	api := server.New(svc.Bound(), hub, frontend.Assets(), log, server.Access{Token: token, Hosts: serveHosts(*addr, tcp)})
 	api.HandleMedia(svc.Uploads(), svc.MediaFiles())
 	srv := &http.Server{
 		Handler:           api,
@@ -69,7 +77,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "Verdict is serving on http://%s/\n", ln.Addr())
+	fmt.Fprintf(stdout, "Verdict is serving on %s\n", serveURL(*addr, ln.Addr(), token))
 	if f, ok := stdout.(interface{ Sync() error }); ok {
 		f.Sync()
 	}
@@ -95,4 +103,42 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	svc.Shutdown()
 	return nil
+}
+
+// serveURL is the address to open: the host as --addr names it (a loopback
+// one when it names none or all interfaces), the bound port, and the access
+// token in the fragment, which the page keeps and browsers never send.
+func serveURL(addr string, bound net.Addr, token string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	_, port, _ := net.SplitHostPort(bound.String())
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/#token=" + token
+}
+
+// serveHosts are the host names accepted besides the loopback ones: the one
+// --addr names, and when it names all interfaces, their addresses and this
+// machine's name.
+func serveHosts(addr string, bound *net.TCPAddr) []string {
+	host, _, _ := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	if host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return []string{host}
+	}
+	if bound != nil && bound.IP.IsLoopback() {
+		return nil
+	}
+	var hs []string
+	if name, err := os.Hostname(); err == nil {
+		hs = append(hs, name)
+	}
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				hs = append(hs, n.IP.String())
+			}
+		}
+	}
+	return hs
 }

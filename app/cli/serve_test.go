@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,25 +25,38 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	go io.Copy(io.Discard, pr)
-	url := strings.TrimSpace(strings.TrimPrefix(line, "Verdict is serving on "))
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+	printed := strings.TrimSpace(strings.TrimPrefix(line, "Verdict is serving on "))
+	url, token, ok := strings.Cut(printed, "#token=")
+	if !ok || !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/") || len(token) != 32 {
 		t.Fatalf("first line %q", line)
 	}
-	resp, err := http.Post(url+"api/Models/Info", "application/json", strings.NewReader("[]"))
-	if err != nil {
-		t.Fatal(err)
+	call := func(token string) (int, string) {
+		req, _ := http.NewRequest("POST", url+"api/Models/Info", strings.NewReader("[]"))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Verdict-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(b), `"state":"none"`) {
-		t.Errorf("Models.Info = %s", b)
+	if code, b := call(token); code != 200 || !strings.Contains(b, `"state":"none"`) {
+		t.Errorf("Models.Info = %d %s", code, b)
+	}
+	if code, b := call(""); code != http.StatusUnauthorized {
+		t.Errorf("Models.Info without the token = %d %s", code, b)
 	}
 	// An open event stream does not hold up the shutdown.
-	ev, err := http.Get(url + "api/events")
+	ev, err := http.Get(url + "api/events?token=" + token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ev.Body.Close()
+	if ev.StatusCode != 200 {
+		t.Errorf("events: %d", ev.StatusCode)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -55,9 +69,44 @@ func TestServe(t *testing.T) {
 }
 
 func TestServeUsage(t *testing.T) {
-	for _, args := range [][]string{{"extra"}, {"--log-level", "loud"}, {"--addr", "256.0.0.1:99999", "--model", "none", "--settings="}} {
-		if err := serveCmd(context.Background(), args, io.Discard, io.Discard); err == nil {
-			t.Errorf("serve %v: no error", args)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--log-level", "loud"}, "loud"},
+		{[]string{"--addr", "256.0.0.1:99999", "--model", "none", "--settings="}, "invalid port"},
+		// Other machines only with an explicit flag.
+		{[]string{"--addr", "0.0.0.0:0", "--model", "none", "--settings="}, "not a loopback address: pass --allow-remote"},
+		{[]string{"--addr", ":0", "--model", "none", "--settings="}, "not a loopback address: pass --allow-remote"},
+	} {
+		err := serveCmd(context.Background(), c.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve %v: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+func TestServeURLAndHosts(t *testing.T) {
+	bound := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}
+	for _, c := range []struct{ addr, want string }{
+		{"127.0.0.1:0", "http://127.0.0.1:4242/#token=T"},
+		{"localhost:0", "http://localhost:4242/#token=T"},
+		{"[::1]:0", "http://[::1]:4242/#token=T"},
+		{"0.0.0.0:0", "http://127.0.0.1:4242/#token=T"},
+		{":0", "http://127.0.0.1:4242/#token=T"},
+	} {
+		if got := serveURL(c.addr, bound, "T"); got != c.want {
+			t.Errorf("serveURL(%s) = %s, want %s", c.addr, got, c.want)
+		}
+	}
+	if hs := serveHosts("verdict.lan:8177", nil); len(hs) != 1 || hs[0] != "verdict.lan" {
+		t.Errorf("hosts of a named address: %v", hs)
+	}
+	if hs := serveHosts("127.0.0.1:0", bound); len(hs) != 1 || hs[0] != "127.0.0.1" {
+		t.Errorf("hosts of a loopback address: %v", hs)
+	}
+	if hs := serveHosts("0.0.0.0:8177", &net.TCPAddr{IP: net.IPv4zero}); len(hs) == 0 {
+		t.Error("no hosts for all interfaces")
 	}
 }

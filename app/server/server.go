@@ -15,14 +15,27 @@
 //
 // The API mirrors Wails' bindings (window.go.app.Service.Method(args...)),
 // so the frontend uses one set of calls in both modes.
+//
+// Access: every request must name an allowed host in its Host header (a DNS
+// rebinding attack names the attacker's), a request with an Origin must come
+// from this server's own origin, and every /api/ and /media/ request must
+// carry the per-launch token (the X-Verdict-Token header, or a token query
+// parameter where a header cannot be set: the event stream and <img> URLs).
+// The token reaches the page in the fragment of the URL that `verdict serve`
+// prints (#token=...), which browsers never send to a server, so only who can
+// read that output, or the page opened from it, can drive the app.
 package server
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -40,8 +53,37 @@ import (
 // MaxBody bounds a request body.
 const MaxBody = 4 << 20
 
+// TokenHeader is the request header that carries the access token.
+const TokenHeader = "X-Verdict-Token"
+
+// TokenParam is the query parameter that carries the access token where a
+// header cannot be sent (EventSource, <img src>).
+const TokenParam = "token"
+
+// NewToken returns a fresh random access token (32 hex digits, 128 bits).
+func NewToken() string {
+	b := make([]byte, 16)
+	rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// LoopbackHosts are the host names always accepted in the Host header.
+var LoopbackHosts = []string{"127.0.0.1", "::1", "localhost"}
+
+// Access says who may use the server.
+type Access struct {
+	// Token must come with every /api/ and /media/ request; it must not be
+	// empty.
+	Token string
+	// Hosts are the host names accepted in the Host header besides
+	// LoopbackHosts (e.g. the address `verdict serve --addr` names).
+	Hosts []string
+}
+
 // Server is the HTTP handler of the browser mode.
 type Server struct {
+	token   string
+	hosts   map[string]bool
 	methods map[string]map[string]reflect.Value
 	uploads app.Uploader
 	hub     *Hub
@@ -52,9 +94,16 @@ type Server struct {
 }
 
 // New serves services (each named by its type) with the frontend in assets
-// (a placeholder page when assets has no index.html); hub carries events.
-func New(services []any, hub *Hub, assets fs.FS, log *logrus.Logger) *Server {
-	s := &Server{methods: map[string]map[string]reflect.Value{}, hub: hub, assets: assets, log: log}
+// (a placeholder page when assets has no index.html) to the clients access
+// allows; hub carries events. It panics when access has no token.
+func New(services []any, hub *Hub, assets fs.FS, log *logrus.Logger, access Access) *Server {
+	if access.Token == "" {
+		panic("server: no access token")
+	}
+	s := &Server{token: access.Token, hosts: map[string]bool{}, methods: map[string]map[string]reflect.Value{}, hub: hub, assets: assets, log: log}
+	for _, h := range append(append([]string{}, LoopbackHosts...), access.Hosts...) {
+		s.hosts[normalHost(h)] = true
+	}
 	for _, svc := range services {
 		v := reflect.ValueOf(svc)
 		t := v.Type()
@@ -192,13 +241,56 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ServeHTTP checks the origin and routes the request.
+// ServeHTTP checks the host, the origin and the token, and routes the
+// request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := requestHost(r.Host); !s.hosts[h] {
+		s.log.WithField("host", r.Host).Warn("request for another host refused")
+		http.Error(w, fmt.Sprintf("host %q is not served here: open the address that verdict serve printed", r.Host), http.StatusMisdirectedRequest)
+		return
+	}
 	if !sameOrigin(r) {
 		http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
 		return
 	}
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if guarded(r.URL.Path) && !s.authorized(r) {
+		writeJSON(w, http.StatusUnauthorized, APIError{"missing or wrong access token: open the address that verdict serve printed (it ends in #token=...)"})
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// guarded reports whether path needs the token: the API and the media. The
+// page and its assets hold nothing private.
+func guarded(p string) bool {
+	p = path.Clean("/" + p)
+	return p == "/api" || strings.HasPrefix(p, "/api/") || p == "/media" || strings.HasPrefix(p, "/media/")
+}
+
+// authorized reports whether r carries the token, in its header or query.
+func (s *Server) authorized(r *http.Request) bool {
+	t := r.Header.Get(TokenHeader)
+	if t == "" {
+		t = r.URL.Query().Get(TokenParam)
+	}
+	return subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
+}
+
+// requestHost is the host name of a Host header, without port and brackets,
+// lower case.
+func requestHost(hostport string) string {
+	h, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		h = hostport // no port
+	}
+	return normalHost(h)
+}
+
+func normalHost(h string) string {
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
 }
 
 // sameOrigin refuses requests another site's page makes to this server (the

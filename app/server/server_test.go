@@ -35,11 +35,30 @@ func newTest(t *testing.T, assets fstest.MapFS) (*httptest.Server, *app.Services
 	if fsys == nil {
 		fsys = fstest.MapFS{}
 	}
-	srv := New(svc.Bound(), hub, fsys, log)
+	srv := New(svc.Bound(), hub, fsys, log, Access{Token: testToken})
 	srv.HandleMedia(svc.Uploads(), svc.MediaFiles())
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	return ts, svc, hub
+}
+
+// testToken is the access token of the test servers; get, do and post send
+// it unless the request already has a token header.
+const testToken = "test-token-0123456789"
+
+func do(req *http.Request) (*http.Response, error) {
+	if _, ok := req.Header[TokenHeader]; !ok {
+		req.Header.Set(TokenHeader, testToken)
+	}
+	return http.DefaultClient.Do(req)
+}
+
+func get(url string) (*http.Response, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return do(req)
 }
 
 func post(t *testing.T, url, body string, header map[string]string) (int, string) {
@@ -49,7 +68,7 @@ func post(t *testing.T, url, body string, header map[string]string) (int, string
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +111,7 @@ func TestCalls(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("huge body: %d", code)
 	}
-	resp, err := http.Get(ts.URL + "/api/bindings")
+	resp, err := get(ts.URL + "/api/bindings")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +127,7 @@ func TestCalls(t *testing.T) {
 
 func TestEventStream(t *testing.T) {
 	ts, svc, hub := newTest(t, nil)
-	resp, err := http.Get(ts.URL + "/api/events")
+	resp, err := get(ts.URL + "/api/events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +176,7 @@ func TestEventStream(t *testing.T) {
 
 func TestStatic(t *testing.T) {
 	get := func(ts *httptest.Server, p string) (int, string) {
-		resp, err := http.Get(ts.URL + p)
+		resp, err := get(ts.URL + p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +263,7 @@ func upload(t *testing.T, url string, files map[string][]byte, header map[string
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +293,7 @@ func TestUpload(t *testing.T) {
 		t.Errorf("text %+v", txt)
 	}
 	// The previews are served beside the API.
-	resp, err := http.Get(ts.URL + img.Item.ModelView)
+	resp, err := get(ts.URL + img.Item.ModelView)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +304,7 @@ func TestUpload(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", ts.URL+img.Item.ModelView, nil)
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+	if resp, err := do(req); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("cross-site preview: %v %v", resp.StatusCode, err)
 	} else {
 		resp.Body.Close()
@@ -322,6 +341,8 @@ func TestUpload(t *testing.T) {
 	req = httptest.NewRequest("POST", "/api/upload", strings.NewReader("x"))
 	req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
 	req.ContentLength = MaxUpload + 1
+	req.Host = "127.0.0.1"
+	req.Header.Set(TokenHeader, testToken)
 	w := httptest.NewRecorder()
 	ts.Config.Handler.ServeHTTP(w, req)
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "over the limit of 256 MB") {

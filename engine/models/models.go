@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/safefile"
 	"verdict/engine/tokenizer"
 	"verdict/engine/weights"
 )
@@ -162,7 +163,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		m.recipe = recipe
 		st, err = weights.NewRecipeStore(recipe, nil)
 	} else {
-		if cfgJSON, err = os.ReadFile(filepath.Join(spec, "config.json")); err != nil {
+		if cfgJSON, err = safefile.ReadFile(filepath.Join(spec, "config.json"), MaxConfigBytes); err != nil {
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
 		}
 		m.Name = filepath.Base(filepath.Clean(spec))
@@ -220,6 +221,9 @@ func TokenizerPaths(modelDir string) []string {
 	}
 	return append(ps, filepath.Join(".cache", "tokenizer", "gemma3", "tokenizer.json"))
 }
+
+// MaxConfigBytes bounds a model's config.json.
+const MaxConfigBytes = 4 << 20
 
 // ErrNoTokenizer is returned when no tokenizer.json is found.
 var ErrNoTokenizer = errors.New("no tokenizer.json found")

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"verdict/engine/safefile"
 )
 
 // Calibration holds fitted temperatures: one global and one per field.
@@ -83,9 +85,12 @@ func (c *Calibration) temperature(field string, def float64) float64 {
 	return def
 }
 
+// MaxCalibrationBytes bounds a calibration file.
+const MaxCalibrationBytes = 1 << 20
+
 // LoadCalibration reads a calibration file written by Save.
 func LoadCalibration(path string) (*Calibration, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxCalibrationBytes)
 	if err != nil {
 		return nil, fmt.Errorf("calibration: %w", err)
 	}

@@ -30,9 +30,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"unicode/utf8"
+
+	"verdict/engine/safefile"
 )
 
 // Tokenizer encodes text to token ids and decodes ids back to text.
@@ -70,9 +71,12 @@ func unsupported(component, format string, args ...any) error {
 	return &UnsupportedError{Component: component, Detail: fmt.Sprintf(format, args...)}
 }
 
+// MaxFileBytes bounds a tokenizer.json (Gemma's is 33 MB).
+const MaxFileBytes = 256 << 20
+
 // Load reads and parses a Hugging Face tokenizer.json.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

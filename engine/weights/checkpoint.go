@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"verdict/engine/safefile"
 )
 
 // OpenCheckpoint opens a Hugging Face model folder: model.safetensors.index.json
@@ -15,7 +17,7 @@ import (
 // in its shard.
 func OpenCheckpoint(dir string) (Store, error) {
 	indexPath := filepath.Join(dir, indexFile)
-	js, err := os.ReadFile(indexPath)
+	js, err := safefile.ReadFile(indexPath, MaxJSONBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		single := filepath.Join(dir, singleFile)
 		if !exists(single) {

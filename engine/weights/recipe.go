@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"verdict/engine/safefile"
 )
 
 // recipeTensor is one generated tensor of a synthetic-weight recipe.
@@ -34,7 +36,7 @@ type recipeStore struct {
 // buffers.safetensors (memory-mapped) when present.
 func OpenRecipe(dir string) (Store, error) {
 	path := filepath.Join(dir, recipeFile)
-	js, err := os.ReadFile(path)
+	js, err := safefile.ReadFile(path, MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}

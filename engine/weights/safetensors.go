@@ -9,10 +9,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"sync"
 	"unsafe"
+
+	"verdict/engine/safefile"
 )
 
 // maxHeader bounds the JSON header, as the reference safetensors reader does.
@@ -83,15 +84,11 @@ func newMemStore(path string, data []byte) (*stStore, error) {
 }
 
 func mapSafetensors(path string) (*stFile, error) {
-	fh, err := os.Open(path)
+	fh, fi, err := safefile.Open(path) // only a regular file is mapped
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
 	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("weights: %w", err)
-	}
 	size := fi.Size()
 	if size < 8 {
 		return nil, fmt.Errorf("weights: %s: file is %d bytes, too short for a safetensors header", path, size)

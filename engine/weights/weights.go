@@ -84,6 +84,9 @@ func Open(dir string) (Store, error) {
 	return nil, fmt.Errorf("weights: %s: no %s, %s or %s", dir, singleFile, indexFile, recipeFile)
 }
 
+// MaxJSONBytes bounds a checkpoint's index and a recipe.
+const MaxJSONBytes = 64 << 20
+
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil

@@ -368,3 +368,16 @@ test('edits the schema and shows the logs', async () => {
   await shot('logs.png');
   assert.deepEqual(pageErrors, []);
 });
+
+test('keeps the access token out of the address bar; the API refuses requests without it', async () => {
+  assert.match(baseURL, /\/#token=[0-9a-f]{32}$/);
+  assert.doesNotMatch(page.url(), /token/);
+  const status = (headers) =>
+    page.evaluate((h) => fetch('/api/Models/Info', { method: 'POST', headers: { 'Content-Type': 'application/json', ...h }, body: '[]' }).then((r) => r.status), headers);
+  assert.equal(await status({}), 401);
+  const token = new URL(baseURL).hash.slice('#token='.length);
+  assert.equal(await status({ 'X-Verdict-Token': token }), 200);
+  // A reload keeps the token: the page still talks to the server.
+  await page.reload();
+  await page.locator('#model-chip[data-state="ready"]').waitFor();
+});

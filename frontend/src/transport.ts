@@ -50,14 +50,81 @@ export function wailsTransport(w: unknown = globalThis): Transport {
   };
 }
 
+/** The header that carries `verdict serve`'s access token. */
+export const TOKEN_HEADER = 'X-Verdict-Token';
+/** Where the page keeps the token (per origin, so per port). */
+export const TOKEN_KEY = 'verdict.token';
+
+interface PageWindow {
+  location: { hash: string; pathname: string; search: string };
+  history: { replaceState(data: unknown, unused: string, url: string): void };
+  localStorage: Pick<Storage, 'getItem' | 'setItem'>;
+}
+
+/**
+ * The access token of `verdict serve`. The address it prints carries it in
+ * the fragment (#token=...), which browsers never send to a server: the page
+ * keeps it, takes it out of the address bar, and finds it again on a reload.
+ */
+export function pageToken(w: PageWindow = globalThis as unknown as PageWindow): string {
+  const m = /(?:^#|&)token=([^&]*)/.exec(w.location.hash);
+  if (m) {
+    const token = decodeURIComponent(m[1]);
+    try {
+      w.localStorage.setItem(TOKEN_KEY, token);
+    } catch {
+      // storage refused (private mode): the token lasts as long as the page
+    }
+    w.history.replaceState(null, '', w.location.pathname + w.location.search);
+    return token;
+  }
+  try {
+    return w.localStorage.getItem(TOKEN_KEY) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+/** The fields that hold media URLs (app.MediaItem, FramePreview, CameraFrame). */
+const MEDIA_URL_KEYS = new Set(['thumb', 'model_view', 'url']);
+
+/**
+ * Adds the token to every media URL in a result or event (a thumb,
+ * model_view or url field starting with /media/): an <img> cannot send the
+ * token header. Other strings, such as a file path under /media/, stay as
+ * they are.
+ */
+export function withMediaToken<T>(v: T, token: string): T {
+  if (!token) return v;
+  const q = `token=${encodeURIComponent(token)}`;
+  const walk = (x: unknown, key: string): unknown => {
+    if (typeof x === 'string') {
+      if (!MEDIA_URL_KEYS.has(key) || !x.startsWith('/media/')) return x;
+      return `${x}${x.includes('?') ? '&' : '?'}${q}`;
+    }
+    if (Array.isArray(x)) return x.map((e) => walk(e, ''));
+    if (x && typeof x === 'object') {
+      const out: Record<string, unknown> = {};
+      for (const [k, val] of Object.entries(x)) out[k] = walk(val, k);
+      return out;
+    }
+    return x;
+  };
+  return walk(v, '') as T;
+}
+
 export interface BrowserDeps {
   fetch: typeof fetch;
   EventSource?: new (url: string) => EventSource;
   base?: string;
+  /** `verdict serve`'s access token, sent with every request. */
+  token?: string;
 }
 
 export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.bind(globalThis), EventSource: globalThis.EventSource }): Transport {
   const base = deps.base ?? '';
+  const token = deps.token ?? '';
+  const auth: Record<string, string> = token ? { [TOKEN_HEADER]: token } : {};
   const listeners = new Map<string, Set<Listener>>();
   const connection = new Set<(c: boolean) => void>();
   let es: EventSource | null = null;
@@ -71,7 +138,7 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
 
   const ensure = () => {
     if (es || !deps.EventSource) return;
-    es = new deps.EventSource(`${base}/api/events`);
+    es = new deps.EventSource(token ? `${base}/api/events?token=${encodeURIComponent(token)}` : `${base}/api/events`);
     es.onopen = () => setConnected(true);
     es.onerror = () => setConnected(false);
     es.onmessage = (m: MessageEvent) => {
@@ -81,7 +148,8 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
       } catch {
         return;
       }
-      listeners.get(ev.name)?.forEach((f) => f(ev.data));
+      const data = withMediaToken(ev.data, token);
+      listeners.get(ev.name)?.forEach((f) => f(data));
     };
   };
 
@@ -90,7 +158,7 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
     async call<T>(service: string, method: string, ...args: unknown[]): Promise<T> {
       const resp = await deps.fetch(`${base}/api/${service}/${method}`, {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
+        headers: { 'Content-Type': 'application/json', ...auth },
         body: JSON.stringify(args),
       });
       const text = await resp.text();
@@ -101,7 +169,7 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
         throw new Error(`${service}.${method}: ${resp.status} ${text.slice(0, 200)}`);
       }
       if (!resp.ok) throw new Error(body && body.error ? body.error : `${service}.${method}: HTTP ${resp.status}`);
-      return body as T;
+      return withMediaToken(body, token) as T;
     },
     on(event, cb) {
       ensure();
@@ -115,7 +183,7 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
       cb(connected);
     },
     async upload(form: FormData) {
-      const resp = await deps.fetch(`${base}/api/upload`, { method: 'POST', body: form });
+      const resp = await deps.fetch(`${base}/api/upload`, { method: 'POST', body: form, headers: auth });
       const text = await resp.text();
       let body: any = null;
       try {
@@ -124,12 +192,14 @@ export function browserTransport(deps: BrowserDeps = { fetch: globalThis.fetch.b
         throw new Error(`upload: ${resp.status} ${text.slice(0, 200)}`);
       }
       if (!resp.ok) throw new Error(body && body.error ? body.error : `upload: HTTP ${resp.status}`);
-      return body;
+      return withMediaToken(body, token);
     },
   };
 }
 
 /** The transport for where the page runs. */
 export function detectTransport(): Transport {
-  return isWails() ? wailsTransport() : browserTransport();
+  return isWails()
+    ? wailsTransport()
+    : browserTransport({ fetch: globalThis.fetch.bind(globalThis), EventSource: globalThis.EventSource, token: pageToken() });
 }

@@ -9,9 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
+	"verdict/engine/safefile"
 	"verdict/media/limits"
 )
 
@@ -86,24 +86,25 @@ func guard(name, format string, err *error) {
 
 // readFile reads a whole file of at most limits.MaxFileBytes.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, st, err := safefile.Open(path) // a regular file: no device, FIFO or socket
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > limits.MaxFileBytes {
+	if st.Size() > limits.MaxFileBytes {
 		e := limits.Bytes(st.Size(), limits.MaxFileBytes)
 		e.Source = path
 		return nil, e
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limits.MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("decode: read %s: %w", path, err)
-	}
-	if len(data) > limits.MaxFileBytes {
-		e := limits.Bytes(int64(len(data)), limits.MaxFileBytes)
+	data, err := safefile.ReadAll(f, path, limits.MaxFileBytes)
+	var big *safefile.TooLargeError
+	if errors.As(err, &big) { // it grew after the size check
+		e := limits.Bytes(big.Size, limits.MaxFileBytes)
 		e.Source, e.AtLeast = path, true
 		return nil, e
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode: read %s: %w", path, err)
 	}
 	return data, nil
 }
