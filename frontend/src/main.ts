@@ -13,7 +13,7 @@ import {
   type ModelInfo, type PlaybackState, type Preferences, type Preset, type RecordingState, type RunAnnounce, type RunRecord,
   type RunStarted, type RunUpdate,
 } from './types';
-import { debounce, h, replace } from './ui/dom';
+import { debounce, h, rafThrottle, replace } from './ui/dom';
 import { GeneratorPanel } from './ui/generatorPanel';
 import { HistoryPanel } from './ui/historyPanel';
 import { InputPanel } from './ui/inputPanel';
@@ -290,10 +290,9 @@ class App {
     st.on(['presets'], () => this.editor.renderPresets());
     st.on(['check'], () => this.editor.renderStatus());
     st.on(['input', 'files', 'check', 'draft', 'booting'], () => this.inputPanel.render());
-    st.on(['run', 'runFields'], () => {
-      this.renderRun();
-      this.inputPanel.render();
-    });
+    // A run sends many updates a second: draw at most once per frame, and
+    // touch the run bar only when the run's state changes.
+    st.on(['run', 'runFields'], this.scheduleRun);
     st.on(['history', 'baselineId'], () => s.tab === 'history' && this.historyPanel.render());
     st.on(['logs', 'prefs'], () => s.tab === 'logs' && this.logsPanel.render());
     st.on(['tab'], () => this.renderTabs());
@@ -604,13 +603,22 @@ class App {
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
+  private scheduleRun = rafThrottle(() => this.renderRun());
+  private shownRunKey = '';
+
   private renderRun() {
     const s = this.store.state;
     this.scorer.render(s.run, s.runFields);
-    this.gen.render(s.run);
+    this.gen.render(s.run, s.runFields.map((f) => f.name));
     this.timing.render(s.run);
-    this.renderBanner();
-    if (s.tab === 'history') this.historyPanel.render();
+    const r = s.run;
+    const key = r ? `${r.id}:${!!r.record}:${r.scorer?.status}:${r.generator?.status}` : '';
+    if (key !== this.shownRunKey) {
+      this.shownRunKey = key;
+      this.renderBanner();
+      this.inputPanel.render();
+      if (s.tab === 'history') this.historyPanel.render();
+    }
   }
 
   private renderBanner() {

@@ -71,6 +71,19 @@ export class ScorerPanel {
 
   render(run: LiveRun | null, fields: { name: string; type: string }[]) {
     const sc = run?.scorer;
+    // The head is rebuilt only when it changes: a Stop button replaced under the pointer loses the click.
+    const headKey = sc ? JSON.stringify([sc.status, sc.done, sc.total || fields.length, scorerStage(run)]) : run ? '-' : '';
+    if (headKey !== this.headKey) {
+      this.headKey = headKey;
+      this.renderHead(run, fields);
+    }
+    this.renderBody(run, fields);
+  }
+
+  private headKey: string | null = null;
+
+  private renderHead(run: LiveRun | null, fields: { name: string; type: string }[]) {
+    const sc = run?.scorer;
     const stop = h('button.btn.small.stop', { type: 'button', title: 'Stop the scorer (Esc stops both)', disabled: !sc || isFinished(sc.status), onclick: () => this.host.stop('scorer') }, 'Stop');
     replace(this.head,
       h('h2', null, 'Scorer', h('span.sub', null, ' decision distributions')),
@@ -79,6 +92,10 @@ export class ScorerPanel {
         sc ? h('span.progress#scorer-progress', null, `${sc.done}/${sc.total || fields.length} fields`) : null,
         stop),
       sc ? h('div.stage.small.muted#scorer-stage', { 'aria-live': 'polite' }, scorerStage(run)) : null);
+  }
+
+  private renderBody(run: LiveRun | null, fields: { name: string; type: string }[]) {
+    const sc = run?.scorer;
 
     if (!run || !sc) {
       this.shownRun = '';
