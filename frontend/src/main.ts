@@ -64,6 +64,10 @@ class App {
   private tabsNav = h('nav.tabs', { role: 'tablist' });
   private banner = h('div.banner#banner', { hidden: true });
   private conn = h('span.conn#connection');
+  private layout!: HTMLElement;
+  private schemaPanel = h('aside.col-schema#schema-panel', { 'aria-label': 'Schema editor' });
+  private schemaToggle = h('button.btn.small#schema-toggle', { type: 'button', title: 'Show or hide the schema editor', 'aria-controls': 'schema-panel',
+    onclick: () => this.setSchemaOpen(this.schemaPanel.hidden, true) });
 
   constructor(root: HTMLElement) {
     const transport = detectTransport();
@@ -172,8 +176,8 @@ class App {
         if (b.total != null) parts.push(`${b.total.toLocaleString('en-US')} / ${b.max.toLocaleString('en-US')} tokens`);
         return parts.join(' · ');
       },
-    }, this.mediaPanel.el);
-    this.scorer = new ScorerPanel({ stop: (side) => this.stop(side) });
+    });
+    this.scorer = new ScorerPanel({ stop: (side) => this.stop(side), compactChanged: (c) => save('compact', c) }, load('compact', false));
     this.gen = new GeneratorPanel({ stop: (side) => this.stop(side) });
     this.timing = new TimingPanel();
     this.historyPanel = new HistoryPanel({
@@ -230,6 +234,7 @@ class App {
       settingsPath: () => s.system?.settings_path ?? '',
     });
 
+    this.schemaPanel.appendChild(this.editor.el);
     this.tabBodies = {
       history: this.historyPanel.el,
       logs: this.logsPanel.el,
@@ -245,16 +250,19 @@ class App {
         h('div.top-actions', null,
           this.conn,
           h('button.btn.small#open-settings', { type: 'button', title: 'Settings (Ctrl+,)', onclick: () => this.settings.open() }, '⚙ Settings'))),
-      h('main.layout', null,
-        h('aside.col-schema', null, this.editor.el),
+      this.layout = h('main.layout', null,
         h('div.col-main', null,
           this.inputPanel.el,
+          h('div.run-bar#run-bar', null, this.inputPanel.actions, this.schemaToggle),
+          h('section.card.media-card', { 'aria-label': 'Media' }, this.mediaPanel.el),
           this.banner,
           h('div.sides', null, this.scorer.el, this.gen.el),
           this.timing.el,
-          h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body')))),
+          h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body'))),
+        this.schemaPanel),
       this.settings.el);
 
+    this.setSchemaOpen(load<boolean | null>('schemaOpen', null) ?? window.innerWidth >= 1400, false);
     this.wire();
     this.keyboard();
     this.render();
@@ -625,10 +633,20 @@ class App {
     const s = this.store.state;
     const rw = s.run ? s.run.randomWeights : s.model.state === 'ready' && s.model.random_weights;
     this.banner.hidden = !rw;
+    this.banner.title = rw ? 'Built-in model, random weights. Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.' : '';
     if (rw) {
       replace(this.banner, h('b', null, 'Built-in model, random weights.'),
         ' Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.');
     }
+  }
+
+  /** Opens or closes the schema editor's side panel (remembered once chosen). */
+  private setSchemaOpen(open: boolean, remember: boolean) {
+    this.schemaPanel.hidden = !open;
+    this.layout.classList.toggle('schema-open', open);
+    this.schemaToggle.setAttribute('aria-expanded', String(open));
+    this.schemaToggle.textContent = open ? 'Schema ▸ hide' : '◂ Schema';
+    if (remember) save('schemaOpen', open);
   }
 
   private renderTabs() {

@@ -165,7 +165,8 @@ export class MediaPanel {
     if (key === this.shownItems) return;
     this.shownItems = key;
     if (!items.length) {
-      replace(this.list, h('li.media-empty.muted.small', null,
+      const hint = 'Images, audio and video: drop them here or add files, take a snapshot or record. Each image reaches the model stretched to 768×768 (256 tokens); audio as 16 kHz mono (188 tokens); video as a frame a second with its soundtrack.';
+      replace(this.list, h('li.media-empty.muted.small', { title: hint },
         'Images, audio and video: drop them here or add files, take a snapshot or record. Each image reaches the model stretched to 768×768 (256 tokens); audio as 16 kHz mono (188 tokens); video as a frame a second with its soundtrack.'));
       return;
     }
