@@ -6,6 +6,7 @@ import { budget, mergeItems } from './media';
 import { fmtMs } from './format';
 import { applyUpdate, fromRecord, running, startRun } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
+import { inputKey, recordKey, staleness } from './stale';
 import { Store, type State } from './store';
 import { detectTransport } from './transport';
 import {
@@ -64,6 +65,10 @@ class App {
   private tabsNav = h('nav.tabs', { role: 'tablist' });
   private banner = h('div.banner#banner', { hidden: true });
   private conn = h('span.conn#connection');
+  /** The input the results on screen were computed for (null: unknown). */
+  private shownKey: string | null = null;
+  private staleNote = h('div.stale-note#stale-note', { role: 'status', hidden: true });
+  private sides = h('div.sides');
   private layout!: HTMLElement;
   private schemaPanel = h('aside.col-schema#schema-panel', { 'aria-label': 'Schema editor' });
   private schemaToggle = h('button.btn.small#schema-toggle', { type: 'button', title: 'Show or hide the schema editor', 'aria-controls': 'schema-panel',
@@ -235,6 +240,7 @@ class App {
     });
 
     this.schemaPanel.appendChild(this.editor.el);
+    this.sides.append(this.scorer.el, this.gen.el);
     this.tabBodies = {
       history: this.historyPanel.el,
       logs: this.logsPanel.el,
@@ -256,7 +262,8 @@ class App {
           h('div.run-bar#run-bar', null, this.inputPanel.actions, this.schemaToggle),
           h('section.card.media-card', { 'aria-label': 'Media' }, this.mediaPanel.el),
           this.banner,
-          h('div.sides', null, this.scorer.el, this.gen.el),
+          this.staleNote,
+          this.sides,
           this.timing.el,
           h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body'))),
         this.schemaPanel),
@@ -304,13 +311,17 @@ class App {
     st.on(['history', 'baselineId'], () => s.tab === 'history' && this.historyPanel.render());
     st.on(['logs', 'prefs'], () => s.tab === 'logs' && this.logsPanel.render());
     st.on(['tab'], () => this.renderTabs());
+    st.on(['input', 'files', 'media', 'draft'], () => this.renderStale());
     st.on(['connected'], () => this.renderConn());
 
     const t = this.api.t;
     t.on(Events.model, (m: ModelInfo) => st.set({ model: m }));
     t.on(Events.runStarted, (a: RunAnnounce) => {
       // A run started here, in another page or by the window itself.
-      if (s.run?.id !== a.run.id) st.set({ run: startRun(a.run), runFields: a.fields });
+      if (s.run?.id !== a.run.id) {
+        this.shownKey = null;
+        st.set({ run: startRun(a.run), runFields: a.fields });
+      }
     });
     t.on(Events.runUpdate, (u: RunUpdate) => {
       if (s.run && s.run.id === u.id) st.set({ run: applyUpdate(s.run, u) });
@@ -318,7 +329,10 @@ class App {
     t.on(Events.runDone, (rec: RunRecord) => {
       const history = s.history.filter((r) => r.id !== rec.id).concat(rec);
       const patch: Partial<State> = { history };
-      if (s.run?.id === rec.id) patch.run = fromRecord(rec);
+      if (s.run?.id === rec.id) {
+        patch.run = fromRecord(rec);
+        this.shownKey = recordKey(rec);
+      }
       st.set(patch);
       if (s.run?.id === rec.id) this.announceDone(rec);
     });
@@ -404,6 +418,7 @@ class App {
   private adoptRun(cur: RunRecord) {
     const live = fromRecord(cur);
     live.record = undefined;
+    this.shownKey = recordKey(cur);
     this.store.set({ run: live, runFields: fieldsOf(cur.schema) });
   }
 
@@ -563,6 +578,7 @@ class App {
       const started: RunStarted = await start(req);
       // run:started may have arrived first, with updates after it: keep those.
       if (s.run?.id !== started.id) this.store.set({ run: startRun(started), runFields: s.draft.fields.map((f) => ({ name: f.name, type: f.type })) });
+      this.shownKey = inputKey(req.input, req.media, schema);
     } catch (e) {
       toast(errorText(e), 'error');
     }
@@ -581,6 +597,7 @@ class App {
   private openRun(id: string) {
     const rec = this.store.state.history.find((r) => r.id === id);
     if (!rec || running(this.store.state.run)) return;
+    this.shownKey = recordKey(rec);
     this.store.set({ run: fromRecord(rec), runFields: fieldsOf(rec.schema) });
     document.getElementById('scorer-panel')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
   }
@@ -624,9 +641,27 @@ class App {
     if (key !== this.shownRunKey) {
       this.shownRunKey = key;
       this.renderBanner();
+      this.renderStale();
       this.inputPanel.render();
       if (s.tab === 'history') this.historyPanel.render();
     }
+  }
+
+  /** Marks the results stale when the input, media or schema changed since their run. */
+  private renderStale() {
+    const s = this.store.state;
+    let why = '';
+    if (s.run && !s.booting) {
+      try {
+        why = staleness(this.shownKey, inputKey(composeInput(s.input, s.files), s.media.map((m) => m.id), toEngine(s.draft)));
+      } catch {
+        why = '';
+      }
+    }
+    this.staleNote.hidden = !why;
+    this.staleNote.textContent = why;
+    this.sides.classList.toggle('stale', !!why);
+    this.timing.el.classList.toggle('stale', !!why);
   }
 
   private renderBanner() {
