@@ -53,6 +53,8 @@ for (const [w, hgt] of [[1024, 700], [1440, 900]]) {
       await page.locator('#media-devices li[data-feature="speaker"]:not(.dev-unknown)').waitFor();
       const afterDevices = await page.locator('#run').boundingBox();
       assert.equal(afterDevices.y, before.y, 'Run moved when the device lines arrived');
+      const devices = await page.locator('#media-devices').boundingBox();
+      assert.ok(afterDevices.y + afterDevices.height <= devices.y, 'Run is below the device lines (they can push it down)');
       await runOnce(page);
       await page.screenshot({ path: join(out, `layout-${w}x${hgt}.png`) });
       await inView(page, '#input-text', 'the input');

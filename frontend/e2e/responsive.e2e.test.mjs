@@ -24,8 +24,9 @@ function watch() {
   const w = window;
   w.__lt = [];
   w.__gaps = [];
+  w.__ltAt = [];
   new PerformanceObserver((l) => {
-    for (const e of l.getEntries()) w.__lt.push(e.duration);
+    for (const e of l.getEntries()) { w.__lt.push(e.duration); w.__ltAt.push([Math.round(e.startTime), Math.round(e.duration)]); }
   }).observe({ type: 'longtask' });
   let last = performance.now();
   const loop = (t) => {
@@ -59,7 +60,7 @@ async function generateThenStop(stop, until) {
   const stats = await page.evaluate(() => {
     window.__done = true;
     const lt = window.__lt;
-    return { esc: window.__esc, longTasks: lt.length, longMs: lt.reduce((a, b) => a + b, 0), maxLong: Math.max(0, ...lt), maxGap: Math.max(...window.__gaps) };
+    return { at: JSON.stringify(window.__ltAt), esc: window.__esc, longTasks: lt.length, longMs: lt.reduce((a, b) => a + b, 0), maxLong: Math.max(0, ...lt), maxGap: Math.max(...window.__gaps) };
   });
   const wall = Date.now() - t0;
   console.log(JSON.stringify({ tokensAtStop: before, stopMs, wallMs: wall, ...stats }));

@@ -92,3 +92,21 @@ describe('the JSON answer', () => {
     expect(g.el.querySelector('#gen-parsed')!.textContent).toContain('No JSON answer: no JSON object with the fields');
   });
 });
+
+describe('timing chart labels', () => {
+  it('open to the left near the end of the axis, so they stay inside the card', async () => {
+    const { TimingPanel } = await import('../src/ui/timingPanel');
+    const t = new TimingPanel();
+    const rec = record('run-1');
+    // The generator's first token comes at 95% of the run.
+    rec.generator!.timing = { ...rec.generator!.timing, start_ms: 2, first_token_ms: 535, total_ms: 562 };
+    t.render(fromRecord(rec));
+    const marks = [...t.el.querySelectorAll('.wf-mark')].map((m) => [m.querySelector('span')!.textContent, m.classList.contains('flip')]);
+    expect(marks).toContainEqual(['first token 535 ms', true]);
+    expect(marks).toContainEqual(['first decision 100 ms', false]);
+    const ticks = [...t.el.querySelectorAll('.wf-tick')];
+    expect(ticks[0].classList.contains('end')).toBe(false);
+    const last = ticks[ticks.length - 1] as HTMLElement;
+    expect(last.classList.contains('end')).toBe(parseFloat(last.style.left) > 85);
+  });
+});
