@@ -57,7 +57,8 @@ function objectEnd(t: string, start: number): number {
 /**
  * The model's JSON answer: the first complete object in text that holds at
  * least one of the fields (any object when fields is empty). A stray `{}` or
- * an example object without the fields is skipped, not taken as the answer.
+ * an example object without the fields is skipped, not taken as the answer
+ * (as app.ExtractAnswer does for the run record).
  */
 export function findAnswer(text: string, fields: string[]): Parsed {
   const t = text.trim();
