@@ -25,6 +25,7 @@ function watch() {
   w.__lt = [];
   w.__gaps = [];
   w.__ltAt = [];
+  w.__done = false;
   new PerformanceObserver((l) => {
     for (const e of l.getEntries()) { w.__lt.push(e.duration); w.__ltAt.push([Math.round(e.startTime), Math.round(e.duration)]); }
   }).observe({ type: 'longtask' });

@@ -26,15 +26,41 @@ describe('generation panel while streaming', () => {
     const c = countLayoutReads(text);
     run = applyUpdate(run, { id: 'run-1', elapsed_ms: 5, generator: { status: 'decoding', delta: 'Hello', tokens: 1 } });
     g.render(run);
-    const first = text.firstChild;
+    const first = text.querySelector('.gen-chunk')!.firstChild;
     for (let i = 0; i < 200; i++) {
       run = applyUpdate(run, { id: 'run-1', elapsed_ms: 10 + i, generator: { status: 'decoding', delta: ` w${i}`, tokens: 2 + i } });
       g.render(run);
     }
     expect(text.textContent).toBe('Hello' + Array.from({ length: 200 }, (_, i) => ` w${i}`).join(''));
-    expect(text.firstChild).toBe(first); // not replaced
+    expect(text.querySelector('.gen-chunk')!.firstChild).toBe(first); // not replaced
     expect(c.reads).toBe(0);
     expect(g.el.querySelector('#gen-tokens')!.textContent).toBe('201 tok');
+  });
+
+  it('streams long text in blocks that end at a line break, or at a space in a long line', () => {
+    const g = new GeneratorPanel({ stop: () => {} });
+    let run: LiveRun = startRun(started);
+    let want = '';
+    for (let i = 0; i < 400; i++) {
+      const piece = i % 50 === 49 ? 'end.\n' : `word${i} `;
+      want += piece;
+      run = applyUpdate(run, { id: 'run-1', elapsed_ms: i, generator: { status: 'decoding', delta: piece, tokens: i + 1 } });
+      g.render(run);
+    }
+    const long = 'x'.repeat(20) + ' ';
+    for (let i = 0; i < 200; i++) {
+      want += long;
+      run = applyUpdate(run, { id: 'run-1', elapsed_ms: 400 + i, generator: { status: 'decoding', delta: long, tokens: 401 + i } });
+      g.render(run);
+    }
+    const text = g.el.querySelector('#gen-text')!;
+    expect(text.textContent).toBe(want);
+    const blocks = [...text.querySelectorAll('.gen-chunk')].map((b) => b.textContent!);
+    expect(blocks.length).toBeGreaterThan(3);
+    for (const b of blocks.slice(0, -1)) {
+      expect(b.length).toBeLessThan(2 * 800 + 2 * 21); // a long line is cut at the first space after 1,600 characters
+      expect(b.endsWith('\n') || b.endsWith(' ')).toBe(true);
+    }
   });
 
   it('keeps its Stop button while tokens arrive, so a click is not lost', () => {

@@ -31,6 +31,9 @@ export class GeneratorPanel {
   private shownLen = 0;
   private pillKey = '';
   private parsedKey = '';
+  /** The block the text grows in, and its length: finished blocks are not laid out again. */
+  private chunk: HTMLElement | null = null;
+  private chunkLen = 0;
   /** Whether the text follows the end (the user has not scrolled up). */
   private follow = true;
 
@@ -72,6 +75,7 @@ export class GeneratorPanel {
       this.text.textContent = '';
       this.shownRun = '';
       this.shownLen = 0;
+      this.chunk = null;
       this.text.classList.add('empty-text');
       this.text.dataset.placeholder = run ? 'Generation is not part of this run.' : 'The model\'s own answer streams here, token by token.';
       replace(this.parsed);
@@ -93,13 +97,42 @@ export class GeneratorPanel {
       this.shownRun = id;
       this.shownLen = 0;
       this.text.textContent = '';
+      this.chunk = null;
       this.follow = true;
     }
     if (text.length === this.shownLen) return;
-    this.text.appendChild(document.createTextNode(text.slice(this.shownLen)));
+    this.append(text.slice(this.shownLen));
     this.shownLen = text.length;
     // A write only: the browser clamps it to the end.
     if (this.follow) this.text.scrollTop = 1e9;
+  }
+
+  /**
+   * Appends s to the text in blocks of about CHUNK characters, each ended at
+   * a line break (or, in a long line, at a space): a new token then lays out
+   * only the last block, not the whole text.
+   */
+  private append(s: string) {
+    while (s) {
+      if (!this.chunk || this.chunkLen >= CHUNK) {
+        const nl = this.chunk ? s.indexOf('\n') : -1;
+        const sp = this.chunk && this.chunkLen >= 2 * CHUNK ? s.indexOf(' ') : -1;
+        const cut = nl >= 0 ? nl + 1 : sp >= 0 ? sp + 1 : this.chunk ? -1 : 0;
+        if (cut > 0) {
+          this.chunk!.appendChild(document.createTextNode(s.slice(0, cut)));
+          s = s.slice(cut);
+        }
+        if (cut >= 0) {
+          this.chunk = h('div.gen-chunk');
+          this.chunkLen = 0;
+          this.text.appendChild(this.chunk);
+          if (!s) return;
+        }
+      }
+      this.chunk!.appendChild(document.createTextNode(s));
+      this.chunkLen += s.length;
+      return;
+    }
   }
 
   private renderParsed(run: LiveRun, fields: string[]) {
@@ -128,6 +161,9 @@ export class GeneratorPanel {
       rows.length ? h('div.agree', null, h('div.small.muted', null, 'Against the scorer\'s answers:'), h('ul', null, rows)) : null);
   }
 }
+
+/** About how many characters a block of the streamed text holds. */
+const CHUNK = 800;
 
 function setText(el: HTMLElement, s: string) {
   if (el.textContent !== s) el.textContent = s;
