@@ -47,6 +47,7 @@ test('the history shows each run\'s settings and marks a baseline with other set
   assert.match(await row.locator('.run-settings').textContent(), /^8 tok · temp 0/);
   assert.equal(await row.locator('.settings-diff').textContent(), 'settings differ: max_tokens 96 → 8');
   assert.equal(await page.locator('#history-table tr[data-run="run-2"] .settings-diff').count(), 0);
+  assert.equal(await page.locator('#tab-history .count').textContent(), '3');
   await page.locator('#history-table').scrollIntoViewIfNeeded();
   await page.screenshot({ path: join(out, 'history-settings.png') });
 });

@@ -309,6 +309,7 @@ class App {
     // touch the run bar only when the run's state changes.
     st.on(['run', 'runFields'], this.scheduleRun);
     st.on(['history', 'baselineId'], () => s.tab === 'history' && this.historyPanel.render());
+    st.on(['history'], () => this.renderTabCount());
     st.on(['logs', 'prefs'], () => s.tab === 'logs' && this.logsPanel.render());
     st.on(['tab'], () => this.renderTabs());
     st.on(['input', 'files', 'media', 'draft'], () => this.renderStale());
@@ -695,6 +696,15 @@ class App {
     if (s.tab === 'history') this.historyPanel.render();
     if (s.tab === 'logs') this.logsPanel.render();
     if (s.tab === 'prompt') this.refreshPrompt();
+  }
+
+  /** The number of runs on the History tab. */
+  private renderTabCount() {
+    const n = this.store.state.history.length;
+    const tab = this.tabsNav.querySelector('#tab-history');
+    if (!tab) return;
+    tab.querySelector('.count')?.remove();
+    if (n) tab.appendChild(h('span.count', null, String(n)));
   }
 
   private setTab(t: State['tab']) {

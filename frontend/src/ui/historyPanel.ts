@@ -55,7 +55,7 @@ export class HistoryPanel {
         const diff = base && !isBase ? settingsDiff(base.settings, r.settings) : [];
         return h('tr', { class: `${isBase ? 'baseline' : ''} ${this.host.currentId() === r.id ? 'current' : ''} ${diff.length ? 'settings-differ' : ''}`, dataset: { run: r.id } },
           h('td', null, h('button.icon.star', { type: 'button', 'aria-pressed': String(isBase), title: isBase ? 'Unset the baseline' : 'Use as the baseline', onclick: () => this.host.setBaseline(isBase ? null : r.id) }, isBase ? '★' : '☆')),
-          h('td', null, h('div', null, h('b', null, r.id)), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`),
+          h('td.run-cell', null, h('div', null, h('b', null, r.id)), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`),
             h('div.run-settings.small.muted', { title: 'the settings of this run' }, settingsSummary(r.settings)),
             diff.length ? h('span.tag.warn.settings-diff', { title: `Settings differ from the baseline's: ${diff.join('; ')}. Its changes are not like for like.` }, `settings differ: ${diff.join(', ')}`) : null),
           h('td.input-cell', { title: r.input.text.slice(0, 500) + mediaTitle(r) },
