@@ -14,10 +14,24 @@ before(async () => {
 
 after(() => srv?.stop());
 
+/**
+ * The box of the first element matching sel. The run bar's buttons are
+ * redrawn when the input or the schema check changes: ask again when one
+ * was replaced between finding it and measuring it.
+ */
+async function box(page, sel) {
+  let b = null;
+  for (let i = 0; i < 5 && !b; i++) {
+    await page.locator(sel).first().waitFor();
+    b = await page.locator(sel).first().boundingBox();
+  }
+  return b;
+}
+
 /** The element's box, asserted to lie inside the viewport. */
 async function inView(page, sel, what) {
   const vp = page.viewportSize();
-  const b = await page.locator(sel).first().boundingBox();
+  const b = await box(page, sel);
   assert.ok(b, `${what} (${sel}) is not shown`);
   assert.ok(b.x >= 0 && b.y >= 0 && b.x + b.width <= vp.width && b.y + b.height <= vp.height,
     `${what} (${sel}) at ${JSON.stringify(b)} is outside the ${vp.width}×${vp.height} viewport`);
@@ -47,13 +61,13 @@ for (const [w, hgt] of [[1024, 700], [1440, 900]]) {
     const { ctx, page } = await browse(w, hgt);
     try {
       await ready(page, srv.url);
-      const before = await page.locator('#run').boundingBox();
+      const before = await box(page, '#run');
       // The device lines arrive after the page: they must not move Run.
       await page.locator('#media-devices li[data-feature="camera"]', { hasText: 'camera ✓' }).waitFor();
       await page.locator('#media-devices li[data-feature="speaker"]:not(.dev-unknown)').waitFor();
-      const afterDevices = await page.locator('#run').boundingBox();
+      const afterDevices = await box(page, '#run');
       assert.equal(afterDevices.y, before.y, 'Run moved when the device lines arrived');
-      const devices = await page.locator('#media-devices').boundingBox();
+      const devices = await box(page, '#media-devices');
       assert.ok(afterDevices.y + afterDevices.height <= devices.y, 'Run is below the device lines (they can push it down)');
       await runOnce(page);
       await page.screenshot({ path: join(out, `layout-${w}x${hgt}.png`) });
@@ -61,10 +75,10 @@ for (const [w, hgt] of [[1024, 700], [1440, 900]]) {
       await inView(page, '#run', 'Run');
       await inView(page, '#scorer-panel .dist.filled .dist-head', 'the first scorer field');
       await inView(page, '#scorer-panel .dist.filled .bar-row', 'the first bar');
-      const gt = await page.locator('#gen-text').boundingBox();
+      const gt = await box(page, '#gen-text');
       assert.ok(gt.y + 60 <= hgt, `the generated text starts at y=${gt.y}, below the fold`);
-      const s = await page.locator('#scorer-panel').boundingBox();
-      const g = await page.locator('#generator-panel').boundingBox();
+      const s = await box(page, '#scorer-panel');
+      const g = await box(page, '#generator-panel');
       assert.equal(Math.round(s.y), Math.round(g.y), 'the result panels are not side by side');
       assert.ok(s.x + s.width <= g.x, 'the result panels overlap');
 
