@@ -1006,7 +1006,13 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	} else {
 		g.Status = StatusDone
 	}
-	if obj, perr := ExtractJSON(g.Text); perr == nil {
+	var names []string
+	if schema != nil {
+		for _, f := range schema.Fields {
+			names = append(names, f.Name)
+		}
+	}
+	if obj, perr := ExtractAnswer(g.Text, names); perr == nil {
 		g.Parsed = obj
 	} else {
 		g.ParseError = perr.Error()

@@ -310,6 +310,9 @@ test('camera snapshot and live feed, microphone recording (synthetic devices)', 
 
   await page.locator('#record-seconds').selectOption('5');
   await page.locator('#record').click();
+  // tone.wav is still in the input: the recording would replace it, so the page asks first.
+  await page.locator('#record-confirm', { hasText: 'replaces tone.wav' }).waitFor();
+  await page.locator('#record-replace').click();
   await page.locator('#record-countdown', { hasText: /s left/ }).waitFor();
   await page.waitForTimeout(1200);
   await page.locator('#record-stop').click();

@@ -1,5 +1,5 @@
 // Run history: metrics, comparison with a baseline, JSON and CSV export.
-import type { FieldResult, RunRecord } from './types';
+import type { FieldResult, RunRecord, RunSettings } from './types';
 import { fmtPct } from './format';
 
 export interface Metric {
@@ -145,4 +145,31 @@ export function exportName(ext: 'json' | 'csv', now = new Date()): string {
   const p = (n: number) => String(n).padStart(2, '0');
   const stamp = `${now.getFullYear()}${p(now.getMonth() + 1)}${p(now.getDate())}-${p(now.getHours())}${p(now.getMinutes())}${p(now.getSeconds())}`;
   return `verdict-runs-${stamp}.${ext}`;
+}
+
+/** A run's settings in a few words: "96 tok · temp 0 · top-k 64 · top-p 0.95 · seed 0 · schema prompt · batch 8". */
+export function settingsSummary(s: RunSettings | undefined): string {
+  if (!s) return '';
+  const g = s.generation;
+  const sc = s.scorer;
+  return [
+    `${g.max_tokens} tok`, `temp ${g.temperature}`, `top-k ${g.top_k}`, `top-p ${g.top_p}`, `seed ${g.seed}`, `${g.prompt} prompt`,
+    `batch ${sc.branch_batch}`, sc.temperature !== 1 ? `scorer temp ${sc.temperature}` : '', sc.calibration ? `calibration ${sc.calibration}` : '',
+  ].filter(Boolean).join(' · ');
+}
+
+/** The settings where b differs from a: "max_tokens 96 → 8". */
+export function settingsDiff(a: RunSettings | undefined, b: RunSettings | undefined): string[] {
+  if (!a || !b) return [];
+  const out: string[] = [];
+  for (const side of ['generation', 'scorer'] as const) {
+    const x = a[side] as unknown as Record<string, unknown>;
+    const y = b[side] as unknown as Record<string, unknown>;
+    for (const k of new Set([...Object.keys(x), ...Object.keys(y)])) {
+      const vx = x[k] ?? '';
+      const vy = y[k] ?? '';
+      if (vx !== vy) out.push(`${side === 'scorer' ? 'scorer ' : ''}${k} ${vx === '' ? '(none)' : vx} → ${vy === '' ? '(none)' : vy}`);
+    }
+  }
+  return out;
 }

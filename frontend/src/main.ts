@@ -6,6 +6,7 @@ import { budget, mergeItems } from './media';
 import { fmtMs } from './format';
 import { applyUpdate, fromRecord, markStopping, running, startRun, stopping } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
+import { inputKey, recordKey, staleness } from './stale';
 import { Store, type State } from './store';
 import { detectTransport } from './transport';
 import {
@@ -13,7 +14,7 @@ import {
   type ModelInfo, type PlaybackState, type Preferences, type Preset, type RecordingState, type RunAnnounce, type RunRecord,
   type RunStarted, type RunUpdate,
 } from './types';
-import { debounce, h, replace } from './ui/dom';
+import { debounce, h, rafThrottle, replace } from './ui/dom';
 import { GeneratorPanel } from './ui/generatorPanel';
 import { HistoryPanel } from './ui/historyPanel';
 import { InputPanel } from './ui/inputPanel';
@@ -64,6 +65,14 @@ class App {
   private tabsNav = h('nav.tabs', { role: 'tablist' });
   private banner = h('div.banner#banner', { hidden: true });
   private conn = h('span.conn#connection');
+  /** The input the results on screen were computed for (null: unknown). */
+  private shownKey: string | null = null;
+  private staleNote = h('div.stale-note#stale-note', { role: 'status', hidden: true });
+  private sides = h('div.sides');
+  private layout!: HTMLElement;
+  private schemaPanel = h('aside.col-schema#schema-panel', { 'aria-label': 'Schema editor' });
+  private schemaToggle = h('button.btn.small#schema-toggle', { type: 'button', title: 'Show or hide the schema editor', 'aria-controls': 'schema-panel',
+    onclick: () => this.setSchemaOpen(this.schemaPanel.hidden, true) });
 
   constructor(root: HTMLElement) {
     const transport = detectTransport();
@@ -180,8 +189,8 @@ class App {
         if (b.total != null) parts.push(`${b.total.toLocaleString('en-US')} / ${b.max.toLocaleString('en-US')} tokens`);
         return parts.join(' · ');
       },
-    }, this.mediaPanel.el);
-    this.scorer = new ScorerPanel({ stop: (side) => this.stop(side) });
+    });
+    this.scorer = new ScorerPanel({ stop: (side) => this.stop(side), compactChanged: (c) => save('compact', c) }, load('compact', false));
     this.gen = new GeneratorPanel({ stop: (side) => this.stop(side) });
     this.timing = new TimingPanel();
     this.historyPanel = new HistoryPanel({
@@ -238,6 +247,8 @@ class App {
       settingsPath: () => s.system?.settings_path ?? '',
     });
 
+    this.schemaPanel.appendChild(this.editor.el);
+    this.sides.append(this.scorer.el, this.gen.el);
     this.tabBodies = {
       history: this.historyPanel.el,
       logs: this.logsPanel.el,
@@ -253,16 +264,20 @@ class App {
         h('div.top-actions', null,
           this.conn,
           h('button.btn.small#open-settings', { type: 'button', title: 'Settings (Ctrl+,)', onclick: () => this.settings.open() }, '⚙ Settings'))),
-      h('main.layout', null,
-        h('aside.col-schema', null, this.editor.el),
+      this.layout = h('main.layout', null,
         h('div.col-main', null,
           this.inputPanel.el,
+          h('div.run-bar#run-bar', null, this.inputPanel.actions, this.schemaToggle),
+          h('section.card.media-card', { 'aria-label': 'Media' }, this.mediaPanel.el),
           this.banner,
-          h('div.sides', null, this.scorer.el, this.gen.el),
+          this.staleNote,
+          this.sides,
           this.timing.el,
-          h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body')))),
+          h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body'))),
+        this.schemaPanel),
       this.settings.el);
 
+    this.setSchemaOpen(load<boolean | null>('schemaOpen', null) ?? window.innerWidth >= 1400, false);
     this.wire();
     this.keyboard();
     this.render();
@@ -298,20 +313,24 @@ class App {
     st.on(['presets'], () => this.editor.renderPresets());
     st.on(['check'], () => this.editor.renderStatus());
     st.on(['input', 'files', 'check', 'draft', 'booting'], () => this.inputPanel.render());
-    st.on(['run', 'runFields'], () => {
-      this.renderRun();
-      this.inputPanel.render();
-    });
+    // A run sends many updates a second: draw at most once per frame, and
+    // touch the run bar only when the run's state changes.
+    st.on(['run', 'runFields'], this.scheduleRun);
     st.on(['history', 'baselineId'], () => s.tab === 'history' && this.historyPanel.render());
+    st.on(['history'], () => this.renderTabCount());
     st.on(['logs', 'prefs'], () => s.tab === 'logs' && this.logsPanel.render());
     st.on(['tab'], () => this.renderTabs());
+    st.on(['input', 'files', 'media', 'draft'], () => this.renderStale());
     st.on(['connected'], () => this.renderConn());
 
     const t = this.api.t;
     t.on(Events.model, (m: ModelInfo) => st.set({ model: m }));
     t.on(Events.runStarted, (a: RunAnnounce) => {
       // A run started here, in another page or by the window itself.
-      if (s.run?.id !== a.run.id) st.set({ run: startRun(a.run), runFields: a.fields });
+      if (s.run?.id !== a.run.id) {
+        this.shownKey = null;
+        st.set({ run: startRun(a.run), runFields: a.fields });
+      }
     });
     t.on(Events.runUpdate, (u: RunUpdate) => {
       if (s.run && s.run.id === u.id) st.set({ run: applyUpdate(s.run, u) });
@@ -319,7 +338,10 @@ class App {
     t.on(Events.runDone, (rec: RunRecord) => {
       const history = s.history.filter((r) => r.id !== rec.id).concat(rec);
       const patch: Partial<State> = { history };
-      if (s.run?.id === rec.id) patch.run = fromRecord(rec);
+      if (s.run?.id === rec.id) {
+        patch.run = fromRecord(rec);
+        this.shownKey = recordKey(rec);
+      }
       st.set(patch);
       if (s.run?.id === rec.id) this.announceDone(rec);
     });
@@ -405,6 +427,7 @@ class App {
   private adoptRun(cur: RunRecord) {
     const live = fromRecord(cur);
     live.record = undefined;
+    this.shownKey = recordKey(cur);
     this.store.set({ run: live, runFields: fieldsOf(cur.schema) });
   }
 
@@ -564,6 +587,7 @@ class App {
       const started: RunStarted = await start(req);
       // run:started may have arrived first, with updates after it: keep those.
       if (s.run?.id !== started.id) this.store.set({ run: startRun(started), runFields: s.draft.fields.map((f) => ({ name: f.name, type: f.type })) });
+      this.shownKey = inputKey(req.input, req.media, schema);
     } catch (e) {
       toast(errorText(e), 'error');
     }
@@ -586,6 +610,7 @@ class App {
   private openRun(id: string) {
     const rec = this.store.state.history.find((r) => r.id === id);
     if (!rec || running(this.store.state.run)) return;
+    this.shownKey = recordKey(rec);
     this.store.set({ run: fromRecord(rec), runFields: fieldsOf(rec.schema) });
     document.getElementById('scorer-panel')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
   }
@@ -616,23 +641,60 @@ class App {
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
+  private scheduleRun = rafThrottle(() => this.renderRun());
+  private shownRunKey = '';
+
   private renderRun() {
     const s = this.store.state;
     this.scorer.render(s.run, s.runFields);
-    this.gen.render(s.run);
+    this.gen.render(s.run, s.runFields.map((f) => f.name));
     this.timing.render(s.run);
-    this.renderBanner();
-    if (s.tab === 'history') this.historyPanel.render();
+    const r = s.run;
+    const key = r ? `${r.id}:${!!r.record}:${r.scorer?.status}:${r.generator?.status}` : '';
+    if (key !== this.shownRunKey) {
+      this.shownRunKey = key;
+      this.renderBanner();
+      this.renderStale();
+      this.inputPanel.render();
+      if (s.tab === 'history') this.historyPanel.render();
+    }
+  }
+
+  /** Marks the results stale when the input, media or schema changed since their run. */
+  private renderStale() {
+    const s = this.store.state;
+    let why = '';
+    if (s.run && !s.booting) {
+      try {
+        why = staleness(this.shownKey, inputKey(composeInput(s.input, s.files), s.media.map((m) => m.id), toEngine(s.draft)));
+      } catch {
+        why = '';
+      }
+    }
+    this.staleNote.hidden = !why;
+    this.staleNote.textContent = why;
+    this.sides.classList.toggle('stale', !!why);
+    this.timing.el.classList.toggle('stale', !!why);
   }
 
   private renderBanner() {
     const s = this.store.state;
     const rw = s.run ? s.run.randomWeights : s.model.state === 'ready' && s.model.random_weights;
     this.banner.hidden = !rw;
+    this.banner.title = rw ? 'Built-in model, random weights. Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.' : '';
     if (rw) {
       replace(this.banner, h('b', null, 'Built-in model, random weights.'),
         ' Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.');
     }
+  }
+
+  /** Opens or closes the schema editor's side panel (remembered once chosen). */
+  private setSchemaOpen(open: boolean, remember: boolean) {
+    this.schemaPanel.hidden = !open;
+    this.layout.classList.toggle('schema-open', open);
+    this.schemaToggle.setAttribute('aria-expanded', String(open));
+    this.schemaToggle.textContent = open ? 'Schema ▸ hide' : '◂ Schema';
+    if (remember) save('schemaOpen', open);
   }
 
   private renderTabs() {
@@ -646,6 +708,15 @@ class App {
     if (s.tab === 'history') this.historyPanel.render();
     if (s.tab === 'logs') this.logsPanel.render();
     if (s.tab === 'prompt') this.refreshPrompt();
+  }
+
+  /** The number of runs on the History tab. */
+  private renderTabCount() {
+    const n = this.store.state.history.length;
+    const tab = this.tabsNav.querySelector('#tab-history');
+    if (!tab) return;
+    tab.querySelector('.count')?.remove();
+    if (n) tab.appendChild(h('span.count', null, String(n)));
   }
 
   private setTab(t: State['tab']) {

@@ -193,6 +193,8 @@ export interface MediaLimits {
 export interface Feature {
   available: boolean;
   reason?: string;
+  /** The system's own message behind reason (e.g. ALSA's), shown on request. */
+  detail?: string;
   devices?: string[];
 }
 

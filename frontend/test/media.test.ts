@@ -124,8 +124,8 @@ describe('media panel', () => {
     expect(play.disabled).toBe(true);
     expect(p.el.querySelector('.media-item[data-kind="audio"] .no-speaker')!.textContent).toBe('no speaker: ALSA error at snd_pcm_open');
     const lines = [...p.el.querySelectorAll('#media-devices li')].map((l) => l.textContent);
-    expect(lines).toContain('camera unavailable: no camera: no video capture device (/dev/video*) was found');
-    expect(lines).toContain('speaker unavailable: no speaker: ALSA error at snd_pcm_open');
+    expect(lines).toContain('camera unavailable: no video capture device (/dev/video*) was found');
+    expect(lines).toContain('speaker unavailable: ALSA error at snd_pcm_open');
     expect(lines).toContain('video (ffmpeg) ✓');
   });
 
@@ -140,6 +140,7 @@ describe('media panel', () => {
     (p.el.querySelector('#camera-toggle') as HTMLButtonElement).click();
     (p.el.querySelector('#record-seconds') as HTMLSelectElement).value = '10';
     (p.el.querySelector('#record') as HTMLButtonElement).click();
+    (p.el.querySelector('#record-replace') as HTMLButtonElement).click(); // the input's audio would be replaced
     (p.el.querySelector('.media-item[data-kind="audio"] .play') as HTMLButtonElement).click();
     (p.el.querySelector('.media-item[data-kind="image"] .icon.danger') as HTMLButtonElement).click();
     expect(h.calls).toEqual(['snapshot', 'camera', 'record 10', 'play a1', 'remove i1']);

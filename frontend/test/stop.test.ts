@@ -28,7 +28,7 @@ describe('stopping a run', () => {
     let stops = 0;
     const panel = new InputPanel(inputHost(() => r, () => stops++));
     panel.render();
-    const button = () => panel.el.querySelector('#stop-run') as HTMLButtonElement;
+    const button = () => panel.actions.querySelector('#stop-run') as HTMLButtonElement;
     expect(button().textContent).toBe('■ Stop');
     button().click();
     expect(stops).toBe(1);
@@ -49,8 +49,8 @@ describe('stopping a run', () => {
     expect(running(r)).toBe(false);
     expect(stopping(r)).toBe(false);
     panel.render();
-    expect(panel.el.querySelector('#stop-run')).toBeNull();
-    expect((panel.el.querySelector('#run') as HTMLButtonElement).disabled).toBe(false);
+    expect(panel.actions.querySelector('#stop-run')).toBeNull();
+    expect((panel.actions.querySelector('#run') as HTMLButtonElement).disabled).toBe(false);
   });
 
   it('counts towers still running after both sides stopped as stopping', () => {

@@ -5,6 +5,7 @@ package availability
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"verdict/media/capture"
@@ -15,7 +16,8 @@ import (
 // Feature is one media feature's state.
 type Feature struct {
 	Available bool     `json:"available"`
-	Reason    string   `json:"reason,omitempty"`  // why it is unavailable
+	Reason    string   `json:"reason,omitempty"`  // why it is unavailable, in plain words
+	Detail    string   `json:"detail,omitempty"`  // the system's own message behind Reason (e.g. ALSA's)
 	Devices   []string `json:"devices,omitempty"` // device labels, or the ffmpeg version
 }
 
@@ -34,13 +36,27 @@ func Check(ctx context.Context, d *capture.Devices, speakerTimeout time.Duration
 	var r Report
 	r.Camera = devices(d.Cameras())
 	r.Microphone = devices(d.Microphones())
-	if _, err := playback.Open(speakerTimeout); err != nil {
-		r.Speaker = Feature{Reason: err.Error()}
-	} else {
-		r.Speaker = Feature{Available: true}
-	}
+	_, err := playback.Open(speakerTimeout)
+	r.Speaker = speaker(err)
 	r.Video = video(ctx)
 	return r
+}
+
+// speaker says in plain words why there is no speaker; the driver's text
+// (e.g. "oto: ALSA error at snd_pcm_open: No such file or directory")
+// becomes the detail.
+func speaker(err error) Feature {
+	if err == nil {
+		return Feature{Available: true}
+	}
+	var ue *playback.UnavailableError
+	if !errors.As(err, &ue) {
+		return Feature{Reason: "no speaker: the sound output could not be opened", Detail: err.Error()}
+	}
+	if ue.Err == nil { // the device did not become ready: the reason is already plain
+		return Feature{Reason: err.Error()}
+	}
+	return Feature{Reason: "no speaker: no sound output device was found", Detail: ue.Err.Error()}
 }
 
 func devices(devs []capture.Device, err error) Feature {

@@ -2,6 +2,7 @@ package availability
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"verdict/media/capture"
 	_ "verdict/media/capture/synthetic"
 	"verdict/media/internal/mediatest"
+	"verdict/media/playback"
 )
 
 func TestCheck(t *testing.T) {
@@ -46,5 +48,29 @@ func TestCheckNothingAvailable(t *testing.T) {
 	}
 	if !strings.Contains(r.Video.Reason, "video input is unavailable: ffmpeg was not found") {
 		t.Errorf("video reason %q", r.Video.Reason)
+	}
+}
+
+func TestSpeakerPlainReason(t *testing.T) {
+	alsa := errors.New("oto: ALSA error at snd_pcm_open: No such file or directory")
+	for _, c := range []struct {
+		name           string
+		err            error
+		reason, detail string
+	}{
+		{"available", nil, "", ""},
+		{"no sound card", &playback.UnavailableError{Reason: alsa.Error(), Err: alsa}, "no speaker: no sound output device was found", alsa.Error()},
+		{"not ready", &playback.UnavailableError{Reason: "the audio device did not become ready within 2s"}, "no speaker: the audio device did not become ready within 2s", ""},
+		{"other error", alsa, "no speaker: the sound output could not be opened", alsa.Error()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := speaker(c.err)
+			if f.Available != (c.err == nil) || f.Reason != c.reason || f.Detail != c.detail {
+				t.Errorf("speaker(%v) = %+v, want reason %q, detail %q", c.err, f, c.reason, c.detail)
+			}
+			if strings.Contains(f.Reason, "ALSA") {
+				t.Errorf("the reason %q shows the driver's text", f.Reason)
+			}
+		})
 	}
 }

@@ -1,7 +1,12 @@
 // The generation panel: the model's answer streamed token by token, and the
 // JSON in it once it parses, checked against the scorer's answers.
+//
+// A long generation sends thousands of updates: the panel appends only the
+// new text, keeps its header elements (a Stop button replaced under the
+// pointer would lose the click) and never reads layout while updating (the
+// auto-scroll follows a flag that the scroll handler keeps).
 import { fmtRate } from '../format';
-import { extractJSON } from '../jsonparse';
+import { findAnswer } from '../jsonparse';
 import type { LiveRun } from '../run';
 import { agrees, isFinished, prefillStage, towerStage } from '../run';
 import { h, replace } from './dom';
@@ -14,53 +19,134 @@ export interface GeneratorPanelHost {
 export class GeneratorPanel {
   readonly el: HTMLElement;
   private head: HTMLElement;
+  private title: HTMLElement;
+  private pill: HTMLElement;
+  private tokens: HTMLElement;
+  private rate: HTMLElement;
+  private stopBtn: HTMLButtonElement;
   private text: HTMLElement;
   private parsed: HTMLElement;
-  private lastParsedFor = '';
+  /** The run and text length on screen: updates of the same run append the rest. */
+  private shownRun = '';
+  private shownLen = 0;
+  private pillKey = '';
+  private parsedKey = '';
+  /** The block the text grows in, and its length: finished blocks are not laid out again. */
+  private chunk: HTMLElement | null = null;
+  private chunkLen = 0;
+  /** Whether the text follows the end (the user has not scrolled up). */
+  private follow = true;
 
   constructor(private host: GeneratorPanelHost) {
-    this.head = h('header.card-head');
+    this.title = h('span.sub');
+    this.pill = h('span.pill-slot');
+    this.tokens = h('span.progress#gen-tokens', { hidden: true });
+    this.rate = h('span.progress', { hidden: true });
+    this.stopBtn = h('button.btn.small.stop', { type: 'button', title: 'Stop generating (Esc stops both)', disabled: true, onclick: () => this.host.stop('generator') }, 'Stop');
+    this.head = h('header.card-head', null,
+      h('h2', null, 'Generation', this.title),
+      h('div.head-actions', null, this.pill, this.tokens, this.rate, this.stopBtn));
     this.text = h('pre.gen-text#gen-text', { 'aria-live': 'off', tabindex: 0 });
+    // Layout is read here, on the user's scrolls, never in render.
+    this.text.addEventListener('scroll', () => {
+      const t = this.text;
+      this.follow = t.scrollTop + t.clientHeight >= t.scrollHeight - 8;
+    }, { passive: true });
     this.parsed = h('div.parsed#gen-parsed');
     this.el = h('section.card.side#generator-panel', { 'aria-label': 'Generation' }, this.head, this.text, this.parsed);
   }
 
-  render(run: LiveRun | null) {
+  /** Shows run; fields are the schema's field names (the JSON answer holds some of them). */
+  render(run: LiveRun | null, fields: string[] = []) {
     const g = run?.generator;
     const t = g?.timing;
-    const stop = h('button.btn.small.stop', { type: 'button', title: 'Stop generating (Esc stops both)', disabled: !g || isFinished(g.status), onclick: () => this.host.stop('generator') }, 'Stop');
-    replace(this.head,
-      h('h2', null, 'Generation', h('span.sub', null, run?.record?.generator?.prompt_mode === 'chat' ? ' chat prompt' : ' same prompt, written answer')),
-      h('div.head-actions', null,
-        g ? statusPill(g.status) : null,
-        g ? h('span.progress#gen-tokens', null, `${g.tokens} tok`) : null,
-        g && t?.decode_tokens_per_second ? h('span.progress', null, fmtRate(t.decode_tokens_per_second)) : null,
-        stop));
+    this.title.textContent = run?.record?.generator?.prompt_mode === 'chat' ? ' chat prompt' : ' same prompt, written answer';
+    this.stopBtn.disabled = !g || isFinished(g.status);
+    const pillKey = g ? g.status : '';
+    if (pillKey !== this.pillKey) {
+      this.pillKey = pillKey;
+      replace(this.pill, g ? statusPill(g.status) : null);
+    }
+    this.tokens.hidden = !g;
+    if (g) setText(this.tokens, `${g.tokens} tok`);
+    this.rate.hidden = !(g && t?.decode_tokens_per_second);
+    if (g && t?.decode_tokens_per_second) setText(this.rate, fmtRate(t.decode_tokens_per_second));
     if (!run || !g) {
       this.text.textContent = '';
+      this.shownRun = '';
+      this.shownLen = 0;
+      this.chunk = null;
       this.text.classList.add('empty-text');
       this.text.dataset.placeholder = run ? 'Generation is not part of this run.' : 'The model\'s own answer streams here, token by token.';
       replace(this.parsed);
-      this.lastParsedFor = '';
+      this.parsedKey = '';
       return;
     }
     this.text.classList.toggle('empty-text', g.text === '');
     this.text.dataset.placeholder = g.status === 'preparing' && run.media?.status === 'preparing'
       ? `waiting for the towers: ${towerStage(run)}…`
       : g.status === 'preparing' || g.status === 'prefilling' ? `reading the input…${g.status === 'prefilling' ? prefillStage(t, run.elapsedMs) : ''}` : '';
-    if (this.text.textContent !== g.text) {
-      const atBottom = this.text.scrollTop + this.text.clientHeight >= this.text.scrollHeight - 8;
-      this.text.textContent = g.text;
-      if (atBottom) this.text.scrollTop = this.text.scrollHeight;
-    }
+    this.showText(run.id, g.text);
     this.text.classList.toggle('streaming', !isFinished(g.status));
-    const key = `${run.id}:${g.text.length}:${run.scorer?.fields.size ?? 0}:${g.status}`;
-    if (key === this.lastParsedFor) return;
-    this.lastParsedFor = key;
+    this.renderParsed(run, fields);
+  }
+
+  /** Appends what is new of text (or starts over for another run or a different text). */
+  private showText(id: string, text: string) {
+    if (id !== this.shownRun || text.length < this.shownLen) {
+      this.shownRun = id;
+      this.shownLen = 0;
+      this.text.textContent = '';
+      this.chunk = null;
+      this.follow = true;
+    }
+    if (text.length === this.shownLen) return;
+    this.append(text.slice(this.shownLen));
+    this.shownLen = text.length;
+    // A write only: the browser clamps it to the end.
+    if (this.follow) this.text.scrollTop = 1e9;
+  }
+
+  /**
+   * Appends s to the text in blocks of about CHUNK characters, each ended at
+   * a line break (or, in a long line, at a space): a new token then lays out
+   * only the last block, not the whole text.
+   */
+  private append(s: string) {
+    while (s) {
+      if (!this.chunk || this.chunkLen >= CHUNK) {
+        const nl = this.chunk ? s.indexOf('\n') : -1;
+        const sp = this.chunk && this.chunkLen >= 2 * CHUNK ? s.indexOf(' ') : -1;
+        const cut = nl >= 0 ? nl + 1 : sp >= 0 ? sp + 1 : this.chunk ? -1 : 0;
+        if (cut > 0) {
+          this.chunk!.appendChild(document.createTextNode(s.slice(0, cut)));
+          s = s.slice(cut);
+        }
+        if (cut >= 0) {
+          this.chunk = h('div.gen-chunk');
+          this.chunkLen = 0;
+          this.text.appendChild(this.chunk);
+          if (!s) return;
+        }
+      }
+      this.chunk!.appendChild(document.createTextNode(s));
+      this.chunkLen += s.length;
+      return;
+    }
+  }
+
+  private renderParsed(run: LiveRun, fields: string[]) {
+    const g = run.generator!;
+    const names = fields.length ? fields : [...(run.scorer?.fields.keys() ?? [])];
+    const p = findAnswer(g.text, names);
+    const finished = isFinished(g.status);
+    // Rebuild only when what is shown changes (not on every token).
+    const key = JSON.stringify([run.id, g.status, g.error ?? '', run.scorer?.fields.size ?? 0, p.ok ? p.value : finished ? p.error : '']);
+    if (key === this.parsedKey) return;
+    this.parsedKey = key;
     const errBox = g.status === 'error' && g.error ? h('div.side-error', { role: 'alert' }, g.error) : null;
-    const p = extractJSON(g.text);
     if (!p.ok) {
-      replace(this.parsed, errBox, h('div.parse-state.muted', null, isFinished(g.status) ? `No JSON answer: ${p.error}.` : 'Waiting for a complete JSON object…'));
+      replace(this.parsed, errBox, h('div.parse-state.muted', null, finished ? `No JSON answer: ${p.error}.` : 'Waiting for a complete JSON object…'));
       return;
     }
     const rows = [...(run.scorer?.fields.values() ?? [])].map((f) => {
@@ -74,4 +160,11 @@ export class GeneratorPanel {
       h('pre.json#gen-json', null, JSON.stringify(p.value, null, 2)),
       rows.length ? h('div.agree', null, h('div.small.muted', null, 'Against the scorer\'s answers:'), h('ul', null, rows)) : null);
   }
+}
+
+/** About how many characters a block of the streamed text holds. */
+const CHUNK = 800;
+
+function setText(el: HTMLElement, s: string) {
+  if (el.textContent !== s) el.textContent = s;
 }

@@ -1,7 +1,7 @@
 // The run history: every finished run with its key numbers, compared with a
 // chosen baseline, and exported as JSON or CSV.
 import { ellipsis, fmtDelta, fmtMs, fmtRate, fmtTime } from '../format';
-import { METRICS, delta, exportName, sameAnswers, toCSV, toJSON, verdictOf } from '../history';
+import { METRICS, delta, exportName, sameAnswers, settingsDiff, settingsSummary, toCSV, toJSON, verdictOf } from '../history';
 import type { RunRecord } from '../types';
 import { h, replace } from './dom';
 
@@ -52,9 +52,12 @@ export class HistoryPanel {
       h('tbody', null, runs.map((r) => {
         const isBase = base?.id === r.id;
         const same = base && !isBase ? sameAnswers(base, r) : null;
-        return h('tr', { class: `${isBase ? 'baseline' : ''} ${this.host.currentId() === r.id ? 'current' : ''}`, dataset: { run: r.id } },
+        const diff = base && !isBase ? settingsDiff(base.settings, r.settings) : [];
+        return h('tr', { class: `${isBase ? 'baseline' : ''} ${this.host.currentId() === r.id ? 'current' : ''} ${diff.length ? 'settings-differ' : ''}`, dataset: { run: r.id } },
           h('td', null, h('button.icon.star', { type: 'button', 'aria-pressed': String(isBase), title: isBase ? 'Unset the baseline' : 'Use as the baseline', onclick: () => this.host.setBaseline(isBase ? null : r.id) }, isBase ? '★' : '☆')),
-          h('td', null, h('div', null, h('b', null, r.id)), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`)),
+          h('td.run-cell', null, h('div', null, h('b', null, r.id)), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`),
+            h('div.run-settings.small.muted', { title: 'the settings of this run' }, settingsSummary(r.settings)),
+            diff.length ? h('span.tag.warn.settings-diff', { title: `Settings differ from the baseline's: ${diff.join('; ')}. Its changes are not like for like.` }, `settings differ: ${diff.join(', ')}`) : null),
           h('td.input-cell', { title: r.input.text.slice(0, 500) + mediaTitle(r) },
             r.input.media?.length ? h('span.tag', { title: mediaTitle(r).trim() }, mediaBadge(r)) : null, ' ', ellipsis(r.input.text, 60)),
           h('td.small', null, [r.scorer ? `scorer ${r.scorer.status}` : '', r.generator ? `gen ${r.generator.status}` : ''].filter(Boolean).join(' · ')),

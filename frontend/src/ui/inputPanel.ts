@@ -27,11 +27,12 @@ export class InputPanel {
   readonly el: HTMLElement;
   readonly textarea: HTMLTextAreaElement;
   private chips: HTMLElement;
-  private actions: HTMLElement;
+  /** The Run and Stop buttons: the page places them in its sticky run bar. */
+  readonly actions: HTMLElement;
   private picker: HTMLInputElement;
 
   constructor(private host: InputHost, media?: HTMLElement) {
-    this.textarea = h('textarea#input-text', { rows: 5, placeholder: 'Type or paste the input — or drop text, images, audio or video here.', 'aria-label': 'Input text', spellcheck: true,
+    this.textarea = h('textarea#input-text', { rows: 3, placeholder: 'Type or paste the input — or drop text, images, audio or video here.', 'aria-label': 'Input text', spellcheck: true,
       oninput: () => this.host.setInput(this.textarea.value) });
     this.picker = h('input', { type: 'file', multiple: true, hidden: true, id: 'file-picker', onchange: () => {
       const fs = [...(this.picker.files ?? [])];
@@ -57,8 +58,7 @@ export class InputPanel {
           h('button.btn.small#add-files', { type: 'button', title: 'Add text, image, audio or video files', onclick: () => (this.host.mode() === 'desktop' ? this.host.chooseFiles() : this.picker.click()) }, 'Add files…'),
           this.picker)),
       drop,
-      media ?? null,
-      this.actions);
+      media ?? null);
   }
 
   /** Puts text into the box (presets, restored state). */

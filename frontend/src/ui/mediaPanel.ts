@@ -57,7 +57,8 @@ export function waveformSVG(peaks: MediaItem['waveform'], width = 240, height = 
 function featureLine(name: string, f: Feature | undefined) {
   if (!f) return h('li', { class: 'dev dev-unknown', dataset: { feature: name } }, `${name}: checking…`);
   if (f.available) return h('li', { class: 'dev dev-on', dataset: { feature: name }, title: (f.devices ?? []).join(', ') }, `${name} ✓`);
-  return h('li', { class: 'dev dev-off', dataset: { feature: name }, title: f.reason ?? '' }, `${name} unavailable: `, h('span.reason', null, f.reason ?? 'unknown'));
+  return h('li', { class: 'dev dev-off', dataset: { feature: name }, title: f.reason ?? '' }, `${name} unavailable: `, h('span.reason', null, (f.reason ?? 'unknown').replace(/^no \w+: /, '')),
+    f.detail ? h('details.dev-detail', null, h('summary', null, 'details'), h('code', null, f.detail)) : null);
 }
 
 export class MediaPanel {
@@ -73,6 +74,8 @@ export class MediaPanel {
   private viewer: HTMLDialogElement;
   private seconds: HTMLSelectElement;
   private shownItems = '';
+  /** A recording would replace this audio file: the bar asks first. */
+  private confirmReplace: string | null = null;
 
   constructor(private host: MediaHost) {
     this.bar = h('div.media-bar');
@@ -130,10 +133,30 @@ export class MediaPanel {
       h('span.sep'),
       rec?.recording
         ? h('button.btn.small.danger#record-stop', { type: 'button', title: 'Stop early: what was recorded becomes the input audio', onclick: () => this.host.stopRecording() }, '■ Stop recording')
-        : h('button.btn.small#record', { type: 'button', disabled: !micOK, title: micOK ? 'Record from the microphone: the clip becomes the input audio' : micWhy, onclick: () => this.host.record(Number(this.seconds.value)) }, '● Record'),
+        : h('button.btn.small#record', { type: 'button', disabled: !micOK, title: micOK ? 'Record from the microphone: the clip becomes the input audio' : micWhy, onclick: () => this.askRecord() }, '● Record'),
       this.seconds,
+      this.confirmReplace != null && !rec?.recording
+        ? h('span.confirm#record-confirm', { role: 'alert' },
+          `The recording replaces ${this.confirmReplace}. `,
+          h('button.btn.small.danger#record-replace', { type: 'button', onclick: () => this.startRecording() }, 'Record and replace'),
+          h('button.btn.small#record-keep', { type: 'button', onclick: () => { this.confirmReplace = null; this.renderBar(); } }, 'Keep it'))
+        : null,
       h('span.spacer'),
       this.host.items().length ? h('button.btn.small.link#clear-media', { type: 'button', onclick: () => this.host.clear() }, 'Remove all media') : null);
+  }
+
+  /** Records at once, or first asks when the recording would replace an audio file. */
+  private askRecord() {
+    const audio = this.host.items().filter((i) => i.kind === 'audio');
+    if (!audio.length) return this.startRecording();
+    this.confirmReplace = audio.map((a) => a.name).join(', ');
+    this.renderBar();
+  }
+
+  private startRecording() {
+    this.confirmReplace = null;
+    this.host.record(Number(this.seconds.value));
+    this.renderBar();
   }
 
   private renderLive() {
@@ -165,7 +188,8 @@ export class MediaPanel {
     if (key === this.shownItems) return;
     this.shownItems = key;
     if (!items.length) {
-      replace(this.list, h('li.media-empty.muted.small', null,
+      const hint = 'Images, audio and video: drop them here or add files, take a snapshot or record. Each image reaches the model stretched to 768×768 (256 tokens); audio as 16 kHz mono (188 tokens); video as a frame a second with its soundtrack.';
+      replace(this.list, h('li.media-empty.muted.small', { title: hint },
         'Images, audio and video: drop them here or add files, take a snapshot or record. Each image reaches the model stretched to 768×768 (256 tokens); audio as 16 kHz mono (188 tokens); video as a frame a second with its soundtrack.'));
       return;
     }

@@ -22,6 +22,8 @@ export class SchemaEditor {
   private status: HTMLElement;
   private presetSelect: HTMLSelectElement;
   private jsonMode = false;
+  /** Why the JSON in the editor was not applied (shown under it, and in the status). */
+  private jsonError = '';
 
   constructor(private host: SchemaEditorHost) {
     this.presetSelect = h('select#preset', { 'aria-label': 'Preset schema', onchange: () => this.pickPreset() });
@@ -69,6 +71,7 @@ export class SchemaEditor {
 
   private toggleJSON() {
     this.jsonMode = !this.jsonMode;
+    this.jsonError = '';
     this.el.querySelector('#schema-json-toggle')?.setAttribute('aria-pressed', String(this.jsonMode));
     this.render();
   }
@@ -86,17 +89,25 @@ export class SchemaEditor {
     if (this.jsonMode) {
       const ta = h('textarea.json-edit#schema-json', { spellcheck: false, 'aria-label': 'Schema JSON', rows: 24 });
       ta.value = JSON.stringify(toEngine(d), null, 2);
+      const errBox = h('div.json-error#schema-json-error', { role: 'alert', hidden: !this.jsonError }, this.jsonError);
       const apply = () => {
+        let d: SchemaDraft;
         try {
-          this.host.change(fromEngine(JSON.parse(ta.value)), this.host.schemaName(), true);
-          this.jsonMode = false;
-          this.el.querySelector('#schema-json-toggle')?.setAttribute('aria-pressed', 'false');
-          this.render();
+          d = fromEngine(JSON.parse(ta.value));
         } catch (err) {
-          toast(`Schema JSON: ${errorText(err)}`, 'error');
+          this.jsonError = `Not applied: ${errorText(err)}`;
+          errBox.textContent = this.jsonError;
+          errBox.hidden = false;
+          this.renderStatus();
+          return;
         }
+        this.jsonMode = false;
+        this.jsonError = '';
+        this.el.querySelector('#schema-json-toggle')?.setAttribute('aria-pressed', 'false');
+        this.host.change(d, this.host.schemaName(), true);
+        this.render();
       };
-      replace(this.body, ta, h('div.row-actions', null,
+      replace(this.body, ta, errBox, h('div.row-actions', null,
         h('button.btn.primary.small', { type: 'button', onclick: apply }, 'Apply JSON'),
         h('button.btn.small', { type: 'button', onclick: () => this.toggleJSON() }, 'Cancel')));
       this.renderStatus();
@@ -131,9 +142,21 @@ export class SchemaEditor {
           h('button.icon.danger', { type: 'button', title: 'Remove field', 'aria-label': `Remove ${f.name}`, onclick: () => this.removeField(i) }, '×'))),
       h('input.field-question', { value: f.question, 'aria-label': 'Question', placeholder: 'The question, e.g. How urgent is this ticket?',
         oninput: (e: Event) => this.edit((x) => (x.fields[i].question = (e.target as HTMLInputElement).value)) }),
-      f.type === 'bool' ? h('div.muted.small', null, 'Answered true or false.') : this.optionsList(f, i),
+      this.typeBody(f, i),
       probs.length ? h('ul.problems', null, probs.map((p) => h('li', null, p.message))) : null);
     return card;
+  }
+
+  /** What a field of f's type edits beyond its name and question (one case per field type). */
+  private typeBody(f: FieldDraft, i: number): HTMLElement {
+    switch (f.type) {
+      case 'bool':
+        return h('div.muted.small', null, 'Answered true or false.');
+      case 'choice':
+      case 'independent':
+      case 'score':
+        return this.optionsList(f, i);
+    }
   }
 
   private optionsList(f: FieldDraft, i: number): HTMLElement {
@@ -168,7 +191,8 @@ export class SchemaEditor {
     const local = problems(d);
     const summary = `${d.fields.length} field${d.fields.length === 1 ? '' : 's'} · ${decisions(d)} decision${decisions(d) === 1 ? '' : 's'}`;
     let msg: HTMLElement;
-    if (local.length) msg = h('span.bad', null, `${local.length} problem${local.length === 1 ? '' : 's'}: ${local[0].message}`);
+    if (this.jsonMode) msg = this.jsonError ? h('span.bad', null, 'the JSON has a problem: not applied') : h('span.muted', null, 'editing as JSON: Apply JSON to use it');
+    else if (local.length) msg = h('span.bad', null, `${local.length} problem${local.length === 1 ? '' : 's'}: ${local[0].message}`);
     else if (c && !c.ok) msg = h('span.bad', null, c.error ?? 'invalid schema');
     else if (c && c.ok) msg = h('span.good', null, '✓ ready to score');
     else msg = h('span.muted', null, 'checking…');

@@ -9,6 +9,8 @@ import { statusPill } from './common';
 
 export interface ScorerPanelHost {
   stop(side: 'scorer'): void;
+  /** The compact view (one line per field) was switched on or off. */
+  compactChanged?(compact: boolean): void;
 }
 
 interface Bar {
@@ -53,6 +55,14 @@ export function headline(f: FieldResult): string {
   }
 }
 
+/** The probability of the scorer's answer ("62.0%"; for labels, how many are yes). */
+export function winnerP(f: FieldResult): string {
+  const bars = barsOf(f);
+  if (f.type === 'independent') return `${bars.filter((b) => b.winner).length}/${bars.length} yes`;
+  const w = bars.find((b) => b.winner);
+  return w ? fmtPct(w.p) : '—';
+}
+
 export class ScorerPanel {
   readonly el: HTMLElement;
   private head: HTMLElement;
@@ -62,14 +72,31 @@ export class ScorerPanel {
   private shownRun = '';
   private filled = new Set<string>();
 
-  constructor(private host: ScorerPanelHost) {
+  private compact: boolean;
+
+  constructor(private host: ScorerPanelHost, compact = false) {
+    this.compact = compact;
     this.head = h('header.card-head');
     this.list = h('div.dists', { 'aria-live': 'polite' });
+    this.list.classList.toggle('compact', compact);
     this.foot = h('footer.card-foot.small.muted');
     this.el = h('section.card.side#scorer-panel', { 'aria-label': 'Scorer' }, this.head, this.list, this.foot);
   }
 
   render(run: LiveRun | null, fields: { name: string; type: string }[]) {
+    const sc = run?.scorer;
+    // The head is rebuilt only when it changes: a Stop button replaced under the pointer loses the click.
+    const headKey = sc ? JSON.stringify([sc.status, sc.done, sc.total || fields.length, scorerStage(run), this.compact]) : run ? '-' : String(this.compact);
+    if (headKey !== this.headKey) {
+      this.headKey = headKey;
+      this.renderHead(run, fields);
+    }
+    this.renderBody(run, fields);
+  }
+
+  private headKey: string | null = null;
+
+  private renderHead(run: LiveRun | null, fields: { name: string; type: string }[]) {
     const sc = run?.scorer;
     const stop = h('button.btn.small.stop', { type: 'button', title: 'Stop the scorer (Esc stops both)', disabled: !sc || isFinished(sc.status), onclick: () => this.host.stop('scorer') }, 'Stop');
     replace(this.head,
@@ -77,8 +104,22 @@ export class ScorerPanel {
       h('div.head-actions', null,
         sc ? statusPill(sc.status) : null,
         sc ? h('span.progress#scorer-progress', null, `${sc.done}/${sc.total || fields.length} fields`) : null,
+        h('button.btn.small#compact-toggle', { type: 'button', 'aria-pressed': String(this.compact), title: 'One line per field: the answer, its probability and confidence',
+          onclick: () => this.setCompact(!this.compact, run, fields) }, 'Compact'),
         stop),
       sc ? h('div.stage.small.muted#scorer-stage', { 'aria-live': 'polite' }, scorerStage(run)) : null);
+  }
+
+  private setCompact(on: boolean, run: LiveRun | null, fields: { name: string; type: string }[]) {
+    this.compact = on;
+    this.list.classList.toggle('compact', on);
+    this.host.compactChanged?.(on);
+    this.headKey = null;
+    this.render(run, fields);
+  }
+
+  private renderBody(run: LiveRun | null, fields: { name: string; type: string }[]) {
+    const sc = run?.scorer;
 
     if (!run || !sc) {
       this.shownRun = '';
@@ -156,7 +197,8 @@ export class ScorerPanel {
         h('span.dist-name', null, f.name),
         h('span.tag', null, f.type),
         merged,
-        h('span.dist-win', { title: 'the answer the scorer gives' }, headline(f))),
+        h('span.dist-win', { title: 'the answer the scorer gives' }, headline(f)),
+        h('span.dist-p', { title: 'its probability · confidence' }, `${winnerP(f)} · conf ${fmtPct(f.confidence)}`)),
       h('div.dist-bars', null, rows),
       h('div.dist-meta', null,
         h('span', { title: '1 − normalised entropy: how concentrated the distribution is (not how often it is right)' }, 'confidence ', h('b', null, fmtPct(f.confidence))),

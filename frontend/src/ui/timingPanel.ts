@@ -38,13 +38,13 @@ export class TimingPanel {
     if (gT) lanes.push(withRunning(generatorLane(gT), !isFinished(run.generator?.status), gT));
     const span = Math.max(1, el, ...lanes.map((l) => l.end));
     const pct = (v: number) => `${(Math.max(0, v) / span) * 100}%`;
-    const axis = h('div.wf-axis', null, ticks(span).map((t) => h('span.wf-tick', { style: { left: pct(t) } }, fmtMs(t))));
+    const axis = h('div.wf-axis', null, ticks(span).map((t) => h('span.wf-tick', { class: t > 0.85 * span ? 'wf-tick end' : 'wf-tick', style: { left: pct(t) } }, fmtMs(t))));
     const laneEls = lanes.map((l) =>
       h('div.wf-lane', { dataset: { side: l.side } },
         h('span.wf-name', null, l.side === 'scorer' ? 'Scorer' : l.side === 'towers' ? 'Towers' : 'Generation'),
         h('div.wf-track', null,
           l.segments.map((s) => h('div.wf-seg', { class: `wf-seg wf-${s.kind}`, title: `${s.label}: ${fmtMs(s.end - s.start)} (${fmtMs(s.start)} → ${fmtMs(s.end)})`, style: { left: pct(s.start), width: pct(s.end - s.start) } })),
-          l.markers.map((m) => h('div.wf-mark', { class: `wf-mark wf-${m.kind}`, title: `${m.label}: ${fmtMs(m.sideMs)} after the side started (${fmtMs(m.at)} into the run)`, style: { left: pct(m.at) } }, h('span', null, `${m.label} ${fmtMs(m.sideMs)}`))))));
+          l.markers.map((m) => h('div.wf-mark', { class: `wf-mark wf-${m.kind}${m.at > 0.6 * span ? ' flip' : ''}`, title: `${m.label}: ${fmtMs(m.sideMs)} after the side started (${fmtMs(m.at)} into the run)`, style: { left: pct(m.at) } }, h('span', null, `${m.label} ${fmtMs(m.sideMs)}`))))));
     const legend = h('div.wf-legend.small', null,
       [['prep', 'input preparation'], ['prefill', 'prefill'], ['branches', 'branch batches'], ['decode', 'decode'], ['wait', 'running / other']].map(([k, label]) =>
         h('span', null, h('i', { class: `sw wf-${k}` }), label)));

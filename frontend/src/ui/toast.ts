@@ -8,7 +8,14 @@ export function setToastReporter(f: (msg: string) => void) {
   reporter = f;
 }
 
-/** Shows a short message in the corner (errors stay until dismissed). */
+/** How long an error toast stays at the least: long enough to read, not forever. */
+export const ERROR_MS = 10000;
+
+/**
+ * Shows a short message in the corner. Every toast closes by itself (errors
+ * after ERROR_MS at the least; a pointer over it holds it open); errors that
+ * belong to a panel are shown in that panel instead.
+ */
 export function toast(message: string, kind: 'info' | 'error' | 'ok' = 'info', ms = 4000) {
   if (!host) {
     host = h('div.toasts', { role: 'status', 'aria-live': 'polite' });
@@ -17,8 +24,11 @@ export function toast(message: string, kind: 'info' | 'error' | 'ok' = 'info', m
   const close = h('button.toast-close', { type: 'button', 'aria-label': 'Dismiss', onclick: () => el.remove() }, '×');
   const el = h(`div.toast`, { class: `toast toast-${kind}` }, h('span', null, message), close);
   host.appendChild(el);
-  if (kind !== 'error') setTimeout(() => el.remove(), ms);
-  else reporter?.(message);
+  const life = kind === 'error' ? Math.max(ms, ERROR_MS) : ms;
+  let timer = setTimeout(() => el.remove(), life);
+  el.addEventListener('mouseenter', () => clearTimeout(timer));
+  el.addEventListener('mouseleave', () => (timer = setTimeout(() => el.remove(), life / 2)));
+  if (kind === 'error') reporter?.(message);
   while (host.children.length > 4) host.firstElementChild?.remove();
 }
 
