@@ -120,27 +120,16 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	var sizes []int
-	for _, s := range strings.Split(*sweep, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 64 {
-			return usageErr("--sweep: %q is not a batch size in 1..64", s)
-		}
-		sizes = append(sizes, n)
+	sizes, err := batchSizes("--sweep", *sweep, 64)
+	if err != nil {
+		return err
 	}
 	native.SetThreads(*threads)
-	m, err := wf.open(ctx, *model, stderr)
+	m, tok, err := wf.openTok(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	tok, err := m.Tokenizer()
-	if err != nil {
-		return err
-	}
 	r, err := bench.Scorer(ctx, m.Name, m.Model, tok, *prompt, *fields, *full, sizes)
 	if err != nil {
 		return err
@@ -171,16 +160,9 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if *requests < 1 || *requests > len(catalog.ToolRequests) {
 		return usageErr("--requests %d: want 1..%d", *requests, len(catalog.ToolRequests))
 	}
-	var sizes []int
-	for _, s := range strings.Split(*batches, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 256 {
-			return usageErr("--batches: %q is not a batch size in 1..256", s)
-		}
-		sizes = append(sizes, n)
+	sizes, err := batchSizes("--batches", *batches, 256)
+	if err != nil {
+		return err
 	}
 	native.SetThreads(*threads)
 	var reps []bench.CatalogReport
@@ -189,16 +171,12 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			continue
 		}
 		fmt.Fprintf(stderr, "%s: loading\n", spec)
-		m, err := wf.open(ctx, spec, stderr)
+		m, tok, err := wf.openTok(ctx, spec, stderr)
 		if err != nil {
 			return err
 		}
 		r, err := func() (bench.CatalogReport, error) {
 			defer m.Close()
-			tok, err := m.Tokenizer()
-			if err != nil {
-				return bench.CatalogReport{}, err
-			}
 			cat, err := catalog.Compile(catalog.Tools(), tok, Grammar(tok))
 			if err != nil {
 				return bench.CatalogReport{}, err
@@ -228,4 +206,20 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return enc.Encode(reps)
 	}
 	return nil
+}
+
+// batchSizes parses a comma-separated list of batch sizes in 1..most.
+func batchSizes(flag, list string, most int) ([]int, error) {
+	var sizes []int
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > most {
+			return nil, usageErr("%s: %q is not a batch size in 1..%d", flag, s, most)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
 }

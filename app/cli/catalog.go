@@ -109,15 +109,11 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%s: %w", *catFile, err)
 	}
-	m, err := wf.open(ctx, *model, stderr)
+	m, tok, err := wf.openTok(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	tok, err := m.Tokenizer()
-	if err != nil {
-		return err
-	}
 	if m.Builtin {
 		fmt.Fprintf(stderr, "model: %s — its choices are noise\n", m.Name)
 	}

@@ -41,15 +41,11 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	m, err := wf.open(ctx, *model, stderr)
+	m, tok, err := wf.openTok(ctx, *model, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	tok, err := m.Tokenizer()
-	if err != nil {
-		return err
-	}
 	if m.Builtin {
 		fmt.Fprintf(stderr, "model: %s — its output is noise, not language\n", m.Name)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/models"
+	"verdict/engine/tokenizer"
 )
 
 const weightsHelp = "weight format: q4 (packed to 4 bits at load, cached on disk; the default) or f32 (as the checkpoint stores them, exact)"
@@ -49,4 +50,18 @@ func (w weightFlags) open(ctx context.Context, spec string, stderr io.Writer) (*
 		return nil, err
 	}
 	return openModel(ctx, spec, opt, stderr)
+}
+
+// openTok opens spec with the flags' weight format and its tokenizer.
+func (w weightFlags) openTok(ctx context.Context, spec string, stderr io.Writer) (*models.Model, *tokenizer.Tokenizer, error) {
+	m, err := w.open(ctx, spec, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := m.Tokenizer()
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return m, tok, nil
 }
