@@ -71,15 +71,6 @@ type Catalog struct {
 // Nodes reports the number of trie nodes (the root included).
 func (c *Catalog) Nodes() int { return len(c.First) - 1 }
 
-// Names returns the entries' names in order.
-func (c *Catalog) Names() []string {
-	out := make([]string, len(c.Entries))
-	for i, e := range c.Entries {
-		out[i] = e.Name
-	}
-	return out
-}
-
 // ErrInvalid marks a catalog that cannot be compiled.
 var ErrInvalid = errors.New("invalid catalog")
 

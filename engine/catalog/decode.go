@@ -312,9 +312,6 @@ func step(m *gemma3n.Model, c *Catalog, act []*seq, h []float32, opt Options, sc
 			for j, t := range s.legal {
 				dl[j] = dense[i*V+int(t)]
 				rel := math.Abs(float64(logits[j])-float64(dl[j])) / math.Max(math.Abs(float64(dl[j])), 1e-30)
-				if float64(logits[j]) == float64(dl[j]) {
-					rel = 0
-				}
 				r.DenseMaxRel = math.Max(r.DenseMaxRel, rel)
 				if rel > DenseTolerance {
 					return fmt.Errorf("catalog: request %d, step %d: token %d: sparse head logit %v, dense %v (relative gap %.2g > %g)",

@@ -161,15 +161,11 @@ func (sc *Scorer) catalogResult(f Field, df decodedField, r catalog.Result) Fiel
 	if states > 0 {
 		fr.Confidence = 1 - entropy/float64(states)
 	}
-	fr.AllowedTokenMass = math.NaN()
+	fr.AllowedTokenMass = 1 // each step's distribution is over its legal tokens
 	if f.Kind == Choice && len(r.Names) == 1 {
 		fr.Winner = r.Names[0]
 		fr.Decisions = []Decision{choiceDistribution(f, df.cat, r)}
 		fr.Confidence = fr.Decisions[0].Confidence
-		fr.AllowedTokenMass = 1
-	}
-	if math.IsNaN(fr.AllowedTokenMass) {
-		fr.AllowedTokenMass = 1 // the decode only ever chooses legal tokens
 	}
 	return fr
 }
