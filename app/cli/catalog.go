@@ -14,12 +14,8 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/models"
 	"verdict/engine/prompt"
-	"verdict/engine/safefile"
 	"verdict/engine/tokenizer"
 )
-
-// maxInputFile bounds the catalog, prompt and batch files the CLI reads.
-const maxInputFile = 64 << 20
 
 func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("catalog", stderr)
@@ -203,9 +199,6 @@ func checkText(s string) error {
 	}
 	return nil
 }
-
-// readInput reads a regular file of at most maxInputFile bytes.
-func readInput(path string) ([]byte, error) { return safefile.ReadFile(path, maxInputFile) }
 
 type catalogStepJSON struct {
 	Node   int32    `json:"node"`

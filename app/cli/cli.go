@@ -14,6 +14,7 @@ import (
 
 	"verdict/app/inputs"
 	"verdict/engine/models"
+	"verdict/engine/safefile"
 )
 
 // Command is one subcommand.
@@ -91,6 +92,19 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-16s %s\n", c.Name, c.Summary)
 	}
 	fmt.Fprintln(w, "\nRun 'verdict <command> -h' for a command's flags.")
+}
+
+// maxInputFile bounds the files the commands read: schemas, inputs,
+// examples, catalogs, prompts, batches.
+const maxInputFile = 64 << 20
+
+// readInput reads a regular file of at most maxInputFile bytes, or standard
+// input for "-". Devices, FIFOs and sockets are refused by name.
+func readInput(path string) ([]byte, error) {
+	if path == "-" {
+		return safefile.ReadAll(os.Stdin, "standard input", maxInputFile)
+	}
+	return safefile.ReadFile(path, maxInputFile)
 }
 
 // newFlags returns a flag set that reports errors instead of exiting.

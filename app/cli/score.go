@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -101,7 +102,7 @@ func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, 
 	if *f.backend != scorer.BackendJSON && *f.backend != scorer.BackendCatalog {
 		return nil, nil, nil, usageErr("backend %q is not available (available: json, catalog)", *f.backend)
 	}
-	b, err := os.ReadFile(*f.schema)
+	b, err := readInput(*f.schema)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -142,7 +143,7 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	input, source := *text, ""
 	if *textFile != "" {
-		b, err := os.ReadFile(*textFile)
+		b, err := readInput(*textFile)
 		if err != nil {
 			return err
 		}
@@ -213,12 +214,11 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := checkWritable(*out); err != nil {
 		return err
 	}
-	r, err := os.Open(*examples)
+	data, err := readInput(*examples)
 	if err != nil {
 		return err
 	}
-	ex, err := scorer.ReadExamples(r)
-	r.Close()
+	ex, err := scorer.ReadExamples(bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *examples, err)
 	}
