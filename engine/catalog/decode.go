@@ -38,6 +38,8 @@ type Options struct {
 	PrefillChunk int
 	// OnStep, when set, receives every step as soon as its token is chosen.
 	OnStep func(req int, st Step) error
+	// OnDone, when set, receives each request's result as soon as it ends.
+	OnDone func(req int, r Result)
 }
 
 // Request is one decode: a prompt (token ids, ending with the model turn's
@@ -48,6 +50,9 @@ type Request struct {
 	// Cache, when set, holds positions already processed (a forked shared
 	// prefix) that Prompt continues; the decode extends it.
 	Cache *gemma3n.Cache
+	// Catalog, when set, is this request's catalog instead of the batch's
+	// (several catalogs decoded in one batch).
+	Catalog *Catalog
 }
 
 // Step is one decode step.
@@ -115,8 +120,8 @@ func Decode(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt 
 	return res[0], nil
 }
 
-// DecodeBatch decodes many requests, up to MaxBatch at once, each with its
-// own KV cache: one batched forward pass per step over every running
+// DecodeBatch decodes many requests of catalog c (or each of its own
+// Catalog), up to MaxBatch at once, each with its own KV cache: one batched forward pass per step over every running
 // sequence's rows (decode steps, and prompt chunks of newly admitted
 // requests), one sparse head over the union of their legal rows. Each
 // result is bit-identical to Decode on that request alone.
@@ -147,11 +152,20 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		chunk = 512
 	}
 	limit := m.Cfg.MaxPositionEmbeddings
-	longest := 0
-	for _, e := range c.Entries {
-		longest = max(longest, len(e.TokenIDs)+1)
-	}
+	cats := make([]*Catalog, len(reqs))
 	for i, r := range reqs {
+		c := c
+		if r.Catalog != nil {
+			c = r.Catalog
+		}
+		if c == nil {
+			return nil, stats, fmt.Errorf("catalog: request %d has no catalog", i)
+		}
+		cats[i] = c
+		longest := 0
+		for _, e := range c.Entries {
+			longest = max(longest, len(e.TokenIDs)+1)
+		}
 		if len(r.Prompt) == 0 {
 			return nil, stats, fmt.Errorf("catalog: request %d has an empty prompt", i)
 		}
@@ -181,7 +195,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			return nil, stats, err
 		}
 		for len(running) < maxBatch && nextReq < len(reqs) {
-			st, err := c.NewState(reqs[nextReq].K, batched, nextReq)
+			st, err := cats[nextReq].NewState(reqs[nextReq].K, batched, nextReq)
 			if err != nil {
 				return nil, stats, err
 			}
@@ -235,7 +249,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			h = append(h, hs[i][:D]...)
 		}
 		if len(act) > 0 {
-			if err := step(m, c, act, h, opt, &scratch, &stats, out); err != nil {
+			if err := step(m, act, h, opt, &scratch, &stats, out); err != nil {
 				return nil, stats, err
 			}
 		}
@@ -246,7 +260,10 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 				r.Decode = time.Since(s.start) - r.Prefill
 				r.Entries = slices.Clone(s.st.Emitted())
 				for _, e := range r.Entries {
-					r.Names = append(r.Names, c.Entries[e].Name)
+					r.Names = append(r.Names, s.st.cat.Entries[e].Name)
+				}
+				if opt.OnDone != nil {
+					opt.OnDone(s.req, *r)
 				}
 				continue
 			}
@@ -260,7 +277,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 
 // step chooses the next token of every sequence in act (hidden states h,
 // [len(act), D]) through the head, records it and advances the walks.
-func step(m *gemma3n.Model, c *Catalog, act []*seq, h []float32, opt Options, scratch *native.RowScratch, stats *Stats, out []Result) error {
+func step(m *gemma3n.Model, act []*seq, h []float32, opt Options, scratch *native.RowScratch, stats *Stats, out []Result) error {
 	n, V := len(act), m.Cfg.VocabSize
 	var union []int32
 	for _, s := range act {
@@ -331,7 +348,7 @@ func step(m *gemma3n.Model, c *Catalog, act []*seq, h []float32, opt Options, sc
 		if !math.IsNaN(margin) {
 			st.Margin = &margin
 		}
-		if chosen == c.Grammar.Sep || chosen == c.Grammar.Stop {
+		if g := s.st.cat.Grammar; chosen == g.Sep || chosen == g.Stop {
 			em := s.st.Emitted()
 			st.Entry = em[len(em)-1]
 		}

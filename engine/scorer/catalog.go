@@ -98,30 +98,34 @@ func (sc *Scorer) decodedFields(s *Schema, backend string, after func(string) ([
 	return out, nil
 }
 
-// decode answers the decoded fields, each from its own fork of the prefix
-// cache, in one batch.
+// decode answers the decoded fields in one batch, each from its own fork of
+// the prefix cache (bit-identical to decoding each alone).
 func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix *gemma3n.Cache, res *Result, opt Options, onField func(FieldResult)) error {
-	for _, df := range fs {
-		copt := catalog.Options{CheckDense: opt.CatalogCheckDense}
+	reqs := make([]catalog.Request, len(fs))
+	for i, df := range fs {
+		reqs[i] = catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone(), Catalog: df.cat}
+	}
+	copt := catalog.Options{CheckDense: opt.CatalogCheckDense}
+	names := make([][]string, len(fs))
+	copt.OnStep = func(req int, st catalog.Step) error {
+		df := fs[req]
+		if st.Entry >= 0 {
+			names[req] = append(names[req], df.cat.Entries[st.Entry].Name)
+		}
 		if opt.OnCatalogStep != nil {
-			name := s.Fields[df.field].Name
-			var names []string
-			copt.OnStep = func(_ int, st catalog.Step) error {
-				if st.Entry >= 0 {
-					names = append(names, df.cat.Entries[st.Entry].Name)
-				}
-				opt.OnCatalogStep(name, slices.Clone(names), sc.catalogStep(st))
-				return nil
-			}
+			opt.OnCatalogStep(s.Fields[df.field].Name, slices.Clone(names[req]), sc.catalogStep(st))
 		}
-		r, err := catalog.Decode(ctx, sc.m, df.cat, catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone()}, copt)
-		if err != nil {
-			return fmt.Errorf("scorer: field %q: %w", s.Fields[df.field].Name, err)
-		}
+		return nil
+	}
+	copt.OnDone = func(req int, r catalog.Result) {
+		df := fs[req]
 		res.Fields[df.field] = sc.catalogResult(s.Fields[df.field], df, r)
 		if onField != nil {
 			onField(res.Fields[df.field])
 		}
+	}
+	if _, _, err := catalog.DecodeBatch(ctx, sc.m, nil, reqs, copt); err != nil {
+		return fmt.Errorf("scorer: catalog fields: %w", err)
 	}
 	return nil
 }

@@ -104,6 +104,13 @@ func TestCatalogField(t *testing.T) {
 	if !slices.Equal(res2.Fields[0].Names, f.Names) || res2.Fields[2].PTrue == nil {
 		t.Fatalf("other fields changed under the catalog backend: %+v", res2.Fields)
 	}
+	// Decoded in one batch with the priority field, the tools field is
+	// bit-identical to its decode beside no other.
+	for i, st := range res2.Fields[0].Steps {
+		if !slices.Equal(st.Tokens, f.Steps[i].Tokens) {
+			t.Fatalf("step %d: batched with another field %+v, alone %+v", i, st.Tokens, f.Steps[i].Tokens)
+		}
+	}
 	if _, err := sc.Score(context.Background(), s, input, scorer.Options{Backend: "head"}); err == nil {
 		t.Fatal("an unknown backend was accepted")
 	}
