@@ -1,5 +1,5 @@
 import { agrees, applyUpdate, fromRecord, running, scorerValue, startRun } from '../src/run';
-import { extractJSON } from '../src/jsonparse';
+import { findAnswer } from '../src/jsonparse';
 import { fields, record } from './fixtures';
 
 const started = { id: 'run-1', started_ms: 1, scorer: true, generator: true, concurrent: true, model: 'm', random_weights: true };
@@ -40,17 +40,17 @@ describe('live runs', () => {
   });
 });
 
-describe('extractJSON', () => {
+describe('findAnswer with no fields: any object', () => {
   it.each([
     ['{"a": 1}', { a: 1 }],
     ['```json\n{"priority": "high", "n": {"x": "}"}}\n```', { priority: 'high', n: { x: '}' } }],
     ['Sure: {"q": "say \\"hi\\""} done', { q: 'say "hi"' }],
   ])('finds the object in %j', (text, want) => {
-    const p = extractJSON(text);
+    const p = findAnswer(text, []);
     expect(p.ok && p.value).toEqual(want);
   });
   it.each([['', 'no text'], ['no braces', 'no JSON object'], ['{"a": ', 'not complete'], ['{a: 1}', 'not valid JSON']])('reports %j', (text, msg) => {
-    const p = extractJSON(text);
+    const p = findAnswer(text, []);
     expect(p.ok).toBe(false);
     expect(!p.ok && p.error).toContain(msg);
   });
