@@ -100,7 +100,7 @@ func (sc *Scorer) decodedFields(s *Schema, backend string, after func(string) ([
 
 // decode answers the decoded fields in one batch, each from its own fork of
 // the prefix cache (bit-identical to decoding each alone).
-func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix *gemma3n.Cache, res *Result, opt Options, onField func(FieldResult)) error {
+func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix *gemma3n.Cache, res *Result, opt Options, onField func(*FieldResult)) error {
 	reqs := make([]catalog.Request, len(fs))
 	for i, df := range fs {
 		reqs[i] = catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone(), Catalog: df.cat}
@@ -121,7 +121,7 @@ func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, pref
 		df := fs[req]
 		res.Fields[df.field] = sc.catalogResult(s.Fields[df.field], df, r)
 		if onField != nil {
-			onField(res.Fields[df.field])
+			onField(&res.Fields[df.field])
 		}
 	}
 	if _, _, err := catalog.DecodeBatch(ctx, sc.m, nil, reqs, copt); err != nil {

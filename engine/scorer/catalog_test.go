@@ -34,7 +34,11 @@ func TestCatalogField(t *testing.T) {
 	var streamed []string
 	var live [][]string
 	res, err := sc.Score(context.Background(), s, input, scorer.Options{CatalogCheckDense: true,
-		OnField: func(f scorer.FieldResult) { streamed = append(streamed, f.Name) },
+		OnField: func(f scorer.FieldResult) {
+			if f.Elapsed > 0 {
+				streamed = append(streamed, f.Name)
+			}
+		},
 		OnCatalogStep: func(field string, names []string, st scorer.CatalogStep) {
 			if field == "tools" {
 				live = append(live, names)

@@ -314,20 +314,16 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	}
 	if len(decoded) > 0 {
 		r.cache.Truncate(len(comp.prefixIDs))
-		if err := sc.decode(ctx, s, decoded, r.cache, res, opt, func(f FieldResult) {
+		if err := sc.decode(ctx, s, decoded, r.cache, res, opt, func(f *FieldResult) {
+			f.Elapsed = Duration(time.Since(start))
 			if r.timings.FirstDecision == 0 {
-				r.timings.FirstDecision = Duration(time.Since(start))
+				r.timings.FirstDecision = f.Elapsed
 			}
 			if opt.OnField != nil {
-				opt.OnField(f)
+				opt.OnField(*f)
 			}
 		}); err != nil {
 			return nil, err
-		}
-		for i := range res.Fields {
-			if res.Fields[i].Names != nil {
-				res.Fields[i].Elapsed = Duration(time.Since(start))
-			}
 		}
 	}
 	res.Timings, res.BranchRows, res.BranchBatch = r.timings, r.rows, r.batch
