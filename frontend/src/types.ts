@@ -372,7 +372,8 @@ export interface RunStarted {
 /** One trie-decode step as it happens (app.CatalogLive): the names emitted so far and the step. */
 export interface CatalogLive {
   field: string;
-  names: string[];
+  /** null before the first name is emitted. */
+  names: string[] | null;
   step: CatalogStep;
 }
 

@@ -185,7 +185,14 @@ describe('catalog card', () => {
       scorer: { status: 'done', fields: [toolsField], fields_total: 1, calibration: { applied: false, detail: 'uncalibrated: none' }, cached_schema: false, timing: { start_ms: 0, input_preparation_ms: 1, prefill_ms: 2, prefill_tokens_per_second: 1, prompt_tokens: 3, total_ms: 20 } },
     } as RunRecord;
     const p = new ScorerPanel({ stop: () => {} }, true);
+    // The live result comes without its final time; the record's result replaces it.
+    let r = startRun(started);
+    r = applyUpdate(r, { id: 'run-c', elapsed_ms: 3, scorer: { status: 'done', done: 1, total: 1, fields: [{ ...toolsField, elapsed_ms: 0 }] } });
+    p.render(r, order);
+    expect(p.el.querySelector('[data-field="tools"] .dist-meta')!.textContent).toContain('done at 0.00 ms');
+    p.render(r, order);
     p.render(fromRecord(rec), order);
+    expect(p.el.querySelector('[data-field="tools"] .dist-meta')!.textContent).toContain('done at 300 ms');
     expect(p.el.querySelector('.dists.compact [data-field="tools"] .dist-win')!.textContent).toBe('refund_order, track_package');
     expect(p.el.querySelector('[data-field="tools"] .dist-p')!.textContent).toBe('37.8% · conf 41.0%');
   });

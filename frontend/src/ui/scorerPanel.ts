@@ -144,6 +144,8 @@ export class ScorerPanel {
   private cards = new Map<string, HTMLElement>();
   private shownRun = '';
   private filled = new Set<string>();
+  /** What a filled catalog card shows: refilled when the run's record brings a later result (its final done-at time). */
+  private catalogShown = new Map<string, string>();
 
   private compact: boolean;
 
@@ -198,6 +200,7 @@ export class ScorerPanel {
       this.shownRun = '';
       this.cards.clear();
       this.filled.clear();
+      this.catalogShown.clear();
       replace(this.list, h('div.empty', null,
         run ? 'The scorer is not part of this run.' : 'Run a request to see the probability of every answer, field by field.'));
       replace(this.foot);
@@ -208,6 +211,7 @@ export class ScorerPanel {
       this.shownRun = run.id;
       this.cards.clear();
       this.filled.clear();
+      this.catalogShown.clear();
       replace(this.list);
       for (const f of fields) {
         const card = h('article.dist.pending', { dataset: { field: f.name } },
@@ -218,7 +222,11 @@ export class ScorerPanel {
       }
     }
     for (const [name, f] of sc.fields) {
-      if (this.filled.has(name)) continue;
+      if (f.type === 'catalog') {
+        const key = JSON.stringify(f);
+        if (this.catalogShown.get(name) === key) continue;
+        this.catalogShown.set(name, key);
+      } else if (this.filled.has(name)) continue;
       let card = this.cards.get(name);
       if (!card) {
         card = h('article.dist', { dataset: { field: name } });
