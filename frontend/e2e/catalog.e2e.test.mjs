@@ -130,3 +130,48 @@ for (const [w, hgt] of [[1024, 700], [1440, 900]]) {
     }
   });
 }
+
+// Last: the backend setting stays with the server for the rest of its session.
+test('at 1440×900: under the catalog backend the ticket preset\'s choice fields are decoded through the trie', async () => {
+  const { ctx, page } = await browse(1440, 900);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  try {
+    await ready(page, srv.url);
+    await page.keyboard.press('Control+,');
+    await page.locator('#settings[open]').waitFor();
+    assert.equal(await page.locator('#settings select[name="backend"]').inputValue(), 'json');
+    await page.locator('#settings select[name="backend"]').selectOption('catalog');
+    await page.locator('#settings button[type="submit"]').click();
+    await page.locator('#settings').waitFor({ state: 'hidden' });
+    if ((await page.locator('#schema-toggle').getAttribute('aria-expanded')) !== 'true') await page.locator('#schema-toggle').click();
+    await page.locator('#preset').selectOption('ticket');
+    await page.locator('#schema-panel .schema-status', { hasText: 'ready to score' }).waitFor();
+    await page.locator('#schema-toggle').click();
+    await page.locator('#run:not([disabled])').click();
+    await page.locator('#scorer-panel .dists').waitFor();
+    await page.waitForFunction(() => /^(\d+)\/\1 fields$/.test(document.querySelector('#scorer-progress')?.textContent ?? '') ||
+      !!document.querySelector('#scorer-panel .side-error'), null, { timeout: 180000 });
+    await page.screenshot({ path: join(out, 'catalog-backend-1440x900.png') });
+    assert.equal(await page.locator('#scorer-panel .side-error').count(), 0, await page.locator('#scorer-panel .side-error').first().textContent().catch(() => ''));
+    await page.locator('#stop-run').waitFor({ state: 'detached', timeout: 180000 });
+    const cards = await page.locator('#scorer-panel .dist.filled').evaluateAll((ds) => ds.map((d) => ({
+      field: d.dataset.field, type: d.querySelector('.tag')?.textContent, bars: d.querySelectorAll('.bar-row').length,
+      note: d.querySelector('.trie-note')?.textContent ?? null, fix: !!d.querySelector('.tag.warn'),
+    })));
+    console.log(`catalog backend: ${JSON.stringify(cards)}`);
+    const choices = cards.filter((c) => c.type === 'choice');
+    assert.equal(choices.length, 2, JSON.stringify(cards));
+    for (const c of choices) {
+      assert.match(c.note ?? '', /^decoded through the trie \(\d+ steps?\)$/, `${c.field}: ${c.note}`);
+      assert.ok(c.bars >= 1, `${c.field} has no candidate bars`);
+      assert.equal(c.fix, false, `${c.field} shows the boundary-fix tag`);
+    }
+    for (const c of cards.filter((c) => c.type !== 'choice')) assert.equal(c.note, null, `${c.field} (${c.type}) is noted as trie-decoded`);
+    await page.locator('#scorer-panel .dist.filled .trie-note').first().scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(out, 'catalog-backend-1440x900.png') });
+    assert.deepEqual(errors, []);
+  } finally {
+    await ctx.close();
+  }
+});

@@ -221,9 +221,13 @@ describe('catalog card', () => {
     };
     const p = new ScorerPanel({ stop: () => {} });
     let r = startRun(started);
-    r = applyUpdate(r, { id: 'run-c', elapsed_ms: 3, scorer: { status: 'done', done: 1, total: 1, fields: [choice] } });
+    r = applyUpdate(r, { id: 'run-c', elapsed_ms: 3, scorer: { status: 'done', done: 1, total: 1, fields: [{ ...choice, elapsed_ms: 0 }] } });
+    p.render(r, [{ name: 'priority', type: 'choice' }]);
+    expect(p.el.querySelector('[data-field="priority"] .dist-meta')!.textContent).toContain('done at 0.00 ms');
+    r = applyUpdate(r, { id: 'run-c', elapsed_ms: 4, scorer: { status: 'done', done: 1, total: 1, fields: [choice] } });
     p.render(r, [{ name: 'priority', type: 'choice' }]);
     const card = p.el.querySelector('[data-field="priority"]')!;
+    expect(card.querySelector('.dist-meta')!.textContent).toContain('done at 4.0 ms');
     expect([...card.querySelectorAll('.bar-row')].map((e) => e.getAttribute('data-value'))).toEqual(['high', 'low | medium']);
     expect(card.querySelector('.trie-note')!.textContent).toBe('decoded through the trie (1 step)');
     expect(card.querySelector('.tag.warn')).toBeNull();

@@ -144,7 +144,7 @@ export class ScorerPanel {
   private cards = new Map<string, HTMLElement>();
   private shownRun = '';
   private filled = new Set<string>();
-  /** What a filled catalog card shows: refilled when the run's record brings a later result (its final done-at time). */
+  /** What a filled trie-decoded card shows: refilled when the run's record brings a later result (its final done-at time). */
   private catalogShown = new Map<string, string>();
 
   private compact: boolean;
@@ -222,7 +222,7 @@ export class ScorerPanel {
       }
     }
     for (const [name, f] of sc.fields) {
-      if (f.type === 'catalog') {
+      if (f.names) { // a trie decode: its live result has no done-at time yet
         const key = JSON.stringify(f);
         if (this.catalogShown.get(name) === key) continue;
         this.catalogShown.set(name, key);
