@@ -60,6 +60,8 @@ function fieldSummaryValue(f: FieldResult): string {
       return String((f.p_true ?? 0) > 0.5);
     case 'independent':
       return (f.labels ?? []).map((l) => `${l.label}=${l.p_yes > 0.5}`).join(',');
+    case 'catalog':
+      return (f.names ?? []).join(',');
   }
 }
 
@@ -76,6 +78,8 @@ export function fieldSummary(f: FieldResult): string {
       return `${(f.p_true ?? 0) > 0.5} (p_true ${fmtPct(f.p_true)})`;
     case 'independent':
       return (f.labels ?? []).map((l) => `${l.label} ${fmtPct(l.p_yes)}`).join('; ');
+    case 'catalog':
+      return `${(f.names ?? []).join(', ')} (path ${fmtPct(f.path_probability)})`;
   }
 }
 

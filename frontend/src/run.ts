@@ -1,12 +1,20 @@
 // A run as the UI shows it, built from run:update events (coalesced deltas)
 // and replaced by the final record from run:done.
 import { fmtMs } from './format';
-import type { FieldResult, RunMedia, RunRecord, RunStarted, RunUpdate, SideStatus, SideTiming } from './types';
+import type { CatalogStep, FieldResult, RunMedia, RunRecord, RunStarted, RunUpdate, SideStatus, SideTiming } from './types';
+
+/** A field's trie decode so far: the names emitted and every step chosen. */
+export interface LiveCatalog {
+  names: string[];
+  steps: CatalogStep[];
+}
 
 export interface LiveScorer {
   status: SideStatus;
   error?: string;
   fields: Map<string, FieldResult>;
+  /** The trie decodes under way (and done), by field, from the updates' catalog steps. */
+  catalog?: Map<string, LiveCatalog>;
   done: number;
   total: number;
   timing?: SideTiming;
@@ -65,10 +73,19 @@ export function applyUpdate(r: LiveRun, u: RunUpdate): LiveRun {
     const sc: LiveScorer = r.scorer ?? { status: 'preparing', fields: new Map(), done: 0, total: 0 };
     const fields = new Map(sc.fields);
     for (const f of u.scorer.fields ?? []) fields.set(f.name, f);
+    let catalog = sc.catalog;
+    if (u.scorer.catalog?.length) {
+      catalog = new Map(catalog);
+      for (const c of u.scorer.catalog) {
+        const prev = catalog.get(c.field);
+        catalog.set(c.field, { names: c.names ?? prev?.names ?? [], steps: [...(prev?.steps ?? []), c.step] });
+      }
+    }
     next.scorer = {
       status: u.scorer.status,
       error: u.scorer.error,
       fields,
+      catalog,
       done: u.scorer.done,
       total: u.scorer.total,
       timing: u.scorer.timing ?? sc.timing,
@@ -212,6 +229,8 @@ export function scorerValue(f: FieldResult): unknown {
       return (f.p_true ?? 0) > 0.5;
     case 'independent':
       return Object.fromEntries((f.labels ?? []).map((l) => [l.label, l.p_yes > 0.5]));
+    case 'catalog':
+      return f.names ?? [];
   }
 }
 
@@ -225,5 +244,9 @@ export function agrees(f: FieldResult, generated: unknown): boolean | null {
     return Object.entries(s as Record<string, boolean>).every(([k, v]) => (g as Record<string, unknown>)[k] === v);
   }
   if (f.type === 'score') return Number(g) === Number(s);
+  if (f.type === 'catalog') {
+    const names = s as string[];
+    return Array.isArray(g) && g.length === names.length && g.every((v, i) => v === names[i]);
+  }
   return g === s;
 }

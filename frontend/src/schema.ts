@@ -14,6 +14,8 @@ export interface FieldDraft {
   question: string;
   type: FieldType;
   options: OptionDraft[];
+  /** A catalog field's number of distinct entries to name (1..entries). */
+  k?: number;
 }
 
 export interface SchemaDraft {
@@ -27,16 +29,17 @@ export const FIELD_TYPES: { type: FieldType; label: string; help: string }[] = [
   { type: 'independent', label: 'Independent', help: 'each label true or false on its own: one yes-probability per label' },
   { type: 'bool', label: 'Bool', help: 'JSON true or false: probability of true' },
   { type: 'score', label: 'Score', help: 'one of ordered numeric levels: distribution and expected level' },
+  { type: 'catalog', label: 'Catalog', help: 'k distinct entries of a named catalog, in order: decoded through a token trie' },
 ];
 
 /** What the options of a field type are called. */
 export function optionNoun(t: FieldType): string {
-  return t === 'independent' ? 'label' : t === 'score' ? 'level' : 'option';
+  return t === 'independent' ? 'label' : t === 'score' ? 'level' : t === 'catalog' ? 'entry' : 'option';
 }
 
 /** The JSON key the scorer reads a field's options from. */
-function optionKey(t: FieldType): 'options' | 'labels' | 'levels' | null {
-  return t === 'choice' ? 'options' : t === 'independent' ? 'labels' : t === 'score' ? 'levels' : null;
+function optionKey(t: FieldType): 'options' | 'labels' | 'levels' | 'entries' | null {
+  return t === 'choice' ? 'options' : t === 'independent' ? 'labels' : t === 'score' ? 'levels' : t === 'catalog' ? 'entries' : null;
 }
 
 export function emptySchema(): SchemaDraft {
@@ -51,19 +54,25 @@ export function newField(type: FieldType, existing: FieldDraft[]): FieldDraft {
   return withType(f, type);
 }
 
-/** The field with another type, its options adapted (bool has none, score levels default to 1..5). */
+/** The field with another type, its options adapted (bool has none, score levels default to 1..5, a catalog names k = 1 entry). */
 export function withType(f: FieldDraft, type: FieldType): FieldDraft {
   let options = f.options;
   if (type === 'bool') options = [];
   else if (type === 'score' && (options.length < 2 || f.type !== 'score')) {
     options = ['1', '2', '3', '4', '5'].map((name) => ({ name, description: '' }));
   } else if (f.type === 'bool' || f.type === 'score' || options.length === 0) {
-    options = type === 'independent' ? [{ name: 'label a', description: '' }] : [
+    options = type === 'independent' ? [{ name: 'label a', description: '' }] : type === 'catalog' ? [
+      { name: 'entry_a', description: '' },
+      { name: 'entry_b', description: '' },
+    ] : [
       { name: 'yes', description: '' },
       { name: 'no', description: '' },
     ];
   }
-  return { ...f, type, options: options.map((o) => ({ ...o })) };
+  const out: FieldDraft = { ...f, type, options: options.map((o) => ({ ...o })) };
+  if (type === 'catalog') out.k = f.k != null && f.k >= 1 && f.k <= options.length ? f.k : 1;
+  else delete out.k;
+  return out;
 }
 
 /** The schema in the scorer's JSON format. */
@@ -82,6 +91,8 @@ export function toEngine(d: SchemaDraft): Record<string, unknown> {
         return item;
       });
     }
+    // An array keeps the entries' order whatever their names (a JS object puts integer-like keys first).
+    if (f.type === 'catalog') o.k = f.k ?? 1;
     return o;
   });
   return out;
@@ -103,11 +114,16 @@ export function fromEngine(json: unknown): SchemaDraft {
       if (!raw || typeof raw !== 'object') throw new SchemaFormatError(`field ${i + 1} is not an object`);
       const f = raw as Record<string, unknown>;
       const type = str(f.type) as FieldType;
-      if (!['choice', 'independent', 'bool', 'score'].includes(type)) {
-        throw new SchemaFormatError(`field ${str(f.name) || i + 1}: unknown type "${str(f.type)}" (choice, independent, bool, score)`);
+      if (!['choice', 'independent', 'bool', 'score', 'catalog'].includes(type)) {
+        throw new SchemaFormatError(`field ${str(f.name) || i + 1}: unknown type "${str(f.type)}" (choice, independent, bool, score, catalog)`);
       }
-      const src = type === 'independent' ? (f.labels ?? f.options) : type === 'score' ? f.levels : type === 'choice' ? f.options : undefined;
-      return { name: str(f.name), question: str(f.question), type, options: readOptions(src, str(f.name)) };
+      const src = type === 'independent' ? (f.labels ?? f.options) : type === 'score' ? f.levels : type === 'choice' ? f.options : type === 'catalog' ? f.entries : undefined;
+      const fd: FieldDraft = { name: str(f.name), question: str(f.question), type, options: readOptions(src, str(f.name)) };
+      if (type === 'catalog') {
+        if (f.k != null && typeof f.k !== 'number') throw new SchemaFormatError(`field ${fd.name}: k must be a number`);
+        fd.k = typeof f.k === 'number' ? f.k : 0;
+      }
+      return fd;
     }),
   };
 }
@@ -156,6 +172,11 @@ export function problems(d: SchemaDraft): DraftProblem[] {
     }
     if (f.type === 'choice' && f.options.length < 2) p('a choice needs at least 2 options');
     if (f.type === 'independent' && f.options.length < 1) p('an independent field needs at least 1 label');
+    if (f.type === 'catalog') {
+      const k = f.k ?? 0;
+      if (f.options.length < 1) p('a catalog needs at least 1 entry');
+      else if (!Number.isInteger(k) || k < 1 || k > f.options.length) p(`k = ${k}, but the catalog has ${f.options.length} entr${f.options.length === 1 ? 'y' : 'ies'} (k must be 1..${f.options.length})`);
+    }
     if (f.type === 'score') {
       if (f.options.length < 2) p('a score needs at least 2 levels');
       const vals = f.options.map((o) => (o.value != null && o.value.trim() !== '' ? Number(o.value) : Number(o.name)));

@@ -1,6 +1,6 @@
 // The JSON shapes of the Go services (package app and engine/scorer).
 
-export type FieldType = 'choice' | 'independent' | 'bool' | 'score';
+export type FieldType = 'choice' | 'independent' | 'bool' | 'score' | 'catalog';
 
 export interface Modality {
   name: string;
@@ -53,6 +53,33 @@ export interface LabelResult {
   allowed_token_mass: number;
 }
 
+/** One legal token of a trie-decode step and its probability (scorer.TokenProb). */
+export interface TokenProb {
+  id: number;
+  text?: string;
+  p: number;
+}
+
+/** One step of a trie-constrained decode (scorer.CatalogStep): its legal tokens, most probable first. */
+export interface CatalogStep {
+  node: number;
+  chosen: number;
+  /** The size of the legal set at this step. */
+  legal: number;
+  tokens: TokenProb[];
+}
+
+/** A trie decode's time per token (scorer.CatalogTiming). */
+export interface CatalogTiming {
+  tokens: number;
+  prefill_ms: number;
+  ms_per_token: number;
+  sparse_head_ms_per_token: number;
+  dense_head_ms_per_token?: number;
+  max_legal: number;
+  dense_max_relative_gap?: number;
+}
+
 export interface FieldResult {
   name: string;
   type: FieldType;
@@ -63,6 +90,11 @@ export interface FieldResult {
   confidence: number;
   allowed_token_mass: number;
   decisions: Decision[];
+  /** A trie decode's emitted entries in order (catalog fields; choice fields under the catalog backend). */
+  names?: string[];
+  steps?: CatalogStep[];
+  path_probability?: number;
+  catalog_timing?: CatalogTiming;
   elapsed_ms: number;
 }
 
@@ -296,6 +328,8 @@ export interface ScorerSettings {
   branch_batch: number;
   temperature: number;
   calibration?: string;
+  /** json (candidate likelihoods; empty means json) or catalog (choice fields decoded through a trie too). */
+  backend?: '' | 'json' | 'catalog';
 }
 
 export interface RunSettings {
@@ -335,10 +369,20 @@ export interface RunStarted {
   random_weights: boolean;
 }
 
+/** One trie-decode step as it happens (app.CatalogLive): the names emitted so far and the step. */
+export interface CatalogLive {
+  field: string;
+  /** null before the first name is emitted. */
+  names: string[] | null;
+  step: CatalogStep;
+}
+
 export interface ScorerUpdate {
   status: SideStatus;
   error?: string;
   fields?: FieldResult[];
+  /** The trie-decode steps chosen since the last update. */
+  catalog?: CatalogLive[];
   done: number;
   total: number;
   timing?: SideTiming;

@@ -156,7 +156,22 @@ export class SchemaEditor {
       case 'independent':
       case 'score':
         return this.optionsList(f, i);
+      case 'catalog':
+        return h('div.catalog-body', null, this.catalogK(f, i), this.optionsList(f, i));
     }
+  }
+
+  /** A catalog field's k: how many distinct entries it names, 1..entries (checked by problems()). */
+  private catalogK(f: FieldDraft, i: number): HTMLElement {
+    const n = f.options.length;
+    const count = h('span.muted.catalog-count', null, `of ${n} entr${n === 1 ? 'y' : 'ies'}, in order`);
+    return h('label.catalog-k', { title: 'How many distinct entries the answer names (1 to the number of entries)' }, 'names k =',
+      h('input.field-k', { type: 'number', min: 1, max: Math.max(1, n), step: 1, value: String(f.k ?? ''), 'aria-label': `k of ${f.name}`,
+        oninput: (e: Event) => {
+          const v = (e.target as HTMLInputElement).value.trim();
+          this.edit((x) => (x.fields[i].k = v === '' ? 0 : Number(v)));
+        } }),
+      count);
   }
 
   private optionsList(f: FieldDraft, i: number): HTMLElement {

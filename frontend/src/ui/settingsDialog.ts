@@ -49,7 +49,11 @@ export class SettingsDialog {
       h('fieldset', null, h('legend', null, 'Scorer'),
         num('branch_batch', 'Branch batch', s.branch_batch, { min: 1, max: 64, step: 1 }, 'branch rows run together, 1 – 64'),
         num('scorer_temperature', 'Temperature', s.temperature, { min: 0.01, max: 100, step: 'any' }, 'divides the log-likelihoods; 1 is the model\'s own'),
-        h('label.lbl', null, 'Calibration file', h('input', { name: 'calibration', value: s.calibration ?? '', placeholder: 'path to a file from verdict calibrate (optional)' }))),
+        h('label.lbl', null, 'Calibration file', h('input', { name: 'calibration', value: s.calibration ?? '', placeholder: 'path to a file from verdict calibrate (optional)' })),
+        h('label.lbl', { title: 'catalog fields are decoded through their token trie under either backend' }, 'Backend',
+          h('select', { name: 'backend' },
+            h('option', { value: 'json', selected: s.backend !== 'catalog' }, 'json: candidate likelihoods'),
+            h('option', { value: 'catalog', selected: s.backend === 'catalog' }, 'catalog: choice fields decoded through a token trie too')))),
       h('fieldset', null, h('legend', null, 'Logs'),
         h('label.lbl', null, 'Level', h('select', { name: 'log_level' },
           ['error', 'warning', 'info', 'debug', 'trace'].map((l) => h('option', { value: l, selected: l === p.log_level }, l))))),
@@ -74,10 +78,16 @@ export class SettingsDialog {
     if (!this.form.reportValidity()) return;
     const f = new FormData(this.form);
     const n = (k: string) => Number(f.get(k));
+    const before = this.host.prefs()?.run.scorer.backend;
+    const backend = String(f.get('backend') ?? 'json') as 'json' | 'catalog';
     const p: Preferences = {
       run: {
         generation: { max_tokens: n('max_tokens'), temperature: n('temperature'), top_k: n('top_k'), top_p: n('top_p'), seed: n('seed'), prompt: f.get('prompt') as 'schema' | 'chat' },
-        scorer: { branch_batch: n('branch_batch'), temperature: n('scorer_temperature'), calibration: String(f.get('calibration') ?? '').trim() },
+        scorer: {
+          branch_batch: n('branch_batch'), temperature: n('scorer_temperature'), calibration: String(f.get('calibration') ?? '').trim(),
+          // json and "" mean the same: an unset backend stays unset unless catalog is picked.
+          ...(backend === 'catalog' || before ? { backend } : {}),
+        },
       },
       log_level: String(f.get('log_level')),
     };
