@@ -1,0 +1,108 @@
+// A run's media: prepared once, shared by both sides.
+
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"verdict/app/inputs"
+	"verdict/engine/models"
+	"verdict/media"
+)
+
+// sharedPrep is a run's media preparation, computed once for both sides.
+type sharedPrep struct {
+	done chan struct{} // closed when p or err is set
+	p    *inputs.Prepared
+	err  error
+}
+
+// wait returns the prepared media once they are ready, or ctx's error.
+func (sp *sharedPrep) wait(ctx context.Context) (*inputs.Prepared, error) {
+	select {
+	case <-sp.done:
+		return sp.p, sp.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// prepareMedia runs the towers once, reporting each item as it starts and
+// each of its tower's steps.
+func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *models.Model, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
+	start := time.Now()
+	var item string
+	var itemStart time.Time
+	p, err := prepare(ctx, l.m, in, func(st inputs.Step) {
+		now := time.Now()
+		if st.What != item {
+			item, itemStart = st.What, now
+		}
+		r.mu.Lock()
+		m := r.rec.Media
+		m.Done, m.Total, m.Stage = st.Done, st.Total, st.What
+		m.Loading, m.Block, m.Blocks, m.LeftMs = st.Loading, st.Block, st.Blocks, 0
+		m.ItemMs = 0
+		if st.What != "" {
+			m.ItemMs = ms(now.Sub(itemStart))
+		}
+		if !st.Loading && st.Block > 0 && st.Blocks > st.Block {
+			m.LeftMs = m.ItemMs * float64(st.Blocks-st.Block) / float64(st.Block)
+		}
+		m.Items = mediaItems(st.Items)
+		r.mediaChanged()
+		r.mu.Unlock()
+		r.th.poke()
+	})
+	sp.p, sp.err = p, err
+	r.mu.Lock()
+	m := r.rec.Media
+	m.TowerMs = ms(time.Since(start))
+	m.Stage, m.Loading, m.Block, m.Blocks, m.ItemMs, m.LeftMs = "", false, 0, 0, 0, 0
+	if p != nil {
+		m.Items = mediaItems(p.Items)
+	}
+	switch {
+	case err == nil:
+		m.Status, m.Done = StatusDone, m.Total
+	case errors.Is(err, context.Canceled):
+		m.Status, m.Error = StatusCancelled, "stopped"
+	default:
+		m.Status, m.Error = StatusError, err.Error()
+	}
+	r.mediaChanged()
+	r.mu.Unlock()
+	r.th.poke()
+}
+
+// mediaChanged marks the media preparation for the next update (r.mu held).
+func (r *run) mediaChanged() {
+	m := *r.rec.Media
+	m.Items = append([]RunMediaItem{}, m.Items...)
+	r.up.Media = &m
+	r.dirty = true
+}
+
+func mediaItems(its []inputs.Item) []RunMediaItem {
+	out := make([]RunMediaItem, len(its))
+	for i, it := range its {
+		out[i] = RunMediaItem{What: it.What, Ms: ms(it.Duration), Cached: it.Cached}
+	}
+	return out
+}
+
+// canTake checks that the model has the towers the media need.
+func canTake(l *loaded, in *media.Input) error {
+	vision, audio := l.m.Inputs()
+	_, _, sound := in.Sound()
+	switch {
+	case (len(in.Images) > 0 || in.Video != nil) && !vision:
+		return fmt.Errorf("%s has no vision tower: it cannot take images or video", l.info.Name)
+	case sound && !audio:
+		return fmt.Errorf("%s has no audio tower: it cannot take audio", l.info.Name)
+	}
+	return nil
+}
