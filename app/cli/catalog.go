@@ -166,8 +166,8 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	fmt.Fprintf(stderr, "%d requests in %.2f s (%.1f requests/s), %d batched steps over %d rows, the sparse head reading at most %d rows a step\n",
-		len(results), stats.Total.Seconds(), float64(len(results))/stats.Total.Seconds(), stats.Steps, stats.Rows, stats.MaxRows)
+	fmt.Fprintf(stderr, "%d requests in %.2f s (%.1f requests/s), a shared prompt prefix of %d tokens, %d batched steps over %d rows, the sparse head reading at most %d rows a step\n",
+		len(results), stats.Total.Seconds(), float64(len(results))/stats.Total.Seconds(), stats.SharedPrefix, stats.Steps, stats.Rows, stats.MaxRows)
 	return nil
 }
 

@@ -39,6 +39,8 @@ type CatalogReport struct {
 	SparseBytesSaving float64 `json:"sparse_bytes_saving"` // of all per-token bytes
 
 	Batches []CatalogBatch `json:"batches"`
+	// Unshared is batch 1 with every prompt computed whole (no shared prefix).
+	Unshared CatalogBatch `json:"unshared"`
 }
 
 // CatalogBatch is one batch size's throughput.
@@ -48,6 +50,8 @@ type CatalogBatch struct {
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"requests_per_second"`
 	Steps     int     `json:"steps"`
+	// SharedPrefix is the prompt prefix computed once for all the requests.
+	SharedPrefix int `json:"shared_prefix_tokens"`
 }
 
 func (r CatalogReport) String() string {
@@ -58,8 +62,10 @@ func (r CatalogReport) String() string {
 	fmt.Fprintf(&b, "  output head: sparse %.3f ms a token (at most %d rows), dense %.3f ms\n", r.SparseHeadMSPerToken, r.MaxLegalRows, r.DenseHeadMSPerToken)
 	fmt.Fprintf(&b, "  weight bytes a token: %.1f MB, dense head %.1f MB (%.1f%%), sparse head at most %.2f MB: saves %.1f%%\n",
 		float64(r.BytesPerToken)/1e6, float64(r.DenseHeadBytes)/1e6, 100*r.DenseHeadShare, float64(r.SparseHeadBytes)/1e6, 100*r.SparseBytesSaving)
+	u := r.Unshared
+	fmt.Fprintf(&b, "  batch  1, no shared prefix: %d requests in %.2f s = %.2f requests/s\n", u.Requests, u.Seconds, u.PerSecond)
 	for _, x := range r.Batches {
-		fmt.Fprintf(&b, "  batch %2d: %d requests in %.2f s = %.2f requests/s (%d steps)\n", x.Batch, x.Requests, x.Seconds, x.PerSecond, x.Steps)
+		fmt.Fprintf(&b, "  batch %2d: %d requests in %.2f s = %.2f requests/s (%d steps, a shared prefix of %d tokens)\n", x.Batch, x.Requests, x.Seconds, x.PerSecond, x.Steps, x.SharedPrefix)
 	}
 	return b.String()
 }
@@ -117,6 +123,11 @@ func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Ca
 	r.DenseHeadBytes, r.SparseHeadBytes = m.HeadBytes(r.MaxLegalRows)
 	r.DenseHeadShare = float64(r.DenseHeadBytes) / float64(r.BytesPerToken)
 	r.SparseBytesSaving = float64(r.DenseHeadBytes-r.SparseHeadBytes) / float64(r.BytesPerToken)
+	_, st, err := catalog.DecodeBatch(ctx, m, cat, prompts, catalog.Options{MaxBatch: 1, NoSharedPrefix: true})
+	if err != nil {
+		return r, err
+	}
+	r.Unshared = CatalogBatch{Batch: 1, Requests: len(prompts), Seconds: st.Total.Seconds(), PerSecond: float64(len(prompts)) / st.Total.Seconds(), Steps: st.Steps}
 	for _, b := range batches {
 		reqs := make([]catalog.Request, max(b, len(prompts)))
 		for i := range reqs {
@@ -127,7 +138,7 @@ func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Ca
 			return r, err
 		}
 		r.Batches = append(r.Batches, CatalogBatch{Batch: b, Requests: len(reqs), Seconds: st.Total.Seconds(),
-			PerSecond: float64(len(reqs)) / st.Total.Seconds(), Steps: st.Steps})
+			PerSecond: float64(len(reqs)) / st.Total.Seconds(), Steps: st.Steps, SharedPrefix: st.SharedPrefix})
 	}
 	return r, nil
 }

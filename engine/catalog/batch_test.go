@@ -17,7 +17,8 @@ import (
 // chunks mixed with other sequences' decode steps, requests admitted as
 // others finish) gives every request exactly what decoding it alone gives:
 // the same tokens and bit-identical logits at every step, over shuffled
-// batches of the fixture's intents on both catalogs.
+// batches of the fixture's intents on both catalogs, with and without the
+// shared prompt prefix computed once and forked.
 func TestBatchMatchesAlone(t *testing.T) {
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
@@ -90,10 +91,13 @@ func TestBatchMatchesAlone(t *testing.T) {
 		for i, p := range pick {
 			reqs[i] = jobs[p].req
 		}
-		opt := catalog.Options{MaxBatch: 1 + r.IntN(8), PrefillChunk: []int{7, 64, 200, 512}[r.IntN(4)]}
-		got, _, err := catalog.DecodeBatch(context.Background(), m, cat, reqs, opt)
+		opt := catalog.Options{MaxBatch: 1 + r.IntN(8), PrefillChunk: []int{7, 64, 200, 512}[r.IntN(4)], NoSharedPrefix: b%3 == 0}
+		got, st, err := catalog.DecodeBatch(context.Background(), m, cat, reqs, opt)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if shared := len(reqs) > 1 && !opt.NoSharedPrefix; (st.SharedPrefix > 0) != shared {
+			t.Fatalf("batch %d: %d requests, %+v: shared prefix of %d tokens", b, len(reqs), opt, st.SharedPrefix)
 		}
 		for i, p := range pick {
 			want := alone[p]

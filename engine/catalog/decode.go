@@ -33,6 +33,10 @@ type Options struct {
 	CheckDense bool
 	// MaxBatch bounds the sequences decoded at once (DecodeBatch; 0: 32).
 	MaxBatch int
+	// NoSharedPrefix turns off DecodeBatch's shared prefix: the leading
+	// prompt tokens all its requests have in common (a catalog listed in
+	// every prompt) are computed once and each request forks that cache.
+	NoSharedPrefix bool
 	// PrefillChunk bounds the prompt tokens a sequence feeds in one batched
 	// step, so long prompts do not stall the others' decode steps (0: 512).
 	PrefillChunk int
@@ -107,6 +111,10 @@ type Stats struct {
 	Dense   time.Duration // in the cross-check's dense head
 	Total   time.Duration
 	MaxRows int // the most legal rows one step's sparse head read
+	// SharedPrefix is the number of leading prompt tokens computed once for
+	// every request (0: none), Prefix the time that took.
+	SharedPrefix int
+	Prefix       time.Duration
 }
 
 // Decode runs one request alone, with the serial no-repeat form (per-edge
@@ -123,8 +131,10 @@ func Decode(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt 
 // DecodeBatch decodes many requests of catalog c (or each of its own
 // Catalog), up to MaxBatch at once, each with its own KV cache: one batched forward pass per step over every running
 // sequence's rows (decode steps, and prompt chunks of newly admitted
-// requests), one sparse head over the union of their legal rows. Each
-// result is bit-identical to Decode on that request alone.
+// requests), one sparse head over the union of their legal rows. The
+// prompt tokens every request without a Cache starts with are computed once
+// and forked (unless NoSharedPrefix). Each result is bit-identical to Decode
+// on that request alone.
 func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options) ([]Result, Stats, error) {
 	return run(ctx, m, c, reqs, opt, true)
 }
@@ -185,6 +195,15 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			}
 		}
 	}
+	var shared *gemma3n.Cache
+	if batched && !opt.NoSharedPrefix {
+		t0 := time.Now()
+		var err error
+		if shared, stats.SharedPrefix, err = sharedPrefix(m, reqs); err != nil {
+			return nil, stats, err
+		}
+		stats.Prefix = time.Since(t0)
+	}
 	out := make([]Result, len(reqs))
 	var running []*seq
 	nextReq := 0
@@ -199,11 +218,15 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			if err != nil {
 				return nil, stats, err
 			}
-			cache := reqs[nextReq].Cache
-			if cache == nil {
+			cache, fed := reqs[nextReq].Cache, 0
+			switch {
+			case cache != nil:
+			case shared != nil:
+				cache, fed = shared.Clone(), stats.SharedPrefix
+			default:
 				cache = m.NewCache()
 			}
-			running = append(running, &seq{req: nextReq, st: st, cache: cache, start: time.Now()})
+			running = append(running, &seq{req: nextReq, st: st, cache: cache, fed: fed, start: time.Now()})
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
 			nextReq++
 		}
@@ -273,6 +296,43 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	}
 	stats.Total = time.Since(start)
 	return out, stats, nil
+}
+
+// minSharedPrefix is the shortest common prompt prefix worth computing once.
+const minSharedPrefix = 16
+
+// sharedPrefix computes the leading tokens the prompts of every request
+// without a cache of its own have in common, all but each prompt's last
+// (whose output is wanted), when at least two such requests share at least
+// minSharedPrefix tokens. A fork of the returned cache continues any of them
+// exactly as a prefill of its whole prompt would (rows and attention do not
+// depend on how a prompt is cut).
+func sharedPrefix(m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error) {
+	var first []int32
+	n, count := -1, 0
+	for _, r := range reqs {
+		if r.Cache != nil {
+			continue
+		}
+		count++
+		if first == nil {
+			first, n = r.Prompt, len(r.Prompt)-1
+			continue
+		}
+		k := 0
+		for k < n && k < len(r.Prompt)-1 && r.Prompt[k] == first[k] {
+			k++
+		}
+		n = k
+	}
+	if count < 2 || n < minSharedPrefix {
+		return nil, 0, nil
+	}
+	c := m.NewCache()
+	if _, err := m.ForwardLast(c, first[:n], 0); err != nil {
+		return nil, 0, err
+	}
+	return c, n, nil
 }
 
 // step chooses the next token of every sequence in act (hidden states h,
