@@ -134,3 +134,34 @@ test('at 1440×900: the schema side panel shows option and type names in full', 
     await ctx.close();
   }
 });
+
+test('at 1024×700 with the schema open: the run bar\'s controls neither overlap nor leave the bar', async () => {
+  const { ctx, page } = await browse(1024, 700);
+  try {
+    await ready(page, srv.url);
+    if ((await page.locator('#schema-toggle').getAttribute('aria-expanded')) !== 'true') await page.locator('#schema-toggle').click();
+    await page.locator('#schema-panel .field-card').first().waitFor();
+    await inView(page, '#run', 'Run with the schema open');
+    const bad = await page.evaluate(() => {
+      const bar = document.querySelector('#run-bar').getBoundingClientRect();
+      const els = [...document.querySelectorAll('#run-bar button')].filter((e) => e.offsetParent);
+      const rs = els.map((e) => [e.textContent, e.getBoundingClientRect()]);
+      const out = [];
+      for (const [t, r] of rs) {
+        if (r.left < bar.left - 0.5 || r.right > bar.right + 0.5 || r.top < bar.top - 0.5 || r.bottom > bar.bottom + 0.5) out.push(`${t} leaves the bar`);
+      }
+      for (let i = 0; i < rs.length; i++) {
+        for (let j = i + 1; j < rs.length; j++) {
+          const [a, ra] = rs[i];
+          const [b, rb] = rs[j];
+          if (ra.left < rb.right - 0.5 && rb.left < ra.right - 0.5 && ra.top < rb.bottom - 0.5 && rb.top < ra.bottom - 0.5) out.push(`${a} overlaps ${b}`);
+        }
+      }
+      return out;
+    });
+    await page.screenshot({ path: join(out, 'layout-1024x700-schema.png') });
+    assert.deepEqual(bad, []);
+  } finally {
+    await ctx.close();
+  }
+});
