@@ -52,20 +52,27 @@ func readyServices(t *testing.T) (*Services, *Recorder) {
 	if _, err := s.Models.Open("builtin"); err != nil {
 		t.Fatal(err)
 	}
+	if m := settledModel(t, rec); m.State != ModelReady {
+		t.Fatalf("model state %s: %s", m.State, m.Error)
+	}
+	return s, rec
+}
+
+// settledModel waits up to 60 s for a model event saying ready or error and
+// returns it.
+func settledModel(t *testing.T, rec *Recorder) ModelInfo {
+	t.Helper()
 	ev, ok := rec.Wait(EventModel, 60*time.Second, func(b json.RawMessage) bool {
 		var m ModelInfo
 		json.Unmarshal(b, &m)
 		return m.State == ModelReady || m.State == ModelError
 	})
 	if !ok {
-		t.Fatal("the built-in model did not load within 60 s")
+		t.Fatal("no model became ready or failed within 60 s")
 	}
 	var m ModelInfo
 	json.Unmarshal(ev.JSON, &m)
-	if m.State != ModelReady {
-		t.Fatalf("model state %s: %s", m.State, m.Error)
-	}
-	return s, rec
+	return m
 }
 
 func ticketSchema(t *testing.T) json.RawMessage {

@@ -75,16 +75,7 @@ func TestOpenCancelsTheLoadInProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ev, ok := rec.Wait(EventModel, 60*time.Second, func(b json.RawMessage) bool {
-		var m ModelInfo
-		json.Unmarshal(b, &m)
-		return m.State == ModelReady || m.State == ModelError
-	})
-	if !ok {
-		t.Fatal("no model became ready")
-	}
-	var m ModelInfo
-	json.Unmarshal(ev.JSON, &m)
+	m := settledModel(t, rec)
 	mu.Lock()
 	defer mu.Unlock()
 	if m.State != ModelReady {
