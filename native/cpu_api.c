@@ -146,6 +146,7 @@ void vk_q4_dequant(float *dst, const uint8_t *q, const float *so,
 }
 
 void vk_branch_attention(const vk_branch_attn *p) { OPS->branch_attention(p); }
+void vk_paged_attention(const vk_paged_attn *p) { OPS->paged_attention(p); }
 
 void vk_sparse_mlp_q4(float *y, float *g, float *h, int32_t *idx,
                       int32_t *cnt, int32_t *off, const float *x,

@@ -321,3 +321,111 @@ static void VK_ISA(branch_attention)(const vk_branch_attn *p)
 	vk_par(p->nq * p->hkv * c.nhc, 4.0 * (double)(p->nq * p->hq) * keys * (double)p->d,
 	       VK_ISA(battn_task), &c);
 }
+
+/* ---- paged attention ----
+ *
+ * Keys live in blocks of a pool; a sequence's keys are a list of entries
+ * (block, first position, count) in position order. A query sees its
+ * sequence's keys up to itself (window > 0: the last window positions).
+ * Entries that sit back to back in the pool are read as one segment; the
+ * arithmetic is branch attention's, so the result equals vk_attention over
+ * the same keys in one array, bit for bit. */
+
+typedef struct {
+	const vk_paged_attn *p;
+	int64_t hc, nhc;
+} VK_ISA(pattn_ctx);
+
+static void VK_ISA(pattn_task)(void *vc, int64_t task)
+{
+	const VK_ISA(pattn_ctx) *c = vc;
+	const vk_paged_attn *p = c->p;
+	int64_t d = p->d, G = p->hq / p->hkv, per = p->hkv * c->nhc;
+	int64_t i = task / per, g = task % per / c->nhc, ci = task % c->nhc;
+	int64_t h0 = g * G + ci * c->hc;
+	int64_t H = (g + 1) * G - h0 < c->hc ? (g + 1) * G - h0 : c->hc;
+	int64_t ldk = p->hkv * d;
+	int64_t pos = p->qpos[i], lo = 0, s = p->qseq[i];
+	if (p->window > 0 && pos - p->window + 1 > lo)
+		lo = pos - p->window + 1;
+	float *o = p->out + (i * p->hq + h0) * d;
+	int64_t e0 = p->seq_ent[s], e1 = p->seq_ent[s + 1];
+	VK_ISA(battn_seg) *seg =
+		vk_scratch(2, (size_t)(e1 - e0 + 1) * sizeof(VK_ISA(battn_seg)));
+	int64_t ns = 0, nkeys = 0;
+	for (int64_t e = e0; e < e1; e++) {
+		int64_t a = p->ent_pos[e], b = a + p->ent_len[e];
+		int64_t first = a > lo ? a : lo, last = b < pos + 1 ? b : pos + 1;
+		if (last <= first)
+			continue;
+		const float *kp =
+			p->k + (p->ent_blk[e] * p->block + (first - a)) * ldk + g * d;
+		const float *vp =
+			p->v + (p->ent_blk[e] * p->block + (first - a)) * ldk + g * d;
+		if (ns > 0 && seg[ns - 1].k + seg[ns - 1].n * ldk == kp &&
+		    seg[ns - 1].v + seg[ns - 1].n * ldk == vp) {
+			seg[ns - 1].n += last - first;
+		} else {
+			seg[ns].k = kp;
+			seg[ns].v = vp;
+			seg[ns].n = last - first;
+			seg[ns].off = nkeys;
+			ns++;
+		}
+		nkeys += last - first;
+	}
+	if (nkeys == 0) {
+		memset(o, 0, (size_t)(H * d) * sizeof(float));
+		return;
+	}
+	float *sc = vk_scratch(1, (size_t)(H * nkeys) * sizeof(float));
+	int pf = nkeys * ldk > (1 << 18);
+	const float *qv = p->q + (i * p->hq + h0) * d;
+	for (int64_t t = 0; t < ns; t++) {
+		for (int64_t j0 = 0; j0 < seg[t].n; j0 += ATT_KC) {
+			int64_t nj = seg[t].n - j0 < ATT_KC ? seg[t].n - j0 : ATT_KC;
+			if (pf)
+				att_prefetch(seg[t].k, ldk, j0 + ATT_PF, j0 + ATT_PF + ATT_KC,
+				             seg[t].n, d);
+			VK_ISA(lin_block_f32)(qv, d, H, seg[t].k + j0 * ldk, ldk, nj,
+			                      sc + seg[t].off + j0, nkeys, d);
+		}
+	}
+	for (int64_t h = 0; h < H; h++)
+		VK_ISA(att_softmax)(sc + h * nkeys, nkeys, p->scale);
+	memset(o, 0, (size_t)(H * d) * sizeof(float));
+	for (int64_t t = 0; t < ns; t++) {
+		const float *ps = sc + seg[t].off;
+#define PATT_PV(h, f)                                                      \
+	case 2 * h + f:                                                        \
+		VK_ISA(att_pv_acc)(h, f, ps, nkeys, seg[t].v, ldk, seg[t].n, o, d);  \
+		break;
+		switch (2 * H + pf) {
+			PATT_PV(4, 1)
+			PATT_PV(4, 0)
+			PATT_PV(3, 1)
+			PATT_PV(3, 0)
+			PATT_PV(2, 1)
+			PATT_PV(2, 0)
+			PATT_PV(1, 1)
+			PATT_PV(1, 0)
+		}
+#undef PATT_PV
+	}
+}
+
+static void VK_ISA(paged_attention)(const vk_paged_attn *p)
+{
+	VK_ISA(pattn_ctx) c = {p, 0, 0};
+	int64_t G = p->hq / p->hkv;
+	c.hc = G < 4 ? G : 4;
+	while (c.hc > 1 &&
+	       p->nq * p->hkv * ((G + c.hc - 1) / c.hc) < vk_pool_threads())
+		c.hc = (c.hc + 1) / 2;
+	c.nhc = (G + c.hc - 1) / c.hc;
+	double keys = (double)p->max_keys;
+	if (p->window > 0 && (double)p->window < keys)
+		keys = (double)p->window;
+	vk_par(p->nq * p->hkv * c.nhc, 4.0 * (double)(p->nq * p->hq) * keys * (double)p->d,
+	       VK_ISA(pattn_task), &c);
+}

@@ -35,7 +35,7 @@ void vk_par(int64_t ntasks, double work, vk_task_fn fn, void *ctx);
 /* vk_scratch returns a per-thread buffer of at least bytes bytes (64-byte
  * aligned, contents undefined). slot < VK_SCRATCH_SLOTS picks one of a few
  * independent buffers. */
-#define VK_SCRATCH_SLOTS 4
+#define VK_SCRATCH_SLOTS 8
 void *vk_scratch(int slot, size_t bytes);
 
 /* One kernel set per SIMD level, instantiated from the cpu_*_impl.h bodies. */
@@ -72,6 +72,7 @@ typedef struct {
 	void (*q4_dequant)(float *dst, const uint8_t *q, const float *so,
 	                   int64_t rows, int64_t cols, int lg);
 	void (*branch_attention)(const vk_branch_attn *p);
+	void (*paged_attention)(const vk_paged_attn *p);
 	void (*sparse_mlp_q4)(float *y, float *g, float *h, int32_t *idx,
 	                      int32_t *cnt, int32_t *off, const float *x,
 	                      const uint8_t *uq, const float *uso,

@@ -103,6 +103,24 @@ typedef struct {
 } vk_branch_attn;
 void vk_branch_attention(const vk_branch_attn *p);
 
+/* Paged attention: keys and values of a layer in a pool of blocks, k and v
+ * [blocks, block, hkv, d]. Query i (position qpos[i]) belongs to sequence
+ * qseq[i], whose keys are the entries seq_ent[s] .. seq_ent[s+1]-1: entry e
+ * holds ent_len[e] keys at positions ent_pos[e].. in slots 0.. of block
+ * ent_blk[e], entries in position order. The query sees its sequence's keys
+ * at positions <= qpos[i] (window > 0: the last window of them). Results
+ * equal vk_attention over the same keys in one array, bit for bit.
+ * max_keys (a hint for threading) bounds the keys any query sees. */
+typedef struct {
+	float *out;           /* [nq, hq, d] */
+	const float *q;       /* [nq, hq, d] */
+	const float *k, *v;   /* the pool */
+	const int32_t *qpos, *qseq, *seq_ent, *ent_blk, *ent_pos, *ent_len;
+	int64_t nq, hq, hkv, d, block, window, max_keys;
+	float scale;
+} vk_paged_attn;
+void vk_paged_attention(const vk_paged_attn *p);
+
 /* Machine limits, for benchmarks: the read bandwidth of a multithreaded
  * streaming read over bytes bytes (GB/s), and the float32 FMA rate of
  * independent FMA chains on every pool thread (GFLOP/s, 2 flops an FMA). */

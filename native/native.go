@@ -18,7 +18,8 @@ type DType int
 const (
 	F32 DType = iota
 	BF16
-	Q4 // packed 4-bit, a float32 scale and offset per group (see NewQ4)
+	Q4  // packed 4-bit, a float32 scale and offset per group (see NewQ4)
+	I32 // int32 (token ids, positions, indices)
 )
 
 func (d DType) String() string {
@@ -29,6 +30,8 @@ func (d DType) String() string {
 		return "bf16"
 	case Q4:
 		return "q4"
+	case I32:
+		return "i32"
 	}
 	return "unknown"
 }

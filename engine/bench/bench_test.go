@@ -50,9 +50,15 @@ func BenchmarkDecode(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				m.Logits(h, 1)
+				if _, err := m.Logits(h, 1); err != nil {
+					b.Fatal(err)
+				}
 				if c.Len() > 1024 {
-					c.Truncate(64)
+					c.Free()
+					c = m.NewCache()
+					if _, err := m.Forward(c, bench.Prompt(64), nil); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")

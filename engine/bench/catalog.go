@@ -79,7 +79,7 @@ func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Ca
 		return r, fmt.Errorf("bench: no requests")
 	}
 	// Warm up threads and weight pages.
-	if _, err := m.ForwardLast(m.NewCache(), prompts[0].Prompt, 1); err != nil {
+	if _, err := m.Forward(nil, prompts[0].Prompt, nil); err != nil {
 		return r, err
 	}
 	var sparse, dense, free time.Duration

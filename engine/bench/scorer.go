@@ -137,13 +137,15 @@ func Scorer(ctx context.Context, name string, m *gemma3n.Model, tok scorer.Token
 		}
 		start := time.Now()
 		ids := tok.Encode(t)
-		h, err := m.Forward(m.NewCache(), ids, nil)
+		h, err := m.Forward(nil, ids, nil)
 		if err != nil {
 			return r, err
 		}
 		// The value's few tokens need their output rows.
 		D := m.Cfg.HiddenSize
-		m.Logits(h[len(h)-4*D:], 4)
+		if _, err := m.Logits(h[len(h)-4*D:], 4); err != nil {
+			return r, err
+		}
 		spent += time.Since(start)
 	}
 	r.FullPassMeasured = n

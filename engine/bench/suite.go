@@ -169,7 +169,7 @@ func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) 
 	r.PackedCache, r.CacheHit = m.PackedCache()
 	r.MemoryAfterLoad = ReadMemory()
 	// Warm up: threads, scratch buffers, every weight page.
-	if _, err := m.ForwardLast(m.NewCache(), Prompt(4), 1); err != nil {
+	if _, err := m.Forward(nil, Prompt(4), nil); err != nil {
 		return r, err
 	}
 	run, err := Run(ctx, o.Name, m, opt.PromptTokens, opt.DecodeTokens)

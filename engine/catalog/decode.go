@@ -144,7 +144,9 @@ type seq struct {
 	req    int
 	st     *State
 	cache  *gemma3n.Cache
-	fed    int // prompt tokens fed so far
+	own    bool // the decoder made the cache (and frees it)
+	out    bool // the sequence has an output this step
+	fed    int  // prompt tokens fed so far
 	next   int32
 	start  time.Time
 	legal  []int32
@@ -195,20 +197,29 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			}
 		}
 	}
+	x, err := m.Acquire()
+	if err != nil {
+		return nil, stats, err
+	}
+	defer x.Release()
+	if maxBatch > x.Rows() {
+		return nil, stats, fmt.Errorf("catalog: a batch of %d sequences exceeds the %d rows of a forward pass", maxBatch, x.Rows())
+	}
 	var shared *gemma3n.Cache
 	if batched && !opt.NoSharedPrefix {
 		t0 := time.Now()
-		var err error
-		if shared, stats.SharedPrefix, err = sharedPrefix(m, reqs); err != nil {
+		if shared, stats.SharedPrefix, err = sharedPrefix(x, m, reqs); err != nil {
 			return nil, stats, err
+		}
+		if shared != nil {
+			defer shared.Free()
 		}
 		stats.Prefix = time.Since(t0)
 	}
 	out := make([]Result, len(reqs))
 	var running []*seq
 	nextReq := 0
-	var scratch native.RowScratch
-	D := m.Cfg.HiddenSize
+	var b gemma3n.Batch
 	for nextReq < len(reqs) || len(running) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, stats, err
@@ -218,67 +229,87 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			if err != nil {
 				return nil, stats, err
 			}
-			cache, fed := reqs[nextReq].Cache, 0
+			cache, fed, own := reqs[nextReq].Cache, 0, true
 			switch {
 			case cache != nil:
+				own = false
 			case shared != nil:
 				cache, fed = shared.Clone(), stats.SharedPrefix
 			default:
 				cache = m.NewCache()
 			}
-			running = append(running, &seq{req: nextReq, st: st, cache: cache, fed: fed, start: time.Now()})
+			running = append(running, &seq{req: nextReq, st: st, cache: cache, own: own, fed: fed, start: time.Now()})
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
 			nextReq++
 		}
 		// One batched forward pass: a prompt chunk or the last chosen token
-		// of every running sequence.
-		seqs := make([]gemma3n.Seq, len(running))
-		for i, s := range running {
+		// of every running sequence (decode steps first: prompt chunks take
+		// the rows left).
+		b.Reset()
+		room := x.Rows()
+		for _, s := range running {
+			if s.fed >= len(reqs[s.req].Prompt) {
+				room--
+			}
+		}
+		var act []*seq
+		for _, s := range running {
+			s.out = false
 			p := reqs[s.req].Prompt
 			if s.fed < len(p) {
 				n := min(chunk, len(p)-s.fed)
 				if !batched {
-					n = len(p) // alone: the whole prompt at once
+					n = len(p) - s.fed // alone: the whole prompt at once
 				}
-				seqs[i] = gemma3n.Seq{Cache: s.cache, IDs: p[s.fed : s.fed+n]}
+				n = min(n, room)
+				if n == 0 {
+					continue
+				}
+				room -= n
+				ids := p[s.fed : s.fed+n]
 				s.fed += n
 				if s.fed == len(p) {
-					seqs[i].Keep = 1
+					s.out = true
+					b.Add(s.cache, ids, 1)
+				} else {
+					b.Add(s.cache, ids, 0)
 				}
+				stats.Rows += n
 			} else {
-				seqs[i] = gemma3n.Seq{Cache: s.cache, IDs: []int32{s.next}, Keep: 1}
+				s.out = true
+				b.Add(s.cache, []int32{s.next}, 1)
+				stats.Rows++
 			}
-			stats.Rows += len(seqs[i].IDs)
 		}
 		t0 := time.Now()
-		hs, err := m.ForwardSeqs(seqs)
+		h, err := x.Forward(&b)
 		if err != nil {
 			return nil, stats, err
 		}
 		stats.Forward += time.Since(t0)
 		stats.Steps++
-		// The sequences with an output this step, their hidden states and
-		// legal sets.
-		var act []*seq
-		var h []float32
-		for i, s := range running {
-			if seqs[i].Keep == 0 {
+		// The sequences with an output this step (in batch order, as h's
+		// rows) and their legal sets.
+		for _, s := range running {
+			if !s.out {
 				continue
 			}
 			if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
 				return nil, stats, fmt.Errorf("request %d: %w", s.req, err)
 			}
 			act = append(act, s)
-			h = append(h, hs[i][:D]...)
 		}
 		if len(act) > 0 {
-			if err := step(m, act, h, opt, &scratch, &stats, out); err != nil {
+			if err := step(x, m, act, h, opt, &stats, out); err != nil {
 				return nil, stats, err
 			}
 		}
 		kept := running[:0]
 		for _, s := range running {
 			if s.st.Done() {
+				if s.own {
+					s.cache.Free()
+				}
 				r := &out[s.req]
 				r.Decode = time.Since(s.start) - r.Prefill
 				r.Entries = slices.Clone(s.st.Emitted())
@@ -307,7 +338,7 @@ const minSharedPrefix = 16
 // minSharedPrefix tokens. A fork of the returned cache continues any of them
 // exactly as a prefill of its whole prompt would (rows and attention do not
 // depend on how a prompt is cut).
-func sharedPrefix(m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error) {
+func sharedPrefix(x *gemma3n.Exec, m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error) {
 	var first []int32
 	n, count := -1, 0
 	for _, r := range reqs {
@@ -329,7 +360,10 @@ func sharedPrefix(m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error)
 		return nil, 0, nil
 	}
 	c := m.NewCache()
-	if _, err := m.ForwardLast(c, first[:n], 0); err != nil {
+	var b gemma3n.Batch
+	b.Add(c, first[:n], 0)
+	if _, err := x.Prefill(&b); err != nil {
+		c.Free()
 		return nil, 0, err
 	}
 	return c, n, nil
@@ -337,7 +371,7 @@ func sharedPrefix(m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error)
 
 // step chooses the next token of every sequence in act (hidden states h,
 // [len(act), D]) through the head, records it and advances the walks.
-func step(m *gemma3n.Model, act []*seq, h []float32, opt Options, scratch *native.RowScratch, stats *Stats, out []Result) error {
+func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result) error {
 	n, V := len(act), m.Cfg.VocabSize
 	var union []int32
 	for _, s := range act {
@@ -352,12 +386,17 @@ func step(m *gemma3n.Model, act []*seq, h []float32, opt Options, scratch *nativ
 	if opt.Head == SparseHead {
 		t0 := time.Now()
 		sparse = make([]float32, n*len(union))
-		m.LogitsRows(sparse, h, n, union, scratch)
+		if err := x.LogitsRows(sparse, h, union); err != nil {
+			return err
+		}
 		tHead = time.Since(t0)
 	}
 	if opt.Head == DenseHead || opt.CheckDense {
 		t0 := time.Now()
-		dense = m.Logits(h, n)
+		dense = make([]float32, n*V)
+		if err := x.Logits(dense, h); err != nil {
+			return err
+		}
 		d := time.Since(t0)
 		if opt.Head == DenseHead {
 			tHead = d

@@ -15,5 +15,32 @@ func SetPackMinCache(n int64) func() {
 func (m *Model) WithQ4Head(group int) *Model {
 	c := *m
 	c.embed = native.Quantize(m.embed, group)
+	t, err := c.bound.Matrix(c.embed)
+	if err != nil {
+		panic(err)
+	}
+	c.t.embed = t
+	c.execs = &execPool{}
 	return &c
+}
+
+// FreeBlocks reports the free key/value blocks of each attention kind
+// (global, sliding window), for tests.
+func (m *Model) FreeBlocks() [2]int {
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	return [2]int{m.pool.kinds[0].free, m.pool.kinds[1].free}
+}
+
+// WithKVPositions returns a copy of m with a key/value pool of its own of
+// the given size, for tests.
+func (m *Model) WithKVPositions(n int) (*Model, error) {
+	c := *m
+	c.execs = &execPool{}
+	p, err := newPool(&c, c.be, n)
+	if err != nil {
+		return nil, err
+	}
+	c.pool = p
+	return &c, nil
 }

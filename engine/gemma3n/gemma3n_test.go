@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,18 +47,22 @@ func TestCachedMatchesOneShot(t *testing.T) {
 			t.Errorf("cache length %d, want %d", c.Len(), len(ids))
 		}
 	}
-	// Truncate and recompute the tail.
+	// A fork of the first 30 positions computes the tail exactly, and the
+	// parent, grown on after the fork, is not disturbed by it.
 	c := m.NewCache()
-	if _, err := m.Forward(c, ids, nil); err != nil {
+	if _, err := m.Forward(c, ids[:30], nil); err != nil {
 		t.Fatal(err)
 	}
-	c.Truncate(30)
-	h, err := m.Forward(c, ids[30:], nil)
+	f := c.Clone()
+	if _, err := m.Forward(c, []int32{9, 9, 9}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Forward(f, ids[30:], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := maxDiff(h, full[30*D:]); d > 1e-5 {
-		t.Errorf("after Truncate: differs by %g", d)
+	if d := maxDiff(h, full[30*D:]); d != 0 {
+		t.Errorf("a fork: differs by %g", d)
 	}
 }
 
@@ -252,110 +257,138 @@ func TestLoadConfigMismatch(t *testing.T) {
 	}
 }
 
-// TestBranches: each branch row's outputs equal a full forward pass over
-// prefix + row tokens exactly, gathered or not, with rows of unequal
-// length. The prefix is longer than the sliding window.
-func TestBranches(t *testing.T) {
+// TestForks: rows that fork a shared prefix (longer than the sliding
+// window), batched together with unequal lengths, and rows that fork those
+// rows, equal full forward passes over all their tokens bit for bit, whether
+// only the wanted rows run the KV-sharing layers or every row does.
+func TestForks(t *testing.T) {
 	m := testmodel.Tiny(t)
 	D := m.Cfg.HiddenSize
 	prefix := make([]int32, 23)
 	for i := range prefix {
 		prefix[i] = int32(2 + (i*104729)%260000)
 	}
-	rows := []gemma3n.Branch{
-		{IDs: []int32{14937, 47384, 1083}, Outputs: 1},
-		{IDs: []int32{14937, 53568, 1083, 623, 79205, 1894}, Outputs: 4},
-		{IDs: []int32{9}, Outputs: 1},
-		{IDs: []int32{14937, 40400, 1083, 3714, 7736, 8341, 1083}, Outputs: 2},
+	type branch struct {
+		ids    []int32
+		outs   int
+		parent int
+	}
+	rows := []branch{
+		{ids: []int32{14937, 47384, 1083}, outs: 1},
+		{ids: []int32{14937, 53568, 1083, 623, 79205, 1894}, outs: 4},
+		{ids: []int32{9}, outs: 1},
+		{ids: []int32{14937, 40400, 1083, 3714, 7736, 8341, 1083}, outs: 2},
+	}
+	children := []branch{
+		{ids: []int32{623, 976}, outs: 2, parent: 0},
+		{ids: []int32{5712}, outs: 1, parent: 1},
+		{ids: []int32{11, 12, 13, 14, 15, 16, 17, 18}, outs: 3, parent: 3},
+		{ids: []int32{623}, outs: 1, parent: 0},
 	}
 	c := m.NewCache()
 	if _, err := m.Forward(c, prefix, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, gather := range []bool{false, true} {
-		got, _, err := m.ForwardBranches(c, nil, rows, gather)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Len() != len(prefix) {
-			t.Fatalf("branches changed the prefix cache: length %d", c.Len())
-		}
-		for r, b := range rows {
-			full, err := m.Forward(m.NewCache(), append(append([]int32(nil), prefix...), b.IDs...), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := full[len(full)-b.Outputs*D:]
-			if d := maxDiff(got[r], want); d != 0 {
-				t.Errorf("gather=%v row %d: differs from its own forward pass by %g", gather, r, d)
-			}
-		}
-	}
-	if _, _, err := m.ForwardBranches(c, nil, []gemma3n.Branch{{IDs: []int32{5}, Outputs: 2}}, true); err == nil {
-		t.Error("a branch wanting more outputs than tokens was accepted")
-	}
-	if _, _, err := m.ForwardBranches(m.NewCache(), nil, rows, true); err == nil {
-		t.Error("branches without a prefix were accepted")
-	}
-
-	// Rows extending parent rows equal full passes over prefix + parent + row.
-	_, seg, err := m.ForwardBranches(c, nil, rows, true)
+	x, err := m.Acquire()
 	if err != nil {
 		t.Fatal(err)
 	}
-	children := []gemma3n.Branch{
-		{IDs: []int32{623, 976}, Outputs: 2, Parent: 0},
-		{IDs: []int32{5712}, Outputs: 1, Parent: 1},
-		{IDs: []int32{11, 12, 13, 14, 15, 16, 17, 18}, Outputs: 3, Parent: 3},
-		{IDs: []int32{623}, Outputs: 1, Parent: 0},
-	}
-	for _, gather := range []bool{false, true} {
-		got, _, err := m.ForwardBranches(c, seg, children, gather)
+	defer x.Release()
+	run := func(bs []branch, parents []*gemma3n.Cache, all bool) ([][]float32, []*gemma3n.Cache) {
+		var b gemma3n.Batch
+		seqs := make([]*gemma3n.Cache, len(bs))
+		for i, r := range bs {
+			seqs[i] = parents[i].Clone()
+			outs := r.outs
+			if all {
+				outs = len(r.ids)
+			}
+			b.Add(seqs[i], r.ids, outs)
+		}
+		h, err := x.Forward(&b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for r, b := range children {
-			all := append(append(append([]int32(nil), prefix...), rows[b.Parent].IDs...), b.IDs...)
-			full, err := m.Forward(m.NewCache(), all, nil)
+		host := make([]float32, h.Len())
+		if err := x.Download(host, h); err != nil {
+			t.Fatal(err)
+		}
+		out := make([][]float32, len(bs))
+		o := 0
+		for i, r := range bs {
+			k := r.outs
+			if all {
+				k = len(r.ids)
+			}
+			out[i] = host[(o+k-r.outs)*D : (o+k)*D]
+			o += k
+		}
+		return out, seqs
+	}
+	for _, all := range []bool{false, true} {
+		parents := []*gemma3n.Cache{c, c, c, c}
+		got, seqs := run(rows, parents, all)
+		if c.Len() != len(prefix) {
+			t.Fatalf("forks changed the prefix: length %d", c.Len())
+		}
+		for r, b := range rows {
+			full, err := m.Forward(nil, append(slices.Clone(prefix), b.ids...), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := maxDiff(got[r], full[len(full)-b.Outputs*D:]); d != 0 {
-				t.Errorf("gather=%v child %d: differs from its own forward pass by %g", gather, r, d)
+			if d := maxDiff(got[r], full[len(full)-b.outs*D:]); d != 0 {
+				t.Errorf("all=%v row %d: differs from its own forward pass by %g", all, r, d)
+			}
+		}
+		ps := make([]*gemma3n.Cache, len(children))
+		for i, ch := range children {
+			ps[i] = seqs[ch.parent]
+		}
+		got, _ = run(children, ps, all)
+		for r, b := range children {
+			all := append(append(slices.Clone(prefix), rows[b.parent].ids...), b.ids...)
+			full, err := m.Forward(nil, all, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := maxDiff(got[r], full[len(full)-b.outs*D:]); d != 0 {
+				t.Errorf("child %d: differs from its own forward pass by %g", r, d)
 			}
 		}
 	}
-	if _, _, err := m.ForwardBranches(c, seg, []gemma3n.Branch{{IDs: []int32{5}, Outputs: 1, Parent: 9}}, true); err == nil {
-		t.Error("a branch extending a missing parent row was accepted")
-	}
 }
 
-// TestForwardLast: the last positions' states equal Forward's last rows bit
-// for bit, and the cache a keep-0 prefill leaves decodes exactly like
-// Forward's.
-func TestForwardLast(t *testing.T) {
+// TestOutputs: the wanted last positions' states equal Forward's last rows
+// bit for bit, and the cache a prefill without outputs leaves decodes
+// exactly like Forward's.
+func TestOutputs(t *testing.T) {
 	m := testmodel.Tiny(t)
 	ids := make([]int32, 30)
 	for i := range ids {
 		ids[i] = int32(2 + (i*7919)%260000)
 	}
 	D := m.Cfg.HiddenSize
-	c0 := m.NewCache()
-	full, err := m.Forward(c0, ids, nil)
+	full, err := m.Forward(nil, ids, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keep := range []int{0, 1, 3, 30, 40} {
+	x, err := m.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	for _, keep := range []int{0, 1, 3, 30} {
 		c := m.NewCache()
-		h, err := m.ForwardLast(c, ids, keep)
+		var b gemma3n.Batch
+		b.Add(c, ids, keep)
+		h, err := x.Prefill(&b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := min(keep, len(ids))
-		if len(h) != k*D || c.Len() != len(ids) {
+		if len(h) != keep*D || c.Len() != len(ids) {
 			t.Fatalf("keep %d: %d values, cache %d", keep, len(h), c.Len())
 		}
-		want := full[(len(ids)-k)*D:]
+		want := full[(len(ids)-keep)*D:]
 		for i := range h {
 			if math.Float32bits(h[i]) != math.Float32bits(want[i]) {
 				t.Fatalf("keep %d: value %d is %v, want %v", keep, i, h[i], want[i])
@@ -368,32 +401,34 @@ func TestForwardLast(t *testing.T) {
 		}
 		c1 := m.NewCache()
 		m.Forward(c1, ids, nil)
-		b, _ := m.Forward(c1, []int32{77, 5}, nil)
+		b2, _ := m.Forward(c1, []int32{77, 5}, nil)
 		for i := range a {
-			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			if math.Float32bits(a[i]) != math.Float32bits(b2[i]) {
 				t.Fatalf("keep %d: decode after it differs at %d", keep, i)
 			}
 		}
+		c.Free()
+		c1.Free()
 	}
 }
 
-// TestMaxPositions: neither the forward pass nor branch rows run past
-// max_position_embeddings; the error names both numbers.
+// TestMaxPositions: no forward pass runs past max_position_embeddings; the
+// error names both numbers and leaves the cache as it was.
 func TestMaxPositions(t *testing.T) {
 	m := *testmodel.Tiny(t) // a copy: the shared model keeps its config
 	m.Cfg.MaxPositionEmbeddings = 8
 	c := m.NewCache()
-	if _, err := m.ForwardLast(c, []int32{2, 10, 11, 12, 13, 14}, 1); err != nil {
+	if _, err := m.Forward(c, []int32{2, 10, 11, 12, 13, 14}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.ForwardLast(c, []int32{15, 16, 17}, 1); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
+	if _, err := m.Forward(c, []int32{15, 16, 17}, nil); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
 		t.Errorf("forward past the limit: %v", err)
 	}
-	rows := []gemma3n.Branch{{IDs: []int32{20, 21}, Outputs: 1}, {IDs: []int32{22, 23, 24}, Outputs: 1}}
-	if _, _, err := m.ForwardBranches(c, nil, rows, true); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
-		t.Errorf("branch rows past the limit: %v", err)
+	if c.Len() != 6 {
+		t.Errorf("a refused pass changed the cache to %d positions", c.Len())
 	}
-	if _, _, err := m.ForwardBranches(c, nil, rows[:1], true); err != nil {
-		t.Errorf("branch rows within the limit: %v", err)
+	f := c.Clone()
+	if _, err := m.Forward(f, []int32{20, 21}, nil); err != nil {
+		t.Errorf("a fork within the limit: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"verdict/engine/weights"
 	"verdict/native"
@@ -32,6 +33,19 @@ type Model struct {
 
 	opt    LoadOptions
 	packed *packed // the q4 arena (nil for f32 weights)
+
+	be      *native.Backend
+	bound   *native.Bound
+	t       tensors
+	pool    *pool
+	maxRows int
+	execs   *execPool
+}
+
+// execPool holds a model's idle Execs.
+type execPool struct {
+	mu   sync.Mutex
+	idle []*Exec
 }
 
 // Weights selects how Load keeps the decoder's large matrices.
@@ -81,7 +95,18 @@ type LoadOptions struct {
 	// Progress, when set, hears the slow steps: stage names the step, done
 	// of total its units (weights packed, or bytes of a cache file checked).
 	Progress func(stage string, done, total int64)
+	// Backend runs the model (nil: native.Default()).
+	Backend *native.Backend
+	// BatchRows is the most rows one forward pass takes (0:
+	// DefaultBatchRows); scratch is reserved for it once per Exec.
+	BatchRows int
+	// KVPositions is the key/value pool's size in positions of each
+	// attention kind (0: DefaultKVPositions).
+	KVPositions int
 }
+
+// DefaultKVPositions is the default key/value pool size, in positions.
+const DefaultKVPositions = 1 << 17
 
 // Stages LoadOptions.Progress names.
 const (
@@ -120,6 +145,22 @@ func (m *Model) PackedCache() (path string, fromDisk bool) {
 // Close releases the packed weights' memory. The model must not be used
 // afterwards.
 func (m *Model) Close() error {
+	if p := m.execs; p != nil {
+		p.mu.Lock()
+		for _, x := range p.idle {
+			x.close()
+		}
+		p.idle = nil
+		p.mu.Unlock()
+	}
+	if m.pool != nil {
+		m.pool.close()
+		m.pool = nil
+	}
+	if m.bound != nil {
+		m.bound.Free()
+		m.bound = nil
+	}
 	p := m.packed
 	m.packed = nil
 	return p.close()
@@ -268,7 +309,46 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 		}
 		m.packed = p
 	}
+	if err := m.start(opt); err != nil {
+		m.Close()
+		return nil, err
+	}
 	return m, nil
+}
+
+// start binds the weights to the backend and reserves the key/value pool.
+func (m *Model) start(opt LoadOptions) error {
+	be := opt.Backend
+	if be == nil {
+		be = native.Default()
+	}
+	m.maxRows = opt.BatchRows
+	if m.maxRows <= 0 {
+		m.maxRows = DefaultBatchRows
+	}
+	if m.maxRows > 1<<16 {
+		return fmt.Errorf("gemma3n: %d batch rows: at most %d", m.maxRows, 1<<16)
+	}
+	if err := m.bind(be); err != nil {
+		return err
+	}
+	m.execs = &execPool{}
+	kv := opt.KVPositions
+	if kv <= 0 {
+		kv = DefaultKVPositions
+		if mp := m.Cfg.MaxPositionEmbeddings; mp > 0 {
+			kv = max(kv, 4*mp)
+		}
+	}
+	if kv > 1<<24 {
+		return fmt.Errorf("gemma3n: a key/value pool of %d positions: at most %d", kv, 1<<24)
+	}
+	p, err := newPool(m, be, kv)
+	if err != nil {
+		return fmt.Errorf("gemma3n: key/value pool: %w", err)
+	}
+	m.pool = p
+	return nil
 }
 
 func has(s weights.Store, name string) bool { _, _, ok := s.Info(name); return ok }

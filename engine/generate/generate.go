@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"time"
 
 	"verdict/engine/gemma3n"
@@ -89,8 +88,24 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	}
 	start := time.Now()
 	s := newSampler(opt)
+	x, err := m.Acquire()
+	if err != nil {
+		return res, err
+	}
+	defer x.Release()
 	c := m.NewCache()
+	defer c.Free()
+	// Admission: the blocks of the whole answer are promised up front, so
+	// the sequence never runs out of them halfway.
+	answer := opt.MaxTokens
+	if maxPos > 0 {
+		answer = min(answer, maxPos-len(prompt)+1)
+	}
+	if err := c.Reserve(len(prompt) + answer); err != nil {
+		return res, fmt.Errorf("generate: %w", err)
+	}
 	c.OnLayer(opt.OnPrefill)
+	var b gemma3n.Batch
 	input := prompt
 	for len(res.IDs) < opt.MaxTokens {
 		if maxPos > 0 && len(res.IDs) > 0 && c.Len()+len(input) > maxPos {
@@ -100,26 +115,33 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 			res.Total = time.Since(start)
 			return res, err
 		}
-		var h []float32
-		var err error
+		b.Reset()
 		if opt.Media != nil && len(res.IDs) == 0 {
-			var e []float32
-			if e, err = m.EmbedMultimodal(input, *opt.Media); err == nil {
-				h, err = m.ForwardEmbedsLast(c, input, e, 1)
+			if err := m.AddMultimodal(&b, c, input, *opt.Media, 1); err != nil {
+				return res, err
 			}
 		} else {
-			h, err = m.ForwardLast(c, input, 1) // only the last position's state is needed
+			b.Add(c, input, 1) // only the last position's state is needed
 		}
+		for len(b.Rows) > x.Rows() { // a long prompt: its leading rows first
+			head := gemma3n.Batch{Rows: b.Rows[:x.Rows()], Embeds: b.Embeds}
+			if _, err := x.Forward(&head); err != nil {
+				return res, err
+			}
+			b.Rows = b.Rows[x.Rows():]
+		}
+		h, err := x.Forward(&b)
 		if err != nil {
 			return res, err
 		}
-		D := m.Cfg.HiddenSize
-		logits := m.Logits(h[len(h)-D:], 1)
 		if len(res.IDs) == 0 {
 			res.Prefill = time.Since(start)
 			c.OnLayer(nil)
 		}
-		id := s.pick(logits)
+		id, err := x.Sample(h, s.draw())
+		if err != nil {
+			return res, err
+		}
 		res.IDs = append(res.IDs, id)
 		if len(res.IDs) == 1 {
 			res.FirstToken = time.Since(start)
@@ -134,18 +156,20 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 			res.Stopped = true
 			break
 		}
-		input = []int32{id}
+		s.one[0] = id
+		input = s.one[:]
 	}
 	res.Total = time.Since(start)
 	res.Decode = res.Total - res.FirstToken
 	return res, nil
 }
 
+// sampler holds a run's sampling settings and random stream.
 type sampler struct {
 	opt  Options
 	rng  *rand.Rand
 	stop map[int32]bool
-	idx  []int32
+	one  [1]int32
 }
 
 func newSampler(opt Options) *sampler {
@@ -156,100 +180,12 @@ func newSampler(opt Options) *sampler {
 	return s
 }
 
-// pick chooses the next token from one row of logits: the argmax when
-// greedy, else a draw after temperature, top-k and top-p (in that order, as
-// transformers applies them).
-func (s *sampler) pick(logits []float32) int32 {
+// draw returns the next token's sampling request: the argmax when greedy,
+// else temperature, top-k and top-p (in that order, as transformers applies
+// them) with the next uniform draw of the run's seeded stream.
+func (s *sampler) draw() native.Sampling {
 	if s.opt.Temperature == 0 {
-		var out [1]int32
-		native.Argmax(out[:], logits, len(logits))
-		return out[0]
+		return native.Sampling{}
 	}
-	native.Scale(logits, float32(1/s.opt.Temperature))
-	// Candidates sorted by logit (ties: lower id first).
-	if cap(s.idx) < len(logits) {
-		s.idx = make([]int32, len(logits))
-	}
-	idx := s.idx[:len(logits)]
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	k := len(idx)
-	if s.opt.TopK > 0 && s.opt.TopK < k {
-		k = s.opt.TopK
-	}
-	less := func(a, b int32) bool {
-		if logits[a] != logits[b] {
-			return logits[a] > logits[b]
-		}
-		return a < b
-	}
-	partialSort(idx, k, less)
-	idx = idx[:k]
-	// Softmax over the kept candidates.
-	mx := float64(logits[idx[0]])
-	p := make([]float64, k)
-	var sum float64
-	for i, id := range idx {
-		p[i] = math.Exp(float64(logits[id]) - mx)
-		sum += p[i]
-	}
-	if tp := s.opt.TopP; tp > 0 && tp < 1 {
-		var cum float64
-		for i := range p {
-			cum += p[i] / sum
-			if cum >= tp {
-				p, idx = p[:i+1], idx[:i+1]
-				break
-			}
-		}
-		sum = 0
-		for _, v := range p {
-			sum += v
-		}
-	}
-	r := s.rng.Float64() * sum
-	for i, v := range p {
-		r -= v
-		if r < 0 {
-			return idx[i]
-		}
-	}
-	return idx[len(idx)-1]
-}
-
-// partialSort orders the k best of idx first.
-func partialSort(idx []int32, k int, less func(a, b int32) bool) {
-	if k == len(idx) {
-		sort.Slice(idx, func(i, j int) bool { return less(idx[i], idx[j]) })
-		return
-	}
-	// Select the k best with a quickselect, then sort them.
-	lo, hi := 0, len(idx)-1
-	for lo < hi {
-		p := idx[(lo+hi)/2]
-		i, j := lo, hi
-		for i <= j {
-			for less(idx[i], p) {
-				i++
-			}
-			for less(p, idx[j]) {
-				j--
-			}
-			if i <= j {
-				idx[i], idx[j] = idx[j], idx[i]
-				i++
-				j--
-			}
-		}
-		if k-1 <= j {
-			hi = j
-		} else if k-1 >= i {
-			lo = i
-		} else {
-			break
-		}
-	}
-	top := idx[:k]
-	sort.Slice(top, func(i, j int) bool { return less(top[i], top[j]) })
+	return native.Sampling{InvTemp: float32(1 / s.opt.Temperature), TopK: s.opt.TopK, TopP: s.opt.TopP, U: s.rng.Float64()}
 }

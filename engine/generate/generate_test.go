@@ -119,7 +119,7 @@ func TestMaxPositions(t *testing.T) {
 	}
 	// The forward pass itself refuses positions past the limit.
 	c := small.NewCache()
-	if _, err := small.ForwardLast(c, long, 1); err == nil || !strings.Contains(err.Error(), "16 tokens exceed the model's max_position_embeddings of 15") {
-		t.Errorf("ForwardLast of 16 tokens: %v", err)
+	if _, err := small.Forward(c, long, nil); err == nil || !strings.Contains(err.Error(), "16 tokens exceed the model's max_position_embeddings of 15") {
+		t.Errorf("Forward of 16 tokens: %v", err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
-	"verdict/native"
 )
 
 // Scorer scores schemas on inputs with one model. It is safe for concurrent
@@ -178,11 +177,18 @@ const (
 	resultNote        = "confidence (1 - normalised entropy) and allowed_token_mass describe the model's distribution; neither is an accuracy estimate. Fields are scored independently: no field sees another's answer."
 )
 
+// branch is one row that continues the shared prefix (or its decision's
+// key row): its own tokens, of which the last Outputs are scored.
+type branch struct {
+	IDs     []int32
+	Outputs int
+}
+
 // row is one branch row of a decision and the trie nodes its outputs score.
 type row struct {
 	dec   int
 	nodes []int // node of each output, in order
-	b     gemma3n.Branch
+	b     branch
 }
 
 // trie holds a decision's candidates as paths of tokens. A node is a token
@@ -200,8 +206,7 @@ type trie struct {
 // all candidates share (the JSON key and common value tokens), and one row
 // per candidate that extends it with the candidate's tokens before its last,
 // unless all its nodes were reached before (a single remaining token, or
-// one shared with an earlier candidate). The candidate rows' Parent is left
-// for the caller.
+// one shared with an earlier candidate); they fork the key row's sequence.
 func (d *compiledDecision) plan(dec int) (*trie, row, []row) {
 	t := &trie{ids: map[string]int{}}
 	node := func(path []int32, next int32) (id int, fresh bool) {
@@ -217,7 +222,7 @@ func (d *compiledDecision) plan(dec int) (*trie, row, []row) {
 		}
 		return id, !ok
 	}
-	key := row{dec: dec, b: gemma3n.Branch{IDs: d.shared}}
+	key := row{dec: dec, b: branch{IDs: d.shared}}
 	var rows []row
 	for _, c := range d.cands {
 		full := append(append([]int32(nil), d.shared...), c...)
@@ -234,7 +239,7 @@ func (d *compiledDecision) plan(dec int) (*trie, row, []row) {
 		t.paths = append(t.paths, path)
 		if len(fresh) > 0 { // fresh nodes are the last ones of the path
 			rows = append(rows, row{dec: dec, nodes: fresh,
-				b: gemma3n.Branch{IDs: c[:len(c)-1], Outputs: len(fresh)}})
+				b: branch{IDs: c[:len(c)-1], Outputs: len(fresh)}})
 		}
 	}
 	key.b.Outputs = len(key.nodes)
@@ -312,8 +317,8 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	if err != nil {
 		return nil, err
 	}
+	defer r.cache.Free()
 	if len(decoded) > 0 {
-		r.cache.Truncate(len(comp.prefixIDs))
 		if err := sc.decode(ctx, s, decoded, r.cache, res, opt, func(f *FieldResult) {
 			f.Elapsed = Duration(time.Since(start))
 			if r.timings.FirstDecision == 0 {
@@ -361,6 +366,7 @@ func (sc *Scorer) ScoreDecisions(ctx context.Context, prompt string, specs []Dec
 	if err != nil {
 		return nil, nil, err
 	}
+	r.cache.Free()
 	T := opt.Temperature
 	if T == 0 {
 		T = 1
@@ -437,23 +443,26 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	}
 	stage("input")
 
-	// The shared prefix, computed once and only read by the branches: only
-	// its keys and values are needed (no output state).
+	x, err := sc.m.Acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Release()
+
+	// The shared prefix, computed once and only read by the branches, which
+	// fork it: only its keys and values are needed (no output state).
 	t := time.Now()
 	cache := sc.m.NewCache()
 	cache.OnLayer(opt.OnPrefill)
+	var b gemma3n.Batch
 	if md == nil {
-		if _, err := sc.m.ForwardLast(cache, comp.prefixIDs, 0); err != nil {
-			return nil, err
-		}
-	} else {
-		e, err := sc.m.EmbedMultimodal(comp.prefixIDs, *md)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := sc.m.ForwardEmbedsLast(cache, comp.prefixIDs, e, 0); err != nil {
-			return nil, err
-		}
+		b.Add(cache, comp.prefixIDs, 0)
+	} else if err := sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0); err != nil {
+		return nil, err
+	}
+	if _, err := x.Prefill(&b); err != nil {
+		cache.Free()
+		return nil, err
 	}
 	r.cache = cache
 	cache.OnLayer(nil)
@@ -470,15 +479,19 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	}
 	r.scores = make([][]float64, len(comp.decisions))
 	r.tokLP = make([][][]float64, len(comp.decisions))
-	V := sc.m.Cfg.VocabSize
 
 	// The tokens every key row starts with (at least `{"`) that no decision
-	// scores join the shared prefix: computed once, not in every row. A
-	// branch row's outputs equal a full forward pass over prefix and row,
-	// bit for bit, so nothing changes but the work. (Their time counts in
-	// the total, not in the prefix prefill's.)
+	// scores join the shared prefix, in a fork of it: computed once, not in
+	// every row. A branch row's outputs equal a full forward pass over
+	// prefix and row, bit for bit, so nothing changes but the work. (Their
+	// time counts in the total, not in the prefix prefill's.)
+	base := cache
 	if lead := commonLead(comp.decisions, keys); lead > 0 {
-		if _, err := sc.m.ForwardLast(cache, keys[0].b.IDs[:lead], 0); err != nil {
+		base = cache.Clone()
+		defer base.Free()
+		b.Reset()
+		b.Add(base, keys[0].b.IDs[:lead], 0)
+		if _, err := x.Prefill(&b); err != nil {
 			return nil, err
 		}
 		for i := range keys {
@@ -486,44 +499,90 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		}
 	}
 
-	// forward runs one batch of rows and records their nodes' log-probabilities.
-	forward := func(part []row, parent *gemma3n.Segments) (*gemma3n.Segments, error) {
+	// forward runs one batch of rows, each in a fork of its parent's
+	// sequence, and records their nodes' log-probabilities; it returns the
+	// rows' sequences.
+	var wantRow, wantCol []int32
+	var sel, lse []float32
+	forward := func(part []row, parents []*gemma3n.Cache) ([]*gemma3n.Cache, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		t := time.Now()
-		bs := make([]gemma3n.Branch, len(part))
+		seqs := make([]*gemma3n.Cache, len(part))
+		b.Reset()
 		for i, rw := range part {
-			bs[i] = rw.b
+			seqs[i] = parents[i].Clone()
+			outs := rw.b.Outputs
+			if opt.NoGather {
+				outs = len(rw.b.IDs)
+			}
+			b.Add(seqs[i], rw.b.IDs, outs)
 		}
-		hs, seg, err := sc.m.ForwardBranches(cache, parent, bs, !opt.NoGather)
-		if err != nil {
-			return nil, err
-		}
-		// One output-head pass for the whole batch's outputs.
-		var h []float32
-		for _, o := range hs {
-			h = append(h, o...)
-		}
-		total := len(h) / sc.m.Cfg.HiddenSize
-		if total > 0 {
-			logits := sc.m.Logits(h, total)
-			lse := make([]float32, total)
-			native.LogSumExp(lse, logits, V)
-			k := 0
-			for _, rw := range part {
-				tr := tries[rw.dec]
-				for _, node := range rw.nodes {
-					for _, id := range tr.children[node] {
-						tr.lp[node] = append(tr.lp[node], float64(logits[k*V+int(id)])-float64(lse[k]))
+		// The rows run in chunks of the Exec's rows; each chunk's outputs
+		// go through the head once.
+		out := 0 // outputs of the rows before
+		nodeAt := func(o int) (rw *row, node int, ok bool) {
+			for i := range part {
+				k := len(part[i].b.IDs)
+				if opt.NoGather {
+					if o < k {
+						j := o - (k - part[i].b.Outputs)
+						if j < 0 {
+							return nil, 0, false
+						}
+						return &part[i], part[i].nodes[j], true
 					}
-					k++
+					o -= k
+					continue
+				}
+				if o < part[i].b.Outputs {
+					return &part[i], part[i].nodes[o], true
+				}
+				o -= part[i].b.Outputs
+			}
+			return nil, 0, false
+		}
+		for lo := 0; lo < len(b.Rows); lo += x.Rows() {
+			chunk := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))]}
+			h, err := x.Forward(&chunk)
+			if err != nil {
+				for _, c := range seqs {
+					c.Free()
+				}
+				return nil, err
+			}
+			k := h.Rows()
+			if k == 0 {
+				continue
+			}
+			wantRow, wantCol = wantRow[:0], wantCol[:0]
+			for o := 0; o < k; o++ {
+				if rw, node, ok := nodeAt(out + o); ok {
+					for _, id := range tries[rw.dec].children[node] {
+						wantRow, wantCol = append(wantRow, int32(o)), append(wantCol, id)
+					}
 				}
 			}
+			sel, lse = append(sel[:0], make([]float32, len(wantRow))...), append(lse[:0], make([]float32, k)...)
+			if err := x.SelectLogprobs(sel, lse, h, wantRow, wantCol); err != nil {
+				return nil, err
+			}
+			j := 0
+			for o := 0; o < k; o++ {
+				if rw, node, ok := nodeAt(out + o); ok {
+					tr := tries[rw.dec]
+					for range tr.children[node] {
+						tr.lp[node] = append(tr.lp[node], float64(sel[j])-float64(lse[o]))
+						j++
+					}
+				}
+			}
+			out += k
 		}
 		r.timings.Batches = append(r.timings.Batches, Duration(time.Since(t)))
 		stage("batch")
-		return seg, nil
+		return seqs, nil
 	}
 	finish := func(dec int) {
 		r.scores[dec], r.tokLP[dec] = tries[dec].scores(&comp.decisions[dec])
@@ -534,31 +593,44 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 			done(r, dec)
 		}
 	}
+	free := func(cs []*gemma3n.Cache) {
+		for _, c := range cs {
+			c.Free()
+		}
+	}
 	// Decisions go in groups of batch: their key rows in one batch, then
 	// their candidate rows, batch rows at a time, extending the key rows.
 	for lo := 0; lo < len(keys); lo += batch {
 		group := keys[lo:min(lo+batch, len(keys))]
-		seg, err := forward(group, nil)
+		parents := make([]*gemma3n.Cache, len(group))
+		for i := range parents {
+			parents[i] = base
+		}
+		keySeqs, err := forward(group, parents)
 		if err != nil {
 			return nil, err
 		}
 		var pending []row
+		var from []*gemma3n.Cache
 		for g, k := range group {
 			if len(cands[k.dec]) == 0 {
 				finish(k.dec)
 				continue
 			}
 			for _, c := range cands[k.dec] {
-				c.b.Parent = g
-				pending = append(pending, c)
+				pending, from = append(pending, c), append(from, keySeqs[g])
 			}
 		}
 		for len(pending) > 0 {
 			part := pending[:min(batch, len(pending))]
 			pending = pending[len(part):]
-			if _, err := forward(part, seg); err != nil {
+			cs, err := forward(part, from[:len(part)])
+			from = from[len(part):]
+			if err != nil {
+				free(keySeqs)
 				return nil, err
 			}
+			free(cs)
 			for i, c := range part {
 				last := i == len(part)-1 || part[i+1].dec != c.dec
 				if last && (len(pending) == 0 || pending[0].dec != c.dec) {
@@ -566,6 +638,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 				}
 			}
 		}
+		free(keySeqs)
 	}
 	return r, nil
 }

@@ -131,7 +131,10 @@ func TestBranchesEqualFullPasses(t *testing.T) {
 				D := m.Cfg.HiddenSize
 				var sum float64
 				for p := keyLen; p < len(ids); p++ {
-					lg := m.Logits(h[(p-1)*D:p*D], 1)
+					lg, err := m.Logits(h[(p-1)*D:p*D], 1)
+					if err != nil {
+						t.Fatal(err)
+					}
 					mx := lg[0]
 					for _, v := range lg {
 						mx = max(mx, v)

@@ -218,6 +218,10 @@ func (s *recipeStore) Close() error {
 
 // generate writes elements [i0, i0+len(dst)) of t into dst.
 func (t *recipeTensor) generate(dst []float32, i0 int) {
+	if len(dst) < 2*parallelGrain { // one row: no closure to allocate
+		Generate(dst, t.seed, t.offset, t.scale, uint64(i0))
+		return
+	}
 	parallelFor(len(dst), func(lo, hi int) {
 		Generate(dst[lo:hi], t.seed, t.offset, t.scale, uint64(i0+lo))
 	})

@@ -1,0 +1,444 @@
+package gemma3n
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"time"
+
+	"verdict/native"
+)
+
+// DefaultBatchRows is the number of rows an Exec runs at once unless the
+// model was loaded with another (LoadOptions.BatchRows).
+const DefaultBatchRows = 512
+
+// headRows is the number of output rows the dense head computes at once.
+const headRows = 64
+
+// Exec runs forward passes and output heads of one model on one backend
+// stream, over scratch reserved once for its largest batch. An Exec is used
+// by one goroutine at a time; a model hands out as many as run at once
+// (Acquire) and takes them back (Release).
+type Exec struct {
+	m   *Model
+	st  *native.Stream
+	ar  *native.Arena
+	cap int // rows
+
+	// Activations.
+	e, H, H2, pred, an, laur, q, k, v, att, o, x, f, d, g, u, mod, coef, lr, pg native.Tensor
+	tok, ple, ple2, target, mag, h, logits, lse, ssel                           native.Tensor
+	// Int32 tensors.
+	idx, ids, pos, qseq, gsel, slot0, slot1, seqEnt, entBlk, entPos, entLen, hid, sid, srow, scol native.Tensor
+
+	// Host staging, reused.
+	hIDs, hPos, hQSeq, hSel, hSlot0, hSlot1, hSeqEnt, hEnt, hOne, hSRow, hSCol []int32
+	hPLE, hHook                                                  []float32
+	caches                                                       []*Cache
+	cnt, ocnt                                                    []int // rows and outputs per sequence
+	outs, maxKeys                                                int
+	outRows                                                      []int32
+	hEmbIdx                                                      []int32
+}
+
+func (x *Exec) entCap() int { return x.entBlk.Len() }
+
+// newExec reserves an Exec's scratch for rows rows.
+func (m *Model) newExec(rows int) (*Exec, error) {
+	cfg := m.Cfg
+	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
+	qd, kd := cfg.NumHeads*cfg.HeadDim, cfg.NumKVHeads*cfg.HeadDim
+	I := 0
+	for _, v := range cfg.IntermediateSize {
+		I = max(I, v)
+	}
+	V := cfg.VocabSize
+	R := rows
+	ents := 4 * R // run entries: grown on demand
+	sizes := []int{
+		R * D, 4 * R * D, 4 * R * D, 4 * R * D, R * D, R * D, R * qd, R * kd, R * kd, R * qd, R * D, R * D, R * D, R * D,
+		R * I, R * I, R * 4, R * 16, R * cfg.LaurelRank, R * P,
+		R * max(L*P, D), L * R * P, L * R * P, R, R, R * D, headRows * V, R, R * 4,
+		R * I, R, R, R, R, R, R, 2 * (R + 1), ents, ents, ents, V, R, 4 * R, 4 * R,
+	}
+	st, err := m.be.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	ar, err := m.be.NewArena(native.ArenaBytes(sizes...))
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("gemma3n: scratch for %d rows: %w", R, err)
+	}
+	f := func(r, c int) native.Tensor { return ar.Take(native.F32, r, c) }
+	i := func(r, c int) native.Tensor { return ar.Take(native.I32, r, c) }
+	x := &Exec{m: m, st: st, ar: ar, cap: R}
+	x.e, x.H, x.H2, x.pred = f(R, D), f(4*R, D), f(4*R, D), f(4*R, D)
+	x.an, x.laur, x.q, x.k, x.v, x.att = f(R, D), f(R, D), f(R, qd), f(R, kd), f(R, kd), f(R, qd)
+	x.o, x.x, x.f, x.d = f(R, D), f(R, D), f(R, D), f(R, D)
+	x.g, x.u, x.mod, x.coef, x.lr, x.pg = f(R, I), f(R, I), f(R, 4), f(R, 16), f(R, cfg.LaurelRank), f(R, P)
+	x.tok, x.ple, x.ple2, x.target, x.mag, x.h = f(R, max(L*P, D)), f(L*R, P), f(L*R, P), f(1, R), f(1, R), f(R, D)
+	x.logits, x.lse, x.ssel = f(headRows, V), f(1, R), f(1, R*4)
+	x.idx, x.ids, x.pos, x.qseq, x.gsel, x.slot0, x.slot1 = i(R, I), i(1, R), i(1, R), i(1, R), i(1, R), i(1, R), i(1, R)
+	x.seqEnt, x.entBlk, x.entPos, x.entLen, x.hid, x.sid = i(1, 2*(R+1)), i(1, ents), i(1, ents), i(1, ents), i(1, V), i(1, R)
+	x.srow, x.scol = i(1, 4*R), i(1, 4*R)
+	x.hSRow, x.hSCol = make([]int32, 4*R), make([]int32, 4*R)
+	x.hIDs, x.hPos, x.hQSeq, x.hSel = make([]int32, R), make([]int32, R), make([]int32, R), make([]int32, R)
+	x.hSlot0, x.hSlot1, x.hSeqEnt = make([]int32, R), make([]int32, R), make([]int32, 2*(R+1))
+	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
+	x.hPLE = make([]float32, R*max(L*P, D))
+	x.caches, x.cnt, x.ocnt = make([]*Cache, 0, R), make([]int, 0, R), make([]int, 0, R)
+	x.outRows, x.hEmbIdx = make([]int32, 0, R), make([]int32, 0, R)
+	return x, nil
+}
+
+// Acquire returns an Exec of m for the caller's exclusive use.
+func (m *Model) Acquire() (*Exec, error) {
+	p := m.execs
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		x := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return x, nil
+	}
+	p.mu.Unlock()
+	return m.newExec(m.maxRows)
+}
+
+// Release gives x back to its model.
+func (x *Exec) Release() {
+	p := x.m.execs
+	p.mu.Lock()
+	p.idle = append(p.idle, x)
+	p.mu.Unlock()
+}
+
+func (x *Exec) close() {
+	x.ar.Free()
+	x.st.Close()
+}
+
+// Rows reports the most rows one Forward takes.
+func (x *Exec) Rows() int { return x.cap }
+
+// Forward runs a batch through the decoder: every row's keys and values
+// join its sequence, and the final normalised hidden states of the rows
+// whose output is wanted come back, in batch order, as a tensor [outputs,
+// D] that stays valid until the next call. Rows of the KV-sharing layers
+// run only for wanted outputs (those layers write no keys or values). Each
+// row's result is the same, bit for bit, whatever batch it runs in.
+func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
+	m, cfg := x.m, x.m.Cfg
+	P, L := cfg.PerLayerSize, cfg.NumLayers
+	n := len(b.Rows)
+	if n == 0 {
+		return native.Tensor{}, fmt.Errorf("gemma3n: empty batch")
+	}
+	if n > x.cap {
+		return native.Tensor{}, fmt.Errorf("gemma3n: a batch of %d rows exceeds the %d an Exec takes", n, x.cap)
+	}
+	err := x.prepare(b)
+	if _, full := err.(*KVError); full {
+		// Caches dropped without Free give their blocks back once the
+		// collector has seen them: give it the chance, once.
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+		err = x.prepare(b)
+	}
+	if err != nil {
+		return native.Tensor{}, err
+	}
+	st := x.st
+	if err := x.embed(b, n); err != nil {
+		return native.Tensor{}, err
+	}
+	e := x.e.Slice(0, n)
+	if b.Hook != nil {
+		x.hook(b.Hook, -1, e)
+	}
+	if err := x.perLayer(n); err != nil {
+		return native.Tensor{}, err
+	}
+	x.streams(e, n)
+
+	first := L - cfg.NumKVSharedLayers
+	cur := n
+	H, ple := x.H, x.ple
+	for i := range m.layers {
+		if i == first && cfg.NumKVSharedLayers > 0 && x.outs < n && b.Hook == nil {
+			// Only the wanted rows go on: the layers from here on read the
+			// source layers' keys and values, all written.
+			cur = x.outs
+			if cur == 0 {
+				break
+			}
+			st.UploadI32(x.gsel.Sub(0, 1, cur), x.outRows)
+			gs := x.gsel.Sub(0, 1, cur)
+			for s := 0; s < 4; s++ {
+				st.Gather(x.H2.Slice(s*cur, (s+1)*cur), H.Slice(s*n, (s+1)*n), gs)
+			}
+			for l := first; l < L; l++ {
+				st.Gather(x.ple2.Sub(l*cur*P, cur, P), ple.Sub(l*n*P, n, P), gs)
+			}
+			H, ple = x.H2, x.ple2
+			for j, r := range x.outRows {
+				x.hPos[j], x.hQSeq[j] = x.hPos[r], x.hQSeq[r]
+			}
+			st.UploadI32(x.pos.Sub(0, 1, cur), x.hPos[:cur])
+			st.UploadI32(x.qseq.Sub(0, 1, cur), x.hQSeq[:cur])
+		}
+		x.layer(i, H, ple.Sub(i*cur*P, cur, P), cur)
+		if b.Hook != nil {
+			x.hook(b.Hook, i, H.Slice(0, cur))
+		}
+		for s, c := range x.caches {
+			if c.progress != nil {
+				runs := L
+				if x.ocnt[s] == 0 && cfg.NumKVSharedLayers > 0 && b.Hook == nil {
+					runs = first
+				}
+				if i < runs {
+					c.progress(i+1, runs)
+				}
+			}
+		}
+	}
+	x.finish()
+	if x.outs == 0 {
+		return x.h.Slice(0, 0), st.Sync()
+	}
+	h := x.unmix(H, cur)
+	if cur > x.outs { // every row ran every layer: keep the wanted ones
+		st.UploadI32(x.gsel.Sub(0, 1, x.outs), x.outRows)
+		st.Gather(x.H2.Slice(0, x.outs), h, x.gsel.Sub(0, 1, x.outs))
+		st.Copy(x.h.Slice(0, x.outs), x.H2.Slice(0, x.outs))
+		h = x.h.Slice(0, x.outs)
+	}
+	return h, st.Sync()
+}
+
+// prepare checks the batch, gives its rows their positions and key/value
+// slots, and uploads the rows' descriptions.
+func (x *Exec) prepare(b *Batch) error {
+	m, cfg := x.m, x.m.Cfg
+	D := cfg.HiddenSize
+	x.caches, x.cnt, x.ocnt, x.outRows = x.caches[:0], x.cnt[:0], x.ocnt[:0], x.outRows[:0]
+	for r, row := range b.Rows {
+		c := row.Cache
+		if c == nil || c.s.m.pool != m.pool {
+			return fmt.Errorf("gemma3n: row %d has no cache of this model", r)
+		}
+		if row.Embed < 0 {
+			if row.Token < 0 || int(row.Token) >= cfg.VocabSize {
+				return fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", row.Token, cfg.VocabSize)
+			}
+		} else if int(row.Embed+1)*D > len(b.Embeds) {
+			return fmt.Errorf("gemma3n: row %d takes embedding %d of %d", r, row.Embed, len(b.Embeds)/D)
+		}
+		s := -1
+		for j, d := range x.caches { // batches hold few sequences
+			if d == c {
+				s = j
+				break
+			}
+		}
+		if s < 0 {
+			s = len(x.caches)
+			x.caches = append(x.caches, c)
+			x.cnt, x.ocnt = append(x.cnt, 0), append(x.ocnt, 0)
+		}
+		x.hPos[r] = int32(c.s.n + x.cnt[s])
+		x.hQSeq[r] = int32(s)
+		x.cnt[s]++
+		x.hIDs[r] = row.Token
+		if row.Embed >= 0 {
+			x.hIDs[r] = 0 // replaced by the given embedding
+		}
+		if row.Out || b.Hook != nil {
+			x.outRows = append(x.outRows, int32(r))
+			x.ocnt[s]++
+		}
+	}
+	if b.Hook != nil && len(x.caches) != 1 {
+		return fmt.Errorf("gemma3n: a hook needs a batch of one sequence")
+	}
+	x.outs = len(x.outRows)
+	x.maxKeys = 0
+	for s, c := range x.caches {
+		if err := c.s.m.checkPositions(c.s.n + x.cnt[s]); err != nil {
+			return err
+		}
+		x.maxKeys = max(x.maxKeys, c.s.n+x.cnt[s])
+	}
+	n := len(b.Rows)
+	p := m.pool
+	p.mu.Lock()
+	// Slots, sequence by sequence: a sequence's rows are consecutive
+	// positions; their slots are written back to the rows in batch order.
+	tmp := x.hOne[:0]
+	var err error
+	for k := range p.kinds {
+		if len(p.kinds[k].layers) == 0 {
+			continue
+		}
+		dst := x.hSlot0
+		if k == 1 {
+			dst = x.hSlot1
+		}
+		for s, c := range x.caches {
+			tmp = tmp[:x.cnt[s]]
+			if err = c.s.slots(k, x.cnt[s], tmp); err != nil {
+				break
+			}
+			j := 0
+			for r, row := range b.Rows {
+				if row.Cache == c {
+					dst[r] = tmp[j]
+					j++
+				}
+			}
+		}
+		if err != nil {
+			for _, c := range x.caches {
+				for kk := 0; kk <= k; kk++ {
+					c.s.trim(kk, c.s.n)
+				}
+			}
+			break
+		}
+	}
+	if err == nil {
+		err = x.entries()
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	st := x.st
+	st.UploadI32(x.ids.Sub(0, 1, n), x.hIDs[:n])
+	st.UploadI32(x.pos.Sub(0, 1, n), x.hPos[:n])
+	st.UploadI32(x.qseq.Sub(0, 1, n), x.hQSeq[:n])
+	st.UploadI32(x.slot0.Sub(0, 1, n), x.hSlot0[:n])
+	st.UploadI32(x.slot1.Sub(0, 1, n), x.hSlot1[:n])
+	return nil
+}
+
+// entries writes the batch's sequences' key runs (both kinds, sequences in
+// batch order) into the entry tensors: kind k's sequence s owns entries
+// seqEnt[k·(S+1)+s] .. seqEnt[k·(S+1)+s+1]-1.
+func (x *Exec) entries() error {
+	S := len(x.caches)
+	total := 0
+	for _, c := range x.caches {
+		total += len(c.s.runs[0]) + len(c.s.runs[1])
+	}
+	if total > x.entCap() || 2*(S+1) > x.seqEnt.Len() {
+		return fmt.Errorf("gemma3n: the batch's sequences hold %d key runs, more than the %d an Exec describes", total, x.entCap())
+	}
+	blk, pos, ln := x.hEnt[:total], x.hEnt[x.entCap():x.entCap()+total], x.hEnt[2*x.entCap():2*x.entCap()+total]
+	e := 0
+	se := x.hSeqEnt[:2*(S+1)]
+	for k := 0; k < 2; k++ {
+		for s, c := range x.caches {
+			se[k*(S+1)+s] = int32(e)
+			for _, r := range c.s.runs[k] {
+				blk[e], pos[e], ln[e] = r.blk, r.pos, r.len
+				e++
+			}
+		}
+		se[k*(S+1)+S] = int32(e)
+	}
+	st := x.st
+	st.UploadI32(x.seqEnt.Sub(0, 1, len(se)), se)
+	st.UploadI32(x.entBlk.Sub(0, 1, total), blk)
+	st.UploadI32(x.entPos.Sub(0, 1, total), pos)
+	st.UploadI32(x.entLen.Sub(0, 1, total), ln)
+	return nil
+}
+
+// finish advances the batch's sequences past its rows and releases the
+// sliding-window blocks they no longer see.
+func (x *Exec) finish() {
+	p := x.m.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s, c := range x.caches {
+		c.s.n += x.cnt[s]
+		c.s.release()
+	}
+}
+
+func (x *Exec) hook(h Hook, layer int, t native.Tensor) {
+	n := t.Len()
+	if cap(x.hHook) < n {
+		x.hHook = make([]float32, n)
+	}
+	x.st.Download(x.hHook[:n], t)
+	if err := x.st.Sync(); err == nil {
+		h(layer, x.hHook[:n])
+	}
+}
+
+// embed writes the rows' input embeddings into x.e: scaled token
+// embeddings, then the given ones over their rows (the multimodal merge).
+func (x *Exec) embed(b *Batch, n int) error {
+	m, st := x.m, x.st
+	D := m.Cfg.HiddenSize
+	e := x.e.Slice(0, n)
+	st.Embed(e, m.t.embed, x.ids.Sub(0, 1, n), m.embedScale)
+	x.hEmbIdx = x.hEmbIdx[:0]
+	k := 0
+	for r, row := range b.Rows {
+		if row.Embed >= 0 {
+			x.hEmbIdx = append(x.hEmbIdx, int32(r))
+			copy(x.hPLE[k*D:(k+1)*D], b.Embeds[int(row.Embed)*D:int(row.Embed+1)*D])
+			k++
+		}
+	}
+	if k > 0 {
+		// Given rows go through the per-layer staging area, then land on
+		// their rows.
+		st.Upload(x.tok.Sub(0, k, D), x.hPLE[:k*D])
+		st.UploadI32(x.sid.Sub(0, 1, k), x.hEmbIdx)
+		st.Scatter(e, x.tok.Sub(0, k, D), x.sid.Sub(0, 1, k))
+		if err := st.Sync(); err != nil { // the staging area is reused next
+			return err
+		}
+	}
+	return nil
+}
+
+// perLayer computes Gemma 3n's per-layer inputs of the batch into x.ple,
+// layer-major [L, n, P]; the per-layer token embeddings are read on the
+// host and uploaded.
+func (x *Exec) perLayer(n int) error {
+	m, st := x.m, x.st
+	cfg := m.Cfg
+	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
+	proj := x.tok.Sub(0, n, L*P)
+	// proj holds the projection; the token rows go to the ple2 area first.
+	st.Linear(proj, x.e.Slice(0, n), m.t.pleProj)
+	st.Scale(proj, proj, float32(1/math.Sqrt(float64(D))))
+	st.RMSNorm(proj, proj, m.t.pleNorm, P, float32(cfg.RMSNormEps))
+	for t := 0; t < n; t++ {
+		id := x.hIDs[t]
+		if id < 0 || int(id) >= cfg.VocabSizePerLayer {
+			id = 0
+		}
+		if err := m.store.Rows(m.pleName, int(id), x.hPLE[t*L*P:(t+1)*L*P]); err != nil {
+			return fmt.Errorf("gemma3n: per-layer embedding of token %d: %w", id, err)
+		}
+	}
+	tok := x.ple2.Sub(0, n, L*P) // free until the gather
+	st.Upload(tok, x.hPLE[:n*L*P])
+	st.Scale(tok, tok, m.pleScale)
+	st.Add(tok, tok, proj)
+	for l := 0; l < L; l++ {
+		st.Copy2D(x.ple.Sub(l*n*P, n, P), P, tok.Sub(l*P, 1, (n-1)*L*P+P), L*P, n, P)
+	}
+	pl := x.ple.Sub(0, L*n, P)
+	st.Scale(pl, pl, float32(1/math.Sqrt2))
+	return st.Sync() // the host rows are reused by the next batch
+}

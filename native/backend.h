@@ -1,0 +1,165 @@
+/*
+ * backend.h: Verdict's compute backend interface.
+ *
+ * A backend is a table of C functions (vd_backend) over memory it owns:
+ * buffers it allocates or binds, tensors that point into them, and streams
+ * that order its work. The engine calls nothing else, so a backend built as
+ * a separate shared library (CUDA) and loaded at run time can stand in for
+ * the CPU one compiled into the binary.
+ *
+ * Tensors are plain descriptors: the address of their first element in the
+ * backend's memory (host or device), a second address for a q4 tensor's
+ * scales and offsets, the element type and a row-major [rows, cols] shape.
+ * Operations are enqueued on a stream, in order; their results are visible
+ * to later operations of the same stream at once and to the host after
+ * download and sync. Operations never allocate memory the caller can see
+ * and keep no pointer after the stream has run them.
+ *
+ * The interface promises results to the accuracy of float32 arithmetic; how
+ * each backend sums (and so whether two backends give the same bits) is
+ * stated by that backend.
+ */
+#ifndef VERDICT_BACKEND_H
+#define VERDICT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* VD_ABI changes whenever the table below does. */
+#define VD_ABI 1
+
+enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
+
+typedef struct {
+	void *data;    /* first element */
+	void *aux;     /* q4: scales and offsets [rows, cols/group, 2] */
+	int32_t dtype; /* VD_* */
+	int32_t group; /* q4: columns per group (a power of two >= 32) */
+	int64_t rows, cols;
+} vd_tensor;
+
+typedef struct vd_stream vd_stream;
+typedef struct vd_backend vd_backend;
+
+/* Paged attention over a pool of key/value blocks (see vk_paged_attention
+ * in kernels.h for the rules): k and v are the layer's pool [blocks·block,
+ * hkv·d]; q and out [nq, hq·d]; the int32 tensors describe the sequences. */
+typedef struct {
+	vd_tensor out, q, k, v;
+	vd_tensor qpos, qseq, seq_ent, ent_blk, ent_pos, ent_len;
+	int64_t hq, hkv, d, block, window, max_keys;
+	float scale;
+} vd_attn;
+
+/* Elementwise operations (vd_backend.ew): y = f(a, b, c) over y's elements. */
+enum {
+	VD_EW_GELU,      /* y = gelu_tanh(a) */
+	VD_EW_GELU_MUL,  /* y = gelu_tanh(a)·b */
+	VD_EW_SOFTCAP,   /* y = c·tanh(a/c) */
+	VD_EW_TANH,      /* y = tanh(a) */
+	VD_EW_ADD,       /* y = a + b */
+	VD_EW_MUL,       /* y = a·b */
+	VD_EW_DIV,       /* y = a/b */
+	VD_EW_ADD_CONST, /* y = a + c */
+	VD_EW_SCALE,     /* y = a·c */
+	VD_EW_ADD_SCALED /* y = (a + b)·c */
+};
+
+/* A sampling request (vd_backend.sample): the token drawn from logits x
+ * [1, vocab] scaled by inv_temp (1/temperature), then top-k and top-p (in
+ * that order), with the uniform draw u in [0, 1); inv_temp 0 is the argmax
+ * (temperature 0). */
+typedef struct {
+	float inv_temp;
+	int64_t top_k;
+	double top_p, u;
+} vd_sampling;
+
+struct vd_backend {
+	int abi;          /* VD_ABI */
+	const char *name; /* e.g. "cpu" */
+	void *state;      /* the backend's own */
+
+	/* Memory. alloc returns NULL when out of memory; bind makes host memory
+	 * (weights: a mapped file, a packed arena) usable by operations,
+	 * without a copy where the backend can read host memory. */
+	void *(*alloc)(vd_backend *b, size_t bytes);
+	void (*release)(vd_backend *b, void *p, size_t bytes);
+	void *(*bind)(vd_backend *b, void *host, size_t bytes);
+	void (*unbind)(vd_backend *b, void *p, void *host, size_t bytes);
+
+	/* Streams and transfers (asynchronous on the stream); sync waits for
+	 * the stream and returns 0, or a backend error code. */
+	vd_stream *(*stream_new)(vd_backend *b);
+	void (*stream_free)(vd_stream *s);
+	void (*upload)(vd_stream *s, void *dst, const void *host, size_t bytes);
+	void (*download)(vd_stream *s, void *host, const void *src, size_t bytes);
+	void (*copy)(vd_stream *s, void *dst, const void *src, size_t bytes);
+	int (*sync)(vd_stream *s);
+
+	/* Matrix products: y = x·wᵀ (w [out, in], f32, bf16 or q4). linear_rows
+	 * takes rows ids (int32 [1, k]) of w only: y [x.rows, k]. */
+	void (*linear)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w);
+	void (*linear_rows)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	                    vd_tensor ids);
+	/* Gemma 3n's activation-sparse MLP over q4 up and transposed down
+	 * weights: y [n, d] from x [n, d] and the gate outputs g [n, inter]
+	 * (overwritten); h and idx are scratch like g. */
+	void (*sparse_mlp)(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
+	                   vd_tensor idx, vd_tensor x, vd_tensor up,
+	                   vd_tensor down_t, float z);
+
+	/* Row operations over rows of width dim (the tensor's elements taken
+	 * as rows of dim). */
+	void (*rmsnorm)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	                int64_t dim, float eps); /* w.data NULL: no scale */
+	void (*row_rms)(vd_stream *s, vd_tensor out, vd_tensor x, int64_t dim,
+	                float floor);
+	void (*scale_rows)(vd_stream *s, vd_tensor x, vd_tensor sc, int64_t dim);
+	void (*mul_rows)(vd_stream *s, vd_tensor x, vd_tensor w);
+	void (*sparse_gelu_mul)(vd_stream *s, vd_tensor g, vd_tensor u,
+	                        int64_t dim, float z);
+	void (*ew)(vd_stream *s, int op, vd_tensor y, vd_tensor a, vd_tensor b,
+	           float c);
+	void (*rope)(vd_stream *s, vd_tensor x, vd_tensor pos, int64_t heads,
+	             int64_t head_dim, vd_tensor inv_freq);
+	void (*altup_predict)(vd_stream *s, vd_tensor pred, vd_tensor h,
+	                      vd_tensor coef, int64_t n, int64_t d);
+	void (*altup_correct)(vd_stream *s, vd_tensor out, vd_tensor pred,
+	                      vd_tensor act, vd_tensor c, int64_t n, int64_t d);
+	void (*attention)(vd_stream *s, const vd_attn *a);
+
+	/* Memory work. embed: y[i] = table[ids[i]]·scale (table f32, bf16 or
+	 * q4, dequantised); gather: y[i] = x[idx[i]]; scatter: y[idx[i]] =
+	 * x[i] (rows of x.cols elements, f32); copy2d: rows of cols elements
+	 * from x (row stride xs) to y (row stride ys), in elements. */
+	void (*embed)(vd_stream *s, vd_tensor y, vd_tensor table, vd_tensor ids,
+	              float scale);
+	void (*gather)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx);
+	void (*scatter)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx);
+	void (*copy2d)(vd_stream *s, vd_tensor y, int64_t ys, vd_tensor x,
+	               int64_t xs, int64_t rows, int64_t cols);
+
+	/* Reductions of the output side. logsumexp: out[r] = log Σ exp(x_r);
+	 * argmax: out[r] = the index of x_r's largest value (lowest on ties);
+	 * select: out[j] = x[row[j], col[j]]; sample: out[0] = the drawn
+	 * token (x is overwritten). */
+	void (*logsumexp)(vd_stream *s, vd_tensor out, vd_tensor x);
+	void (*argmax)(vd_stream *s, vd_tensor out, vd_tensor x);
+	void (*select)(vd_stream *s, vd_tensor out, vd_tensor x, vd_tensor row,
+	               vd_tensor col);
+	void (*sample)(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p);
+};
+
+/* vd_cpu_backend returns the CPU backend (compiled into the binary). */
+vd_backend *vd_cpu_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

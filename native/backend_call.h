@@ -1,0 +1,40 @@
+/* backend_call.h: calls through a backend's table, for cgo (which cannot
+ * call C function pointers itself). */
+#ifndef VERDICT_BACKEND_CALL_H
+#define VERDICT_BACKEND_CALL_H
+
+#include "backend.h"
+
+static inline void *vdc_alloc(vd_backend *b, size_t n) { return b->alloc(b, n); }
+static inline void vdc_release(vd_backend *b, void *p, size_t n) { b->release(b, p, n); }
+static inline void *vdc_bind(vd_backend *b, void *h, size_t n) { return b->bind(b, h, n); }
+static inline void vdc_unbind(vd_backend *b, void *p, void *h, size_t n) { b->unbind(b, p, h, n); }
+static inline vd_stream *vdc_stream_new(vd_backend *b) { return b->stream_new(b); }
+static inline void vdc_stream_free(vd_backend *b, vd_stream *s) { b->stream_free(s); }
+static inline void vdc_upload(vd_backend *b, vd_stream *s, void *d, const void *h, size_t n) { b->upload(s, d, h, n); }
+static inline void vdc_download(vd_backend *b, vd_stream *s, void *h, const void *d, size_t n) { b->download(s, h, d, n); }
+static inline void vdc_copy(vd_backend *b, vd_stream *s, void *d, const void *x, size_t n) { b->copy(s, d, x, n); }
+static inline int vdc_sync(vd_backend *b, vd_stream *s) { return b->sync(s); }
+static inline void vdc_linear(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->linear(s, y, x, w); }
+static inline void vdc_linear_rows(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor ids) { b->linear_rows(s, y, x, w, ids); }
+static inline void vdc_sparse_mlp(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h, vd_tensor idx, vd_tensor x, vd_tensor up, vd_tensor dt, float z) { b->sparse_mlp(s, y, g, h, idx, x, up, dt, z); }
+static inline void vdc_rmsnorm(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, int64_t dim, float eps) { b->rmsnorm(s, y, x, w, dim, eps); }
+static inline void vdc_row_rms(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, int64_t dim, float fl) { b->row_rms(s, o, x, dim, fl); }
+static inline void vdc_scale_rows(vd_backend *b, vd_stream *s, vd_tensor x, vd_tensor sc, int64_t dim) { b->scale_rows(s, x, sc, dim); }
+static inline void vdc_mul_rows(vd_backend *b, vd_stream *s, vd_tensor x, vd_tensor w) { b->mul_rows(s, x, w); }
+static inline void vdc_sparse_gelu_mul(vd_backend *b, vd_stream *s, vd_tensor g, vd_tensor u, int64_t dim, float z) { b->sparse_gelu_mul(s, g, u, dim, z); }
+static inline void vdc_ew(vd_backend *b, vd_stream *s, int op, vd_tensor y, vd_tensor a, vd_tensor x, float c) { b->ew(s, op, y, a, x, c); }
+static inline void vdc_rope(vd_backend *b, vd_stream *s, vd_tensor x, vd_tensor pos, int64_t h, int64_t hd, vd_tensor f) { b->rope(s, x, pos, h, hd, f); }
+static inline void vdc_altup_predict(vd_backend *b, vd_stream *s, vd_tensor p, vd_tensor h, vd_tensor c, int64_t n, int64_t d) { b->altup_predict(s, p, h, c, n, d); }
+static inline void vdc_altup_correct(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor p, vd_tensor a, vd_tensor c, int64_t n, int64_t d) { b->altup_correct(s, o, p, a, c, n, d); }
+static inline void vdc_attention(vd_backend *b, vd_stream *s, vd_attn a) { b->attention(s, &a); }
+static inline void vdc_embed(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor t, vd_tensor ids, float sc) { b->embed(s, y, t, ids, sc); }
+static inline void vdc_gather(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx) { b->gather(s, y, x, idx); }
+static inline void vdc_scatter(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx) { b->scatter(s, y, x, idx); }
+static inline void vdc_copy2d(vd_backend *b, vd_stream *s, vd_tensor y, int64_t ys, vd_tensor x, int64_t xs, int64_t r, int64_t c) { b->copy2d(s, y, ys, x, xs, r, c); }
+static inline void vdc_logsumexp(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x) { b->logsumexp(s, o, x); }
+static inline void vdc_argmax(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x) { b->argmax(s, o, x); }
+static inline void vdc_select(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_tensor r, vd_tensor c) { b->select(s, o, x, r, c); }
+static inline void vdc_sample(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_sampling p) { b->sample(s, o, x, p); }
+
+#endif

@@ -1,0 +1,276 @@
+package native
+
+/*
+#include "backend_call.h"
+*/
+import "C"
+
+// The operations of a stream (backend.h). Shapes are checked here, so a
+// backend sees only well-formed calls; every op panics on a misuse, like
+// the slice kernels.
+
+// Linear computes y = x·wᵀ: x [n, w.Cols], y [n, w.Rows] (w F32, BF16 or Q4).
+func (s *Stream) Linear(y, x, w Tensor) {
+	if x.Rows() == 0 || w.Rows() == 0 {
+		return
+	}
+	check(x.Cols() == w.Cols() && y.Rows() == x.Rows() && y.Cols() == w.Rows(), "Stream.Linear: shapes differ")
+	C.vdc_linear(s.be.t, s.s, y.t, x.t, w.t)
+}
+
+// LinearRows is Linear over rows ids (I32 [1, k]) of w only: y [n, k].
+// Every value equals Linear's at that row, bit for bit.
+func (s *Stream) LinearRows(y, x, w, ids Tensor) {
+	if x.Rows() == 0 || ids.Len() == 0 {
+		return
+	}
+	check(ids.DType() == I32 && x.Cols() == w.Cols() && y.Rows() == x.Rows() && y.Cols() == ids.Len(), "Stream.LinearRows: shapes differ")
+	C.vdc_linear_rows(s.be.t, s.s, y.t, x.t, w.t, ids.t)
+}
+
+// SparseMLP is SparseMLPQ4 over tensors: y [n, d] from x [n, d] and the
+// gate outputs g [n, inter] (overwritten); h (F32) and idx (I32) are
+// scratch of g's shape.
+func (s *Stream) SparseMLP(y, g, h, idx, x, up, downT Tensor, z float32) {
+	if x.Rows() == 0 {
+		return
+	}
+	check(up.DType() == Q4 && downT.DType() == Q4 && up.Rows() == downT.Rows() && up.Cols() == downT.Cols(), "Stream.SparseMLP: weights")
+	check(g.Len() == x.Rows()*up.Rows() && h.Len() >= g.Len() && idx.Len() >= g.Len() && y.Len() == x.Len(), "Stream.SparseMLP: shapes differ")
+	C.vdc_sparse_mlp(s.be.t, s.s, y.t, g.t, h.t, idx.t, x.t, up.t, downT.t, C.float(z))
+}
+
+// RMSNorm normalises each row of width dim of x into y (w.Nil(): no scale).
+func (s *Stream) RMSNorm(y, x, w Tensor, dim int, eps float32) {
+	if x.Len() == 0 {
+		return
+	}
+	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && (w.Nil() || w.Len() >= dim), "Stream.RMSNorm: shapes differ")
+	C.vdc_rmsnorm(s.be.t, s.s, y.t, x.t, w.t, C.int64_t(dim), C.float(eps))
+}
+
+// RowRMS writes out[r] = sqrt(max(mean(x_r²), floor)) over rows of width dim.
+func (s *Stream) RowRMS(out, x Tensor, dim int, floor float32) {
+	if out.Len() == 0 {
+		return
+	}
+	check(dim > 0 && x.Len() == out.Len()*dim, "Stream.RowRMS: shapes differ")
+	C.vdc_row_rms(s.be.t, s.s, out.t, x.t, C.int64_t(dim), C.float(floor))
+}
+
+// ScaleRows multiplies row r (width dim) of x by sc[r], in place.
+func (s *Stream) ScaleRows(x, sc Tensor, dim int) {
+	if sc.Len() == 0 {
+		return
+	}
+	check(x.Len() == sc.Len()*dim, "Stream.ScaleRows: shapes differ")
+	C.vdc_scale_rows(s.be.t, s.s, x.t, sc.t, C.int64_t(dim))
+}
+
+// MulRows multiplies every row (width w.Len()) of x by w, in place.
+func (s *Stream) MulRows(x, w Tensor) {
+	if x.Len() == 0 {
+		return
+	}
+	check(w.Len() > 0 && x.Len()%w.Len() == 0, "Stream.MulRows: shapes differ")
+	C.vdc_mul_rows(s.be.t, s.s, x.t, w.t)
+}
+
+// SparseGeluMul is SparseGeluMul over tensors: rows of width dim.
+func (s *Stream) SparseGeluMul(g, u Tensor, dim int, z float32) {
+	if g.Len() == 0 {
+		return
+	}
+	check(dim > 0 && g.Len()%dim == 0 && u.Len() >= g.Len(), "Stream.SparseGeluMul: shapes differ")
+	C.vdc_sparse_gelu_mul(s.be.t, s.s, g.t, u.t, C.int64_t(dim), C.float(z))
+}
+
+func (s *Stream) ew(op C.int, y, a, b Tensor, c float32, name string) {
+	if y.Len() == 0 {
+		return
+	}
+	if a.Len() < y.Len() || (!b.Nil() && b.Len() < y.Len()) {
+		panic("native: " + name + ": input too short")
+	}
+	C.vdc_ew(s.be.t, s.s, op, y.t, a.t, b.t, C.float(c))
+}
+
+// GeluTanh computes y = gelu_tanh(a).
+func (s *Stream) GeluTanh(y, a Tensor) { s.ew(C.VD_EW_GELU, y, a, Tensor{}, 0, "Stream.GeluTanh") }
+
+// GeluMul computes y = gelu_tanh(a)·b.
+func (s *Stream) GeluMul(y, a, b Tensor) { s.ew(C.VD_EW_GELU_MUL, y, a, b, 0, "Stream.GeluMul") }
+
+// Softcap computes y = c·tanh(a/c).
+func (s *Stream) Softcap(y, a Tensor, c float32) {
+	s.ew(C.VD_EW_SOFTCAP, y, a, Tensor{}, c, "Stream.Softcap")
+}
+
+// Tanh computes y = tanh(a).
+func (s *Stream) Tanh(y, a Tensor) { s.ew(C.VD_EW_TANH, y, a, Tensor{}, 0, "Stream.Tanh") }
+
+// Add computes y = a + b.
+func (s *Stream) Add(y, a, b Tensor) { s.ew(C.VD_EW_ADD, y, a, b, 0, "Stream.Add") }
+
+// Mul computes y = a·b.
+func (s *Stream) Mul(y, a, b Tensor) { s.ew(C.VD_EW_MUL, y, a, b, 0, "Stream.Mul") }
+
+// Div computes y = a/b.
+func (s *Stream) Div(y, a, b Tensor) { s.ew(C.VD_EW_DIV, y, a, b, 0, "Stream.Div") }
+
+// AddConst computes y = a + c.
+func (s *Stream) AddConst(y, a Tensor, c float32) {
+	s.ew(C.VD_EW_ADD_CONST, y, a, Tensor{}, c, "Stream.AddConst")
+}
+
+// Scale computes y = a·c.
+func (s *Stream) Scale(y, a Tensor, c float32) { s.ew(C.VD_EW_SCALE, y, a, Tensor{}, c, "Stream.Scale") }
+
+// AddScaled computes y = (a + b)·c.
+func (s *Stream) AddScaled(y, a, b Tensor, c float32) {
+	s.ew(C.VD_EW_ADD_SCALED, y, a, b, c, "Stream.AddScaled")
+}
+
+// RoPE rotates x [n, heads·headDim] in place to positions pos (I32 [1, n]).
+func (s *Stream) RoPE(x, pos Tensor, heads, headDim int, invFreq Tensor) {
+	if pos.Len() == 0 {
+		return
+	}
+	check(pos.DType() == I32 && x.Len() >= pos.Len()*heads*headDim && invFreq.Len() >= headDim/2, "Stream.RoPE: shapes differ")
+	C.vdc_rope(s.be.t, s.s, x.t, pos.t, C.int64_t(heads), C.int64_t(headDim), invFreq.t)
+}
+
+// AltUpPredict is AltUpPredict over tensors: pred, h [4·n, d], coef [n, 16].
+func (s *Stream) AltUpPredict(pred, h, coef Tensor, n, d int) {
+	if n == 0 {
+		return
+	}
+	check(pred.Len() >= 4*n*d && h.Len() >= 4*n*d && coef.Len() >= 16*n, "Stream.AltUpPredict: shapes differ")
+	C.vdc_altup_predict(s.be.t, s.s, pred.t, h.t, coef.t, C.int64_t(n), C.int64_t(d))
+}
+
+// AltUpCorrect is AltUpCorrect over tensors.
+func (s *Stream) AltUpCorrect(out, pred, act, c Tensor, n, d int) {
+	if n == 0 {
+		return
+	}
+	check(out.Len() >= 4*n*d && pred.Len() >= 4*n*d && act.Len() >= n*d && c.Len() >= 4*n, "Stream.AltUpCorrect: shapes differ")
+	C.vdc_altup_correct(s.be.t, s.s, out.t, pred.t, act.t, c.t, C.int64_t(n), C.int64_t(d))
+}
+
+// PagedAttn describes one paged attention call (see vk_paged_attention in
+// kernels.h): queries Q [n, HeadsQ·HeadDim] at positions QPos of sequences
+// QSeq; sequence s's key entries are SeqEnt[s]..SeqEnt[s+1]-1, entry e
+// holding EntLen[e] keys from position EntPos[e] in block EntBlk[e] of the
+// pool K, V [blocks·Block, HeadsKV·HeadDim].
+type PagedAttn struct {
+	Out, Q, K, V                                Tensor
+	QPos, QSeq, SeqEnt, EntBlk, EntPos, EntLen Tensor
+	HeadsQ, HeadsKV, HeadDim, Block, Window     int
+	MaxKeys                                     int
+	Scale                                       float32
+}
+
+// Attention runs paged causal attention; every query's output equals
+// Attention's over its keys in one array, bit for bit.
+func (s *Stream) Attention(a *PagedAttn) {
+	n := a.Q.Rows()
+	if n == 0 {
+		return
+	}
+	check(a.HeadsKV > 0 && a.HeadsQ%a.HeadsKV == 0, "Stream.Attention: HeadsQ is not a multiple of HeadsKV")
+	check(a.Q.Cols() == a.HeadsQ*a.HeadDim && a.Out.Len() >= n*a.Q.Cols(), "Stream.Attention: q or out")
+	check(a.K.Cols() == a.HeadsKV*a.HeadDim && a.V.Cols() == a.K.Cols() && a.Block > 0, "Stream.Attention: pool")
+	check(a.QPos.Len() >= n && a.QSeq.Len() >= n, "Stream.Attention: positions")
+	C.vdc_attention(s.be.t, s.s, C.vd_attn{
+		out: a.Out.t, q: a.Q.t, k: a.K.t, v: a.V.t, qpos: a.QPos.t, qseq: a.QSeq.t,
+		seq_ent: a.SeqEnt.t, ent_blk: a.EntBlk.t, ent_pos: a.EntPos.t, ent_len: a.EntLen.t,
+		hq: C.int64_t(a.HeadsQ), hkv: C.int64_t(a.HeadsKV), d: C.int64_t(a.HeadDim),
+		block: C.int64_t(a.Block), window: C.int64_t(a.Window), max_keys: C.int64_t(a.MaxKeys),
+		scale: C.float(a.Scale),
+	})
+}
+
+// Embed writes y[i] = table[ids[i]]·scale (table F32, BF16 or Q4,
+// dequantised exactly as ReadRows does).
+func (s *Stream) Embed(y, table, ids Tensor, scale float32) {
+	if ids.Len() == 0 {
+		return
+	}
+	check(ids.DType() == I32 && y.Len() >= ids.Len()*table.Cols(), "Stream.Embed: shapes differ")
+	C.vdc_embed(s.be.t, s.s, y.t, table.t, ids.t, C.float(scale))
+}
+
+// Gather writes y[i] = x[idx[i]] (rows of x.Cols() elements).
+func (s *Stream) Gather(y, x, idx Tensor) {
+	if idx.Len() == 0 {
+		return
+	}
+	check(idx.DType() == I32 && y.Cols() == x.Cols() && y.Rows() >= idx.Len(), "Stream.Gather: shapes differ")
+	C.vdc_gather(s.be.t, s.s, y.t, x.t, idx.t)
+}
+
+// Scatter writes y[idx[i]] = x[i] (rows of x.Cols() elements): KV writes,
+// the multimodal merge.
+func (s *Stream) Scatter(y, x, idx Tensor) {
+	if idx.Len() == 0 {
+		return
+	}
+	check(idx.DType() == I32 && y.Cols() == x.Cols() && x.Rows() >= idx.Len(), "Stream.Scatter: shapes differ")
+	C.vdc_scatter(s.be.t, s.s, y.t, x.t, idx.t)
+}
+
+// Copy2D copies rows of cols elements from x (row stride xs) to y (row
+// stride ys), strides in elements.
+func (s *Stream) Copy2D(y Tensor, ys int, x Tensor, xs, rows, cols int) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	check(y.Len() >= (rows-1)*ys+cols && x.Len() >= (rows-1)*xs+cols, "Stream.Copy2D: outside a tensor")
+	C.vdc_copy2d(s.be.t, s.s, y.t, C.int64_t(ys), x.t, C.int64_t(xs), C.int64_t(rows), C.int64_t(cols))
+}
+
+// LogSumExp writes out[r] = log Σ exp(x_r) for each row of x.
+func (s *Stream) LogSumExp(out, x Tensor) {
+	if x.Rows() == 0 {
+		return
+	}
+	check(out.Len() >= x.Rows(), "Stream.LogSumExp: out too short")
+	C.vdc_logsumexp(s.be.t, s.s, out.t, x.t)
+}
+
+// Argmax writes out[r] (I32) = the index of the largest value of row r of
+// x (the lowest on ties).
+func (s *Stream) Argmax(out, x Tensor) {
+	if x.Rows() == 0 {
+		return
+	}
+	check(out.DType() == I32 && out.Len() >= x.Rows(), "Stream.Argmax: out")
+	C.vdc_argmax(s.be.t, s.s, out.t, x.t)
+}
+
+// Select writes out[j] = x[row[j], col[j]].
+func (s *Stream) Select(out, x, row, col Tensor) {
+	if row.Len() == 0 {
+		return
+	}
+	check(row.DType() == I32 && col.DType() == I32 && col.Len() == row.Len() && out.Len() >= row.Len(), "Stream.Select: shapes differ")
+	C.vdc_select(s.be.t, s.s, out.t, x.t, row.t, col.t)
+}
+
+// Sampling is a token draw: logits scaled by InvTemp (1/temperature; 0
+// means temperature 0, the argmax), then top-k (0: all), then top-p (0 or 1:
+// all), with the uniform draw U in [0, 1).
+type Sampling struct {
+	InvTemp float32
+	TopK    int
+	TopP, U float64
+}
+
+// Sample writes out[0] (I32) = the token drawn from the logits x [1,
+// vocab], which it overwrites.
+func (s *Stream) Sample(out, x Tensor, p Sampling) {
+	check(out.DType() == I32 && out.Len() >= 1 && x.Rows() == 1, "Stream.Sample: shapes")
+	C.vdc_sample(s.be.t, s.s, out.t, x.t, C.vd_sampling{inv_temp: C.float(p.InvTemp),
+		top_k: C.int64_t(p.TopK), top_p: C.double(p.TopP), u: C.double(p.U)})
+}

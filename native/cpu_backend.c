@@ -1,0 +1,498 @@
+/*
+ * cpu_backend.c: the CPU backend's function table (backend.h) over the
+ * kernels of kernels.h.
+ *
+ * Memory is host memory: alloc maps anonymous pages (committed when first
+ * written), bind uses the caller's memory in place. A stream runs each
+ * operation when it is enqueued, on the kernel thread pool; sync has
+ * nothing to wait for.
+ *
+ * Exactness: every result is the kernels' (kernels.h): dot products summed
+ * in 16 lanes with fresh lane sums per 512-column block and a fixed tree,
+ * every output element computed by one thread in an order fixed by the
+ * shapes, so results do not depend on the thread count, the SIMD level or
+ * the batch a row sits in.
+ */
+#include "cpu_internal.h"
+
+#include "backend.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+struct vd_stream {
+	vd_backend *b;
+};
+
+static int64_t elems(vd_tensor t) { return t.rows * t.cols; }
+static int lg2(int64_t g)
+{
+	int l = 0;
+	while ((1LL << l) < g)
+		l++;
+	return l;
+}
+
+static void *cpu_alloc(vd_backend *b, size_t bytes)
+{
+	(void)b;
+	if (bytes == 0)
+		bytes = 64;
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void cpu_release(vd_backend *b, void *p, size_t bytes)
+{
+	(void)b;
+	if (p)
+		munmap(p, bytes ? bytes : 64);
+}
+
+static void *cpu_bind(vd_backend *b, void *host, size_t bytes)
+{
+	(void)b;
+	(void)bytes;
+	return host;
+}
+
+static void cpu_unbind(vd_backend *b, void *p, void *host, size_t bytes)
+{
+	(void)b;
+	(void)p;
+	(void)host;
+	(void)bytes;
+}
+
+static vd_stream *cpu_stream_new(vd_backend *b)
+{
+	vd_stream *s = calloc(1, sizeof *s);
+	if (s)
+		s->b = b;
+	return s;
+}
+
+static void cpu_stream_free(vd_stream *s) { free(s); }
+
+static void cpu_move(vd_stream *s, void *dst, const void *src, size_t n)
+{
+	(void)s;
+	if (n)
+		memmove(dst, src, n);
+}
+
+static int cpu_sync(vd_stream *s)
+{
+	(void)s;
+	return 0;
+}
+
+static void cpu_linear(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
+{
+	(void)s;
+	switch (w.dtype) {
+	case VD_F32:
+		vk_linear_f32(y.data, x.data, w.data, x.rows, w.rows, w.cols);
+		break;
+	case VD_BF16:
+		vk_linear_bf16(y.data, x.data, w.data, x.rows, w.rows, w.cols);
+		break;
+	case VD_Q4:
+		vk_linear_q4(y.data, x.data, w.data, w.aux, x.rows, w.rows, w.cols,
+		             lg2(w.group));
+		break;
+	}
+}
+
+/* cpu_linear_rows gathers the rows into per-thread scratch and runs Linear
+ * over them: each value is Linear's at that row, bit for bit. */
+static void cpu_linear_rows(vd_stream *s, vd_tensor y, vd_tensor x,
+                            vd_tensor w, vd_tensor ids)
+{
+	int64_t k = elems(ids), C = w.cols;
+	const int32_t *r = ids.data;
+	vd_tensor sub = w;
+	sub.rows = k;
+	switch (w.dtype) {
+	case VD_F32: {
+		float *d = vk_scratch(4, (size_t)(k * C) * sizeof(float));
+		for (int64_t j = 0; j < k; j++)
+			memcpy(d + j * C, (const float *)w.data + r[j] * C,
+			       (size_t)C * sizeof(float));
+		sub.data = d;
+		break;
+	}
+	case VD_BF16: {
+		uint16_t *d = vk_scratch(4, (size_t)(k * C) * sizeof(uint16_t));
+		for (int64_t j = 0; j < k; j++)
+			memcpy(d + j * C, (const uint16_t *)w.data + r[j] * C,
+			       (size_t)C * sizeof(uint16_t));
+		sub.data = d;
+		break;
+	}
+	case VD_Q4: {
+		int64_t qb = C / 2, sf = 2 * (C / w.group);
+		uint8_t *q = vk_scratch(4, (size_t)(k * qb));
+		float *so = vk_scratch(5, (size_t)(k * sf) * sizeof(float));
+		for (int64_t j = 0; j < k; j++) {
+			memcpy(q + j * qb, (const uint8_t *)w.data + r[j] * qb, (size_t)qb);
+			memcpy(so + j * sf, (const float *)w.aux + r[j] * sf,
+			       (size_t)sf * sizeof(float));
+		}
+		sub.data = q;
+		sub.aux = so;
+		break;
+	}
+	}
+	cpu_linear(s, y, x, sub);
+}
+
+static void cpu_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
+                           vd_tensor idx, vd_tensor x, vd_tensor up,
+                           vd_tensor dt, float z)
+{
+	(void)s;
+	int64_t n = x.rows;
+	int32_t *cnt = vk_scratch(6, (size_t)(2 * n + 1) * sizeof(int32_t));
+	vk_sparse_mlp_q4(y.data, g.data, h.data, idx.data, cnt, cnt + n, x.data,
+	                 up.data, up.aux, dt.data, dt.aux, n, up.rows, up.cols, z,
+	                 lg2(up.group));
+}
+
+static void cpu_rmsnorm(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+                        int64_t dim, float eps)
+{
+	(void)s;
+	vk_rmsnorm(y.data, x.data, w.data, elems(x) / dim, dim, eps);
+}
+
+static void cpu_row_rms(vd_stream *s, vd_tensor out, vd_tensor x, int64_t dim,
+                        float floor)
+{
+	(void)s;
+	vk_row_rms(out.data, x.data, elems(out), dim, floor);
+}
+
+static void cpu_scale_rows(vd_stream *s, vd_tensor x, vd_tensor sc, int64_t dim)
+{
+	(void)s;
+	vk_scale_rows(x.data, sc.data, elems(sc), dim);
+}
+
+static void cpu_mul_rows(vd_stream *s, vd_tensor x, vd_tensor w)
+{
+	(void)s;
+	vk_mul_rows(x.data, w.data, elems(x) / elems(w), elems(w));
+}
+
+static void cpu_sparse_gelu_mul(vd_stream *s, vd_tensor g, vd_tensor u,
+                                int64_t dim, float z)
+{
+	(void)s;
+	vk_sparse_gelu_mul(g.data, u.data, elems(g) / dim, dim, z);
+}
+
+static void cpu_ew(vd_stream *s, int op, vd_tensor y, vd_tensor a, vd_tensor b,
+                   float c)
+{
+	(void)s;
+	int64_t n = elems(y);
+	float *yd = y.data;
+	const float *ad = a.data, *bd = b.data;
+	switch (op) {
+	case VD_EW_GELU:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_gelu_tanh(yd, n);
+		break;
+	case VD_EW_GELU_MUL:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_gelu_mul(yd, bd, n);
+		break;
+	case VD_EW_SOFTCAP:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_softcap(yd, n, c);
+		break;
+	case VD_EW_TANH:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_tanh(yd, n);
+		break;
+	case VD_EW_ADD:
+		vk_add(yd, ad, bd, n);
+		break;
+	case VD_EW_MUL:
+		vk_mul(yd, ad, bd, n);
+		break;
+	case VD_EW_DIV:
+		vk_div(yd, ad, bd, n);
+		break;
+	case VD_EW_ADD_CONST:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_add_const(yd, n, c);
+		break;
+	case VD_EW_SCALE:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_scale(yd, n, c);
+		break;
+	case VD_EW_ADD_SCALED:
+		if (yd != ad)
+			memmove(yd, ad, (size_t)n * sizeof(float));
+		vk_add_scaled(yd, bd, n, c);
+		break;
+	}
+}
+
+static void cpu_rope(vd_stream *s, vd_tensor x, vd_tensor pos, int64_t heads,
+                     int64_t head_dim, vd_tensor inv_freq)
+{
+	(void)s;
+	vk_rope(x.data, pos.data, elems(pos), heads, head_dim, inv_freq.data);
+}
+
+static void cpu_altup_predict(vd_stream *s, vd_tensor pred, vd_tensor h,
+                              vd_tensor coef, int64_t n, int64_t d)
+{
+	(void)s;
+	vk_altup_predict(pred.data, h.data, coef.data, n, d);
+}
+
+static void cpu_altup_correct(vd_stream *s, vd_tensor out, vd_tensor pred,
+                              vd_tensor act, vd_tensor c, int64_t n, int64_t d)
+{
+	(void)s;
+	vk_altup_correct(out.data, pred.data, act.data, c.data, n, d);
+}
+
+static void cpu_attention(vd_stream *s, const vd_attn *a)
+{
+	(void)s;
+	vk_paged_attn p = {a->out.data,     a->q.data,       a->k.data,
+	                   a->v.data,       a->qpos.data,    a->qseq.data,
+	                   a->seq_ent.data, a->ent_blk.data, a->ent_pos.data,
+	                   a->ent_len.data, a->q.rows,       a->hq,
+	                   a->hkv,          a->d,            a->block,
+	                   a->window,       a->max_keys,     a->scale};
+	vk_paged_attention(&p);
+}
+
+static void cpu_embed(vd_stream *s, vd_tensor y, vd_tensor t, vd_tensor ids,
+                      float scale)
+{
+	(void)s;
+	int64_t n = elems(ids), C = t.cols;
+	const int32_t *r = ids.data;
+	float *out = y.data;
+	for (int64_t i = 0; i < n; i++) {
+		float *row = out + i * C;
+		switch (t.dtype) {
+		case VD_F32:
+			memcpy(row, (const float *)t.data + r[i] * C, (size_t)C * sizeof(float));
+			break;
+		case VD_BF16:
+			vk_bf16_to_f32(row, (const uint16_t *)t.data + r[i] * C, C);
+			break;
+		case VD_Q4: {
+			int64_t ng = C / t.group;
+			vk_q4_dequant(row, (const uint8_t *)t.data + r[i] * (C / 2),
+			              (const float *)t.aux + r[i] * ng * 2, 1, C, lg2(t.group));
+			break;
+		}
+		}
+	}
+	vk_scale(out, n * C, scale);
+}
+
+static void cpu_gather(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx)
+{
+	(void)s;
+	int64_t n = elems(idx), C = x.cols;
+	const int32_t *r = idx.data;
+	for (int64_t i = 0; i < n; i++)
+		memcpy((float *)y.data + i * C, (const float *)x.data + r[i] * C,
+		       (size_t)C * sizeof(float));
+}
+
+static void cpu_scatter(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx)
+{
+	(void)s;
+	int64_t n = elems(idx), C = x.cols;
+	const int32_t *r = idx.data;
+	for (int64_t i = 0; i < n; i++)
+		memcpy((float *)y.data + r[i] * C, (const float *)x.data + i * C,
+		       (size_t)C * sizeof(float));
+}
+
+static void cpu_copy2d(vd_stream *s, vd_tensor y, int64_t ys, vd_tensor x,
+                       int64_t xs, int64_t rows, int64_t cols)
+{
+	(void)s;
+	for (int64_t r = 0; r < rows; r++)
+		memmove((float *)y.data + r * ys, (const float *)x.data + r * xs,
+		        (size_t)cols * sizeof(float));
+}
+
+static void cpu_logsumexp(vd_stream *s, vd_tensor out, vd_tensor x)
+{
+	(void)s;
+	vk_logsumexp(out.data, x.data, x.rows, x.cols);
+}
+
+static void cpu_argmax(vd_stream *s, vd_tensor out, vd_tensor x)
+{
+	(void)s;
+	vk_argmax(out.data, x.data, x.rows, x.cols);
+}
+
+static void cpu_select(vd_stream *s, vd_tensor out, vd_tensor x, vd_tensor row,
+                       vd_tensor col)
+{
+	(void)s;
+	int64_t n = elems(row);
+	const int32_t *r = row.data, *c = col.data;
+	const float *xd = x.data;
+	float *o = out.data;
+	for (int64_t j = 0; j < n; j++)
+		o[j] = xd[r[j] * x.cols + c[j]];
+}
+
+/* Sampling: candidates ordered by logit (ties: lower id first). */
+static const float *cmp_logits;
+static int cmp_desc(const void *a, const void *b)
+{
+	int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+	float x = cmp_logits[i], y = cmp_logits[j];
+	if (x != y)
+		return x > y ? -1 : 1;
+	return i < j ? -1 : i > j;
+}
+
+/* select_k moves the k best of idx[0..n) to the front (quickselect). */
+static void select_k(int32_t *idx, int64_t n, int64_t k)
+{
+	int64_t lo = 0, hi = n - 1;
+	while (lo < hi) {
+		int32_t p = idx[(lo + hi) / 2];
+		int64_t i = lo, j = hi;
+		while (i <= j) {
+			while (cmp_desc(&idx[i], &p) < 0)
+				i++;
+			while (cmp_desc(&p, &idx[j]) < 0)
+				j--;
+			if (i <= j) {
+				int32_t t = idx[i];
+				idx[i] = idx[j];
+				idx[j] = t;
+				i++;
+				j--;
+			}
+		}
+		if (k - 1 <= j)
+			hi = j;
+		else if (k - 1 >= i)
+			lo = i;
+		else
+			break;
+	}
+}
+
+static void cpu_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
+{
+	(void)s;
+	int64_t V = x.cols;
+	float *l = x.data;
+	int32_t *o = out.data;
+	if (p.inv_temp == 0) {
+		vk_argmax(o, l, 1, V);
+		return;
+	}
+	vk_scale(l, V, p.inv_temp);
+	int32_t *idx = vk_scratch(4, (size_t)V * sizeof(int32_t));
+	for (int64_t i = 0; i < V; i++)
+		idx[i] = (int32_t)i;
+	int64_t k = V;
+	if (p.top_k > 0 && p.top_k < k)
+		k = p.top_k;
+	/* The sampler is not reentrant across threads (cmp_logits); streams of
+	 * one backend sample one at a time. */
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&mu);
+	cmp_logits = l;
+	if (k < V)
+		select_k(idx, V, k);
+	qsort(idx, (size_t)k, sizeof(int32_t), cmp_desc);
+	pthread_mutex_unlock(&mu);
+	double *pr = vk_scratch(5, (size_t)k * sizeof(double));
+	double mx = (double)l[idx[0]], sum = 0;
+	for (int64_t i = 0; i < k; i++) {
+		pr[i] = exp((double)l[idx[i]] - mx);
+		sum += pr[i];
+	}
+	if (p.top_p > 0 && p.top_p < 1) {
+		double cum = 0;
+		for (int64_t i = 0; i < k; i++) {
+			cum += pr[i] / sum;
+			if (cum >= p.top_p) {
+				k = i + 1;
+				break;
+			}
+		}
+		sum = 0;
+		for (int64_t i = 0; i < k; i++)
+			sum += pr[i];
+	}
+	double r = p.u * sum;
+	for (int64_t i = 0; i < k; i++) {
+		r -= pr[i];
+		if (r < 0) {
+			o[0] = idx[i];
+			return;
+		}
+	}
+	o[0] = idx[k - 1];
+}
+
+static vd_backend cpu = {
+	.abi = VD_ABI,
+	.name = "cpu",
+	.alloc = cpu_alloc,
+	.release = cpu_release,
+	.bind = cpu_bind,
+	.unbind = cpu_unbind,
+	.stream_new = cpu_stream_new,
+	.stream_free = cpu_stream_free,
+	.upload = cpu_move,
+	.download = cpu_move,
+	.copy = cpu_move,
+	.sync = cpu_sync,
+	.linear = cpu_linear,
+	.linear_rows = cpu_linear_rows,
+	.sparse_mlp = cpu_sparse_mlp,
+	.rmsnorm = cpu_rmsnorm,
+	.row_rms = cpu_row_rms,
+	.scale_rows = cpu_scale_rows,
+	.mul_rows = cpu_mul_rows,
+	.sparse_gelu_mul = cpu_sparse_gelu_mul,
+	.ew = cpu_ew,
+	.rope = cpu_rope,
+	.altup_predict = cpu_altup_predict,
+	.altup_correct = cpu_altup_correct,
+	.attention = cpu_attention,
+	.embed = cpu_embed,
+	.gather = cpu_gather,
+	.scatter = cpu_scatter,
+	.copy2d = cpu_copy2d,
+	.logsumexp = cpu_logsumexp,
+	.argmax = cpu_argmax,
+	.select = cpu_select,
+	.sample = cpu_sample,
+};
+
+vd_backend *vd_cpu_backend(void) { return &cpu; }
