@@ -124,7 +124,9 @@ func (s *Stream) AddConst(y, a Tensor, c float32) {
 }
 
 // Scale computes y = a·c.
-func (s *Stream) Scale(y, a Tensor, c float32) { s.ew(C.VD_EW_SCALE, y, a, Tensor{}, c, "Stream.Scale") }
+func (s *Stream) Scale(y, a Tensor, c float32) {
+	s.ew(C.VD_EW_SCALE, y, a, Tensor{}, c, "Stream.Scale")
+}
 
 // AddScaled computes y = (a + b)·c.
 func (s *Stream) AddScaled(y, a, b Tensor, c float32) {
@@ -164,11 +166,11 @@ func (s *Stream) AltUpCorrect(out, pred, act, c Tensor, n, d int) {
 // holding EntLen[e] keys from position EntPos[e] in block EntBlk[e] of the
 // pool K, V [blocks·Block, HeadsKV·HeadDim].
 type PagedAttn struct {
-	Out, Q, K, V                                Tensor
+	Out, Q, K, V                               Tensor
 	QPos, QSeq, SeqEnt, EntBlk, EntPos, EntLen Tensor
-	HeadsQ, HeadsKV, HeadDim, Block, Window     int
-	MaxKeys                                     int
-	Scale                                       float32
+	HeadsQ, HeadsKV, HeadDim, Block, Window    int
+	MaxKeys                                    int
+	Scale                                      float32
 }
 
 // Attention runs paged causal attention; every query's output equals

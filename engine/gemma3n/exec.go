@@ -34,12 +34,12 @@ type Exec struct {
 
 	// Host staging, reused.
 	hIDs, hPos, hQSeq, hSel, hSlot0, hSlot1, hSeqEnt, hEnt, hOne, hSRow, hSCol []int32
-	hPLE, hHook                                                  []float32
-	caches                                                       []*Cache
-	cnt, ocnt                                                    []int // rows and outputs per sequence
-	outs, maxKeys                                                int
-	outRows                                                      []int32
-	hEmbIdx                                                      []int32
+	hPLE, hHook                                                                []float32
+	caches                                                                     []*Cache
+	cnt, ocnt                                                                  []int // rows and outputs per sequence
+	outs, maxKeys                                                              int
+	outRows                                                                    []int32
+	hEmbIdx                                                                    []int32
 }
 
 func (x *Exec) entCap() int { return x.entBlk.Len() }
