@@ -366,3 +366,8 @@ func (a *Arena) Take(d DType, rows, cols int) Tensor {
 
 // Free releases the arena.
 func (a *Arena) Free() { a.buf.Free() }
+
+// hostI32 wraps host int32s as an I32 tensor (the built-in backend, tests).
+func (b *Backend) hostI32(x []int32) Tensor {
+	return Tensor{C.vd_tensor{data: unsafe.Pointer(unsafe.SliceData(x)), dtype: C.int32_t(I32), rows: 1, cols: C.int64_t(len(x))}}
+}

@@ -145,7 +145,6 @@ void vk_q4_dequant(float *dst, const uint8_t *q, const float *so,
 	OPS->q4_dequant(dst, q, so, rows, cols, lg);
 }
 
-void vk_branch_attention(const vk_branch_attn *p) { OPS->branch_attention(p); }
 void vk_paged_attention(const vk_paged_attn *p) { OPS->paged_attention(p); }
 
 void vk_sparse_mlp_q4(float *y, float *g, float *h, int32_t *idx,

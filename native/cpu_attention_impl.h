@@ -208,128 +208,21 @@ static void VK_ISA(attention)(float *out, const float *q, const float *k,
 	       VK_ISA(att_task), &c);
 }
 
-/* ---- branch attention ----
- *
- * A query of a branch row sees up to three key segments (the shared prefix,
- * its parent row's keys, its own row's keys up to itself), each contiguous
- * with the same row stride. Scores, softmax and the weighted sum of values
- * are computed over the segments in position order with exactly the
- * arithmetic of vk_attention over the concatenated keys: the same result,
- * bit for bit, as attention over a copy of the keys in one array. */
-
-typedef struct {
-	const vk_branch_attn *p;
-	int64_t hc, nhc;
-} VK_ISA(battn_ctx);
-
 typedef struct {
 	const float *k, *v; /* the segment's first visible key (head g) */
 	int64_t n, off;     /* visible keys; their offset among all */
 } VK_ISA(battn_seg);
-
-static void VK_ISA(battn_task)(void *vc, int64_t task)
-{
-	const VK_ISA(battn_ctx) *c = vc;
-	const vk_branch_attn *p = c->p;
-	int64_t d = p->d, G = p->hq / p->hkv, per = p->hkv * c->nhc;
-	int64_t i = task / per, g = task % per / c->nhc, ci = task % c->nhc;
-	int64_t h0 = g * G + ci * c->hc;
-	int64_t H = (g + 1) * G - h0 < c->hc ? (g + 1) * G - h0 : c->hc;
-	int64_t ldk = p->hkv * d;
-	int64_t r = p->qrow[i], j = p->qidx[i], mrow = -1, mlen = 0;
-	if (p->mid_row && p->mid_row[i] >= 0) {
-		mrow = p->mid_row[i];
-		mlen = p->mid_len[i];
-	}
-	int64_t pos = p->prefix + mlen + j, lo = 0;
-	if (p->window > 0 && pos - p->window + 1 > lo)
-		lo = pos - p->window + 1;
-	float *o = p->out + (i * p->hq + h0) * d;
-	/* Segments in position order: [0, prefix), [prefix, prefix+mlen),
-	 * [prefix+mlen, pos]. */
-	VK_ISA(battn_seg) seg[3];
-	int64_t start[3] = {0, p->prefix, p->prefix + mlen};
-	int64_t end[3] = {p->prefix, p->prefix + mlen, pos + 1};
-	const float *kb[3] = {p->pk, NULL, p->sk}, *vb[3] = {p->pv, NULL, p->sv};
-	if (mrow >= 0) {
-		kb[1] = p->mk + mrow * p->mid_stride * ldk;
-		vb[1] = p->mv + mrow * p->mid_stride * ldk;
-	}
-	kb[2] = p->sk + r * p->suf_len * ldk;
-	vb[2] = p->sv + r * p->suf_len * ldk;
-	int64_t nkeys = 0;
-	for (int s = 0; s < 3; s++) {
-		int64_t a = start[s] > lo ? start[s] : lo, b = end[s];
-		seg[s].n = b > a ? b - a : 0;
-		seg[s].off = nkeys;
-		if (seg[s].n > 0) {
-			seg[s].k = kb[s] + (a - start[s]) * ldk + g * d;
-			seg[s].v = vb[s] + (a - start[s]) * ldk + g * d;
-		}
-		nkeys += seg[s].n;
-	}
-	float *sc = vk_scratch(1, (size_t)(H * nkeys) * sizeof(float));
-	int pf = nkeys * ldk > (1 << 18);
-	const float *qv = p->q + (i * p->hq + h0) * d;
-	for (int s = 0; s < 3; s++) {
-		for (int64_t j0 = 0; j0 < seg[s].n; j0 += ATT_KC) {
-			int64_t nj = seg[s].n - j0 < ATT_KC ? seg[s].n - j0 : ATT_KC;
-			if (pf)
-				att_prefetch(seg[s].k, ldk, j0 + ATT_PF, j0 + ATT_PF + ATT_KC,
-				             seg[s].n, d);
-			VK_ISA(lin_block_f32)(qv, d, H, seg[s].k + j0 * ldk, ldk, nj,
-			                      sc + seg[s].off + j0, nkeys, d);
-		}
-	}
-	for (int64_t h = 0; h < H; h++)
-		VK_ISA(att_softmax)(sc + h * nkeys, nkeys, p->scale);
-	memset(o, 0, (size_t)(H * d) * sizeof(float));
-	for (int s = 0; s < 3; s++) {
-		if (seg[s].n == 0)
-			continue;
-		const float *ps = sc + seg[s].off;
-#define BATT_PV(h, f)                                                      \
-	case 2 * h + f:                                                        \
-		VK_ISA(att_pv_acc)(h, f, ps, nkeys, seg[s].v, ldk, seg[s].n, o, d);  \
-		break;
-		switch (2 * H + pf) {
-			BATT_PV(4, 1)
-			BATT_PV(4, 0)
-			BATT_PV(3, 1)
-			BATT_PV(3, 0)
-			BATT_PV(2, 1)
-			BATT_PV(2, 0)
-			BATT_PV(1, 1)
-			BATT_PV(1, 0)
-		}
-#undef BATT_PV
-	}
-}
-
-static void VK_ISA(branch_attention)(const vk_branch_attn *p)
-{
-	VK_ISA(battn_ctx) c = {p, 0, 0};
-	int64_t G = p->hq / p->hkv;
-	c.hc = G < 4 ? G : 4;
-	while (c.hc > 1 &&
-	       p->nq * p->hkv * ((G + c.hc - 1) / c.hc) < vk_pool_threads())
-		c.hc = (c.hc + 1) / 2;
-	c.nhc = (G + c.hc - 1) / c.hc;
-	double keys = (double)p->prefix + (double)p->suf_len + (double)p->mid_stride;
-	if (p->window > 0 && (double)p->window < keys)
-		keys = (double)p->window;
-	vk_par(p->nq * p->hkv * c.nhc, 4.0 * (double)(p->nq * p->hq) * keys * (double)p->d,
-	       VK_ISA(battn_task), &c);
-}
 
 /* ---- paged attention ----
  *
  * Keys live in blocks of a pool; a sequence's keys are a list of entries
  * (block, first position, count) in position order. A query sees its
  * sequence's keys up to itself (window > 0: the last window positions).
- * Entries that sit back to back in the pool are read as one segment; the
- * arithmetic is branch attention's, so the result equals vk_attention over
- * the same keys in one array, bit for bit. */
+ * Entries that sit back to back in the pool are read as one segment.
+ * Scores, softmax and the weighted sum of values are computed over the
+ * segments in position order with exactly the arithmetic of vk_attention
+ * over the concatenated keys (chunking changes no dot product; att_pv_acc
+ * carries its sums across segments): the same result, bit for bit. */
 
 typedef struct {
 	const vk_paged_attn *p;

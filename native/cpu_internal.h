@@ -71,7 +71,6 @@ typedef struct {
 	                  int lg);
 	void (*q4_dequant)(float *dst, const uint8_t *q, const float *so,
 	                   int64_t rows, int64_t cols, int lg);
-	void (*branch_attention)(const vk_branch_attn *p);
 	void (*paged_attention)(const vk_paged_attn *p);
 	void (*sparse_mlp_q4)(float *y, float *g, float *h, int32_t *idx,
 	                      int32_t *cnt, int32_t *off, const float *x,

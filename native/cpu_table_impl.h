@@ -16,7 +16,6 @@ const vk_ops VK_ISA(vk_ops) = {
 	.bf16_to_f32 = VK_ISA(bf16_to_f32),
 	.linear_q4 = VK_ISA(linear_q4),
 	.q4_dequant = VK_ISA(q4_dequant),
-	.branch_attention = VK_ISA(branch_attention),
 	.paged_attention = VK_ISA(paged_attention),
 	.sparse_mlp_q4 = VK_ISA(sparse_mlp_q4),
 };

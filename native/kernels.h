@@ -83,26 +83,6 @@ void vk_attention(float *out, const float *q, const float *k, const float *v,
                   const int32_t *qpos, int64_t nq, int64_t nk, int64_t hq,
                   int64_t hkv, int64_t d, int64_t window, float scale);
 
-/* Branch attention: query i belongs to branch row qrow[i] at own index
- * qidx[i] and sits at position prefix + mid + qidx[i], where mid is
- * mid_len[i] when mid_row (not NULL) has mid_row[i] >= 0, else 0. It sees
- * the prefix keys pk/pv [prefix, hkv, d] (positions 0..prefix-1), its
- * parent's keys (row mid_row[i] of mk/mv, mid_stride keys a row, the first
- * mid positions after the prefix) and its own row's keys (row qrow[i] of
- * sk/sv, suf_len keys a row) up to itself; window > 0 keeps the last window
- * positions. Results equal vk_attention over the same keys in one array. */
-typedef struct {
-	float *out;            /* [nq, hq, d] */
-	const float *q;        /* [nq, hq, d] */
-	const float *pk, *pv;  /* prefix */
-	const float *mk, *mv;  /* parent rows, or NULL */
-	const float *sk, *sv;  /* own rows */
-	const int32_t *qrow, *qidx, *mid_row, *mid_len;
-	int64_t nq, hq, hkv, d, prefix, suf_len, mid_stride, window;
-	float scale;
-} vk_branch_attn;
-void vk_branch_attention(const vk_branch_attn *p);
-
 /* Paged attention: keys and values of a layer in a pool of blocks, k and v
  * [blocks, block, hkv, d]. Query i (position qpos[i]) belongs to sequence
  * qseq[i], whose keys are the entries seq_ent[s] .. seq_ent[s+1]-1: entry e
