@@ -49,7 +49,7 @@ const (
 
 // ContentionNote is shown with the timings of a run whose two sides ran
 // together.
-const ContentionNote = "The scorer and the generator ran at the same time on the same CPU cores: each side's timings include contention with the other."
+const ContentionNote = "The scorer and the generator ran at the same time on the same compute device: each side's timings include contention with the other."
 
 // Runs runs the scorer and the generator side by side: both start together
 // on the same input, each on its own goroutine with its own KV cache, and

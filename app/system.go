@@ -11,8 +11,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sirupsen/logrus"
 	"verdict/engine/safefile"
+	"verdict/native"
+
+	"github.com/sirupsen/logrus"
 )
 
 // Dialogs are the native dialogs of the window; the browser mode has none.
@@ -132,7 +134,7 @@ type SystemInfo struct {
 	Dialogs bool   `json:"dialogs"`
 	OS      string `json:"os"`
 	Arch    string `json:"arch"`
-	CPUs    int    `json:"cpus"`
+	Cores   int    `json:"cores"`
 	Go      string `json:"go"`
 	// SettingsPath is where settings are saved ("" for memory only).
 	SettingsPath string `json:"settings_path"`
@@ -177,7 +179,7 @@ func (s *System) FrontendReady(agent string) {
 func (s *System) Info() SystemInfo {
 	return SystemInfo{
 		Mode: s.mode, Dialogs: s.dialogs != nil, OS: runtime.GOOS, Arch: runtime.GOARCH,
-		CPUs: runtime.NumCPU(), Go: runtime.Version(), SettingsPath: s.settings.Path(),
+		Cores: native.HostCores(), Go: runtime.Version(), SettingsPath: s.settings.Path(),
 	}
 }
 

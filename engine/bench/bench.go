@@ -3,12 +3,9 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strings"
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
@@ -17,32 +14,20 @@ import (
 
 // Machine describes the computer a benchmark ran on.
 type Machine struct {
-	CPU     string `json:"cpu"`
-	Cores   int    `json:"cores"`
-	Threads int    `json:"threads"`
-	OS      string `json:"os"`
-	Arch    string `json:"arch"`
+	Processor string `json:"processor"`
+	Cores     int    `json:"cores"`
+	Threads   int    `json:"threads"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
 }
 
 // ThisMachine describes the current computer.
 func ThisMachine() Machine {
-	m := Machine{CPU: "unknown", Cores: runtime.NumCPU(), Threads: native.Threads(), OS: runtime.GOOS, Arch: runtime.GOARCH}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), ":")
-			if ok && strings.TrimSpace(k) == "model name" {
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return m
+	return Machine{Processor: native.HostProcessor(), Cores: native.HostCores(), Threads: native.Threads(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 }
 
 func (m Machine) String() string {
-	return fmt.Sprintf("%s, %d cores, %d threads, %s/%s", m.CPU, m.Cores, m.Threads, m.OS, m.Arch)
+	return fmt.Sprintf("%s, %d cores, %d threads, %s/%s", m.Processor, m.Cores, m.Threads, m.OS, m.Arch)
 }
 
 // Report is one model's prefill and decode measurement.

@@ -78,7 +78,7 @@ func (m *Model) Close() error {
 
 // Options are OpenWith's settings.
 type Options struct {
-	// Weights: gemma3n.WeightsQ4 (packed 4-bit, the default on the CPU) or
+	// Weights: gemma3n.WeightsQ4 (packed 4-bit, the default) or
 	// gemma3n.WeightsF32 (as stored, exact: the reference fixtures use it).
 	Weights gemma3n.Weights
 	// Group is the q4 group size (0: gemma3n.DefaultGroup).

@@ -399,7 +399,7 @@ func resizeRGB(src []uint8, w, h, ow, oh int) []uint8 {
 	return out
 }
 
-// parallelRows splits [0, n) into contiguous chunks over the CPUs.
+// parallelRows splits [0, n) into contiguous chunks over the host's cores.
 func parallelRows(n int, fn func(lo, hi int)) {
 	workers := min(runtime.GOMAXPROCS(0), max(n/16, 1))
 	if workers <= 1 {

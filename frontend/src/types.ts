@@ -455,7 +455,7 @@ export interface SystemInfo {
   dialogs: boolean;
   os: string;
   arch: string;
-  cpus: number;
+  cores: number;
   go: string;
   settings_path: string;
 }

@@ -7,7 +7,7 @@ import type { SideTiming } from '../types';
 import { generatorLane, mediaLane, scorerLane, ticks, type Lane } from '../waterfall';
 import { h, replace } from './dom';
 
-const CONTENTION = 'Both sides ran at the same time on the same CPU cores: each side\'s timings include contention with the other.';
+const CONTENTION = 'Both sides ran at the same time on the same compute device: each side\'s timings include contention with the other.';
 
 function liveTiming(t: SideTiming | undefined, finished: boolean, elapsed: number): SideTiming | undefined {
   if (!t) return undefined;
