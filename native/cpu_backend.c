@@ -2,8 +2,9 @@
  * cpu_backend.c: the CPU backend's function table (backend.h) over the
  * kernels of kernels.h.
  *
- * Memory is host memory: alloc maps anonymous pages (committed when first
- * written), bind uses the caller's memory in place. A stream runs each
+ * Memory is host memory: alloc maps anonymous pages (scratch committed at
+ * once, the key/value pool when first written), bind uses the caller's
+ * memory in place. A stream runs each
  * operation when it is enqueued, on the kernel thread pool; sync has
  * nothing to wait for.
  *
@@ -35,13 +36,22 @@ static int lg2(int64_t g)
 	return l;
 }
 
+/* Allocations up to this size (scratch) are committed at once, so that no
+ * forward pass pays for first touches; larger ones (the key/value pool) are
+ * reserved and committed page by page as they are written. */
+#define CPU_POPULATE_MAX ((size_t)1 << 30)
+
 static void *cpu_alloc(vd_backend *b, size_t bytes)
 {
 	(void)b;
 	if (bytes == 0)
 		bytes = 64;
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+#ifdef MAP_POPULATE
+	if (bytes <= CPU_POPULATE_MAX)
+		flags |= MAP_POPULATE;
+#endif
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
