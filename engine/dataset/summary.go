@@ -102,32 +102,42 @@ func scalar(v any) string {
 	return string(b)
 }
 
-// Summarize counts the records' errors and, per answer column, how often
-// each value was given.
-func Summarize(recs []Record) Summary {
-	s := Summary{Records: len(recs)}
-	var order []string
-	counts := map[string]map[string]int{}
-	for _, r := range recs {
-		if r.Error != "" {
-			s.Errors++
-			continue
+// Counter counts records as they come (the zero value is ready).
+type Counter struct {
+	records, errors int
+	order           []string
+	counts          map[string]map[string]int
+}
+
+// Add counts one record.
+func (c *Counter) Add(r Record) {
+	c.records++
+	if r.Error != "" {
+		c.errors++
+		return
+	}
+	if c.counts == nil {
+		c.counts = map[string]map[string]int{}
+	}
+	for _, col := range columns(r.Answer()) {
+		m, ok := c.counts[col.name]
+		if !ok {
+			m = map[string]int{}
+			c.counts[col.name] = m
+			c.order = append(c.order, col.name)
 		}
-		for _, c := range columns(r.Answer()) {
-			m, ok := counts[c.name]
-			if !ok {
-				m = map[string]int{}
-				counts[c.name] = m
-				order = append(order, c.name)
-			}
-			for _, v := range c.values {
-				m[v]++
-			}
+		for _, v := range col.values {
+			m[v]++
 		}
 	}
-	for _, name := range order {
+}
+
+// Summary is the counts so far.
+func (c *Counter) Summary() Summary {
+	s := Summary{Records: c.records, Errors: c.errors, Fields: []FieldCount{}}
+	for _, name := range c.order {
 		fc := FieldCount{Field: name}
-		for v, n := range counts[name] {
+		for v, n := range c.counts[name] {
 			fc.Values = append(fc.Values, ValueCount{v, n})
 		}
 		sort.Slice(fc.Values, func(a, b int) bool {
@@ -137,6 +147,16 @@ func Summarize(recs []Record) Summary {
 		s.Fields = append(s.Fields, fc)
 	}
 	return s
+}
+
+// Summarize counts the records' errors and, per answer column, how often
+// each value was given.
+func Summarize(recs []Record) Summary {
+	var c Counter
+	for _, r := range recs {
+		c.Add(r)
+	}
+	return c.Summary()
 }
 
 // WriteCSV writes the records as CSV: id, line, error, elapsed_ms, then one
