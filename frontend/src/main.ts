@@ -246,6 +246,8 @@ class App {
       start: () => ds.start(toEngine(s.draft)),
       exportText: (n, c) => this.exportText(n, c),
       blocked: () => s.model.state !== 'ready' ? 'load a model first' : problems(s.draft).length ? 'fix the schema first' : null,
+      // The browser mode's API takes 4 MB a call (the JSON-escaped text counts); the window 64 MB.
+      maxBytes: () => (s.mode === 'browser' ? 3.5 : 64) * 1048576,
       error: (m) => toast(m, 'error'),
     });
     this.settings = new SettingsDialog({

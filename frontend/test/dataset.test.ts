@@ -26,6 +26,7 @@ function fakeHost(rows: DatasetRow[], over: Partial<DatasetHost> = {}) {
     exportData: async (f) => (calls.push(`export ${f}`), `content ${f}`),
     exportText: (n, c) => void exported.push([n, c]),
     blocked: () => blocked,
+    maxBytes: () => 1000,
     error: (m) => void errors.push(m),
     ...over,
   };
@@ -139,6 +140,13 @@ describe('dataset panel', () => {
     expect(q(p.el, '#dataset-info').textContent).toContain('· load a model first');
     f.block(null);
     p.renderControls();
+    const input = q(p.el, '#dataset-file') as HTMLInputElement;
+    Object.defineProperty(input, 'files', { value: [new File(['x'.repeat(2000)], 'big.jsonl')], configurable: true });
+    input.dispatchEvent(new Event('change'));
+    await flush();
+    expect(f.calls).toEqual([]);
+    expect(f.errors).toEqual(['big.jsonl is 2.0 KB: the app takes files up to 1.0 KB here; score larger ones with verdict score-file']);
+    f.errors.length = 0;
     q(p.el, '#dataset-run').click();
     await flush();
     expect(f.errors).toEqual(['the model is still loading']);

@@ -3,7 +3,7 @@
 // was given and the results table, export them.
 import { exportName, flatten, progressText, type DatasetRow, type DatasetState } from '../dataset';
 import { bytesOf } from '../files';
-import { fmtMs } from '../format';
+import { fmtBytes, fmtMs } from '../format';
 import { h, replace } from './dom';
 import './dataset.css';
 
@@ -17,6 +17,8 @@ export interface DatasetHost {
   exportText(name: string, content: string): void;
   /** Why a run cannot start now (no model, a schema problem), or null. */
   blocked(): string | null;
+  /** The largest file the service takes from this page, in bytes. */
+  maxBytes(): number;
   error(message: string): void;
 }
 
@@ -64,6 +66,10 @@ export class DatasetPanel {
     const f = this.file.files?.[0];
     this.file.value = '';
     if (!f) return;
+    if (f.size > this.host.maxBytes()) {
+      this.host.error(`${f.name} is ${fmtBytes(f.size)}: the app takes files up to ${fmtBytes(this.host.maxBytes())} here; score larger ones with verdict score-file`);
+      return;
+    }
     try {
       let text: string;
       try {
