@@ -69,9 +69,10 @@ type DatasetRow struct {
 // Export them. One dataset and one run at a time; a run goes beside the
 // interactive runs, on the same model.
 type Dataset struct {
-	models *Models
-	emit   Emitter
-	log    *logrus.Logger
+	models   *Models
+	settings *Settings
+	emit     Emitter
+	log      *logrus.Logger
 
 	mu      sync.Mutex
 	st      DatasetState
@@ -84,8 +85,8 @@ type Dataset struct {
 	thr     *throttle
 }
 
-func newDataset(m *Models, e Emitter, log *logrus.Logger) *Dataset {
-	d := &Dataset{models: m, emit: e, log: log, st: DatasetState{State: DatasetEmpty}}
+func newDataset(m *Models, st *Settings, e Emitter, log *logrus.Logger) *Dataset {
+	d := &Dataset{models: m, settings: st, emit: e, log: log, st: DatasetState{State: DatasetEmpty}}
 	d.thr = newThrottle(UpdateInterval, d.announce)
 	m.whenSwapped(func() { d.stop() })
 	return d
@@ -145,14 +146,26 @@ func (d *Dataset) Load(name, content string) (DatasetState, error) {
 }
 
 // Start scores every record of the loaded dataset with schema on the
-// loaded model and returns at once; EventDataset reports the progress.
+// loaded model, with the scorer settings of a run (branch batch,
+// temperature, calibration, backend), and returns at once; EventDataset
+// reports the progress.
 func (d *Dataset) Start(schema json.RawMessage) (DatasetState, error) {
 	s, err := scorer.ParseSchema(schema)
 	if err != nil {
 		return DatasetState{}, err
 	}
+	set := d.settings.Get().Run
+	if err := set.Validate(); err != nil {
+		return DatasetState{}, err
+	}
+	opt := scorer.Options{BranchBatch: set.Scorer.BranchBatch, Temperature: set.Scorer.Temperature, Backend: set.Scorer.Backend}
+	if set.Scorer.Calibration != "" {
+		if opt.Calibration, err = scorer.LoadCalibration(set.Scorer.Calibration); err != nil {
+			return DatasetState{}, fmt.Errorf("calibration: %w", err)
+		}
+	}
 	d.mu.Lock()
-	st, err := d.begin(s)
+	st, err := d.begin(s, opt)
 	d.mu.Unlock()
 	if err != nil {
 		return DatasetState{}, err
@@ -162,7 +175,7 @@ func (d *Dataset) Start(schema json.RawMessage) (DatasetState, error) {
 }
 
 // begin starts a run (d.mu held).
-func (d *Dataset) begin(s *scorer.Schema) (DatasetState, error) {
+func (d *Dataset) begin(s *scorer.Schema, opt scorer.Options) (DatasetState, error) {
 	switch {
 	case d.cancel != nil:
 		return DatasetState{}, ErrDatasetBusy
@@ -184,7 +197,7 @@ func (d *Dataset) begin(s *scorer.Schema) (DatasetState, error) {
 	d.st = DatasetState{State: DatasetRunning, Name: d.st.Name, Format: d.st.Format, Records: d.st.Records, Invalid: d.st.Invalid, Total: plan.Todo}
 	st := d.snapshot()
 	score := func(ctx context.Context, text string) (json.RawMessage, error) {
-		res, err := l.sc.Score(ctx, s, text, scorer.Options{})
+		res, err := l.sc.Score(ctx, s, text, opt)
 		if err != nil {
 			return nil, err
 		}

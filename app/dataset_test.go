@@ -125,3 +125,35 @@ func TestDatasetCancel(t *testing.T) {
 		t.Error("Dataset is not among the bound services")
 	}
 }
+
+// TestDatasetUsesRunSettings: a dataset run scores with the scorer settings
+// of an interactive run (here a temperature of 2.5), and a calibration that
+// cannot be read stops it before it starts.
+func TestDatasetUsesRunSettings(t *testing.T) {
+	s, rec := readyServices(t)
+	p := s.Settings.Get()
+	p.Run.Scorer.Temperature = 2.5
+	if _, err := s.Settings.Set(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Dataset.Load("d.jsonl", `{"text": "My parcel is late."}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Dataset.Start(ticketSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitDataset(t, rec, DatasetDone, DatasetFailed); st.State != DatasetDone {
+		t.Fatalf("%+v", st)
+	}
+	jl, _ := s.Dataset.Export("jsonl")
+	if !strings.Contains(jl, `"temperature":2.5`) || strings.Contains(jl, `"temperature":1,`) {
+		t.Errorf("the run did not score at the settings' temperature:\n%.600s", jl)
+	}
+	p.Run.Scorer.Calibration = "/nonexistent/cal.json"
+	if _, err := s.Settings.Set(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Dataset.Start(ticketSchema(t)); err == nil || !strings.Contains(err.Error(), "calibration:") {
+		t.Errorf("Start with an unreadable calibration: %v", err)
+	}
+}

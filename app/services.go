@@ -80,7 +80,7 @@ func New(o Options) *Services {
 	s.Runs.media = s.Media
 	s.Scorer = &Scorer{runs: s.Runs}
 	s.Generator = &Generator{runs: s.Runs}
-	s.Dataset = newDataset(s.Models, o.Emitter, log)
+	s.Dataset = newDataset(s.Models, s.Settings, o.Emitter, log)
 	s.System = &System{mode: o.Mode, dialogs: o.Dialogs, settings: s.Settings, media: s.Media, log: log, onReady: o.OnFrontendReady}
 	return s
 }
