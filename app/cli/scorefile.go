@@ -115,11 +115,12 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // scoreOptions are the scorer options the flags of score and score-file
-// give.
+// give; a calibration's fitted temperatures replace --temperature (stderr
+// says so).
 func scoreOptions(fs *flag.FlagSet, f scoreFlags, stderr io.Writer) (scorer.Options, error) {
 	opt := scorer.Options{BranchBatch: *f.batch, Backend: *f.backend}
 	if isSet(fs, "temperature") {
-		opt.Temperature = *f.temperature
+		opt.Temperature = *f.temperature // else the scorer's default, 1
 	}
 	if *f.calibration != "" {
 		c, err := scorer.LoadCalibration(*f.calibration)
