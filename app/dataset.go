@@ -196,12 +196,22 @@ func (d *Dataset) begin(s *scorer.Schema, opt scorer.Options) (DatasetState, err
 	d.cancel, d.done, d.recs, d.counts = cancel, make(chan struct{}), nil, dataset.Counter{}
 	d.st = DatasetState{State: DatasetRunning, Name: d.st.Name, Format: d.st.Format, Records: d.st.Records, Invalid: d.st.Invalid, Total: plan.Todo}
 	st := d.snapshot()
+	backend := opt.Backend
+	if backend == "" {
+		backend = scorer.BackendJSON
+	}
 	score := func(ctx context.Context, text string) (json.RawMessage, error) {
 		res, err := l.sc.Score(ctx, s, text, opt)
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(res)
+		// As verdict score prints it (and score-file logs it).
+		return json.Marshal(struct {
+			Model        string `json:"model"`
+			RandomWeight bool   `json:"random_weights,omitempty"`
+			Backend      string `json:"backend"`
+			*scorer.Result
+		}{l.m.Name, l.m.Builtin, backend, res})
 	}
 	go func() {
 		defer close(d.done)

@@ -78,7 +78,8 @@ func TestDatasetRun(t *testing.T) {
 		t.Errorf("CSV export: %v\n%s", err, csv)
 	}
 	jl, _ := d.Export("jsonl")
-	if strings.Count(jl, "\n") != 3 || !strings.Contains(jl, `"id":"b","index":1,"line":3,"error":"the text is empty"`) {
+	if strings.Count(jl, "\n") != 3 || !strings.Contains(jl, `"id":"b","index":1,"line":3,"error":"the text is empty"`) ||
+		!strings.Contains(jl, `"result":{"model":"built-in tiny Gemma 3n (random weights)","random_weights":true,"backend":"json","answer":`) {
 		t.Errorf("JSONL export:\n%s", jl)
 	}
 	if _, err := d.Export("xml"); err == nil {

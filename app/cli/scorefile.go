@@ -83,6 +83,9 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer m.Close()
+	if err := sameScoring(logged, m.Name, *f.backend, s); err != nil {
+		return fmt.Errorf("%s: %w", *output, err)
+	}
 	score := func(ctx context.Context, text string) (json.RawMessage, error) {
 		if err := checkInput(text, "", false); err != nil {
 			return nil, err
@@ -91,7 +94,7 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(res)
+		return json.Marshal(scored{m.Name, m.Builtin, *f.backend, res})
 	}
 	b := newBar(stderr)
 	plain := plainProgress(stderr, b.on, time.Now)
@@ -111,6 +114,56 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "%s: %d records, shard %s: scored %d (%d errors) in %s, %.2f records/s; %d resumed; results in %s\n",
 		*input, plan.Records, shard, pr.Done, pr.Errors, pr.Elapsed.Round(time.Millisecond), pr.Rate(), plan.Done, *output)
+	return nil
+}
+
+// scored is a record's result: what verdict score prints.
+type scored struct {
+	Model        string `json:"model"`
+	RandomWeight bool   `json:"random_weights,omitempty"`
+	Backend      string `json:"backend"`
+	*scorer.Result
+}
+
+// sameScoring refuses to resume a log scored by another model, backend or
+// schema (other field names): its records would not be comparable.
+func sameScoring(logged []dataset.Record, model, backend string, s *scorer.Schema) error {
+	var want []string
+	for _, f := range s.Fields {
+		want = append(want, f.Name)
+	}
+	// The first and the last result stand for the log (parsing every one
+	// of a long log would take long).
+	var check []dataset.Record
+	for _, r := range logged {
+		if len(r.Result) > 0 {
+			check = append(check[:min(len(check), 1)], r)
+		}
+	}
+	for _, r := range check {
+		var got struct {
+			Model   string `json:"model"`
+			Backend string `json:"backend"`
+			Fields  []struct {
+				Name string `json:"name"`
+			} `json:"fields"`
+		}
+		if err := json.Unmarshal(r.Result, &got); err != nil {
+			return fmt.Errorf("record %q: %v", r.ID, err)
+		}
+		var names []string
+		for _, f := range got.Fields {
+			names = append(names, f.Name)
+		}
+		switch {
+		case got.Model != model:
+			return fmt.Errorf("record %q was scored by model %q, not %q: resume with the same --model", r.ID, got.Model, model)
+		case got.Backend != backend:
+			return fmt.Errorf("record %q was scored with --backend %s, not %s", r.ID, got.Backend, backend)
+		case strings.Join(names, "\x00") != strings.Join(want, "\x00"):
+			return fmt.Errorf("record %q was scored with a schema of fields %q, not %q: resume with the same --schema", r.ID, names, want)
+		}
+	}
 	return nil
 }
 

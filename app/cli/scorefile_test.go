@@ -130,6 +130,17 @@ func TestScoreFileShardsMerge(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "line 5 is torn") {
 		t.Errorf("merge of a torn log: exit %d, %s", code, errOut)
 	}
+	other := filepath.Join(dir, "other.json")
+	b, _ = os.ReadFile(ticketSchema)
+	os.WriteFile(other, []byte(strings.Replace(string(b), `"priority"`, `"urgency"`, 1)), 0o644)
+	code, _, errOut = run("score-file", "--model", "builtin", "--schema", other, "--input", in, "--output", crashed, "--resume")
+	if code != 1 || !strings.Contains(errOut, `was scored with a schema of fields ["priority" "department"`) {
+		t.Errorf("resume with another schema: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = run(append(base, "--output", crashed, "--resume", "--backend", "catalog")...)
+	if code != 1 || !strings.Contains(errOut, "was scored with --backend json, not catalog") {
+		t.Errorf("resume with another backend: exit %d, %s", code, errOut)
+	}
 	code, out, errOut = run(append(base, "--output", crashed, "--resume")...)
 	if code != 0 || !strings.Contains(out, "scored 7 (2 errors)") || !strings.Contains(out, "4 resumed") {
 		t.Fatalf("resume: exit %d, %s %s", code, out, errOut)
