@@ -19,7 +19,7 @@ import (
 
 // scoreFileCmd scores every record of a JSONL or CSV file into a result
 // log (see package dataset), one record at a time.
-func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("score-file", stderr)
 	f := addScoreFlags(fs)
 	input := fs.String("input", "", `records to score: JSONL lines {"id": ..., "text": ...} or CSV with a header naming "text" (and "id") columns (required)`)
@@ -65,11 +65,17 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fh, err
 	}, ff)
 	// Check the input and the log before loading the model.
+	_, statErr := os.Stat(*output)
 	w, logged, err := dataset.Create(*output, *resume)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	defer func() { // a run that fails before its first record leaves no new file behind
+		if fi, e := os.Stat(*output); err != nil && os.IsNotExist(statErr) && e == nil && fi.Size() == 0 {
+			os.Remove(*output)
+		}
+	}()
 	plan, err := dataset.NewPlan(scan, shard, logged)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *input, err)

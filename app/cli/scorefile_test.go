@@ -198,6 +198,9 @@ func TestScoreFileUsage(t *testing.T) {
 			t.Errorf("verdict %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
 	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the failed runs left %s behind: %v", out, err)
+	}
 }
 
 func TestItemsLine(t *testing.T) {
