@@ -83,3 +83,27 @@ func TestParseShard(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkWrite measures a record's write with an fsync after every line
+// (every-line) against DefaultSyncEvery (batched): the cost that chose it.
+func BenchmarkWrite(b *testing.B) {
+	res := []byte(`{"answer":{"x":"` + strings.Repeat("y", 3000) + `"}}`)
+	for _, c := range []struct {
+		name  string
+		every time.Duration
+	}{{"every-line", 0}, {"batched", DefaultSyncEvery}} {
+		b.Run(c.name, func(b *testing.B) {
+			w, _, err := Create(filepath.Join(b.TempDir(), "out.jsonl"), false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			w.SyncEvery = c.every
+			for i := 0; i < b.N; i++ {
+				if err := w.Write(Record{ID: "x", Index: i, Line: i + 1, Result: res}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
