@@ -48,6 +48,7 @@ type Writer struct {
 	SyncEvery time.Duration
 	synced    time.Time
 	now       func() time.Time
+	closed    bool
 }
 
 // DefaultSyncEvery is how often a log is synced to disk. BenchmarkWrite on
@@ -79,8 +80,12 @@ func (w *Writer) Write(rec Record) error {
 	return nil
 }
 
-// Close syncs and closes the log.
+// Close syncs and closes the log; a second Close does nothing.
 func (w *Writer) Close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
 	err := w.f.Sync()
 	if e := w.f.Close(); err == nil {
 		err = e

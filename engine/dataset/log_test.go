@@ -57,7 +57,12 @@ func TestWriterSyncs(t *testing.T) {
 	if strings.Count(string(b), "\n") != 4 || !strings.Contains(string(b), `"<&>"`) {
 		t.Errorf("the log before Close: %q", b)
 	}
-	w.Close()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
 	if _, _, err := Create(path, false); !errors.Is(err, ErrExists) {
 		t.Errorf("Create over a log with records: %v", err)
 	}
