@@ -54,6 +54,7 @@ type Services struct {
 	Logs      *Logs
 	System    *System
 	Media     *Media
+	Dataset   *Dataset
 
 	log *logrus.Logger
 }
@@ -79,6 +80,7 @@ func New(o Options) *Services {
 	s.Runs.media = s.Media
 	s.Scorer = &Scorer{runs: s.Runs}
 	s.Generator = &Generator{runs: s.Runs}
+	s.Dataset = newDataset(s.Models, s.Settings, o.Emitter, log)
 	s.System = &System{mode: o.Mode, dialogs: o.Dialogs, settings: s.Settings, media: s.Media, log: log, onReady: o.OnFrontendReady}
 	return s
 }
@@ -86,7 +88,7 @@ func New(o Options) *Services {
 // Bound lists the services the window binds and the browser mode serves;
 // each is named by its type (Models, Scorer, ...).
 func (s *Services) Bound() []any {
-	return []any{s.Models, s.Scorer, s.Generator, s.Runs, s.Settings, s.Logs, s.System, s.Media}
+	return []any{s.Models, s.Scorer, s.Generator, s.Runs, s.Settings, s.Logs, s.System, s.Media, s.Dataset}
 }
 
 // MediaFiles serves the media previews under /media/ (see Media.Files).
@@ -117,6 +119,7 @@ func (s *Services) Logger() *logrus.Logger { return s.log }
 func (s *Services) Shutdown() {
 	s.Media.shutdown()
 	s.Runs.cancelActive("shutting down")
+	s.Dataset.shutdown()
 	s.Runs.wait()
 	s.Models.close()
 }

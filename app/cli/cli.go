@@ -29,6 +29,8 @@ func Commands() []Command {
 	return []Command{
 		{"verify-fixture", "check the engine against a reference fixture (folder or .tar.gz)", verifyFixture},
 		{"score", "score a schema of decisions on an input: full distributions as JSON", scoreCmd},
+		{"score-file", "score every record of a JSONL or CSV file into a resumable result log (--shard I/N)", scoreFileCmd},
+		{"merge", "merge the result logs of shards in input order (JSONL or CSV)", mergeCmd},
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
 		{"catalog", "emit exactly k distinct entries of a catalog for a request (trie-constrained decoding)", catalogCmd},

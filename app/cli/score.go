@@ -152,21 +152,11 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkInput(input, source, mf.any()); err != nil {
 		return err
 	}
-	opt := scorer.Options{BranchBatch: *f.batch, TokenLogprobs: *logprobs, Backend: *f.backend,
-		OnPrefill: prefillProgress(newBar(stderr))}
-	if isSet(fs, "temperature") {
-		opt.Temperature = *f.temperature // else the scorer's default, 1
+	opt, err := scoreOptions(fs, f, stderr)
+	if err != nil {
+		return err
 	}
-	if *f.calibration != "" {
-		c, err := scorer.LoadCalibration(*f.calibration)
-		if err != nil {
-			return err
-		}
-		opt.Calibration = c
-		if opt.Temperature != 0 {
-			fmt.Fprintf(stderr, "note: the fitted temperatures of %s replace --temperature %g\n", *f.calibration, opt.Temperature)
-		}
-	}
+	opt.TokenLogprobs, opt.OnPrefill = *logprobs, prefillProgress(newBar(stderr))
 	m, sc, s, err := f.open(ctx, stderr)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 // Verdict's page: the same code in the Wails window and in the browser mode.
 import './style.css';
 import { Api } from './api';
+import { DatasetEvent, datasetApi } from './dataset';
 import { composeInput, readFile, splitFiles } from './files';
 import { budget, mergeItems } from './media';
 import { fmtMs } from './format';
@@ -14,6 +15,7 @@ import {
   type ModelInfo, type PlaybackState, type Preferences, type Preset, type RecordingState, type RunAnnounce, type RunRecord,
   type RunStarted, type RunUpdate,
 } from './types';
+import { DatasetPanel } from './ui/datasetPanel';
 import { debounce, h, rafThrottle, replace } from './ui/dom';
 import { GeneratorPanel } from './ui/generatorPanel';
 import { HistoryPanel } from './ui/historyPanel';
@@ -57,6 +59,7 @@ class App {
   private timing: TimingPanel;
   private historyPanel: HistoryPanel;
   private logsPanel: LogsPanel;
+  private datasetPanel: DatasetPanel;
   private modelBar: ModelBar;
   private settings: SettingsDialog;
   private promptBox = h('pre.prompt#prompt-text');
@@ -237,6 +240,16 @@ class App {
         this.store.set({ logs: [] });
       },
     });
+    const ds = datasetApi(transport);
+    this.datasetPanel = new DatasetPanel({
+      ...ds,
+      start: () => ds.start(toEngine(s.draft)),
+      exportText: (n, c) => this.exportText(n, c),
+      blocked: () => s.model.state !== 'ready' ? 'load a model first' : problems(s.draft).length ? 'fix the schema first' : null,
+      // The browser mode's API takes 4 MB a call (the JSON-escaped text counts); the window 64 MB.
+      maxBytes: () => (s.mode === 'browser' ? 3.5 : 64) * 1048576,
+      error: (m) => toast(m, 'error'),
+    });
     this.settings = new SettingsDialog({
       prefs: () => s.prefs,
       save: async (p) => {
@@ -252,6 +265,7 @@ class App {
     this.tabBodies = {
       history: this.historyPanel.el,
       logs: this.logsPanel.el,
+      dataset: this.datasetPanel.el,
       prompt: h('div.prompt-tab', null,
         h('div.toolbar', null, h('button.btn.small', { type: 'button', onclick: () => this.refreshPrompt() }, 'Refresh'), this.promptMeta),
         this.promptBox),
@@ -322,9 +336,11 @@ class App {
     st.on(['tab'], () => this.renderTabs());
     st.on(['input', 'files', 'media', 'draft'], () => this.renderStale());
     st.on(['connected'], () => this.renderConn());
+    st.on(['model', 'draft'], () => this.datasetPanel.renderControls());
 
     const t = this.api.t;
     t.on(Events.model, (m: ModelInfo) => st.set({ model: m }));
+    t.on(DatasetEvent, (d) => this.datasetPanel.update(d));
     t.on(Events.runStarted, (a: RunAnnounce) => {
       // A run started here, in another page or by the window itself.
       if (s.run?.id !== a.run.id) {
@@ -397,6 +413,7 @@ class App {
       else this.checkSchema();
       const cur = await this.api.currentRun();
       if (cur) this.adoptRun(cur);
+      datasetApi(this.api.t).state().then((d) => this.datasetPanel.update(d)).catch(() => undefined);
       this.render();
       this.api.frontendReady(navigator.userAgent).catch(() => undefined);
     } catch (e) {
@@ -699,7 +716,7 @@ class App {
 
   private renderTabs() {
     const s = this.store.state;
-    const tabs: [State['tab'], string][] = [['history', 'History'], ['logs', 'Logs'], ['prompt', 'Prompt']];
+    const tabs: [State['tab'], string][] = [['history', 'History'], ['logs', 'Logs'], ['prompt', 'Prompt'], ['dataset', 'Dataset']];
     replace(this.tabsNav, tabs.map(([k, label], i) =>
       h('button.tab', { type: 'button', role: 'tab', id: `tab-${k}`, 'aria-selected': String(s.tab === k), title: `${label} (Alt+${i + 1})`,
         onclick: () => this.setTab(k) }, label, k === 'history' && s.history.length ? h('span.count', null, String(s.history.length)) : null)));
@@ -761,9 +778,9 @@ class App {
       } else if ((e.ctrlKey || e.metaKey) && e.key === ',') {
         e.preventDefault();
         this.settings.open();
-      } else if (e.altKey && ['1', '2', '3'].includes(e.key)) {
+      } else if (e.altKey && ['1', '2', '3', '4'].includes(e.key)) {
         e.preventDefault();
-        this.setTab((['history', 'logs', 'prompt'] as const)[Number(e.key) - 1]);
+        this.setTab((['history', 'logs', 'prompt', 'dataset'] as const)[Number(e.key) - 1]);
       }
     });
   }
