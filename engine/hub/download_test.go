@@ -1,0 +1,329 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testRepo = "google/gemma-3n-E2B-it"
+
+// checkpoint is a small repo: the files the engine needs (two in LFS), and
+// some it does not.
+func checkpoint() map[string]string {
+	return map[string]string{
+		"config.json":       `{"model_type":"gemma3n"}`,
+		"tokenizer.json":    strings.Repeat("tok", 3000),
+		"model.safetensors": strings.Repeat("weights!", 40000), // 320 KB
+		"README.md":         "# card",
+		"model.gguf":        "not needed",
+	}
+}
+
+func newTestHub(t *testing.T) (*fakeHub, *Client) {
+	f := newFakeHub(testRepo, checkpoint(), "tokenizer.json", "model.safetensors", "model.gguf")
+	s := f.start(t)
+	return f, &Client{Endpoint: s.URL, CacheDir: t.TempDir()}
+}
+
+// checkSnapshot checks that every needed file of f is in the snapshot,
+// linked to its blob, with the fake Hub's content.
+func checkSnapshot(t *testing.T, f *fakeHub, c *Client, path string) {
+	t.Helper()
+	want := filepath.Join(RepoDir(c.CacheDir, testRepo), "snapshots", f.commit)
+	if path != want {
+		t.Fatalf("snapshot at %s, want %s", path, want)
+	}
+	for name, b := range f.files {
+		got, err := os.ReadFile(filepath.Join(path, name))
+		if !Needed(name) {
+			if err == nil {
+				t.Errorf("%s was downloaded, but the engine does not need it", name)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("%s: %d bytes (%v), want %d", name, len(got), err, len(b))
+		}
+		target, err := os.Readlink(filepath.Join(path, name))
+		blob := gitOID(b)
+		if f.lfs[name] {
+			blob = sha256hex(b)
+		}
+		if err != nil || target != filepath.Join("..", "..", "blobs", blob) {
+			t.Errorf("%s links to %q (%v), want ../../blobs/%s", name, target, err, blob)
+		}
+	}
+	ref, err := os.ReadFile(filepath.Join(RepoDir(c.CacheDir, testRepo), "refs", "main"))
+	if err != nil || string(ref) != f.commit {
+		t.Errorf("refs/main holds %q (%v), want %s", ref, err, f.commit)
+	}
+	if got, err := Resolve(c.CacheDir, testRepo); err != nil || got != path {
+		t.Errorf("Resolve: %q, %v; want %s", got, err, path)
+	}
+}
+
+func TestDownloadFull(t *testing.T) {
+	f, c := newTestHub(t)
+	var last Progress
+	calls := 0
+	res, err := c.Download(context.Background(), testRepo, Options{Progress: func(p Progress) { last = p; calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, f, c, res.Path)
+	want := int64(len(f.files["config.json"]) + len(f.files["tokenizer.json"]) + len(f.files["model.safetensors"]))
+	if res.Fetched != want || res.Info.Size != want {
+		t.Errorf("fetched %d bytes of %d listed, want %d", res.Fetched, res.Info.Size, want)
+	}
+	if calls == 0 || last.Done != want || last.Total != want || last.Files != 3 || last.FileIndex != 3 {
+		t.Errorf("last progress %+v after %d calls, want %d of %d bytes, file 3 of 3", last, calls, want, want)
+	}
+	// A second run checks what is there and fetches nothing.
+	res, err = c.Download(context.Background(), testRepo, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != 0 || len(res.Reused) != 3 {
+		t.Errorf("second run fetched %d bytes, reused %v", res.Fetched, res.Reused)
+	}
+	for name, rs := range f.ranges {
+		if len(rs) != 1 {
+			t.Errorf("%s requested %d times", name, len(rs))
+		}
+	}
+}
+
+// TestDownloadResume: a connection cut mid-file leaves a .incomplete part;
+// the next run (or the next attempt of the same run) asks for the rest with
+// a Range request and completes the file.
+func TestDownloadResume(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		attempts int
+		runs     int
+	}{
+		{"next run", 1, 2},
+		{"same run", 3, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newTestHub(t)
+			const cutAt = 100000
+			f.cut["model.safetensors"] = cutAt
+			var err error
+			var res *Result
+			for run := 1; run <= tc.runs; run++ {
+				res, err = c.Download(context.Background(), testRepo, Options{Attempts: tc.attempts, Backoff: time.Millisecond})
+				if run < tc.runs {
+					if err == nil || !strings.Contains(err.Error(), "cut at byte 100000") {
+						t.Fatalf("run %d: %v, want the cut reported", run, err)
+					}
+					part := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", sha256hex(f.files["model.safetensors"])+".incomplete")
+					if fi, err := os.Stat(part); err != nil || fi.Size() != cutAt {
+						t.Fatalf("the part after the cut: %v, %v; want %d bytes", fi, err, cutAt)
+					}
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSnapshot(t, f, c, res.Path)
+			rs := f.ranges["model.safetensors"]
+			if len(rs) != 2 || rs[0] != "" || rs[1] != "bytes=100000-" {
+				t.Errorf("requests' Range headers %q, want none then bytes=100000-", rs)
+			}
+		})
+	}
+}
+
+// TestDownloadCorrupt: a blob corrupted in the cache is refused, deleted
+// and fetched again; a corrupt transfer is fetched again; one that stays
+// corrupt fails with a ChecksumError and leaves nothing in the cache.
+func TestDownloadCorrupt(t *testing.T) {
+	t.Run("in the cache", func(t *testing.T) {
+		f, c := newTestHub(t)
+		res, err := c.Download(context.Background(), testRepo, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", sha256hex(f.files["model.safetensors"]))
+		b, _ := os.ReadFile(blob)
+		b[1234] ^= 1
+		os.WriteFile(blob, b, 0o644)
+		res, err = c.Download(context.Background(), testRepo, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Refetched) != 1 || res.Refetched[0] != "model.safetensors" || res.Fetched != int64(len(b)) {
+			t.Errorf("refetched %v, %d bytes; want model.safetensors, %d", res.Refetched, res.Fetched, len(b))
+		}
+		checkSnapshot(t, f, c, res.Path)
+	})
+	for _, tc := range []struct {
+		name    string
+		corrupt int
+		file    string
+		ok      bool
+	}{
+		{"once in transit, LFS", 1, "model.safetensors", true},
+		{"once in transit, git", 1, "config.json", true},
+		{"every time", 99, "model.safetensors", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newTestHub(t)
+			f.corrupt[tc.file] = tc.corrupt
+			res, err := c.Download(context.Background(), testRepo, Options{Backoff: time.Millisecond})
+			if tc.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkSnapshot(t, f, c, res.Path)
+				return
+			}
+			var ce *ChecksumError
+			if !errors.As(err, &ce) || ce.File != tc.file {
+				t.Fatalf("error %v, want a checksum error on %s", err, tc.file)
+			}
+			blobs, _ := os.ReadDir(filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs"))
+			for _, b := range blobs {
+				if b.Name() == sha256hex(f.files[tc.file]) || strings.HasSuffix(b.Name(), ".incomplete") {
+					t.Errorf("%s left in the cache", b.Name())
+				}
+			}
+		})
+	}
+}
+
+// TestDownloadErrors: gated repos, missing repos, revisions and files, and
+// no network each give an error that says so.
+func TestDownloadErrors(t *testing.T) {
+	closed := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return "http://" + addr
+	}()
+	for _, tc := range []struct {
+		name     string
+		setup    func(f *fakeHub, c *Client)
+		repo     string
+		revision string
+		check    func(err error) bool
+		says     []string
+	}{
+		{"gated without a token", func(f *fakeHub, c *Client) { f.gated = "hf_good" }, testRepo, "",
+			func(err error) bool { var g *GatedError; return errors.As(err, &g) && g.Status == 401 && !g.HasToken },
+			[]string{"gated", "/google/gemma-3n-E2B-it", "accept its licence", "HF_TOKEN"}},
+		{"gated with a token without access", func(f *fakeHub, c *Client) { f.gated = "hf_good"; c.Token = "hf_other" }, testRepo, "",
+			func(err error) bool { var g *GatedError; return errors.As(err, &g) && g.Status == 403 && g.HasToken },
+			[]string{"gated", "no access", "/google/gemma-3n-E2B-it"}},
+		{"missing repo", nil, "google/no-such-model", "",
+			func(err error) bool { var n *NotFoundError; return errors.As(err, &n) && n.File == "" },
+			[]string{"no model google/no-such-model"}},
+		{"missing revision", nil, testRepo, "v9",
+			func(err error) bool { var n *NotFoundError; return errors.As(err, &n) && n.Revision == "v9" },
+			[]string{`no revision "v9"`}},
+		{"missing file", func(f *fakeHub, c *Client) { f.missing["tokenizer.json"] = true }, testRepo, "",
+			func(err error) bool { var n *NotFoundError; return errors.As(err, &n) && n.File == "tokenizer.json" },
+			[]string{"has no file tokenizer.json"}},
+		{"no network", func(f *fakeHub, c *Client) { c.Endpoint = closed }, testRepo, "",
+			func(err error) bool { var n *NetworkError; return errors.As(err, &n) },
+			[]string{"cannot reach the Hub at " + closed}},
+		{"not a repo id", nil, "../etc", "",
+			func(err error) bool { return err != nil }, []string{"not a Hugging Face model id"}},
+		{"not a revision", nil, testRepo, "../../x",
+			func(err error) bool { return err != nil }, []string{"not a revision"}},
+		{"not a checkpoint", func(f *fakeHub, c *Client) { delete(f.files, "config.json") }, testRepo, "",
+			func(err error) bool { return err != nil }, []string{"no config.json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newTestHub(t)
+			if tc.setup != nil {
+				tc.setup(f, c)
+			}
+			_, err := c.Download(context.Background(), tc.repo, Options{Revision: tc.revision, Attempts: 1})
+			if err == nil || !tc.check(err) {
+				t.Fatalf("error %T %v", err, err)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+// TestHostileHub: answers that would write outside the snapshot, past the
+// bounds or more than declared are refused.
+func TestHostileHub(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(f *fakeHub)
+		says  string
+	}{
+		{"backslash traversal", func(f *fakeHub) {
+			f.treeExtra = []map[string]any{{"type": "file", "path": `..\..\evil.safetensors`, "size": 1, "oid": gitOID([]byte("x"))}}
+		}, "not a plain name"},
+		{"dot dot", func(f *fakeHub) {
+			f.treeExtra = []map[string]any{{"type": "file", "path": "..", "size": 1, "oid": gitOID([]byte("x"))}}
+		}, ""}, // not needed: skipped
+		{"huge file", func(f *fakeHub) {
+			f.treeExtra = []map[string]any{{"type": "file", "path": "big.safetensors", "size": 1, "oid": gitOID(nil),
+				"lfs": map[string]any{"oid": sha256hex(nil), "size": int64(1) << 50}}}
+		}, "outside 0.."},
+		{"big file outside LFS", func(f *fakeHub) {
+			f.treeExtra = []map[string]any{{"type": "file", "path": "tokenizer_config.json", "size": 1 << 30, "oid": gitOID(nil)}}
+		}, "over the limit"},
+		{"bad hash", func(f *fakeHub) {
+			f.treeExtra = []map[string]any{{"type": "file", "path": "x.safetensors", "size": 1, "oid": gitOID(nil), "lfs": map[string]any{"oid": "../../x", "size": 1}}}
+		}, "not a sha256"},
+		{"bad commit", func(f *fakeHub) { f.sha = "../../../tmp" }, "not a 40-digit hash"},
+		{"more bytes than listed", func(f *fakeHub) { f.extraBytes["model.safetensors"] = 10 }, "where"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newTestHub(t)
+			tc.setup(f)
+			_, err := c.Download(context.Background(), testRepo, Options{Attempts: 1})
+			if tc.says == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("error %v, want it refused saying %q", err, tc.says)
+			}
+			filepath.WalkDir(filepath.Dir(c.CacheDir), func(p string, d os.DirEntry, err error) error {
+				if d != nil && strings.Contains(d.Name(), "evil") {
+					t.Errorf("%s written", p)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestDownloadCancel: a cancelled context stops the download with its
+// error and keeps the part for a resume.
+func TestDownloadCancel(t *testing.T) {
+	_, c := newTestHub(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := c.Download(ctx, testRepo, Options{Progress: func(p Progress) {
+		if p.File == "model.safetensors" && p.FileDone > 0 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+}
