@@ -31,6 +31,7 @@ func Commands() []Command {
 		{"score", "score a schema of decisions on an input: full distributions as JSON", scoreCmd},
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
+		{"pull", "download a model from Hugging Face into the Hub cache (resumable, checked)", pullCmd},
 		{"catalog", "emit exactly k distinct entries of a catalog for a request (trie-constrained decoding)", catalogCmd},
 		{"bench", "measure prefill and decode speed", benchCmd},
 		{"window", "open the desktop window (what verdict does with no command)", windowCmd},

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"verdict/engine/hub/hubtest"
 )
 
 // writeSnapshot lays out a repo in the cache as huggingface_hub does:
@@ -17,7 +19,7 @@ func writeSnapshot(t *testing.T, dir, repo, commit string, files map[string]stri
 	os.MkdirAll(filepath.Join(rd, "blobs"), 0o755)
 	os.MkdirAll(snap, 0o755)
 	for name, content := range files {
-		blob := filepath.Join(rd, "blobs", gitOID([]byte(content)))
+		blob := filepath.Join(rd, "blobs", hubtest.GitOID([]byte(content)))
 		os.WriteFile(blob, []byte(content), 0o644)
 		if err := linkBlob(blob, filepath.Join(snap, name)); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"verdict/engine/hub/hubtest"
 )
 
 const testRepo = "google/gemma-3n-E2B-it"
@@ -26,21 +28,21 @@ func checkpoint() map[string]string {
 	}
 }
 
-func newTestHub(t *testing.T) (*fakeHub, *Client) {
-	f := newFakeHub(testRepo, checkpoint(), "tokenizer.json", "model.safetensors", "model.gguf")
-	s := f.start(t)
+func newTestHub(t *testing.T) (*hubtest.Repo, *Client) {
+	f := hubtest.NewRepo(checkpoint(), "tokenizer.json", "model.safetensors", "model.gguf")
+	s := (&hubtest.Hub{Repos: map[string]*hubtest.Repo{testRepo: f}}).Start(t)
 	return f, &Client{Endpoint: s.URL, CacheDir: t.TempDir()}
 }
 
 // checkSnapshot checks that every needed file of f is in the snapshot,
 // linked to its blob, with the fake Hub's content.
-func checkSnapshot(t *testing.T, f *fakeHub, c *Client, path string) {
+func checkSnapshot(t *testing.T, f *hubtest.Repo, c *Client, path string) {
 	t.Helper()
-	want := filepath.Join(RepoDir(c.CacheDir, testRepo), "snapshots", f.commit)
+	want := filepath.Join(RepoDir(c.CacheDir, testRepo), "snapshots", f.Commit)
 	if path != want {
 		t.Fatalf("snapshot at %s, want %s", path, want)
 	}
-	for name, b := range f.files {
+	for name, b := range f.Files {
 		got, err := os.ReadFile(filepath.Join(path, name))
 		if !Needed(name) {
 			if err == nil {
@@ -52,17 +54,17 @@ func checkSnapshot(t *testing.T, f *fakeHub, c *Client, path string) {
 			t.Fatalf("%s: %d bytes (%v), want %d", name, len(got), err, len(b))
 		}
 		target, err := os.Readlink(filepath.Join(path, name))
-		blob := gitOID(b)
-		if f.lfs[name] {
-			blob = sha256hex(b)
+		blob := hubtest.GitOID(b)
+		if f.LFS[name] {
+			blob = hubtest.SHA256(b)
 		}
 		if err != nil || target != filepath.Join("..", "..", "blobs", blob) {
 			t.Errorf("%s links to %q (%v), want ../../blobs/%s", name, target, err, blob)
 		}
 	}
 	ref, err := os.ReadFile(filepath.Join(RepoDir(c.CacheDir, testRepo), "refs", "main"))
-	if err != nil || string(ref) != f.commit {
-		t.Errorf("refs/main holds %q (%v), want %s", ref, err, f.commit)
+	if err != nil || string(ref) != f.Commit {
+		t.Errorf("refs/main holds %q (%v), want %s", ref, err, f.Commit)
 	}
 	if got, err := Resolve(c.CacheDir, testRepo); err != nil || got != path {
 		t.Errorf("Resolve: %q, %v; want %s", got, err, path)
@@ -78,7 +80,7 @@ func TestDownloadFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, f, c, res.Path)
-	want := int64(len(f.files["config.json"]) + len(f.files["tokenizer.json"]) + len(f.files["model.safetensors"]))
+	want := int64(len(f.Files["config.json"]) + len(f.Files["tokenizer.json"]) + len(f.Files["model.safetensors"]))
 	if res.Fetched != want || res.Info.Size != want {
 		t.Errorf("fetched %d bytes of %d listed, want %d", res.Fetched, res.Info.Size, want)
 	}
@@ -93,7 +95,7 @@ func TestDownloadFull(t *testing.T) {
 	if res.Fetched != 0 || len(res.Reused) != 3 {
 		t.Errorf("second run fetched %d bytes, reused %v", res.Fetched, res.Reused)
 	}
-	for name, rs := range f.ranges {
+	for name, rs := range f.Ranges {
 		if len(rs) != 1 {
 			t.Errorf("%s requested %d times", name, len(rs))
 		}
@@ -115,7 +117,7 @@ func TestDownloadResume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, c := newTestHub(t)
 			const cutAt = 100000
-			f.cut["model.safetensors"] = cutAt
+			f.Cut["model.safetensors"] = cutAt
 			var err error
 			var res *Result
 			for run := 1; run <= tc.runs; run++ {
@@ -124,7 +126,7 @@ func TestDownloadResume(t *testing.T) {
 					if err == nil || !strings.Contains(err.Error(), "cut at byte 100000") {
 						t.Fatalf("run %d: %v, want the cut reported", run, err)
 					}
-					part := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", sha256hex(f.files["model.safetensors"])+".incomplete")
+					part := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", hubtest.SHA256(f.Files["model.safetensors"])+".incomplete")
 					if fi, err := os.Stat(part); err != nil || fi.Size() != cutAt {
 						t.Fatalf("the part after the cut: %v, %v; want %d bytes", fi, err, cutAt)
 					}
@@ -134,7 +136,7 @@ func TestDownloadResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkSnapshot(t, f, c, res.Path)
-			rs := f.ranges["model.safetensors"]
+			rs := f.Ranges["model.safetensors"]
 			if len(rs) != 2 || rs[0] != "" || rs[1] != "bytes=100000-" {
 				t.Errorf("requests' Range headers %q, want none then bytes=100000-", rs)
 			}
@@ -152,7 +154,7 @@ func TestDownloadCorrupt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		blob := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", sha256hex(f.files["model.safetensors"]))
+		blob := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", hubtest.SHA256(f.Files["model.safetensors"]))
 		b, _ := os.ReadFile(blob)
 		b[1234] ^= 1
 		os.WriteFile(blob, b, 0o644)
@@ -177,7 +179,7 @@ func TestDownloadCorrupt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, c := newTestHub(t)
-			f.corrupt[tc.file] = tc.corrupt
+			f.Corrupt[tc.file] = tc.corrupt
 			res, err := c.Download(context.Background(), testRepo, Options{Backoff: time.Millisecond})
 			if tc.ok {
 				if err != nil {
@@ -192,7 +194,7 @@ func TestDownloadCorrupt(t *testing.T) {
 			}
 			blobs, _ := os.ReadDir(filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs"))
 			for _, b := range blobs {
-				if b.Name() == sha256hex(f.files[tc.file]) || strings.HasSuffix(b.Name(), ".incomplete") {
+				if b.Name() == hubtest.SHA256(f.Files[tc.file]) || strings.HasSuffix(b.Name(), ".incomplete") {
 					t.Errorf("%s left in the cache", b.Name())
 				}
 			}
@@ -214,16 +216,16 @@ func TestDownloadErrors(t *testing.T) {
 	}()
 	for _, tc := range []struct {
 		name     string
-		setup    func(f *fakeHub, c *Client)
+		setup    func(f *hubtest.Repo, c *Client)
 		repo     string
 		revision string
 		check    func(err error) bool
 		says     []string
 	}{
-		{"gated without a token", func(f *fakeHub, c *Client) { f.gated = "hf_good" }, testRepo, "",
+		{"gated without a token", func(f *hubtest.Repo, c *Client) { f.Gated = "hf_good" }, testRepo, "",
 			func(err error) bool { var g *GatedError; return errors.As(err, &g) && g.Status == 401 && !g.HasToken },
 			[]string{"gated", "/google/gemma-3n-E2B-it", "accept its licence", "HF_TOKEN"}},
-		{"gated with a token without access", func(f *fakeHub, c *Client) { f.gated = "hf_good"; c.Token = "hf_other" }, testRepo, "",
+		{"gated with a token without access", func(f *hubtest.Repo, c *Client) { f.Gated = "hf_good"; c.Token = "hf_other" }, testRepo, "",
 			func(err error) bool { var g *GatedError; return errors.As(err, &g) && g.Status == 403 && g.HasToken },
 			[]string{"gated", "no access", "/google/gemma-3n-E2B-it"}},
 		{"missing repo", nil, "google/no-such-model", "",
@@ -232,17 +234,17 @@ func TestDownloadErrors(t *testing.T) {
 		{"missing revision", nil, testRepo, "v9",
 			func(err error) bool { var n *NotFoundError; return errors.As(err, &n) && n.Revision == "v9" },
 			[]string{`no revision "v9"`}},
-		{"missing file", func(f *fakeHub, c *Client) { f.missing["tokenizer.json"] = true }, testRepo, "",
+		{"missing file", func(f *hubtest.Repo, c *Client) { f.Missing["tokenizer.json"] = true }, testRepo, "",
 			func(err error) bool { var n *NotFoundError; return errors.As(err, &n) && n.File == "tokenizer.json" },
 			[]string{"has no file tokenizer.json"}},
-		{"no network", func(f *fakeHub, c *Client) { c.Endpoint = closed }, testRepo, "",
+		{"no network", func(f *hubtest.Repo, c *Client) { c.Endpoint = closed }, testRepo, "",
 			func(err error) bool { var n *NetworkError; return errors.As(err, &n) },
 			[]string{"cannot reach the Hub at " + closed}},
 		{"not a repo id", nil, "../etc", "",
 			func(err error) bool { return err != nil }, []string{"not a Hugging Face model id"}},
 		{"not a revision", nil, testRepo, "../../x",
 			func(err error) bool { return err != nil }, []string{"not a revision"}},
-		{"not a checkpoint", func(f *fakeHub, c *Client) { delete(f.files, "config.json") }, testRepo, "",
+		{"not a checkpoint", func(f *hubtest.Repo, c *Client) { delete(f.Files, "config.json") }, testRepo, "",
 			func(err error) bool { return err != nil }, []string{"no config.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,27 +270,27 @@ func TestDownloadErrors(t *testing.T) {
 func TestHostileHub(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(f *fakeHub)
+		setup func(f *hubtest.Repo)
 		says  string
 	}{
-		{"backslash traversal", func(f *fakeHub) {
-			f.treeExtra = []map[string]any{{"type": "file", "path": `..\..\evil.safetensors`, "size": 1, "oid": gitOID([]byte("x"))}}
+		{"backslash traversal", func(f *hubtest.Repo) {
+			f.TreeExtra = []map[string]any{{"type": "file", "path": `..\..\evil.safetensors`, "size": 1, "oid": hubtest.GitOID([]byte("x"))}}
 		}, "not a plain name"},
-		{"dot dot", func(f *fakeHub) {
-			f.treeExtra = []map[string]any{{"type": "file", "path": "..", "size": 1, "oid": gitOID([]byte("x"))}}
+		{"dot dot", func(f *hubtest.Repo) {
+			f.TreeExtra = []map[string]any{{"type": "file", "path": "..", "size": 1, "oid": hubtest.GitOID([]byte("x"))}}
 		}, ""}, // not needed: skipped
-		{"huge file", func(f *fakeHub) {
-			f.treeExtra = []map[string]any{{"type": "file", "path": "big.safetensors", "size": 1, "oid": gitOID(nil),
-				"lfs": map[string]any{"oid": sha256hex(nil), "size": int64(1) << 50}}}
+		{"huge file", func(f *hubtest.Repo) {
+			f.TreeExtra = []map[string]any{{"type": "file", "path": "big.safetensors", "size": 1, "oid": hubtest.GitOID(nil),
+				"lfs": map[string]any{"oid": hubtest.SHA256(nil), "size": int64(1) << 50}}}
 		}, "outside 0.."},
-		{"big file outside LFS", func(f *fakeHub) {
-			f.treeExtra = []map[string]any{{"type": "file", "path": "tokenizer_config.json", "size": 1 << 30, "oid": gitOID(nil)}}
+		{"big file outside LFS", func(f *hubtest.Repo) {
+			f.TreeExtra = []map[string]any{{"type": "file", "path": "tokenizer_config.json", "size": 1 << 30, "oid": hubtest.GitOID(nil)}}
 		}, "over the limit"},
-		{"bad hash", func(f *fakeHub) {
-			f.treeExtra = []map[string]any{{"type": "file", "path": "x.safetensors", "size": 1, "oid": gitOID(nil), "lfs": map[string]any{"oid": "../../x", "size": 1}}}
+		{"bad hash", func(f *hubtest.Repo) {
+			f.TreeExtra = []map[string]any{{"type": "file", "path": "x.safetensors", "size": 1, "oid": hubtest.GitOID(nil), "lfs": map[string]any{"oid": "../../x", "size": 1}}}
 		}, "not a sha256"},
-		{"bad commit", func(f *fakeHub) { f.sha = "../../../tmp" }, "not a 40-digit hash"},
-		{"more bytes than listed", func(f *fakeHub) { f.extraBytes["model.safetensors"] = 10 }, "where"},
+		{"bad commit", func(f *hubtest.Repo) { f.SHA = "../../../tmp" }, "not a 40-digit hash"},
+		{"more bytes than listed", func(f *hubtest.Repo) { f.ExtraBytes["model.safetensors"] = 10 }, "where"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, c := newTestHub(t)
