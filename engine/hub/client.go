@@ -136,8 +136,13 @@ func (c *Client) Info(ctx context.Context, repo, revision string) (*Info, error)
 		return nil, hostile("%s at %s: commit %q is not a 40-digit hash", repo, revision, meta.SHA)
 	}
 	info := &Info{Repo: repo, Revision: revision, Commit: meta.SHA}
-	if g, ok := meta.Gated.(string); ok {
+	switch g := meta.Gated.(type) {
+	case string:
 		info.Gated = g
+	case bool:
+		if g {
+			info.Gated = "true"
+		}
 	}
 	type entry struct {
 		Type string `json:"type"`

@@ -422,6 +422,7 @@ func (d *download) transfer(ctx context.Context, f File, out *os.File, off int64
 	}
 	buf := make([]byte, 256<<10)
 	var got int64
+	first := true // the first bytes of a transfer are always reported
 	for {
 		k, rerr := resp.Body.Read(buf)
 		if k > 0 {
@@ -439,7 +440,8 @@ func (d *download) transfer(ctx context.Context, f File, out *os.File, off int64
 			d.res.Fetched += int64(k)
 			d.p.FileDone += int64(k)
 			d.p.Done += int64(k)
-			d.report(false)
+			d.report(first)
+			first = false
 		}
 		if rerr == io.EOF {
 			break

@@ -40,13 +40,16 @@ type Repo struct {
 	ExtraBytes map[string]int
 	// Ranges records the Range header of each file request ("" for none).
 	Ranges map[string][]string
+	// Hold: a request for the file sends half of it, then waits until the
+	// channel is closed or the client goes away.
+	Hold map[string]chan struct{}
 }
 
 // NewRepo returns a repo of files at a fixed commit; those named in lfs
 // are listed as LFS files.
 func NewRepo(files map[string]string, lfs ...string) *Repo {
 	r := &Repo{Commit: strings.Repeat("ab12", 10), Files: map[string][]byte{}, LFS: map[string]bool{},
-		Cut: map[string]int64{}, Corrupt: map[string]int{}, Missing: map[string]bool{}, ExtraBytes: map[string]int{}, Ranges: map[string][]string{}}
+		Cut: map[string]int64{}, Corrupt: map[string]int{}, Missing: map[string]bool{}, ExtraBytes: map[string]int{}, Ranges: map[string][]string{}, Hold: map[string]chan struct{}{}}
 	for k, v := range files {
 		r.Files[k] = []byte(v)
 	}
@@ -56,7 +59,8 @@ func NewRepo(files map[string]string, lfs ...string) *Repo {
 	return r
 }
 
-// Hub serves its repos; lock Mu to change one while it serves.
+// Hub serves its repos; lock Mu to change one while it serves (a held
+// file's wait is outside the lock).
 type Hub struct {
 	Mu    sync.Mutex
 	Repos map[string]*Repo
@@ -99,7 +103,12 @@ func notFound(w http.ResponseWriter, code, msg string) {
 // ServeHTTP answers the API requests engine/hub sends.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.Mu.Lock()
-	defer h.Mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			h.Mu.Unlock()
+		}
+	}()
 	p := req.URL.Path
 	api, isAPI := strings.CutPrefix(p, "/api/models/")
 	if !isAPI {
@@ -130,7 +139,22 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case isAPI && verb == "tree" && rest == r.Commit:
 		json.NewEncoder(w).Encode(r.tree())
 	case !isAPI && verb == "resolve" && strings.HasPrefix(rest, r.Commit+"/"):
-		r.serveFile(w, req, parts[0]+"/"+parts[1], strings.TrimPrefix(rest, r.Commit+"/"))
+		name := strings.TrimPrefix(rest, r.Commit+"/")
+		if hold, ok := r.Hold[name]; ok {
+			b := r.Files[name]
+			locked = false
+			h.Mu.Unlock()
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.Write(b[:len(b)/2])
+			w.(http.Flusher).Flush()
+			select {
+			case <-hold:
+			case <-req.Context().Done():
+			}
+			w.Write(b[len(b)/2:])
+			return
+		}
+		r.serveFile(w, req, parts[0]+"/"+parts[1], name)
 	default:
 		notFound(w, "EntryNotFound", "Entry not found")
 	}
