@@ -112,6 +112,23 @@ describe('models dialog', () => {
     expect(d.el.querySelector('#hub-token-input')).toBeNull();
   });
 
+  it('keeps an event that overtakes the answer to Download', async () => {
+    let dialog: ModelsDialog | undefined;
+    const { host } = fakeHost({
+      download: async (repo) => {
+        // The failure's event arrives before the call's answer.
+        dialog!.update({ state: 'error', repo, error: 'cannot reach the Hub' });
+        return { state: 'downloading', repo };
+      },
+    });
+    const d = (dialog = new ModelsDialog(host));
+    document.body.appendChild(d.el);
+    await d.open();
+    (d.el.querySelector('#hub-repos li[data-repo="google/gemma-3n-E4B-it"] button[data-action="download"]') as HTMLButtonElement).click();
+    await tick();
+    expect(d.el.querySelector('#download-error')!.textContent).toBe('cannot reach the Hub');
+  });
+
   it('formats the time left and the progress line', () => {
     expect(fmtLeft(40_000)).toBe('40 s');
     expect(fmtLeft(180_000)).toBe('3 min');

@@ -87,6 +87,8 @@ export class ModelsDialog {
   private local: LocalModel[] | null = null;
   private repos: HubRepo[] | null = null;
   private tokenInfo: TokenInfo = { present: false };
+  /** hub:download events taken so far. */
+  private events = 0;
 
   constructor(private host: LibraryHost) {
     this.el = h('dialog#models-dialog.models-dialog', { 'aria-label': 'Models' },
@@ -122,6 +124,11 @@ export class ModelsDialog {
 
   /** Takes a hub:download event. A finished download refreshes the lists. */
   update(d: DownloadState) {
+    this.events++;
+    this.apply(d);
+  }
+
+  private apply(d: DownloadState) {
     const finished = this.dl.state === 'downloading' && d.state === 'done';
     this.dl = d;
     this.renderProgress();
@@ -230,7 +237,10 @@ export class ModelsDialog {
 
   private async download(repo: string) {
     try {
-      this.update(await this.host.download(repo));
+      const seen = this.events;
+      const d = await this.host.download(repo);
+      // Events may have overtaken the answer (a quick failure): they are newer.
+      if (this.events === seen) this.apply(d);
     } catch (e) {
       this.fail(e);
     }
