@@ -51,8 +51,18 @@ func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	res, err := c.Download(ctx, repo, hub.Options{Revision: *revision, Progress: pb.show})
 	pb.clear()
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
+		var ne *hub.NetworkError
+		spec := repo
+		if *revision != "main" {
+			spec += "@" + *revision
+		}
+		switch {
+		case errors.Is(err, context.Canceled):
 			fmt.Fprintln(stderr, "verdict pull: run the same command again to resume where it stopped")
+		case errors.As(err, &ne):
+			if p, rerr := hub.Resolve(c.CacheDir, spec); rerr == nil {
+				fmt.Fprintf(stderr, "verdict pull: %s is in the cache already (%s): --model %s works offline\n", spec, p, spec)
+			}
 		}
 		return err
 	}

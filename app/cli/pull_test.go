@@ -42,6 +42,11 @@ func TestPull(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "0 B fetched, 2 already in the cache") {
 		t.Errorf("again: exit %d, stderr %q", code, errOut)
 	}
+	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+	code, _, errOut = run("pull", repo)
+	if code != 1 || !strings.Contains(errOut, "cannot reach the Hub at http://127.0.0.1:1") || !strings.Contains(errOut, "--model "+repo+" works offline") {
+		t.Errorf("offline: exit %d, stderr %q", code, errOut)
+	}
 	for _, args := range [][]string{{"pull"}, {"pull", "not a repo"}, {"pull", repo, "extra"}} {
 		if code, _, errOut := run(args...); code != 2 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)

@@ -26,6 +26,8 @@ type Client struct {
 	// StallTimeout fails a download that receives nothing for this long
 	// (0: DefaultStallTimeout).
 	StallTimeout time.Duration
+
+	free func(dir string) (int64, error) // diskFree unless a test replaces it
 }
 
 // DefaultStallTimeout is how long a download may go without a byte.

@@ -102,6 +102,9 @@ func (c *Client) Download(ctx context.Context, repo string, opt Options) (*Resul
 			return nil, fmt.Errorf("hub cache: %w", err)
 		}
 	}
+	if err := c.checkSpace(rd, info); err != nil {
+		return nil, err
+	}
 	d := &download{c: c, opt: opt, info: info, rd: rd, snap: snap, res: &Result{Info: info, Path: snap}}
 	d.p = Progress{Repo: repo, Files: len(info.Files), Total: info.Size, Left: -1}
 	for i, f := range info.Files {
@@ -116,6 +119,44 @@ func (c *Client) Download(ctx context.Context, repo string, opt Options) (*Resul
 		}
 	}
 	return d.res, nil
+}
+
+// SpaceError is a download that does not fit on the cache's disk.
+type SpaceError struct {
+	Dir        string
+	Need, Free int64
+}
+
+func (e *SpaceError) Error() string {
+	return fmt.Sprintf("the download needs %.2f GB more in %s, and only %.2f GB are free: free some space or set HF_HUB_CACHE to another disk", float64(e.Need)/1e9, e.Dir, float64(e.Free)/1e9)
+}
+
+// checkSpace refuses a download whose missing bytes (files not yet in the
+// cache, less the parts already fetched) exceed the free space.
+func (c *Client) checkSpace(rd string, info *Info) error {
+	free := c.free
+	if free == nil {
+		free = diskFree
+	}
+	n, err := free(rd)
+	if err != nil {
+		return nil // unknown: the writes will say
+	}
+	var need int64
+	for _, f := range info.Files {
+		blob := filepath.Join(rd, "blobs", f.blob())
+		if isFile(blob) {
+			continue
+		}
+		need += f.Size
+		if fi, err := os.Stat(blob + ".incomplete"); err == nil && fi.Size() <= f.Size {
+			need -= fi.Size()
+		}
+	}
+	if need > n {
+		return &SpaceError{Dir: rd, Need: need, Free: n}
+	}
+	return nil
 }
 
 func hasFile(info *Info, name string) bool {

@@ -315,6 +315,27 @@ func TestHostileHub(t *testing.T) {
 	}
 }
 
+// TestDownloadSpace: a download larger than the free space is refused
+// before anything is written; what is in the cache already does not count.
+func TestDownloadSpace(t *testing.T) {
+	f, c := newTestHub(t)
+	total := int64(len(f.Files["config.json"]) + len(f.Files["tokenizer.json"]) + len(f.Files["model.safetensors"]))
+	c.free = func(string) (int64, error) { return total - 1, nil }
+	_, err := c.Download(context.Background(), testRepo, Options{})
+	var se *SpaceError
+	if !errors.As(err, &se) || se.Need != total || !strings.Contains(err.Error(), "HF_HUB_CACHE") {
+		t.Fatalf("error %v, want a SpaceError for %d bytes", err, total)
+	}
+	c.free = nil
+	if _, err := c.Download(context.Background(), testRepo, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	c.free = func(string) (int64, error) { return 0, nil }
+	if _, err := c.Download(context.Background(), testRepo, Options{}); err != nil {
+		t.Errorf("everything cached, no space: %v", err)
+	}
+}
+
 // TestDownloadCancel: a cancelled context stops the download with its
 // error and keeps the part for a resume.
 func TestDownloadCancel(t *testing.T) {

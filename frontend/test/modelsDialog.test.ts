@@ -101,6 +101,12 @@ describe('models dialog', () => {
     d.update({ state: 'error', repo: 'google/gemma-3n-E4B-it', gated: true, licence_url: 'https://huggingface.co/google/gemma-3n-E4B-it', error: 'google/gemma-3n-E4B-it is gated (HTTP 401): accept its licence' });
     expect(d.el.querySelector('#download-error')!.textContent).toContain('is gated');
     expect((d.el.querySelector('#licence-link') as HTMLAnchorElement).href).toBe('https://huggingface.co/google/gemma-3n-E4B-it');
+    // In the window, the link goes to the system's browser.
+    const opened: string[] = [];
+    (globalThis as { runtime?: unknown }).runtime = { BrowserOpenURL: (u: string) => opened.push(u) };
+    (d.el.querySelector('#licence-link') as HTMLAnchorElement).click();
+    delete (globalThis as { runtime?: unknown }).runtime;
+    expect(opened).toEqual(['https://huggingface.co/google/gemma-3n-E4B-it']);
     const input = d.el.querySelector('#hub-token-input') as HTMLInputElement;
     expect(input.type).toBe('password');
     input.value = 'hf_abc';

@@ -221,7 +221,7 @@ export class ModelsDialog {
         break;
       default:
         replace(this.progressEl, h('span.err#download-error', null, d.error ?? d.state),
-          d.gated && d.licence_url ? h('a#licence-link', { href: d.licence_url, target: '_blank', rel: 'noopener noreferrer' }, 'Accept the licence') : null);
+          d.gated && d.licence_url ? h('a#licence-link', { href: d.licence_url, target: '_blank', rel: 'noopener noreferrer', title: d.licence_url, onclick: (e: Event) => openExternal(e, d.licence_url!) }, 'Accept the licence') : null);
     }
   }
 
@@ -264,6 +264,15 @@ export class ModelsDialog {
     } catch (e) {
       this.fail(e);
     }
+  }
+}
+
+/** In the window, links open in the system's browser (Wails ignores them otherwise). */
+function openExternal(e: Event, url: string) {
+  const rt = (globalThis as { runtime?: { BrowserOpenURL?: (u: string) => void } }).runtime;
+  if (rt?.BrowserOpenURL) {
+    e.preventDefault();
+    rt.BrowserOpenURL(url);
   }
 }
 
