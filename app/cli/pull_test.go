@@ -64,3 +64,33 @@ func TestPullLine(t *testing.T) {
 		t.Errorf("\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestPullBar: off a terminal the bar writes a line per file and one every
+// ten seconds; on one it redraws a line in place, throttled, and clears it.
+func TestPullBar(t *testing.T) {
+	var buf strings.Builder
+	now := time.Unix(0, 0)
+	b := &pullBar{w: &buf, now: func() time.Time { return now }}
+	p := hub.Progress{Stage: hub.StageDownloading, File: "a", FileIndex: 1, Files: 2, FileSize: 100, Total: 100, Left: -1}
+	for i := range 5 {
+		p.Done = int64(i)
+		now = now.Add(3 * time.Second)
+		b.show(p)
+	}
+	p.File, p.FileIndex = "b", 2
+	b.show(p)
+	if lines := strings.Count(buf.String(), "\n"); lines != 3 {
+		t.Errorf("off a terminal: %d lines, want 3 (file a, ten seconds later, file b):\n%s", lines, buf.String())
+	}
+	buf.Reset()
+	b = &pullBar{w: &buf, term: true, now: func() time.Time { return now }}
+	b.show(p)
+	now = now.Add(10 * time.Millisecond)
+	b.show(p) // too soon
+	now = now.Add(200 * time.Millisecond)
+	b.show(p)
+	b.clear()
+	if got := strings.Count(buf.String(), "\r"); got != 3+1 || !strings.HasSuffix(buf.String(), "\r\x1b[K") {
+		t.Errorf("on a terminal: %q", buf.String())
+	}
+}
