@@ -86,11 +86,11 @@ func TestPullBar(t *testing.T) {
 	b = &pullBar{w: &buf, term: true, now: func() time.Time { return now }}
 	b.show(p)
 	now = now.Add(10 * time.Millisecond)
-	b.show(p) // too soon
+	b.show(p) // too soon: not drawn
 	now = now.Add(200 * time.Millisecond)
 	b.show(p)
 	b.clear()
-	if got := strings.Count(buf.String(), "\r"); got != 3+1 || !strings.HasSuffix(buf.String(), "\r\x1b[K") {
+	if got := strings.Count(buf.String(), "\r"); got != 3 || !strings.HasSuffix(buf.String(), "\r\x1b[K") {
 		t.Errorf("on a terminal: %q", buf.String())
 	}
 }
