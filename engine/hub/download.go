@@ -188,6 +188,13 @@ type download struct {
 	started    time.Time // the first byte transferred
 	reported   time.Time
 	fetchedRun int64
+	samples    []sample // for speed
+}
+
+// sample is the bytes transferred by a time.
+type sample struct {
+	at    time.Time
+	bytes int64
 }
 
 // report tells Options.Progress, at most ten times a second unless force.
@@ -201,13 +208,35 @@ func (d *download) report(force bool) {
 	}
 	d.reported = now
 	d.p.Left = -1
-	if el := now.Sub(d.started).Seconds(); !d.started.IsZero() && el > 0.2 {
-		d.p.BytesPerSec = float64(d.fetchedRun) / el
+	if !d.started.IsZero() {
+		d.p.BytesPerSec = d.speed(now)
 		if d.p.BytesPerSec > 0 {
 			d.p.Left = time.Duration(float64(d.p.Total-d.p.Done) / d.p.BytesPerSec * float64(time.Second))
 		}
 	}
 	d.opt.Progress(d.p)
+}
+
+// speedWindow is the span the transfer speed is measured over.
+const speedWindow = 5 * time.Second
+
+// speed is the bytes a second transferred over about the last speedWindow
+// (since the first byte when that is more recent), from samples taken at
+// each report.
+func (d *download) speed(now time.Time) float64 {
+	d.samples = append(d.samples, sample{now, d.fetchedRun})
+	for len(d.samples) > 1 && now.Sub(d.samples[1].at) >= speedWindow {
+		d.samples = d.samples[1:]
+	}
+	from := d.samples[0]
+	if now.Sub(from.at) < speedWindow {
+		from = sample{d.started, 0}
+	}
+	el := now.Sub(from.at).Seconds()
+	if el < 0.2 {
+		return 0
+	}
+	return float64(d.fetchedRun-from.bytes) / el
 }
 
 // file brings one file into the cache and links it into the snapshot.

@@ -350,3 +350,28 @@ func TestDownloadCancel(t *testing.T) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
 }
+
+// TestSpeed: the speed follows the last five seconds, not the average
+// since the start.
+func TestSpeed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := &download{started: t0}
+	var got float64
+	for s := 1; s <= 20; s++ {
+		if s <= 10 {
+			d.fetchedRun += 1e6 // 1 MB/s
+		} else {
+			d.fetchedRun += 10e6 // then 10 MB/s
+		}
+		got = d.speed(t0.Add(time.Duration(s) * time.Second))
+		if s == 3 && got != 1e6 {
+			t.Errorf("after 3 s at 1 MB/s: %.0f B/s", got)
+		}
+	}
+	if got != 10e6 {
+		t.Errorf("after 10 s at 10 MB/s: %.0f B/s, want 10 MB/s", got)
+	}
+	if len(d.samples) > 7 {
+		t.Errorf("%d samples kept", len(d.samples))
+	}
+}
