@@ -375,3 +375,37 @@ func TestSpeed(t *testing.T) {
 		t.Errorf("%d samples kept", len(d.samples))
 	}
 }
+
+// TestDownloadReusesOtherTools: files that another tool put in the cache
+// (a blob named by its hash, or a plain copy in the snapshot where links
+// could not be made) are checked and kept, not fetched again.
+func TestDownloadReusesOtherTools(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		place func(c *Client, f *hubtest.Repo, name string) string
+	}{
+		{"blob", func(c *Client, f *hubtest.Repo, name string) string {
+			return filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs", f.Blob(name))
+		}},
+		{"copy in the snapshot", func(c *Client, f *hubtest.Repo, name string) string {
+			return filepath.Join(RepoDir(c.CacheDir, testRepo), "snapshots", f.Commit, name)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newTestHub(t)
+			p := tc.place(c, f, "model.safetensors")
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			os.WriteFile(p, f.Files["model.safetensors"], 0o644)
+			res, err := c.Download(context.Background(), testRepo, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(f.Ranges["model.safetensors"]) != 0 || len(res.Reused) != 1 || res.Reused[0] != "model.safetensors" {
+				t.Errorf("model.safetensors requested %d times, reused %v", len(f.Ranges["model.safetensors"]), res.Reused)
+			}
+			if b, err := os.ReadFile(filepath.Join(res.Path, "model.safetensors")); err != nil || !bytes.Equal(b, f.Files["model.safetensors"]) {
+				t.Errorf("snapshot file: %d bytes, %v", len(b), err)
+			}
+		})
+	}
+}
