@@ -16,8 +16,10 @@ func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("pull", stderr)
 	revision := fs.String("revision", "main", "branch, tag or commit to download")
 	token := fs.String("token", "", "Hugging Face access token (default: $HF_TOKEN, else the token file of `hf auth login`)")
+	var include stringList
+	fs.Var(&include, "include", "fetch the top-level files matching this pattern instead of the checkpoint's (e.g. '*Q4_K_M.gguf'); repeat for more")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: verdict pull REPO [--revision R] [--token T]\n\n"+
+		fmt.Fprintf(stderr, "Usage: verdict pull REPO [--revision R] [--token T] [--include PATTERN]\n\n"+
 			"Downloads the files of a Hugging Face model that Verdict needs into the Hub cache (%s),\n"+
 			"resuming an interrupted download, and prints the snapshot folder. Open it afterwards with --model REPO.\n\n", hub.CacheDir())
 		fs.PrintDefaults()
@@ -48,7 +50,7 @@ func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		c.Token = *token
 	}
 	pb := newPullBar(stderr)
-	res, err := c.Download(ctx, repo, hub.Options{Revision: *revision, Progress: pb.show})
+	res, err := c.Download(ctx, repo, hub.Options{Revision: *revision, Progress: pb.show, Include: include})
 	pb.clear()
 	if err != nil {
 		var ne *hub.NetworkError
@@ -70,7 +72,15 @@ func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(res.Refetched) > 0 {
 		fmt.Fprintf(stderr, ", %d found corrupt and fetched again (%s)", len(res.Refetched), strings.Join(res.Refetched, ", "))
 	}
-	fmt.Fprintf(stderr, "\nopen it with --model %s\n", repo)
+	if len(include) > 0 {
+		var names []string
+		for _, f := range res.Info.Files {
+			names = append(names, f.Path)
+		}
+		fmt.Fprintf(stderr, "\nfiles: %s\n", strings.Join(names, ", "))
+	} else {
+		fmt.Fprintf(stderr, "\nopen it with --model %s\n", repo)
+	}
 	fmt.Fprintln(stdout, res.Path)
 	return nil
 }

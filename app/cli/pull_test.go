@@ -42,6 +42,10 @@ func TestPull(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "0 B fetched, 2 already in the cache") {
 		t.Errorf("again: exit %d, stderr %q", code, errOut)
 	}
+	code, out, errOut = run("pull", repo, "--include", "*.md")
+	if code != 0 || out != snap+"\n" || !strings.Contains(errOut, "files: README.md") {
+		t.Errorf("--include: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
 	code, _, errOut = run("pull", repo)
 	if code != 1 || !strings.Contains(errOut, "cannot reach the Hub at http://127.0.0.1:1") || !strings.Contains(errOut, "--model "+repo+" works offline") {

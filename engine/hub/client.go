@@ -117,6 +117,11 @@ const (
 // Info asks the Hub for repo at revision ("": main): its commit, gating and
 // the files Needed lists, checked for names and sizes.
 func (c *Client) Info(ctx context.Context, repo, revision string) (*Info, error) {
+	return c.InfoOf(ctx, repo, revision, Needed)
+}
+
+// InfoOf is Info listing the top-level files keep accepts.
+func (c *Client) InfoOf(ctx context.Context, repo, revision string, keep func(path string) bool) (*Info, error) {
 	if err := checkRepo(repo); err != nil {
 		return nil, err
 	}
@@ -174,7 +179,7 @@ func (c *Client) Info(ctx context.Context, repo, revision string) (*Info, error)
 			if seen++; seen > maxFiles {
 				return nil, hostile("%s lists over %d files", repo, maxFiles)
 			}
-			if e.Type != "file" || !Needed(e.Path) {
+			if e.Type != "file" || strings.Contains(e.Path, "/") || !keep(e.Path) {
 				continue
 			}
 			if err := checkName(e.Path); err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -61,6 +62,31 @@ type Options struct {
 	// Backoff is the wait before a new attempt (0: one second times the
 	// attempt's number).
 	Backoff time.Duration
+	// Include, when set, replaces Needed: the top-level files whose names
+	// match one of these path.Match patterns are fetched (one GGUF file of
+	// a repo of many: "*Q4_K_M.gguf"), and the repo need not be a
+	// safetensors checkpoint.
+	Include []string
+}
+
+// keep is the filter of the files opt fetches.
+func (opt Options) keep() (func(string) bool, error) {
+	if len(opt.Include) == 0 {
+		return Needed, nil
+	}
+	for _, p := range opt.Include {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("pattern %q: %w", p, err)
+		}
+	}
+	return func(name string) bool {
+		for _, p := range opt.Include {
+			if ok, _ := path.Match(p, name); ok {
+				return true
+			}
+		}
+		return false
+	}, nil
 }
 
 // DefaultAttempts is the tries per file unless Options say otherwise.
@@ -85,12 +111,19 @@ type Result struct {
 // the Hub's hash before it enters the cache. ctx stops it; the part written
 // so far stays for the next run to resume.
 func (c *Client) Download(ctx context.Context, repo string, opt Options) (*Result, error) {
-	info, err := c.Info(ctx, repo, opt.Revision)
+	keep, err := opt.keep()
 	if err != nil {
 		return nil, err
 	}
-	if !hasFile(info, "config.json") || !hasWeights(info) {
-		return nil, fmt.Errorf("%s at %s has no config.json or no top-level .safetensors weights: not a checkpoint Verdict opens", repo, info.Revision)
+	info, err := c.InfoOf(ctx, repo, opt.Revision, keep)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(opt.Include) > 0 && len(info.Files) == 0:
+		return nil, fmt.Errorf("no top-level file of %s at %s matches %s", repo, info.Revision, strings.Join(opt.Include, ", "))
+	case len(opt.Include) == 0 && (!hasFile(info, "config.json") || !hasWeights(info)):
+		return nil, fmt.Errorf("%s at %s has no config.json or no top-level .safetensors weights: not a checkpoint Verdict opens (a GGUF repo: name its file with an include pattern)", repo, info.Revision)
 	}
 	if opt.Attempts <= 0 {
 		opt.Attempts = DefaultAttempts

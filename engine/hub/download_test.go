@@ -315,6 +315,31 @@ func TestHostileHub(t *testing.T) {
 	}
 }
 
+// TestDownloadInclude: include patterns fetch the files they match (a GGUF
+// file), without the checkpoint's; a pattern matching nothing, or not a
+// pattern, is an error.
+func TestDownloadInclude(t *testing.T) {
+	f, c := newTestHub(t)
+	res, err := c.Download(context.Background(), testRepo, Options{Include: []string{"*.gguf"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Info.Files) != 1 || res.Info.Files[0].Path != "model.gguf" || res.Fetched != int64(len(f.Files["model.gguf"])) {
+		t.Errorf("fetched %v (%d bytes)", res.Info.Files, res.Fetched)
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Path, "model.gguf")); err != nil || !bytes.Equal(b, f.Files["model.gguf"]) {
+		t.Errorf("model.gguf: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(res.Path, "config.json")); err == nil {
+		t.Error("config.json fetched too")
+	}
+	for _, tc := range []struct{ pattern, says string }{{"*.bin", "no top-level file"}, {"[", "syntax error"}} {
+		if _, err := c.Download(context.Background(), testRepo, Options{Include: []string{tc.pattern}}); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%q: %v, want an error saying %q", tc.pattern, err, tc.says)
+		}
+	}
+}
+
 // TestDownloadSpace: a download larger than the free space is refused
 // before anything is written; what is in the cache already does not count.
 func TestDownloadSpace(t *testing.T) {
