@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"verdict/engine/hub"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
@@ -162,8 +163,9 @@ func (s *Models) Info() ModelInfo {
 // ErrNoModel is returned by runs while no model is ready.
 var ErrNoModel = errors.New("no model is loaded: load the built-in model or a Gemma 3n folder first")
 
-// Open starts loading spec ("builtin" or a folder holding config.json) and
-// returns at once; model:state events report the progress and the outcome.
+// Open starts loading spec ("builtin", a folder holding config.json, or a
+// Hugging Face id downloaded into the Hub cache) and returns at once;
+// model:state events report the progress and the outcome.
 // A load in progress is cancelled, and the new one starts once it has
 // stopped; runs on the previous model are cancelled (onSwap) before it is
 // closed.
@@ -174,6 +176,14 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 		info.Spec, info.Name, info.Builtin, info.RandomWeights = models.Builtin, "built-in tiny Gemma 3n (random weights)", true, true
 		info.Stage = "generating random weights"
 	} else {
+		repo := ""
+		if hub.LooksLikeRepo(spec) { // a Hugging Face id: its snapshot in the Hub cache
+			snap, err := hub.Resolve("", spec)
+			if err != nil {
+				return s.Info(), err
+			}
+			repo, spec = spec, snap
+		}
 		abs, err := filepath.Abs(spec)
 		if err == nil {
 			spec = abs
@@ -189,6 +199,9 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 			return s.Info(), fmt.Errorf("model folder %s has no config.json: choose a Hugging Face Gemma 3n checkpoint folder", spec)
 		}
 		info.Spec, info.Path, info.Name = spec, spec, filepath.Base(spec)
+		if repo != "" {
+			info.Spec, info.Name = repo, repo
+		}
 		info.SizeBytes = weightBytes(spec)
 	}
 	s.mu.Lock()

@@ -55,6 +55,7 @@ type Services struct {
 	System    *System
 	Media     *Media
 	Dataset   *Dataset
+	Library   *Library
 
 	log *logrus.Logger
 }
@@ -74,7 +75,8 @@ func New(o Options) *Services {
 	s := &Services{log: log}
 	s.Logs = NewLogs(log, o.Emitter)
 	s.Settings = NewSettings(o.SettingsPath, s.Logs, log, o.Emitter)
-	s.Models = NewModels(o.Open, o.Emitter, log)
+	s.Library = NewLibrary(o.Emitter, log, recentPathFor(o.SettingsPath))
+	s.Models = NewModels(o.Open, s.Library.watch(o.Emitter), log)
 	s.Media = newMedia(o, s.Models, log)
 	s.Runs = NewRuns(s.Models, s.Settings, o.Emitter, log)
 	s.Runs.media = s.Media
@@ -88,7 +90,7 @@ func New(o Options) *Services {
 // Bound lists the services the window binds and the browser mode serves;
 // each is named by its type (Models, Scorer, ...).
 func (s *Services) Bound() []any {
-	return []any{s.Models, s.Scorer, s.Generator, s.Runs, s.Settings, s.Logs, s.System, s.Media, s.Dataset}
+	return []any{s.Models, s.Scorer, s.Generator, s.Runs, s.Settings, s.Logs, s.System, s.Media, s.Dataset, s.Library}
 }
 
 // MediaFiles serves the media previews under /media/ (see Media.Files).
@@ -117,6 +119,7 @@ func (s *Services) Logger() *logrus.Logger { return s.log }
 // Shutdown stops the camera, the recording and the playback, cancels the run
 // in progress, waits for it and closes the model.
 func (s *Services) Shutdown() {
+	s.Library.shutdown()
 	s.Media.shutdown()
 	s.Runs.cancelActive("shutting down")
 	s.Dataset.shutdown()

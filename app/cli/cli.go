@@ -33,6 +33,7 @@ func Commands() []Command {
 		{"merge", "merge the result logs of shards in input order (JSONL or CSV)", mergeCmd},
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
+		{"pull", "download a model from Hugging Face into the Hub cache (resumable, checked)", pullCmd},
 		{"catalog", "emit exactly k distinct entries of a catalog for a request (trie-constrained decoding)", catalogCmd},
 		{"bench", "measure prefill and decode speed", benchCmd},
 		{"window", "open the desktop window (what verdict does with no command)", windowCmd},

@@ -133,9 +133,15 @@ func OpenContext(ctx context.Context, spec string, opt Options) (*Model, error) 
 }
 
 // OpenWith opens the model named by spec: "builtin", a synthetic full-size
-// shape ("synthetic-e2b", "synthetic-e4b"), or a folder.
+// shape ("synthetic-e2b", "synthetic-e4b"), a folder, or a Hugging Face
+// model id ("google/gemma-3n-E2B-it[@revision]") downloaded into the Hub
+// cache (verdict pull).
 func OpenWith(spec string, opt Options) (*Model, error) {
 	start := time.Now()
+	spec, repo, rerr := resolveRepo(spec)
+	if rerr != nil {
+		return nil, fmt.Errorf("open model %s: %w", spec, rerr)
+	}
 	if opt.Weights == "" {
 		opt.Weights = DefaultWeights
 	}
@@ -167,6 +173,9 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
 		}
 		m.Name = filepath.Base(filepath.Clean(spec))
+		if repo != "" {
+			m.Name = repo
+		}
 		st, err = weights.Open(spec)
 	}
 	if err != nil {

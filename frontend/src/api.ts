@@ -1,6 +1,7 @@
 // Typed calls to the Go services.
 import { bytesOf } from './files';
 import type { Transport } from './transport';
+import type { DownloadState, HubRepo, LocalModel, TokenInfo } from './ui/modelsDialog';
 import type {
   CameraState, InputFile, Limits, LogEntry, MediaAvailability, MediaItem, MediaLimits, MediaResult, ModelInfo,
   PlaybackState, Preferences, Preset, PromptPreview, RecordingState, RunRecord, RunRequest, RunStarted, SchemaCheck,
@@ -18,6 +19,15 @@ export class Api {
   modelInfo = () => this.t.call<ModelInfo>('Models', 'Info');
   openModel = (spec: string) => this.t.call<ModelInfo>('Models', 'Open', spec);
   unloadModel = () => this.t.call<ModelInfo>('Models', 'Unload');
+
+  // Library: models on this computer, downloads from the Hugging Face Hub
+  localModels = () => this.t.call<LocalModel[]>('Library', 'Local');
+  hubRepos = () => this.t.call<HubRepo[]>('Library', 'Repos');
+  hubToken = () => this.t.call<TokenInfo>('Library', 'Token');
+  setHubToken = (token: string) => this.t.call<TokenInfo>('Library', 'SetToken', token);
+  downloadState = () => this.t.call<DownloadState>('Library', 'State');
+  download = (repo: string, revision = '') => this.t.call<DownloadState>('Library', 'Download', repo, revision);
+  cancelDownload = () => this.t.call<DownloadState>('Library', 'Cancel');
 
   // Runs: both sides together, or one side alone
   startRun = (req: RunRequest) => this.t.call<RunStarted>('Runs', 'Start', req);

@@ -26,6 +26,7 @@ import { ModelBar } from './ui/modelBar';
 import { SchemaEditor } from './ui/schemaEditor';
 import { ScorerPanel } from './ui/scorerPanel';
 import { SettingsDialog } from './ui/settingsDialog';
+import { DownloadEvent, ModelsDialog, type DownloadState } from './ui/modelsDialog';
 import { TimingPanel } from './ui/timingPanel';
 import { errorText, setToastReporter, toast } from './ui/toast';
 
@@ -62,6 +63,7 @@ class App {
   private datasetPanel: DatasetPanel;
   private modelBar: ModelBar;
   private settings: SettingsDialog;
+  private models: ModelsDialog;
   private promptBox = h('pre.prompt#prompt-text');
   private promptMeta = h('div.small.muted');
   private tabBodies: Record<State['tab'], HTMLElement>;
@@ -118,6 +120,7 @@ class App {
           toast(errorText(e), 'error');
         }
       },
+      browseModels: () => void this.models.open(),
       chooseFolder: async () => {
         try {
           const p = await this.api.chooseModelFolder();
@@ -250,6 +253,16 @@ class App {
       maxBytes: () => (s.mode === 'browser' ? 3.5 : 64) * 1048576,
       error: (m) => toast(m, 'error'),
     });
+    this.models = new ModelsDialog({
+      local: () => this.api.localModels(),
+      repos: () => this.api.hubRepos(),
+      token: () => this.api.hubToken(),
+      setToken: (tk) => this.api.setHubToken(tk),
+      state: () => this.api.downloadState(),
+      download: (repo) => this.api.download(repo),
+      cancel: () => this.api.cancelDownload(),
+      open: (spec) => this.openModel(spec),
+    });
     this.settings = new SettingsDialog({
       prefs: () => s.prefs,
       save: async (p) => {
@@ -289,7 +302,8 @@ class App {
           this.timing.el,
           h('section.card.bottom', null, this.tabsNav, h('div.tab-body#tab-body'))),
         this.schemaPanel),
-      this.settings.el);
+      this.settings.el,
+      this.models.el);
 
     this.setSchemaOpen(load<boolean | null>('schemaOpen', null) ?? window.innerWidth >= 1400, false);
     this.wire();
@@ -391,6 +405,7 @@ class App {
       if (p.error) toast(p.error, 'error');
     });
     t.on(Events.settings, (p: Preferences) => st.set({ prefs: p }));
+    t.on(DownloadEvent, (d: DownloadState) => this.models.update(d));
     t.onConnection((c) => {
       const was = s.connected;
       st.set({ connected: c });

@@ -14,6 +14,8 @@ export interface ModelHost {
   chooseFolder(): void;
   /** Stops the load in progress. */
   cancelLoad?(): void;
+  /** Opens the models dialog (models on disk, downloads). */
+  browseModels?(): void;
 }
 
 export class ModelBar {
@@ -31,6 +33,7 @@ export class ModelBar {
       this.chip,
       h('div.model-actions', null,
         h('button.btn.small#load-builtin', { type: 'button', title: 'Load the built-in tiny model (random weights)', onclick: () => this.host.loadBuiltin() }, 'Built-in'),
+        this.host.browseModels ? h('button.btn.small#browse-models', { type: 'button', title: 'Gemma 3n models on this computer, and downloads from Hugging Face', onclick: () => this.host.browseModels?.() }, 'Models…') : null,
         h('button.btn.small#open-folder', { type: 'button', title: 'Open a Hugging Face Gemma 3n checkpoint folder', onclick: () => this.openFolder() }, 'Open folder…'),
         this.pathForm));
   }
