@@ -1,5 +1,6 @@
 // Package models opens the models Verdict runs: a Hugging Face Gemma 3n
-// checkpoint folder, a synthetic-weight fixture folder, or the built-in model
+// checkpoint folder, a GGUF file (llama.cpp's gemma3n), a synthetic-weight
+// fixture folder, or the built-in model
 // (the tiny synthetic Gemma 3n, random weights, generated in memory).
 package models
 
@@ -49,6 +50,7 @@ type Model struct {
 	store      weights.Store
 	configJSON []byte
 	recipe     []byte // synthetic shapes: their recipe
+	gguf       string // the GGUF file of a GGUF model
 	towers     towers
 
 	towerCacheBytes int64
@@ -133,7 +135,8 @@ func OpenContext(ctx context.Context, spec string, opt Options) (*Model, error) 
 }
 
 // OpenWith opens the model named by spec: "builtin", a synthetic full-size
-// shape ("synthetic-e2b", "synthetic-e4b"), or a folder.
+// shape ("synthetic-e2b", "synthetic-e4b"), a folder, or a GGUF file (see
+// GGUFPath).
 func OpenWith(spec string, opt Options) (*Model, error) {
 	start := time.Now()
 	if opt.Weights == "" {
@@ -162,6 +165,11 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		cfgJSON = c
 		m.recipe = recipe
 		st, err = weights.NewRecipeStore(recipe, nil)
+	} else if m.gguf, err = GGUFPath(spec); err != nil {
+		return nil, fmt.Errorf("open model %s: %w", spec, err)
+	} else if m.gguf != "" {
+		m.Name = ggufName(m.gguf)
+		st, cfgJSON, err = openGGUF(m.gguf)
 	} else {
 		if cfgJSON, err = safefile.ReadFile(filepath.Join(spec, "config.json"), MaxConfigBytes); err != nil {
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
@@ -190,7 +198,12 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		if opt.Progress != nil {
 			opt.Progress(StageTokenizer, 0, 0)
 		}
-		m.Tok, m.TokErr = LoadTokenizer(m.Path)
+		if m.gguf != "" {
+			m.Tok, m.TokErr = LoadTokenizer(filepath.Dir(m.gguf))
+			m.TokErr = ggufTokenizerHint(m.TokErr, m.gguf)
+		} else {
+			m.Tok, m.TokErr = LoadTokenizer(m.Path)
+		}
 	}
 	if err != nil {
 		if m.Model != nil {
@@ -247,6 +260,9 @@ func cacheName(spec string, m *Model) string {
 	if m.Synthetic {
 		return spec
 	}
+	if m.gguf != "" {
+		return ggufName(m.gguf)
+	}
 	return filepath.Base(filepath.Clean(spec))
 }
 
@@ -269,6 +285,9 @@ func cacheKey(spec string, m *Model, cfgJSON []byte) (string, error) {
 			h.Write(m.recipe)
 		}
 		return "recipe:" + hex.EncodeToString(h.Sum(nil)), nil
+	}
+	if m.gguf != "" {
+		return ggufCacheKey(m.gguf)
 	}
 	dir, err := filepath.Abs(spec)
 	if err != nil {

@@ -223,7 +223,7 @@ func has(g *GGUF, name string) bool { _, ok := g.Tensor(name); return ok }
 
 func (s *GGUFStore) add(t *GGUFTensor, nLayers int) error {
 	if hf, ok := ggufGemma3nGlobal[t.Name]; ok {
-		return s.view(GGUFPrefix+hf, t, 0, -1)
+		return s.view(GGUFPrefix+hf, t, -1, -1)
 	}
 	if hf, ok := ggufGemma3nStacked[t.Name]; ok {
 		if len(t.Dims) != 3 || t.Dims[2] != 3 {
@@ -250,7 +250,7 @@ func (s *GGUFStore) add(t *GGUFTensor, nLayers int) error {
 		if i >= nLayers {
 			return fmt.Errorf("tensor %s: block %d beyond gemma3n.block_count %d", t.Name, i, nLayers)
 		}
-		return s.view(fmt.Sprintf("%slayers.%d.%s", GGUFPrefix, i, hf), t, 0, -1)
+		return s.view(fmt.Sprintf("%slayers.%d.%s", GGUFPrefix, i, hf), t, -1, -1)
 	}
 	s.ignored = append(s.ignored, t.Name)
 	return nil
