@@ -146,7 +146,7 @@ func midModel(t *testing.T) string {
 	cfg, _ := json.Marshal(map[string]any{"model_type": "gemma3n", "text_config": text})
 	var ts []map[string]any
 	add := func(name string, norm bool, shape ...int) {
-		scale, offset := 0.6/math.Sqrt(float64(shape[len(shape)-1])), 0.0
+		scale, offset := 0.28/math.Sqrt(float64(shape[len(shape)-1])), 0.0
 		if norm {
 			scale, offset = 0.1, 1
 		}
@@ -206,12 +206,12 @@ func TestGGUFMidLogits(t *testing.T) {
 		bound float64
 	}{
 		{weights.GGMLF32, 0},
-		{weights.GGMLF16, 9e-3},
-		{weights.GGMLBF16, 6e-2},
-		{weights.GGMLQ8_0, 0.11},
-		{weights.GGMLQ4_0, 1.8},
-		{weights.GGMLQ4_K, 1.3},
-		{weights.GGMLQ6_K, 0.6},
+		{weights.GGMLF16, 4e-3},
+		{weights.GGMLBF16, 4.2e-2},
+		{weights.GGMLQ8_0, 0.1},
+		{weights.GGMLQ4_0, 0.75},
+		{weights.GGMLQ4_K, 0.66},
+		{weights.GGMLQ6_K, 0.3},
 	} {
 		t.Run(tc.typ.String(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "mid.gguf")

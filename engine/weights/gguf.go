@@ -242,6 +242,9 @@ func (t *GGUFTensor) Shape() []int {
 // Bytes is the tensor's size in the file.
 func (t *GGUFTensor) Bytes() int { return len(t.data) }
 
+// Data is the tensor's encoded bytes (aliasing the file: read only).
+func (t *GGUFTensor) Data() []byte { return t.data }
+
 // GGUF is a parsed, memory-mapped GGUF file.
 type GGUF struct {
 	Path      string

@@ -169,7 +169,7 @@ func array(b *bytes.Buffer, elem weights.GGUFType, n int, at func(int) any, with
 	binary.Write(b, binary.LittleEndian, uint32(elem))
 	binary.Write(b, binary.LittleEndian, uint64(n))
 	for i := 0; i < n; i++ {
-		if err := value(b, at(i), elem == weights.GGUFArray); err != nil {
+		if err := value(b, at(i), false); err != nil {
 			return err
 		}
 	}
@@ -281,6 +281,8 @@ func Encode(t weights.GGMLType, x []float32) ([]byte, error) {
 
 func roundInt(v float32) int { return int(math.RoundToEven(float64(v))) }
 
+func ceilInt(v float32) int { return int(math.Ceil(float64(v))) }
+
 func clamp(v, lo, hi int) int { return min(max(v, lo), hi) }
 
 // q8_0: d = max|x|/127, q = round(x/d).
@@ -341,10 +343,10 @@ func q4_K(x []float32) []byte {
 	var q [256]int
 	for j := 0; j < 8; j++ {
 		if d > 0 {
-			sc[j] = clamp(roundInt(scale[j]/d), 0, 63)
+			sc[j] = clamp(ceilInt(scale[j]/d), 0, 63) // up: no value clamps
 		}
 		if dmin > 0 {
-			mn[j] = clamp(roundInt(mins[j]/dmin), 0, 63)
+			mn[j] = clamp(ceilInt(mins[j]/dmin), 0, 63)
 		}
 		ds, dm := d*float32(sc[j]), dmin*float32(mn[j])
 		for l := 0; l < 32; l++ {
@@ -375,7 +377,7 @@ func q6_K(x []float32) []byte {
 	var scale [16]float32
 	for k := 0; k < 16; k++ {
 		for _, v := range x[k*16 : k*16+16] {
-			scale[k] = max(scale[k], float32(math.Abs(float64(v)))/32)
+			scale[k] = max(scale[k], float32(math.Abs(float64(v)))/31)
 		}
 	}
 	dh := F32ToF16(slices.Max(scale[:]) / 127)
@@ -384,7 +386,7 @@ func q6_K(x []float32) []byte {
 	var q [256]int
 	for k := 0; k < 16; k++ {
 		if d > 0 {
-			sc[k] = clamp(roundInt(scale[k]/d), -128, 127)
+			sc[k] = clamp(ceilInt(scale[k]/d), -128, 127)
 		}
 		ds := d * float32(sc[k])
 		for l := 0; l < 16; l++ {
@@ -409,4 +411,13 @@ func q6_K(x []float32) []byte {
 		out = append(out, byte(int8(s)))
 	}
 	return binary.LittleEndian.AppendUint16(out, dh)
+}
+
+// KVs makes metadata pairs from alternating keys and values.
+func KVs(pairs ...any) []KV {
+	out := make([]KV, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, KV{Key: pairs[i].(string), Value: pairs[i+1]})
+	}
+	return out
 }
