@@ -28,6 +28,7 @@ type Command struct {
 func Commands() []Command {
 	return []Command{
 		{"verify-fixture", "check the engine against a reference fixture (folder or .tar.gz)", verifyFixture},
+		{"verify-gguf", "compare GGUF files' logits with the checkpoint they were converted from", verifyGGUFCmd},
 		{"score", "score a schema of decisions on an input: full distributions as JSON", scoreCmd},
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
