@@ -26,7 +26,7 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlags("verify-gguf", stderr)
 	ref := fs.String("ref", "", "the Hugging Face checkpoint folder the GGUF files were converted from")
 	write := fs.String("write-checkpoint", "", "write the text decoder of the -from folder here as model.safetensors and config.json, and stop")
-	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe)")
+	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), or synthetic-wide (rows of 256, for the k-quants)")
 	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
 	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
 	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
@@ -145,10 +145,22 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	if dtype != "f32" && dtype != "bf16" {
 		return usageErr("-dtype %q: want f32 or bf16", dtype)
 	}
-	js, err := os.ReadFile(filepath.Join(from, "config.json"))
+	var (
+		js  []byte
+		st  weights.Store
+		err error
+	)
+	if from == "synthetic-wide" {
+		var recipe []byte
+		js, recipe = wideModel()
+		st, err = weights.NewRecipeStore(recipe, nil)
+	} else if js, err = os.ReadFile(filepath.Join(from, "config.json")); err == nil {
+		st, err = weights.Open(from)
+	}
 	if err != nil {
 		return err
 	}
+	defer st.Close()
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(js, &top); err != nil {
 		return fmt.Errorf("%s/config.json: %w", from, err)
@@ -167,11 +179,6 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	text["model_type"] = "gemma3n_text"
 	text["architectures"] = []string{"Gemma3nForCausalLM"}
 	text["torch_dtype"] = map[string]string{"f32": "float32", "bf16": "bfloat16"}[dtype]
-	st, err := weights.Open(from)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	prefix := "model.language_model."
 	if _, _, ok := st.Info(prefix + "embed_tokens.weight"); !ok {
 		prefix = "model."
@@ -242,4 +249,70 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d tensors, %d bytes of %s\n", dir, len(names), off, dtype)
 	return nil
+}
+
+// wideModel is a synthetic Gemma 3n with Gemma's vocabulary whose matrices
+// have rows of 256 (so that llama-quantize applies Q4_K and Q6_K to them,
+// which it cannot on the tiny fixture's rows of 64): its config.json and
+// recipe.json.
+func wideModel() (cfgJSON, recipe []byte) {
+	const D, P, L, I, V, VP, H, KV, HD, R = 256, 64, 4, 512, 262400, 262144, 2, 1, 128, 8
+	text := map[string]any{
+		"model_type": "gemma3n_text", "vocab_size": V, "vocab_size_per_layer_input": VP, "hidden_size": D,
+		"hidden_size_per_layer_input": P, "intermediate_size": I, "num_hidden_layers": L,
+		"num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_kv_shared_layers": 1,
+		"layer_types":                 []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"},
+		"activation_sparsity_pattern": []float64{0.95, 0, 0, 0}, "sliding_window": 16, "rms_norm_eps": 1e-6,
+		"final_logit_softcapping": 30.0, "laurel_rank": R, "altup_num_inputs": 4, "altup_active_idx": 0,
+		"altup_coef_clip": 120.0, "altup_correct_scale": true, "hidden_activation": "gelu_pytorch_tanh",
+		"max_position_embeddings": 4096, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+		"rope_parameters": map[string]any{
+			"full_attention":    map[string]any{"rope_theta": 1e6, "rope_type": "default"},
+			"sliding_attention": map[string]any{"rope_theta": 1e4, "rope_type": "default"},
+		},
+	}
+	cfgJSON, _ = json.Marshal(map[string]any{"model_type": "gemma3n", "text_config": text})
+	var ts []map[string]any
+	add := func(name string, norm bool, shape ...int) {
+		scale, offset := 0.28/math.Sqrt(float64(shape[len(shape)-1])), 0.0
+		if norm {
+			scale, offset = 0.1, 1
+		}
+		ts = append(ts, map[string]any{"name": "model.language_model." + name, "shape": shape,
+			"seed": fmt.Sprintf("%016x", 0x9e3779b97f4a7c15*uint64(len(ts)+1)), "offset": offset, "scale": scale})
+	}
+	add("embed_tokens.weight", false, V, D)
+	add("embed_tokens_per_layer.weight", false, VP, L*P)
+	add("per_layer_model_projection.weight", false, L*P, D)
+	add("per_layer_projection_norm.weight", true, P)
+	add("norm.weight", true, D)
+	for i := 0; i < 3; i++ {
+		add(fmt.Sprintf("altup_projections.%d.weight", i), false, D, D)
+		add(fmt.Sprintf("altup_unembed_projections.%d.weight", i), false, D, D)
+	}
+	for i := 0; i < L; i++ {
+		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", i, s) }
+		add(n("self_attn.q_proj.weight"), false, H*HD, D)
+		add(n("self_attn.k_proj.weight"), false, KV*HD, D)
+		add(n("self_attn.v_proj.weight"), false, KV*HD, D)
+		add(n("self_attn.o_proj.weight"), false, D, H*HD)
+		add(n("self_attn.q_norm.weight"), true, HD)
+		add(n("self_attn.k_norm.weight"), true, HD)
+		for _, s := range []string{"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm", "altup.router_norm", "laurel.post_laurel_norm", "post_per_layer_input_norm"} {
+			add(n(s+".weight"), true, D)
+		}
+		add(n("mlp.gate_proj.weight"), false, I, D)
+		add(n("mlp.up_proj.weight"), false, I, D)
+		add(n("mlp.down_proj.weight"), false, D, I)
+		add(n("altup.correct_output_scale"), false, D)
+		add(n("altup.correction_coefs.weight"), false, 4, 4)
+		add(n("altup.prediction_coefs.weight"), false, 16, 4)
+		add(n("altup.modality_router.weight"), false, 4, D)
+		add(n("laurel.linear_left.weight"), false, R, D)
+		add(n("laurel.linear_right.weight"), false, D, R)
+		add(n("per_layer_input_gate.weight"), false, P, D)
+		add(n("per_layer_projection.weight"), false, D, P)
+	}
+	recipe, _ = json.Marshal(map[string]any{"tensors": ts})
+	return cfgJSON, recipe
 }
