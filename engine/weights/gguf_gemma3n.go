@@ -16,16 +16,19 @@ import (
 )
 
 // A Gemma 3n GGUF (llama.cpp's gemma3n architecture, as convert_hf_to_gguf.py
-// writes it and llama-quantize quantises it) served under the Hugging Face
-// names the gemma3n loader binds. What the converter did, undone here:
+// writes it and llama-quantize quantises it; Ollama's converter writes the
+// same tensors) served under the Hugging Face names the gemma3n loader
+// binds. What the converters did, undone here:
 //
 //   - names: model.language_model.X is token_embd, blk.N.attn_q, ...
 //     (ggufGemma3nGlobal and ggufGemma3nBlock);
 //   - the three altup_projections.i (and altup_unembed_projections.i) are
 //     stacked into one [3, D, D] tensor: each i is served as a slice of it;
 //   - "_scale" tensors got a ".weight" suffix (altup.correct_output_scale);
-//   - the per-layer embedding table is padded with zero rows up to
+//   - llama.cpp's pads the per-layer embedding table with zero rows up to
 //     vocab_size: the rows past vocab_size_per_layer_input are not served;
+//   - Ollama's clamps the AltUp coefficients to altup_coef_clip, which the
+//     loader does anyway;
 //   - norm weights are stored as they are (Gemma 3n's RMSNorm multiplies by
 //     the weight, no +1 shift, unlike Gemma 3) and q/k are not permuted
 //     (Gemma uses NeoX-style RoPE), so nothing else changes.
@@ -448,11 +451,11 @@ func float32Decimal(x float64) float64 {
 	return d
 }
 
-// configJSON builds the gemma3n_text config from the metadata. Settings the
-// converter does not write take transformers' Gemma3nTextConfig defaults
-// (altup_coef_clip 120, altup_correct_scale true, gelu_pytorch_tanh) and
-// llama.cpp's (rope theta 10000 for sliding layers when
-// gemma3n.rope.freq_base_swa is absent).
+// configJSON builds the gemma3n_text config from the metadata, as
+// llama.cpp's converter or Ollama's (which names a few keys differently)
+// writes it. Settings neither writes take transformers' Gemma3nTextConfig
+// defaults (altup_coef_clip 120, altup_correct_scale true,
+// gelu_pytorch_tanh) and llama.cpp's (rope theta 10000 for sliding layers).
 func (s *GGUFStore) configJSON(nLayers int) ([]byte, error) {
 	g := s.G
 	req := func(key string) (int64, error) { return g.metaInt("gemma3n." + key) }
@@ -462,7 +465,6 @@ func (s *GGUFStore) configJSON(nLayers int) ([]byte, error) {
 		"embedding_length_per_layer_input": "hidden_size_per_layer_input",
 		"attention.head_count":             "num_attention_heads",
 		"attention.head_count_kv":          "num_key_value_heads",
-		"attention.key_length":             "head_dim",
 		"attention.sliding_window":         "sliding_window",
 		"context_length":                   "max_position_embeddings",
 	} {
@@ -472,6 +474,14 @@ func (s *GGUFStore) configJSON(nLayers int) ([]byte, error) {
 		}
 		cfg[field] = v
 	}
+	// llama.cpp writes attention.key_length, Ollama's converter head_dim.
+	hd, err := req("attention.key_length")
+	if err != nil {
+		if hd, err = req("head_dim"); err != nil {
+			return nil, errors.New("missing metadata gemma3n.attention.key_length (or gemma3n.head_dim)")
+		}
+	}
+	cfg["head_dim"] = hd
 	shared, err := req("attention.shared_kv_layers")
 	if err != nil {
 		return nil, err
@@ -505,9 +515,15 @@ func (s *GGUFStore) configJSON(nLayers int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	local, err := floatKey("rope.freq_base_swa", 10000)
+	// llama.cpp: rope.freq_base_swa (else its fixed 10000); Ollama: rope.freq_base_local.
+	local, err := floatKey("rope.freq_base_swa", 0)
 	if err != nil {
 		return nil, err
+	}
+	if local == 0 {
+		if local, err = floatKey("rope.freq_base_local", 10000); err != nil {
+			return nil, err
+		}
 	}
 	cfg["rope_parameters"] = map[string]any{
 		"full_attention":    map[string]any{"rope_theta": full, "rope_type": "default"},

@@ -57,6 +57,10 @@ type Gemma3nOptions struct {
 	// PadPLE pads the per-layer embedding table with zero rows up to
 	// vocab_size, as the current converter does.
 	PadPLE bool
+	// Ollama writes the metadata as Ollama's converter does: head_dim for
+	// attention.key_length, rope.freq_base_local for rope.freq_base_swa,
+	// one feed_forward_length.
+	Ollama bool
 }
 
 // Gemma3n lays out the text decoder of store (Hugging Face names under
@@ -111,7 +115,17 @@ func Gemma3n(store weights.Store, prefix string, cfg gemma3n.Config, opt Gemma3n
 		{"tokenizer.ggml.eos_token_id", uint32(eos)},
 		{"tokenizer.ggml.padding_token_id", uint32(cfg.PAD)},
 	}
-	if th := cfg.RopeTheta["sliding_attention"]; th != 10000 {
+	if th := cfg.RopeTheta["sliding_attention"]; opt.Ollama {
+		for i, kv := range kvs {
+			switch kv.Key {
+			case "gemma3n.attention.key_length":
+				kvs[i].Key = "gemma3n.head_dim"
+			case "gemma3n.feed_forward_length":
+				kvs[i].Value = uint32(ff[0])
+			}
+		}
+		kvs = append(kvs, KV{"gemma3n.rope.freq_base_local", float32(th)}, KV{"gemma3n.altup.correct_scale", cfg.AltUpCorrectScale})
+	} else if th != 10000 {
 		kvs = append(kvs, KV{"gemma3n.rope.freq_base_swa", float32(th)})
 	}
 
