@@ -139,8 +139,9 @@ func argmax(x []float32) int {
 }
 
 // writeCheckpoint writes the text decoder of the model folder from as a
-// Gemma3nForCausalLM checkpoint (model.* names, no buffers: what
-// save_pretrained writes) in dir.
+// Gemma3nForConditionalGeneration checkpoint without towers
+// (model.language_model.* names, no buffers: what save_pretrained writes)
+// in dir.
 func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	if dtype != "f32" && dtype != "bf16" {
 		return usageErr("-dtype %q: want f32 or bf16", dtype)
@@ -165,20 +166,26 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	if err := json.Unmarshal(js, &top); err != nil {
 		return fmt.Errorf("%s/config.json: %w", from, err)
 	}
-	text := map[string]any{}
-	src := js
-	if tc, ok := top["text_config"]; ok {
-		src = tc
-	}
-	if err := json.Unmarshal(src, &text); err != nil {
-		return err
-	}
 	if _, _, err := gemma3n.ParseConfig(js); err != nil {
 		return err
 	}
-	text["model_type"] = "gemma3n_text"
-	text["architectures"] = []string{"Gemma3nForCausalLM"}
-	text["torch_dtype"] = map[string]string{"f32": "float32", "bf16": "bfloat16"}[dtype]
+	// Gemma3nForConditionalGeneration: the form Google publishes, which
+	// every llama.cpp version with gemma3n converts.
+	out := map[string]any{}
+	if _, ok := top["text_config"]; ok {
+		if err := json.Unmarshal(js, &out); err != nil {
+			return err
+		}
+	} else {
+		text := map[string]any{}
+		if err := json.Unmarshal(js, &text); err != nil {
+			return err
+		}
+		out["text_config"] = text
+	}
+	out["model_type"] = "gemma3n"
+	out["architectures"] = []string{"Gemma3nForConditionalGeneration"}
+	out["torch_dtype"] = map[string]string{"f32": "float32", "bf16": "bfloat16"}[dtype]
 	prefix := "model.language_model."
 	if _, _, ok := st.Info(prefix + "embed_tokens.weight"); !ok {
 		prefix = "model."
@@ -204,7 +211,7 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 		for _, d := range shape {
 			cnt *= d
 		}
-		hdr["model."+strings.TrimPrefix(n, prefix)] = map[string]any{"dtype": strings.ToUpper(dtype), "shape": shape, "data_offsets": []int{off, off + cnt*size}}
+		hdr["model.language_model."+strings.TrimPrefix(n, prefix)] = map[string]any{"dtype": strings.ToUpper(dtype), "shape": shape, "data_offsets": []int{off, off + cnt*size}}
 		off += cnt * size
 	}
 	hj, err := json.Marshal(hdr)
@@ -243,7 +250,7 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	cj, _ := json.MarshalIndent(text, "", " ")
+	cj, _ := json.MarshalIndent(out, "", " ")
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
 		return err
 	}

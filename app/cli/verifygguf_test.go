@@ -32,12 +32,12 @@ func TestVerifyGGUF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := st.Info("model.rotary_emb.full_attention_inv_freq"); ok {
+	if _, _, ok := st.Info("model.language_model.rotary_emb.full_attention_inv_freq"); ok {
 		t.Error("the checkpoint holds a buffer")
 	}
 	files := map[weights.GGMLType]string{}
 	for _, typ := range []weights.GGMLType{weights.GGMLF32, weights.GGMLQ4_0} {
-		kvs, ts, err := ggufwrite.Gemma3n(st, "model.", cfg, ggufwrite.Gemma3nOptions{Type: typ, PadPLE: true})
+		kvs, ts, err := ggufwrite.Gemma3n(st, "model.language_model.", cfg, ggufwrite.Gemma3nOptions{Type: typ, PadPLE: true})
 		if err != nil {
 			t.Fatal(err)
 		}
