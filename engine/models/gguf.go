@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"verdict/engine/tokenizer"
 	"verdict/engine/weights"
 )
 
@@ -81,4 +82,24 @@ func ggufCacheKey(path string) (string, error) {
 func ggufName(path string) string {
 	b := filepath.Base(path)
 	return strings.TrimSuffix(b, filepath.Ext(b))
+}
+
+// checkGGUFVocab holds the tokenizer found for a GGUF model to the file's
+// own vocabulary: the first 300 ids and a sample of the rest below both
+// vocabularies' ends (and below limit, where the converter's padding
+// entries start) must be the same tokens, else the tokenizer belongs to
+// another model.
+func checkGGUFVocab(st weights.Store, tok *tokenizer.Tokenizer, limit int) error {
+	g, ok := st.(*weights.GGUFStore)
+	if !ok {
+		return nil
+	}
+	tokens := g.Tokens()
+	n := min(len(tokens), tok.VocabSize(), limit)
+	for id := 0; id < n; id += max(1, min(id/300, n/509)) { // the first 300 (special and byte tokens), then a sample
+		if got := tok.TokenText(int32(id)); got != tokens[id] {
+			return fmt.Errorf("the tokenizer.json found does not match %s's vocabulary: token %d is %q there, %q in the GGUF (put the model's own tokenizer.json beside it)", filepath.Base(g.G.Path), id, got, tokens[id])
+		}
+	}
+	return nil
 }

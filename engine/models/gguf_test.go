@@ -330,3 +330,38 @@ func TestGGUFTokenizerHint(t *testing.T) {
 		t.Errorf("Tokenizer() = %v, want the GGUF hint", err)
 	}
 }
+
+// The tokenizer found for a GGUF must be the file's own vocabulary: the
+// Gemma tokenizer passes on a GGUF listing its tokens, and is refused, by
+// name of the token that differs, on one whose vocabulary differs.
+func TestGGUFVocabCheck(t *testing.T) {
+	tok := testmodel.Tokenizer(t)
+	dir := testmodel.Dir(t, "gemma3n-synthetic-tiny.tar.gz")
+	tokens := make([]string, 262400)
+	for i := range tokens {
+		tokens[i] = tok.TokenText(int32(i))
+		if tokens[i] == "" {
+			tokens[i] = fmt.Sprintf("[PAD%d]", i)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change int // id whose token is replaced, -1 for none
+	}{{"same", -1}, {"other", 2}} {
+		toks := tokens
+		if tc.change >= 0 {
+			toks = append([]string(nil), tokens...)
+			toks[tc.change] = "<something else>"
+		}
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: weights.GGMLQ8_0, PadPLE: true, Tokens: toks})
+		m := openF32(t, path)
+		_, err := m.Tokenizer()
+		switch {
+		case tc.change < 0 && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.change >= 0 && (err == nil || !strings.Contains(err.Error(), `token 2 is "<bos>" there, "<something else>" in the GGUF`)):
+			t.Errorf("%s: Tokenizer() = %v, want the mismatch named", tc.name, err)
+		}
+	}
+}

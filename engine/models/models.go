@@ -201,6 +201,11 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		if m.gguf != "" {
 			m.Tok, m.TokErr = LoadTokenizer(filepath.Dir(m.gguf))
 			m.TokErr = ggufTokenizerHint(m.TokErr, m.gguf)
+			if m.Tok != nil {
+				if e := checkGGUFVocab(st, m.Tok, m.Cfg.VocabSizePerLayer); e != nil {
+					m.Tok, m.TokErr = nil, e
+				}
+			}
 		} else {
 			m.Tok, m.TokErr = LoadTokenizer(m.Path)
 		}

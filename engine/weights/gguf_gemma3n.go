@@ -310,6 +310,12 @@ func (s *GGUFStore) trimPLE() error {
 	return s.view(name, v.t, -1, GemmaVocabPerLayer)
 }
 
+// Tokens is the file's vocabulary (tokenizer.ggml.tokens), nil when absent.
+func (s *GGUFStore) Tokens() []string {
+	t, _ := s.G.KV["tokenizer.ggml.tokens"].Strings()
+	return t
+}
+
 // Ignored lists the GGUF tensors the store does not serve.
 func (s *GGUFStore) Ignored() []string { return slices.Clone(s.ignored) }
 

@@ -61,6 +61,8 @@ type Gemma3nOptions struct {
 	// attention.key_length, rope.freq_base_local for rope.freq_base_swa,
 	// one feed_forward_length.
 	Ollama bool
+	// Tokens, when set, is written as tokenizer.ggml.tokens.
+	Tokens []string
 }
 
 // Gemma3n lays out the text decoder of store (Hugging Face names under
@@ -114,6 +116,9 @@ func Gemma3n(store weights.Store, prefix string, cfg gemma3n.Config, opt Gemma3n
 		{"tokenizer.ggml.bos_token_id", uint32(cfg.BOS)},
 		{"tokenizer.ggml.eos_token_id", uint32(eos)},
 		{"tokenizer.ggml.padding_token_id", uint32(cfg.PAD)},
+	}
+	if opt.Tokens != nil {
+		kvs = append(kvs, KV{"tokenizer.ggml.tokens", opt.Tokens})
 	}
 	if th := cfg.RopeTheta["sliding_attention"]; opt.Ollama {
 		for i, kv := range kvs {
