@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"verdict/engine/weights"
@@ -257,5 +258,48 @@ func TestF32ToF16(t *testing.T) {
 	}
 	if got := ggufwrite.F32ToF16(65520); got != 0x7c00 {
 		t.Errorf("65520 -> %#04x, want infinity", got)
+	}
+}
+
+// TestDequantizeMatchesGGML holds the dequantisers to ggml's own output when
+// VERDICT_GGML_ORACLE names a file made with ggml (skipped otherwise): n =
+// 16384 float32 inputs, then for Q8_0, Q4_0, Q4_K and Q6_K in turn the blocks
+// ggml's quantize_row_*_ref made of them and the float32 values its
+// dequantize_row_* gives for those blocks. Every value must match bit for bit.
+func TestDequantizeMatchesGGML(t *testing.T) {
+	path := os.Getenv("VERDICT_GGML_ORACLE")
+	if path == "" {
+		t.Skip("VERDICT_GGML_ORACLE is not set")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16384
+	floats := func(p []byte) []float32 {
+		out := make([]float32, len(p)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
+		}
+		return out
+	}
+	off := 4 * n
+	for _, r := range refs {
+		size := n / r.block * r.bytes
+		blocks, want := b[off:off+size], floats(b[off+size:off+size+4*n])
+		off += size + 4*n
+		got := make([]float32, n)
+		if err := weights.DequantizeGGML(r.typ, got, blocks); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s element %d: %g, ggml %g", r.typ, i, got[i], want[i])
+			}
+		}
+		t.Logf("%s: %d values equal to ggml's, bit for bit", r.typ, n)
+	}
+	if off != len(b) {
+		t.Errorf("%d bytes left over", len(b)-off)
 	}
 }
