@@ -215,6 +215,9 @@ func TestGGUFMidLogits(t *testing.T) {
 	} {
 		t.Run(tc.typ.String(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "mid.gguf")
+			if keep := os.Getenv("VERDICT_GGUF_KEEP"); keep != "" { // for reading them with other tools
+				path = filepath.Join(keep, "mid-"+tc.typ.String()+".gguf")
+			}
 			writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: tc.typ})
 			m := openF32(t, path)
 			if m.Cfg.VocabSizePerLayer != 768 {

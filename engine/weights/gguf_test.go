@@ -254,3 +254,75 @@ func TestGGUFStoreErrors(t *testing.T) {
 		t.Errorf("short Q8_0: %v", err)
 	}
 }
+
+// TestGGUFWrittenByGGML reads a file written by ggml's own gguf.cpp when
+// VERDICT_GGML_GGUF names one (skipped otherwise). The file holds (at
+// ggml's default alignment, 32: gguf.cpp does not apply a general.alignment
+// set on a context it writes) u8 200, i8 -5, u16 60000, i16 -300, u32 4000000000,
+// i32 -7, f32 0.25, b true, u64 2^40, i64 -2^40, f64 1e-300, s "héllo",
+// ai [1 -2 3], af [0.5 -1], as ["a" "" "ccc"], and 512×3 tensors t.f32,
+// t.f16, t.q8_0 and t.q4_k of x[i] = ((i·37 mod 101) − 50)/25, quantised by
+// ggml_quantize_chunk.
+func TestGGUFWrittenByGGML(t *testing.T) {
+	path := os.Getenv("VERDICT_GGML_GGUF")
+	if path == "" {
+		t.Skip("VERDICT_GGML_GGUF is not set")
+	}
+	g, err := weights.OpenGGUFFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.Alignment != 32 || g.Version != 3 {
+		t.Errorf("alignment %d version %d", g.Alignment, g.Version)
+	}
+	ints := map[string]int64{"u8": 200, "i8": -5, "u16": 60000, "i16": -300, "u32": 4000000000, "i32": -7, "u64": 1 << 40, "i64": -1 << 40, "b": 1}
+	for k, want := range ints {
+		if got, ok := g.KV[k].Int(); !ok || got != want {
+			t.Errorf("%s = %d, %v; want %d", k, got, ok, want)
+		}
+	}
+	if f, _ := g.KV["f32"].Float(); f != 0.25 {
+		t.Errorf("f32 = %g", f)
+	}
+	if f, _ := g.KV["f64"].Float(); f != 1e-300 {
+		t.Errorf("f64 = %g", f)
+	}
+	if s, _ := g.KV["s"].Str(); s != "héllo" {
+		t.Errorf("s = %q", s)
+	}
+	if v, _ := g.KV["ai"].Ints(); len(v) != 3 || v[0] != 1 || v[1] != -2 || v[2] != 3 {
+		t.Errorf("ai = %v", v)
+	}
+	if v, _ := g.KV["af"].Floats(); len(v) != 2 || v[0] != 0.5 || v[1] != -1 {
+		t.Errorf("af = %v", v)
+	}
+	if v, _ := g.KV["as"].Strings(); strings.Join(v, "|") != "a||ccc" {
+		t.Errorf("as = %q", v)
+	}
+	x := make([]float32, 512*3)
+	for i := range x {
+		x[i] = float32(i*37%101-50) / 25
+	}
+	for name, tol := range map[string]float64{"t.f32": 0, "t.f16": 1e-3, "t.q8_0": 2.0 / 127, "t.q4_k": 2.0 / 12} {
+		tt, ok := g.Tensor(name)
+		if !ok {
+			t.Fatalf("no tensor %s", name)
+		}
+		if tt.Offset%32 != 0 || len(tt.Dims) != 2 || tt.Dims[0] != 512 || tt.Dims[1] != 3 {
+			t.Errorf("%s: offset %d dims %v", name, tt.Offset, tt.Dims)
+		}
+		y := make([]float32, len(x))
+		if err := weights.DequantizeGGML(tt.Type, y, tt.Data()); err != nil {
+			t.Fatal(err)
+		}
+		e := 0.0
+		for i := range x {
+			e = max(e, math.Abs(float64(x[i]-y[i])))
+		}
+		t.Logf("%s (%s): max error %.3g", name, tt.Type, e)
+		if e > tol {
+			t.Errorf("%s: max error %g over %g", name, e, tol)
+		}
+	}
+}
