@@ -453,8 +453,9 @@ func parseGGUFHeader(f *stFile) (*GGUF, error) {
 	case g.Version != 2 && g.Version != 3:
 		return nil, fmt.Errorf("GGUF version %d is not supported (only 2 and 3)", g.Version)
 	}
-	// A tensor info is at least 8+4+8+4+8 bytes, a key-value pair 8+4+1.
-	nTensors := r.count("tensor count", 32)
+	// A tensor info is at least 8+4+4+8 bytes (no name, no dimensions), a
+	// key-value pair 8+4+1.
+	nTensors := r.count("tensor count", 24)
 	nKV := r.count("metadata count", 13)
 	if r.err != nil {
 		return nil, r.err
