@@ -166,7 +166,8 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	if err := json.Unmarshal(js, &top); err != nil {
 		return fmt.Errorf("%s/config.json: %w", from, err)
 	}
-	if _, _, err := gemma3n.ParseConfig(js); err != nil {
+	cfg, _, err := gemma3n.ParseConfig(js)
+	if err != nil {
 		return err
 	}
 	// Gemma3nForConditionalGeneration: the form Google publishes, which
@@ -182,6 +183,11 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 			return err
 		}
 		out["text_config"] = text
+	}
+	if tc, ok := out["text_config"].(map[string]any); ok {
+		// transformers 4.x names too, which older converters read
+		tc["rope_theta"] = cfg.RopeTheta["full_attention"]
+		tc["rope_local_base_freq"] = cfg.RopeTheta["sliding_attention"]
 	}
 	out["model_type"] = "gemma3n"
 	out["architectures"] = []string{"Gemma3nForConditionalGeneration"}
