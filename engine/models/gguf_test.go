@@ -198,6 +198,13 @@ func midModel(t *testing.T) string {
 func TestGGUFMidLogits(t *testing.T) {
 	dir := midModel(t)
 	ref := openF32(t, dir)
+	if keep := os.Getenv("VERDICT_GGUF_KEEP"); keep != "" { // the reference too
+		os.MkdirAll(filepath.Join(keep, "ref"), 0o755)
+		for _, f := range []string{"config.json", "recipe.json"} {
+			b, _ := os.ReadFile(filepath.Join(dir, f))
+			os.WriteFile(filepath.Join(keep, "ref", f), b, 0o644)
+		}
+	}
 	ids := []int32{2, 105, 7, 300, 767, 1000, 1, 42, 42, 5}
 	want := allLogits(t, ref, ids)
 	t.Logf("reference logits: max |logit| %.3g", maxAbsDiff(want, make([]float32, len(want))))
