@@ -585,10 +585,49 @@ func (g *GGUF) TypeCounts() string {
 	for k := range counts {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b string) int { return counts[b] - counts[a] })
+	slices.SortFunc(keys, func(a, b string) int {
+		if counts[a] != counts[b] {
+			return counts[b] - counts[a]
+		}
+		return strings.Compare(a, b)
+	})
 	var parts []string
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s×%d", k, counts[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// GGUFInfo summarises a GGUF file for a model list.
+type GGUFInfo struct {
+	Arch, Name string
+	// Quant is the type holding most of the weights' bytes ("Q4_K", "F16").
+	Quant   string
+	Types   string // every type with its tensor count (TypeCounts)
+	Tensors int
+	Params  int64 // elements over all tensors
+	Bytes   int64 // the file's size
+}
+
+// InspectGGUF reads a GGUF file's header and summarises it.
+func InspectGGUF(path string) (GGUFInfo, error) {
+	g, err := OpenGGUFFile(path)
+	if err != nil {
+		return GGUFInfo{}, err
+	}
+	defer g.Close()
+	info := GGUFInfo{Arch: g.Arch(), Types: g.TypeCounts(), Tensors: len(g.Tensors), Bytes: int64(len(g.file.data))}
+	info.Name, _ = g.KV["general.name"].Str()
+	bytes := map[GGMLType]int{}
+	for _, t := range g.Tensors {
+		info.Params += int64(t.numel)
+		bytes[t.Type] += len(t.data)
+	}
+	best := -1
+	for t, n := range bytes {
+		if n > best || n == best && t.String() < info.Quant {
+			best, info.Quant = n, t.String()
+		}
+	}
+	return info, nil
 }

@@ -326,3 +326,25 @@ func TestGGUFWrittenByGGML(t *testing.T) {
 		}
 	}
 }
+
+// InspectGGUF names the type holding most of the bytes and counts the rest.
+func TestInspectGGUF(t *testing.T) {
+	x := make([]float32, 512)
+	q, _ := ggufwrite.Encode(weights.GGMLQ4_K, x)
+	ts := []ggufwrite.Tensor{
+		{Name: "big", Dims: []int{512}, Type: weights.GGMLQ4_K, Data: q},
+		{Name: "norm", Dims: []int{4}, Type: weights.GGMLF32, Data: f32data(1, 2, 3, 4)},
+	}
+	p := filepath.Join(t.TempDir(), "m.gguf")
+	os.WriteFile(p, gguf(t, ggufwrite.Options{}, ggufwrite.KVs("general.architecture", "gemma3n", "general.name", "tiny"), ts), 0o644)
+	info, err := weights.InspectGGUF(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Arch != "gemma3n" || info.Name != "tiny" || info.Quant != "Q4_K" || info.Tensors != 2 || info.Params != 516 || info.Types != "F32×1, Q4_K×1" {
+		t.Errorf("%+v", info)
+	}
+	if _, err := weights.InspectGGUF(filepath.Join(t.TempDir(), "none.gguf")); err == nil {
+		t.Error("a missing file gave no error")
+	}
+}
