@@ -67,26 +67,29 @@ log "llama.cpp at $llama ($(cd "$llama" && (git describe --always 2>/dev/null ||
 py=python3
 command -v $py >/dev/null || die "python3 is required"
 export PYTHONPATH="$llama/gguf-py${PYTHONPATH:+:$PYTHONPATH}"
+# torch and numpy are required; the others are needed by some converter
+# versions (an import error then shows in the conversion's log).
 missing() {
-  $py - <<'EOF'
-import importlib.util
-need = ["torch", "numpy", "safetensors", "sentencepiece", "transformers", "yaml", "tqdm"]
-print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
-EOF
+  $py - "$@" <<'PY'
+import importlib.util, sys
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+PY
 }
-miss=$(missing)
-if [ -n "$miss" ]; then
-  if [ -n "${GGUF_WHEELS:-}" ]; then
-    log "installing $miss from $GGUF_WHEELS"
-    $py -m venv --system-site-packages "$work/venv"
-    py="$work/venv/bin/python"
-    pkgs=${miss/yaml/pyyaml}
-    # shellcheck disable=SC2086
-    $py -m pip install --quiet --no-index --find-links "$GGUF_WHEELS" $pkgs
-    miss=$(missing)
-  fi
-  [ -z "$miss" ] || die "Python modules missing: $miss (install them, or give GGUF_WHEELS a folder of wheels)"
+modules="torch numpy sentencepiece safetensors transformers yaml tqdm"
+# shellcheck disable=SC2086
+miss=$(missing $modules)
+if [ -n "$miss" ] && [ -n "${GGUF_WHEELS:-}" ]; then
+  log "installing $miss from $GGUF_WHEELS"
+  $py -m venv --system-site-packages "$work/venv"
+  py="$work/venv/bin/python"
+  # shellcheck disable=SC2086
+  $py -m pip install --quiet --no-index --find-links "$GGUF_WHEELS" ${miss/yaml/pyyaml} || log "pip could not install all of: $miss"
+  # shellcheck disable=SC2086
+  miss=$(missing $modules)
 fi
+required=$(missing torch numpy)
+[ -z "$required" ] || die "Python modules missing: $required (install them, or give GGUF_WHEELS a folder of wheels)"
+[ -z "$miss" ] || log "warning: Python modules missing: $miss (the converter may need them; see its logs)"
 
 # The tokenizer the converter writes into the GGUF's metadata.
 tokdir=${GGUF_TOKENIZER_DIR:-}
