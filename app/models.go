@@ -164,8 +164,9 @@ func (s *Models) Info() ModelInfo {
 var ErrNoModel = errors.New("no model is loaded: load the built-in model or a Gemma 3n folder first")
 
 // Open starts loading spec ("builtin", a folder holding config.json, or a
-// Hugging Face id downloaded into the Hub cache) and returns at once;
-// model:state events report the progress and the outcome.
+// GGUF file or a folder holding one, or a Hugging Face id downloaded into
+// the Hub cache) and returns at once; model:state events report the
+// progress and the outcome.
 // A load in progress is cancelled, and the new one starts once it has
 // stopped; runs on the previous model are cancelled (onSwap) before it is
 // closed.
@@ -192,17 +193,29 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 		if err != nil {
 			return s.Info(), fmt.Errorf("model folder %s: %w", spec, err)
 		}
-		if !st.IsDir() {
-			return s.Info(), fmt.Errorf("model folder %s: not a folder (choose the folder that holds config.json)", spec)
+		// A GGUF file, or a folder holding one, opens too (models.GGUFPath).
+		gguf, gerr := models.GGUFPath(spec)
+		if gerr != nil && st.IsDir() {
+			return s.Info(), fmt.Errorf("model folder %s: %w", spec, gerr)
 		}
-		if _, err := os.Stat(filepath.Join(spec, "config.json")); err != nil {
-			return s.Info(), fmt.Errorf("model folder %s has no config.json: choose a Hugging Face Gemma 3n checkpoint folder", spec)
+		if gguf == "" {
+			if !st.IsDir() {
+				return s.Info(), fmt.Errorf("model folder %s: not a folder (choose the folder that holds config.json, or a .gguf file)", spec)
+			}
+			if _, err := os.Stat(filepath.Join(spec, "config.json")); err != nil {
+				return s.Info(), fmt.Errorf("model folder %s has no config.json: choose a Hugging Face Gemma 3n checkpoint folder or a .gguf file", spec)
+			}
 		}
 		info.Spec, info.Path, info.Name = spec, spec, filepath.Base(spec)
 		if repo != "" {
 			info.Spec, info.Name = repo, repo
 		}
 		info.SizeBytes = weightBytes(spec)
+		if gguf != "" {
+			if fi, err := os.Stat(gguf); err == nil {
+				info.SizeBytes = fi.Size()
+			}
+		}
 	}
 	s.mu.Lock()
 	s.gen++

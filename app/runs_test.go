@@ -20,10 +20,14 @@ func TestModelOpenErrors(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "weights.safetensors")
 	os.WriteFile(file, []byte("x"), 0o644)
+	two := t.TempDir()
+	os.WriteFile(filepath.Join(two, "a.gguf"), []byte("GGUF"), 0o644)
+	os.WriteFile(filepath.Join(two, "b.gguf"), []byte("GGUF"), 0o644)
 	for _, tc := range []struct{ spec, msg string }{
 		{filepath.Join(dir, "missing"), "no such file"},
 		{file, "not a folder"},
 		{dir, "no config.json"},
+		{two, "holds 2 GGUF files"},
 	} {
 		if _, err := s.Models.Open(tc.spec); err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("Open(%s) = %v, want an error saying %q", tc.spec, err, tc.msg)

@@ -28,6 +28,7 @@ type Command struct {
 func Commands() []Command {
 	return []Command{
 		{"verify-fixture", "check the engine against a reference fixture (folder or .tar.gz)", verifyFixture},
+		{"verify-gguf", "compare GGUF files' logits with the checkpoint they were converted from", verifyGGUFCmd},
 		{"score", "score a schema of decisions on an input: full distributions as JSON", scoreCmd},
 		{"score-file", "score every record of a JSONL or CSV file into a resumable result log (--shard I/N)", scoreFileCmd},
 		{"merge", "merge the result logs of shards in input order (JSONL or CSV)", mergeCmd},

@@ -97,3 +97,37 @@ func TestOutputCacheBound(t *testing.T) {
 		t.Errorf("after clear: %d entries, %d bytes", n, b)
 	}
 }
+
+// TestGGUFCacheKey: a GGUF model's packed-cache key is the file's: stable,
+// the same through its folder, and another one when a weight changes with
+// size and time kept.
+func TestGGUFCacheKey(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "m.gguf")
+	data := append([]byte("GGUF"), make([]byte, 4092)...)
+	os.WriteFile(p, data, 0o644)
+	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	os.Chtimes(p, mtime, mtime)
+	key := func(spec string) string {
+		g, err := GGUFPath(spec)
+		if err != nil || g == "" {
+			t.Fatalf("GGUFPath(%s) = %q, %v", spec, g, err)
+		}
+		k, err := cacheKey(spec, &Model{gguf: g}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	before := key(p)
+	if key(p) != before || key(dir) != before {
+		t.Fatal("the key is not stable, or differs through the folder")
+	}
+	f, _ := os.OpenFile(p, os.O_RDWR, 0)
+	f.WriteAt([]byte{1}, 3000)
+	f.Close()
+	os.Chtimes(p, mtime, mtime)
+	if key(p) == before {
+		t.Error("changed content kept the key")
+	}
+}

@@ -1,5 +1,6 @@
 // Package models opens the models Verdict runs: a Hugging Face Gemma 3n
-// checkpoint folder, a synthetic-weight fixture folder, or the built-in model
+// checkpoint folder, a GGUF file (llama.cpp's gemma3n), a synthetic-weight
+// fixture folder, or the built-in model
 // (the tiny synthetic Gemma 3n, random weights, generated in memory).
 package models
 
@@ -49,6 +50,7 @@ type Model struct {
 	store      weights.Store
 	configJSON []byte
 	recipe     []byte // synthetic shapes: their recipe
+	gguf       string // the GGUF file of a GGUF model
 	towers     towers
 
 	towerCacheBytes int64
@@ -133,9 +135,9 @@ func OpenContext(ctx context.Context, spec string, opt Options) (*Model, error) 
 }
 
 // OpenWith opens the model named by spec: "builtin", a synthetic full-size
-// shape ("synthetic-e2b", "synthetic-e4b"), a folder, or a Hugging Face
-// model id ("google/gemma-3n-E2B-it[@revision]") downloaded into the Hub
-// cache (verdict pull).
+// shape ("synthetic-e2b", "synthetic-e4b"), a folder, a GGUF file (see
+// GGUFPath), or a Hugging Face model id ("google/gemma-3n-E2B-it[@revision]")
+// downloaded into the Hub cache (verdict pull).
 func OpenWith(spec string, opt Options) (*Model, error) {
 	start := time.Now()
 	spec, repo, rerr := resolveRepo(spec)
@@ -168,6 +170,11 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		cfgJSON = c
 		m.recipe = recipe
 		st, err = weights.NewRecipeStore(recipe, nil)
+	} else if m.gguf, err = GGUFPath(spec); err != nil {
+		return nil, fmt.Errorf("open model %s: %w", spec, err)
+	} else if m.gguf != "" {
+		m.Name = ggufName(m.gguf)
+		st, cfgJSON, err = openGGUF(m.gguf)
 	} else {
 		if cfgJSON, err = safefile.ReadFile(filepath.Join(spec, "config.json"), MaxConfigBytes); err != nil {
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
@@ -199,7 +206,17 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		if opt.Progress != nil {
 			opt.Progress(StageTokenizer, 0, 0)
 		}
-		m.Tok, m.TokErr = LoadTokenizer(m.Path)
+		if m.gguf != "" {
+			m.Tok, m.TokErr = LoadTokenizer(filepath.Dir(m.gguf))
+			m.TokErr = ggufTokenizerHint(m.TokErr, m.gguf)
+			if m.Tok != nil {
+				if e := checkGGUFVocab(st, m.Tok, m.Cfg.VocabSizePerLayer); e != nil {
+					m.Tok, m.TokErr = nil, e
+				}
+			}
+		} else {
+			m.Tok, m.TokErr = LoadTokenizer(m.Path)
+		}
 	}
 	if err != nil {
 		if m.Model != nil {
@@ -256,6 +273,9 @@ func cacheName(spec string, m *Model) string {
 	if m.Synthetic {
 		return spec
 	}
+	if m.gguf != "" {
+		return ggufName(m.gguf)
+	}
 	return filepath.Base(filepath.Clean(spec))
 }
 
@@ -278,6 +298,9 @@ func cacheKey(spec string, m *Model, cfgJSON []byte) (string, error) {
 			h.Write(m.recipe)
 		}
 		return "recipe:" + hex.EncodeToString(h.Sum(nil)), nil
+	}
+	if m.gguf != "" {
+		return ggufCacheKey(m.gguf)
 	}
 	dir, err := filepath.Abs(spec)
 	if err != nil {

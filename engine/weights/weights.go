@@ -1,9 +1,10 @@
 // Package weights gives the tensors of Gemma 3n checkpoints by their Hugging
-// Face names. Three kinds of source are served through one Store interface:
+// Face names. Four kinds of source are served through one Store interface:
 // memory-mapped safetensors files (OpenSafetensors), Hugging Face checkpoint
-// folders with one file or an index and shards (OpenCheckpoint), and the
+// folders with one file or an index and shards (OpenCheckpoint), the
 // synthetic-weight fixtures whose tensors are generated on demand from a
-// splitmix64 recipe (OpenRecipe, NewRecipeStore).
+// splitmix64 recipe (OpenRecipe, NewRecipeStore), and llama.cpp's GGUF files
+// of the gemma3n architecture, dequantised on read (OpenGGUF).
 //
 // Names are returned exactly as stored (model.language_model.* in a
 // conditional-generation checkpoint, model.* in a causal-LM one); mapping

@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/models"
+	"verdict/engine/weights"
+)
+
+// verify-gguf checks GGUF files against the checkpoint they were made from
+// (the logits of one token sequence, both read as float32), and writes the
+// text decoder of a model folder as the safetensors checkpoint llama.cpp's
+// converter takes (build/gguf-check.sh runs both).
+func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("verify-gguf", stderr)
+	ref := fs.String("ref", "", "the Hugging Face checkpoint folder the GGUF files were converted from")
+	write := fs.String("write-checkpoint", "", "write the text decoder of the -from folder here as model.safetensors and config.json, and stop")
+	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), or synthetic-wide (rows of 256, for the k-quants)")
+	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
+	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
+	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *write != "" {
+		if *from == "" || fs.NArg() != 0 {
+			return usageErr("-write-checkpoint needs -from and no files")
+		}
+		return writeCheckpoint(*from, *write, *dtype, stdout)
+	}
+	if *ref == "" || fs.NArg() == 0 {
+		return usageErr("want -ref DIR and at least one GGUF file")
+	}
+	var seq []int32
+	for _, s := range strings.Split(*ids, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+		if err != nil {
+			return usageErr("-ids: %v", err)
+		}
+		seq = append(seq, int32(v))
+	}
+	open := func(spec string) (*models.Model, error) {
+		return models.OpenContext(ctx, spec, models.Options{Weights: gemma3n.WeightsF32, CacheDir: "off"})
+	}
+	rm, err := open(*ref)
+	if err != nil {
+		return err
+	}
+	defer rm.Close()
+	want, err := logitsOf(rm, seq)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, path := range fs.Args() {
+		g, err := weights.OpenGGUFFile(path)
+		if err != nil {
+			return err
+		}
+		types, allF32 := g.TypeCounts(), true
+		for _, t := range g.Tensors {
+			allF32 = allF32 && t.Type == weights.GGMLF32
+		}
+		g.Close()
+		m, err := open(path)
+		if err != nil {
+			return err
+		}
+		got, err := logitsOf(m, seq)
+		m.Close()
+		if err != nil {
+			return err
+		}
+		if len(got) != len(want) {
+			return fmt.Errorf("%s: %d logits, the reference has %d (vocabulary %d)", path, len(got), len(want), m.Cfg.VocabSize)
+		}
+		maxErr, maxRef, top := 0.0, 0.0, 0
+		V := len(want) / len(seq)
+		for i := range want {
+			maxErr = max(maxErr, math.Abs(float64(got[i])-float64(want[i])))
+			maxRef = max(maxRef, math.Abs(float64(want[i])))
+		}
+		for p := range seq {
+			if argmax(want[p*V:(p+1)*V]) == argmax(got[p*V:(p+1)*V]) {
+				top++
+			}
+		}
+		limit := *tol
+		if limit < 0 && allF32 {
+			limit = 0
+		}
+		status := "PASS"
+		if math.IsNaN(maxErr) || limit >= 0 && maxErr > limit {
+			status, failed = "FAIL", failed+1
+		}
+		tolStr := "none"
+		if limit >= 0 {
+			tolStr = strconv.FormatFloat(limit, 'g', -1, 64)
+		}
+		fmt.Fprintf(stdout, "%-40s max_err=%-10.4g max_ref=%-8.4g top1=%d/%d tol=%-8s %s  [%s]\n", filepath.Base(path), maxErr, maxRef, top, len(seq), tolStr, status, types)
+	}
+	if failed > 0 {
+		return errChecksFailed
+	}
+	return nil
+}
+
+func logitsOf(m *models.Model, ids []int32) ([]float32, error) {
+	h, err := m.Forward(m.NewCache(), ids, nil)
+	if err != nil {
+		return nil, err
+	}
+	return m.Logits(h, len(ids)), nil
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// writeCheckpoint writes the text decoder of the model folder from as a
+// Gemma3nForConditionalGeneration checkpoint without towers
+// (model.language_model.* names, no buffers: what save_pretrained writes)
+// in dir.
+func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
+	if dtype != "f32" && dtype != "bf16" {
+		return usageErr("-dtype %q: want f32 or bf16", dtype)
+	}
+	var (
+		js  []byte
+		st  weights.Store
+		err error
+	)
+	if from == "synthetic-wide" {
+		var recipe []byte
+		js, recipe = wideModel()
+		st, err = weights.NewRecipeStore(recipe, nil)
+	} else if js, err = os.ReadFile(filepath.Join(from, "config.json")); err == nil {
+		st, err = weights.Open(from)
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil {
+		return fmt.Errorf("%s/config.json: %w", from, err)
+	}
+	cfg, _, err := gemma3n.ParseConfig(js)
+	if err != nil {
+		return err
+	}
+	// Gemma3nForConditionalGeneration: the form Google publishes, which
+	// every llama.cpp version with gemma3n converts.
+	out := map[string]any{}
+	if _, ok := top["text_config"]; ok {
+		if err := json.Unmarshal(js, &out); err != nil {
+			return err
+		}
+	} else {
+		text := map[string]any{}
+		if err := json.Unmarshal(js, &text); err != nil {
+			return err
+		}
+		out["text_config"] = text
+	}
+	if tc, ok := out["text_config"].(map[string]any); ok {
+		// transformers 4.x names too, which older converters read
+		tc["rope_theta"] = cfg.RopeTheta["full_attention"]
+		tc["rope_local_base_freq"] = cfg.RopeTheta["sliding_attention"]
+	}
+	out["model_type"] = "gemma3n"
+	out["architectures"] = []string{"Gemma3nForConditionalGeneration"}
+	out["torch_dtype"] = map[string]string{"f32": "float32", "bf16": "bfloat16"}[dtype]
+	prefix := "model.language_model."
+	if _, _, ok := st.Info(prefix + "embed_tokens.weight"); !ok {
+		prefix = "model."
+	}
+	var names []string
+	for _, n := range st.Names() {
+		rest, ok := strings.CutPrefix(n, prefix)
+		if !ok || strings.Contains(rest, "rotary_emb.") || strings.HasSuffix(rest, "embed_scale") ||
+			strings.HasSuffix(rest, "_input_scale") || strings.HasSuffix(rest, "projection_scale") {
+			continue // buffers: a checkpoint does not hold them
+		}
+		names = append(names, n)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	size := map[string]int{"f32": 4, "bf16": 2}[dtype]
+	off := 0
+	for _, n := range names {
+		shape, _, _ := st.Info(n)
+		cnt := 1
+		for _, d := range shape {
+			cnt *= d
+		}
+		hdr["model.language_model."+strings.TrimPrefix(n, prefix)] = map[string]any{"dtype": strings.ToUpper(dtype), "shape": shape, "data_offsets": []int{off, off + cnt*size}}
+		off += cnt * size
+	}
+	hj, err := json.Marshal(hdr)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	binary.Write(w, binary.LittleEndian, uint64(len(hj)))
+	w.Write(hj)
+	var buf []byte
+	for _, n := range names { // in the order of the offsets
+		x, err := st.Float32(n)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		buf = buf[:0]
+		for _, v := range x {
+			b := math.Float32bits(v)
+			if dtype == "bf16" { // round to nearest even, as PyTorch does
+				buf = binary.LittleEndian.AppendUint16(buf, uint16((b+0x7fff+(b>>16&1))>>16))
+			} else {
+				buf = binary.LittleEndian.AppendUint32(buf, b)
+			}
+		}
+		w.Write(buf)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	cj, _ := json.MarshalIndent(out, "", " ")
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d tensors, %d bytes of %s\n", dir, len(names), off, dtype)
+	return nil
+}
+
+// wideModel is a synthetic Gemma 3n with Gemma's vocabulary whose matrices
+// have rows of 256 (so that llama-quantize applies Q4_K and Q6_K to them,
+// which it cannot on the tiny fixture's rows of 64): its config.json and
+// recipe.json.
+func wideModel() (cfgJSON, recipe []byte) {
+	const D, P, L, I, V, VP, H, KV, HD, R = 256, 64, 4, 512, 262400, 262144, 2, 1, 128, 8
+	text := map[string]any{
+		"model_type": "gemma3n_text", "vocab_size": V, "vocab_size_per_layer_input": VP, "hidden_size": D,
+		"hidden_size_per_layer_input": P, "intermediate_size": I, "num_hidden_layers": L,
+		"num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_kv_shared_layers": 1,
+		"layer_types":                 []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"},
+		"activation_sparsity_pattern": []float64{0.95, 0, 0, 0}, "sliding_window": 16, "rms_norm_eps": 1e-6,
+		"final_logit_softcapping": 30.0, "laurel_rank": R, "altup_num_inputs": 4, "altup_active_idx": 0,
+		"altup_coef_clip": 120.0, "altup_correct_scale": true, "hidden_activation": "gelu_pytorch_tanh",
+		"max_position_embeddings": 4096, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+		"rope_parameters": map[string]any{
+			"full_attention":    map[string]any{"rope_theta": 1e6, "rope_type": "default"},
+			"sliding_attention": map[string]any{"rope_theta": 1e4, "rope_type": "default"},
+		},
+	}
+	cfgJSON, _ = json.Marshal(map[string]any{"model_type": "gemma3n", "text_config": text})
+	var ts []map[string]any
+	add := func(name string, norm bool, shape ...int) {
+		scale, offset := 0.28/math.Sqrt(float64(shape[len(shape)-1])), 0.0
+		if norm {
+			scale, offset = 0.1, 1
+		}
+		ts = append(ts, map[string]any{"name": "model.language_model." + name, "shape": shape,
+			"seed": fmt.Sprintf("%016x", 0x9e3779b97f4a7c15*uint64(len(ts)+1)), "offset": offset, "scale": scale})
+	}
+	add("embed_tokens.weight", false, V, D)
+	add("embed_tokens_per_layer.weight", false, VP, L*P)
+	add("per_layer_model_projection.weight", false, L*P, D)
+	add("per_layer_projection_norm.weight", true, P)
+	add("norm.weight", true, D)
+	for i := 0; i < 3; i++ {
+		add(fmt.Sprintf("altup_projections.%d.weight", i), false, D, D)
+		add(fmt.Sprintf("altup_unembed_projections.%d.weight", i), false, D, D)
+	}
+	for i := 0; i < L; i++ {
+		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", i, s) }
+		add(n("self_attn.q_proj.weight"), false, H*HD, D)
+		add(n("self_attn.k_proj.weight"), false, KV*HD, D)
+		add(n("self_attn.v_proj.weight"), false, KV*HD, D)
+		add(n("self_attn.o_proj.weight"), false, D, H*HD)
+		add(n("self_attn.q_norm.weight"), true, HD)
+		add(n("self_attn.k_norm.weight"), true, HD)
+		for _, s := range []string{"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm", "altup.router_norm", "laurel.post_laurel_norm", "post_per_layer_input_norm"} {
+			add(n(s+".weight"), true, D)
+		}
+		add(n("mlp.gate_proj.weight"), false, I, D)
+		add(n("mlp.up_proj.weight"), false, I, D)
+		add(n("mlp.down_proj.weight"), false, D, I)
+		add(n("altup.correct_output_scale"), false, D)
+		add(n("altup.correction_coefs.weight"), false, 4, 4)
+		add(n("altup.prediction_coefs.weight"), false, 16, 4)
+		add(n("altup.modality_router.weight"), false, 4, D)
+		add(n("laurel.linear_left.weight"), false, R, D)
+		add(n("laurel.linear_right.weight"), false, D, R)
+		add(n("per_layer_input_gate.weight"), false, P, D)
+		add(n("per_layer_projection.weight"), false, D, P)
+	}
+	recipe, _ = json.Marshal(map[string]any{"tensors": ts})
+	return cfgJSON, recipe
+}
