@@ -121,11 +121,11 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func logitsOf(m *models.Model, ids []int32) ([]float32, error) {
-	h, err := m.Forward(m.NewCache(), ids, nil)
+	h, err := m.Forward(nil, ids, nil)
 	if err != nil {
 		return nil, err
 	}
-	return m.Logits(h, len(ids)), nil
+	return m.Logits(h, len(ids))
 }
 
 func argmax(x []float32) int {

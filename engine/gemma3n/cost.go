@@ -90,7 +90,7 @@ func (y *layer) matMACs(m *Model, i int) float64 {
 // the matrix products and attention of a forward pass over n tokens after
 // ctx0 cached ones, of which the last outputs reach the output head. When
 // consumers > 0, the KV-sharing layers run only the last consumers
-// positions (ForwardLast with keep = consumers); 0 means all positions.
+// positions (a batch with consumers outputs wanted); 0 means all positions.
 func (m *Model) ForwardFLOPs(n, ctx0, outputs, consumers int) float64 {
 	cfg := m.Cfg
 	D := float64(cfg.HiddenSize)

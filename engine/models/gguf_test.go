@@ -52,11 +52,15 @@ func writeGGUF(t *testing.T, dir, path string, opt ggufwrite.Gemma3nOptions) {
 // allLogits runs ids through m and returns the logits of every position.
 func allLogits(t *testing.T, m *models.Model, ids []int32) []float32 {
 	t.Helper()
-	h, err := m.Forward(m.NewCache(), ids, nil)
+	h, err := m.Forward(nil, ids, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Logits(h, len(ids))
+	lg, err := m.Logits(h, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lg
 }
 
 func maxAbsDiff(a, b []float32) float64 {
