@@ -205,7 +205,9 @@ func TestRefusals(t *testing.T) {
 	for i := range otherWeights.Fingerprint {
 		otherWeights.Fingerprint[i] = float32(i%7) - 3
 	}
-	load := func(path string) func() (*head.Head, error) { return func() (*head.Head, error) { return head.Load(path) } }
+	load := func(path string) func() (*head.Head, error) {
+		return func() (*head.Head, error) { return head.Load(path) }
+	}
 	given := func(h *head.Head) func() (*head.Head, error) { return func() (*head.Head, error) { return h, nil } }
 	for _, c := range []struct {
 		name   string
