@@ -30,6 +30,7 @@ func Commands() []Command {
 		{"verify-fixture", "check the engine against a reference fixture (folder or .tar.gz)", verifyFixture},
 		{"score", "score a schema of decisions on an input: full distributions as JSON", scoreCmd},
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
+		{"train-head", "train a decision head (--backend head) on labelled examples", trainHeadCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
 		{"catalog", "emit exactly k distinct entries of a catalog for a request (trie-constrained decoding)", catalogCmd},
 		{"bench", "measure prefill and decode speed", benchCmd},

@@ -51,7 +51,7 @@ func NewMeta(m *gemma3n.Model, name string, s *scorer.Schema) (Meta, []float32, 
 	if err != nil {
 		return Meta{}, nil, err
 	}
-	meta := Meta{ModelConfig: ModelHash(m), ModelName: name, Schema: SchemaHash(s)}
+	meta := Meta{ModelConfig: ModelHash(m), ModelName: name, Weights: string(m.Weights()), Group: m.Group(), Schema: SchemaHash(s)}
 	for _, f := range s.Fields {
 		meta.Fields = append(meta.Fields, f.Name)
 	}

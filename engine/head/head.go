@@ -41,6 +41,10 @@ type Meta struct {
 	// it was called when training.
 	ModelConfig string `json:"model_config"`
 	ModelName   string `json:"model_name"`
+	// Weights and Group are the weight format the features came from
+	// (q4 and f32 hidden states differ enough to move a head's answers).
+	Weights string `json:"weights"`
+	Group   int    `json:"group"`
 	// Schema is the hash of the schema, Fields its field names.
 	Schema string   `json:"schema"`
 	Fields []string `json:"fields"`
@@ -93,6 +97,10 @@ func (h *Head) Check(sc *scorer.Scorer, s *scorer.Schema) error {
 		return fmt.Errorf("head: trained for another model (%s, configuration %s); this model's configuration is %s: train a head for it with verdict train-head",
 			h.Meta.ModelName, h.Meta.ModelConfig, got)
 	}
+	if w, g := string(m.Weights()), m.Group(); w != h.Meta.Weights || g != h.Meta.Group {
+		return fmt.Errorf("head: trained over %s weights, this model runs %s: score with the weights it was trained over (--weights %s%s), or train a head for these",
+			weightsText(h.Meta.Weights, h.Meta.Group), weightsText(w, g), h.Meta.Weights, map[bool]string{true: fmt.Sprintf(" --group %d", h.Meta.Group)}[h.Meta.Group != 0])
+	}
 	fp, err := fingerprint(m)
 	if err != nil {
 		return err
@@ -116,6 +124,13 @@ func (h *Head) Check(sc *scorer.Scorer, s *scorer.Schema) error {
 			strings.Join(h.Meta.Fields, ", "), h.Meta.Schema, strings.Join(names, ", "), got)
 	}
 	return nil
+}
+
+func weightsText(w string, group int) string {
+	if group != 0 {
+		return fmt.Sprintf("%s (group %d)", w, group)
+	}
+	return w
 }
 
 func cosine(a, b []float32) float64 {

@@ -199,7 +199,8 @@ func TestRefusals(t *testing.T) {
 	os.WriteFile(cut, b[:len(b)-8], 0o644)
 
 	otherSchema := mustSchema(t, strings.Replace(plantedSchema, "Is the note urgent?", "Is it urgent?", 1))
-	otherConfig, otherWeights := *h, *h
+	otherConfig, otherWeights, otherFormat := *h, *h, *h
+	otherFormat.Meta.Weights, otherFormat.Meta.Group = "q4", 64
 	otherConfig.Meta.ModelConfig = "0123456789abcdef"
 	otherWeights.Fingerprint = append([]float32(nil), h.Fingerprint...)
 	for i := range otherWeights.Fingerprint {
@@ -223,6 +224,7 @@ func TestRefusals(t *testing.T) {
 		{"other schema", given(h), otherSchema, scorer.Options{}, "trained for another schema (fields kind, urgent, level"},
 		{"other model", given(&otherConfig), s, scorer.Options{}, "trained for another model (tiny, configuration 0123456789abcdef)"},
 		{"other weights", given(&otherWeights), s, scorer.Options{}, "trained for another model's weights"},
+		{"other weight format", given(&otherFormat), s, scorer.Options{}, "trained over q4 (group 64) weights, this model runs f32"},
 		{"calibration", given(h), s, scorer.Options{Calibration: &scorer.Calibration{Global: 1}}, "calibration does not apply"},
 		{"media", given(h), s, scorer.Options{Media: func() (*scorer.Media, error) { return &scorer.Media{}, nil }}, "text inputs only"},
 	} {

@@ -20,7 +20,7 @@ type TrainOptions struct {
 	Patience int     // epochs without a better held-out NLL before stopping (30)
 	Batch    int     // decisions per Adam step (16)
 	LR       float64 // Adam's step size (0.001)
-	L2       float64 // weight decay on A and B (1e-3)
+	L2       float64 // weight decay on A and B (0: 1e-3)
 	HeldOut  float64 // fraction of the examples held out (0.25)
 	Seed     uint64  // the split's and the initialisation's seed (1)
 	// Progress, when set, hears every epoch: done of most epochs and the
@@ -55,8 +55,8 @@ func (o *TrainOptions) defaults() error {
 		return fmt.Errorf("head: rank %d outside 1..1024", o.Rank)
 	case o.Epochs < 1 || o.Patience < 1 || o.Batch < 1:
 		return fmt.Errorf("head: epochs, patience and batch must be positive")
-	case !(o.LR > 0) || !(o.L2 >= 0) || math.IsInf(o.LR, 0) || math.IsInf(o.L2, 0):
-		return fmt.Errorf("head: learning rate must be positive and weight decay not negative")
+	case !(o.LR > 0) || !(o.L2 > 0) || math.IsInf(o.LR, 0) || math.IsInf(o.L2, 0):
+		return fmt.Errorf("head: learning rate and weight decay must be positive")
 	case !(o.HeldOut > 0 && o.HeldOut < 1):
 		return fmt.Errorf("head: held-out fraction %v outside (0, 1)", o.HeldOut)
 	}
