@@ -14,9 +14,12 @@ import (
 )
 
 // headOption loads the --head file into opt for the head backend, and
-// refuses a --head without it or the head backend without a --head.
-func headOption(fs *flag.FlagSet, backend, file string, opt *scorer.Options) error {
+// refuses a --head without it, the head backend without a --head, and the
+// head backend with media (before any tower runs).
+func headOption(fs *flag.FlagSet, backend, file string, media bool, opt *scorer.Options) error {
 	switch {
+	case backend == scorer.BackendHead && media:
+		return usageErr("--backend head scores text inputs only (no --image, --audio or --video)")
 	case backend == scorer.BackendHead && file == "":
 		return usageErr("--backend head needs --head FILE (a decision head trained with verdict train-head)")
 	case backend != scorer.BackendHead && isSet(fs, "head"):

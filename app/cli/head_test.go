@@ -75,6 +75,7 @@ func TestTrainHead(t *testing.T) {
 	}{
 		{[]string{"--schema", schema, "--backend", "head"}, 2, "--backend head needs --head FILE"},
 		{[]string{"--schema", schema, "--head", out}, 2, "--head applies to --backend head only"},
+		{[]string{"--schema", schema, "--backend", "head", "--head", out, "--image", "x.png"}, 2, "scores text inputs only"},
 		{[]string{"--schema", schema, "--backend", "head", "--head", filepath.Join(dir, "none")}, 1, "does not exist: train a head"},
 		{[]string{"--schema", ticket, "--backend", "head", "--head", out, "--weights", "f32"}, 1, "trained for another schema (fields kind, urgent"},
 		{[]string{"--schema", schema, "--backend", "head", "--head", out, "--weights", "q4"}, 1, "trained over f32 weights, this model runs q4"},

@@ -158,7 +158,7 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if isSet(fs, "temperature") {
 		opt.Temperature = *f.temperature // else the scorer's default, 1
 	}
-	if err := headOption(fs, *f.backend, *headFile, &opt); err != nil {
+	if err := headOption(fs, *f.backend, *headFile, mf.any(), &opt); err != nil {
 		return err
 	}
 	if *f.calibration != "" {
