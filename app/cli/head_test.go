@@ -99,3 +99,43 @@ func TestTrainHead(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadTicketSchema: a head trained on the tiny fixture's schema (every
+// field type, labels in both forms) scores it end to end.
+func TestHeadTicketSchema(t *testing.T) {
+	testmodel.Tokenizer(t)
+	dir := t.TempDir()
+	ticket := filepath.Join("..", "..", "engine", "scorer", "testdata", "ticket.json")
+	examples, out := filepath.Join(dir, "ex.jsonl"), filepath.Join(dir, "head.safetensors")
+	lines := []string{
+		`{"text": "My parcel is two weeks late.", "labels": {"priority": "medium", "department": "shipping", "refund_requested": false, "issues": ["late delivery"], "anger": 2}}`,
+		`{"text": "You charged me twice, refund me now!", "labels": {"priority": "high", "department": "billing", "refund_requested": true, "issues": {"double charge": true, "login problem": false}, "anger": 5}}`,
+		`{"text": "I cannot log in since yesterday.", "labels": {"priority": "high", "department": "technical support", "issues": ["login problem"], "anger": 3}}`,
+		`{"text": "The manual has a typo on page 4.", "labels": {"priority": "low", "department": "technical writing", "refund_requested": false, "anger": 1}}`,
+		`{"text": "Do you sell gift cards?", "labels": {"priority": "low", "department": "sales", "refund_requested": false, "issues": [], "anger": 1}}`,
+		`{"text": "The screen arrived cracked, I want my money back.", "labels": {"priority": "critical", "department": "shipping", "refund_requested": true, "issues": ["damaged item"], "anger": 4}}`,
+	}
+	os.WriteFile(examples, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	code, stdout, stderr := run("train-head", "--weights", "f32", "--schema", ticket, "--examples", examples, "--out", out, "--epochs", "20")
+	if code != 0 {
+		t.Fatalf("train-head: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "trained on 4 examples, 2 held out") {
+		t.Errorf("train-head output:\n%s", stdout)
+	}
+	code, stdout, stderr = run("score", "--weights", "f32", "--schema", ticket, "--backend", "head", "--head", out, "--text", "My order is late and I was charged twice.")
+	if code != 0 {
+		t.Fatalf("score: exit %d\n%s", code, stderr)
+	}
+	var res struct {
+		Answer map[string]json.RawMessage `json:"answer"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"priority", "department", "refund_requested", "issues", "anger"} {
+		if _, ok := res.Answer[f]; !ok {
+			t.Errorf("answer lacks %s: %s", f, stdout)
+		}
+	}
+}
