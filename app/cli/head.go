@@ -135,4 +135,11 @@ func writeReport(w io.Writer, r *head.Report, seed uint64) {
 	}{{"head, training", r.Train}, {"head, held out", r.Held}, {"json, held out", r.JSON}} {
 		fmt.Fprintf(w, "%-18s %9d %9.3f %7.3f %7.3f\n", row.name, row.m.Decisions, row.m.Accuracy, row.m.NLL, row.m.ECE)
 	}
+	if len(r.Fields) > 1 {
+		fmt.Fprintln(w, "held out, by field (head / json):")
+		for _, f := range r.Fields {
+			fmt.Fprintf(w, "  %-24s %4d  accuracy %.3f / %.3f  NLL %.3f / %.3f  ECE %.3f / %.3f\n", f.Field, f.Head.Decisions,
+				f.Head.Accuracy, f.JSON.Accuracy, f.Head.NLL, f.JSON.NLL, f.Head.ECE, f.JSON.ECE)
+		}
+	}
 }

@@ -51,7 +51,7 @@ func TestTrainHead(t *testing.T) {
 		t.Fatalf("train-head: exit %d\n%s%s", code, stdout, stderr)
 	}
 	t.Logf("train-head:\n%s", stdout)
-	for _, want := range []string{"trained on 45 examples, 15 held out (seed 1)", "head, held out", "json, held out", "saved " + out} {
+	for _, want := range []string{"trained on 45 examples, 15 held out (seed 1)", "head, held out", "json, held out", "held out, by field", "  kind ", "  urgent ", "saved " + out} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("train-head output lacks %q:\n%s", want, stdout)
 		}

@@ -18,7 +18,8 @@ import (
 
 // Decision is one decision's features on one input.
 type Decision struct {
-	Name string
+	Name  string // the decision ("field" or "field.label")
+	Field string // its field
 	// Q is the final hidden state at the answer position, the last token
 	// of the decision's JSON key (`{"priority":`) [Dq].
 	Q []float32
@@ -75,7 +76,7 @@ func Features(ctx context.Context, sc *scorer.Scorer, s *scorer.Schema, input st
 			if !ok || len(v) != len(d.Cands) {
 				return nil, fmt.Errorf("head: the json result has no scores for decision %q", d.Name)
 			}
-			dec := Decision{Name: d.Name, Q: hs[i], LL: v, Label: -1}
+			dec := Decision{Name: d.Name, Field: s.Fields[d.Field].Name, Q: hs[i], LL: v, Label: -1}
 			for _, c := range d.Cands {
 				e, err := candidateFeature(m, c)
 				if err != nil {

@@ -79,7 +79,16 @@ type Report struct {
 	TrainExamples, HeldExamples int
 	Epochs, BestEpoch           int // epochs run; the kept one (0: the initial head)
 	Train, Held, JSON           Metrics
-	Elapsed                     time.Duration
+	// Fields break the held-out figures down by field, in schema order.
+	Fields  []FieldMetrics
+	Elapsed time.Duration
+}
+
+// FieldMetrics are one field's held-out figures, the head's and the json
+// backend's.
+type FieldMetrics struct {
+	Field      string
+	Head, JSON Metrics
 }
 
 // Train fits a head on labelled examples: a seeded split holds out a
@@ -172,6 +181,17 @@ func Train(ctx context.Context, examples []Example, meta Meta, fp []float32, opt
 	copy(w.all, best)
 	h.Alpha = w.all[w.alph[0]]
 	rep.Train, rep.Held, rep.JSON = Evaluate(h, train), Evaluate(h, held), EvaluateJSON(held)
+	for _, f := range meta.Fields {
+		var ds []Decision
+		for _, d := range held {
+			if d.Field == f {
+				ds = append(ds, d)
+			}
+		}
+		if len(ds) > 0 {
+			rep.Fields = append(rep.Fields, FieldMetrics{Field: f, Head: Evaluate(h, ds), JSON: EvaluateJSON(ds)})
+		}
+	}
 	h.Meta.HeldAccuracy, h.Meta.JSONAccuracy = rep.Held.Accuracy, rep.JSON.Accuracy
 	rep.Elapsed = time.Since(start)
 	return h, rep, nil
