@@ -33,6 +33,7 @@ func Commands() []Command {
 		{"score-file", "score every record of a JSONL or CSV file into a resumable result log (--shard I/N)", scoreFileCmd},
 		{"merge", "merge the result logs of shards in input order (JSONL or CSV)", mergeCmd},
 		{"calibrate", "fit scoring temperatures on labelled examples", calibrateCmd},
+		{"train-head", "train a decision head (--backend head) on labelled examples", trainHeadCmd},
 		{"generate", "generate text from a prompt, streamed", generateCmd},
 		{"pull", "download a model from Hugging Face into the Hub cache (resumable, checked)", pullCmd},
 		{"catalog", "emit exactly k distinct entries of a catalog for a request (trie-constrained decoding)", catalogCmd},

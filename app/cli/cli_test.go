@@ -74,7 +74,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"generate"}, 2, "--prompt is required"},
 		{[]string{"score", "--text", "x"}, 2, "--schema is required"},
 		{[]string{"score", "--schema", "s.json"}, 2, "exactly one of --text and --text-file"},
-		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "head"}, 2, `backend "head" is not available (available: json, catalog)`},
+		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "nope"}, 2, `backend "nope" is not available (available: json, catalog, head)`},
 		{[]string{"generate", "--prompt", "x", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"calibrate", "--schema", "s.json"}, 2, "--examples is required"},
 	} {

@@ -33,7 +33,7 @@ func addScoreFlags(fs interface {
 		weights:     addWeightFlags(fs),
 		model:       fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:      fs.String("schema", "", "schema JSON file (required)"),
-		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods) or catalog (choice fields decoded through their option tries)"),
+		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods), catalog (choice fields decoded through their option tries) or head (a trained decision head, --head)"),
 		calibration: fs.String("calibration", "", "apply the fitted temperatures of this calibration file"),
 		batch:       fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
@@ -99,8 +99,8 @@ func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, 
 	if *f.schema == "" {
 		return nil, nil, nil, usageErr("--schema is required")
 	}
-	if *f.backend != scorer.BackendJSON && *f.backend != scorer.BackendCatalog {
-		return nil, nil, nil, usageErr("backend %q is not available (available: json, catalog)", *f.backend)
+	if *f.backend != scorer.BackendJSON && *f.backend != scorer.BackendCatalog && *f.backend != scorer.BackendHead {
+		return nil, nil, nil, usageErr("backend %q is not available (available: json, catalog, head)", *f.backend)
 	}
 	b, err := readInput(*f.schema)
 	if err != nil {
@@ -128,6 +128,7 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	text := fs.String("text", "", "the input text")
 	textFile := fs.String("text-file", "", "read the input text from this file")
 	logprobs := fs.Bool("token-logprobs", false, "include every scored token's log-probability")
+	headFile := fs.String("head", "", "the decision head file of --backend head (from verdict train-head)")
 	mf := addMediaFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -154,6 +155,9 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opt, err := scoreOptions(fs, f, stderr)
 	if err != nil {
+		return err
+	}
+	if err := headOption(fs, *f.backend, *headFile, mf.any(), &opt); err != nil {
 		return err
 	}
 	opt.TokenLogprobs, opt.OnPrefill = *logprobs, prefillProgress(newBar(stderr))

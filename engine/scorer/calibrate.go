@@ -169,9 +169,10 @@ func ReadExamples(r io.Reader) ([]Example, error) {
 // observation is one labelled decision: its log-likelihoods and the index of
 // the right candidate.
 type observation struct {
-	field string
-	s     []float64
-	y     int
+	field    string
+	decision string
+	s        []float64
+	y        int
 }
 
 // Calibrate scores every example at temperature 1 and fits the temperatures
@@ -227,7 +228,7 @@ func observe(s *Schema, res *Result, e Example) ([]observation, error) {
 			for j, c := range d.Candidates {
 				s[j] = c.LogLikelihood
 			}
-			obs = append(obs, observation{f.Name, s, y})
+			obs = append(obs, observation{f.Name, d.Name, s, y})
 		}
 		switch f.Kind {
 		case Choice, Score:

@@ -64,8 +64,10 @@ type Options struct {
 	CatalogCheckDense bool
 	// Backend is "json" (the default: candidate likelihoods) or "catalog"
 	// (choice fields decoded through their option tries). Catalog fields
-	// are decoded under either.
+	// are decoded under either. "head" rescores json with Head.
 	Backend string
+	// Head is the trained decision head of the head backend.
+	Head DecisionHead
 }
 
 // Media is a request's media: the soft tokens the decoder merges, and a
@@ -270,8 +272,10 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	}
 	switch opt.Backend {
 	case "", BackendJSON, BackendCatalog:
+	case BackendHead:
+		return sc.scoreHead(ctx, s, input, opt)
 	default:
-		return nil, fmt.Errorf("scorer: unknown backend %q (json or catalog)", opt.Backend)
+		return nil, fmt.Errorf("scorer: unknown backend %q (json, catalog or head)", opt.Backend)
 	}
 	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Special)
 	decoded, err := sc.decodedFields(s, opt.Backend, func(text string) ([]int32, bool) { return after(sc.tok, text) })
