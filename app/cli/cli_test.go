@@ -74,7 +74,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"generate"}, 2, "--prompt is required"},
 		{[]string{"score", "--text", "x"}, 2, "--schema is required"},
 		{[]string{"score", "--schema", "s.json"}, 2, "exactly one of --text and --text-file"},
-		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "head"}, 2, `backend "head" is not available (available: json, catalog)`},
+		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "bogus"}, 2, `backend "bogus" is not available (available: json, cached, catalog)`},
+		{[]string{"score", "--schema", "s.json", "--text", "x", "--normalize", "zscore"}, 2, `--normalize "zscore" is not one of none, contextual, pmi`},
+		{[]string{"calibrate", "--schema", "s.json", "--examples", "e.jsonl", "--normalize", "pmi"}, 2, "--normalize does not apply to calibrate"},
+		{[]string{"calibrate", "--schema", "s.json", "--examples", "e.jsonl", "--backend", "catalog"}, 2, "--backend catalog does not apply to calibrate"},
 		{[]string{"generate", "--prompt", "x", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"calibrate", "--schema", "s.json"}, 2, "--examples is required"},
 	} {

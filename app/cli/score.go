@@ -18,8 +18,8 @@ import (
 
 // scoreFlags are the flags score and calibrate share.
 type scoreFlags struct {
-	weights                             weightFlags
-	model, schema, backend, calibration *string
+	weights                                        weightFlags
+	model, schema, backend, calibration, normalize *string
 	batch                               *int
 	temperature                         *float64
 }
@@ -33,7 +33,8 @@ func addScoreFlags(fs interface {
 		weights:     addWeightFlags(fs),
 		model:       fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:      fs.String("schema", "", "schema JSON file (required)"),
-		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods) or catalog (choice fields decoded through their option tries)"),
+		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods), cached (single-token answer codes, one output vector per question) or catalog (choice fields decoded through their option tries)"),
+		normalize:   fs.String("normalize", "none", "correct the distributions: none, contextual (divide by the prior on content-free inputs) or pmi (divide by each value's likelihood under a neutral premise)"),
 		calibration: fs.String("calibration", "", "apply the fitted temperatures of this calibration file"),
 		batch:       fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
@@ -46,7 +47,10 @@ func addScoreFlags(fs interface {
 // and no --calibration.
 func (f scoreFlags) check(fs *flag.FlagSet, calibrating bool) error {
 	if calibrating {
-		for _, name := range []string{"temperature", "calibration"} {
+		if *f.backend == scorer.BackendCatalog {
+			return usageErr("--backend catalog does not apply to calibrate: it fits the temperatures of candidate likelihoods (json or cached)")
+		}
+		for _, name := range []string{"temperature", "calibration", "normalize"} {
 			if isSet(fs, name) {
 				return usageErr("--%s does not apply to calibrate: it fits the temperatures", name)
 			}
@@ -99,8 +103,11 @@ func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, 
 	if *f.schema == "" {
 		return nil, nil, nil, usageErr("--schema is required")
 	}
-	if *f.backend != scorer.BackendJSON && *f.backend != scorer.BackendCatalog {
-		return nil, nil, nil, usageErr("backend %q is not available (available: json, catalog)", *f.backend)
+	if scorer.CheckBackend(*f.backend) != nil || *f.backend == "" {
+		return nil, nil, nil, usageErr("backend %q is not available (available: %s)", *f.backend, strings.Join(scorer.Backends, ", "))
+	}
+	if scorer.CheckNormalize(*f.normalize) != nil {
+		return nil, nil, nil, usageErr("--normalize %q is not one of %s", *f.normalize, strings.Join(scorer.Normalizations, ", "))
 	}
 	b, err := readInput(*f.schema)
 	if err != nil {
@@ -152,7 +159,7 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkInput(input, source, mf.any()); err != nil {
 		return err
 	}
-	opt := scorer.Options{BranchBatch: *f.batch, TokenLogprobs: *logprobs, Backend: *f.backend,
+	opt := scorer.Options{BranchBatch: *f.batch, TokenLogprobs: *logprobs, Backend: *f.backend, Normalize: *f.normalize,
 		OnPrefill: prefillProgress(newBar(stderr))}
 	if isSet(fs, "temperature") {
 		opt.Temperature = *f.temperature // else the scorer's default, 1
@@ -227,7 +234,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer m.Close()
-	c, err := sc.Calibrate(ctx, s, ex, scorer.Options{BranchBatch: *f.batch})
+	c, err := sc.Calibrate(ctx, s, ex, scorer.Options{BranchBatch: *f.batch, Backend: *f.backend})
 	if err != nil {
 		return err
 	}

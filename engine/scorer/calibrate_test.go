@@ -22,7 +22,7 @@ func TestFitTemperature(t *testing.T) {
 				u -= p[y]
 				y++
 			}
-			obs = append(obs, observation{"f", s, y})
+			obs = append(obs, observation{field: "f", s: s, y: y})
 		}
 		if got := fitTemperature(obs); math.Abs(got-T)/T > 0.1 {
 			t.Errorf("fitted %.3f, want %.3f", got, T)
