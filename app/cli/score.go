@@ -20,8 +20,8 @@ import (
 type scoreFlags struct {
 	weights                                        weightFlags
 	model, schema, backend, calibration, normalize *string
-	batch                               *int
-	temperature                         *float64
+	batch                                          *int
+	temperature                                    *float64
 }
 
 func addScoreFlags(fs interface {
