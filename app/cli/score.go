@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"verdict/engine/models"
+	"verdict/engine/report"
 	"verdict/engine/scorer"
 )
 
@@ -209,6 +210,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f := addScoreFlags(fs)
 	examples := fs.String("examples", "", "labelled examples, JSONL: {\"text\": ..., \"labels\": {field: answer}} (required)")
 	out := fs.String("out", "calibration.json", "where to save the fitted temperatures")
+	reportPath := fs.String("report", "", "also write an HTML report here: per field accuracy, log-loss, Brier score, calibration error and reliability diagrams, before and after")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -220,6 +222,11 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if err := checkWritable(*out); err != nil {
 		return err
+	}
+	if *reportPath != "" {
+		if err := checkWritable(*reportPath); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
 	}
 	data, err := readInput(*examples)
 	if err != nil {
@@ -234,7 +241,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer m.Close()
-	c, err := sc.Calibrate(ctx, s, ex, scorer.Options{BranchBatch: *f.batch, Backend: *f.backend})
+	c, rep, err := sc.CalibrateReport(ctx, s, ex, scorer.Options{BranchBatch: *f.batch, Backend: *f.backend})
 	if err != nil {
 		return err
 	}
@@ -247,5 +254,24 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "  %-24s %.4g\n", n, c.Fields[n])
 	}
 	fmt.Fprintf(stdout, "saved %s\n", *out)
+	if *reportPath != "" {
+		if err := writeReport(*reportPath, report.Page{Title: "Calibration report", Schema: *f.schema, Examples: *examples, Model: m.Name}, rep); err != nil {
+			return err
+		}
+		for _, q := range append([]scorer.FieldQuality{rep.Overall}, rep.Fields...) {
+			fmt.Fprintf(stdout, "  %-24s accuracy %.3f, log-loss %.3f -> %.3f, Brier %.3f -> %.3f, ECE %.3f -> %.3f\n", q.Field,
+				q.Before.Accuracy, q.Before.LogLoss, q.After.LogLoss, q.Before.Brier, q.After.Brier, q.Before.ECE, q.After.ECE)
+		}
+		fmt.Fprintf(stdout, "report %s\n", *reportPath)
+	}
 	return nil
+}
+
+// writeReport writes a calibration report's HTML page to path.
+func writeReport(path string, p report.Page, rep *scorer.CalibrationReport) error {
+	var b bytes.Buffer
+	if err := report.WriteHTML(&b, p, rep); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
