@@ -87,7 +87,7 @@ func Diagram(f scorer.FieldQuality) template.HTML {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f3": func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"f3":  func(v float64) string { return fmt.Sprintf("%.3f", v) },
 	"pct": func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"temp": func(v float64) string {
 		if v == 0 {
