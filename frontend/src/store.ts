@@ -39,7 +39,7 @@ export interface State {
   history: RunRecord[];
   baselineId: string | null;
   logs: LogEntry[];
-  tab: 'history' | 'logs' | 'prompt';
+  tab: 'history' | 'logs' | 'prompt' | 'calibration';
 }
 
 export type Key = keyof State;
