@@ -144,3 +144,18 @@ describe('backend per run', () => {
     d.el.remove();
   });
 });
+
+describe('correction note', () => {
+  it('names the method and the uncorrected answer when it differs', async () => {
+    const { correctionNote } = await import('../src/ui/correctionNote');
+    expect(correctionNote(fields[0])).toBeNull();
+    const f = structuredClone(fields[0]);
+    f.decisions[0].correction = { method: 'contextual', raw_probabilities: [0.7, 0.1, 0.1, 0.1], raw_confidence: 0.3, prior_probabilities: [0.5, 0.2, 0.2, 0.1] };
+    const el = correctionNote(f)!;
+    expect(el.textContent).toBe('contextual-corrected; uncorrected: low (70.0%)');
+    expect(el.title).toBe('priority: raw low 70.0%, medium 10.0%, high 10.0%, critical 10.0%; prior 50.0% / 20.0% / 20.0% / 10.0%');
+    f.decisions[0].correction = { method: 'pmi', raw_probabilities: [0.1, 0.1, 0.7, 0.1], raw_confidence: 0.3, neutral_log_likelihoods: [-1, -2, -3, -4] };
+    expect(correctionNote(f)!.textContent).toBe('pmi-corrected; same answer uncorrected');
+    expect(correctionNote(f)!.title).toContain('neutral log-likelihoods -1.00 / -2.00 / -3.00 / -4.00');
+  });
+});
