@@ -14,3 +14,6 @@ func (sc *Scorer) CodeTokens(suffix string, codes []string) ([]int32, []int32, e
 func CachedPrompt(s *Schema, input string, codes map[int][]string) string {
 	return s.promptWith(input, nil, false, gemma3n.Special{}, codedCriteria(codes, s)).String()
 }
+
+// PriorsCached is the number of corrections whose reference results are kept.
+func (sc *Scorer) PriorsCached() int { return sc.priors.len() }

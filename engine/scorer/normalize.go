@@ -2,8 +2,12 @@ package scorer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
+	"time"
 )
 
 // Scoring corrections (Options.Normalize). A model's answers lean towards
@@ -110,13 +114,21 @@ func (sc *Scorer) normalized(ctx context.Context, s *Schema, input string, opt O
 	if method == NormalizePMI {
 		inputs = []string{NeutralInput}
 	}
-	var refs []*Result
-	for _, in := range inputs {
-		r, err := sc.Score(ctx, s, in, ref)
-		if err != nil {
-			return nil, fmt.Errorf("scorer: %s reference input %q: %w", method, in, err)
+	start := time.Now()
+	key, err := priorKey(s, method, ref)
+	if err != nil {
+		return nil, err
+	}
+	refs, ok := sc.priors.get(key)
+	if !ok {
+		for _, in := range inputs {
+			r, err := sc.Score(ctx, s, in, ref)
+			if err != nil {
+				return nil, fmt.Errorf("scorer: %s reference input %q: %w", method, in, err)
+			}
+			refs = append(refs, r)
 		}
-		refs = append(refs, r)
+		sc.priors.put(key, refs)
 	}
 	raw := opt
 	raw.Normalize = ""
@@ -140,7 +152,74 @@ func (sc *Scorer) normalized(ctx context.Context, s *Schema, input string, opt O
 	}
 	res.Answer = assemble(s, res.Fields)
 	res.ProbabilitySource += "; " + normalizeSource(method)
+	res.Timings.Total = Duration(time.Since(start)) // the reference requests included
 	return res, nil
+}
+
+// priorKey identifies the reference results of a correction: the schema,
+// the method and what changes their distributions (backend, temperature,
+// calibration).
+func priorKey(s *Schema, method string, opt Options) (string, error) {
+	b, err := json.Marshal(struct {
+		S    *Schema
+		M, B string
+		T    float64
+		C    *Calibration
+	}{s, method, opt.Backend, opt.Temperature, opt.Calibration})
+	if err != nil {
+		return "", fmt.Errorf("scorer: %w", err)
+	}
+	return string(b), nil
+}
+
+// priorCache keeps the reference results of the latest corrections, most
+// recent first (they depend on the schema, not on the input).
+type priorCache struct {
+	mu   sync.Mutex
+	max  int
+	keys []string
+	refs map[string][]*Result
+}
+
+func newPriorCache(max int) *priorCache {
+	return &priorCache{max: max, refs: map[string][]*Result{}}
+}
+
+func (c *priorCache) get(key string) ([]*Result, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.refs[key]
+	if ok {
+		c.touch(key)
+	}
+	return r, ok
+}
+
+func (c *priorCache) put(key string, refs []*Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.refs[key]; !ok {
+		c.keys = append(c.keys, key)
+	}
+	c.refs[key] = refs
+	c.touch(key)
+	for len(c.keys) > c.max {
+		delete(c.refs, c.keys[len(c.keys)-1])
+		c.keys = c.keys[:len(c.keys)-1]
+	}
+}
+
+// touch moves key to the front.
+func (c *priorCache) touch(key string) {
+	i := slices.Index(c.keys, key)
+	copy(c.keys[1:i+1], c.keys[:i])
+	c.keys[0] = key
+}
+
+func (c *priorCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.refs)
 }
 
 func refFields(refs []*Result, i int) []FieldResult {

@@ -139,6 +139,19 @@ func TestContextualEndToEnd(t *testing.T) {
 		if changed == 0 {
 			t.Errorf("%s: no distribution changed", backend)
 		}
+		// The reference results are kept: another input reuses the prior.
+		n := sc.PriorsCached()
+		again, err := sc.Score(ctx, s, "Thanks, all good.", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.PriorsCached() != n || !near(again.Fields[0].Decisions[0].Correction.PriorProbabilities, got.Fields[0].Decisions[0].Correction.PriorProbabilities, 0) {
+			t.Errorf("%s: %d cached priors, then %d; prior %v then %v", backend, n, sc.PriorsCached(),
+				got.Fields[0].Decisions[0].Correction.PriorProbabilities, again.Fields[0].Decisions[0].Correction.PriorProbabilities)
+		}
+	}
+	if n := sc.PriorsCached(); n != 2 {
+		t.Errorf("%d cached priors after two backends, want 2", n)
 	}
 }
 

@@ -57,3 +57,21 @@ func TestReportImprovesOverconfidence(t *testing.T) {
 		t.Errorf("mistakes %+v", rep.Mistakes[:2])
 	}
 }
+
+// TestPriorCacheLRU: the least recently used reference results go first.
+func TestPriorCacheLRU(t *testing.T) {
+	c := newPriorCache(3)
+	for _, k := range []string{"a", "b", "c"} {
+		c.put(k, []*Result{{Note: k}})
+	}
+	c.get("a") // a is the most recent: b goes next
+	c.put("d", nil)
+	if _, ok := c.get("b"); ok || c.len() != 3 {
+		t.Errorf("b kept (%d entries)", c.len())
+	}
+	for _, k := range []string{"a", "c", "d"} {
+		if _, ok := c.get(k); !ok {
+			t.Errorf("%s evicted", k)
+		}
+	}
+}

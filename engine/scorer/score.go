@@ -18,9 +18,10 @@ import (
 // Scorer scores schemas on inputs with one model. It is safe for concurrent
 // use; every request has its own prefix cache.
 type Scorer struct {
-	m     *gemma3n.Model
-	tok   Tokenizer
-	cache *schemaCache
+	m      *gemma3n.Model
+	tok    Tokenizer
+	cache  *schemaCache
+	priors *priorCache // the reference results of corrections (normalize.go)
 }
 
 // CompiledSchemas is the capacity of the compiled-schema LRU.
@@ -28,7 +29,7 @@ const CompiledSchemas = 8
 
 // New returns a scorer over model m with its tokenizer.
 func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
-	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas)}
+	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas), priors: newPriorCache(CompiledSchemas)}
 }
 
 // Options tune one request.
