@@ -2,6 +2,7 @@ package scorer
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sort"
 )
@@ -76,6 +77,9 @@ const MaxMistakes = 20
 // CalibrateReport is Calibrate with a report of the decisions' quality
 // before and after the fitted temperatures (scoring every example once).
 func (sc *Scorer) CalibrateReport(ctx context.Context, s *Schema, examples []Example, opt Options) (*Calibration, *CalibrationReport, error) {
+	if len(examples) == 0 {
+		return nil, nil, fmt.Errorf("calibrate: no examples")
+	}
 	obs, err := sc.observations(ctx, s, examples, opt)
 	if err != nil {
 		return nil, nil, err
