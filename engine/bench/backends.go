@@ -20,6 +20,12 @@ type BackendComparison struct {
 	Other        string  `json:"other"`
 	BaseSeconds  float64 `json:"base_seconds"`
 	OtherSeconds float64 `json:"other_seconds"`
+	// The mean prompt length and prefix prefill time of each (the cached
+	// backend's prompt also lists the answer codes).
+	BasePromptTokens   int     `json:"base_prompt_tokens"`
+	OtherPromptTokens  int     `json:"other_prompt_tokens"`
+	BasePrefillSeconds float64 `json:"base_prefill_seconds"`
+	OtherPrefillSecs   float64 `json:"other_prefill_seconds"`
 	// MeanKL and MaxKL are KL(base ‖ other) over the compared decisions,
 	// in nats; WinnerAgreement the share of them with the same winner.
 	MeanKL          float64 `json:"mean_kl"`
@@ -28,8 +34,9 @@ type BackendComparison struct {
 }
 
 func (c BackendComparison) String() string {
-	return fmt.Sprintf("%s, %d inputs, %d decisions: %s %.1f ms, %s %.1f ms (%.2fx); KL(%s‖%s) mean %.4f max %.4f nats, winners agree %.0f%%",
-		c.Schema, c.Inputs, c.Decisions, c.Base, 1000*c.BaseSeconds, c.Other, 1000*c.OtherSeconds, c.BaseSeconds/c.OtherSeconds,
+	return fmt.Sprintf("%s, %d inputs, %d decisions: %s %.1f ms (%d-token prompt, prefill %.1f ms), %s %.1f ms (%d tokens, prefill %.1f ms), %.2fx; KL(%s‖%s) mean %.4f max %.4f nats, winners agree %.0f%%",
+		c.Schema, c.Inputs, c.Decisions, c.Base, 1000*c.BaseSeconds, c.BasePromptTokens, 1000*c.BasePrefillSeconds,
+		c.Other, 1000*c.OtherSeconds, c.OtherPromptTokens, 1000*c.OtherPrefillSecs, c.BaseSeconds/c.OtherSeconds,
 		c.Base, c.Other, c.MeanKL, c.MaxKL, 100*c.WinnerAgreement)
 }
 
@@ -55,10 +62,15 @@ func CompareBackends(ctx context.Context, sc *scorer.Scorer, name string, s *sco
 				return c, fmt.Errorf("bench: %s backend: %w", b, err)
 			}
 			d := time.Since(t).Seconds() / float64(len(inputs))
+			pf := time.Duration(r.Timings.Prefill).Seconds() / float64(len(inputs))
 			if i == 0 {
 				c.BaseSeconds += d
+				c.BasePrefillSeconds += pf
+				c.BasePromptTokens += r.PromptTokens
 			} else {
 				c.OtherSeconds += d
+				c.OtherPrefillSecs += pf
+				c.OtherPromptTokens += r.PromptTokens
 			}
 			rs[i] = r
 		}
@@ -69,6 +81,8 @@ func CompareBackends(ctx context.Context, sc *scorer.Scorer, name string, s *sco
 		agree += cmp.WinnerAgreement * n
 		c.MaxKL = math.Max(c.MaxKL, cmp.MaxKL)
 	}
+	c.BasePromptTokens /= len(inputs)
+	c.OtherPromptTokens /= len(inputs)
 	if c.Decisions > 0 {
 		c.MeanKL /= float64(c.Decisions)
 		c.WinnerAgreement = agree / float64(c.Decisions)

@@ -104,7 +104,7 @@ func TestCompareBackends(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("tiny: %s", c)
-		if c.Decisions == 0 || c.BaseSeconds <= 0 || c.OtherSeconds <= 0 || math.IsNaN(c.MeanKL) || c.MeanKL < 0 || c.MaxKL < c.MeanKL ||
+		if c.Decisions == 0 || c.BaseSeconds <= 0 || c.OtherSeconds <= 0 || c.OtherPromptTokens <= c.BasePromptTokens || c.BasePrefillSeconds <= 0 || math.IsNaN(c.MeanKL) || c.MeanKL < 0 || c.MaxKL < c.MeanKL ||
 			c.WinnerAgreement < 0 || c.WinnerAgreement > 1 {
 			t.Errorf("comparison %+v", c)
 		}
