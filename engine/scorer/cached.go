@@ -124,7 +124,7 @@ func codedCriteria(codes map[int][]string, s *Schema) func(*Field) string {
 			if f.Kind == Score {
 				v = levelText(o)
 			}
-			parts[j] = cs[j] + " = " + v
+			parts[j] = cs[j] + "=" + v
 			if d := strings.TrimSpace(o.Description); d != "" {
 				parts[j] += " (" + d + ")"
 			}
@@ -133,7 +133,7 @@ func codedCriteria(codes map[int][]string, s *Schema) func(*Field) string {
 		if f.Kind == Score {
 			order = "One of, from lowest to highest"
 		}
-		return order + ", answered with its code: " + strings.Join(parts, ", ") + "."
+		return order + " (answer its code): " + strings.Join(parts, ", ") + "."
 	}
 }
 

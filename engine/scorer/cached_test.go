@@ -54,7 +54,7 @@ func TestCachedBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := scorer.CachedPrompt(s, ticket, codes)
-	for _, want := range []string{`A = "low", B = "medium", C = "high", D = "critical"`, `E = "sales"`, "A = 1, B = 2"} {
+	for _, want := range []string{`One of (answer its code): A="low", B="medium", C="high", D="critical".`, `E="sales"`, "One of, from lowest to highest (answer its code): A=1, B=2"} {
 		if !strings.Contains(prompt, want) {
 			t.Errorf("the cached prompt lacks %q:\n%s", want, prompt)
 		}
