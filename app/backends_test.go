@@ -103,6 +103,9 @@ func TestCalibrationReportService(t *testing.T) {
 	if _, err := s.Scorer.CalibrationReport(CalibrationReportRequest{Schema: ticket.Schema, Examples: "{\"text\": 1}\n"}); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("bad examples: %v", err)
 	}
+	if _, err := s.Scorer.CalibrationReport(CalibrationReportRequest{Schema: ticket.Schema, Examples: "\n"}); err == nil || !strings.Contains(err.Error(), "no examples") {
+		t.Errorf("no examples: %v", err)
+	}
 	if _, err := s.Scorer.CalibrationReport(CalibrationReportRequest{Schema: ticket.Schema, Examples: ex, Backend: "catalog"}); err == nil {
 		t.Errorf("a catalog report passed")
 	}
