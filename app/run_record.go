@@ -80,6 +80,7 @@ type ScorerSide struct {
 	Fields            []scorer.FieldResult     `json:"fields"`
 	FieldsTotal       int                      `json:"fields_total"`
 	Answer            json.RawMessage          `json:"answer,omitempty"`
+	RawAnswer         json.RawMessage          `json:"raw_answer,omitempty"` // before a normalisation
 	ProbabilitySource string                   `json:"probability_source,omitempty"`
 	Calibration       scorer.CalibrationStatus `json:"calibration"`
 	Note              string                   `json:"note,omitempty"`

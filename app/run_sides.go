@@ -106,7 +106,7 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 	t := res.Timings
 	sc.Status = StatusDone
 	sc.Fields = res.Fields
-	sc.Answer = res.Answer
+	sc.Answer, sc.RawAnswer = res.Answer, res.RawAnswer
 	sc.ProbabilitySource, sc.Calibration, sc.Note = res.ProbabilitySource, res.Calibration, res.Note
 	sc.Decisions, sc.BranchRows, sc.BranchBatch, sc.CachedSchema = res.Decisions, res.BranchRows, res.BranchBatch, res.CachedSchema
 	sc.Timing.InputPrepMs = msD(t.InputPreparation)

@@ -346,7 +346,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 			<-gate
 			r.scorerSide(ctxS, l, schema, req.Input, scorer.Options{
 				BranchBatch: set.Scorer.BranchBatch, Temperature: set.Scorer.Temperature, Calibration: calib,
-				Backend: set.Scorer.Backend, CatalogCheckDense: true,
+				Backend: set.Scorer.Backend, Normalize: set.Scorer.Normalize, CatalogCheckDense: true,
 			}, prep)
 		}()
 	}

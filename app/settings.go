@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/sirupsen/logrus"
@@ -34,9 +35,12 @@ type ScorerSettings struct {
 	// Calibration is a calibration file (verdict calibrate) whose fitted
 	// temperatures replace Temperature; empty for none.
 	Calibration string `json:"calibration,omitempty"`
-	// Backend is json (candidate likelihoods; empty means json) or catalog
-	// (choice fields decoded through their option tries).
+	// Backend is json (candidate likelihoods; empty means json), cached
+	// (single-token answer codes) or catalog (choice fields decoded through
+	// their option tries).
 	Backend string `json:"backend,omitempty"`
+	// Normalize is a scoring correction: none (or empty), contextual or pmi.
+	Normalize string `json:"normalize,omitempty"`
 }
 
 // RunSettings are the settings a run uses.
@@ -92,8 +96,10 @@ func (r RunSettings) Validate() error {
 		return bad("scorer.branch_batch", "%d is outside 1..64", s.BranchBatch)
 	case !(s.Temperature > 0 && s.Temperature <= 100) || math.IsInf(s.Temperature, 0):
 		return bad("scorer.temperature", "%v must be above 0 and at most 100", s.Temperature)
-	case s.Backend != "" && s.Backend != scorer.BackendJSON && s.Backend != scorer.BackendCatalog:
-		return bad("scorer.backend", "%q is not one of json, catalog", s.Backend)
+	case scorer.CheckBackend(s.Backend) != nil:
+		return bad("scorer.backend", "%q is not one of %s", s.Backend, strings.Join(scorer.Backends, ", "))
+	case scorer.CheckNormalize(s.Normalize) != nil:
+		return bad("scorer.normalize", "%q is not one of %s", s.Normalize, strings.Join(scorer.Normalizations, ", "))
 	}
 	return nil
 }

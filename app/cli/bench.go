@@ -11,6 +11,7 @@ import (
 	"verdict/engine/bench"
 	"verdict/engine/catalog"
 	"verdict/engine/models"
+	"verdict/engine/scorer"
 	"verdict/native"
 )
 
@@ -117,8 +118,19 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	sweep := fs.String("sweep", "1,2,4,8,16,32,64", "branch-batch sizes to time")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	backends := fs.String("backends", "cached", "backends to compare with json on the same schema and input (comma-separated; empty: none)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var others []string
+	for _, b := range strings.Split(*backends, ",") {
+		if b = strings.TrimSpace(b); b == "" {
+			continue
+		}
+		if scorer.CheckBackend(b) != nil || b == scorer.BackendJSON {
+			return usageErr("--backends: %q is not a backend to compare with json (%s)", b, strings.Join(scorer.Backends[1:], ", "))
+		}
+		others = append(others, b)
 	}
 	sizes, err := batchSizes("--sweep", *sweep, 64)
 	if err != nil {
@@ -130,7 +142,7 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer m.Close()
-	r, err := bench.Scorer(ctx, m.Name, m.Model, tok, *prompt, *fields, *full, sizes)
+	r, err := bench.Scorer(ctx, m.Name, m.Model, tok, *prompt, *fields, *full, sizes, others...)
 	if err != nil {
 		return err
 	}

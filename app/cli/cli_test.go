@@ -74,7 +74,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"generate"}, 2, "--prompt is required"},
 		{[]string{"score", "--text", "x"}, 2, "--schema is required"},
 		{[]string{"score", "--schema", "s.json"}, 2, "exactly one of --text and --text-file"},
-		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "nope"}, 2, `backend "nope" is not available (available: json, catalog, head)`},
+		{[]string{"score", "--schema", "s.json", "--text", "x", "--backend", "bogus"}, 2, `backend "bogus" is not available (available: json, cached, catalog, head)`},
+		{[]string{"score", "--schema", "s.json", "--text", "x", "--normalize", "zscore"}, 2, `--normalize "zscore" is not one of none, contextual, pmi`},
+		{[]string{"calibrate", "--schema", "s.json", "--examples", "e.jsonl", "--normalize", "pmi"}, 2, "--normalize does not apply to calibrate"},
+		{[]string{"calibrate", "--schema", "s.json", "--examples", "e.jsonl", "--backend", "catalog"}, 2, "--backend catalog does not apply to calibrate"},
 		{[]string{"generate", "--prompt", "x", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"calibrate", "--schema", "s.json"}, 2, "--examples is required"},
 	} {
@@ -117,9 +120,14 @@ func TestScoreBuiltin(t *testing.T) {
 {"text": "thanks, all good", "labels": {"priority": "low", "refund_requested": false, "issues": {"late delivery": false}, "anger": 1}}
 `), 0o644)
 	cal := filepath.Join(dir, "cal.json")
-	code, out, errOut = run("calibrate", "--model", "builtin", "--schema", schema, "--examples", ex, "--out", cal)
-	if code != 0 || !strings.Contains(out, "global temperature") {
+	html := filepath.Join(dir, "report.html")
+	code, out, errOut = run("calibrate", "--model", "builtin", "--schema", schema, "--examples", ex, "--out", cal, "--report", html)
+	if code != 0 || !strings.Contains(out, "global temperature") || !strings.Contains(out, "ECE") {
 		t.Fatalf("calibrate: exit %d, %s %s", code, out, errOut)
+	}
+	t.Logf("calibrate --report:\n%s", out)
+	if page, err := os.ReadFile(html); err != nil || strings.Count(string(page), "<svg") != 5 || !strings.Contains(string(page), "refund_requested") {
+		t.Errorf("report: %v, %d diagrams", err, strings.Count(string(page), "<svg"))
 	}
 	code, out, errOut = run("score", "--model", "builtin", "--schema", schema, "--text", "late", "--calibration", cal)
 	if code != 0 || !strings.Contains(out, `"applied": true`) {
@@ -219,5 +227,44 @@ func TestScoreMedia(t *testing.T) {
 	}
 	if code, _, errOut := run("generate", "--model", "builtin", "--prompt", "x", "--audio", png); code != 1 || !strings.Contains(errOut, png) {
 		t.Errorf("an image given as audio: exit %d, %s", code, errOut)
+	}
+}
+
+// TestScoreBackendsBuiltin: the cached backend and both corrections score
+// the ticket schema end to end; the source says which, and a correction
+// keeps the raw answer beside the corrected one.
+func TestScoreBackendsBuiltin(t *testing.T) {
+	testmodel.Tokenizer(t)
+	schema := filepath.Join("..", "..", "engine", "scorer", "testdata", "ticket.json")
+	for _, tc := range []struct{ backend, normalize, source string }{
+		{"cached", "none", "cached: single-token answer codes"},
+		{"cached", "contextual", "contextual calibration"},
+		{"json", "pmi", "domain-conditional PMI"},
+	} {
+		code, out, errOut := run("score", "--model", "builtin", "--schema", schema, "--text", "My parcel is late.", "--backend", tc.backend, "--normalize", tc.normalize)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc, code, errOut)
+		}
+		var res struct {
+			Backend   string          `json:"backend"`
+			Source    string          `json:"probability_source"`
+			Answer    json.RawMessage `json:"answer"`
+			RawAnswer json.RawMessage `json:"raw_answer"`
+			Fields    []struct {
+				Decisions []struct {
+					Correction *struct {
+						Raw []float64 `json:"raw_probabilities"`
+					} `json:"correction"`
+				} `json:"decisions"`
+			} `json:"fields"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		corrected := tc.normalize != "none"
+		if res.Backend != tc.backend || !strings.Contains(res.Source, tc.source) || len(res.Fields) != 5 || len(res.Answer) == 0 ||
+			(len(res.RawAnswer) > 0) != corrected || (res.Fields[0].Decisions[0].Correction != nil) != corrected {
+			t.Errorf("%v: backend %q, source %q, raw answer %s, %d fields", tc, res.Backend, res.Source, res.RawAnswer, len(res.Fields))
+		}
 	}
 }

@@ -118,14 +118,14 @@ func trainHeadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := h.Save(*out); err != nil {
 		return err
 	}
-	writeReport(stdout, rep, o.Seed)
+	writeHeadReport(stdout, rep, o.Seed)
 	fmt.Fprintf(stdout, "features %.1f s, training %.1f s\nsaved %s\n", collect.Seconds(), rep.Elapsed.Seconds(), *out)
 	return nil
 }
 
-// writeReport prints a training report: the split, where it stopped, and
+// writeHeadReport prints a training report: the split, where it stopped, and
 // the head beside the json backend on the held-out split.
-func writeReport(w io.Writer, r *head.Report, seed uint64) {
+func writeHeadReport(w io.Writer, r *head.Report, seed uint64) {
 	fmt.Fprintf(w, "trained on %d examples, %d held out (seed %d): %d epochs, kept epoch %d (best held-out NLL)\n",
 		r.TrainExamples, r.HeldExamples, seed, r.Epochs, r.BestEpoch)
 	fmt.Fprintf(w, "%-18s %9s %9s %7s %7s\n", "", "decisions", "accuracy", "NLL", "ECE")

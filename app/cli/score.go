@@ -13,15 +13,16 @@ import (
 	"unicode/utf8"
 
 	"verdict/engine/models"
+	"verdict/engine/report"
 	"verdict/engine/scorer"
 )
 
 // scoreFlags are the flags score and calibrate share.
 type scoreFlags struct {
-	weights                             weightFlags
-	model, schema, backend, calibration *string
-	batch                               *int
-	temperature                         *float64
+	weights                                        weightFlags
+	model, schema, backend, calibration, normalize *string
+	batch                                          *int
+	temperature                                    *float64
 }
 
 func addScoreFlags(fs interface {
@@ -33,7 +34,8 @@ func addScoreFlags(fs interface {
 		weights:     addWeightFlags(fs),
 		model:       fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:      fs.String("schema", "", "schema JSON file (required)"),
-		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods), catalog (choice fields decoded through their option tries) or head (a trained decision head, --head)"),
+		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods), cached (single-token answer codes, one output vector per question), catalog (choice fields decoded through their option tries) or head (a trained decision head, --head)"),
+		normalize:   fs.String("normalize", "none", "correct the distributions: none, contextual (divide by the prior on content-free inputs) or pmi (divide by each value's likelihood under a neutral premise)"),
 		calibration: fs.String("calibration", "", "apply the fitted temperatures of this calibration file"),
 		batch:       fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
@@ -46,7 +48,10 @@ func addScoreFlags(fs interface {
 // and no --calibration.
 func (f scoreFlags) check(fs *flag.FlagSet, calibrating bool) error {
 	if calibrating {
-		for _, name := range []string{"temperature", "calibration"} {
+		if *f.backend == scorer.BackendCatalog {
+			return usageErr("--backend catalog does not apply to calibrate: it fits the temperatures of candidate likelihoods (json or cached)")
+		}
+		for _, name := range []string{"temperature", "calibration", "normalize"} {
 			if isSet(fs, name) {
 				return usageErr("--%s does not apply to calibrate: it fits the temperatures", name)
 			}
@@ -99,8 +104,11 @@ func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, 
 	if *f.schema == "" {
 		return nil, nil, nil, usageErr("--schema is required")
 	}
-	if *f.backend != scorer.BackendJSON && *f.backend != scorer.BackendCatalog && *f.backend != scorer.BackendHead {
-		return nil, nil, nil, usageErr("backend %q is not available (available: json, catalog, head)", *f.backend)
+	if scorer.CheckBackend(*f.backend) != nil || *f.backend == "" {
+		return nil, nil, nil, usageErr("backend %q is not available (available: %s)", *f.backend, strings.Join(scorer.Backends, ", "))
+	}
+	if scorer.CheckNormalize(*f.normalize) != nil {
+		return nil, nil, nil, usageErr("--normalize %q is not one of %s", *f.normalize, strings.Join(scorer.Normalizations, ", "))
 	}
 	b, err := readInput(*f.schema)
 	if err != nil {
@@ -196,6 +204,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f := addScoreFlags(fs)
 	examples := fs.String("examples", "", "labelled examples, JSONL: {\"text\": ..., \"labels\": {field: answer}} (required)")
 	out := fs.String("out", "calibration.json", "where to save the fitted temperatures")
+	reportPath := fs.String("report", "", "also write an HTML report here: per field accuracy, log-loss, Brier score, calibration error and reliability diagrams, before and after")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -207,6 +216,11 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if err := checkWritable(*out); err != nil {
 		return err
+	}
+	if *reportPath != "" {
+		if err := checkWritable(*reportPath); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
 	}
 	data, err := readInput(*examples)
 	if err != nil {
@@ -221,7 +235,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer m.Close()
-	c, err := sc.Calibrate(ctx, s, ex, scorer.Options{BranchBatch: *f.batch})
+	c, rep, err := sc.CalibrateReport(ctx, s, ex, scorer.Options{BranchBatch: *f.batch, Backend: *f.backend})
 	if err != nil {
 		return err
 	}
@@ -234,5 +248,24 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "  %-24s %.4g\n", n, c.Fields[n])
 	}
 	fmt.Fprintf(stdout, "saved %s\n", *out)
+	if *reportPath != "" {
+		if err := writeReport(*reportPath, report.Page{Title: "Calibration report", Schema: *f.schema, Examples: *examples, Model: m.Name}, rep); err != nil {
+			return err
+		}
+		for _, q := range append([]scorer.FieldQuality{rep.Overall}, rep.Fields...) {
+			fmt.Fprintf(stdout, "  %-24s accuracy %.3f, log-loss %.3f -> %.3f, Brier %.3f -> %.3f, ECE %.3f -> %.3f\n", q.Field,
+				q.Before.Accuracy, q.Before.LogLoss, q.After.LogLoss, q.Before.Brier, q.After.Brier, q.Before.ECE, q.After.ECE)
+		}
+		fmt.Fprintf(stdout, "report %s\n", *reportPath)
+	}
 	return nil
+}
+
+// writeReport writes a calibration report's HTML page to path.
+func writeReport(path string, p report.Page, rep *scorer.CalibrationReport) error {
+	var b bytes.Buffer
+	if err := report.WriteHTML(&b, p, rep); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }

@@ -177,7 +177,7 @@ func sameScoring(logged []dataset.Record, model, backend string, s *scorer.Schem
 // give; a calibration's fitted temperatures replace --temperature (stderr
 // says so).
 func scoreOptions(fs *flag.FlagSet, f scoreFlags, stderr io.Writer) (scorer.Options, error) {
-	opt := scorer.Options{BranchBatch: *f.batch, Backend: *f.backend}
+	opt := scorer.Options{BranchBatch: *f.batch, Backend: *f.backend, Normalize: *f.normalize}
 	if isSet(fs, "temperature") {
 		opt.Temperature = *f.temperature // else the scorer's default, 1
 	}

@@ -2,12 +2,14 @@ package bench_test
 
 import (
 	"context"
+	"math"
 	"os"
 	"testing"
 
 	"verdict/engine/bench"
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/scorer"
 )
 
 // models returns the tiny model and, when VERDICT_E2B_FIXTURE names it, the
@@ -77,5 +79,40 @@ func TestRunReport(t *testing.T) {
 	}
 	if _, err := bench.Run(context.Background(), "tiny", m, 0, 4); err == nil {
 		t.Error("Run with an empty prompt succeeded")
+	}
+}
+
+// TestCompareBackends: cached against json on the tiny fixture, on the
+// ticket schema and on the benchmark's schema; the figures are printed.
+func TestCompareBackends(t *testing.T) {
+	m, tok := testmodel.Tiny(t), testmodel.Tokenizer(t)
+	b, err := os.ReadFile("../scorer/testdata/ticket.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket, err := scorer.ParseSchema(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scorer.New(m, tok)
+	inputs := []string{
+		"My order arrived two weeks late and the screen is cracked. I want my money back.",
+		"Thanks, the replacement works fine. No further action needed.",
+		"I was charged twice for shipping and cannot log in to see my invoice!",
+		"Where is my parcel? It has been a month.",
+	}
+	for _, tc := range []struct {
+		name string
+		s    *scorer.Schema
+	}{{"ticket schema", ticket}, {"8 choice fields", bench.ScorerSchema(8)}} {
+		c, err := bench.CompareBackends(context.Background(), sc, tc.name, tc.s, inputs, scorer.BackendJSON, scorer.BackendCached)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("tiny: %s", c)
+		if c.Decisions == 0 || c.BaseSeconds <= 0 || c.OtherSeconds <= 0 || c.OtherPromptTokens <= c.BasePromptTokens || c.BasePrefillSeconds <= 0 || math.IsNaN(c.MeanKL) || c.MeanKL < 0 || c.MaxKL < c.MeanKL ||
+			c.WinnerAgreement < 0 || c.WinnerAgreement > 1 {
+			t.Errorf("comparison %+v", c)
+		}
 	}
 }

@@ -31,7 +31,10 @@ type ScorerReport struct {
 	// TotalOverPrefill is the request's time over the prefix prefill alone.
 	TotalOverPrefill float64       `json:"total_over_prefill"`
 	Sweep            []SweepResult `json:"branch_batch_sweep"`
-	Machine          Machine       `json:"machine"`
+	// Backends compares the other scoring backends with json on the same
+	// schema and input.
+	Backends []BackendComparison `json:"backends,omitempty"`
+	Machine  Machine             `json:"machine"`
 }
 
 // SweepResult is one branch-batch size's request time.
@@ -51,6 +54,9 @@ func (r ScorerReport) String() string {
 		r.FullPassSeconds, r.FullPassMeasured, r.Candidates, r.SpeedupVsFull)
 	for _, s := range r.Sweep {
 		fmt.Fprintf(&b, "  branch batch %2d: %.3fs (branches %.3fs)\n", s.BranchBatch, s.TotalSeconds, s.BranchSecs)
+	}
+	for _, c := range r.Backends {
+		fmt.Fprintf(&b, "  backends: %s\n", c)
 	}
 	fmt.Fprintf(&b, "machine: %s", r.Machine)
 	return b.String()
@@ -97,8 +103,8 @@ func ScorerInput(tok scorer.Tokenizer, s *scorer.Schema, n int) string {
 
 // Scorer runs the scorer benchmark: one request at the default batch size,
 // the full-pass alternative (timing at most fullPasses candidates, 0: all),
-// and a sweep over branch-batch sizes.
-func Scorer(ctx context.Context, name string, m *gemma3n.Model, tok scorer.Tokenizer, promptTokens, fields, fullPasses int, sweep []int) (ScorerReport, error) {
+// a sweep over branch-batch sizes, and json against each of backends.
+func Scorer(ctx context.Context, name string, m *gemma3n.Model, tok scorer.Tokenizer, promptTokens, fields, fullPasses int, sweep []int, backends ...string) (ScorerReport, error) {
 	s := ScorerSchema(fields)
 	input := ScorerInput(tok, s, promptTokens)
 	sc := scorer.New(m, tok)
@@ -162,6 +168,13 @@ func Scorer(ctx context.Context, name string, m *gemma3n.Model, tok scorer.Token
 			br += time.Duration(d)
 		}
 		r.Sweep = append(r.Sweep, SweepResult{BranchBatch: b, TotalSeconds: time.Duration(res.Timings.Total).Seconds(), BranchSecs: br.Seconds()})
+	}
+	for _, b := range backends {
+		c, err := CompareBackends(ctx, sc, fmt.Sprintf("%d choice fields", fields), s, []string{input}, scorer.BackendJSON, b)
+		if err != nil {
+			return r, err
+		}
+		r.Backends = append(r.Backends, c)
 	}
 	return r, nil
 }

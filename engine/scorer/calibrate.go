@@ -169,10 +169,12 @@ func ReadExamples(r io.Reader) ([]Example, error) {
 // observation is one labelled decision: its log-likelihoods and the index of
 // the right candidate.
 type observation struct {
-	field    string
-	decision string
-	s        []float64
-	y        int
+	field   string
+	s       []float64
+	y       int
+	example int    // index of the example
+	name    string // the decision ("field" or "field.label")
+	values  []string
 }
 
 // Calibrate scores every example at temperature 1 and fits the temperatures
@@ -182,6 +184,16 @@ func (sc *Scorer) Calibrate(ctx context.Context, s *Schema, examples []Example, 
 	if len(examples) == 0 {
 		return nil, fmt.Errorf("calibrate: no examples")
 	}
+	obs, err := sc.observations(ctx, s, examples, opt)
+	if err != nil {
+		return nil, err
+	}
+	return fit(obs, len(examples)), nil
+}
+
+// observations scores every example at temperature 1 and pairs its
+// decisions with its labels.
+func (sc *Scorer) observations(ctx context.Context, s *Schema, examples []Example, opt Options) ([]observation, error) {
 	opt.Calibration, opt.Temperature, opt.OnField = nil, 1, nil
 	var obs []observation
 	for i, e := range examples {
@@ -193,12 +205,20 @@ func (sc *Scorer) Calibrate(ctx context.Context, s *Schema, examples []Example, 
 		if err != nil {
 			return nil, fmt.Errorf("calibrate: example %d: %w", i+1, err)
 		}
+		for k := range o {
+			o[k].example = i
+		}
 		obs = append(obs, o...)
 	}
 	if len(obs) == 0 {
 		return nil, fmt.Errorf("calibrate: the examples label none of the schema's fields")
 	}
-	c := &Calibration{Global: fitTemperature(obs), Fields: map[string]float64{}, Examples: len(examples), Decisions: len(obs)}
+	return obs, nil
+}
+
+// fit fits the global and per-field temperatures to obs.
+func fit(obs []observation, examples int) *Calibration {
+	c := &Calibration{Global: fitTemperature(obs), Fields: map[string]float64{}, Examples: examples, Decisions: len(obs)}
 	byField := map[string][]observation{}
 	for _, o := range obs {
 		byField[o.field] = append(byField[o.field], o)
@@ -206,7 +226,7 @@ func (sc *Scorer) Calibrate(ctx context.Context, s *Schema, examples []Example, 
 	for f, os := range byField {
 		c.Fields[f] = fitTemperature(os)
 	}
-	return c, nil
+	return c
 }
 
 // observe pairs a result's decisions with an example's labels.
@@ -228,7 +248,11 @@ func observe(s *Schema, res *Result, e Example) ([]observation, error) {
 			for j, c := range d.Candidates {
 				s[j] = c.LogLikelihood
 			}
-			obs = append(obs, observation{f.Name, d.Name, s, y})
+			values := make([]string, len(d.Candidates))
+			for j, c := range d.Candidates {
+				values[j] = c.Value
+			}
+			obs = append(obs, observation{field: f.Name, s: s, y: y, name: d.Name, values: values})
 		}
 		switch f.Kind {
 		case Choice, Score:

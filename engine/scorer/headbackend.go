@@ -73,7 +73,7 @@ func ExampleLabels(s *Schema, res *Result, e Example) (map[string]int, error) {
 	}
 	out := make(map[string]int, len(obs))
 	for _, o := range obs {
-		out[o.decision] = o.y
+		out[o.name] = o.y
 	}
 	return out, nil
 }

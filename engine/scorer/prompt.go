@@ -41,6 +41,12 @@ func (s *Schema) Prompt(input string) string {
 // per image, each after its caption when it has one (video frames carry
 // their time), then the audio clip, then the text.
 func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp gemma3n.Special) prompt.Prompt {
+	return s.promptWith(input, captions, audio, sp, (*Field).criteria)
+}
+
+// promptWith is MediaPrompt with each field's allowed answers described by
+// criteria (the cached backend lists answer codes).
+func (s *Schema) promptWith(input string, captions []string, audio bool, sp gemma3n.Special, criteria func(*Field) string) prompt.Prompt {
 	instr, label := s.Instructions, s.InputLabel
 	if instr == "" {
 		instr = DefaultInstructions
@@ -65,8 +71,9 @@ func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp gem
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\nFields:", strings.TrimSpace(input))
-	for _, f := range s.Fields {
-		fmt.Fprintf(&b, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), f.criteria())
+	for i := range s.Fields {
+		f := &s.Fields[i]
+		fmt.Fprintf(&b, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), criteria(f))
 	}
 	p.User(b.String())
 	p.Text(modelTurn)

@@ -17,9 +17,10 @@ import (
 // Scorer scores schemas on inputs with one model. It is safe for concurrent
 // use; every request has its own prefix cache.
 type Scorer struct {
-	m     *gemma3n.Model
-	tok   Tokenizer
-	cache *schemaCache
+	m      *gemma3n.Model
+	tok    Tokenizer
+	cache  *schemaCache
+	priors *priorCache // the reference results of corrections (normalize.go)
 }
 
 // CompiledSchemas is the capacity of the compiled-schema LRU.
@@ -27,7 +28,7 @@ const CompiledSchemas = 8
 
 // New returns a scorer over model m with its tokenizer.
 func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
-	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas)}
+	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas), priors: newPriorCache(CompiledSchemas)}
 }
 
 // Options tune one request.
@@ -62,10 +63,14 @@ type Options struct {
 	// CatalogCheckDense computes the dense output head too at every step of
 	// a trie decode, cross-checks it and times it beside the sparse head.
 	CatalogCheckDense bool
-	// Backend is "json" (the default: candidate likelihoods) or "catalog"
-	// (choice fields decoded through their option tries). Catalog fields
-	// are decoded under either. "head" rescores json with Head.
+	// Backend is "json" (the default: candidate likelihoods), "cached"
+	// (single-token answer codes, see cached.go), "catalog" (choice fields
+	// decoded through their option tries) or "head" (json rescored by Head).
+	// Catalog fields are decoded under any.
 	Backend string
+	// Normalize corrects the distributions: "" or "none", "contextual" or
+	// "pmi" (see normalize.go).
+	Normalize string
 	// Head is the trained decision head of the head backend.
 	Head DecisionHead
 }
@@ -103,6 +108,9 @@ type Decision struct {
 	// Boundary notes a fix-up made when the values were tokenized with the
 	// key ("", "merged", "terminated").
 	Boundary string `json:"boundary,omitempty"`
+	// Correction holds the uncorrected distribution and the prior that
+	// --normalize divided out (nil: none applied).
+	Correction *Correction `json:"correction,omitempty"`
 }
 
 // LabelResult is one label of an Independent field.
@@ -161,7 +169,9 @@ type Timings struct {
 // Result is a scored request.
 type Result struct {
 	// Answer is the JSON answer, assembled in code, following the schema.
-	Answer            json.RawMessage   `json:"answer"`
+	Answer json.RawMessage `json:"answer"`
+	// RawAnswer is the answer before a normalisation (absent without one).
+	RawAnswer         json.RawMessage   `json:"raw_answer,omitempty"`
 	Fields            []FieldResult     `json:"fields"`
 	ProbabilitySource string            `json:"probability_source"`
 	Calibration       CalibrationStatus `json:"calibration"`
@@ -254,6 +264,9 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	start := time.Now()
 	if err := s.Validate(); err != nil {
 		return nil, err
+	}
+	if res, ok, err := sc.route(ctx, s, input, opt); ok {
+		return res, err
 	}
 	if err := opt.Calibration.CheckSchema(s); err != nil {
 		return nil, err

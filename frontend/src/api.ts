@@ -3,7 +3,7 @@ import { bytesOf } from './files';
 import type { Transport } from './transport';
 import type { DownloadState, HubRepo, LocalModel, TokenInfo } from './ui/modelsDialog';
 import type {
-  CameraState, InputFile, Limits, LogEntry, MediaAvailability, MediaItem, MediaLimits, MediaResult, ModelInfo,
+  CalibrationReport, CameraState, InputFile, Limits, LogEntry, MediaAvailability, MediaItem, MediaLimits, MediaResult, ModelInfo,
   PlaybackState, Preferences, Preset, PromptPreview, RecordingState, RunRecord, RunRequest, RunStarted, SchemaCheck,
   SystemInfo, UploadResponse,
 } from './types';
@@ -44,6 +44,11 @@ export class Api {
   presets = () => this.t.call<Preset[]>('Scorer', 'Presets');
   limits = () => this.t.call<Limits>('Scorer', 'Limits');
   prompt = (schema: unknown, input: string, media: string[] = []) => this.t.call<PromptPreview>('Scorer', 'PromptMedia', schema, input, media);
+  /** Runs the scorer side of a finished run again with another backend. */
+  repeatScorer = (id: string, backend: string) => this.t.call<RunStarted>('Scorer', 'Repeat', id, backend);
+  /** Scores labelled examples (JSONL) and reports their quality before and after fitted temperatures. */
+  calibrationReport = (schema: unknown, examples: string, backend = '') =>
+    this.t.call<CalibrationReport>('Scorer', 'CalibrationReport', { schema, examples, backend });
 
   // Settings
   settings = () => this.t.call<Preferences>('Settings', 'Get');

@@ -19,6 +19,9 @@ import { DatasetPanel } from './ui/datasetPanel';
 import { debounce, h, rafThrottle, replace } from './ui/dom';
 import { GeneratorPanel } from './ui/generatorPanel';
 import { HistoryPanel } from './ui/historyPanel';
+import { BackendPicker } from './ui/backendPicker';
+import { CalibrationPanel } from './ui/calibrationPanel';
+import { backendChoices } from './backends';
 import { InputPanel } from './ui/inputPanel';
 import { LogsPanel } from './ui/logsPanel';
 import { MediaPanel } from './ui/mediaPanel';
@@ -59,6 +62,8 @@ class App {
   private gen: GeneratorPanel;
   private timing: TimingPanel;
   private historyPanel: HistoryPanel;
+  private calibration: CalibrationPanel;
+  private backendPicker: BackendPicker;
   private logsPanel: LogsPanel;
   private datasetPanel: DatasetPanel;
   private modelBar: ModelBar;
@@ -226,7 +231,15 @@ class App {
         }
       },
       exportText: (n, c) => this.exportText(n, c),
+      backends: () => backendChoices(s.prefs?.run.scorer),
+      repeat: (id, backend) => this.repeat(id, backend),
     });
+    this.calibration = new CalibrationPanel({
+      schema: () => toEngine(s.draft),
+      ready: () => s.model?.state === 'ready' && !problems(s.draft).length,
+      report: (examples, backend) => this.api.calibrationReport(toEngine(s.draft), examples, backend),
+    });
+    this.backendPicker = new BackendPicker(() => s.prefs?.run.scorer);
     this.logsPanel = new LogsPanel({
       logs: () => s.logs,
       level: () => s.prefs?.log_level ?? 'info',
@@ -277,6 +290,7 @@ class App {
     this.sides.append(this.scorer.el, this.gen.el);
     this.tabBodies = {
       history: this.historyPanel.el,
+      calibration: this.calibration.el,
       logs: this.logsPanel.el,
       dataset: this.datasetPanel.el,
       prompt: h('div.prompt-tab', null,
@@ -294,7 +308,7 @@ class App {
       this.layout = h('main.layout', null,
         h('div.col-main', null,
           this.inputPanel.el,
-          h('div.run-bar#run-bar', null, this.inputPanel.actions, this.schemaToggle),
+          h('div.run-bar#run-bar', null, this.inputPanel.actions, this.backendPicker.el, this.schemaToggle),
           h('section.card.media-card', { 'aria-label': 'Media' }, this.mediaPanel.el),
           this.banner,
           this.staleNote,
@@ -348,6 +362,8 @@ class App {
     st.on(['history'], () => this.renderTabCount());
     st.on(['logs', 'prefs'], () => s.tab === 'logs' && this.logsPanel.render());
     st.on(['tab'], () => this.renderTabs());
+    st.on(['prefs'], () => this.backendPicker.render());
+    st.on(['model', 'draft'], () => s.tab === 'calibration' && this.calibration.render());
     st.on(['input', 'files', 'media', 'draft'], () => this.renderStale());
     st.on(['connected'], () => this.renderConn());
     st.on(['model', 'draft'], () => this.datasetPanel.renderControls());
@@ -613,6 +629,7 @@ class App {
       schema_name: s.schemaName || undefined,
       files: s.files.map(({ text: _t, ...meta }) => meta),
       media: s.media.map((m) => m.id),
+      settings: which === 'generator' ? undefined : this.backendPicker.override(s.prefs?.run),
     };
     try {
       const start = which === 'both' ? this.api.startRun : which === 'scorer' ? this.api.startScorer : this.api.startGenerator;
@@ -635,6 +652,22 @@ class App {
     } catch (e) {
       const cur = this.store.state.run;
       if (side === '' && cur?.id === r.id && cur.stopping) this.store.set({ run: { ...cur, stopping: false } });
+      toast(errorText(e), 'error');
+    }
+  }
+
+  /** Runs the scorer side of finished run id again with another backend. */
+  private async repeat(id: string, backend: string) {
+    const s = this.store.state;
+    if (running(s.run)) {
+      toast('a run is in progress: wait for it to finish', 'info');
+      return;
+    }
+    const rec = s.history.find((r) => r.id === id);
+    try {
+      const started = await this.api.repeatScorer(id, backend);
+      if (this.store.state.run?.id !== started.id) this.store.set({ run: startRun(started), runFields: fieldsOf(rec?.schema) });
+    } catch (e) {
       toast(errorText(e), 'error');
     }
   }
@@ -731,7 +764,7 @@ class App {
 
   private renderTabs() {
     const s = this.store.state;
-    const tabs: [State['tab'], string][] = [['history', 'History'], ['logs', 'Logs'], ['prompt', 'Prompt'], ['dataset', 'Dataset']];
+    const tabs: [State['tab'], string][] = [['history', 'History'], ['logs', 'Logs'], ['prompt', 'Prompt'], ['dataset', 'Dataset'], ['calibration', 'Calibration']];
     replace(this.tabsNav, tabs.map(([k, label], i) =>
       h('button.tab', { type: 'button', role: 'tab', id: `tab-${k}`, 'aria-selected': String(s.tab === k), title: `${label} (Alt+${i + 1})`,
         onclick: () => this.setTab(k) }, label, k === 'history' && s.history.length ? h('span.count', null, String(s.history.length)) : null)));
@@ -740,6 +773,7 @@ class App {
     if (s.tab === 'history') this.historyPanel.render();
     if (s.tab === 'logs') this.logsPanel.render();
     if (s.tab === 'prompt') this.refreshPrompt();
+    if (s.tab === 'calibration') this.calibration.render();
   }
 
   /** The number of runs on the History tab. */
@@ -793,9 +827,9 @@ class App {
       } else if ((e.ctrlKey || e.metaKey) && e.key === ',') {
         e.preventDefault();
         this.settings.open();
-      } else if (e.altKey && ['1', '2', '3', '4'].includes(e.key)) {
+      } else if (e.altKey && ['1', '2', '3', '4', '5'].includes(e.key)) {
         e.preventDefault();
-        this.setTab((['history', 'logs', 'prompt', 'dataset'] as const)[Number(e.key) - 1]);
+        this.setTab((['history', 'logs', 'prompt', 'dataset', 'calibration'] as const)[Number(e.key) - 1]);
       }
     });
   }

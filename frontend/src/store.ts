@@ -39,7 +39,7 @@ export interface State {
   history: RunRecord[];
   baselineId: string | null;
   logs: LogEntry[];
-  tab: 'history' | 'logs' | 'prompt' | 'dataset';
+  tab: 'history' | 'logs' | 'prompt' | 'dataset' | 'calibration';
 }
 
 export type Key = keyof State;

@@ -44,6 +44,19 @@ export interface Decision {
   allowed_token_mass: number;
   temperature: number;
   boundary?: string;
+  /** What a scoring correction did (absent without one; scorer.Correction). */
+  correction?: Correction;
+}
+
+/** A scoring correction of one decision: the distribution before it and the reference divided out. */
+export interface Correction {
+  method: 'contextual' | 'pmi';
+  raw_probabilities: number[];
+  raw_confidence: number;
+  /** contextual: the mean distribution on the content-free inputs. */
+  prior_probabilities?: number[];
+  /** pmi: the candidates' log-likelihoods under the neutral premise. */
+  neutral_log_likelihoods?: number[];
 }
 
 export interface LabelResult {
@@ -124,6 +137,8 @@ export interface ScorerSide {
   fields: FieldResult[];
   fields_total: number;
   answer?: unknown;
+  /** The answer before a scoring correction (absent without one). */
+  raw_answer?: unknown;
   probability_source?: string;
   calibration: { applied: boolean; detail: string };
   note?: string;
@@ -328,8 +343,50 @@ export interface ScorerSettings {
   branch_batch: number;
   temperature: number;
   calibration?: string;
-  /** json (candidate likelihoods; empty means json) or catalog (choice fields decoded through a trie too). */
-  backend?: '' | 'json' | 'catalog';
+  /** json (candidate likelihoods; empty means json), cached (single-token answer codes), catalog (choice fields decoded through a trie too) or head (a trained decision head). */
+  backend?: Backend;
+  /** A scoring correction: none (or unset), contextual or pmi. */
+  normalize?: Normalize;
+  /** The decision head file of the head backend (set by the head's settings). */
+  head?: string;
+}
+
+export type Backend = '' | 'json' | 'cached' | 'catalog' | 'head';
+export type Normalize = '' | 'none' | 'contextual' | 'pmi';
+
+/** One confidence bin of a reliability diagram (scorer.Bin). */
+export interface ReliabilityBin {
+  lo: number;
+  hi: number;
+  count: number;
+  confidence: number;
+  accuracy: number;
+}
+
+/** Quality figures at one temperature (scorer.Metrics); temperature 0: each field at its own. */
+export interface QualityMetrics {
+  temperature: number;
+  accuracy: number;
+  log_loss: number;
+  brier: number;
+  ece: number;
+  bins: ReliabilityBin[];
+}
+
+export interface FieldQuality {
+  field: string;
+  decisions: number;
+  before: QualityMetrics;
+  after: QualityMetrics;
+}
+
+/** A calibration report (scorer.CalibrationReport). */
+export interface CalibrationReport {
+  calibration: { global_temperature: number; field_temperatures: Record<string, number>; examples: number; decisions: number };
+  backend: string;
+  overall: FieldQuality;
+  fields: FieldQuality[];
+  mistakes: { example: number; text: string; decision: string; predicted: string; label: string; confidence: number }[] | null;
 }
 
 export interface RunSettings {

@@ -4,8 +4,9 @@ import { ellipsis, fmtDelta, fmtMs, fmtRate, fmtTime } from '../format';
 import { METRICS, delta, exportName, sameAnswers, settingsDiff, settingsSummary, toCSV, toJSON, verdictOf } from '../history';
 import type { RunRecord } from '../types';
 import { h, replace } from './dom';
+import { backendTag, distributionCell, repeatControl, type RepeatHost } from './backendCells';
 
-export interface HistoryHost {
+export interface HistoryHost extends Partial<RepeatHost> {
   history(): RunRecord[];
   baselineId(): string | null;
   currentId(): string | null;
@@ -48,6 +49,7 @@ export class HistoryPanel {
         h('th', { scope: 'col' }, 'Status'),
         metrics.map((m) => h('th.num', { scope: 'col' }, m.label)),
         h('th', { scope: 'col', title: 'scorer answers equal to the baseline\'s' }, 'Same answers'),
+        h('th', { scope: 'col', title: 'how far the distributions are from the baseline\'s: mean KL(baseline ‖ run) over the decisions, and the winners that changed' }, 'Distributions'),
         h('th', { scope: 'col' }, ''))),
       h('tbody', null, runs.map((r) => {
         const isBase = base?.id === r.id;
@@ -55,7 +57,7 @@ export class HistoryPanel {
         const diff = base && !isBase ? settingsDiff(base.settings, r.settings) : [];
         return h('tr', { class: `${isBase ? 'baseline' : ''} ${this.host.currentId() === r.id ? 'current' : ''} ${diff.length ? 'settings-differ' : ''}`, dataset: { run: r.id } },
           h('td', null, h('button.icon.star', { type: 'button', 'aria-pressed': String(isBase), title: isBase ? 'Unset the baseline' : 'Use as the baseline', onclick: () => this.host.setBaseline(isBase ? null : r.id) }, isBase ? '★' : '☆')),
-          h('td.run-cell', null, h('div', null, h('b', null, r.id)), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`),
+          h('td.run-cell', null, h('div', null, h('b', null, r.id), r.scorer ? backendTag(r) : null), h('div.small.muted', null, `${fmtTime(r.started_ms)}${r.schema_name ? ' · ' + r.schema_name : ''}`),
             h('div.run-settings.small.muted', { title: 'the settings of this run' }, settingsSummary(r.settings)),
             diff.length ? h('span.tag.warn.settings-diff', { title: `Settings differ from the baseline's: ${diff.join('; ')}. Its changes are not like for like.` }, `settings differ: ${diff.join(', ')}`) : null),
           h('td.input-cell', { title: r.input.text.slice(0, 500) + mediaTitle(r) },
@@ -68,7 +70,9 @@ export class HistoryPanel {
             return h('td.num', null, fmt(m.key, v), d != null ? h('div', { class: `delta ${verdict ?? ''}` }, fmtDelta(d)) : null);
           }),
           h('td', null, same ? `${same.same}/${same.compared}` : isBase ? 'baseline' : '—'),
+          distributionCell(base, r),
           h('td.actions', null,
+            this.host.repeat && this.host.backends ? repeatControl(this.host as RepeatHost, r) : null,
             h('button.btn.small.link', { type: 'button', onclick: () => this.host.open(r.id) }, 'View'),
             h('button.icon.danger', { type: 'button', title: 'Delete', 'aria-label': `Delete ${r.id}`, onclick: () => this.host.remove(r.id) }, '×')));
       })));

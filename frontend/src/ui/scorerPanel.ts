@@ -4,6 +4,7 @@ import { fmtMass, fmtMs, fmtPct } from '../format';
 import type { LiveCatalog, LiveRun } from '../run';
 import { isFinished, pendingLabel, scorerStage } from '../run';
 import type { CatalogStep, CatalogTiming, FieldResult, TokenProb } from '../types';
+import { correctionNote } from './correctionNote';
 import { h, replace } from './dom';
 import { statusPill } from './common';
 
@@ -309,6 +310,7 @@ export class ScorerPanel {
         f.type === 'score' && f.expected_level != null ? h('span', null, 'expected level ', h('b', null, f.expected_level.toFixed(2))) : null,
         trieDecoded(f) ? h('span.trie-note', { title: 'the catalog backend: the options decoded through their token trie; a candidate "a | b" is options that share a subtree' },
           `decoded through the trie${f.steps?.length ? ` (${f.steps.length} step${f.steps.length === 1 ? '' : 's'})` : ''}`) : null,
+        correctionNote(f),
         h('span', { title: 'from the start of the scorer to this field\'s last decision' }, 'done at ', h('b', null, fmtMs(f.elapsed_ms)))));
   }
 

@@ -1,8 +1,15 @@
 // The settings dialog: generation and scorer settings, the log level, and
 // one-click defaults.
-import type { Preferences } from '../types';
+import { backendChoices } from '../backends';
+import type { Normalize, Preferences, ScorerSettings } from '../types';
 import { h } from './dom';
 import { errorText, toast } from './toast';
+
+const NORMALIZE: [Normalize, string][] = [
+  ['none', 'none: the model\'s own distributions'],
+  ['contextual', 'contextual: divide by the prior on content-free inputs (Zhao et al. 2021)'],
+  ['pmi', 'pmi: divide by each value\'s likelihood under a neutral premise (Holtzman et al. 2021)'],
+];
 
 export interface SettingsHost {
   prefs(): Preferences | undefined;
@@ -50,10 +57,12 @@ export class SettingsDialog {
         num('branch_batch', 'Branch batch', s.branch_batch, { min: 1, max: 64, step: 1 }, 'branch rows run together, 1 – 64'),
         num('scorer_temperature', 'Temperature', s.temperature, { min: 0.01, max: 100, step: 'any' }, 'divides the log-likelihoods; 1 is the model\'s own'),
         h('label.lbl', null, 'Calibration file', h('input', { name: 'calibration', value: s.calibration ?? '', placeholder: 'path to a file from verdict calibrate (optional)' })),
-        h('label.lbl', { title: 'catalog fields are decoded through their token trie under either backend' }, 'Backend',
+        h('label.lbl', { title: 'catalog fields are decoded through their token trie under any backend' }, 'Backend',
           h('select', { name: 'backend' },
-            h('option', { value: 'json', selected: s.backend !== 'catalog' }, 'json: candidate likelihoods'),
-            h('option', { value: 'catalog', selected: s.backend === 'catalog' }, 'catalog: choice fields decoded through a token trie too')))),
+            backendChoices(s).map((b) => h('option', { value: b.value, selected: (s.backend || 'json') === b.value }, b.label)))),
+        h('label.lbl', { title: 'divide out the answers the model leans to whatever the input says' }, 'Correction',
+          h('select', { name: 'normalize' },
+            NORMALIZE.map(([v, label]) => h('option', { value: v, selected: (s.normalize || 'none') === v }, label))))),
       h('fieldset', null, h('legend', null, 'Logs'),
         h('label.lbl', null, 'Level', h('select', { name: 'log_level' },
           ['error', 'warning', 'info', 'debug', 'trace'].map((l) => h('option', { value: l, selected: l === p.log_level }, l))))),
@@ -78,15 +87,18 @@ export class SettingsDialog {
     if (!this.form.reportValidity()) return;
     const f = new FormData(this.form);
     const n = (k: string) => Number(f.get(k));
-    const before = this.host.prefs()?.run.scorer.backend;
-    const backend = String(f.get('backend') ?? 'json') as 'json' | 'catalog';
+    const prev = this.host.prefs()?.run.scorer;
+    const backend = String(f.get('backend') ?? 'json') as ScorerSettings['backend'];
+    const normalize = String(f.get('normalize') ?? 'none') as Normalize;
     const p: Preferences = {
       run: {
         generation: { max_tokens: n('max_tokens'), temperature: n('temperature'), top_k: n('top_k'), top_p: n('top_p'), seed: n('seed'), prompt: f.get('prompt') as 'schema' | 'chat' },
         scorer: {
           branch_batch: n('branch_batch'), temperature: n('scorer_temperature'), calibration: String(f.get('calibration') ?? '').trim(),
-          // json and "" mean the same: an unset backend stays unset unless catalog is picked.
-          ...(backend === 'catalog' || before ? { backend } : {}),
+          // json and "" mean the same (and none and ""): an unset one stays unset unless another is picked.
+          ...(backend !== 'json' || prev?.backend ? { backend } : {}),
+          ...(normalize !== 'none' || prev?.normalize ? { normalize } : {}),
+          ...(prev?.head ? { head: prev.head } : {}),
         },
       },
       log_level: String(f.get('log_level')),

@@ -1,0 +1,19 @@
+package scorer
+
+import "verdict/engine/gemma3n"
+
+// CachedCodes exposes the cached backend's answer codes per field index.
+func (sc *Scorer) CachedCodes(s *Schema) (map[int][]string, error) { return sc.cachedCodes(s) }
+
+// CodeTokens exposes the cached backend's code check.
+func (sc *Scorer) CodeTokens(suffix string, codes []string) ([]int32, []int32, error) {
+	return sc.codeTokens(suffix, codes)
+}
+
+// CachedPrompt is the cached backend's prompt text for input.
+func CachedPrompt(s *Schema, input string, codes map[int][]string) string {
+	return s.promptWith(input, nil, false, gemma3n.Special{}, codedCriteria(codes, s)).String()
+}
+
+// PriorsCached is the number of corrections whose reference results are kept.
+func (sc *Scorer) PriorsCached() int { return sc.priors.len() }
