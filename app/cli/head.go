@@ -37,13 +37,14 @@ func headOption(fs *flag.FlagSet, backend, file string, media bool, opt *scorer.
 
 func trainHeadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train-head", stderr)
-	json := scorer.BackendJSON
+	json, none := scorer.BackendJSON, scorer.NormalizeNone
 	f := scoreFlags{
-		weights: addWeightFlags(fs),
-		model:   fs.String("model", models.Builtin, "model folder, or builtin"),
-		schema:  fs.String("schema", "", "schema JSON file (required)"),
-		backend: &json,
-		batch:   fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
+		normalize: &none,
+		weights:   addWeightFlags(fs),
+		model:     fs.String("model", models.Builtin, "model folder, or builtin"),
+		schema:    fs.String("schema", "", "schema JSON file (required)"),
+		backend:   &json,
+		batch:     fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
 	}
 	examples := fs.String("examples", "", "labelled examples, JSONL as for calibrate: {\"text\": ..., \"labels\": {field: answer}} (required)")
 	out := fs.String("out", "head.safetensors", "where to save the trained head")
