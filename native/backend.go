@@ -155,7 +155,7 @@ func (t Tensor) View(rows, cols int) Tensor {
 	return u
 }
 
-// HostTensor wraps host memory as an F32 tensor without binding it: for
+// hostTensor wraps host memory as an F32 tensor without binding it: for
 // the built-in backend's own memory and tests. The slice must stay alive
 // and unmoved while the tensor is used.
 func (b *Backend) hostTensor(x []float32, rows, cols int) Tensor {

@@ -33,13 +33,13 @@ type Exec struct {
 	idx, ids, pos, qseq, gsel, slot0, slot1, seqEnt, entBlk, entPos, entLen, hid, sid, srow, scol native.Tensor
 
 	// Host staging, reused.
-	hIDs, hPos, hQSeq, hSel, hSlot0, hSlot1, hSeqEnt, hEnt, hOne, hSRow, hSCol []int32
-	hPLE, hHook                                                                []float32
-	caches                                                                     []*Cache
-	cnt, ocnt                                                                  []int // rows and outputs per sequence
-	outs, maxKeys                                                              int
-	outRows                                                                    []int32
-	hEmbIdx                                                                    []int32
+	hIDs, hPos, hQSeq, hSlot0, hSlot1, hSeqEnt, hEnt, hOne, hSRow, hSCol []int32
+	hPLE, hHook                                                          []float32
+	caches                                                               []*Cache
+	cnt, ocnt                                                            []int // rows and outputs per sequence
+	outs, maxKeys                                                        int
+	outRows                                                              []int32
+	hEmbIdx                                                              []int32
 }
 
 func (x *Exec) entCap() int { return x.entBlk.Len() }
@@ -84,7 +84,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.seqEnt, x.entBlk, x.entPos, x.entLen, x.hid, x.sid = i(1, 2*(R+1)), i(1, ents), i(1, ents), i(1, ents), i(1, V), i(1, R)
 	x.srow, x.scol = i(1, 4*R), i(1, 4*R)
 	x.hSRow, x.hSCol = make([]int32, 4*R), make([]int32, 4*R)
-	x.hIDs, x.hPos, x.hQSeq, x.hSel = make([]int32, R), make([]int32, R), make([]int32, R), make([]int32, R)
+	x.hIDs, x.hPos, x.hQSeq = make([]int32, R), make([]int32, R), make([]int32, R)
 	x.hSlot0, x.hSlot1, x.hSeqEnt = make([]int32, R), make([]int32, R), make([]int32, 2*(R+1))
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
 	x.hPLE = make([]float32, R*max(L*P, D))

@@ -282,7 +282,7 @@ func (s *seq) slots(k int, n int, dst []int32) error {
 		b, ok := kd.take(want, &s.res[k])
 		if !ok {
 			s.trim(k, s.n)
-			return &KVError{Need: 1, Free: 0, Kind: kindName(k)}
+			return &KVError{Need: (n - i + KVBlock - 1) / KVBlock, Free: kd.free - kd.reserved, Kind: kindName(k)}
 		}
 		if b == want {
 			r := &rs[len(rs)-1]
