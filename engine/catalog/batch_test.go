@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"verdict/engine/catalog"
@@ -110,5 +111,48 @@ func TestBatchMatchesAlone(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAdmission: with a key/value pool too small for all requests at once,
+// the batched decoder admits what fits, queues the rest and gives every
+// request the result it gets alone; a request that can never fit is an
+// error naming it.
+func TestAdmission(t *testing.T) {
+	base := testmodel.Tiny(t)
+	m, err := base.WithKVPositions(40 * gemma3n.KVBlock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := loadFixture(t)
+	tok := testmodel.Tokenizer(t)
+	cat, err := catalog.Compile(f.Catalog, tok, grammar(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Cases[0]
+	reqs := make([]catalog.Request, 6)
+	for i := range reqs {
+		reqs[i] = catalog.Request{Prompt: c.PromptIDs, K: c.K}
+	}
+	alone, err := catalog.Decode(context.Background(), m, cat, reqs[0], catalog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := catalog.DecodeBatch(context.Background(), m, cat, reqs, catalog.Options{MaxBatch: 8, NoSharedPrefix: true})
+	if err != nil {
+		t.Fatalf("a small pool: %v", err)
+	}
+	for i := range got {
+		if !slices.Equal(got[i].Names, alone.Names) {
+			t.Fatalf("request %d: %v, alone %v", i, got[i].Names, alone.Names)
+		}
+	}
+	tiny, err := base.WithKVPositions(2 * gemma3n.KVBlock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := catalog.DecodeBatch(context.Background(), tiny, cat, reqs[:1], catalog.Options{}); err == nil || !strings.Contains(err.Error(), "request 0") {
+		t.Errorf("a request beyond the whole pool: %v", err)
 	}
 }

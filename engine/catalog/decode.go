@@ -165,6 +165,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	}
 	limit := m.Cfg.MaxPositionEmbeddings
 	cats := make([]*Catalog, len(reqs))
+	answer := make([]int, len(reqs)) // the most answer tokens of each request
 	for i, r := range reqs {
 		c := c
 		if r.Catalog != nil {
@@ -188,6 +189,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		if r.Cache != nil {
 			past = r.Cache.Len()
 		}
+		answer[i] = r.K * longest
 		if n := past + len(r.Prompt) + r.K*longest; limit > 0 && n > limit {
 			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), r.K*longest, limit)
 		}
@@ -237,6 +239,17 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 				cache, fed = shared.Clone(), stats.SharedPrefix
 			default:
 				cache = m.NewCache()
+			}
+			// Admission: the request's whole prompt and answer are promised
+			// their key/value blocks, or it waits for running ones to end.
+			if err := cache.Reserve(len(reqs[nextReq].Prompt) - fed + answer[nextReq]); err != nil {
+				if own {
+					cache.Free()
+				}
+				if len(running) > 0 {
+					break
+				}
+				return nil, stats, fmt.Errorf("catalog: request %d: %w", nextReq, err)
 			}
 			running = append(running, &seq{req: nextReq, st: st, cache: cache, own: own, fed: fed, start: time.Now()})
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)

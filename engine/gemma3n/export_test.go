@@ -31,16 +31,3 @@ func (m *Model) FreeBlocks() [2]int {
 	defer m.pool.mu.Unlock()
 	return [2]int{m.pool.kinds[0].free, m.pool.kinds[1].free}
 }
-
-// WithKVPositions returns a copy of m with a key/value pool of its own of
-// the given size, for tests.
-func (m *Model) WithKVPositions(n int) (*Model, error) {
-	c := *m
-	c.execs = &execPool{}
-	p, err := newPool(&c, c.be, n)
-	if err != nil {
-		return nil, err
-	}
-	c.pool = p
-	return &c, nil
-}

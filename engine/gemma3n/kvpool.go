@@ -348,3 +348,21 @@ func (s *seq) release() {
 		s.runs[1] = append(rs[:0], rs[i:]...)
 	}
 }
+
+// WithKVPositions returns a view of m (the same weights) with a key/value
+// pool of its own of the given size in positions per attention kind: a
+// separate budget for one kind of work. Caches of one view do not mix with
+// another's.
+func (m *Model) WithKVPositions(n int) (*Model, error) {
+	if n <= 0 || n > 1<<24 {
+		return nil, fmt.Errorf("gemma3n: a key/value pool of %d positions: want 1 to %d", n, 1<<24)
+	}
+	c := *m
+	c.execs = &execPool{}
+	p, err := newPool(&c, c.be, n)
+	if err != nil {
+		return nil, err
+	}
+	c.pool = p
+	return &c, nil
+}
