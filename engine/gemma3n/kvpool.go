@@ -204,6 +204,49 @@ func (c *Cache) Clone() *Cache {
 	return d
 }
 
+// Fork returns a fork of c's first n positions (0 <= n <= c.Len()), sharing
+// their blocks by reference, or false when c no longer holds keys a later
+// position n would see (a sliding-window layer released them).
+func (c *Cache) Fork(n int) (*Cache, bool) {
+	s := c.s
+	if n < 0 || n > s.n {
+		return nil, false
+	}
+	p := s.m.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range s.runs {
+		kd := &p.kinds[k]
+		if len(kd.layers) == 0 || n == 0 {
+			continue
+		}
+		lo := 0
+		if kd.window > 0 {
+			lo = max(0, n-kd.window+1)
+		}
+		if rs := s.runs[k]; len(rs) == 0 || int(rs[0].pos) > lo {
+			return nil, false
+		}
+	}
+	d := &Cache{s: &seq{m: s.m, n: n}}
+	runtime.AddCleanup(d, func(s *seq) { s.free() }, d.s)
+	for k := range s.runs {
+		kd := &p.kinds[k]
+		for _, r := range s.runs[k] {
+			if int(r.pos) >= n {
+				break
+			}
+			r.own = false
+			r.len = min(r.len, int32(n)-r.pos)
+			d.s.runs[k] = append(d.s.runs[k], r)
+			for b := 0; b < r.blocks(); b++ {
+				kd.ref[int(r.blk)+b]++
+			}
+		}
+	}
+	return d, true
+}
+
 // Free returns c's blocks and reservation to the pool; c is empty after.
 func (c *Cache) Free() { c.s.free() }
 

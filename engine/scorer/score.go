@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"verdict/engine/gemma3n"
@@ -21,6 +22,7 @@ type Scorer struct {
 	tok    Tokenizer
 	cache  *schemaCache
 	priors *priorCache // the reference results of corrections (normalize.go)
+	last   lastPrefix  // the latest text prefix, whose leading tokens later requests reuse
 }
 
 // CompiledSchemas is the capacity of the compiled-schema LRU.
@@ -162,6 +164,9 @@ type Timings struct {
 	Prefill          Duration   `json:"prefill_ms"`
 	PrefillTPS       float64    `json:"prefill_tokens_per_second"`
 	Batches          []Duration `json:"branch_batches_ms"`
+	// PrefixReused counts the leading prompt tokens taken from an earlier
+	// request's prefix (the schema's instructions, say) instead of computed.
+	PrefixReused int `json:"prefix_reused_tokens"`
 	FirstDecision    Duration   `json:"first_decision_ms"`
 	Total            Duration   `json:"total_ms"`
 }
@@ -469,20 +474,44 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	// The shared prefix, computed once and only read by the branches, which
 	// fork it: only its keys and values are needed (no output state).
 	t := time.Now()
-	cache := sc.m.NewCache()
+	var cache *gemma3n.Cache
+	reused := 0
+	if md == nil {
+		cache, reused = sc.last.fork(comp.prefixIDs)
+	}
+	if cache == nil {
+		cache = sc.m.NewCache()
+	}
+	r.timings.PrefixReused = reused
 	cache.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
 	if md == nil {
-		b.Add(cache, comp.prefixIDs, 0)
+		b.Add(cache, comp.prefixIDs[reused:], 0)
 	} else if err := sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0); err != nil {
 		return nil, err
 	}
-	if _, err := x.Prefill(&b); err != nil {
-		cache.Free()
-		return nil, err
+	// In chunks of the Exec's rows; after the first of several, a text
+	// prefix is kept as it stands then too: its sliding-window keys are all
+	// there still, so that later requests can fork it anywhere before.
+	var early *gemma3n.Cache
+	for lo := 0; lo < len(b.Rows); lo += x.Rows() {
+		part := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))], Embeds: b.Embeds}
+		if _, err := x.Forward(&part); err != nil {
+			cache.Free()
+			if early != nil {
+				early.Free()
+			}
+			return nil, err
+		}
+		if md == nil && lo == 0 && len(b.Rows) > x.Rows() {
+			early = cache.Clone()
+		}
 	}
 	r.cache = cache
 	cache.OnLayer(nil)
+	if md == nil {
+		sc.last.keep(comp.prefixIDs, cache, early)
+	}
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
 	stage("prefill")
@@ -658,6 +687,65 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		free(keySeqs)
 	}
 	return r, nil
+}
+
+// minReuse is the fewest leading tokens worth taking from an earlier prefix.
+const minReuse = 16
+
+// lastPrefix holds forks of the latest text request's prefix: whole, and
+// (for a prompt of several chunks) as it stood after its first chunk, when
+// no sliding-window key had left yet. A request whose prompt starts with
+// the same tokens forks the longer one it can and computes only the rest:
+// bit-identical to computing its whole prompt (a row's result does not
+// depend on how a prompt is cut).
+type lastPrefix struct {
+	mu   sync.Mutex
+	ids  [2][]int32
+	kept [2]*gemma3n.Cache
+}
+
+// fork returns a fork of a kept prefix at its longest common prefix with
+// ids (leaving ids' last token to be computed), or nil.
+func (l *lastPrefix) fork(ids []int32) (*gemma3n.Cache, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var best *gemma3n.Cache
+	most := 0
+	for i, c := range l.kept {
+		if c == nil {
+			continue
+		}
+		n := min(commonPrefix(l.ids[i], ids), len(ids)-1)
+		if n < minReuse || n <= most {
+			continue
+		}
+		if f, ok := c.Fork(n); ok {
+			if best != nil {
+				best.Free()
+			}
+			best, most = f, n
+		}
+	}
+	return best, most
+}
+
+// keep makes c's prefix (the tokens ids) the one later requests reuse,
+// with early (nil: none), a fork of it after its first chunk.
+func (l *lastPrefix) keep(ids []int32, c, early *gemma3n.Cache) {
+	f := c.Clone()
+	l.mu.Lock()
+	old := l.kept
+	l.kept = [2]*gemma3n.Cache{early, f}
+	l.ids = [2][]int32{nil, slices.Clone(ids)}
+	if early != nil {
+		l.ids[0] = l.ids[1][:early.Len()]
+	}
+	l.mu.Unlock()
+	for _, o := range old {
+		if o != nil {
+			o.Free()
+		}
+	}
 }
 
 // commonLead is the number of leading tokens all key rows share that no

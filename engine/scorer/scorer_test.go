@@ -338,3 +338,52 @@ func TestUntrustedTextIsText(t *testing.T) {
 		t.Fatalf("Score: %v", err)
 	}
 }
+
+// TestPrefixReuse: a request whose prompt starts like the previous one's
+// (the schema's instructions) forks that prefix and computes only the rest,
+// with the same result, bit for bit, as a scorer computing it whole. The
+// model view has a window wider than its prompts, so the kept prefix still
+// holds every key a fork needs.
+func TestPrefixReuse(t *testing.T) {
+	base, tk, s := *testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
+	base.Cfg.SlidingWindow = 1 << 12
+	m, err := base.WithKVPositions(1 << 13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scorer.New(m, tk)
+	ctx := context.Background()
+	if _, err := sc.Score(ctx, s, "The parcel came late.", scorer.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	second := "My card was charged twice for one order and nobody answers."
+	got, err := sc.Score(ctx, s, second, scorer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := scorer.New(m, tk).Score(ctx, s, second, scorer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Timings.PrefixReused < 16 || want.Timings.PrefixReused != 0 {
+		t.Fatalf("reused %d tokens (a fresh scorer %d)", got.Timings.PrefixReused, want.Timings.PrefixReused)
+	}
+	for f := range want.Fields {
+		for d := range want.Fields[f].Decisions {
+			a, b := got.Fields[f].Decisions[d], want.Fields[f].Decisions[d]
+			for c := range b.Candidates {
+				if a.Candidates[c].LogLikelihood != b.Candidates[c].LogLikelihood {
+					t.Fatalf("field %d decision %d candidate %d: %v reusing, %v whole", f, d, c, a.Candidates[c].LogLikelihood, b.Candidates[c].LogLikelihood)
+				}
+			}
+		}
+	}
+	// The tiny model's own window (16) has released the keys a fork at the
+	// instructions would need: nothing is reused, and the result is right.
+	sc = scorer.New(testmodel.Tiny(t), tk)
+	sc.Score(ctx, s, "The parcel came late.", scorer.Options{})
+	r, err := sc.Score(ctx, s, second, scorer.Options{})
+	if err != nil || r.Timings.PrefixReused != 0 {
+		t.Fatalf("with released keys: reused %d, %v", r.Timings.PrefixReused, err)
+	}
+}
