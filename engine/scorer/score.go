@@ -166,9 +166,9 @@ type Timings struct {
 	Batches          []Duration `json:"branch_batches_ms"`
 	// PrefixReused counts the leading prompt tokens taken from an earlier
 	// request's prefix (the schema's instructions, say) instead of computed.
-	PrefixReused int `json:"prefix_reused_tokens"`
-	FirstDecision    Duration   `json:"first_decision_ms"`
-	Total            Duration   `json:"total_ms"`
+	PrefixReused  int      `json:"prefix_reused_tokens"`
+	FirstDecision Duration `json:"first_decision_ms"`
+	Total         Duration `json:"total_ms"`
 }
 
 // Result is a scored request.
