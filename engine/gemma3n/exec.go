@@ -107,12 +107,22 @@ func (m *Model) Acquire() (*Exec, error) {
 	return m.newExec(m.maxRows)
 }
 
+// maxIdle is the most idle Execs a model keeps (their scratch committed);
+// more released at once after a burst are freed.
+const maxIdle = 2
+
 // Release gives x back to its model.
 func (x *Exec) Release() {
 	p := x.m.execs
 	p.mu.Lock()
-	p.idle = append(p.idle, x)
+	if len(p.idle) < maxIdle {
+		p.idle = append(p.idle, x)
+		x = nil
+	}
 	p.mu.Unlock()
+	if x != nil {
+		x.close()
+	}
 }
 
 func (x *Exec) close() {
