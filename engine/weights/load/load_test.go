@@ -195,7 +195,12 @@ func TestLoader(t *testing.T) {
 			want: []int(nil), err: "tower: missing tensor m.gone", missing: true},
 		{name: "check", run: func(l *Loader) any { dt, ok := l.Check("b", 2, 3); return []any{dt, ok} },
 			want: []any{"BF16", true}},
-		{name: "fail", run: func(l *Loader) any { l.Fail(nil); l.Fail(errors.New("tower: no")); l.Fail(errors.New("later")); return nil },
+		{name: "fail", run: func(l *Loader) any {
+			l.Fail(nil)
+			l.Fail(errors.New("tower: no"))
+			l.Fail(errors.New("later"))
+			return nil
+		},
 			want: nil, err: "tower: no"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
