@@ -17,6 +17,7 @@ type editedStore struct {
 	weights.Store
 	hide  string
 	shape map[string][]int
+	dtype map[string]string
 }
 
 func (s editedStore) Info(name string) ([]int, string, bool) {
@@ -26,6 +27,9 @@ func (s editedStore) Info(name string) ([]int, string, bool) {
 	shape, dtype, ok := s.Store.Info(name)
 	if alt, found := s.shape[name]; found && ok {
 		shape = alt
+	}
+	if alt, found := s.dtype[name]; found && ok {
+		dtype = alt
 	}
 	return shape, dtype, ok
 }
@@ -63,6 +67,7 @@ func TestLoadErrors(t *testing.T) {
 		{"wrong shape", editedStore{Store: store, shape: map[string][]int{pds: {15}}}, string(cfg), "shape [15], want [16]", false},
 		{"wrong conv shape", editedStore{Store: store, shape: map[string][]int{
 			"model.audio_tower.subsample_conv_projection.conv_1.conv.weight": {8, 16, 3, 2}}}, string(cfg), "conv_1.conv.weight", false},
+		{"integer weights", editedStore{Store: store, dtype: map[string]string{lin: "I32"}}, string(cfg), "tensor " + lin + " has element type I32", false},
 		{"not json", store, "{", "config.json", false},
 		{"no audio config", store, `{"model_type": "gemma3n_text"}`, "no audio_config", false},
 		{"bad heads", store, `{"model_type": "gemma3n_audio", "hidden_size": 64, "conf_num_attention_heads": 5}`, "conf_num_attention_heads", false},

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"verdict/engine/weights"
+	"verdict/engine/weights/load"
 	"verdict/native"
 )
 
@@ -82,7 +83,8 @@ func loadTower(store weights.Store, cfg Config) (*Tower, error) {
 	if err := checkCheckpoint(store, cfg); err != nil {
 		return nil, err
 	}
-	l := &loader{s: store}
+	l := load.New(store, load.Options{Who: "audio"})
+	tw, em := l.Under(towerPrefix), l.Under(embedPrefix)
 	t := &Tower{Cfg: cfg}
 	D := cfg.HiddenSize
 
@@ -93,8 +95,8 @@ func loadTower(store weights.Store, cfg Config) (*Tower, error) {
 		c.out = cfg.SSCPChannels[i]
 		c.kt, c.kf = cfg.SSCPKernels[i][0], cfg.SSCPKernels[i][1]
 		c.st, c.sf = cfg.SSCPStrides[i][0], cfg.SSCPStrides[i][1]
-		p := fmt.Sprintf("%ssubsample_conv_projection.conv_%d.", towerPrefix, i)
-		w := l.tensor(p+"conv.weight", c.out, in, c.kt, c.kf)
+		p := fmt.Sprintf("subsample_conv_projection.conv_%d.", i)
+		w := tw.Float32(p+"conv.weight", c.out, in, c.kt, c.kf)
 		if w != nil {
 			// [out, in, kt, kf] -> [out, kt, kf, in] (im2col's column order).
 			r := make([]float32, len(w))
@@ -109,11 +111,11 @@ func loadTower(store weights.Store, cfg Config) (*Tower, error) {
 			}
 			c.w = native.NewF32(c.out, c.kt*c.kf*in, r)
 		}
-		c.norm = l.tensor(p+"norm.weight", c.out)
+		c.norm = tw.Float32(p+"norm.weight", c.out)
 		_, f = cfg.sscpOut(i, 1, f)
 		in = c.out
 	}
-	t.inputProj = l.matrix(towerPrefix+"subsample_conv_projection.input_proj_linear.weight", D, f*in)
+	tw.Matrix(&t.inputProj, "subsample_conv_projection.input_proj_linear.weight", D, f*in)
 
 	// Conformer layers.
 	dh := cfg.HeadDim()
@@ -123,52 +125,51 @@ func loadTower(store weights.Store, cfg Config) (*Tower, error) {
 	t.layers = make([]conformerLayer, cfg.NumLayers)
 	for i := range t.layers {
 		ly := &t.layers[i]
-		p := fmt.Sprintf("%sconformer.%d.", towerPrefix, i)
-		ffw := func(name string) feedForward {
-			return feedForward{
-				pre:  l.tensor(p+name+".pre_layer_norm.weight", D),
-				up:   l.matrix(p+name+".ffw_layer_1.weight", 4*D, D),
-				down: l.matrix(p+name+".ffw_layer_2.weight", D, 4*D),
-				post: l.tensor(p+name+".post_layer_norm.weight", D),
-			}
+		c := tw.Under(fmt.Sprintf("conformer.%d.", i))
+		ffw := func(f *feedForward, name string) {
+			f.pre = c.Float32(name+".pre_layer_norm.weight", D)
+			c.Matrix(&f.up, name+".ffw_layer_1.weight", 4*D, D)
+			c.Matrix(&f.down, name+".ffw_layer_2.weight", D, 4*D)
+			f.post = c.Float32(name+".post_layer_norm.weight", D)
 		}
-		ly.ffwStart = ffw("ffw_layer_start")
-		ly.ffwEnd = ffw("ffw_layer_end")
-		ly.preAttnNorm = l.tensor(p+"attention.pre_attn_norm.weight", D)
-		ly.q = l.matrix(p+"attention.attn.q_proj.weight", D, D)
-		ly.k = l.matrix(p+"attention.attn.k_proj.weight", D, D)
-		ly.v = l.matrix(p+"attention.attn.v_proj.weight", D, D)
+		ffw(&ly.ffwStart, "ffw_layer_start")
+		ffw(&ly.ffwEnd, "ffw_layer_end")
+		ly.preAttnNorm = c.Float32("attention.pre_attn_norm.weight", D)
+		c.Matrix(&ly.q, "attention.attn.q_proj.weight", D, D)
+		c.Matrix(&ly.k, "attention.attn.k_proj.weight", D, D)
+		c.Matrix(&ly.v, "attention.attn.v_proj.weight", D, D)
 		ly.qScale = qScale
-		if s := l.tensor(p+"attention.attn.per_dim_scale", dh); s != nil {
+		if s := c.Float32("attention.attn.per_dim_scale", dh); s != nil {
 			ly.perDim = make([]float32, dh)
 			for j, v := range s {
 				ly.perDim[j] = softplus(v)
 			}
 		}
-		if pp := l.matrix(p+"attention.attn.relative_position_embedding.pos_proj.weight", D, D); l.err == nil {
+		var pp native.Matrix
+		if c.Matrix(&pp, "attention.attn.relative_position_embedding.pos_proj.weight", D, D); l.Err() == nil {
 			ly.pos = make([]float32, (past+future+1)*D)
 			native.Linear(ly.pos, signal, pp, past+future+1)
 		}
-		ly.post = l.matrix(p+"attention.post.weight", D, D)
-		ly.postNorm = l.tensor(p+"attention.post_norm.weight", D)
-		ly.lconvPre = l.tensor(p+"lconv1d.pre_layer_norm.weight", D)
-		ly.linStart = l.matrix(p+"lconv1d.linear_start.weight", 2*D, D)
-		ly.depthwise = l.tensor(p+"lconv1d.depthwise_conv1d.weight", D, 1, cfg.ConvKernel)
-		ly.convNorm = l.tensor(p+"lconv1d.conv_norm.weight", D)
-		ly.linEnd = l.matrix(p+"lconv1d.linear_end.weight", D, D)
-		ly.norm = l.tensor(p+"norm.weight", D)
+		c.Matrix(&ly.post, "attention.post.weight", D, D)
+		ly.postNorm = c.Float32("attention.post_norm.weight", D)
+		ly.lconvPre = c.Float32("lconv1d.pre_layer_norm.weight", D)
+		c.Matrix(&ly.linStart, "lconv1d.linear_start.weight", 2*D, D)
+		ly.depthwise = c.Float32("lconv1d.depthwise_conv1d.weight", D, 1, cfg.ConvKernel)
+		ly.convNorm = c.Float32("lconv1d.conv_norm.weight", D)
+		c.Matrix(&ly.linEnd, "lconv1d.linear_end.weight", D, D)
+		ly.norm = c.Float32("norm.weight", D)
 	}
 
 	// Embedder.
-	if shape, _, ok := store.Info(embedPrefix + "embedding_projection.weight"); ok && len(shape) == 2 {
+	if shape, ok := em.Lookup("embedding_projection.weight"); ok && len(shape) == 2 {
 		t.textHidden = shape[0]
 	}
-	t.embedding = l.tensor(embedPrefix+"embedding.weight", cfg.VocabSize, D)
-	t.hardNorm = l.tensor(embedPrefix+"hard_embedding_norm.weight", D)
-	t.softNorm = l.tensor(embedPrefix+"soft_embedding_norm.weight", D)
-	t.projection = l.matrix(embedPrefix+"embedding_projection.weight", max(t.textHidden, 1), D)
-	if l.err != nil {
-		return nil, l.err
+	t.embedding = em.Float32("embedding.weight", cfg.VocabSize, D)
+	t.hardNorm = em.Float32("hard_embedding_norm.weight", D)
+	t.softNorm = em.Float32("soft_embedding_norm.weight", D)
+	em.Matrix(&t.projection, "embedding_projection.weight", max(t.textHidden, 1), D)
+	if err := l.Err(); err != nil {
+		return nil, err
 	}
 	var err error
 	if t.pad, err = t.HardEmbed(int32(cfg.TextVocabSize - 1)); err != nil {
@@ -179,64 +180,6 @@ func loadTower(store weights.Store, cfg Config) (*Tower, error) {
 
 // TextHidden is the width of the soft tokens (the text decoder's hidden size).
 func (t *Tower) TextHidden() int { return t.textHidden }
-
-// loader reads tensors with shape checks, keeping the first error.
-type loader struct {
-	s   weights.Store
-	err error
-}
-
-func (l *loader) check(name string, want []int) (dtype string, ok bool) {
-	if l.err != nil {
-		return "", false
-	}
-	shape, dtype, found := l.s.Info(name)
-	if !found {
-		l.err = fmt.Errorf("audio: %s: %w", name, weights.ErrNotFound)
-		return "", false
-	}
-	same := len(shape) == len(want)
-	for i := 0; same && i < len(want); i++ {
-		same = shape[i] == want[i]
-	}
-	if !same {
-		l.err = fmt.Errorf("audio: %s: shape %v, want %v", name, shape, want)
-		return "", false
-	}
-	return dtype, true
-}
-
-// tensor returns a tensor of exactly the given shape as float32.
-func (l *loader) tensor(name string, shape ...int) []float32 {
-	if _, ok := l.check(name, shape); !ok {
-		return nil
-	}
-	v, err := l.s.Float32(name)
-	if err != nil {
-		l.err = fmt.Errorf("audio: %w", err)
-		return nil
-	}
-	return v
-}
-
-// matrix returns a [rows, cols] Linear weight, bf16 kept as bf16.
-func (l *loader) matrix(name string, rows, cols int) native.Matrix {
-	dtype, ok := l.check(name, []int{rows, cols})
-	if !ok {
-		return native.Matrix{}
-	}
-	if dtype == "BF16" {
-		if b, err := l.s.BF16(name); err == nil {
-			return native.NewBF16(rows, cols, b)
-		}
-	}
-	v, err := l.s.Float32(name)
-	if err != nil {
-		l.err = fmt.Errorf("audio: %w", err)
-		return native.Matrix{}
-	}
-	return native.NewF32(rows, cols, v)
-}
 
 // softplus is log(1 + e^x) rounded to float32.
 func softplus(x float32) float32 {

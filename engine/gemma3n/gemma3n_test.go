@@ -159,19 +159,24 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
-// store wraps a real store, hiding or reshaping one tensor.
+// store wraps a real store, hiding, reshaping or retyping (as I64) one
+// tensor, or adding one of two values.
 type store struct {
 	weights.Store
-	hide, reshape string
+	hide, reshape, retype, add string
 }
 
 func (s store) Info(name string) ([]int, string, bool) {
 	shape, dt, ok := s.Store.Info(name)
 	switch name {
+	case s.add:
+		return []int{2}, "F32", true
 	case s.hide:
 		return nil, "", false
 	case s.reshape:
 		return []int{shape[0] + 1, shape[1]}, dt, ok
+	case s.retype:
+		return shape, "I64", ok
 	}
 	return shape, dt, ok
 }
@@ -195,6 +200,9 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{store{Store: st, hide: q}, "missing tensor " + q},
 		{store{Store: st, reshape: q}, "tensor " + q + " has shape [17 16], want [16 16]"},
+		{store{Store: st, retype: q}, "tensor " + q + " has element type I64, which cannot be read as float32"},
+		{store{Store: st, retype: "model.language_model.norm.weight"}, "tensor model.language_model.norm.weight has element type I64"},
+		{store{Store: st, add: "model.language_model.embed_tokens.embed_scale"}, "tensor model.language_model.embed_tokens.embed_scale has shape [2], want a single value"},
 		{store{Store: st, hide: "model.language_model.embed_tokens.weight"}, "no embed_tokens.weight"},
 	} {
 		_, err := gemma3n.Load(tc.st, cfg, sp)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 
 	"verdict/engine/weights"
+	"verdict/engine/weights/load"
 	"verdict/native"
 )
 
@@ -226,27 +226,28 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 	if err := checkCheckpoint(store, m.prefix, cfg); err != nil {
 		return nil, err
 	}
-	l := &loader{m: m, opt: opt}
+	pk := &packer{store: store, opt: opt}
+	l := load.New(store, load.Options{Who: "gemma3n", Prefix: m.prefix, Packer: pk})
 	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
 	qd, kd := cfg.NumHeads*cfg.HeadDim, cfg.NumKVHeads*cfg.HeadDim
 
-	l.matrix(&m.embed, "embed_tokens.weight", cfg.VocabSize, D)
-	m.embedScale = l.scalar("embed_tokens.embed_scale", float32(math.Sqrt(float64(D))))
-	m.pleName = m.prefix + "embed_tokens_per_layer.weight"
-	l.check(m.pleName, cfg.VocabSizePerLayer, L*P)
-	m.pleScale = l.scalar("embed_tokens_per_layer.embed_scale", float32(math.Sqrt(float64(P))))
-	l.matrix(&m.pleProj, "per_layer_model_projection.weight", L*P, D)
-	m.pleNorm = l.vector("per_layer_projection_norm.weight", P)
+	l.Matrix(&m.embed, "embed_tokens.weight", cfg.VocabSize, D)
+	m.embedScale = l.Scalar("embed_tokens.embed_scale", float32(math.Sqrt(float64(D))))
+	m.pleName = l.Name("embed_tokens_per_layer.weight")
+	l.Check("embed_tokens_per_layer.weight", cfg.VocabSizePerLayer, L*P)
+	m.pleScale = l.Scalar("embed_tokens_per_layer.embed_scale", float32(math.Sqrt(float64(P))))
+	l.Matrix(&m.pleProj, "per_layer_model_projection.weight", L*P, D)
+	m.pleNorm = l.Vector("per_layer_projection_norm.weight", P)
 	for i := 0; i < 3; i++ {
-		l.matrix(&m.altupProj[i], fmt.Sprintf("altup_projections.%d.weight", i), D, D)
-		l.matrix(&m.altupUnemb[i], fmt.Sprintf("altup_unembed_projections.%d.weight", i), D, D)
+		l.Matrix(&m.altupProj[i], fmt.Sprintf("altup_projections.%d.weight", i), D, D)
+		l.Matrix(&m.altupUnemb[i], fmt.Sprintf("altup_unembed_projections.%d.weight", i), D, D)
 	}
-	m.norm = l.vector("norm.weight", D)
+	m.norm = l.Vector("norm.weight", D)
 
 	invFreqs := map[string][]float32{}
 	for _, t := range cfg.LayerTypes {
 		if invFreqs[t] == nil {
-			invFreqs[t] = l.optionalVector("rotary_emb."+t+"_inv_freq", invFreq(cfg.RopeTheta[t], cfg.HeadDim))
+			invFreqs[t] = l.OptionalVector("rotary_emb."+t+"_inv_freq", invFreq(cfg.RopeTheta[t], cfg.HeadDim))
 		}
 	}
 	m.layers = make([]layer, L)
@@ -263,47 +264,47 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 			y.sparsityZ = sparsityZ(cfg.ActivationSparsity[i])
 			y.keep = 1 - cfg.ActivationSparsity[i]
 		}
-		l.matrix(&y.q, n("self_attn.q_proj.weight"), qd, D)
-		y.qNorm = l.vector(n("self_attn.q_norm.weight"), cfg.HeadDim)
+		l.Matrix(&y.q, n("self_attn.q_proj.weight"), qd, D)
+		y.qNorm = l.Vector(n("self_attn.q_norm.weight"), cfg.HeadDim)
 		if y.kvSrc == i { // shared layers never use their own k/v weights
-			l.matrix(&y.k, n("self_attn.k_proj.weight"), kd, D)
-			l.matrix(&y.v, n("self_attn.v_proj.weight"), kd, D)
-			y.kNorm = l.vector(n("self_attn.k_norm.weight"), cfg.HeadDim)
+			l.Matrix(&y.k, n("self_attn.k_proj.weight"), kd, D)
+			l.Matrix(&y.v, n("self_attn.v_proj.weight"), kd, D)
+			y.kNorm = l.Vector(n("self_attn.k_norm.weight"), cfg.HeadDim)
 		}
-		l.matrix(&y.o, n("self_attn.o_proj.weight"), D, qd)
-		y.inNorm = l.vector(n("input_layernorm.weight"), D)
-		y.postAttnNorm = l.vector(n("post_attention_layernorm.weight"), D)
-		y.preFFNorm = l.vector(n("pre_feedforward_layernorm.weight"), D)
-		y.postFFNorm = l.vector(n("post_feedforward_layernorm.weight"), D)
-		l.matrix(&y.gate, n("mlp.gate_proj.weight"), I, D)
-		l.matrix(&y.up, n("mlp.up_proj.weight"), I, D)
-		if y.sparsityZ != 0 && l.packs(I, D) && l.packs(D, I) {
-			l.matrixT(&y.downT, n("mlp.down_proj.weight"), D, I)
+		l.Matrix(&y.o, n("self_attn.o_proj.weight"), D, qd)
+		y.inNorm = l.Vector(n("input_layernorm.weight"), D)
+		y.postAttnNorm = l.Vector(n("post_attention_layernorm.weight"), D)
+		y.preFFNorm = l.Vector(n("pre_feedforward_layernorm.weight"), D)
+		y.postFFNorm = l.Vector(n("post_feedforward_layernorm.weight"), D)
+		l.Matrix(&y.gate, n("mlp.gate_proj.weight"), I, D)
+		l.Matrix(&y.up, n("mlp.up_proj.weight"), I, D)
+		if y.sparsityZ != 0 && pk.Packs(I, D) && pk.Packs(D, I) {
+			l.MatrixT(&y.downT, n("mlp.down_proj.weight"), D, I)
 		} else {
-			l.matrix(&y.down, n("mlp.down_proj.weight"), D, I)
+			l.Matrix(&y.down, n("mlp.down_proj.weight"), D, I)
 		}
-		y.routerNorm = l.vector(n("altup.router_norm.weight"), D)
-		y.correctScale = l.vector(n("altup.correct_output_scale"), D)
-		y.router = l.f32matrix(n("altup.modality_router.weight"), 4, D)
-		y.predCoefs = l.f32matrix(n("altup.prediction_coefs.weight"), 16, 4)
-		y.corrCoefs = l.f32matrix(n("altup.correction_coefs.weight"), 4, 4)
+		y.routerNorm = l.Vector(n("altup.router_norm.weight"), D)
+		y.correctScale = l.Vector(n("altup.correct_output_scale"), D)
+		y.router = l.MatrixF32(n("altup.modality_router.weight"), 4, D)
+		y.predCoefs = l.MatrixF32(n("altup.prediction_coefs.weight"), 16, 4)
+		y.corrCoefs = l.MatrixF32(n("altup.correction_coefs.weight"), 4, 4)
 		if c := float32(cfg.AltUpCoefClip); c > 0 { // transformers clamps on every call
 			for j, v := range y.corrCoefs.F32 {
 				y.corrCoefs.F32[j] = min(max(v, -c), c)
 			}
 		}
-		l.matrix(&y.laurelL, n("laurel.linear_left.weight"), cfg.LaurelRank, D)
-		l.matrix(&y.laurelR, n("laurel.linear_right.weight"), D, cfg.LaurelRank)
-		y.laurelNorm = l.vector(n("laurel.post_laurel_norm.weight"), D)
-		l.matrix(&y.pleGate, n("per_layer_input_gate.weight"), P, D)
-		l.matrix(&y.pleProj, n("per_layer_projection.weight"), D, P)
-		y.postPLENorm = l.vector(n("post_per_layer_input_norm.weight"), D)
+		l.Matrix(&y.laurelL, n("laurel.linear_left.weight"), cfg.LaurelRank, D)
+		l.Matrix(&y.laurelR, n("laurel.linear_right.weight"), D, cfg.LaurelRank)
+		y.laurelNorm = l.Vector(n("laurel.post_laurel_norm.weight"), D)
+		l.Matrix(&y.pleGate, n("per_layer_input_gate.weight"), P, D)
+		l.Matrix(&y.pleProj, n("per_layer_projection.weight"), D, P)
+		y.postPLENorm = l.Vector(n("post_per_layer_input_norm.weight"), D)
 	}
-	if l.err != nil {
-		return nil, l.err
+	if err := l.Err(); err != nil {
+		return nil, err
 	}
-	if len(l.reqs) > 0 {
-		p, err := l.pack(l.reqs)
+	if len(pk.reqs) > 0 {
+		p, err := pk.pack(pk.reqs)
 		if err != nil {
 			return nil, err
 		}
@@ -363,142 +364,24 @@ func invFreq(theta float64, headDim int) []float32 {
 	return f
 }
 
-// loader binds tensors and keeps the first error; q4 matrices are packed
-// together once all are known.
-type loader struct {
-	m    *Model
-	opt  LoadOptions
-	err  error
-	reqs []packReq
-}
-
-func (l *loader) fail(err error) {
-	if l.err == nil {
-		l.err = err
-	}
-}
-
-// check verifies that name exists with the given 2-D shape.
-func (l *loader) check(name string, shape ...int) (dtype string, ok bool) {
-	got, dt, ok := l.m.store.Info(name)
-	if !ok {
-		l.fail(fmt.Errorf("gemma3n: missing tensor %s", name))
-		return "", false
-	}
-	if !sameShape(got, shape) {
-		l.fail(fmt.Errorf("gemma3n: tensor %s has shape %v, want %v", name, got, shape))
-		return "", false
-	}
-	return dt, true
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func (l *loader) full(name string) string {
-	if strings.HasPrefix(name, "model.") {
-		return name
-	}
-	return l.m.prefix + name
+// packer collects the large matrices of a q4 load; they are packed
+// together (or mapped from the cache) once every tensor has been checked.
+type packer struct {
+	store weights.Store
+	opt   LoadOptions
+	reqs  []packReq
 }
 
 // q4MinElems: smaller matrices stay float32 (they cost nothing to read).
 const q4MinElems = 4096
 
-// matrix binds a Linear weight into dst: packed later for q4 when it is
-// large and its columns fit the groups, else as stored (bf16 in place).
-func (l *loader) matrix(dst *native.Matrix, name string, rows, cols int) {
-	name = l.full(name)
-	*dst = native.Matrix{Rows: rows, Cols: cols}
-	dt, ok := l.check(name, rows, cols)
-	if !ok {
-		return
-	}
-	if l.packs(rows, cols) {
-		l.reqs = append(l.reqs, packReq{dst: dst, name: name, rows: rows, cols: cols})
-		return
-	}
-	if dt == "BF16" {
-		b, err := l.m.store.BF16(name)
-		if err != nil {
-			l.fail(err)
-			return
-		}
-		*dst = native.NewBF16(rows, cols, b)
-		return
-	}
-	f, err := l.m.store.Float32(name)
-	if err != nil {
-		l.fail(err)
-		return
-	}
-	*dst = native.NewF32(rows, cols, f)
+// Packs reports whether a rows×cols matrix is packed to q4: with WeightsQ4,
+// when it is large and its columns fit the groups.
+func (pk *packer) Packs(rows, cols int) bool {
+	return pk.opt.Weights == WeightsQ4 && rows*cols >= q4MinElems && native.Q4Fits(cols, pk.opt.Group)
 }
 
-// packs reports whether a rows×cols matrix is packed to q4.
-func (l *loader) packs(rows, cols int) bool {
-	return l.opt.Weights == WeightsQ4 && rows*cols >= q4MinElems && native.Q4Fits(cols, l.opt.Group)
-}
-
-// matrixT packs the transpose of a rows×cols weight (as cols×rows) into
-// dst; q4 only.
-func (l *loader) matrixT(dst *native.Matrix, name string, rows, cols int) {
-	name = l.full(name)
-	*dst = native.Matrix{Rows: cols, Cols: rows}
-	if _, ok := l.check(name, rows, cols); ok {
-		l.reqs = append(l.reqs, packReq{dst: dst, name: name, rows: cols, cols: rows, transpose: true})
-	}
-}
-
-// f32matrix binds a small matrix as a private float32 copy.
-func (l *loader) f32matrix(name string, rows, cols int) native.Matrix {
-	v := l.vector(name, rows, cols)
-	if v == nil {
-		return native.Matrix{Rows: rows, Cols: cols}
-	}
-	return native.NewF32(rows, cols, v)
-}
-
-// vector reads a small tensor as a private float32 copy.
-func (l *loader) vector(name string, shape ...int) []float32 {
-	name = l.full(name)
-	if _, ok := l.check(name, shape...); !ok {
-		return nil
-	}
-	f, err := l.m.store.Float32(name)
-	if err != nil {
-		l.fail(err)
-		return nil
-	}
-	return append([]float32(nil), f...)
-}
-
-// optionalVector reads a buffer when the checkpoint has it, else returns def.
-func (l *loader) optionalVector(name string, def []float32) []float32 {
-	if _, _, ok := l.m.store.Info(l.full(name)); !ok {
-		return def
-	}
-	return l.vector(name, len(def))
-}
-
-// scalar reads an optional scalar buffer, else returns def.
-func (l *loader) scalar(name string, def float32) float32 {
-	name = l.full(name)
-	if _, _, ok := l.m.store.Info(name); !ok {
-		return def
-	}
-	f, err := l.m.store.Float32(name)
-	if err != nil || len(f) != 1 {
-		return def
-	}
-	return f[0]
+// Pack records a matrix to pack.
+func (pk *packer) Pack(dst *native.Matrix, name string, rows, cols int, transpose bool) {
+	pk.reqs = append(pk.reqs, packReq{dst: dst, name: name, rows: rows, cols: cols, transpose: transpose})
 }

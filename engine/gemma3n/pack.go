@@ -181,14 +181,14 @@ func cacheName(name string) string {
 }
 
 // pack packs reqs into q4 matrices, from the cache when it holds them.
-func (l *loader) pack(reqs []packReq) (*packed, error) {
-	opt := l.opt
+func (pk *packer) pack(reqs []packReq) (*packed, error) {
+	opt := pk.opt
 	es, size := layout(reqs, opt.Group)
 	useCache := opt.CacheDir != "" && opt.CacheKey != "" && size >= packMinCache && mmapSupported
 	if useCache {
 		pruneTemp(opt.CacheDir)
 		path := cacheFile(opt.CacheDir, opt.CacheName, opt.CacheKey, opt.Group)
-		p, err := openPacked(path, opt.CacheKey, opt.Group, es, l.report(StageChecking))
+		p, err := openPacked(path, opt.CacheKey, opt.Group, es, pk.report(StageChecking))
 		if err == nil {
 			bindAll(p.area, reqs, es, opt.Group)
 			p.Bytes = size
@@ -198,7 +198,7 @@ func (l *loader) pack(reqs []packReq) (*packed, error) {
 			opt.Log(fmt.Sprintf("packed weights %s: %v; rebuilding", path, err))
 		}
 		os.Remove(path)
-		p, err = l.buildCache(path, reqs, es, size)
+		p, err = pk.buildCache(path, reqs, es, size)
 		if err == nil {
 			p.Bytes = size
 			return p, nil
@@ -215,7 +215,7 @@ func (l *loader) pack(reqs []packReq) (*packed, error) {
 		return nil, fmt.Errorf("gemma3n: memory for %d bytes of packed weights: %w", size, err)
 	}
 	p := &packed{data: data, area: data, mapped: mapped, Bytes: size}
-	if err := l.quantizeAll(data, reqs, es); err != nil {
+	if err := pk.quantizeAll(data, reqs, es); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -233,8 +233,8 @@ func bindAll(data []byte, reqs []packReq, es []packEntry, group int) {
 // report returns a progress function for stage that passes at most about
 // ten calls a second (and the last one) to LoadOptions.Progress; nil when
 // there is none.
-func (l *loader) report(stage string) func(done, total int64) {
-	f := l.opt.Progress
+func (pk *packer) report(stage string) func(done, total int64) {
+	f := pk.opt.Progress
 	if f == nil {
 		return nil
 	}
@@ -253,9 +253,9 @@ func (l *loader) report(stage string) func(done, total int64) {
 // quantizeAll packs every request into data, reading the source a few rows
 // at a time (never a whole float32 copy of the model). It stops between
 // reads when the load's context is done, and reports the weights packed.
-func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error {
+func (pk *packer) quantizeAll(data []byte, reqs []packReq, es []packEntry) error {
 	const chunk = 4 << 20 // floats per read
-	ctx, report := l.opt.ctx(), l.report(StagePacking)
+	ctx, report := pk.opt.ctx(), pk.report(StagePacking)
 	var total, done int64
 	for _, r := range reqs {
 		total += int64(r.rows) * int64(r.cols)
@@ -274,7 +274,7 @@ func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error 
 	for i, r := range reqs {
 		q, so := views(data, &es[i])
 		if r.transpose {
-			if err := l.quantizeT(q, so, r); err != nil {
+			if err := pk.quantizeT(q, so, r); err != nil {
 				return err
 			}
 			if err := step(int64(r.rows) * int64(r.cols)); err != nil {
@@ -286,14 +286,14 @@ func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error 
 		if need := min(per, r.rows) * r.cols; cap(buf) < need {
 			buf = make([]float32, need)
 		}
-		ng := r.cols / l.opt.Group
+		ng := r.cols / pk.opt.Group
 		for r0 := 0; r0 < r.rows; r0 += per {
 			n := min(per, r.rows-r0)
 			b := buf[:n*r.cols]
-			if err := l.m.store.Rows(r.name, r0, b); err != nil {
+			if err := pk.store.Rows(r.name, r0, b); err != nil {
 				return fmt.Errorf("gemma3n: packing %s: %w", r.name, err)
 			}
-			native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, l.opt.Group)
+			native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, pk.opt.Group)
 			if err := step(int64(n) * int64(r.cols)); err != nil {
 				return err
 			}
@@ -305,14 +305,14 @@ func (l *loader) quantizeAll(data []byte, reqs []packReq, es []packEntry) error 
 // quantizeT packs the transpose of a stored tensor: it reads the whole
 // tensor (one matrix of float32, transiently), then packs the transpose a
 // few rows at a time.
-func (l *loader) quantizeT(q []byte, so []float32, r packReq) error {
+func (pk *packer) quantizeT(q []byte, so []float32, r packReq) error {
 	src := make([]float32, r.rows*r.cols) // stored as [r.cols, r.rows]
-	if err := l.m.store.Rows(r.name, 0, src); err != nil {
+	if err := pk.store.Rows(r.name, 0, src); err != nil {
 		return fmt.Errorf("gemma3n: packing %s: %w", r.name, err)
 	}
 	per := max(1, (1<<20)/r.cols)
 	buf := make([]float32, min(per, r.rows)*r.cols)
-	ng := r.cols / l.opt.Group
+	ng := r.cols / pk.opt.Group
 	for r0 := 0; r0 < r.rows; r0 += per {
 		n := min(per, r.rows-r0)
 		b := buf[:n*r.cols]
@@ -322,17 +322,17 @@ func (l *loader) quantizeT(q []byte, so []float32, r packReq) error {
 				b[k*r.cols+c] = v
 			}
 		}
-		native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, l.opt.Group)
+		native.QuantizeQ4(q[r0*r.cols/2:], so[r0*ng*2:], b, n, r.cols, pk.opt.Group)
 	}
 	return nil
 }
 
 // buildCache packs into a new cache file at path.
-func (l *loader) buildCache(path string, reqs []packReq, es []packEntry, size int64) (*packed, error) {
+func (pk *packer) buildCache(path string, reqs []packReq, es []packEntry, size int64) (*packed, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
-	hdr := packHeader{Version: packVersion, Key: l.opt.CacheKey, Group: l.opt.Group, Data: size, Entries: es}
+	hdr := packHeader{Version: packVersion, Key: pk.opt.CacheKey, Group: pk.opt.Group, Data: size, Entries: es}
 	// Checksums are not known yet: size the header with placeholders of the
 	// widest value, then pad.
 	for i := range hdr.Entries {
@@ -361,7 +361,7 @@ func (l *loader) buildCache(path string, reqs []packReq, es []packEntry, size in
 	}
 	d := m[dataAt:]
 	p := &packed{data: m, area: d, mapped: true, Path: path}
-	if err := l.quantizeAll(d, reqs, es); err != nil {
+	if err := pk.quantizeAll(d, reqs, es); err != nil {
 		p.close()
 		return fail(err)
 	}
@@ -394,8 +394,8 @@ func (l *loader) buildCache(path string, reqs []packReq, es []packEntry, size in
 		return nil, err
 	}
 	protectRead(m)
-	bindAll(d, reqs, es, l.opt.Group)
-	pruneCache(path, l.opt.CacheName, l.opt.Group)
+	bindAll(d, reqs, es, pk.opt.Group)
+	pruneCache(path, pk.opt.CacheName, pk.opt.Group)
 	return p, nil
 }
 

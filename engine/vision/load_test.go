@@ -17,6 +17,7 @@ type editedStore struct {
 	weights.Store
 	hide  map[string]bool
 	shape map[string][]int
+	dtype map[string]string
 }
 
 func (s editedStore) Info(name string) ([]int, string, bool) {
@@ -26,11 +27,15 @@ func (s editedStore) Info(name string) ([]int, string, bool) {
 	if sh, ok := s.shape[name]; ok {
 		return sh, "F32", true
 	}
+	if dt, ok := s.dtype[name]; ok {
+		sh, _, _ := s.Store.Info(name)
+		return sh, dt, true
+	}
 	return s.Store.Info(name)
 }
 
 func (s editedStore) Float32(name string) ([]float32, error) {
-	if s.hide[name] || s.shape[name] != nil {
+	if s.hide[name] || s.shape[name] != nil || s.dtype[name] != "" {
 		panic("vision: read an edited tensor " + name)
 	}
 	return s.Store.Float32(name)
@@ -49,6 +54,7 @@ func TestLoadTowerErrors(t *testing.T) {
 		name    string
 		hide    []string
 		shape   map[string][]int
+		dtype   map[string]string
 		missing bool   // errors.Is(err, ErrMissing)
 		want    string // in the error
 	}{
@@ -68,10 +74,11 @@ func TestLoadTowerErrors(t *testing.T) {
 		{name: "projection width", shape: map[string][]int{ep + "embedding_projection.weight": {64, 1024}}, want: "embedding_projection.weight"},
 		{name: "hard table rows", shape: map[string][]int{ep + "embedding.weight": {100, 2048}}, want: "config vision_config.vocab_size is 128 but the checkpoint's model.embed_vision.embedding.weight has 100 rows"},
 		{name: "text width", shape: map[string][]int{ep + "embedding_projection.weight": {32, 2048}}, want: "config text_config.hidden_size is 64 but the checkpoint's model.embed_vision.embedding_projection.weight has 32 rows"},
+		{name: "integer weights", dtype: map[string]string{tp + "blocks.3.38.pw_proj.conv.weight": "I64"}, want: "tensor " + tp + "blocks.3.38.pw_proj.conv.weight has element type I64"},
 		{name: "extra block", shape: map[string][]int{tp + "blocks.3.39.layer_scale.gamma": {1280}}, want: "more blocks in stage 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := editedStore{Store: store, hide: map[string]bool{}, shape: c.shape}
+			s := editedStore{Store: store, hide: map[string]bool{}, shape: c.shape, dtype: c.dtype}
 			for _, n := range c.hide {
 				s.hide[n] = true
 			}
@@ -79,7 +86,7 @@ func TestLoadTowerErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if errors.Is(err, ErrMissing) != c.missing || !strings.Contains(err.Error(), c.want) {
+			if errors.Is(err, ErrMissing) != c.missing || errors.Is(err, weights.ErrNotFound) != c.missing || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q (missing: %v), want one naming %q (missing: %v)", err, errors.Is(err, ErrMissing), c.want, c.missing)
 			}
 		})

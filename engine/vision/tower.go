@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"verdict/engine/weights"
+	"verdict/engine/weights/load"
 	"verdict/native"
 )
 
@@ -76,82 +77,40 @@ type block struct {
 	headsDim int       // mqa heads·dim
 }
 
-// loader reads tensors by name, checking their shapes. A dry loader only
-// checks (names and shapes) and returns no data.
-type loader struct {
-	store  weights.Store
-	prefix string
-	dry    bool
-}
-
 // ErrMissing is wrapped by LoadTower's error when a checkpoint lacks a
-// tensor of the vision path.
+// tensor of the vision path (besides weights.ErrNotFound).
 var ErrMissing = errors.New("vision: missing tensor")
 
-func (l loader) tensor(name string, shape ...int) ([]float32, error) {
-	full := l.prefix + name
-	got, _, ok := l.store.Info(full)
-	if !ok {
-		return nil, fmt.Errorf("%w %s", ErrMissing, full)
-	}
-	if !slices.Equal(got, shape) {
-		return nil, fmt.Errorf("vision: %s has shape %v, want %v", full, got, shape)
-	}
-	if l.dry {
-		return nil, nil
-	}
-	return l.store.Float32(full)
-}
-
-// shape returns a tensor's shape, or an error naming it when absent.
-func (l loader) shape(name string) ([]int, error) {
-	got, _, ok := l.store.Info(l.prefix + name)
-	if !ok {
-		return nil, fmt.Errorf("%w %s", ErrMissing, l.prefix+name)
-	}
-	return got, nil
-}
-
 // conv loads a convolution weight [out, in/groups, k, k] and, when normName
-// is not empty, the RmsNorm2d weight [out] after it.
-func (l loader) conv(name, normName string, in, out, k int, depthwise bool) (convLayer, error) {
+// is not empty, the RmsNorm2d weight [out] after it, packed for the native
+// kernels (nothing is read by a dry loader).
+func conv(l *load.Loader, name, normName string, in, out, k int, depthwise bool) convLayer {
 	c := convLayer{in: in, out: out, k: k}
-	if depthwise {
-		w, err := l.tensor(name, out, 1, k, k)
-		if err != nil {
-			return c, err
-		}
-		if !l.dry {
+	switch {
+	case depthwise:
+		if w := l.Float32(name, out, 1, k, k); w != nil {
 			c.dw = native.DepthwiseWeights(w, out, k)
 		}
-	} else {
-		w, err := l.tensor(name, out, in, k, k)
-		if err != nil {
-			return c, err
-		}
-		switch {
-		case l.dry: // names and shapes only
-		case k == 1:
+	case k == 1:
+		if w := l.Float32(name, out, in, k, k); w != nil {
 			c.packed = native.PackMatrix(w, out, in)
-		default:
+		}
+	default:
+		if w := l.Float32(name, out, in, k, k); w != nil {
 			c.packed = native.PackConv(w, out, in, k)
 		}
 	}
 	if normName != "" {
-		n, err := l.tensor(normName, out)
-		if err != nil {
-			return c, err
-		}
-		c.norm = slices.Clone(n)
+		c.norm = l.Vector(normName, out)
 	}
-	return c, nil
+	return c
 }
 
 // LoadTower binds the vision encoder (model.vision_tower.timm_model.*) and
 // the vision embedder (model.embed_vision.*) of a Gemma 3n checkpoint. The
 // block layout is mobilenetv5_300m_enc's; every tensor's name and shape is
 // checked before any is read (a missing one gives an error wrapping
-// ErrMissing). Weights are converted to float32 and packed for the native
+// ErrMissing and weights.ErrNotFound). Weights are converted to float32 and packed for the native
 // kernels (about 1.2 GB).
 func LoadTower(store weights.Store, cfgJSON []byte) (*Tower, error) {
 	return LoadTowerContext(context.Background(), store, cfgJSON, nil)
@@ -181,9 +140,13 @@ func Blocks() int {
 }
 
 func build(ctx context.Context, store weights.Store, cfg Config, dry bool, progress func(done, total int)) (*Tower, error) {
-	var err error
 	step, total := 0, Blocks()
+	l := load.New(store, load.Options{Who: "vision", Missing: ErrMissing, Dry: dry})
+	// next ends a step: it returns the loader's first error or ctx's.
 	next := func() error {
+		if err := l.Err(); err != nil {
+			return err
+		}
 		step++
 		if progress != nil {
 			progress(step, total)
@@ -191,16 +154,10 @@ func build(ctx context.Context, store weights.Store, cfg Config, dry bool, progr
 		return ctx.Err()
 	}
 	t := &Tower{cfg: cfg}
-	l := loader{store: store, prefix: TowerPrefix, dry: dry}
+	tl := l.Under(TowerPrefix)
 
-	if t.stem, err = l.conv("conv_stem.conv.weight", "conv_stem.bn.weight", 3, stemChannels, 3, false); err != nil {
-		return nil, err
-	}
-	b, err := l.tensor("conv_stem.conv.bias", stemChannels)
-	if err != nil {
-		return nil, err
-	}
-	t.stem.bias = slices.Clone(b)
+	t.stem = conv(tl, "conv_stem.conv.weight", "conv_stem.bn.weight", 3, stemChannels, 3, false)
+	t.stem.bias = tl.Vector("conv_stem.conv.bias", stemChannels)
 	if err := next(); err != nil {
 		return nil, err
 	}
@@ -209,10 +166,7 @@ func build(ctx context.Context, store weights.Store, cfg Config, dry bool, progr
 	for s, specs := range stages() {
 		var stage []*block
 		for j, spec := range specs {
-			blk, err := loadBlock(l, fmt.Sprintf("blocks.%d.%d.", s, j), spec, in)
-			if err != nil {
-				return nil, err
-			}
+			blk := loadBlock(tl, fmt.Sprintf("blocks.%d.%d.", s, j), spec, in)
 			if err := next(); err != nil {
 				return nil, err
 			}
@@ -223,151 +177,97 @@ func build(ctx context.Context, store weights.Store, cfg Config, dry bool, progr
 	}
 	// There must be no extra blocks (a different architecture).
 	for s, st := range t.stages {
-		if _, _, ok := store.Info(fmt.Sprintf("%sblocks.%d.%d.layer_scale.gamma", TowerPrefix, s, len(st))); ok {
+		if tl.Has(fmt.Sprintf("blocks.%d.%d.layer_scale.gamma", s, len(st))) {
 			return nil, fmt.Errorf("vision: checkpoint has more blocks in stage %d than %s", s, Architecture)
 		}
 	}
 
 	// MSFA: stage 2 and stage 3 outputs, concatenated.
 	msfaIn := t.stages[2][len(t.stages[2])-1].out + t.stages[3][len(t.stages[3])-1].out
-	if t.msfa.exp, err = l.conv("msfa.ffn.pw_exp.conv.weight", "msfa.ffn.pw_exp.bn.weight", msfaIn, 2*msfaIn, 1, false); err != nil {
-		return nil, err
-	}
-	if t.msfa.proj, err = l.conv("msfa.ffn.pw_proj.conv.weight", "msfa.ffn.pw_proj.bn.weight", 2*msfaIn, cfg.HiddenSize, 1, false); err != nil {
-		return nil, err
-	}
-	n, err := l.tensor("msfa.norm.weight", cfg.HiddenSize)
-	if err != nil {
-		return nil, err
-	}
-	t.msfa.norm = slices.Clone(n)
+	t.msfa.exp = conv(tl, "msfa.ffn.pw_exp.conv.weight", "msfa.ffn.pw_exp.bn.weight", msfaIn, 2*msfaIn, 1, false)
+	t.msfa.proj = conv(tl, "msfa.ffn.pw_proj.conv.weight", "msfa.ffn.pw_proj.bn.weight", 2*msfaIn, cfg.HiddenSize, 1, false)
+	t.msfa.norm = tl.Vector("msfa.norm.weight", cfg.HiddenSize)
 
-	if err := t.loadEmbedder(store, dry); err != nil {
-		return nil, err
-	}
+	t.loadEmbedder(l.Under(EmbedderPrefix))
 	if err := next(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-func loadBlock(l loader, p string, spec blockSpec, in int) (*block, error) {
+// loadBlock loads the block under p; errors go to l.
+func loadBlock(l *load.Loader, p string, spec blockSpec, in int) *block {
 	b := &block{spec: spec, in: in, out: spec.out, name: p}
-	var err error
 	switch spec.kind {
 	case kindER:
 		b.mid = in * spec.exp
 		b.skip = in == spec.out && spec.stride == 1
-		if b.convExp, err = l.conv(p+"conv_exp.weight", p+"bn1.weight", in, b.mid, spec.k, false); err != nil {
-			return nil, err
-		}
-		if b.convPwl, err = l.conv(p+"conv_pwl.weight", p+"bn2.weight", b.mid, spec.out, 1, false); err != nil {
-			return nil, err
-		}
+		b.convExp = conv(l, p+"conv_exp.weight", p+"bn1.weight", in, b.mid, spec.k, false)
+		b.convPwl = conv(l, p+"conv_pwl.weight", p+"bn2.weight", b.mid, spec.out, 1, false)
 	case kindUIR:
 		b.mid = in * spec.exp
 		b.skip = in == spec.out && spec.stride == 1
 		if spec.start > 0 {
-			if b.dwStart, err = l.conv(p+"dw_start.conv.weight", p+"dw_start.bn.weight", in, in, spec.start, true); err != nil {
-				return nil, err
-			}
+			b.dwStart = conv(l, p+"dw_start.conv.weight", p+"dw_start.bn.weight", in, in, spec.start, true)
 		}
-		if b.pwExp, err = l.conv(p+"pw_exp.conv.weight", p+"pw_exp.bn.weight", in, b.mid, 1, false); err != nil {
-			return nil, err
-		}
+		b.pwExp = conv(l, p+"pw_exp.conv.weight", p+"pw_exp.bn.weight", in, b.mid, 1, false)
 		if spec.k > 0 {
-			if b.dwMid, err = l.conv(p+"dw_mid.conv.weight", p+"dw_mid.bn.weight", b.mid, b.mid, spec.k, true); err != nil {
-				return nil, err
-			}
+			b.dwMid = conv(l, p+"dw_mid.conv.weight", p+"dw_mid.bn.weight", b.mid, b.mid, spec.k, true)
 		}
-		if b.pwProj, err = l.conv(p+"pw_proj.conv.weight", p+"pw_proj.bn.weight", b.mid, spec.out, 1, false); err != nil {
-			return nil, err
-		}
-		g, err := l.tensor(p+"layer_scale.gamma", spec.out)
-		if err != nil {
-			return nil, err
-		}
-		b.gamma = slices.Clone(g)
+		b.pwProj = conv(l, p+"pw_proj.conv.weight", p+"pw_proj.bn.weight", b.mid, spec.out, 1, false)
+		b.gamma = l.Vector(p+"layer_scale.gamma", spec.out)
 	case kindMQA:
 		if in != spec.out || spec.stride != 1 {
-			return nil, fmt.Errorf("vision: %s: attention block %d -> %d stride %d not supported", p, in, spec.out, spec.stride)
+			l.Fail(fmt.Errorf("vision: %s: attention block %d -> %d stride %d not supported", p, in, spec.out, spec.stride))
+			return b
 		}
 		b.skip = true
 		b.headsDim = spec.heads * spec.dim
-		n, err := l.tensor(p+"norm.weight", in)
-		if err != nil {
-			return nil, err
-		}
-		b.norm = slices.Clone(n)
-		if b.query, err = l.conv(p+"attn.query.proj.weight", "", in, b.headsDim, 1, false); err != nil {
-			return nil, err
-		}
+		b.norm = l.Vector(p+"norm.weight", in)
+		b.query = conv(l, p+"attn.query.proj.weight", "", in, b.headsDim, 1, false)
 		if spec.kvStride > 1 {
-			if b.keyDown, err = l.conv(p+"attn.key.down_conv.weight", p+"attn.key.norm.weight", in, in, spec.k, true); err != nil {
-				return nil, err
-			}
-			if b.valDown, err = l.conv(p+"attn.value.down_conv.weight", p+"attn.value.norm.weight", in, in, spec.k, true); err != nil {
-				return nil, err
-			}
+			b.keyDown = conv(l, p+"attn.key.down_conv.weight", p+"attn.key.norm.weight", in, in, spec.k, true)
+			b.valDown = conv(l, p+"attn.value.down_conv.weight", p+"attn.value.norm.weight", in, in, spec.k, true)
 		}
-		if b.key, err = l.conv(p+"attn.key.proj.weight", "", in, spec.dim, 1, false); err != nil {
-			return nil, err
-		}
-		if b.value, err = l.conv(p+"attn.value.proj.weight", "", in, spec.dim, 1, false); err != nil {
-			return nil, err
-		}
-		if b.output, err = l.conv(p+"attn.output.proj.weight", "", b.headsDim, spec.out, 1, false); err != nil {
-			return nil, err
-		}
-		g, err := l.tensor(p+"layer_scale.gamma", spec.out)
-		if err != nil {
-			return nil, err
-		}
-		b.gamma = slices.Clone(g)
+		b.key = conv(l, p+"attn.key.proj.weight", "", in, spec.dim, 1, false)
+		b.value = conv(l, p+"attn.value.proj.weight", "", in, spec.dim, 1, false)
+		b.output = conv(l, p+"attn.output.proj.weight", "", b.headsDim, spec.out, 1, false)
+		b.gamma = l.Vector(p+"layer_scale.gamma", spec.out)
 	}
-	return b, nil
+	return b
 }
 
-func (t *Tower) loadEmbedder(store weights.Store, dry bool) error {
-	l := loader{store: store, prefix: EmbedderPrefix, dry: dry}
+// loadEmbedder loads the embedder from l (under EmbedderPrefix), filling in
+// the config's TextHidden from the projection; errors go to l.
+func (t *Tower) loadEmbedder(l *load.Loader) {
 	h := t.cfg.HiddenSize
-	shape, err := l.shape("embedding_projection.weight")
-	if err != nil {
-		return err
+	const projName = "embedding_projection.weight"
+	shape := l.Shape(projName)
+	if l.Err() != nil {
+		return
 	}
 	if len(shape) != 2 || shape[1] != h || shape[0] <= 0 {
-		return fmt.Errorf("vision: %sembedding_projection.weight has shape %v, want [text hidden, %d]", EmbedderPrefix, shape, h)
+		l.Fail(fmt.Errorf("vision: tensor %s has shape %v, want [text hidden, %d]", l.Name(projName), shape, h))
+		return
 	}
 	if t.cfg.TextHidden == 0 {
 		t.cfg.TextHidden = shape[0]
 	}
 	if t.cfg.TextHidden != shape[0] {
-		return fmt.Errorf("vision: config text_config.hidden_size is %d but the checkpoint's %sembedding_projection.weight has %d rows", t.cfg.TextHidden, EmbedderPrefix, shape[0])
+		l.Fail(fmt.Errorf("vision: config text_config.hidden_size is %d but the checkpoint's %s has %d rows", t.cfg.TextHidden, l.Name(projName), shape[0]))
+		return
 	}
-	if table, err := l.shape("embedding.weight"); err == nil && len(table) == 2 && table[0] != t.cfg.VocabSize {
-		return fmt.Errorf("vision: config vision_config.vocab_size is %d but the checkpoint's %sembedding.weight has %d rows", t.cfg.VocabSize, EmbedderPrefix, table[0])
+	if table, ok := l.Lookup("embedding.weight"); ok && len(table) == 2 && table[0] != t.cfg.VocabSize {
+		l.Fail(fmt.Errorf("vision: config vision_config.vocab_size is %d but the checkpoint's %s has %d rows", t.cfg.VocabSize, l.Name("embedding.weight"), table[0]))
+		return
 	}
 	th := t.cfg.TextHidden
-	proj, err := l.tensor("embedding_projection.weight", th, h)
-	if err != nil {
-		return err
-	}
-	if !dry {
+	if proj := l.Float32(projName, th, h); proj != nil {
 		t.embed.projection = native.PackMatrix(proj, th, h)
 	}
-	if t.embed.table, err = l.tensor("embedding.weight", t.cfg.VocabSize, h); err != nil {
-		return err
-	}
-	t.embed.table = slices.Clone(t.embed.table)
-	if t.embed.hardNorm, err = l.tensor("hard_embedding_norm.weight", h); err != nil {
-		return err
-	}
-	t.embed.hardNorm = slices.Clone(t.embed.hardNorm)
-	if t.embed.softNorm, err = l.tensor("soft_embedding_norm.weight", h); err != nil {
-		return err
-	}
-	t.embed.softNorm = slices.Clone(t.embed.softNorm)
-	return nil
+	t.embed.table = l.Vector("embedding.weight", t.cfg.VocabSize, h)
+	t.embed.hardNorm = l.Vector("hard_embedding_norm.weight", h)
+	t.embed.softNorm = l.Vector("soft_embedding_norm.weight", h)
 }
 
 // Config returns the tower's configuration (TextHidden filled in).

@@ -22,6 +22,21 @@ func readable(dtype string) bool {
 	return dtype == "F32" || dtype == "BF16" || dtype == "F16"
 }
 
+// Readable reports whether a tensor of the element type Info reports can be
+// read as float32 by the Store that reported it: the safetensors F32, BF16
+// and F16, and the ggml types with a dequantiser (Q8_0, Q4_0, Q4_K, Q6_K).
+func Readable(dtype string) bool {
+	if readable(dtype) {
+		return true
+	}
+	for _, t := range ggmlTypes {
+		if t.name == dtype {
+			return t.dequant != nil
+		}
+	}
+	return false
+}
+
 // BF16ToFloat32 converts bfloat16 bits to float32 (exact).
 func BF16ToFloat32(b uint16) float32 {
 	return math.Float32frombits(uint32(b) << 16)
