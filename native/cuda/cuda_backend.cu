@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <vector>
 
 /* Error codes of the backend's own (cudaError_t values are below 1000). */
