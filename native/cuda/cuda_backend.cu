@@ -586,7 +586,7 @@ __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= n * d)
 		return;
-	int64_t t = e / d, i = e % d, nd = n * d;
+	int64_t t = e / d, nd = n * d;
 	float h0 = h[e], h1 = h[nd + e], h2 = h[2 * nd + e], h3 = h[3 * nd + e];
 	float hv[4] = {h0, h1, h2, h3}, o[4];
 	for (int j = 0; j < 4; j++) {
@@ -598,7 +598,6 @@ __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
 		s = s + a[3] * h3;
 		o[j] = s;
 	}
-	(void)i;
 	for (int j = 0; j < 4; j++)
 		pred[j * nd + e] = o[j];
 }
