@@ -297,6 +297,72 @@ __global__ void k_linear(float *y, const float *x, const void *w,
 	}
 }
 
+/* k_linear_q4: the q4 product with the x of QT tokens staged in shared
+ * memory, QK columns at a time, for the block's 8 rows (one warp each).
+ * Lane l still takes the 32-column blocks l, l+32, ... in order into one
+ * accumulator per token, then the shuffle tree: lin_row's arithmetic, bit
+ * for bit, with coalesced x loads (a pad word per 32 keeps the lanes' reads
+ * on distinct banks) and each weight row read once per QT tokens. */
+#define QT 8
+#define QK 1024
+
+__global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x, const uint8_t *q,
+                                                       const float *so, const int32_t *ids, int64_t n,
+                                                       int64_t nout, int64_t cols, int lg)
+{
+	__shared__ float sx[QT][QK + QK / 32];
+	int lane = threadIdx.x & 31;
+	int64_t rr = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5);
+	bool live = rr < nout;
+	int64_t r = live ? (ids ? ids[rr] : rr) : 0;
+	const uint8_t *qr = q + r * (cols / 2);
+	const float *sr = so + r * ((cols >> lg) * 2);
+	for (int64_t t0 = 0; t0 < n; t0 += QT) {
+		int nt = n - t0 < QT ? (int)(n - t0) : QT;
+		float acc[QT];
+#pragma unroll
+		for (int t = 0; t < QT; t++)
+			acc[t] = 0.0f;
+		for (int64_t c0 = 0; c0 < cols; c0 += QK) {
+			int64_t w = cols - c0 < QK ? cols - c0 : QK;
+			__syncthreads();
+			for (int e = threadIdx.x; e < nt * QK; e += blockDim.x) {
+				int t = e / QK, c = e % QK;
+				if (c < w)
+					sx[t][c + (c >> 5)] = x[(t0 + t) * cols + c0 + c];
+			}
+			__syncthreads();
+			int64_t j = c0 + 32 * (int64_t)lane;
+			if (live && j < cols) {
+				const uint32_t *p = (const uint32_t *)(qr + j / 2);
+				uint32_t qv[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
+				int64_t g2 = (j >> lg) * 2;
+				float sc = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
+				const int base = 33 * lane;
+#pragma unroll
+				for (int b = 0; b < 32; b++) {
+					int byte = b & 15;
+					uint32_t v = (qv[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
+					float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
+					float wv = fmaf(sc, nib, off);
+#pragma unroll
+					for (int t = 0; t < QT; t++)
+						if (t < nt)
+							acc[t] = fmaf(sx[t][base + b], wv, acc[t]);
+				}
+			}
+		}
+		if (live) {
+#pragma unroll
+			for (int t = 0; t < QT; t++)
+				acc[t] = warp_sum(acc[t]);
+			if (lane == 0)
+				for (int t = 0; t < nt; t++)
+					y[(t0 + t) * nout + rr] = acc[t];
+		}
+	}
+}
+
 static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
                        const int32_t *ids, int64_t nout)
 {
@@ -321,7 +387,8 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 			fail(s, VDC_EDTYPE);
 			return;
 		}
-		k_linear<W_Q4><<<grid, block, 0, s->st>>>(yd, xd, w.data, (const float *)w.aux, ids, n, nout, cols, lg2(w.group));
+		k_linear_q4<<<grid, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout, cols,
+		                                       lg2(w.group));
 		break;
 	default:
 		fail(s, VDC_EDTYPE);
@@ -403,16 +470,18 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 	}
 }
 
-/* k_sp_down: y[t, c] = Σ_k h_k·downᵀ[idx_k, c], one fma per survivor in
- * increasing k; one thread a column. */
+/* k_sp_down: y[t, c] = Σ_k h_k·downᵀ[idx_k, c]. A block is 32 columns
+ * (one a lane) and 8 warps; warp w sums the survivors k ≡ w (mod 8) in
+ * increasing k, one fma each, and the 8 partial sums add in warp order: an
+ * order fixed by the token's survivors alone. */
 __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
                           const int32_t *cnt, const uint8_t *dq,
                           const float *dso, int64_t inter, int64_t d, int lg)
 {
+	__shared__ float part[LW][32];
 	int64_t t = blockIdx.y;
-	int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= d)
-		return;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	int64_t c = (int64_t)blockIdx.x * 32 + lane;
 	int64_t nk = cnt[t], ldq = d / 2, ldso = (d >> lg) * 2;
 	int64_t j = c & ~(int64_t)31, b = c & 31;
 	int64_t qo = j / 2 + (b & 15), so = (c >> lg) * 2;
@@ -420,14 +489,22 @@ __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
 	const int32_t *ir = idx + t * inter;
 	const float *hr = h + t * inter;
 	float acc = 0.0f;
-	for (int64_t k = 0; k < nk; k++) {
-		int64_t i = ir[k];
-		uint32_t v = __ldg(dq + i * ldq + qo);
-		float nib = (float)(hi ? (v >> 4) : (v & 15u));
-		const float *sr = dso + i * ldso + so;
-		acc = fmaf(hr[k], fmaf(__ldg(sr), nib, __ldg(sr + 1)), acc);
+	if (c < d)
+		for (int64_t k = w; k < nk; k += LW) {
+			int64_t i = ir[k];
+			uint32_t v = __ldg(dq + i * ldq + qo);
+			float nib = (float)(hi ? (v >> 4) : (v & 15u));
+			const float *sr = dso + i * ldso + so;
+			acc = fmaf(hr[k], fmaf(__ldg(sr), nib, __ldg(sr + 1)), acc);
+		}
+	part[w][lane] = acc;
+	__syncthreads();
+	if (w == 0 && c < d) {
+		float sum = part[0][lane];
+		for (int k = 1; k < LW; k++)
+			sum += part[k][lane];
+		y[t * d + c] = sum;
 	}
-	y[t * d + c] = acc;
 }
 
 static void *scratch(vd_stream *s, size_t bytes)
@@ -625,7 +702,7 @@ __global__ void k_altup_correct(float *out, const float *pred, const float *act,
  * product of one warp, lanes over d then the shuffle tree; scaled, soft-
  * maxed (block max, exp, block sum, divide); then every output element is
  * Σ_j p_j·v_j[c] with one fma per key in key order. */
-#define AB 128
+#define AB 256
 
 __global__ void k_attention(vd_attn a, int *err)
 {
@@ -965,8 +1042,8 @@ static void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	k_sp_up<<<ug, 32 * LW, 0, s->st>>>((float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
-	dim3 dg(blocks_for(d, 256), (unsigned)n);
-	k_sp_down<<<dg, 256, 0, s->st>>>((float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
+	dim3 dg(blocks_for(d, 32), (unsigned)n);
+	k_sp_down<<<dg, 32 * LW, 0, s->st>>>((float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
 	                                 (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
 	launched(s);
 }

@@ -229,7 +229,7 @@ static void check_linear()
 	struct S {
 		int64_t n, rows, cols;
 		int group;
-	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}};
+	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64}};
 	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
 		for (S s : shapes) {
 			auto x = randf((size_t)(s.n * s.cols));
@@ -288,7 +288,8 @@ static void check_sparse_mlp()
 	for (S s : shapes) {
 		Q4 up = randq4(s.inter, s.d, s.group), dt = randq4(s.inter, s.d, s.group);
 		Pair X = in(randf((size_t)(s.n * s.d)));
-		Pair G = in(randf((size_t)(s.n * s.inter), -2, 2));
+		auto gv = randf((size_t)(s.n * s.inter), -2, 2);
+		Pair G = in(gv);
 		Pair H = out((size_t)(s.n * s.inter * 4)), I = out((size_t)(s.n * s.inter * 4));
 		Pair Y = out((size_t)(s.n * s.d * 4));
 		char nm[96];
@@ -301,6 +302,20 @@ static void check_sparse_mlp()
 			                  Q(dt.q, dt.so, g, s.inter, s.d, s.group), 1.6448536f);
 		    }))
 			cmp(nm, Y, (size_t)(s.n * s.d), TOL_DOT);
+		if (s.n > 1) { /* the last token alone on the GPU: the batch's bits */
+			std::vector<float> all = down_f(Y, (size_t)(s.n * s.d));
+			std::vector<float> g1(gv.end() - s.inter, gv.end());
+			Pair G1 = in(g1), H1 = out((size_t)s.inter * 4), I1 = out((size_t)s.inter * 4), Y1 = out((size_t)s.d * 4);
+			vd_tensor x1 = T(X, true, VD_F32, 1, s.d);
+			x1.data = (float *)X.g + (s.n - 1) * s.d;
+			GPU->sparse_mlp(GS, T(Y1, true, VD_F32, 1, s.d), T(G1, true, VD_F32, 1, s.inter),
+			                T(H1, true, VD_F32, 1, s.inter), T(I1, true, VD_I32, 1, s.inter), x1,
+			                Q(up.q, up.so, true, s.inter, s.d, s.group), Q(dt.q, dt.so, true, s.inter, s.d, s.group),
+			                1.6448536f);
+			GPU->sync(GS);
+			same(std::string(nm) + " token alone = in batch", down_f(Y1, (size_t)s.d),
+			     std::vector<float>(all.end() - s.d, all.end()));
+		}
 		free_all();
 	}
 }
