@@ -22,7 +22,8 @@ import (
 // (Linear, Attention, ...): 16-lane sums with fresh lane sums per 512
 // columns and a fixed tree, independent of threads, SIMD level and batch.
 type Backend struct {
-	t *C.vd_backend
+	t    *C.vd_backend
+	note string // why Open chose it (Note)
 }
 
 var defaultBackend = sync.OnceValue(func() *Backend { return &Backend{t: C.vd_cpu_backend()} })

@@ -55,7 +55,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, format+"\n", a...)
 		}
 	}
-	rep := bench.SuiteReport{Machine: bench.ThisMachine()}
+	rep := bench.SuiteReport{Machine: bench.ThisMachine(), Device: "cpu"}
+	if opt.Backend != nil {
+		rep.Device = opt.Backend.Name()
+	}
 	if *limits {
 		progress("measuring the machine's limits")
 		l := bench.MeasureLimits()

@@ -17,9 +17,14 @@ var errChecksFailed = errors.New("checks failed")
 func verifyFixture(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("verify-fixture", stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: verdict verify-fixture PATH\n\nPATH is a fixture folder or .tar.gz (synthetic recipe, or checkpoint with expected.safetensors).")
+		fmt.Fprintln(stderr, "Usage: verdict verify-fixture [--device cpu|cuda|auto] PATH\n\nPATH is a fixture folder or .tar.gz (synthetic recipe, or checkpoint with expected.safetensors).")
 	}
+	device := addDeviceFlag(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	be, err := openDevice(device, stderr)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -36,6 +41,7 @@ func verifyFixture(ctx context.Context, args []string, stdout, stderr io.Writer)
 			img, _, err := decode.ImageFile(path)
 			return img, err
 		},
+		Backend: be,
 	}
 	if tok, err := models.LoadTokenizer(dir); err == nil {
 		opt.Tokenizer = tok

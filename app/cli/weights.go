@@ -9,6 +9,7 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/models"
 	"verdict/engine/tokenizer"
+	"verdict/native"
 )
 
 const weightsHelp = "weight format: q4 (packed to 4 bits at load, cached on disk; the default) or f32 (as the checkpoint stores them, exact)"
@@ -18,6 +19,7 @@ const weightsHelp = "weight format: q4 (packed to 4 bits at load, cached on disk
 type weightFlags struct {
 	weights *string
 	group   *int
+	device  *string
 }
 
 func addWeightFlags(fs interface {
@@ -27,6 +29,7 @@ func addWeightFlags(fs interface {
 	return weightFlags{
 		weights: fs.String("weights", string(models.DefaultWeights), weightsHelp),
 		group:   fs.Int("group", 0, "q4 group size: columns sharing a scale and offset (32, 64, 128, ...; 0: the default, 64)"),
+		device:  addDeviceFlag(fs),
 	}
 }
 
@@ -39,7 +42,34 @@ func (w weightFlags) options() (models.Options, error) {
 	if g := *w.group; g != 0 && (g < 32 || g > 512 || g&(g-1) != 0) {
 		return models.Options{}, usageErr("--group %d: want a power of two from 32 to 512", g)
 	}
-	return models.Options{Weights: f, Group: *w.group, Log: func(s string) { fmt.Fprintln(os.Stderr, "verdict: "+s) }}, nil
+	be, err := openDevice(w.device, os.Stderr)
+	if err != nil {
+		return models.Options{}, err
+	}
+	return models.Options{Weights: f, Group: *w.group, Backend: be, Log: func(s string) { fmt.Fprintln(os.Stderr, "verdict: "+s) }}, nil
+}
+
+// addDeviceFlag adds --device, the compute backend.
+func addDeviceFlag(fs interface {
+	String(string, string, string) *string
+}) *string {
+	return fs.String("device", "cpu", "compute device: "+native.Devices)
+}
+
+// openDevice opens the backend named by --device (nil flag: the CPU); an
+// "auto" that falls back to the CPU says why on stderr.
+func openDevice(device *string, stderr io.Writer) (*native.Backend, error) {
+	if device == nil {
+		return nil, nil
+	}
+	be, err := native.Open(*device)
+	if err != nil {
+		return nil, usageErr("--device %s: %v", *device, err)
+	}
+	if n := be.Note(); n != "" {
+		fmt.Fprintln(stderr, "verdict: --device "+*device+": "+n)
+	}
+	return be, nil
 }
 
 // open opens spec with the flags' weight format, stopped by ctx, with a

@@ -140,9 +140,12 @@ type ModelReport struct {
 
 // SuiteReport is verdict bench's JSON object.
 type SuiteReport struct {
-	Machine Machine       `json:"machine"`
-	Limits  *Limits       `json:"limits,omitempty"`
-	Models  []ModelReport `json:"models"`
+	Machine Machine `json:"machine"`
+	// Device is the backend the models ran on ("cpu", "cuda"); the
+	// limits are the CPU's whatever it is.
+	Device string        `json:"device,omitempty"`
+	Limits *Limits       `json:"limits,omitempty"`
+	Models []ModelReport `json:"models"`
 }
 
 // Opened is a model the suite measures.
@@ -215,6 +218,9 @@ func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) 
 func (r SuiteReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "machine: %s\n", r.Machine)
+	if r.Device != "" {
+		fmt.Fprintf(&b, "device: %s\n", r.Device)
+	}
 	if l := r.Limits; l != nil {
 		fmt.Fprintf(&b, "limits: read bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s (%s, %d threads)\n",
 			l.ReadBandwidth, l.FMAPeak, l.SIMD, l.Threads)

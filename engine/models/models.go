@@ -24,6 +24,7 @@ import (
 	"verdict/engine/safefile"
 	"verdict/engine/tokenizer"
 	"verdict/engine/weights"
+	"verdict/native"
 )
 
 // Builtin is the name that selects the built-in model.
@@ -97,6 +98,8 @@ type Options struct {
 	// TowerCacheBytes bounds the tower outputs the model keeps
 	// (0: DefaultTowerCacheBytes).
 	TowerCacheBytes int64
+	// Backend runs the model (nil: the CPU, native.Default()).
+	Backend *native.Backend
 
 	ctx context.Context // OpenContext's
 }
@@ -190,7 +193,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 	}
 	cfg, sp, err := gemma3n.ParseConfig(cfgJSON)
 	if err == nil {
-		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log, Context: opt.ctx, Progress: opt.Progress}
+		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log, Context: opt.ctx, Progress: opt.Progress, Backend: opt.Backend}
 		if opt.Weights == gemma3n.WeightsQ4 && opt.CacheDir != "" {
 			lo.CacheDir, lo.CacheName = opt.CacheDir, cacheName(spec, m)
 			lo.CacheKey, err = cacheKey(spec, m, cfgJSON)

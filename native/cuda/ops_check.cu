@@ -1,0 +1,665 @@
+/*
+ * ops_check.cu: compares every operation of the CUDA backend with the CPU
+ * backend (the reference) on random inputs of many shapes, prints the
+ * largest absolute and relative error of each, and exits 1 when one is over
+ * its tolerance (2 when no GPU). Built by build/cuda.sh with the CPU
+ * backend's C sources; no Go.
+ *
+ * Relative error is max|gpu − cpu| / max|cpu| over the output. Tolerances:
+ *   TOL_DOT  2e-5  ops that sum (linear, sparse MLP, attention, norms,
+ *                  logsumexp): the two backends sum in different orders;
+ *   TOL_EW   1e-6  elementwise and per-element math (same operations);
+ *   exact         memory ops, argmax (ties included: lowest index), select,
+ *                  sample, and a row's result alone vs. in a batch (GPU).
+ * Outputs are poisoned (NaN) before each op: an unwritten element fails.
+ */
+#include "../backend.h"
+#include "../kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" vd_backend *vd_cuda_backend(int device, char *err, size_t errlen);
+
+static const double TOL_DOT = 2e-5, TOL_EW = 1e-6;
+
+static vd_backend *CPU, *GPU;
+static vd_stream *CS, *GS;
+static std::mt19937_64 rng(12345);
+static int failures = 0;
+
+/* A buffer on both sides: c on the host (the CPU backend's memory), g on
+ * the device. */
+struct Pair {
+	void *c = nullptr, *g = nullptr;
+	size_t n = 0;
+};
+static std::vector<Pair> live;
+
+static Pair in(const void *host, size_t bytes)
+{
+	Pair p;
+	p.n = bytes;
+	p.c = malloc(bytes ? bytes : 4);
+	memcpy(p.c, host, bytes);
+	p.g = GPU->bind(GPU, (void *)host, bytes);
+	if (!p.g) {
+		fprintf(stderr, "bind failed\n");
+		exit(3);
+	}
+	live.push_back(p);
+	return p;
+}
+template <class T> static Pair in(const std::vector<T> &v) { return in(v.data(), v.size() * sizeof(T)); }
+
+static Pair out(size_t bytes)
+{
+	Pair p;
+	p.n = bytes;
+	p.c = malloc(bytes ? bytes : 4);
+	memset(p.c, 0xff, bytes);
+	p.g = GPU->alloc(GPU, bytes);
+	cudaMemset(p.g, 0xff, bytes);
+	live.push_back(p);
+	return p;
+}
+
+static void free_all()
+{
+	for (Pair &p : live) {
+		free(p.c);
+		GPU->release(GPU, p.g, p.n);
+	}
+	live.clear();
+}
+
+static vd_tensor T(const Pair &p, bool g, int dt, int64_t r, int64_t c)
+{
+	vd_tensor t;
+	memset(&t, 0, sizeof t);
+	t.data = g ? p.g : p.c;
+	t.dtype = dt;
+	t.rows = r;
+	t.cols = c;
+	return t;
+}
+static vd_tensor Q(const Pair &q, const Pair &so, bool g, int64_t r, int64_t c, int group)
+{
+	vd_tensor t = T(q, g, VD_Q4, r, c);
+	t.aux = g ? so.g : so.c;
+	t.group = group;
+	return t;
+}
+static vd_tensor NIL()
+{
+	vd_tensor t;
+	memset(&t, 0, sizeof t);
+	return t;
+}
+
+static std::vector<float> randf(size_t n, float lo = -1, float hi = 1)
+{
+	std::uniform_real_distribution<float> d(lo, hi);
+	std::vector<float> v(n);
+	for (auto &x : v)
+		x = d(rng);
+	return v;
+}
+static std::vector<int32_t> randi(size_t n, int32_t lo, int32_t hi)
+{
+	std::uniform_int_distribution<int32_t> d(lo, hi);
+	std::vector<int32_t> v(n);
+	for (auto &x : v)
+		x = d(rng);
+	return v;
+}
+static std::vector<uint16_t> bf16_of(const std::vector<float> &f)
+{
+	std::vector<uint16_t> b(f.size());
+	for (size_t i = 0; i < f.size(); i++) {
+		uint32_t u;
+		memcpy(&u, &f[i], 4);
+		b[i] = (uint16_t)(u >> 16);
+	}
+	return b;
+}
+/* A random q4 matrix: nibbles and per-group scales and offsets. */
+struct Q4 {
+	Pair q, so;
+};
+static Q4 randq4(int64_t rows, int64_t cols, int group)
+{
+	std::vector<uint8_t> q((size_t)(rows * cols / 2));
+	for (auto &b : q)
+		b = (uint8_t)(rng() & 0xff);
+	std::vector<float> so((size_t)(rows * (cols / group) * 2));
+	std::uniform_real_distribution<float> sc(0.01f, 0.1f), off(-0.8f, 0.0f);
+	for (size_t i = 0; i < so.size(); i += 2) {
+		so[i] = sc(rng);
+		so[i + 1] = off(rng);
+	}
+	return Q4{in(q), in(so)};
+}
+
+/* run calls op on the CPU then the GPU and syncs both. */
+static bool run(const char *name, const std::function<void(vd_backend *, vd_stream *, bool)> &op)
+{
+	op(CPU, CS, false);
+	op(GPU, GS, true);
+	int rc = GPU->sync(GS);
+	if (rc) {
+		printf("%-34s GPU ERROR %d\n", name, rc);
+		failures++;
+		return false;
+	}
+	return true;
+}
+
+static std::vector<float> down_f(const Pair &p, size_t n)
+{
+	std::vector<float> v(n);
+	cudaMemcpy(v.data(), p.g, n * 4, cudaMemcpyDeviceToHost);
+	return v;
+}
+
+/* cmp compares n floats of p (GPU against CPU) and prints a line. */
+static void cmp(const std::string &name, const Pair &p, size_t n, double tol)
+{
+	std::vector<float> g = down_f(p, n);
+	const float *c = (const float *)p.c;
+	double mabs = 0, mref = 0;
+	bool bad = false;
+	for (size_t i = 0; i < n; i++) {
+		if (std::isnan(c[i]) != std::isnan(g[i])) {
+			bad = true;
+			continue;
+		}
+		if (std::isnan(c[i]))
+			continue;
+		double e = fabs((double)g[i] - (double)c[i]);
+		mabs = std::max(mabs, e);
+		mref = std::max(mref, fabs((double)c[i]));
+	}
+	double rel = mref > 0 ? mabs / mref : mabs;
+	bool fail = bad || rel > tol || (tol == 0 && mabs != 0);
+	printf("%-44s n=%-8zu maxabs %.3e  rel %.3e  tol %.0e %s\n", name.c_str(), n, mabs, rel, tol,
+	       fail ? (bad ? "FAIL (NaN/unwritten)" : "FAIL") : "ok");
+	if (fail)
+		failures++;
+}
+
+static void cmp_i(const std::string &name, const Pair &p, size_t n)
+{
+	std::vector<int32_t> g(n);
+	cudaMemcpy(g.data(), p.g, n * 4, cudaMemcpyDeviceToHost);
+	const int32_t *c = (const int32_t *)p.c;
+	size_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff += g[i] != c[i];
+	printf("%-44s n=%-8zu mismatches %zu  (exact) %s\n", name.c_str(), n, diff, diff ? "FAIL" : "ok");
+	if (diff)
+		failures++;
+}
+
+/* same checks that the GPU's values a and b are identical bits. */
+static void same(const std::string &name, const std::vector<float> &a, const std::vector<float> &b)
+{
+	size_t diff = 0;
+	for (size_t i = 0; i < a.size(); i++)
+		diff += memcmp(&a[i], &b[i], 4) != 0;
+	printf("%-44s n=%-8zu differing %zu  (exact) %s\n", name.c_str(), a.size(), diff, diff ? "FAIL" : "ok");
+	if (diff)
+		failures++;
+}
+
+static const char *dtname(int dt) { return dt == VD_F32 ? "f32" : dt == VD_BF16 ? "bf16" : "q4"; }
+
+static void check_linear()
+{
+	struct S {
+		int64_t n, rows, cols;
+		int group;
+	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64}};
+	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
+		for (S s : shapes) {
+			auto x = randf((size_t)(s.n * s.cols));
+			Pair X = in(x), W, SO;
+			if (dt == VD_F32) {
+				W = in(randf((size_t)(s.rows * s.cols), -0.1f, 0.1f));
+			} else if (dt == VD_BF16) {
+				W = in(bf16_of(randf((size_t)(s.rows * s.cols), -0.1f, 0.1f)));
+			} else {
+				Q4 q = randq4(s.rows, s.cols, s.group);
+				W = q.q;
+				SO = q.so;
+			}
+			auto wt = [&](bool g) { return dt == VD_Q4 ? Q(W, SO, g, s.rows, s.cols, s.group) : T(W, g, dt, s.rows, s.cols); };
+			Pair Y = out((size_t)(s.n * s.rows * 4));
+			char nm[96];
+			snprintf(nm, sizeof nm, "linear %s n=%lld %lldx%lld", dtname(dt), (long long)s.n, (long long)s.rows,
+			         (long long)s.cols);
+			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->linear(st, T(Y, g, VD_F32, s.n, s.rows), T(X, g, VD_F32, s.n, s.cols), wt(g));
+			    }))
+				cmp(nm, Y, (size_t)(s.n * s.rows), TOL_DOT);
+			/* The last row alone, on the GPU: the same bits as in the batch. */
+			if (s.n > 1) {
+				std::vector<float> all = down_f(Y, (size_t)(s.n * s.rows));
+				Pair Y1 = out((size_t)(s.rows * 4));
+				vd_tensor x1 = T(X, true, VD_F32, 1, s.cols);
+				x1.data = (float *)X.g + (s.n - 1) * s.cols;
+				GPU->linear(GS, T(Y1, true, VD_F32, 1, s.rows), x1, wt(true));
+				GPU->sync(GS);
+				std::vector<float> one = down_f(Y1, (size_t)s.rows);
+				std::vector<float> last(all.end() - s.rows, all.end());
+				same(std::string(nm) + " row alone = in batch", one, last);
+			}
+			/* linear_rows over random rows. */
+			int64_t k = s.rows / 3 + 1;
+			Pair ID = in(randi((size_t)k, 0, (int32_t)s.rows - 1));
+			Pair YR = out((size_t)(s.n * k * 4));
+			std::string nr = std::string("linear_rows ") + (nm + 7);
+			if (run(nr.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->linear_rows(st, T(YR, g, VD_F32, s.n, k), T(X, g, VD_F32, s.n, s.cols), wt(g),
+				                   T(ID, g, VD_I32, 1, k));
+			    }))
+				cmp(nr, YR, (size_t)(s.n * k), TOL_DOT);
+			free_all();
+		}
+	}
+}
+
+static void check_sparse_mlp()
+{
+	struct S {
+		int64_t n, inter, d;
+		int group;
+	} shapes[] = {{1, 1024, 256, 64}, {5, 512, 512, 32}, {3, 2048, 256, 128}};
+	for (S s : shapes) {
+		Q4 up = randq4(s.inter, s.d, s.group), dt = randq4(s.inter, s.d, s.group);
+		Pair X = in(randf((size_t)(s.n * s.d)));
+		auto gv = randf((size_t)(s.n * s.inter), -2, 2);
+		Pair G = in(gv);
+		Pair H = out((size_t)(s.n * s.inter * 4)), I = out((size_t)(s.n * s.inter * 4));
+		Pair Y = out((size_t)(s.n * s.d * 4));
+		char nm[96];
+		snprintf(nm, sizeof nm, "sparse_mlp n=%lld inter=%lld d=%lld g=%d", (long long)s.n, (long long)s.inter,
+		         (long long)s.d, s.group);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->sparse_mlp(st, T(Y, g, VD_F32, s.n, s.d), T(G, g, VD_F32, s.n, s.inter),
+			                  T(H, g, VD_F32, s.n, s.inter), T(I, g, VD_I32, s.n, s.inter),
+			                  T(X, g, VD_F32, s.n, s.d), Q(up.q, up.so, g, s.inter, s.d, s.group),
+			                  Q(dt.q, dt.so, g, s.inter, s.d, s.group), 1.6448536f);
+		    }))
+			cmp(nm, Y, (size_t)(s.n * s.d), TOL_DOT);
+		if (s.n > 1) { /* the last token alone on the GPU: the batch's bits */
+			std::vector<float> all = down_f(Y, (size_t)(s.n * s.d));
+			std::vector<float> g1(gv.end() - s.inter, gv.end());
+			Pair G1 = in(g1), H1 = out((size_t)s.inter * 4), I1 = out((size_t)s.inter * 4), Y1 = out((size_t)s.d * 4);
+			vd_tensor x1 = T(X, true, VD_F32, 1, s.d);
+			x1.data = (float *)X.g + (s.n - 1) * s.d;
+			GPU->sparse_mlp(GS, T(Y1, true, VD_F32, 1, s.d), T(G1, true, VD_F32, 1, s.inter),
+			                T(H1, true, VD_F32, 1, s.inter), T(I1, true, VD_I32, 1, s.inter), x1,
+			                Q(up.q, up.so, true, s.inter, s.d, s.group), Q(dt.q, dt.so, true, s.inter, s.d, s.group),
+			                1.6448536f);
+			GPU->sync(GS);
+			same(std::string(nm) + " token alone = in batch", down_f(Y1, (size_t)s.d),
+			     std::vector<float>(all.end() - s.d, all.end()));
+		}
+		free_all();
+	}
+}
+
+static void check_rows()
+{
+	for (int64_t dim : {64, 2048, 2000}) {
+		int64_t rows = 9;
+		size_t n = (size_t)(rows * dim);
+		Pair X = in(randf(n, -3, 3)), W = in(randf((size_t)dim, 0.5f, 1.5f));
+		std::string sfx = " dim=" + std::to_string(dim);
+		for (int withw = 0; withw < 2; withw++) {
+			Pair Y = out(n * 4);
+			std::string nm = std::string("rmsnorm") + (withw ? " w" : " no-w") + sfx;
+			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->rmsnorm(st, T(Y, g, VD_F32, rows, dim), T(X, g, VD_F32, rows, dim),
+				               withw ? T(W, g, VD_F32, 1, dim) : NIL(), dim, 1e-6f);
+			    }))
+				cmp(nm, Y, n, TOL_DOT);
+		}
+		Pair R = out((size_t)rows * 4);
+		if (run("row_rms", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->row_rms(st, T(R, g, VD_F32, rows, 1), T(X, g, VD_F32, rows, dim), dim, 1e-3f);
+		    }))
+			cmp("row_rms" + sfx, R, (size_t)rows, TOL_DOT);
+		Pair SC = in(randf((size_t)rows)), X2 = in(randf(n));
+		if (run("scale_rows", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->scale_rows(st, T(X2, g, VD_F32, rows, dim), T(SC, g, VD_F32, rows, 1), dim);
+		    }))
+			cmp("scale_rows" + sfx, X2, n, TOL_EW);
+		Pair X3 = in(randf(n));
+		if (run("mul_rows", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->mul_rows(st, T(X3, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim));
+		    }))
+			cmp("mul_rows" + sfx, X3, n, TOL_EW);
+		Pair G = in(randf(n, -2, 2)), U = in(randf(n));
+		if (run("sparse_gelu_mul", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->sparse_gelu_mul(st, T(G, g, VD_F32, rows, dim), T(U, g, VD_F32, rows, dim), dim, 1.6448536f);
+		    }))
+			cmp("sparse_gelu_mul" + sfx, G, n, TOL_DOT);
+		Pair L = out((size_t)rows * 4);
+		Pair XL = in(randf(n, -20, 20));
+		if (run("logsumexp", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->logsumexp(st, T(L, g, VD_F32, rows, 1), T(XL, g, VD_F32, rows, dim));
+		    }))
+			cmp("logsumexp" + sfx, L, (size_t)rows, TOL_DOT);
+		/* argmax with a planted tie in some rows: the lowest index wins. */
+		auto xa = randf(n);
+		for (int64_t r = 0; r < rows; r += 2) {
+			xa[(size_t)(r * dim + dim / 3)] = 5.0f;
+			xa[(size_t)(r * dim + dim / 2)] = 5.0f;
+		}
+		Pair XA = in(xa), A = out((size_t)rows * 4);
+		if (run("argmax", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->argmax(st, T(A, g, VD_I32, rows, 1), T(XA, g, VD_F32, rows, dim));
+		    }))
+			cmp_i("argmax (ties: lowest)" + sfx, A, (size_t)rows);
+		free_all();
+	}
+}
+
+static void check_ew()
+{
+	static const char *names[] = {"gelu", "gelu_mul", "softcap", "tanh", "add", "mul", "div", "add_const", "scale", "add_scaled"};
+	size_t n = 100003;
+	auto a = randf(n, -12, 12), bb = randf(n, 0.2f, 3.0f);
+	for (int op = VD_EW_GELU; op <= VD_EW_ADD_SCALED; op++) {
+		Pair A = in(a), B = in(bb), Y = out(n * 4);
+		float c = op == VD_EW_SOFTCAP ? 30.0f : 0.37f;
+		std::string nm = std::string("ew ") + names[op];
+		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->ew(st, op, T(Y, g, VD_F32, 1, (int64_t)n), T(A, g, VD_F32, 1, (int64_t)n),
+			          T(B, g, VD_F32, 1, (int64_t)n), c);
+		    }))
+			cmp(nm, Y, n, TOL_EW);
+		/* in place: y = a */
+		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->ew(st, op, T(A, g, VD_F32, 1, (int64_t)n), T(A, g, VD_F32, 1, (int64_t)n),
+			          T(B, g, VD_F32, 1, (int64_t)n), c);
+		    }))
+			cmp(nm + " (in place)", A, n, TOL_EW);
+		free_all();
+	}
+}
+
+static void check_rope_altup()
+{
+	for (int64_t hd : {64, 256}) {
+		int64_t n = 13, heads = 4;
+		size_t m = (size_t)(n * heads * hd);
+		std::vector<float> inv((size_t)(hd / 2));
+		for (int64_t i = 0; i < hd / 2; i++)
+			inv[(size_t)i] = (float)pow(10000.0, -2.0 * (double)i / (double)hd);
+		Pair X = in(randf(m)), P = in(randi((size_t)n, 0, 8000)), F = in(inv);
+		std::string nm = "rope hd=" + std::to_string(hd);
+		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->rope(st, T(X, g, VD_F32, n, heads * hd), T(P, g, VD_I32, 1, n), heads, hd, T(F, g, VD_F32, 1, hd / 2));
+		    }))
+			cmp(nm, X, m, TOL_EW);
+		free_all();
+	}
+	int64_t n = 6, d = 2048;
+	size_t m = (size_t)(4 * n * d);
+	Pair H = in(randf(m)), C = in(randf((size_t)(16 * n))), PR = out(m * 4);
+	if (run("altup_predict", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->altup_predict(st, T(PR, g, VD_F32, 4 * n, d), T(H, g, VD_F32, 4 * n, d), T(C, g, VD_F32, n, 16), n, d);
+	    }))
+		cmp("altup_predict n=6 d=2048", PR, m, TOL_EW);
+	Pair PD = in(randf(m)), ACT = in(randf((size_t)(n * d))), CF = in(randf((size_t)(4 * n))), O = out(m * 4);
+	if (run("altup_correct", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->altup_correct(st, T(O, g, VD_F32, 4 * n, d), T(PD, g, VD_F32, 4 * n, d), T(ACT, g, VD_F32, n, d),
+		                     T(CF, g, VD_F32, n, 4), n, d);
+	    }))
+		cmp("altup_correct n=6 d=2048", O, m, TOL_EW);
+	if (run("altup_correct in place", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->altup_correct(st, T(PD, g, VD_F32, 4 * n, d), T(PD, g, VD_F32, 4 * n, d), T(ACT, g, VD_F32, n, d),
+		                     T(CF, g, VD_F32, n, 4), n, d);
+	    }))
+		cmp("altup_correct in place", PD, m, TOL_EW);
+	free_all();
+}
+
+/* Paged attention: several sequences whose keys sit in shuffled blocks,
+ * entries of assorted lengths (some blocks partly filled), queries at
+ * several positions of each (prefill runs and decode steps). */
+static void check_attention()
+{
+	struct S {
+		int64_t hq, hkv, d, block, window;
+	} shapes[] = {{8, 2, 64, 16, 0}, {8, 2, 64, 16, 20}, {4, 1, 256, 8, 0}, {2, 2, 128, 32, 0}, {8, 4, 256, 16, 48}};
+	for (S s : shapes) {
+		int64_t nblocks = 96, ldk = s.hkv * s.d;
+		size_t pool = (size_t)(nblocks * s.block * ldk);
+		Pair K = in(randf(pool)), V = in(randf(pool));
+		std::vector<int32_t> perm((size_t)nblocks);
+		for (int64_t i = 0; i < nblocks; i++)
+			perm[(size_t)i] = (int32_t)i;
+		std::shuffle(perm.begin(), perm.end(), rng);
+		std::vector<int32_t> seq_ent{0}, blk, pos, len, qpos, qseq;
+		int64_t nb = 0, max_keys = 1;
+		int lens[] = {37, 150, 5, 90};
+		for (int sq = 0; sq < 4; sq++) {
+			int64_t p = 0;
+			while (p < lens[sq]) {
+				int64_t l = std::min<int64_t>(lens[sq] - p, 1 + (int64_t)(rng() % (uint64_t)s.block));
+				blk.push_back(perm[(size_t)nb++]);
+				pos.push_back((int32_t)p);
+				len.push_back((int32_t)l);
+				p += l;
+			}
+			seq_ent.push_back((int32_t)blk.size());
+			max_keys = std::max<int64_t>(max_keys, lens[sq]);
+			/* a prefill run over the last 6 positions, a first one, one in the middle */
+			for (int64_t q = std::max<int64_t>(0, lens[sq] - 6); q < lens[sq]; q++) {
+				qpos.push_back((int32_t)q);
+				qseq.push_back(sq);
+			}
+			qpos.push_back(0);
+			qseq.push_back(sq);
+			qpos.push_back(lens[sq] / 2);
+			qseq.push_back(sq);
+		}
+		int64_t nq = (int64_t)qpos.size();
+		size_t qn = (size_t)(nq * s.hq * s.d);
+		Pair Qp = in(randf(qn)), O = out(qn * 4);
+		Pair QP = in(qpos), QS = in(qseq), SE = in(seq_ent), EB = in(blk), EP = in(pos), EL = in(len);
+		auto attn = [&](bool g, const Pair &out_, const Pair &q_, int64_t qoff, int64_t nqq) {
+			vd_attn a;
+			memset(&a, 0, sizeof a);
+			a.out = T(out_, g, VD_F32, nqq, s.hq * s.d);
+			a.q = T(q_, g, VD_F32, nqq, s.hq * s.d);
+			a.q.data = (float *)a.q.data + qoff * s.hq * s.d;
+			a.out.data = (float *)a.out.data + qoff * s.hq * s.d;
+			a.k = T(K, g, VD_F32, nblocks * s.block, ldk);
+			a.v = T(V, g, VD_F32, nblocks * s.block, ldk);
+			a.qpos = T(QP, g, VD_I32, 1, nqq);
+			a.qpos.data = (int32_t *)a.qpos.data + qoff;
+			a.qseq = T(QS, g, VD_I32, 1, nqq);
+			a.qseq.data = (int32_t *)a.qseq.data + qoff;
+			a.seq_ent = T(SE, g, VD_I32, 1, (int64_t)seq_ent.size());
+			a.ent_blk = T(EB, g, VD_I32, 1, (int64_t)blk.size());
+			a.ent_pos = T(EP, g, VD_I32, 1, (int64_t)pos.size());
+			a.ent_len = T(EL, g, VD_I32, 1, (int64_t)len.size());
+			a.hq = s.hq;
+			a.hkv = s.hkv;
+			a.d = s.d;
+			a.block = s.block;
+			a.window = s.window;
+			a.max_keys = max_keys;
+			a.scale = 1.0f / sqrtf((float)s.d);
+			return a;
+		};
+		char nm[120];
+		snprintf(nm, sizeof nm, "attention hq=%lld hkv=%lld d=%lld blk=%lld win=%lld nq=%lld", (long long)s.hq,
+		         (long long)s.hkv, (long long)s.d, (long long)s.block, (long long)s.window, (long long)nq);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    vd_attn a = attn(g, O, Qp, 0, nq);
+			    b->attention(st, &a);
+		    })) {
+			cmp(nm, O, qn, TOL_DOT);
+			/* every query alone on the GPU: the same bits */
+			std::vector<float> all = down_f(O, qn), each(qn);
+			Pair O1 = out(qn * 4);
+			for (int64_t i = 0; i < nq; i++) {
+				vd_attn a = attn(true, O1, Qp, i, 1);
+				GPU->attention(GS, &a);
+			}
+			GPU->sync(GS);
+			same(std::string(nm) + " alone = batched", down_f(O1, qn), all);
+		}
+		free_all();
+	}
+}
+
+static void check_memory()
+{
+	int64_t V = 300, C = 256;
+	auto ids = randi(40, 0, (int32_t)V - 1);
+	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
+		Pair W, SO;
+		if (dt == VD_F32)
+			W = in(randf((size_t)(V * C)));
+		else if (dt == VD_BF16)
+			W = in(bf16_of(randf((size_t)(V * C))));
+		else {
+			Q4 q = randq4(V, C, 64);
+			W = q.q;
+			SO = q.so;
+		}
+		Pair ID = in(ids), Y = out((size_t)(ids.size() * C * 4));
+		std::string nm = std::string("embed ") + dtname(dt);
+		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+			    vd_tensor t = dt == VD_Q4 ? Q(W, SO, g, V, C, 64) : T(W, g, dt, V, C);
+			    b->embed(st, T(Y, g, VD_F32, (int64_t)ids.size(), C), t, T(ID, g, VD_I32, 1, (int64_t)ids.size()), 45.25f);
+		    }))
+			cmp(nm, Y, ids.size() * C, TOL_EW);
+		free_all();
+	}
+	Pair X = in(randf((size_t)(V * C))), ID = in(ids), Y = out((size_t)(ids.size() * C * 4));
+	if (run("gather", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->gather(st, T(Y, g, VD_F32, (int64_t)ids.size(), C), T(X, g, VD_F32, V, C), T(ID, g, VD_I32, 1, (int64_t)ids.size()));
+	    }))
+		cmp("gather", Y, ids.size() * C, 0);
+	std::vector<int32_t> perm((size_t)V);
+	for (int64_t i = 0; i < V; i++)
+		perm[(size_t)i] = (int32_t)i;
+	std::shuffle(perm.begin(), perm.end(), rng);
+	perm.resize(50);
+	Pair PI = in(perm), XS = in(randf((size_t)(50 * C))), YS = in(randf((size_t)(V * C)));
+	if (run("scatter", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->scatter(st, T(YS, g, VD_F32, V, C), T(XS, g, VD_F32, 50, C), T(PI, g, VD_I32, 1, 50));
+	    }))
+		cmp("scatter", YS, (size_t)(V * C), 0);
+	Pair YC = in(randf((size_t)(V * C)));
+	if (run("copy2d", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->copy2d(st, T(YC, g, VD_F32, V, C), C, T(X, g, VD_F32, V, C), C + 3, 40, C - 7);
+	    }))
+		cmp("copy2d", YC, (size_t)(V * C), 0);
+	Pair R = in(randi(77, 0, (int32_t)V - 1)), CO = in(randi(77, 0, (int32_t)C - 1)), O = out(77 * 4);
+	if (run("select", [&](vd_backend *b, vd_stream *st, bool g) {
+		    b->select(st, T(O, g, VD_F32, 1, 77), T(X, g, VD_F32, V, C), T(R, g, VD_I32, 1, 77), T(CO, g, VD_I32, 1, 77));
+	    }))
+		cmp("select", O, 77, 0);
+	/* transfers: upload, copy, download */
+	auto h = randf(1000);
+	Pair A = out(4000), B = out(4000);
+	GPU->upload(GS, A.g, h.data(), 4000);
+	GPU->copy(GS, B.g, A.g, 4000);
+	std::vector<float> back(1000);
+	GPU->download(GS, back.data(), B.g, 4000);
+	int rc = GPU->sync(GS);
+	same("upload, copy, download", h, back);
+	if (rc)
+		failures++;
+	free_all();
+}
+
+static void check_sample()
+{
+	int64_t V = 5000;
+	struct P {
+		float inv_temp;
+		int64_t top_k;
+		double top_p, u;
+	} ps[] = {{0, 0, 1, 0.5}, {1.25f, 40, 0.9, 0.3}, {1.0f, 0, 1, 0.77}, {2.0f, 0, 0.5, 0.999}, {0.7f, 1, 1, 0.1}, {1.0f, 7, 0.0, 0.6}};
+	int k = 0;
+	for (P p : ps) {
+		for (int rep = 0; rep < 5; rep++) {
+			auto x = randf((size_t)V, -5, 5);
+			x[17] = x[4000] = 6.0f; /* a tie at the top */
+			Pair X = in(x), O = out(4);
+			vd_sampling sp;
+			sp.inv_temp = p.inv_temp;
+			sp.top_k = p.top_k;
+			sp.top_p = p.top_p;
+			sp.u = std::fmod(p.u + 0.137 * rep, 1.0);
+			char nm[96];
+			snprintf(nm, sizeof nm, "sample T^-1=%.2f k=%lld p=%.2f u=%.3f", p.inv_temp, (long long)p.top_k, p.top_p, sp.u);
+			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->sample(st, T(O, g, VD_I32, 1, 1), T(X, g, VD_F32, 1, V), sp);
+			    }))
+				cmp_i(nm, O, 1);
+			free_all();
+			k++;
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	char err[512] = "";
+	GPU = vd_cuda_backend(0, err, sizeof err);
+	if (!GPU) {
+		fprintf(stderr, "ops_check: %s\n", err);
+		return 2;
+	}
+	vk_init(8);
+	CPU = vd_cpu_backend();
+	CS = CPU->stream_new(CPU);
+	GS = GPU->stream_new(GPU);
+	cudaDeviceProp prop;
+	cudaGetDeviceProperties(&prop, 0);
+	printf("ops_check: %s (sm_%d%d), CPU reference kernels set %d\n", prop.name, prop.major, prop.minor, vk_simd_active());
+	check_linear();
+	check_sparse_mlp();
+	check_rows();
+	check_ew();
+	check_rope_altup();
+	check_attention();
+	check_memory();
+	check_sample();
+	/* A bad call sets the sticky error that sync returns. */
+	{
+		Pair X = in(randf(64)), Y = out(64 * 4);
+		vd_tensor w = T(X, true, 99, 8, 8);
+		GPU->linear(GS, T(Y, true, VD_F32, 1, 8), T(X, true, VD_F32, 1, 8), w);
+		int rc1 = GPU->sync(GS), rc2 = GPU->sync(GS);
+		printf("%-44s sync -> %d, then %d %s\n", "sticky error (bad dtype)", rc1, rc2, rc1 && rc1 == rc2 ? "ok" : "FAIL");
+		if (!(rc1 && rc1 == rc2))
+			failures++;
+		free_all();
+	}
+	printf("ops_check: %d failure(s)\n", failures);
+	return failures ? 1 : 0;
+}

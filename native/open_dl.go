@@ -1,0 +1,103 @@
+//go:build linux || darwin
+
+package native
+
+/*
+#cgo linux LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+#include "backend.h"
+
+typedef vd_backend *(*vdl_open_fn)(int, char *, size_t);
+
+static void *vdl_open(const char *path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
+static const char *vdl_error(void) { const char *e = dlerror(); return e ? e : "unknown error"; }
+static void *vdl_sym(void *h, const char *name) { dlerror(); return dlsym(h, name); }
+static vd_backend *vdl_call(void *fn, int dev, char *err, size_t n) { return ((vdl_open_fn)fn)(dev, err, n); }
+
+// vdl_missing returns the 1-based index of the table's first NULL
+// function, 0 when there is none.
+static int vdl_missing(vd_backend *b) {
+	void *const *f = (void *const *)&b->alloc;
+	int n = (int)((sizeof(vd_backend) - offsetof(vd_backend, alloc)) / sizeof(void *));
+	for (int i = 0; i < n; i++)
+		if (!f[i])
+			return i + 1;
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+)
+
+// CUDALibrary is the CUDA backend's file name.
+const CUDALibrary = "libverdict_cuda.so"
+
+// cudaCandidates lists where the library is looked for, in order.
+func cudaCandidates() []string {
+	if p := os.Getenv("VERDICT_CUDA_LIB"); p != "" {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			p = filepath.Join(p, CUDALibrary)
+		}
+		return []string{p}
+	}
+	var c []string
+	if exe, err := os.Executable(); err == nil {
+		c = append(c, filepath.Join(filepath.Dir(exe), CUDALibrary))
+	}
+	return append(c, CUDALibrary) // the system's library path
+}
+
+func loadCUDA(dev int) (*Backend, error) {
+	var h unsafe.Pointer
+	var tried []string
+	for _, p := range cudaCandidates() {
+		if strings.ContainsRune(p, '/') {
+			if _, err := os.Stat(p); err != nil {
+				tried = append(tried, p+": no such file")
+				continue
+			}
+		}
+		cp := C.CString(p)
+		h = C.vdl_open(cp)
+		C.free(unsafe.Pointer(cp))
+		if h != nil {
+			break
+		}
+		tried = append(tried, p+": "+C.GoString(C.vdl_error()))
+	}
+	if h == nil {
+		return nil, fmt.Errorf("cuda: no usable %s (set VERDICT_CUDA_LIB, or put it next to the executable): %s",
+			CUDALibrary, strings.Join(tried, "; "))
+	}
+	sym := C.CString("vd_cuda_backend")
+	fn := C.vdl_sym(h, sym)
+	C.free(unsafe.Pointer(sym))
+	if fn == nil {
+		return nil, errors.New("cuda: the library has no vd_cuda_backend: " + C.GoString(C.vdl_error()))
+	}
+	var msg [512]C.char
+	t := C.vdl_call(fn, C.int(dev), &msg[0], C.size_t(len(msg)))
+	if t == nil {
+		m := C.GoString(&msg[0])
+		if m == "" {
+			m = "cuda: the backend did not start (no reason given)"
+		}
+		return nil, errors.New(m)
+	}
+	if t.abi != C.VD_ABI {
+		return nil, fmt.Errorf("cuda: ABI mismatch: the library implements backend ABI %d, this verdict needs %d; rebuild %s",
+			int(t.abi), int(C.VD_ABI), CUDALibrary)
+	}
+	if i := C.vdl_missing(t); i != 0 {
+		return nil, fmt.Errorf("cuda: the library's table lacks function %d", int(i))
+	}
+	return &Backend{t: t}, nil
+}
