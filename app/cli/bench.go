@@ -55,7 +55,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, format+"\n", a...)
 		}
 	}
-	rep := bench.SuiteReport{Machine: bench.ThisMachine(), Device: "cpu"}
+	rep := bench.SuiteReport{Machine: bench.ThisMachine(), Device: native.Default().Name()}
 	if opt.Backend != nil {
 		rep.Device = opt.Backend.Name()
 	}

@@ -142,7 +142,7 @@ type ModelReport struct {
 type SuiteReport struct {
 	Machine Machine `json:"machine"`
 	// Device is the backend the models ran on ("cpu", "cuda"); the
-	// limits are the CPU's whatever it is.
+	// limits are the host's whatever it is.
 	Device string        `json:"device,omitempty"`
 	Limits *Limits       `json:"limits,omitempty"`
 	Models []ModelReport `json:"models"`

@@ -98,7 +98,7 @@ type Options struct {
 	// TowerCacheBytes bounds the tower outputs the model keeps
 	// (0: DefaultTowerCacheBytes).
 	TowerCacheBytes int64
-	// Backend runs the model (nil: the CPU, native.Default()).
+	// Backend runs the model (nil: native.Default()).
 	Backend *native.Backend
 
 	ctx context.Context // OpenContext's
