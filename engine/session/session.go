@@ -255,26 +255,18 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 	if req.OnPrompt != nil {
 		req.OnPrompt(len(ids))
 	}
-	stopIDs := s.tok.StopIDs()
-	stops := map[int32]bool{}
-	for _, id := range stopIDs {
-		stops[id] = true
-	}
 	var md *gemma3n.Media
 	if req.Media != nil {
 		md = &req.Media.Media
 	}
 	sm := req.Sampling
+	st := s.newStreamer()
 	opt := generate.Options{
 		MaxTokens: sm.MaxTokens, Temperature: sm.Temperature, TopK: sm.TopK, TopP: sm.TopP, Seed: sm.Seed,
-		Stop: stopIDs, Media: md, OnPrefill: req.OnPrefill,
+		Stop: s.tok.StopIDs(), Media: md, OnPrefill: req.OnPrefill,
 	}
-	dec := s.tok.NewStreamDecoder()
 	res, err := generate.Run(ctx, s.m.Model, ids, opt, func(t generate.Token) error {
-		tk := Token{Index: t.Index, ID: t.ID, Stop: stops[t.ID]}
-		if !tk.Stop {
-			tk.Piece = dec.Add(t.ID)
-		}
+		tk := st.token(t.Index, t.ID)
 		if emit != nil {
 			return emit(tk)
 		}
@@ -283,8 +275,31 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 	return Result{
 		IDs: res.IDs, Stopped: res.Stopped, PromptTokens: res.PromptLen,
 		Prefill: res.Prefill, FirstToken: res.FirstToken, Decode: res.Decode, Total: res.Total,
-		Tail: dec.Flush(),
+		Tail: st.dec.Flush(),
 	}, err
+}
+
+// streamer turns generated ids into Tokens: stop tokens flagged and left
+// out of the text, the others decoded into whole characters as they come.
+type streamer struct {
+	dec   *tokenizer.StreamDecoder
+	stops map[int32]bool
+}
+
+func (s *Session) newStreamer() *streamer {
+	st := &streamer{dec: s.tok.NewStreamDecoder(), stops: map[int32]bool{}}
+	for _, id := range s.tok.StopIDs() {
+		st.stops[id] = true
+	}
+	return st
+}
+
+func (st *streamer) token(index int, id int32) Token {
+	tk := Token{Index: index, ID: id, Stop: st.stops[id]}
+	if !tk.Stop {
+		tk.Piece = st.dec.Add(id)
+	}
+	return tk
 }
 
 // ChatPrompt is a one-turn chat prompt for generation: the system message
