@@ -55,7 +55,7 @@ func TestPresetsUnderEveryBackend(t *testing.T) {
 func TestScorerSettingsBackends(t *testing.T) {
 	for _, tc := range []struct{ backend, normalize, err string }{
 		{"cached", "pmi", ""}, {"catalog", "contextual", ""}, {"", "none", ""}, {"json", "", ""},
-		{"fast", "", `setting scorer.backend: "fast" is not one of json, cached, catalog`},
+		{"fast", "", `setting scorer.backend: "fast" is not one of json, cached, catalog, head`},
 		{"json", "zscore", `setting scorer.normalize: "zscore" is not one of none, contextual, pmi`},
 	} {
 		set := DefaultPreferences().Run
