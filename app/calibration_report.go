@@ -50,7 +50,7 @@ func (s *Scorer) CalibrationReport(req CalibrationReportRequest) (*scorer.Calibr
 	}
 	defer release()
 	set := s.runs.settings.Get().Run.Scorer
-	_, rep, err := l.sc.CalibrateReport(context.Background(), sc, ex, scorer.Options{BranchBatch: set.BranchBatch, Backend: req.Backend})
+	_, rep, err := l.s.CalibrateReport(context.Background(), sc, ex, scorer.Options{BranchBatch: set.BranchBatch, Backend: req.Backend})
 	if err != nil {
 		return nil, err
 	}

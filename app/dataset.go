@@ -201,7 +201,7 @@ func (d *Dataset) begin(s *scorer.Schema, opt scorer.Options) (DatasetState, err
 		backend = scorer.BackendJSON
 	}
 	score := func(ctx context.Context, text string) (json.RawMessage, error) {
-		res, err := l.sc.Score(ctx, s, text, opt)
+		res, err := l.s.Score(ctx, s, text, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +211,7 @@ func (d *Dataset) begin(s *scorer.Schema, opt scorer.Options) (DatasetState, err
 			RandomWeight bool   `json:"random_weights,omitempty"`
 			Backend      string `json:"backend"`
 			*scorer.Result
-		}{l.m.Name, l.m.Builtin, backend, res})
+		}{l.s.Info().Name, l.s.Info().Builtin, backend, res})
 	}
 	go func() {
 		defer close(d.done)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"verdict/engine/models"
+	"verdict/engine/session"
 )
 
 // TestOpenCancelsTheLoadInProgress: eight quick Opens run one load at a
@@ -21,7 +22,7 @@ func TestOpenCancelsTheLoadInProgress(t *testing.T) {
 	var mu sync.Mutex
 	active, most, calls, cancelled := 0, 0, 0, 0
 	final := false // every Open has been made: the load that starts now is the last
-	open := func(ctx context.Context, spec string, progress func(string, int64, int64)) (*models.Model, error) {
+	open := func(ctx context.Context, spec string, progress func(string, int64, int64)) (*session.Session, error) {
 		mu.Lock()
 		calls++
 		active++
@@ -34,7 +35,7 @@ func TestOpenCancelsTheLoadInProgress(t *testing.T) {
 			mu.Unlock()
 		}()
 		if last {
-			m, err := models.OpenContext(ctx, models.Builtin, models.Options{CacheDir: "off", Progress: progress})
+			m, err := session.Open(ctx, models.Builtin, models.Options{CacheDir: "off", Progress: progress})
 			if errors.Is(err, context.Canceled) {
 				mu.Lock()
 				cancelled++

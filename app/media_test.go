@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"verdict/app/inputs"
-	"verdict/engine/models"
 	"verdict/engine/vision"
 	"verdict/media"
 	"verdict/media/availability"
@@ -451,7 +450,7 @@ func TestRunWithMediaPreparesOnceForBothSides(t *testing.T) {
 	s, rec := readyServices(t)
 	var calls atomic.Int32
 	prepare := s.Runs.prepare
-	s.Runs.prepare = func(ctx context.Context, m *models.Model, in *media.Input, p inputs.Progress) (*inputs.Prepared, error) {
+	s.Runs.prepare = func(ctx context.Context, m inputs.Towers, in *media.Input, p inputs.Progress) (*inputs.Prepared, error) {
 		calls.Add(1)
 		return prepare(ctx, m, in, p)
 	}
@@ -641,7 +640,7 @@ func TestVideoUpload(t *testing.T) {
 func TestCancelWhileTheTowersRun(t *testing.T) {
 	s, rec := readyServices(t)
 	stopped := make(chan struct{})
-	s.Runs.prepare = func(ctx context.Context, m *models.Model, in *media.Input, p inputs.Progress) (*inputs.Prepared, error) {
+	s.Runs.prepare = func(ctx context.Context, m inputs.Towers, in *media.Input, p inputs.Progress) (*inputs.Prepared, error) {
 		p(inputs.Step{Total: 2, What: "image 1"})
 		select { // a tower pass that ends when nobody waits for it
 		case <-ctx.Done():

@@ -14,8 +14,7 @@ import (
 
 	"verdict/engine/hub"
 	"verdict/engine/models"
-	"verdict/engine/scorer"
-	"verdict/engine/tokenizer"
+	"verdict/engine/session"
 	"verdict/media/limits"
 )
 
@@ -64,26 +63,24 @@ type ModelInfo struct {
 	Note  string `json:"note,omitempty"`
 }
 
-// loaded is an opened model with what runs need; refs counts the runs using
-// it, so that a replaced model is closed only after its last run.
+// loaded is an opened model session with what runs need; refs counts the
+// runs using it, so that a replaced model is closed only after its last run.
 type loaded struct {
-	m    *models.Model
-	tok  *tokenizer.Tokenizer
-	sc   *scorer.Scorer
+	s    *session.Session
 	info ModelInfo
 	refs sync.WaitGroup
 }
 
-// OpenFunc opens a model: it stops when ctx is done (returning its error)
-// and tells progress, when set, its slow stages.
-type OpenFunc func(ctx context.Context, spec string, progress func(stage string, done, total int64)) (*models.Model, error)
+// OpenFunc opens a model session: it stops when ctx is done (returning its
+// error) and tells progress, when set, its slow stages.
+type OpenFunc func(ctx context.Context, spec string, progress func(stage string, done, total int64)) (*session.Session, error)
 
-// OpenWith is the OpenFunc of models.OpenContext with opt.
+// OpenWith is the OpenFunc of session.Open with opt.
 func OpenWith(opt models.Options) OpenFunc {
-	return func(ctx context.Context, spec string, progress func(string, int64, int64)) (*models.Model, error) {
+	return func(ctx context.Context, spec string, progress func(string, int64, int64)) (*session.Session, error) {
 		o := opt
 		o.Progress = progress
-		return models.OpenContext(ctx, spec, o)
+		return session.Open(ctx, spec, o)
 	}
 }
 
@@ -105,7 +102,7 @@ type Models struct {
 }
 
 // NewModels returns the service with no model loaded. open is
-// models.OpenContext with the default options unless a test replaces it.
+// session.Open with the default options unless a test replaces it.
 func NewModels(open OpenFunc, e Emitter, log *logrus.Logger) *Models {
 	if open == nil {
 		open = OpenWith(models.Options{})
@@ -275,12 +272,6 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
 		}
 	}()
 	m, err := s.open(ctx, info.Spec, func(stage string, done, total int64) { s.progress(gen, stage, done, total) })
-	var tok *tokenizer.Tokenizer
-	if err == nil {
-		if tok, err = m.Tokenizer(); err != nil {
-			m.Close()
-		}
-	}
 	close(done)
 	<-tickerDone // no progress event may follow the outcome
 	s.mu.Lock()
@@ -300,17 +291,17 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
 		s.emit.Emit(EventModel, info)
 		return
 	}
+	mi := m.Info()
 	info.State = ModelReady
-	info.Name, info.Builtin, info.RandomWeights = m.Name, m.Builtin, m.Builtin
-	info.Params = m.Cfg.Params()
-	info.Layers, info.HiddenSize, info.VocabSize = m.Cfg.NumLayers, m.Cfg.HiddenSize, m.Cfg.VocabSize
-	info.LoadMs = ms(m.LoadTime)
-	img, aud := m.Inputs()
-	info.Inputs = modalitiesOf(towerState(img), towerState(aud))
-	if m.Builtin {
+	info.Name, info.Builtin, info.RandomWeights = mi.Name, mi.Builtin, mi.Builtin
+	info.Params = mi.Params
+	info.Layers, info.HiddenSize, info.VocabSize = mi.Layers, mi.Hidden, mi.Vocab
+	info.LoadMs = ms(mi.LoadTime)
+	info.Inputs = modalitiesOf(towerState(mi.Vision), towerState(mi.Audio))
+	if mi.Builtin {
 		info.Note = "random weights: its output is noise, not language; it exercises the whole pipeline"
 	}
-	l := &loaded{m: m, tok: tok, sc: scorer.New(m.Model, tok), info: info}
+	l := &loaded{s: m, info: info}
 	old := s.cur
 	s.cur, s.info = l, info
 	swap := s.onSwap
@@ -329,7 +320,7 @@ func (s *Models) retire(l *loaded, swap []func()) {
 	}
 	go func() {
 		l.refs.Wait()
-		l.m.Close()
+		l.s.Close()
 	}()
 }
 
@@ -358,11 +349,11 @@ func (s *Models) mediaTokens() (image, audio int) {
 	defer s.mu.Unlock()
 	image, audio = DefaultImageTokens, DefaultAudioTokens
 	if s.cur != nil {
-		if sp := s.cur.m.Special; sp.VisionTokens > 0 {
-			image = sp.VisionTokens
+		if n := s.cur.s.Info().ImageTokens; n > 0 {
+			image = n
 		}
-		if sp := s.cur.m.Special; sp.AudioTokens > 0 {
-			audio = sp.AudioTokens
+		if n := s.cur.s.Info().AudioTokens; n > 0 {
+			audio = n
 		}
 	}
 	return image, audio
@@ -402,7 +393,7 @@ func (s *Models) close() {
 	<-ended
 	if old != nil {
 		old.refs.Wait()
-		old.m.Close()
+		old.s.Close()
 	}
 }
 

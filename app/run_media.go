@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"verdict/app/inputs"
-	"verdict/engine/models"
 	"verdict/media"
 )
 
@@ -32,11 +31,11 @@ func (sp *sharedPrep) wait(ctx context.Context) (*inputs.Prepared, error) {
 
 // prepareMedia runs the towers once, reporting each item as it starts and
 // each of its tower's steps.
-func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, *models.Model, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
+func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, inputs.Towers, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
 	start := time.Now()
 	var item string
 	var itemStart time.Time
-	p, err := prepare(ctx, l.m, in, func(st inputs.Step) {
+	p, err := prepare(ctx, l.s, in, func(st inputs.Step) {
 		now := time.Now()
 		if st.What != item {
 			item, itemStart = st.What, now
@@ -96,7 +95,8 @@ func mediaItems(its []inputs.Item) []RunMediaItem {
 
 // canTake checks that the model has the towers the media need.
 func canTake(l *loaded, in *media.Input) error {
-	vision, audio := l.m.Inputs()
+	mi := l.s.Info()
+	vision, audio := mi.Vision, mi.Audio
 	_, _, sound := in.Sound()
 	switch {
 	case (len(in.Images) > 0 || in.Video != nil) && !vision:

@@ -11,12 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"verdict/app/inputs"
-	"verdict/engine/gemma3n"
-	"verdict/engine/generate"
-	"verdict/engine/prompt"
 	"verdict/engine/scorer"
-	"verdict/engine/tokenizer"
+	"verdict/engine/session"
 )
 
 // catalogLiveTokens is how many of a live catalog step's legal tokens an
@@ -90,7 +86,7 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 		r.mu.Unlock()
 		r.th.poke()
 	}
-	res, err := l.sc.Score(ctx, schema, input, opt)
+	res, err := l.s.Score(ctx, schema, input, opt)
 
 	r.mu.Lock()
 	defer func() {
@@ -138,73 +134,45 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 		r.mu.Unlock()
 		r.th.poke()
 	}
-	var ids []int32
-	var md *gemma3n.Media
-	var perr error
-	switch {
-	case media != nil:
+	req := session.Request{
+		Kind: session.PromptSchema, Input: input, Schema: schema,
+		Sampling: session.Sampling{MaxTokens: set.MaxTokens, Temperature: set.Temperature, TopK: set.TopK, TopP: set.TopP, Seed: set.Seed},
+	}
+	if set.Prompt == PromptChat {
+		req.Kind = session.PromptChat
+	}
+	if media != nil {
 		p, err := media.wait(ctx)
 		if err != nil {
 			fail(err)
 			return
 		}
-		md = &p.Media.Media
-		if set.Prompt == PromptChat {
-			ids, perr = inputs.ChatPrompt(l.m, p, "", input).Encode(l.tok, l.m.Special)
-		} else {
-			ids, perr = schema.MediaPrompt(input, p.Captions, p.Audio != nil, l.m.Special).Encode(l.tok, l.m.Special)
-		}
-	case set.Prompt == PromptChat:
-		if perr = prompt.CheckMediaText(input, l.m.Special, l.tok); perr == nil {
-			ids = l.tok.EncodeChat([]tokenizer.Turn{{Role: "user", Content: input}}, true)
-		}
-	default:
-		ids, perr = schema.MediaPrompt(input, nil, false, l.m.Special).Encode(l.tok, l.m.Special)
+		req.Media = &p.Media
 	}
-	if perr != nil {
-		fail(perr)
-		return
+	var prep time.Duration
+	prompted := false
+	req.OnPrompt = func(tokens int) {
+		prompted = true
+		prep = time.Since(start)
+		r.mu.Lock()
+		g.Status = StatusPrefilling
+		g.Timing.InputPrepMs = ms(prep)
+		g.Timing.PromptTokens = tokens
+		r.generatorChanged(true)
+		r.mu.Unlock()
+		r.th.poke()
 	}
-	if len(ids) > scorer.MaxInputTokens {
-		fail(&scorer.LimitError{What: "input tokens", Value: len(ids), Max: scorer.MaxInputTokens})
-		return
+	req.OnPrefill = func(done, total int) {
+		r.mu.Lock()
+		g.Timing.PrefillDone, g.Timing.PrefillLayers = done, total
+		r.generatorChanged(true)
+		r.mu.Unlock()
+		r.th.poke()
 	}
-	if err := ctx.Err(); err != nil {
-		fail(err)
-		return
-	}
-	prep := time.Since(start)
-	r.mu.Lock()
-	g.Status = StatusPrefilling
-	g.Timing.InputPrepMs = ms(prep)
-	g.Timing.PromptTokens = len(ids)
-	r.generatorChanged(true)
-	r.mu.Unlock()
-	r.th.poke()
-
-	stops := map[int32]bool{}
-	for _, id := range l.tok.StopIDs() {
-		stops[id] = true
-	}
-	dec := l.tok.NewStreamDecoder()
 	var text strings.Builder
-	opt := generate.Options{
-		MaxTokens: set.MaxTokens, Temperature: set.Temperature, TopK: set.TopK, TopP: set.TopP, Seed: set.Seed,
-		Stop: l.tok.StopIDs(), Media: md,
-		OnPrefill: func(done, total int) {
-			r.mu.Lock()
-			g.Timing.PrefillDone, g.Timing.PrefillLayers = done, total
-			r.generatorChanged(true)
-			r.mu.Unlock()
-			r.th.poke()
-		},
-	}
-	res, err := generate.Run(ctx, l.m.Model, ids, opt, func(t generate.Token) error {
+	res, err := l.s.Generate(ctx, req, func(t session.Token) error {
 		now := time.Now()
-		var piece string
-		if !stops[t.ID] {
-			piece = dec.Add(t.ID)
-		}
+		piece := t.Piece
 		r.mu.Lock()
 		first := g.Timing.OutputTokens == 0
 		g.Timing.OutputTokens++
@@ -213,7 +181,7 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 			g.Timing.FirstTokenMs = ms(now.Sub(start))
 			g.Timing.PrefillMs = ms(now.Sub(start) - prep)
 			if g.Timing.PrefillMs > 0 {
-				g.Timing.PrefillTPS = float64(len(ids)) / (g.Timing.PrefillMs / 1000)
+				g.Timing.PrefillTPS = float64(g.Timing.PromptTokens) / (g.Timing.PrefillMs / 1000)
 			}
 		} else if d := now.Sub(start).Seconds()*1000 - g.Timing.FirstTokenMs; d > 0 {
 			g.Timing.DecodeMs = d
@@ -227,7 +195,11 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 		r.th.poke()
 		return nil
 	})
-	tail := dec.Flush()
+	if !prompted { // the prompt was refused (or the run stopped before it)
+		fail(err)
+		return
+	}
+	tail := res.Tail
 
 	r.mu.Lock()
 	text.WriteString(tail)

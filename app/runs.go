@@ -14,7 +14,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/app/inputs"
-	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/media"
 )
@@ -59,7 +58,7 @@ type Runs struct {
 	settings *Settings
 	media    *Media
 	// prepare runs the towers (inputs.PrepareContext; tests count calls).
-	prepare  func(ctx context.Context, m *models.Model, in *media.Input, progress inputs.Progress) (*inputs.Prepared, error)
+	prepare  func(ctx context.Context, t inputs.Towers, in *media.Input, progress inputs.Progress) (*inputs.Prepared, error)
 	emit     Emitter
 	log      *logrus.Logger
 	interval time.Duration

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"verdict/engine/models"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 )
 
 func TestModelOpenErrors(t *testing.T) {
@@ -43,7 +43,7 @@ func TestModelOpenErrors(t *testing.T) {
 
 func TestModelLoadFailureIsReported(t *testing.T) {
 	rec := NewRecorder()
-	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: func(context.Context, string, func(string, int64, int64)) (*models.Model, error) {
+	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: func(context.Context, string, func(string, int64, int64)) (*session.Session, error) {
 		time.Sleep(2 * ProgressInterval)
 		return nil, errors.New("tensor model.embed has shape [1] not [262400 2048]")
 	}})

@@ -7,8 +7,8 @@ import (
 	"errors"
 
 	"verdict/app/inputs"
-	"verdict/engine/gemma3n"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 )
 
 // Scorer is the scorer service: a run of the scorer side alone, schema
@@ -101,24 +101,14 @@ func (s *Scorer) PromptMedia(schema json.RawMessage, input string, mediaIDs []st
 	}
 	l, release, err := s.runs.models.acquire()
 	if err != nil {
-		p.Text = sc.MediaPrompt(input, captions, p.Audio, gemma3nSpecial(img, aud)).String()
+		p.Text = session.SchemaPromptText(sc, input, captions, p.Audio, img, aud)
 		return p, nil
 	}
 	defer release()
-	pr := sc.MediaPrompt(input, captions, p.Audio, l.m.Special)
-	p.Text = pr.String()
-	ids, err := pr.Encode(l.tok, l.m.Special)
-	if err != nil {
+	if p.Text, p.Tokens, err = l.s.SchemaPrompt(sc, input, captions, p.Audio); err != nil {
 		return PromptPreview{}, err
 	}
-	p.Tokens = len(ids)
 	return p, nil
-}
-
-// gemma3nSpecial is a placeholder Special for rendering a prompt without a
-// model (only the soft-token counts matter to String).
-func gemma3nSpecial(img, aud int) gemma3n.Special {
-	return gemma3n.Special{VisionTokens: img, AudioTokens: aud}
 }
 
 // Presets returns the built-in schemas with sample inputs.

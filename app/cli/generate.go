@@ -8,11 +8,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"verdict/app/inputs"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
 	promptpkg "verdict/engine/prompt"
+	"verdict/engine/session"
 	"verdict/engine/tokenizer"
 )
 
@@ -59,7 +59,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		if ids, err = inputs.ChatPrompt(m, p, *system, *prompt).Encode(tok, m.Special); err != nil {
+		if ids, err = session.ChatPrompt(m.Special, &p.Media, *system, *prompt).Encode(tok, m.Special); err != nil {
 			return err
 		}
 		media = &p.Media.Media

@@ -10,10 +10,8 @@ import (
 	"image"
 	"time"
 
-	"verdict/engine/gemma3n"
-	"verdict/engine/models"
-	"verdict/engine/prompt"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 	"verdict/media"
 	"verdict/media/decode"
 	"verdict/media/limits"
@@ -90,10 +88,18 @@ type Step struct {
 // Progress hears the towers' work.
 type Progress func(Step)
 
+// Towers are a model's vision and audio towers and its embedding rows
+// (session.Session has them).
+type Towers interface {
+	ImageTokens(ctx context.Context, img image.Image, progress session.TowerProgress) (soft []float32, cached bool, err error)
+	AudioTokens(ctx context.Context, pcm []float32, progress session.TowerProgress) (soft []float32, cached bool, err error)
+	HardEmbed(id int32) ([]float32, error)
+}
+
 // Prepare runs the model's towers on the input: images, then the video's
 // frames (captioned with their time), and the one audio source (the clip or
 // the video's soundtrack).
-func Prepare(m *models.Model, in *media.Input) (*Prepared, error) {
+func Prepare(m Towers, in *media.Input) (*Prepared, error) {
 	return PrepareContext(context.Background(), m, in, nil)
 }
 
@@ -102,7 +108,7 @@ func Prepare(m *models.Model, in *media.Input) (*Prepared, error) {
 // each item as it starts, each of its tower's steps, and once at the end.
 // Outputs the model has cached are not computed again. The result is the
 // same as Prepare's.
-func PrepareContext(ctx context.Context, m *models.Model, in *media.Input, progress Progress) (*Prepared, error) {
+func PrepareContext(ctx context.Context, m Towers, in *media.Input, progress Progress) (*Prepared, error) {
 	start := time.Now()
 	type item struct {
 		img  image.Image
@@ -141,7 +147,7 @@ func PrepareContext(ctx context.Context, m *models.Model, in *media.Input, progr
 		}
 	}
 	// run passes one item through its tower.
-	run := func(what string, tower func(models.TowerProgress) ([]float32, bool, error)) ([]float32, error) {
+	run := func(what string, tower func(session.TowerProgress) ([]float32, bool, error)) ([]float32, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -159,23 +165,24 @@ func PrepareContext(ctx context.Context, m *models.Model, in *media.Input, progr
 		done = append(done, Item{What: what, Duration: time.Since(t0), Cached: cached})
 		return soft, nil
 	}
-	md := &gemma3n.Media{Hard: m.HardEmbed}
+	md := &scorer.Media{Captions: captions}
+	md.Hard = m.HardEmbed
 	for _, it := range items {
-		soft, err := run(it.what, func(p models.TowerProgress) ([]float32, bool, error) { return m.ImageTokens(ctx, it.img, p) })
+		soft, err := run(it.what, func(p session.TowerProgress) ([]float32, bool, error) { return m.ImageTokens(ctx, it.img, p) })
 		if err != nil {
 			return nil, err
 		}
 		md.Image = append(md.Image, soft...)
 	}
 	if hasSound {
-		soft, err := run("audio", func(p models.TowerProgress) ([]float32, bool, error) { return m.AudioTokens(ctx, pcm, p) })
+		soft, err := run("audio", func(p session.TowerProgress) ([]float32, bool, error) { return m.AudioTokens(ctx, pcm, p) })
 		if err != nil {
 			return nil, err
 		}
 		md.Audio = soft
 	}
 	report(Step{})
-	return &Prepared{Media: scorer.Media{Media: *md, Captions: captions}, Duration: time.Since(start), Items: done}, nil
+	return &Prepared{Media: *md, Duration: time.Since(start), Items: done}, nil
 }
 
 // Captions are the prompt's captions of the input's images in order: none
@@ -197,30 +204,4 @@ func Captions(in *media.Input) []string {
 func clock(d time.Duration) string {
 	s := int(d.Round(time.Second) / time.Second)
 	return fmt.Sprintf("%d:%02d", s/60, s%60)
-}
-
-// ChatPrompt is a one-turn chat prompt for ordinary generation: the system
-// message (if any), the media placeholders (captioned as Captions say), then
-// the text. Only the chat markup gives control tokens: special tokens in the
-// system message, captions and text stay text.
-func ChatPrompt(m *models.Model, p *Prepared, system, text string) prompt.Prompt {
-	var pr prompt.Prompt
-	pr.Text("<bos><start_of_turn>user\n")
-	if system != "" {
-		pr.User(system + "\n\n")
-	}
-	if p != nil {
-		for i, c := range p.Captions {
-			if c != "" {
-				pr.User(c)
-			}
-			pr.Image(m.Special, fmt.Sprintf("image %d", i+1))
-		}
-		if p.Audio != nil {
-			pr.Audio(m.Special, "audio")
-		}
-	}
-	pr.User(text)
-	pr.Text("<end_of_turn>\n<start_of_turn>model\n")
-	return pr
 }

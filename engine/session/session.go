@@ -1,0 +1,347 @@
+// Package session is the engine as the app sees it: an opened model with its
+// tokenizer and scorer behind a narrow set of methods — open and close, what
+// the model is, media soft tokens, generation from an input (the prompt built
+// and checked against the token limit here), and scoring.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"time"
+
+	"verdict/engine/gemma3n"
+	"verdict/engine/generate"
+	"verdict/engine/models"
+	"verdict/engine/prompt"
+	"verdict/engine/scorer"
+	"verdict/engine/tokenizer"
+)
+
+// Session is an opened model, its tokenizer and its scorer. It is safe for
+// concurrent use: generations and scorer requests each have their own cache.
+type Session struct {
+	m    *models.Model
+	tok  *tokenizer.Tokenizer
+	sc   *scorer.Scorer
+	info Info
+}
+
+// Info describes the opened model.
+type Info struct {
+	Name      string
+	Path      string
+	Builtin   bool // the built-in model: random weights
+	Synthetic bool // a full-size shape with random weights
+	Params    int64
+	Layers    int
+	Hidden    int
+	Vocab     int
+	LoadTime  time.Duration
+	// Vision and Audio say whether the checkpoint has those towers.
+	Vision, Audio bool
+	// ImageTokens and AudioTokens are the soft tokens of one image and of
+	// one audio clip (0 when the config does not say).
+	ImageTokens, AudioTokens int
+}
+
+// TowerProgress hears a tower's work: its load, then blocks done of total.
+type TowerProgress = models.TowerProgress
+
+// Open opens spec (see models.OpenContext) with its tokenizer and scorer;
+// ctx stops the load.
+func Open(ctx context.Context, spec string, opt models.Options) (*Session, error) {
+	m, err := models.OpenContext(ctx, spec, opt)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(m)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New makes a session of an opened model, which it then owns (Close closes
+// it). A model without a tokenizer is refused, with the reason, and left
+// open.
+func New(m *models.Model) (*Session, error) {
+	if m == nil || m.Model == nil {
+		return nil, errors.New("session: no model")
+	}
+	tok, err := m.Tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	img, aud := m.Inputs()
+	info := Info{
+		Name: m.Name, Path: m.Path, Builtin: m.Builtin, Synthetic: m.Synthetic,
+		Params: m.Cfg.Params(), Layers: m.Cfg.NumLayers, Hidden: m.Cfg.HiddenSize, Vocab: m.Cfg.VocabSize,
+		LoadTime: m.LoadTime, Vision: img, Audio: aud,
+		ImageTokens: m.Special.VisionTokens, AudioTokens: m.Special.AudioTokens,
+	}
+	return &Session{m: m, tok: tok, sc: scorer.New(m.Model, tok), info: info}, nil
+}
+
+// Close releases the model.
+func (s *Session) Close() error { return s.m.Close() }
+
+// Info describes the model.
+func (s *Session) Info() Info { return s.info }
+
+// Tokenizer is the model's tokenizer.
+func (s *Session) Tokenizer() *tokenizer.Tokenizer { return s.tok }
+
+// ImageTokens runs the vision tower on one image (see models.Model.ImageTokens).
+func (s *Session) ImageTokens(ctx context.Context, img image.Image, progress TowerProgress) ([]float32, bool, error) {
+	return s.m.ImageTokens(ctx, img, progress)
+}
+
+// AudioTokens runs the audio tower on 16 kHz mono samples (see models.Model.AudioTokens).
+func (s *Session) AudioTokens(ctx context.Context, pcm []float32, progress TowerProgress) ([]float32, bool, error) {
+	return s.m.AudioTokens(ctx, pcm, progress)
+}
+
+// HardEmbed is a token's embedding row, for the multimodal merge.
+func (s *Session) HardEmbed(id int32) ([]float32, error) { return s.m.HardEmbed(id) }
+
+// Score runs the scorer on input (see scorer.Scorer.Score).
+func (s *Session) Score(ctx context.Context, schema *scorer.Schema, input string, opt scorer.Options) (*scorer.Result, error) {
+	return s.sc.Score(ctx, schema, input, opt)
+}
+
+// CalibrateReport fits and reports a calibration (see scorer.Scorer.CalibrateReport).
+func (s *Session) CalibrateReport(ctx context.Context, schema *scorer.Schema, examples []scorer.Example, opt scorer.Options) (*scorer.Calibration, *scorer.CalibrationReport, error) {
+	return s.sc.CalibrateReport(ctx, schema, examples, opt)
+}
+
+// Prompt kinds of a generation.
+const (
+	// PromptChat is a one-turn chat: the system message (if any), the
+	// media placeholders, then the input.
+	PromptChat = "chat"
+	// PromptSchema is the scorer's shared prefix for the schema: the model
+	// is asked to answer it as JSON.
+	PromptSchema = "schema"
+)
+
+// MaxInputTokens is the most prompt tokens a generation takes (the
+// scorer's limit).
+const MaxInputTokens = scorer.MaxInputTokens
+
+// Sampling are a generation's settings.
+type Sampling struct {
+	MaxTokens   int     // > 0
+	Temperature float64 // 0: greedy
+	TopK        int     // 0: off
+	TopP        float64 // 0 or 1: off
+	Seed        uint64
+}
+
+// Request is one generation.
+type Request struct {
+	Kind   string         // PromptChat or PromptSchema
+	Input  string         // the user's text
+	System string         // PromptChat: an optional system message
+	Schema *scorer.Schema // PromptSchema: the schema asked
+	// Media are the prepared soft tokens and captions (nil: text only).
+	Media    *scorer.Media
+	Sampling Sampling
+	// OnPrompt, when set, hears the prompt's token count once it is built
+	// and within the limit, before the prefill.
+	OnPrompt func(tokens int)
+	// OnPrefill, when set, hears the prefill: decoder layers done of
+	// those it runs, after each.
+	OnPrefill func(done, total int)
+}
+
+// Token is one generated token: its id and the text it adds. Piece may be
+// empty (a stop token, or bytes of a character not yet complete); the
+// pieces of a generation and Result.Tail together are the decode of its
+// ids without the stop tokens.
+type Token struct {
+	Index int
+	ID    int32
+	Piece string
+	Stop  bool // a stop token: generation ends after it
+}
+
+// Result summarises a generation.
+type Result struct {
+	IDs          []int32
+	Stopped      bool // ended on a stop token
+	PromptTokens int
+	Prefill      time.Duration
+	FirstToken   time.Duration // from the start of the prefill to the first token
+	Decode       time.Duration // after the first token
+	Total        time.Duration
+	// Tail is the text held back by the decoder at the end (bytes of an
+	// incomplete character), written after the last piece.
+	Tail string
+}
+
+// PrefillTokensPerSec is the prompt's processing rate.
+func (r Result) PrefillTokensPerSec() float64 { return rate(r.PromptTokens, r.Prefill) }
+
+// DecodeTokensPerSec is the rate of the tokens after the first.
+func (r Result) DecodeTokensPerSec() float64 { return rate(len(r.IDs)-1, r.Decode) }
+
+func rate(n int, d time.Duration) float64 {
+	if n <= 0 || d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Encode builds req's prompt and tokenizes it: its ids, refused when the
+// input spells a media token or when there are more than MaxInputTokens.
+func (s *Session) Encode(req Request) ([]int32, error) {
+	var ids []int32
+	var err error
+	switch req.Kind {
+	case PromptChat:
+		if req.Media != nil {
+			ids, err = ChatPrompt(s.m.Special, req.Media, req.System, req.Input).Encode(s.tok, s.m.Special)
+			break
+		}
+		// Text only: the tokenizer's chat template, with media tokens
+		// spelled in the text refused.
+		var turns []tokenizer.Turn
+		for _, t := range []tokenizer.Turn{{Role: "system", Content: req.System}, {Role: "user", Content: req.Input}} {
+			if err = prompt.CheckMediaText(t.Content, s.m.Special, s.tok); err != nil {
+				return nil, err
+			}
+			if t.Role == "user" || t.Content != "" {
+				turns = append(turns, t)
+			}
+		}
+		ids = s.tok.EncodeChat(turns, true)
+	case PromptSchema:
+		if req.Schema == nil {
+			return nil, errors.New("session: a schema prompt needs a schema")
+		}
+		var captions []string
+		audio := false
+		if req.Media != nil {
+			captions, audio = req.Media.Captions, req.Media.Audio != nil
+		}
+		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Special).Encode(s.tok, s.m.Special)
+	default:
+		return nil, fmt.Errorf("session: unknown prompt kind %q (chat or schema)", req.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) > MaxInputTokens {
+		return nil, &scorer.LimitError{What: "input tokens", Value: len(ids), Max: MaxInputTokens}
+	}
+	return ids, nil
+}
+
+// Generate builds req's prompt (Encode) and generates from it, calling emit
+// for every token as soon as it is chosen. It stops at Sampling.MaxTokens,
+// after a stop token (end of turn, end of text), when emit returns an error,
+// or when ctx is done (returning ctx's error with what was generated so far).
+func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) error) (Result, error) {
+	ids, err := s.Encode(req)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if req.OnPrompt != nil {
+		req.OnPrompt(len(ids))
+	}
+	var md *gemma3n.Media
+	if req.Media != nil {
+		md = &req.Media.Media
+	}
+	sm := req.Sampling
+	st := s.newStreamer()
+	opt := generate.Options{
+		MaxTokens: sm.MaxTokens, Temperature: sm.Temperature, TopK: sm.TopK, TopP: sm.TopP, Seed: sm.Seed,
+		Stop: s.tok.StopIDs(), Media: md, OnPrefill: req.OnPrefill,
+	}
+	res, err := generate.Run(ctx, s.m.Model, ids, opt, func(t generate.Token) error {
+		tk := st.token(t.Index, t.ID)
+		if emit != nil {
+			return emit(tk)
+		}
+		return nil
+	})
+	return Result{
+		IDs: res.IDs, Stopped: res.Stopped, PromptTokens: res.PromptLen,
+		Prefill: res.Prefill, FirstToken: res.FirstToken, Decode: res.Decode, Total: res.Total,
+		Tail: st.dec.Flush(),
+	}, err
+}
+
+// streamer turns generated ids into Tokens: stop tokens flagged and left
+// out of the text, the others decoded into whole characters as they come.
+type streamer struct {
+	dec   *tokenizer.StreamDecoder
+	stops map[int32]bool
+}
+
+func (s *Session) newStreamer() *streamer {
+	st := &streamer{dec: s.tok.NewStreamDecoder(), stops: map[int32]bool{}}
+	for _, id := range s.tok.StopIDs() {
+		st.stops[id] = true
+	}
+	return st
+}
+
+func (st *streamer) token(index int, id int32) Token {
+	tk := Token{Index: index, ID: id, Stop: st.stops[id]}
+	if !tk.Stop {
+		tk.Piece = st.dec.Add(id)
+	}
+	return tk
+}
+
+// ChatPrompt is a one-turn chat prompt for generation: the system message
+// (if any), the media placeholders (each after its caption, when it has
+// one), then the text. Only the chat markup gives control tokens: special
+// tokens in the system message, captions and text stay text.
+func ChatPrompt(sp gemma3n.Special, media *scorer.Media, system, text string) prompt.Prompt {
+	var pr prompt.Prompt
+	pr.Text("<bos><start_of_turn>user\n")
+	if system != "" {
+		pr.User(system + "\n\n")
+	}
+	if media != nil {
+		for i, c := range media.Captions {
+			if c != "" {
+				pr.User(c)
+			}
+			pr.Image(sp, fmt.Sprintf("image %d", i+1))
+		}
+		if media.Audio != nil {
+			pr.Audio(sp, "audio")
+		}
+	}
+	pr.User(text)
+	pr.Text("<end_of_turn>\n<start_of_turn>model\n")
+	return pr
+}
+
+// SchemaPrompt is the schema's shared prefix for input with captions (one
+// per image) and an audio clip: its text with media runs written as
+// <image 1>, <audio>, and its token count.
+func (s *Session) SchemaPrompt(schema *scorer.Schema, input string, captions []string, audio bool) (text string, tokens int, err error) {
+	pr := schema.MediaPrompt(input, captions, audio, s.m.Special)
+	ids, err := pr.Encode(s.tok, s.m.Special)
+	if err != nil {
+		return "", 0, err
+	}
+	return pr.String(), len(ids), nil
+}
+
+// SchemaPromptText is SchemaPrompt's text without a model: imageTokens and
+// audioTokens are the soft tokens of one image and one clip.
+func SchemaPromptText(schema *scorer.Schema, input string, captions []string, audio bool, imageTokens, audioTokens int) string {
+	return schema.MediaPrompt(input, captions, audio, gemma3n.Special{VisionTokens: imageTokens, AudioTokens: audioTokens}).String()
+}
