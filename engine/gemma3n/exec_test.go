@@ -260,3 +260,44 @@ func TestDecodeAllocs(t *testing.T) {
 		t.Errorf("a decode step allocates %v times", n)
 	}
 }
+
+// BenchmarkDecodeStep times one decode step (forward pass and greedy
+// choice) after a short prompt; -benchmem shows its allocations.
+func BenchmarkDecodeStep(b *testing.B) {
+	m := testmodel.Tiny(b)
+	x, err := m.Acquire()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Release()
+	c := m.NewCache()
+	defer c.Free()
+	var bt gemma3n.Batch
+	bt.Add(c, []int32{2, 105, 2364, 107}, 1)
+	if _, err := x.Forward(&bt); err != nil {
+		b.Fatal(err)
+	}
+	one := []int32{9}
+	b.ReportAllocs()
+	for b.Loop() {
+		if c.Len() >= 1000 {
+			b.StopTimer()
+			c.Free()
+			bt.Reset()
+			bt.Add(c, []int32{2, 105, 2364, 107}, 1)
+			if _, err := x.Forward(&bt); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		bt.Reset()
+		bt.Add(c, one, 1)
+		h, err := x.Forward(&bt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if one[0], err = x.Sample(h, native.Sampling{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
