@@ -4,7 +4,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { browse, out, ready, serve } from './uiharness.mjs';
+import { browse, out, ready, serve, setMaxTokens } from './uiharness.mjs';
 
 let srv;
 
@@ -49,6 +49,9 @@ async function outside(page, container, sel) {
 }
 
 async function runOnce(page) {
+  // A run of the built-in model can end within a frame (a warm second run
+  // takes about 0.2 s): generate long enough for the Stop button to be seen.
+  await setMaxTokens(page, 1200);
   await page.locator('#run').click();
   await page.locator('#stop-run').waitFor();
   await page.locator('#stop-run').waitFor({ state: 'detached', timeout: 120000 });
