@@ -135,7 +135,6 @@ func (r *Result) redistribute(s *Schema, scores map[string][]float64, T float64)
 		if field.Kind == Catalog {
 			continue
 		}
-		fr.Confidence, fr.AllowedTokenMass, fr.Labels = 1, math.Inf(1), nil
 		for di := range fr.Decisions {
 			d := &fr.Decisions[di]
 			sc, ok := scores[d.Name]
@@ -154,34 +153,8 @@ func (r *Result) redistribute(s *Schema, scores map[string][]float64, T float64)
 			if len(p) > 1 {
 				d.Confidence = 1 - ent/math.Log(float64(len(p)))
 			}
-			fr.Confidence = math.Min(fr.Confidence, d.Confidence)
-			fr.AllowedTokenMass = math.Min(fr.AllowedTokenMass, d.AllowedTokenMass)
-			switch field.Kind {
-			case Choice, Score:
-				best := 0
-				for j, c := range d.Candidates {
-					if c.Probability > d.Candidates[best].Probability {
-						best = j
-					}
-				}
-				fr.Winner = d.Candidates[best].Value
-				if field.Kind == Score {
-					var e float64
-					for j, c := range d.Candidates {
-						e += c.Probability * field.Options[j].Value
-					}
-					fr.ExpectedLevel = &e
-				}
-			case Bool:
-				pt := d.Candidates[0].Probability
-				fr.PTrue = &pt
-			case Independent:
-				fr.Labels = append(fr.Labels, LabelResult{
-					Label: field.Options[di].Name, PYes: d.Candidates[0].Probability,
-					Confidence: d.Confidence, AllowedTokenMass: d.AllowedTokenMass,
-				})
-			}
 		}
+		summarize(&field, fr) // the allowed token masses stay the json backend's
 	}
 	return nil
 }
