@@ -173,17 +173,9 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	if opt.Temperature < 0 || math.IsNaN(opt.Temperature) || math.IsInf(opt.Temperature, 0) {
 		return nil, fmt.Errorf("scorer: temperature must be positive, got %v", opt.Temperature)
 	}
-	var md *gemma3n.Media
-	var captions []string
-	if opt.Media != nil {
-		in, err := opt.Media()
-		if err != nil {
-			return nil, err
-		}
-		md, captions = &in.Media, in.Captions
-		if per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize; len(md.Image) != per*len(captions) {
-			return nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(captions))
-		}
+	md, captions, err := sc.media(opt)
+	if err != nil {
+		return nil, err
 	}
 	codes, err := sc.cachedCodes(s)
 	if err != nil {

@@ -276,17 +276,9 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	if err := opt.Calibration.CheckSchema(s); err != nil {
 		return nil, err
 	}
-	var md *gemma3n.Media
-	var captions []string
-	if opt.Media != nil {
-		in, err := opt.Media()
-		if err != nil {
-			return nil, err
-		}
-		md, captions = &in.Media, in.Captions
-		if per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize; len(md.Image) != per*len(captions) {
-			return nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(captions))
-		}
+	md, captions, err := sc.media(opt)
+	if err != nil {
+		return nil, err
 	}
 	switch opt.Backend {
 	case "", BackendJSON, BackendCatalog:
@@ -357,6 +349,23 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	res.Answer = assemble(s, res.Fields)
 	res.Timings.Total = Duration(time.Since(start))
 	return res, nil
+}
+
+// media computes a request's media (opt.Media; nil, nil without) and checks
+// its image soft tokens against its captions.
+func (sc *Scorer) media(opt Options) (*gemma3n.Media, []string, error) {
+	if opt.Media == nil {
+		return nil, nil, nil
+	}
+	in, err := opt.Media()
+	if err != nil {
+		return nil, nil, err
+	}
+	md := &in.Media
+	if per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize; len(md.Image) != per*len(in.Captions) {
+		return nil, nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(in.Captions))
+	}
+	return md, in.Captions, nil
 }
 
 // DecisionSpec is a primitive decision given directly: the JSON text before
