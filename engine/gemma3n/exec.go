@@ -136,7 +136,7 @@ func (x *Exec) Rows() int { return x.cap }
 // Forward runs a batch through the decoder: every row's keys and values
 // join its sequence, and the final normalised hidden states of the rows
 // whose output is wanted come back, in batch order, as a tensor [outputs,
-// D] that stays valid until the next call. Rows of the KV-sharing layers
+// D] of the Exec's scratch that stays valid until the next call. Rows of the KV-sharing layers
 // run only for wanted outputs (those layers write no keys or values). Each
 // row's result is the same, bit for bit, whatever batch it runs in.
 func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
@@ -223,8 +223,7 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 	if cur > x.outs { // every row ran every layer: keep the wanted ones
 		st.UploadI32(x.gsel.Sub(0, 1, x.outs), x.outRows)
 		st.Gather(x.H2.Slice(0, x.outs), h, x.gsel.Sub(0, 1, x.outs))
-		st.Copy(x.h.Slice(0, x.outs), x.H2.Slice(0, x.outs))
-		h = x.h.Slice(0, x.outs)
+		h = x.H2.Slice(0, x.outs)
 	}
 	return h, st.Sync()
 }

@@ -301,3 +301,43 @@ func BenchmarkDecodeStep(b *testing.B) {
 		}
 	}
 }
+
+// TestOutputsWithoutGather: when the rows are not gathered before the
+// KV-sharing layers (a view whose config says none are shared, so every row
+// runs every layer), the wanted rows picked at the end are the same bits.
+func TestOutputsWithoutGather(t *testing.T) {
+	m := testmodel.Tiny(t)
+	flat := *m
+	flat.Cfg.NumKVSharedLayers = 0
+	v, err := flat.WithKVPositions(1 << 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := randTokens(rand.New(rand.NewPCG(5, 6)), 21)
+	get := func(m *gemma3n.Model) []float32 {
+		x, err := m.Acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Release()
+		c := m.NewCache()
+		defer c.Free()
+		var b gemma3n.Batch
+		b.Add(c, ids, 3)
+		b.Rows[4].Out = true
+		h, err := x.Prefill(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	want, got := get(m), get(v)
+	if len(got) != 4*m.Cfg.HiddenSize || len(got) != len(want) {
+		t.Fatalf("%d and %d values", len(got), len(want))
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("value %d: %v without the gather, %v with it", i, got[i], want[i])
+		}
+	}
+}
