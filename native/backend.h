@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 1
+#define VD_ABI 2
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -153,6 +153,20 @@ struct vd_backend {
 	void (*select)(vd_stream *s, vd_tensor out, vd_tensor x, vd_tensor row,
 	               vd_tensor col);
 	void (*sample)(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p);
+
+	/* Graphs: a stream's operations recorded once and replayed. Between
+	 * graph_begin (0, or nonzero where the backend cannot record, as the
+	 * CPU's) and graph_end the stream's operations are recorded, not run;
+	 * graph_end returns the recording, or NULL when recording failed (an
+	 * operation that must wait for the host, say): nothing ran and the
+	 * stream's error is as before graph_begin. graph_run replays it on the
+	 * stream with the tensors it was recorded with, reading their contents
+	 * at replay time: a caller changes a replay's inputs by writing the
+	 * same buffers. */
+	int (*graph_begin)(vd_stream *s);
+	void *(*graph_end)(vd_stream *s);
+	void (*graph_run)(vd_stream *s, void *g);
+	void (*graph_free)(vd_backend *b, void *g);
 };
 
 /* vd_cpu_backend returns the CPU backend (compiled into the binary). */

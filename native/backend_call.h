@@ -36,5 +36,9 @@ static inline void vdc_logsumexp(vd_backend *b, vd_stream *s, vd_tensor o, vd_te
 static inline void vdc_argmax(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x) { b->argmax(s, o, x); }
 static inline void vdc_select(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_tensor r, vd_tensor c) { b->select(s, o, x, r, c); }
 static inline void vdc_sample(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_sampling p) { b->sample(s, o, x, p); }
+static inline int vdc_graph_begin(vd_backend *b, vd_stream *s) { return b->graph_begin(s); }
+static inline void *vdc_graph_end(vd_backend *b, vd_stream *s) { return b->graph_end(s); }
+static inline void vdc_graph_run(vd_backend *b, vd_stream *s, void *g) { b->graph_run(s, g); }
+static inline void vdc_graph_free(vd_backend *b, void *g) { b->graph_free(b, g); }
 
 #endif

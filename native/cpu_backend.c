@@ -469,6 +469,31 @@ static void cpu_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	o[0] = idx[k - 1];
 }
 
+/* The CPU runs operations as they are issued: nothing to record. */
+static int cpu_graph_begin(vd_stream *s)
+{
+	(void)s;
+	return -1;
+}
+
+static void *cpu_graph_end(vd_stream *s)
+{
+	(void)s;
+	return NULL;
+}
+
+static void cpu_graph_run(vd_stream *s, void *g)
+{
+	(void)s;
+	(void)g;
+}
+
+static void cpu_graph_free(vd_backend *b, void *g)
+{
+	(void)b;
+	(void)g;
+}
+
 static vd_backend cpu = {
 	.abi = VD_ABI,
 	.name = "cpu",
@@ -503,6 +528,10 @@ static vd_backend cpu = {
 	.argmax = cpu_argmax,
 	.select = cpu_select,
 	.sample = cpu_sample,
+	.graph_begin = cpu_graph_begin,
+	.graph_end = cpu_graph_end,
+	.graph_run = cpu_graph_run,
+	.graph_free = cpu_graph_free,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

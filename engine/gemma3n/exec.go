@@ -40,6 +40,12 @@ type Exec struct {
 	outs, maxKeys                                                        int
 	outRows                                                              []int32
 	hEmbIdx                                                              []int32
+
+	// Recorded passes (graph.go).
+	graphs   map[graphKey]*native.Graph
+	seen     map[graphKey]int
+	keysArg  int  // the attention's key capacity while recording or replaying
+	noGraphs bool // the backend does not record
 }
 
 func (x *Exec) entCap() int { return x.entBlk.Len() }
@@ -126,6 +132,7 @@ func (x *Exec) Release() {
 }
 
 func (x *Exec) close() {
+	x.freeGraphs()
 	x.ar.Free()
 	x.st.Close()
 }
@@ -140,8 +147,6 @@ func (x *Exec) Rows() int { return x.cap }
 // run only for wanted outputs (those layers write no keys or values). Each
 // row's result is the same, bit for bit, whatever batch it runs in.
 func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
-	m, cfg := x.m, x.m.Cfg
-	P, L := cfg.PerLayerSize, cfg.NumLayers
 	n := len(b.Rows)
 	if n == 0 {
 		return native.Tensor{}, fmt.Errorf("gemma3n: empty batch")
@@ -171,6 +176,17 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 	if err := x.perLayer(n); err != nil {
 		return native.Tensor{}, err
 	}
+	h := x.decoder(b, e, n)
+	x.finish()
+	return h, st.Sync()
+}
+
+// layers runs the decoder from the embeddings e: the AltUp streams, every
+// layer, and the final norm of the wanted rows, whose hidden states it
+// returns (none when no row's output is wanted).
+func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
+	m, cfg, st := x.m, x.m.Cfg, x.st
+	P, L := cfg.PerLayerSize, cfg.NumLayers
 	x.streams(e, n)
 
 	first := L - cfg.NumKVSharedLayers
@@ -215,9 +231,8 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 			}
 		}
 	}
-	x.finish()
 	if x.outs == 0 {
-		return x.h.Slice(0, 0), st.Sync()
+		return x.h.Slice(0, 0)
 	}
 	h := x.unmix(H, cur)
 	if cur > x.outs { // every row ran every layer: keep the wanted ones
@@ -225,7 +240,7 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 		st.Gather(x.H2.Slice(0, x.outs), h, x.gsel.Sub(0, 1, x.outs))
 		h = x.H2.Slice(0, x.outs)
 	}
-	return h, st.Sync()
+	return h
 }
 
 // prepare checks the batch, gives its rows their positions and key/value

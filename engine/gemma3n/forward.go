@@ -187,8 +187,17 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 		QPos: pos, QSeq: x.qseq.Sub(0, 1, n), SeqEnt: x.seqEnt.Sub(kind*(S+1), 1, S+1),
 		EntBlk: x.entBlk, EntPos: x.entPos, EntLen: x.entLen,
 		HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd, Block: KVBlock,
-		Window: y.window(cfg), MaxKeys: x.maxKeys, Scale: 1,
+		Window: y.window(cfg), MaxKeys: x.attnKeys(), Scale: 1,
 	})
+}
+
+// attnKeys is the attention's key capacity: the batch's longest sequence,
+// or a recorded pass's capacity.
+func (x *Exec) attnKeys() int {
+	if x.keysArg > 0 {
+		return x.keysArg
+	}
+	return x.maxKeys
 }
 
 func (y *layer) window(cfg Config) int {

@@ -24,12 +24,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 /* Error codes of the backend's own (cudaError_t values are below 1000). */
@@ -55,6 +58,9 @@ struct vd_stream {
 	size_t scratch_n;
 	std::vector<float> host; /* sample's host copy of the logits */
 	int32_t tok;
+	bool recording; /* between graph_begin and graph_end */
+	std::vector<struct prof_rec> pend; /* profiling: ops not yet summed */
+	std::vector<cudaEvent_t> events;   /* profiling: free events */
 };
 
 static cuda_state *st_of(vd_backend *b) { return (cuda_state *)b->state; }
@@ -72,6 +78,152 @@ static void check(vd_stream *s, cudaError_t e)
 }
 
 static void launched(vd_stream *s) { check(s, cudaGetLastError()); }
+
+/* ---- profiling (VERDICT_CUDA_PROFILE=1) ----
+ *
+ * Each operation records an event before and after its work; sync sums
+ * the device time between them per operation, with the host time the call
+ * took (its launch cost). The table goes to stderr at exit. Recording a
+ * graph records no events: a replay counts as one graph_run. */
+struct prof_rec {
+	const char *name;
+	cudaEvent_t a, b;
+	double host_us;
+};
+
+struct prof_total {
+	long calls = 0;
+	double dev_ms = 0, host_us = 0;
+};
+
+static std::mutex prof_mu;
+static std::map<std::string, prof_total> *prof_tab;
+static double prof_sync_us;
+static long prof_syncs;
+
+/* VERDICT_CUDA_PROFILE names the file the table is written to (rewritten
+ * at most every 0.2 s and when a stream is freed: a Go program's exit runs
+ * no C exit handlers); "1" or "-" is stderr, at those times too. */
+static const char *prof_path()
+{
+	static const char *p = (const char *)1;
+	if (p == (const char *)1) {
+		const char *e = getenv("VERDICT_CUDA_PROFILE");
+		p = e && *e && strcmp(e, "0") != 0 ? e : nullptr;
+	}
+	return p;
+}
+
+static bool profiling() { return prof_path() != nullptr; }
+
+static void prof_print_locked(FILE *f);
+
+static void prof_write()
+{
+	const char *p = prof_path();
+	bool err = strcmp(p, "1") == 0 || strcmp(p, "-") == 0;
+	FILE *f = err ? stderr : fopen(p, "w");
+	if (!f)
+		return;
+	prof_print_locked(f);
+	if (!err)
+		fclose(f);
+}
+
+static void prof_print_locked(FILE *f)
+{
+	if (!prof_tab)
+		return;
+	std::vector<std::pair<std::string, prof_total>> v(prof_tab->begin(), prof_tab->end());
+	std::sort(v.begin(), v.end(), [](const auto &x, const auto &y) { return x.second.dev_ms > y.second.dev_ms; });
+	double dev = 0, host = 0;
+	long calls = 0;
+	for (auto &e : v)
+		dev += e.second.dev_ms, host += e.second.host_us, calls += e.second.calls;
+	fprintf(f, "cuda profile: %ld calls, device %.3f ms, host %.3f ms in calls, %ld syncs waiting %.3f ms\n",
+	        calls, dev, host / 1e3, prof_syncs, prof_sync_us / 1e3);
+	fprintf(f, "%-22s %9s %12s %8s %12s %8s\n", "op", "calls", "device ms", "dev %", "us/call dev", "us host");
+	for (auto &e : v)
+		fprintf(f, "%-22s %9ld %12.3f %8.1f %12.2f %8.2f\n", e.first.c_str(), e.second.calls,
+		        e.second.dev_ms, dev > 0 ? 100 * e.second.dev_ms / dev : 0.0,
+		        1e3 * e.second.dev_ms / (double)e.second.calls, e.second.host_us / (double)e.second.calls);
+}
+
+static cudaEvent_t prof_event(vd_stream *s)
+{
+	if (!s->events.empty()) {
+		cudaEvent_t e = s->events.back();
+		s->events.pop_back();
+		return e;
+	}
+	cudaEvent_t e = nullptr;
+	if (cudaEventCreate(&e) != cudaSuccess) {
+		cudaGetLastError();
+		return nullptr;
+	}
+	return e;
+}
+
+/* prof_scope times the operation it lives in. */
+struct prof_scope {
+	vd_stream *s = nullptr;
+	const char *name;
+	cudaEvent_t a = nullptr;
+	std::chrono::steady_clock::time_point t0;
+	prof_scope(vd_stream *st, const char *n) : name(n)
+	{
+		if (!profiling() || st->recording || !(a = prof_event(st)))
+			return;
+		s = st;
+		t0 = std::chrono::steady_clock::now();
+		cudaEventRecord(a, s->st);
+	}
+	~prof_scope()
+	{
+		if (!s)
+			return;
+		cudaEvent_t b = prof_event(s);
+		if (!b) {
+			s->events.push_back(a);
+			return;
+		}
+		cudaEventRecord(b, s->st);
+		double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+		s->pend.push_back({name, a, b, us});
+	}
+};
+
+/* prof_flush sums a synchronised stream's records. */
+static void prof_flush(vd_stream *s, double wait_us)
+{
+	if (!profiling())
+		return;
+	std::lock_guard<std::mutex> l(prof_mu);
+	if (!prof_tab)
+		prof_tab = new std::map<std::string, prof_total>();
+	prof_syncs++;
+	prof_sync_us += wait_us > 0 ? wait_us : 0;
+	for (auto &r : s->pend) {
+		float ms = 0;
+		if (cudaEventElapsedTime(&ms, r.a, r.b) != cudaSuccess) {
+			cudaGetLastError();
+			ms = 0;
+		}
+		prof_total &t = (*prof_tab)[r.name];
+		t.calls++;
+		t.dev_ms += ms;
+		t.host_us += r.host_us;
+		s->events.push_back(r.a);
+		s->events.push_back(r.b);
+	}
+	s->pend.clear();
+	static std::chrono::steady_clock::time_point last;
+	auto now = std::chrono::steady_clock::now();
+	if (wait_us < 0 || now - last > std::chrono::milliseconds(200)) {
+		last = now;
+		prof_write();
+	}
+}
 
 static int64_t elems(vd_tensor t) { return t.rows * t.cols; }
 
@@ -223,7 +375,20 @@ __device__ __forceinline__ void lin_row(float *acc, int nt, const float *x,
 		acc[t] = 0.0f;
 	if (K == W_F32) {
 		const float *wr = (const float *)w + r * cols;
-		for (int64_t c = lane; c < cols; c += 32) {
+		int64_t c = lane;
+		for (; c + 32 * 7 < cols; c += 32 * 8) { /* eight loads in flight, then their sums in order */
+			float wv[8];
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				wv[u] = __ldg(wr + c + 32 * u);
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+#pragma unroll
+				for (int t = 0; t < LT; t++)
+					if (t < nt)
+						acc[t] = fmaf(x[t * ldx + c + 32 * u], wv[u], acc[t]);
+		}
+		for (; c < cols; c += 32) {
 			float wv = __ldg(wr + c);
 #pragma unroll
 			for (int t = 0; t < LT; t++)
@@ -241,7 +406,25 @@ __device__ __forceinline__ void lin_row(float *acc, int nt, const float *x,
 		}
 	} else if (K == W_BF16P) { /* even cols, 4-byte aligned rows */
 		const uint32_t *wr = (const uint32_t *)((const uint16_t *)w + r * cols);
-		for (int64_t c2 = lane; 2 * c2 < cols; c2 += 32) {
+		int64_t c2 = lane;
+		for (; 2 * (c2 + 32 * 7) < cols; c2 += 32 * 8) {
+			uint32_t uv[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				uv[k] = __ldg(wr + c2 + 32 * k);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				float w0 = __uint_as_float(uv[k] << 16), w1 = __uint_as_float(uv[k] & 0xffff0000u);
+				int64_t c = 2 * (c2 + 32 * k);
+#pragma unroll
+				for (int t = 0; t < LT; t++)
+					if (t < nt) {
+						acc[t] = fmaf(x[t * ldx + c], w0, acc[t]);
+						acc[t] = fmaf(x[t * ldx + c + 1], w1, acc[t]);
+					}
+			}
+		}
+		for (; 2 * c2 < cols; c2 += 32) {
 			uint32_t u = __ldg(wr + c2);
 			float w0 = __uint_as_float(u << 16), w1 = __uint_as_float(u & 0xffff0000u);
 #pragma unroll
@@ -363,6 +546,189 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x,
 	}
 }
 
+/* k_gemv_q4: the q4 product for a few tokens (NT, at most QT) whose x fits
+ * in shared memory whole: staged once per block, then each warp takes one
+ * row with no further barrier, its lane's 32-column blocks loaded GB at a
+ * time before any is used (many loads in flight: the product is a stream
+ * of the weights). Lane l takes blocks l, l+32, ... in order into one
+ * accumulator per token, weight by weight, then the shuffle tree:
+ * k_linear_q4's arithmetic, bit for bit. */
+#define GB 4
+
+template <int NT>
+__global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, const uint8_t *q, const float *so,
+                                                     const int32_t *ids, int64_t nout, int64_t cols, int lg)
+{
+	extern __shared__ float gx[]; /* [NT][cols + cols/32] */
+	int64_t ld = cols + cols / 32;
+	for (int64_t e = threadIdx.x; e < NT * cols; e += blockDim.x) {
+		int64_t t = e / cols, c = e % cols;
+		gx[t * ld + c + (c >> 5)] = x[e];
+	}
+	__syncthreads();
+	int lane = threadIdx.x & 31;
+	int64_t rr = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5);
+	if (rr >= nout)
+		return;
+	int64_t r = ids ? ids[rr] : rr;
+	const uint8_t *qr = q + r * (cols / 2);
+	const float *sr = so + r * ((cols >> lg) * 2);
+	float acc[NT];
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		acc[t] = 0.0f;
+	for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 1024 * GB) {
+		uint4 qv[GB];
+		float sc[GB], off[GB];
+#pragma unroll
+		for (int i = 0; i < GB; i++) {
+			int64_t j = j0 + 1024 * i;
+			if (j < cols) {
+				qv[i] = __ldg((const uint4 *)(qr + j / 2));
+				sc[i] = __ldg(sr + (j >> lg) * 2), off[i] = __ldg(sr + (j >> lg) * 2 + 1);
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < GB; i++) {
+			int64_t j = j0 + 1024 * i;
+			if (j >= cols)
+				break;
+			uint32_t w4[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+			const float *xs = gx + j + (j >> 5);
+#pragma unroll
+			for (int b = 0; b < 32; b++) {
+				int byte = b & 15;
+				uint32_t v = (w4[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
+				float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
+				float wv = fmaf(sc[i], nib, off[i]);
+#pragma unroll
+				for (int t = 0; t < NT; t++)
+					acc[t] = fmaf(xs[t * ld + b], wv, acc[t]);
+			}
+		}
+	}
+#pragma unroll
+	for (int t = 0; t < NT; t++) {
+		float v = warp_sum(acc[t]);
+		if (lane == 0)
+			y[t * nout + rr] = v;
+	}
+}
+
+/* gemv_q4: k_gemv_q4 for n tokens where it applies; false otherwise. */
+static bool gemv_q4(vd_stream *s, float *y, const float *x, vd_tensor w, const int32_t *ids, int64_t n,
+                    int64_t nout)
+{
+	int64_t cols = w.cols;
+	size_t smem = (size_t)n * (size_t)(cols + cols / 32) * sizeof(float);
+	if (n < 1 || n > QT || smem > (size_t)st_of(s->b)->smem_optin || ((uintptr_t)w.data & 15) != 0 ||
+	    (cols / 2) % 16 != 0)
+		return false;
+	dim3 grid(blocks_for(nout, LW)), block(32 * LW);
+	const uint8_t *q = (const uint8_t *)w.data;
+	const float *so = (const float *)w.aux;
+	int lg = lg2(w.group);
+#define GEMV_CASE(N)                                                                    \
+	case N:                                                                         \
+		k_gemv_q4<N><<<grid, block, smem, s->st>>>(y, x, q, so, ids, nout, cols, lg); \
+		break;
+	switch (n) {
+		GEMV_CASE(1)
+		GEMV_CASE(2)
+		GEMV_CASE(3)
+		GEMV_CASE(4)
+		GEMV_CASE(5)
+		GEMV_CASE(6)
+		GEMV_CASE(7)
+		GEMV_CASE(8)
+	}
+#undef GEMV_CASE
+	return true;
+}
+
+/* k_linear_q4_tiled: the q4 product for batches over QT tokens. A warp
+ * takes RW rows and the block one tile of QT tokens (grid.y), so every x
+ * value read from shared memory feeds RW rows and every dequantised weight
+ * QT tokens. Each (token, row) accumulator still takes lane l's 32-column
+ * blocks l, l+32, ... in order, weight by weight, then the shuffle tree:
+ * k_linear_q4's arithmetic, so the kernel chosen for a batch never changes
+ * a row's bits. */
+#define RW 8
+
+__global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const float *x, const uint8_t *q,
+                                                             const float *so, const int32_t *ids, int64_t n,
+                                                             int64_t nout, int64_t cols, int lg)
+{
+	__shared__ float sx[QT][QK + QK / 32];
+	int lane = threadIdx.x & 31;
+	int64_t r0 = ((int64_t)blockIdx.x * LW + (threadIdx.x >> 5)) * RW;
+	int64_t t0 = (int64_t)blockIdx.y * QT;
+	int nt = n - t0 < QT ? (int)(n - t0) : QT;
+	int64_t gpr = (cols >> lg) * 2;
+	int32_t row[RW];
+#pragma unroll
+	for (int k = 0; k < RW; k++) {
+		int64_t rr = r0 + k;
+		row[k] = rr < nout ? (ids ? ids[rr] : (int32_t)rr) : 0;
+	}
+	float acc[RW][QT];
+#pragma unroll
+	for (int k = 0; k < RW; k++)
+#pragma unroll
+		for (int t = 0; t < QT; t++)
+			acc[k][t] = 0.0f;
+	const int base = 33 * lane;
+	for (int64_t c0 = 0; c0 < cols; c0 += QK) {
+		int64_t w = cols - c0 < QK ? cols - c0 : QK;
+		__syncthreads();
+		for (int e = threadIdx.x; e < QT * QK; e += blockDim.x) {
+			int t = e / QK, c = e % QK;
+			sx[t][c + (c >> 5)] = t < nt && c < w ? x[(t0 + t) * cols + c0 + c] : 0.0f;
+		}
+		__syncthreads();
+		int64_t j = c0 + 32 * (int64_t)lane;
+		if (r0 >= nout || j >= cols)
+			continue;
+		uint32_t qv[RW][4];
+		float sc[RW], off[RW];
+		int64_t g2 = (j >> lg) * 2;
+#pragma unroll
+		for (int k = 0; k < RW; k++) {
+			const uint32_t *p = (const uint32_t *)(q + (int64_t)row[k] * (cols / 2) + j / 2);
+			const float *sr = so + (int64_t)row[k] * gpr + g2;
+			qv[k][0] = __ldg(p), qv[k][1] = __ldg(p + 1), qv[k][2] = __ldg(p + 2), qv[k][3] = __ldg(p + 3);
+			sc[k] = __ldg(sr), off[k] = __ldg(sr + 1);
+		}
+#pragma unroll
+		for (int b = 0; b < 32; b++) {
+			float xv[QT];
+#pragma unroll
+			for (int t = 0; t < QT; t++)
+				xv[t] = sx[t][base + b];
+			int byte = b & 15;
+#pragma unroll
+			for (int k = 0; k < RW; k++) {
+				uint32_t v = (qv[k][byte >> 2] >> (8 * (byte & 3))) & 0xffu;
+				float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
+				float wv = fmaf(sc[k], nib, off[k]);
+#pragma unroll
+				for (int t = 0; t < QT; t++)
+					acc[k][t] = fmaf(xv[t], wv, acc[k][t]);
+			}
+		}
+	}
+#pragma unroll
+	for (int k = 0; k < RW; k++) {
+		int64_t rr = r0 + k;
+#pragma unroll
+		for (int t = 0; t < QT; t++) {
+			float v = warp_sum(acc[k][t]);
+			if (lane == 0 && rr < nout && t < nt)
+				y[(t0 + t) * nout + rr] = v;
+		}
+	}
+}
+
 static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
                        const int32_t *ids, int64_t nout)
 {
@@ -387,8 +753,13 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 			fail(s, VDC_EDTYPE);
 			return;
 		}
-		k_linear_q4<<<grid, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout, cols,
-		                                       lg2(w.group));
+		if (n > QT) {
+			dim3 tg(blocks_for(nout, LW * RW), (unsigned)((n + QT - 1) / QT));
+			k_linear_q4_tiled<<<tg, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
+			                                           nout, cols, lg2(w.group));
+		} else if (!gemv_q4(s, yd, xd, w, ids, n, nout))
+			k_linear_q4<<<grid, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
+			                                       nout, cols, lg2(w.group));
 		break;
 	default:
 		fail(s, VDC_EDTYPE);
@@ -901,10 +1272,186 @@ __global__ void k_select(float *out, const float *x, const int32_t *row,
 		out[j] = x[(int64_t)row[j] * cols + col[j]];
 }
 
+/* ---- sampling on the device ----
+ *
+ * k_sample: one block of SB threads draws the token cpu_sample draws, for
+ * top-k between 1 and SB: the logits scaled by inv_temp in place; the k
+ * best (logit, then lower id) found by a radix select on order-preserving
+ * keys (4 passes of 8 bits) and collected in id order; sorted by a bitonic
+ * network; then the host's double-precision softmax, top-p cut and draw,
+ * in its order, by one thread. Only the token id is written. */
+#define SB 1024
+
+__device__ __forceinline__ uint32_t order_key(float f)
+{
+	if (f == 0.0f)
+		f = 0.0f; /* -0 and +0 tie, as the host's comparison has them */
+	uint32_t u = __float_as_uint(f);
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* block_scan: the exclusive prefix of v over the block (SB threads) in
+ * thread order; *total gets the sum. ws: 32 ints. */
+__device__ int block_scan(int v, int *ws, int *total)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	int inc = v;
+	for (int o = 1; o < 32; o <<= 1) {
+		int t = __shfl_up_sync(0xffffffffu, inc, o);
+		if (lane >= o)
+			inc += t;
+	}
+	__syncthreads();
+	if (lane == 31)
+		ws[w] = inc;
+	__syncthreads();
+	if (w == 0) {
+		int x = ws[lane], y = x;
+		for (int o = 1; o < 32; o <<= 1) {
+			int t = __shfl_up_sync(0xffffffffu, y, o);
+			if (lane >= o)
+				y += t;
+		}
+		ws[lane] = y - x; /* exclusive over warps */
+		if (lane == 31)
+			ws[32] = y;
+	}
+	__syncthreads();
+	*total = ws[32];
+	return ws[w] + inc - v;
+}
+
+__global__ void __launch_bounds__(SB) k_sample(int32_t *out, float *l, int64_t V, float inv_temp, int k,
+                                                double top_p, double u)
+{
+	__shared__ int hist[256];
+	__shared__ int ws[33];
+	__shared__ uint32_t s_prefix;
+	__shared__ int s_left;
+	__shared__ int32_t cid[SB];
+	__shared__ float cl[SB];
+	__shared__ double pr[SB];
+	int tid = threadIdx.x;
+	for (int64_t i = tid; i < V; i += SB)
+		l[i] = l[i] * inv_temp;
+	if (tid == 0)
+		s_prefix = 0, s_left = k;
+	__syncthreads();
+	/* The k-th best key: digit by digit from the top. */
+	for (int pass = 0; pass < 4; pass++) {
+		int shift = 24 - 8 * pass;
+		uint32_t hmask = pass == 0 ? 0u : 0xffffffffu << (shift + 8);
+		for (int i = tid; i < 256; i += SB)
+			hist[i] = 0;
+		__syncthreads();
+		uint32_t pre = s_prefix;
+		for (int64_t i = tid; i < V; i += SB) {
+			uint32_t key = order_key(l[i]);
+			if ((key & hmask) == pre)
+				atomicAdd(&hist[(key >> shift) & 255u], 1);
+		}
+		__syncthreads();
+		if (tid == 0) {
+			int left = s_left, dgt = 255;
+			for (; dgt > 0; dgt--) {
+				if (hist[dgt] >= left)
+					break;
+				left -= hist[dgt];
+			}
+			s_prefix = pre | ((uint32_t)dgt << shift);
+			s_left = left;
+		}
+		__syncthreads();
+	}
+	uint32_t T = s_prefix;
+	int ties = s_left; /* the ties at T taken, lowest ids first */
+	int64_t chunk = (V + SB - 1) / SB, lo = tid * chunk, hi = lo + chunk < V ? lo + chunk : V;
+	int gt = 0, eq = 0;
+	for (int64_t i = lo; i < hi; i++) {
+		uint32_t key = order_key(l[i]);
+		gt += key > T;
+		eq += key == T;
+	}
+	int ngt, neq;
+	int pg = block_scan(gt, ws, &ngt);
+	int pe = block_scan(eq, ws, &neq);
+	for (int64_t i = lo; i < hi; i++) {
+		uint32_t key = order_key(l[i]);
+		if (key > T) {
+			cid[pg] = (int32_t)i, cl[pg] = l[i];
+			pg++;
+		} else if (key == T) {
+			if (pe < ties)
+				cid[ngt + pe] = (int32_t)i, cl[ngt + pe] = l[i];
+			pe++;
+		}
+	}
+	__syncthreads();
+	/* Bitonic sort of the k candidates, best first. */
+	int P = 1;
+	while (P < k)
+		P <<= 1;
+	if (tid >= k && tid < P)
+		cid[tid] = 0x7fffffff, cl[tid] = -INFINITY;
+	__syncthreads();
+	for (int size = 2; size <= P; size <<= 1) {
+		for (int stride = size >> 1; stride > 0; stride >>= 1) {
+			int i = tid, j = i ^ stride;
+			if (i < P && j > i) {
+				bool up = (i & size) == 0;
+				float li = cl[i], lj = cl[j];
+				int32_t ii = cid[i], ij = cid[j];
+				bool j_first = lj > li || (lj == li && ij < ii); /* j before i */
+				if (j_first == up) {
+					cl[i] = lj, cl[j] = li;
+					cid[i] = ij, cid[j] = ii;
+				}
+			}
+			__syncthreads();
+		}
+	}
+	double mx = (double)cl[0];
+	if (tid < k)
+		pr[tid] = exp((double)cl[tid] - mx);
+	__syncthreads();
+	if (tid == 0) {
+		double sum = 0;
+		int n = k;
+		for (int i = 0; i < n; i++)
+			sum += pr[i];
+		if (top_p > 0 && top_p < 1) {
+			double cum = 0;
+			for (int i = 0; i < n; i++) {
+				cum += pr[i] / sum;
+				if (cum >= top_p) {
+					n = i + 1;
+					break;
+				}
+			}
+			sum = 0;
+			for (int i = 0; i < n; i++)
+				sum += pr[i];
+		}
+		double r = u * sum;
+		int32_t tok = cid[n - 1];
+		for (int i = 0; i < n; i++) {
+			r -= pr[i];
+			if (r < 0) {
+				tok = cid[i];
+				break;
+			}
+		}
+		out[0] = tok;
+	}
+}
+
 /* ---- the table ---- */
 
 #define EW 256
-#define ENTER(s) cudaSetDevice((s)->dev)
+#define ENTER(s) ENTER_AS(s, __func__ + 2)
+#define ENTER_AS(s, name)         \
+	cudaSetDevice((s)->dev);  \
+	prof_scope prof_ {(s), (name)}
 
 static void *c_alloc(vd_backend *b, size_t bytes)
 {
@@ -965,8 +1512,11 @@ static void c_stream_free(vd_stream *s)
 {
 	if (!s)
 		return;
-	ENTER(s);
+	cudaSetDevice(s->dev);
 	cudaStreamSynchronize(s->st);
+	prof_flush(s, -1); /* and write the table */
+	for (cudaEvent_t e : s->events)
+		cudaEventDestroy(e);
 	if (s->scratch)
 		cudaFree(s->scratch);
 	cudaStreamDestroy(s->st);
@@ -996,8 +1546,10 @@ static void c_copy(vd_stream *s, void *dst, const void *src, size_t n)
 
 static int c_sync(vd_stream *s)
 {
-	ENTER(s);
+	cudaSetDevice(s->dev);
+	auto t0 = std::chrono::steady_clock::now();
 	check(s, cudaStreamSynchronize(s->st));
+	prof_flush(s, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
 	int *flag = st_of(s->b)->dev_err;
 	int e = 0;
 	if (cudaMemcpy(&e, flag, sizeof e, cudaMemcpyDeviceToHost) == cudaSuccess && e) {
@@ -1008,16 +1560,29 @@ static int c_sync(vd_stream *s)
 	return s->err;
 }
 
+/* lin_name: the profile's name of a product, by weight type and batch. */
+static const char *lin_name(const char *op, vd_tensor x, vd_tensor w)
+{
+	static const char *names[2][4][2] = {
+		{{"linear_f32_1", "linear_f32_n"}, {"linear_bf16_1", "linear_bf16_n"},
+		 {"linear_q4_1", "linear_q4_n"}, {"linear_other_1", "linear_other_n"}},
+		{{"linear_rows_f32_1", "linear_rows_f32_n"}, {"linear_rows_bf16_1", "linear_rows_bf16_n"},
+		 {"linear_rows_q4_1", "linear_rows_q4_n"}, {"linear_rows_other_1", "linear_rows_other_n"}},
+	};
+	int d = w.dtype >= 0 && w.dtype < 3 ? w.dtype : 3;
+	return names[op[6] == '_'][d][x.rows > 1];
+}
+
 static void c_linear(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
 {
-	ENTER(s);
+	ENTER_AS(s, lin_name("linear", x, w));
 	linear_ids(s, y, x, w, nullptr, w.rows);
 }
 
 static void c_linear_rows(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
                           vd_tensor ids)
 {
-	ENTER(s);
+	ENTER_AS(s, lin_name("linear_rows", x, w));
 	linear_ids(s, y, x, w, (const int32_t *)ids.data, elems(ids));
 }
 
@@ -1248,7 +1813,8 @@ static void c_select(vd_stream *s, vd_tensor out, vd_tensor x, vd_tensor row,
 	launched(s);
 }
 
-/* c_sample: cpu_sample's algorithm on a host copy of the logits (a
+/* c_sample: greedy and top-k up to SB on the device (k_argmax, k_sample);
+ * otherwise cpu_sample's algorithm on a host copy of the logits (a
  * sampling step is one row; its cost is the copy). Candidates are ordered
  * by logit, ties by lower id: a strict order, so the top k and their order
  * are the CPU's. */
@@ -1258,6 +1824,17 @@ static void c_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	int64_t V = x.cols;
 	if (V <= 0)
 		return;
+	if (p.inv_temp == 0) { /* greedy: on the device, nothing crosses */
+		k_argmax<<<1, RB, 0, s->st>>>((int32_t *)out.data, (const float *)x.data, V);
+		launched(s);
+		return;
+	}
+	if (p.top_k > 0 && p.top_k <= SB && p.top_k < V) {
+		k_sample<<<1, SB, 0, s->st>>>((int32_t *)out.data, (float *)x.data, V, p.inv_temp, (int)p.top_k, p.top_p,
+		                              p.u);
+		launched(s);
+		return;
+	}
 	s->host.resize((size_t)V);
 	float *l = s->host.data();
 	check(s, cudaMemcpyAsync(l, x.data, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, s->st));
@@ -1318,6 +1895,60 @@ static void c_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	check(s, cudaStreamSynchronize(s->st));
 }
 
+/* Graphs: stream capture in relaxed mode (the operations' own checks may
+ * call the runtime); an operation that waits for the host (a scratch that
+ * grows, a sampling draw on the host) invalidates the capture, and
+ * graph_end then reports NULL with the stream's error as it was. */
+static int c_graph_begin(vd_stream *s)
+{
+	cudaSetDevice(s->dev);
+	if (s->err || s->recording)
+		return s->err ? s->err : -1;
+	cudaError_t e = cudaStreamBeginCapture(s->st, cudaStreamCaptureModeRelaxed);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return (int)e;
+	}
+	s->recording = true;
+	return 0;
+}
+
+static void *c_graph_end(vd_stream *s)
+{
+	cudaSetDevice(s->dev);
+	if (!s->recording)
+		return nullptr;
+	s->recording = false;
+	cudaGraph_t g = nullptr;
+	cudaError_t e = cudaStreamEndCapture(s->st, &g);
+	cudaGraphExec_t x = nullptr;
+	if (e == cudaSuccess && !s->err)
+		e = cudaGraphInstantiate(&x, g, 0);
+	if (g)
+		cudaGraphDestroy(g);
+	if (e != cudaSuccess || s->err) {
+		cudaGetLastError();
+		s->err = 0; /* the recording's errors: nothing ran */
+		if (x)
+			cudaGraphExecDestroy(x);
+		return nullptr;
+	}
+	return (void *)x;
+}
+
+static void c_graph_run(vd_stream *s, void *g)
+{
+	ENTER(s);
+	check(s, cudaGraphLaunch((cudaGraphExec_t)g, s->st));
+}
+
+static void c_graph_free(vd_backend *b, void *g)
+{
+	cudaSetDevice(st_of(b)->device);
+	if (g)
+		cudaGraphExecDestroy((cudaGraphExec_t)g);
+}
+
 static vd_backend table_template()
 {
 	vd_backend t;
@@ -1355,6 +1986,10 @@ static vd_backend table_template()
 	t.argmax = c_argmax;
 	t.select = c_select;
 	t.sample = c_sample;
+	t.graph_begin = c_graph_begin;
+	t.graph_end = c_graph_end;
+	t.graph_run = c_graph_run;
+	t.graph_free = c_graph_free;
 	return t;
 }
 
@@ -1426,6 +2061,10 @@ vd_cuda_backend(int device, char *err, size_t errlen)
 		delete cs;
 		return nullptr;
 	}
+	for (void *f : {(void *)k_gemv_q4<1>, (void *)k_gemv_q4<2>, (void *)k_gemv_q4<3>, (void *)k_gemv_q4<4>,
+	                (void *)k_gemv_q4<5>, (void *)k_gemv_q4<6>, (void *)k_gemv_q4<7>, (void *)k_gemv_q4<8>})
+		cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, cs->smem_optin);
+	cudaGetLastError();
 	vd_backend *b = new vd_backend(table_template());
 	b->state = cs;
 	opened[device] = b;

@@ -622,6 +622,35 @@ static void check_sample()
 			k++;
 		}
 	}
+	/* The device's top-k draw: a vocabulary's size, and ties across the
+	 * k-th place (100 equal logits; the lower ids go in). */
+	V = 262144;
+	P big[] = {{1.0f, 64, 0.95, 0.4}, {0.8f, 1024, 1, 0.9}, {1.0f, 50, 1, 0.2}, {1.1f, 3, 0.5, 0.7}, {1.0f, 1000, 0.3, 0.05}};
+	for (P p : big) {
+		for (int rep = 0; rep < 4; rep++) {
+			auto x = randf((size_t)V, -8, 8);
+			if (rep & 1)
+				for (int j = 0; j < 100; j++)
+					x[(size_t)(j * 2600 + 11)] = 7.5f;
+			if (rep == 2)
+				for (size_t j = 0; j < x.size(); j += 3)
+					x[j] = -0.0f; /* signed zeros tie with +0 */
+			Pair X = in(x), O = out(4);
+			vd_sampling sp;
+			sp.inv_temp = p.inv_temp;
+			sp.top_k = p.top_k;
+			sp.top_p = p.top_p;
+			sp.u = std::fmod(p.u + 0.211 * rep, 1.0);
+			char nm[96];
+			snprintf(nm, sizeof nm, "sample V=%lld T^-1=%.2f k=%lld p=%.2f u=%.3f", (long long)V, p.inv_temp,
+			         (long long)p.top_k, p.top_p, sp.u);
+			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->sample(st, T(O, g, VD_I32, 1, 1), T(X, g, VD_F32, 1, V), sp);
+			    }))
+				cmp_i(nm, O, 1);
+			free_all();
+		}
+	}
 }
 
 int main(int argc, char **argv)
