@@ -26,7 +26,7 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlags("verify-gguf", stderr)
 	ref := fs.String("ref", "", "the Hugging Face checkpoint folder the GGUF files were converted from")
 	write := fs.String("write-checkpoint", "", "write the text decoder of the -from folder here as model.safetensors and config.json, and stop")
-	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), or synthetic-wide (rows of 256, for the k-quants)")
+	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), synthetic-wide (Gemma's vocabulary, rows of 256), synthetic-small (rows of 256, vocabulary 320) or synthetic-micro (hidden size 64)")
 	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
 	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
 	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
@@ -151,9 +151,9 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 		st  weights.Store
 		err error
 	)
-	if from == "synthetic-wide" {
+	if m, ok := synthModels[from]; ok {
 		var recipe []byte
-		js, recipe = wideModel()
+		js, recipe = m.files()
 		st, err = weights.NewRecipeStore(recipe, nil)
 	} else if js, err = os.ReadFile(filepath.Join(from, "config.json")); err == nil {
 		st, err = weights.Open(from)
@@ -264,18 +264,49 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	return nil
 }
 
-// wideModel is a synthetic Gemma 3n with Gemma's vocabulary whose matrices
-// have rows of 256 (so that llama-quantize applies Q4_K and Q6_K to them,
-// which it cannot on the tiny fixture's rows of 64): its config.json and
-// recipe.json.
-func wideModel() (cfgJSON, recipe []byte) {
-	const D, P, L, I, V, VP, H, KV, HD, R = 256, 64, 4, 512, 262400, 262144, 2, 1, 128, 8
+// synthModel is the shape of a synthetic Gemma 3n text decoder written by
+// -write-checkpoint: vocabulary (and per-layer vocabulary), hidden size,
+// per-layer input size, layers, MLP width, heads, KV heads, head size,
+// Laurel rank, the layer types and how many trailing layers share KV.
+type synthModel struct {
+	V, VP, D, P, L, I, H, KV, HD, R int
+	types                           []string
+	shared                          int
+	sparsity                        []float64
+}
+
+// synthModels are the -from presets.
+var synthModels = map[string]synthModel{
+	// synthetic-wide: Gemma's vocabulary, rows of 256 in most matrices (so
+	// that llama-quantize applies Q4_K and Q6_K to them, which it cannot on
+	// the tiny fixture's rows of 64).
+	"synthetic-wide": {V: 262400, VP: 262144, D: 256, P: 64, L: 4, I: 512, H: 2, KV: 1, HD: 128, R: 8,
+		types:  []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"},
+		shared: 1, sparsity: []float64{0.95, 0, 0, 0}},
+	// synthetic-small: every quantisable matrix has rows of 256 (as in E2B,
+	// so llama-quantize's k-quant mixes apply with no fallback), a small
+	// vocabulary with a per-layer vocabulary below it (the converter pads
+	// that table with zero rows, as for Gemma's 262,144 of 262,400), KV
+	// sharing and activation sparsity: an 11 MB float32 checkpoint.
+	"synthetic-small": {V: 320, VP: 256, D: 256, P: 256, L: 3, I: 256, H: 1, KV: 1, HD: 256, R: 8,
+		types:  []string{"sliding_attention", "full_attention", "sliding_attention"},
+		shared: 1, sparsity: []float64{0.95, 0, 0}},
+	// synthetic-micro: hidden size 64 (rows of 256 only in the attention
+	// output, MLP down, per-layer projection and per-layer embedding
+	// matrices), two layers sharing KV: GGUF files of a few hundred kB.
+	"synthetic-micro": {V: 320, VP: 256, D: 64, P: 256, L: 2, I: 256, H: 1, KV: 1, HD: 256, R: 4,
+		types:  []string{"sliding_attention", "sliding_attention"},
+		shared: 1, sparsity: []float64{0.95, 0}},
+}
+
+// config.json and recipe.json of the synthetic model m.
+func (m synthModel) files() (cfgJSON, recipe []byte) {
+	V, VP, D, P, L, I, H, KV, HD, R := m.V, m.VP, m.D, m.P, m.L, m.I, m.H, m.KV, m.HD, m.R
 	text := map[string]any{
 		"model_type": "gemma3n_text", "vocab_size": V, "vocab_size_per_layer_input": VP, "hidden_size": D,
 		"hidden_size_per_layer_input": P, "intermediate_size": I, "num_hidden_layers": L,
-		"num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_kv_shared_layers": 1,
-		"layer_types":                 []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"},
-		"activation_sparsity_pattern": []float64{0.95, 0, 0, 0}, "sliding_window": 16, "rms_norm_eps": 1e-6,
+		"num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_kv_shared_layers": m.shared,
+		"layer_types": m.types, "activation_sparsity_pattern": m.sparsity, "sliding_window": 16, "rms_norm_eps": 1e-6,
 		"final_logit_softcapping": 30.0, "laurel_rank": R, "altup_num_inputs": 4, "altup_active_idx": 0,
 		"altup_coef_clip": 120.0, "altup_correct_scale": true, "hidden_activation": "gelu_pytorch_tanh",
 		"max_position_embeddings": 4096, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
