@@ -30,9 +30,12 @@
 #   PYTHON          python3 with torch, numpy, sentencepiece (and the converter's
 #                   other imports: transformers, safetensors, yaml, tqdm)
 #   VERDICT_BIN     a built verdict binary (default: go build)
-# The report is DIR/report.txt: one line per file (max |logit error|, the
-# reference's largest |logit|, top-1 agreement, the file's tensor types).
-# Exit status: 0 when every file was made and read, F32 ones bit for bit.
+# The report is DIR/report.txt: per file, a line of its logits (max |logit
+# error|, the reference's largest |logit|, top-1 agreement, the file's tensor
+# types) and one of its weights against the checkpoint's (verify-gguf
+# -weights: per type, the largest RMS error over the bound of rounding to
+# the type's levels). Exit status: 0 when every file was made and read, F32
+# ones bit for bit, and every tensor within its type's bound.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 step=${1:-}
@@ -199,7 +202,7 @@ verify() {
       continue
     }
     echo "== $s (reference: its safetensors checkpoint, float32) ==" >>"$dir/report.txt"
-    "$verdict" verify-gguf -ids "$(ids_of "$s")" -ref "$dir/ck-$s" "${files[@]}" | tee -a "$dir/report.txt" || status=1
+    "$verdict" verify-gguf -weights -ids "$(ids_of "$s")" -ref "$dir/ck-$s" "${files[@]}" | tee -a "$dir/report.txt" || status=1
   done
   log "report: $dir/report.txt"
   return $status

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,8 +32,9 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
 	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
 	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
+	checkWeights := fs.Bool("weights", false, "also compare every tensor with the reference's: F32 bit for bit, F16 and BF16 within their rounding, a quantisation's RMS error within 1.15 times that of rounding to its levels")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
+		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] [-weights] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -66,11 +69,24 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	var refStore weights.Store
+	if *checkWeights {
+		if refStore, err = weights.Open(*ref); err != nil {
+			return err
+		}
+		defer refStore.Close()
+	}
 	failed := 0
 	for _, path := range fs.Args() {
+		// A file that cannot be read is reported and the others checked.
+		bad := func(err error) {
+			fmt.Fprintf(stdout, "%-40s ERROR %v\n", filepath.Base(path), err)
+			failed++
+		}
 		g, err := weights.OpenGGUFFile(path)
 		if err != nil {
-			return err
+			bad(err)
+			continue
 		}
 		types, allF32 := g.TypeCounts(), true
 		for _, t := range g.Tensors {
@@ -79,15 +95,19 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		g.Close()
 		m, err := open(path)
 		if err != nil {
-			return err
+			bad(err)
+			continue
 		}
 		got, err := logitsOf(m, seq)
+		vocab := m.Cfg.VocabSize
 		m.Close()
 		if err != nil {
-			return err
+			bad(err)
+			continue
 		}
 		if len(got) != len(want) {
-			return fmt.Errorf("%s: %d logits, the reference has %d (vocabulary %d)", path, len(got), len(want), m.Cfg.VocabSize)
+			bad(fmt.Errorf("%d logits, the reference has %d (vocabulary %d)", len(got), len(want), vocab))
+			continue
 		}
 		maxErr, maxRef, top := 0.0, 0.0, 0
 		V := len(want) / len(seq)
@@ -113,11 +133,131 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 			tolStr = strconv.FormatFloat(limit, 'g', -1, 64)
 		}
 		fmt.Fprintf(stdout, "%-40s max_err=%-10.4g max_ref=%-8.4g top1=%d/%d tol=%-8s %s  [%s]\n", filepath.Base(path), maxErr, maxRef, top, len(seq), tolStr, status, types)
+		if refStore != nil {
+			line, ok, err := compareWeights(refStore, path)
+			if err != nil {
+				bad(err)
+				continue
+			}
+			status := "PASS"
+			if !ok {
+				status, failed = "FAIL", failed+1
+			}
+			fmt.Fprintf(stdout, "%-40s weights %s  %s\n", "", status, line)
+		}
 	}
 	if failed > 0 {
 		return errChecksFailed
 	}
 	return nil
+}
+
+// quantLevels is the spacing of a ggml type's levels for values of largest
+// magnitude amax, as llama.cpp's quantisers lay them out: Q8_0 ±127 steps
+// of amax/127, Q4_0 ±8 of amax/8, Q6_K ±32 of amax/32, Q4_K and Q5_K 15
+// and 31 steps over a block's range (at most 2·amax). Rounding values spread
+// evenly to the nearest level leaves an RMS error of step/√12.
+var quantLevels = map[weights.GGMLType]float64{
+	weights.GGMLQ8_0: 1.0 / 127, weights.GGMLQ4_0: 1.0 / 8, weights.GGMLQ6_K: 1.0 / 32,
+	weights.GGMLQ4_K: 2.0 / 15, weights.GGMLQ5_K: 2.0 / 31,
+}
+
+// compareWeights reads every tensor of the GGUF file and the reference's
+// tensor of the same name; it summarises, per type, the largest ratio of RMS
+// error to the rounding bound (quantisations) or the count of exact tensors
+// (F32), and reports whether all are within: F32 bit for bit, F16 and BF16
+// within half a unit in the last place, quantisations within 1.15 times the
+// bound. Rows past the reference's (the converter's zero padding of the
+// per-layer table) must be zero.
+func compareWeights(ref weights.Store, path string) (string, bool, error) {
+	gs, err := weights.OpenGGUF(path)
+	if err != nil {
+		return "", false, err
+	}
+	defer gs.Close()
+	worst := map[string]float64{}
+	exact := map[string]int{}
+	var off []string
+	for _, name := range gs.Names() {
+		_, dt, _ := gs.Info(name)
+		if _, _, ok := ref.Info(name); !ok {
+			off = append(off, name+" (not in the reference)")
+			continue
+		}
+		x, err := ref.Float32(name)
+		if err != nil {
+			return "", false, err
+		}
+		y, err := gs.Float32(name)
+		if err != nil {
+			return "", false, err
+		}
+		if len(y) < len(x) {
+			off = append(off, fmt.Sprintf("%s (%d values, the reference %d)", name, len(y), len(x)))
+			continue
+		}
+		for _, v := range y[len(x):] {
+			if v != 0 {
+				off = append(off, name+" (its rows past the reference's are not zero)")
+				break
+			}
+		}
+		y = y[:len(x)]
+		var se, amax float64
+		elementsOK := true
+		for i, w := range x {
+			e := math.Abs(float64(y[i]) - float64(w))
+			se += e * e
+			amax = max(amax, math.Abs(float64(w)))
+			switch dt {
+			case "F32":
+				elementsOK = elementsOK && y[i] == w
+			case "F16":
+				elementsOK = elementsOK && e <= math.Abs(float64(w))*0x1p-11+0x1p-25
+			case "BF16":
+				elementsOK = elementsOK && e <= math.Abs(float64(w))*0x1p-8
+			}
+		}
+		if !elementsOK {
+			off = append(off, fmt.Sprintf("%s (%s values off by more than its rounding)", name, dt))
+			continue
+		}
+		var typ weights.GGMLType
+		for t := range quantLevels {
+			if t.String() == dt {
+				typ = t
+			}
+		}
+		step, quant := quantLevels[typ]
+		if !quant {
+			exact[dt]++
+			continue
+		}
+		r := 0.0
+		if amax > 0 {
+			r = math.Sqrt(se/float64(len(x))) / (step * amax / math.Sqrt(12))
+		}
+		worst[dt] = max(worst[dt], r)
+		if r > 1.15 {
+			off = append(off, fmt.Sprintf("%s (%s: RMS error %.3g times the rounding bound)", name, dt, r))
+		}
+	}
+	var parts []string
+	for _, dt := range slices.Sorted(maps.Keys(worst)) {
+		parts = append(parts, fmt.Sprintf("%s %.3g", dt, worst[dt]))
+	}
+	for _, dt := range slices.Sorted(maps.Keys(exact)) {
+		how := "within rounding"
+		if dt == "F32" {
+			how = "exact"
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d %s", dt, exact[dt], how))
+	}
+	line := "largest RMS error / rounding bound: " + strings.Join(parts, ", ")
+	if len(off) > 0 {
+		line += "; off: " + strings.Join(off, "; ")
+	}
+	return line, len(off) == 0, nil
 }
 
 func logitsOf(m *models.Model, ids []int32) ([]float32, error) {
