@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,12 +28,13 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlags("verify-gguf", stderr)
 	ref := fs.String("ref", "", "the Hugging Face checkpoint folder the GGUF files were converted from")
 	write := fs.String("write-checkpoint", "", "write the text decoder of the -from folder here as model.safetensors and config.json, and stop")
-	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), or synthetic-wide (rows of 256, for the k-quants)")
+	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), synthetic-wide (Gemma's vocabulary, rows of 256), synthetic-small (rows of 256, vocabulary 320) or synthetic-micro (hidden size 64)")
 	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
 	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
 	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
+	checkWeights := fs.Bool("weights", false, "also compare every tensor with the reference's: F32 bit for bit, F16 and BF16 within their rounding, a quantisation's RMS error within 1.15 times that of rounding to its levels")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
+		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] [-weights] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -66,11 +69,24 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	var refStore weights.Store
+	if *checkWeights {
+		if refStore, err = weights.Open(*ref); err != nil {
+			return err
+		}
+		defer refStore.Close()
+	}
 	failed := 0
 	for _, path := range fs.Args() {
+		// A file that cannot be read is reported and the others checked.
+		bad := func(err error) {
+			fmt.Fprintf(stdout, "%-40s ERROR %v\n", filepath.Base(path), err)
+			failed++
+		}
 		g, err := weights.OpenGGUFFile(path)
 		if err != nil {
-			return err
+			bad(err)
+			continue
 		}
 		types, allF32 := g.TypeCounts(), true
 		for _, t := range g.Tensors {
@@ -79,15 +95,19 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		g.Close()
 		m, err := open(path)
 		if err != nil {
-			return err
+			bad(err)
+			continue
 		}
 		got, err := logitsOf(m, seq)
+		vocab := m.Cfg.VocabSize
 		m.Close()
 		if err != nil {
-			return err
+			bad(err)
+			continue
 		}
 		if len(got) != len(want) {
-			return fmt.Errorf("%s: %d logits, the reference has %d (vocabulary %d)", path, len(got), len(want), m.Cfg.VocabSize)
+			bad(fmt.Errorf("%d logits, the reference has %d (vocabulary %d)", len(got), len(want), vocab))
+			continue
 		}
 		maxErr, maxRef, top := 0.0, 0.0, 0
 		V := len(want) / len(seq)
@@ -113,11 +133,131 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 			tolStr = strconv.FormatFloat(limit, 'g', -1, 64)
 		}
 		fmt.Fprintf(stdout, "%-40s max_err=%-10.4g max_ref=%-8.4g top1=%d/%d tol=%-8s %s  [%s]\n", filepath.Base(path), maxErr, maxRef, top, len(seq), tolStr, status, types)
+		if refStore != nil {
+			line, ok, err := compareWeights(refStore, path)
+			if err != nil {
+				bad(err)
+				continue
+			}
+			status := "PASS"
+			if !ok {
+				status, failed = "FAIL", failed+1
+			}
+			fmt.Fprintf(stdout, "%-40s weights %s  %s\n", "", status, line)
+		}
 	}
 	if failed > 0 {
 		return errChecksFailed
 	}
 	return nil
+}
+
+// quantLevels is the spacing of a ggml type's levels for values of largest
+// magnitude amax, as llama.cpp's quantisers lay them out: Q8_0 ±127 steps
+// of amax/127, Q4_0 ±8 of amax/8, Q6_K ±32 of amax/32, Q4_K and Q5_K 15
+// and 31 steps over a block's range (at most 2·amax). Rounding values spread
+// evenly to the nearest level leaves an RMS error of step/√12.
+var quantLevels = map[weights.GGMLType]float64{
+	weights.GGMLQ8_0: 1.0 / 127, weights.GGMLQ4_0: 1.0 / 8, weights.GGMLQ6_K: 1.0 / 32,
+	weights.GGMLQ4_K: 2.0 / 15, weights.GGMLQ5_K: 2.0 / 31,
+}
+
+// compareWeights reads every tensor of the GGUF file and the reference's
+// tensor of the same name; it summarises, per type, the largest ratio of RMS
+// error to the rounding bound (quantisations) or the count of exact tensors
+// (F32), and reports whether all are within: F32 bit for bit, F16 and BF16
+// within half a unit in the last place, quantisations within 1.15 times the
+// bound. Rows past the reference's (the converter's zero padding of the
+// per-layer table) must be zero.
+func compareWeights(ref weights.Store, path string) (string, bool, error) {
+	gs, err := weights.OpenGGUF(path)
+	if err != nil {
+		return "", false, err
+	}
+	defer gs.Close()
+	worst := map[string]float64{}
+	exact := map[string]int{}
+	var off []string
+	for _, name := range gs.Names() {
+		_, dt, _ := gs.Info(name)
+		if _, _, ok := ref.Info(name); !ok {
+			off = append(off, name+" (not in the reference)")
+			continue
+		}
+		x, err := ref.Float32(name)
+		if err != nil {
+			return "", false, err
+		}
+		y, err := gs.Float32(name)
+		if err != nil {
+			return "", false, err
+		}
+		if len(y) < len(x) {
+			off = append(off, fmt.Sprintf("%s (%d values, the reference %d)", name, len(y), len(x)))
+			continue
+		}
+		for _, v := range y[len(x):] {
+			if v != 0 {
+				off = append(off, name+" (its rows past the reference's are not zero)")
+				break
+			}
+		}
+		y = y[:len(x)]
+		var se, amax float64
+		elementsOK := true
+		for i, w := range x {
+			e := math.Abs(float64(y[i]) - float64(w))
+			se += e * e
+			amax = max(amax, math.Abs(float64(w)))
+			switch dt {
+			case "F32":
+				elementsOK = elementsOK && y[i] == w
+			case "F16":
+				elementsOK = elementsOK && e <= math.Abs(float64(w))*0x1p-11+0x1p-25
+			case "BF16":
+				elementsOK = elementsOK && e <= math.Abs(float64(w))*0x1p-8
+			}
+		}
+		if !elementsOK {
+			off = append(off, fmt.Sprintf("%s (%s values off by more than its rounding)", name, dt))
+			continue
+		}
+		var typ weights.GGMLType
+		for t := range quantLevels {
+			if t.String() == dt {
+				typ = t
+			}
+		}
+		step, quant := quantLevels[typ]
+		if !quant {
+			exact[dt]++
+			continue
+		}
+		r := 0.0
+		if amax > 0 {
+			r = math.Sqrt(se/float64(len(x))) / (step * amax / math.Sqrt(12))
+		}
+		worst[dt] = max(worst[dt], r)
+		if r > 1.15 {
+			off = append(off, fmt.Sprintf("%s (%s: RMS error %.3g times the rounding bound)", name, dt, r))
+		}
+	}
+	var parts []string
+	for _, dt := range slices.Sorted(maps.Keys(worst)) {
+		parts = append(parts, fmt.Sprintf("%s %.3g", dt, worst[dt]))
+	}
+	for _, dt := range slices.Sorted(maps.Keys(exact)) {
+		how := "within rounding"
+		if dt == "F32" {
+			how = "exact"
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d %s", dt, exact[dt], how))
+	}
+	line := "largest RMS error / rounding bound: " + strings.Join(parts, ", ")
+	if len(off) > 0 {
+		line += "; off: " + strings.Join(off, "; ")
+	}
+	return line, len(off) == 0, nil
 }
 
 func logitsOf(m *models.Model, ids []int32) ([]float32, error) {
@@ -151,9 +291,9 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 		st  weights.Store
 		err error
 	)
-	if from == "synthetic-wide" {
+	if m, ok := synthModels[from]; ok {
 		var recipe []byte
-		js, recipe = wideModel()
+		js, recipe = m.files()
 		st, err = weights.NewRecipeStore(recipe, nil)
 	} else if js, err = os.ReadFile(filepath.Join(from, "config.json")); err == nil {
 		st, err = weights.Open(from)
@@ -264,18 +404,49 @@ func writeCheckpoint(from, dir, dtype string, stdout io.Writer) error {
 	return nil
 }
 
-// wideModel is a synthetic Gemma 3n with Gemma's vocabulary whose matrices
-// have rows of 256 (so that llama-quantize applies Q4_K and Q6_K to them,
-// which it cannot on the tiny fixture's rows of 64): its config.json and
-// recipe.json.
-func wideModel() (cfgJSON, recipe []byte) {
-	const D, P, L, I, V, VP, H, KV, HD, R = 256, 64, 4, 512, 262400, 262144, 2, 1, 128, 8
+// synthModel is the shape of a synthetic Gemma 3n text decoder written by
+// -write-checkpoint: vocabulary (and per-layer vocabulary), hidden size,
+// per-layer input size, layers, MLP width, heads, KV heads, head size,
+// Laurel rank, the layer types and how many trailing layers share KV.
+type synthModel struct {
+	V, VP, D, P, L, I, H, KV, HD, R int
+	types                           []string
+	shared                          int
+	sparsity                        []float64
+}
+
+// synthModels are the -from presets.
+var synthModels = map[string]synthModel{
+	// synthetic-wide: Gemma's vocabulary, rows of 256 in most matrices (so
+	// that llama-quantize applies Q4_K and Q6_K to them, which it cannot on
+	// the tiny fixture's rows of 64).
+	"synthetic-wide": {V: 262400, VP: 262144, D: 256, P: 64, L: 4, I: 512, H: 2, KV: 1, HD: 128, R: 8,
+		types:  []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"},
+		shared: 1, sparsity: []float64{0.95, 0, 0, 0}},
+	// synthetic-small: every quantisable matrix has rows of 256 (as in E2B,
+	// so llama-quantize's k-quant mixes apply with no fallback), a small
+	// vocabulary with a per-layer vocabulary below it (the converter pads
+	// that table with zero rows, as for Gemma's 262,144 of 262,400), KV
+	// sharing and activation sparsity: an 11 MB float32 checkpoint.
+	"synthetic-small": {V: 320, VP: 256, D: 256, P: 256, L: 3, I: 256, H: 1, KV: 1, HD: 256, R: 8,
+		types:  []string{"sliding_attention", "full_attention", "sliding_attention"},
+		shared: 1, sparsity: []float64{0.95, 0, 0}},
+	// synthetic-micro: hidden size 64 (rows of 256 only in the attention
+	// output, MLP down, per-layer projection and per-layer embedding
+	// matrices), two layers sharing KV: GGUF files of a few hundred kB.
+	"synthetic-micro": {V: 320, VP: 256, D: 64, P: 256, L: 2, I: 256, H: 1, KV: 1, HD: 256, R: 4,
+		types:  []string{"sliding_attention", "sliding_attention"},
+		shared: 1, sparsity: []float64{0.95, 0}},
+}
+
+// config.json and recipe.json of the synthetic model m.
+func (m synthModel) files() (cfgJSON, recipe []byte) {
+	V, VP, D, P, L, I, H, KV, HD, R := m.V, m.VP, m.D, m.P, m.L, m.I, m.H, m.KV, m.HD, m.R
 	text := map[string]any{
 		"model_type": "gemma3n_text", "vocab_size": V, "vocab_size_per_layer_input": VP, "hidden_size": D,
 		"hidden_size_per_layer_input": P, "intermediate_size": I, "num_hidden_layers": L,
-		"num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_kv_shared_layers": 1,
-		"layer_types":                 []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"},
-		"activation_sparsity_pattern": []float64{0.95, 0, 0, 0}, "sliding_window": 16, "rms_norm_eps": 1e-6,
+		"num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_kv_shared_layers": m.shared,
+		"layer_types": m.types, "activation_sparsity_pattern": m.sparsity, "sliding_window": 16, "rms_norm_eps": 1e-6,
 		"final_logit_softcapping": 30.0, "laurel_rank": R, "altup_num_inputs": 4, "altup_active_idx": 0,
 		"altup_coef_clip": 120.0, "altup_correct_scale": true, "hidden_activation": "gelu_pytorch_tanh",
 		"max_position_embeddings": 4096, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,

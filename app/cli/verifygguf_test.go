@@ -58,6 +58,40 @@ func TestVerifyGGUF(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "FAIL") {
 		t.Errorf("Q4_0 at tolerance 1e-3: exit %d\n%s", code, out)
 	}
+	// -weights: every tensor against the checkpoint's; a file whose
+	// tensor holds other values fails, one that cannot be read is reported
+	// and the others still checked.
+	code, out, errOut = run("verify-gguf", "-weights", "-ref", ck, files[weights.GGMLF32], files[weights.GGMLQ4_0])
+	if code != 0 || strings.Count(out, "weights PASS") != 2 || !strings.Contains(out, "F32 ×") || !strings.Contains(out, "Q4_0 ") {
+		t.Errorf("-weights: exit %d\n%s%s", code, out, errOut)
+	}
+	kvs, ts, err := ggufwrite.Gemma3n(st, "model.language_model.", cfg, ggufwrite.Gemma3nOptions{Type: weights.GGMLQ4_0, PadPLE: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ts {
+		if ts[i].Name == "blk.1.ffn_down.weight" {
+			other, err := ggufwrite.Encode(weights.GGMLQ4_0, make([]float32, len(ts[i].Data)/18*32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts[i].Data = other // zeros
+		}
+	}
+	zeroed := filepath.Join(t.TempDir(), "zeroed.gguf")
+	f, _ := os.Create(zeroed)
+	if err := ggufwrite.Write(f, ggufwrite.Options{}, kvs, ts); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	notGGUF := filepath.Join(t.TempDir(), "not.gguf")
+	os.WriteFile(notGGUF, []byte("not a GGUF file"), 0o644)
+	code, out, _ = run("verify-gguf", "-weights", "-ref", ck, zeroed, notGGUF, files[weights.GGMLF32])
+	if code != 1 || !strings.Contains(out, "weights FAIL") || !strings.Contains(out, "layers.1.mlp.down_proj.weight (Q4_0: RMS error") ||
+		!strings.Contains(out, "not.gguf") || !strings.Contains(out, "ERROR") || strings.Count(out, "weights PASS") != 1 {
+		t.Errorf("a zeroed tensor, a file that is not GGUF, a good file: exit %d\n%s", code, out)
+	}
+	t.Log("\n" + out)
 	if code, _, _ = run("verify-gguf", "-ref", ck); code != 2 {
 		t.Errorf("no files: exit %d, want 2", code)
 	}

@@ -16,6 +16,7 @@ const (
 	GGMLQ4_0 GGMLType = 2
 	GGMLQ8_0 GGMLType = 8
 	GGMLQ4_K GGMLType = 12
+	GGMLQ5_K GGMLType = 13
 	GGMLQ6_K GGMLType = 14
 	GGMLBF16 GGMLType = 30
 )
@@ -42,6 +43,7 @@ var ggmlTypes = map[GGMLType]ggmlType{
 	GGMLQ4_0: {"Q4_0", 32, 18, dequantQ4_0},
 	GGMLQ8_0: {"Q8_0", 32, 34, dequantQ8_0},
 	GGMLQ4_K: {"Q4_K", qkK, 144, dequantQ4_K},
+	GGMLQ5_K: {"Q5_K", qkK, 176, dequantQ5_K},
 	GGMLQ6_K: {"Q6_K", qkK, 210, dequantQ6_K},
 	3:        {"Q4_1", 32, 20, nil},
 	6:        {"Q5_0", 32, 22, nil},
@@ -49,7 +51,6 @@ var ggmlTypes = map[GGMLType]ggmlType{
 	9:        {"Q8_1", 32, 36, nil},
 	10:       {"Q2_K", qkK, 84, nil},
 	11:       {"Q3_K", qkK, 110, nil},
-	13:       {"Q5_K", qkK, 176, nil},
 	15:       {"Q8_K", qkK, 292, nil},
 	16:       {"IQ2_XXS", qkK, 66, nil},
 	17:       {"IQ2_XS", qkK, 74, nil},
@@ -82,7 +83,7 @@ func (t GGMLType) String() string {
 func DequantizeGGML(t GGMLType, dst []float32, src []byte) error {
 	tt, ok := ggmlTypes[t]
 	if !ok || tt.dequant == nil {
-		return fmt.Errorf("weights: ggml type %s cannot be read as float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K can)", t)
+		return fmt.Errorf("weights: ggml type %s cannot be read as float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K can)", t)
 	}
 	if len(dst)%tt.block != 0 || len(src) != len(dst)/tt.block*tt.size {
 		return fmt.Errorf("weights: %s: %d values from %d bytes is not whole blocks of %d values in %d bytes", tt.name, len(dst), len(src), tt.block, tt.size)
@@ -183,6 +184,33 @@ func dequantQ4_K(dst []float32, src []byte) {
 			for l := 0; l < 32; l++ {
 				y[j+l] = float32(d1*float32(q[l]&0xf)) - m1
 				y[j+32+l] = float32(d2*float32(q[l]>>4)) - m2
+			}
+		}
+	}
+}
+
+// Q5_K: Q4_K's layout with a fifth bit: f16 d and dmin, the same 12 scale
+// bytes, 32 bytes of high bits qh, 128 bytes of low nibbles. Value l of the
+// c-th 64 (low nibble for the first 32, high for the next 32) takes its
+// fifth bit from bit 2c (2c+1) of qh[l]; x = d·sc·q − dmin·m, q in 0..31.
+// llama-quantize's Q4_K_S and Q5_K_M mixes hold it.
+func dequantQ5_K(dst []float32, src []byte) {
+	for b := 0; b < len(dst)/qkK; b++ {
+		blk := src[b*176 : b*176+176]
+		d, dmin := f16at(blk, 0), f16at(blk, 2)
+		scales, qh, qs := blk[4:16], blk[16:48], blk[48:176]
+		y := dst[b*qkK : b*qkK+qkK]
+		for c := 0; c < 4; c++ {
+			sc, m := scaleMinK4(2*c, scales)
+			d1, m1 := d*float32(sc), dmin*float32(m)
+			sc, m = scaleMinK4(2*c+1, scales)
+			d2, m2 := d*float32(sc), dmin*float32(m)
+			q := qs[c*32 : c*32+32]
+			for l := 0; l < 32; l++ {
+				lo := q[l]&0xf | (qh[l]>>(2*c)&1)<<4
+				hi := q[l]>>4 | (qh[l]>>(2*c+1)&1)<<4
+				y[c*64+l] = float32(d1*float32(lo)) - m1
+				y[c*64+32+l] = float32(d2*float32(hi)) - m2
 			}
 		}
 	}

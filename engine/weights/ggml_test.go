@@ -61,6 +61,26 @@ func refQ4_K(blk []byte, i int) float32 {
 	return float32(d1*float32(q&15)) - m1
 }
 
+// refQ5_K: block_q5_K is d, dmin, the Q4_K scale bytes (4..15), qh (16..47),
+// qs (48..175); element i of the 64-value chunk c sits in the low (i%64 <
+// 32) or high nibble of qs[c*32+i%32], its fifth bit is bit 2c (low) or
+// 2c+1 (high) of qh[i%32].
+func refQ5_K(blk []byte, i int) float32 {
+	d, dmin := h16(blk, 0), h16(blk, 2)
+	sub := i / 32
+	chunk, r := i/64, i%64
+	q := int(blk[48+chunk*32+r%32])
+	bit := 2 * chunk
+	if r >= 32 {
+		q >>= 4
+		bit++
+	}
+	q = q&15 | int(blk[16+r%32]>>bit&1)<<4
+	d1 := d * float32(six(blk[4:16], sub))
+	m1 := dmin * float32(six(blk[4:16], 8+sub))
+	return float32(d1*float32(q)) - m1
+}
+
 func refQ6_K(blk []byte, i int) float32 {
 	half, r := i/128, i%128
 	g, l := r/32, r%32 // group 0..3 of 32 within the half
@@ -83,6 +103,7 @@ var refs = []struct {
 	{weights.GGMLQ8_0, 32, 34, []int{0}, refQ8_0},
 	{weights.GGMLQ4_0, 32, 18, []int{0}, refQ4_0},
 	{weights.GGMLQ4_K, 256, 144, []int{0, 2}, refQ4_K},
+	{weights.GGMLQ5_K, 256, 176, []int{0, 2}, refQ5_K},
 	{weights.GGMLQ6_K, 256, 210, []int{208}, refQ6_K},
 }
 

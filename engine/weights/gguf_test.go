@@ -215,7 +215,7 @@ func FuzzParseGGUF(f *testing.F) {
 
 func supported(t weights.GGMLType) bool {
 	switch t {
-	case weights.GGMLF32, weights.GGMLF16, weights.GGMLBF16, weights.GGMLQ8_0, weights.GGMLQ4_0, weights.GGMLQ4_K, weights.GGMLQ6_K:
+	case weights.GGMLF32, weights.GGMLF16, weights.GGMLBF16, weights.GGMLQ8_0, weights.GGMLQ4_0, weights.GGMLQ4_K, weights.GGMLQ5_K, weights.GGMLQ6_K:
 		return true
 	}
 	return false
@@ -247,8 +247,8 @@ func TestGGUFStoreErrors(t *testing.T) {
 			t.Errorf("OpenGGUF(%s) = %v, want %q", filepath.Base(tc.path), err, tc.want)
 		}
 	}
-	if err := weights.DequantizeGGML(13, make([]float32, 256), make([]byte, 176)); err == nil || !strings.Contains(err.Error(), "Q5_K cannot be read") {
-		t.Errorf("Q5_K: %v", err)
+	if err := weights.DequantizeGGML(6, make([]float32, 32), make([]byte, 22)); err == nil || !strings.Contains(err.Error(), "Q5_0 cannot be read") {
+		t.Errorf("Q5_0: %v", err)
 	}
 	if err := weights.DequantizeGGML(weights.GGMLQ8_0, make([]float32, 32), make([]byte, 33)); err == nil || !strings.Contains(err.Error(), "not whole blocks") {
 		t.Errorf("short Q8_0: %v", err)
