@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 2
+#define VD_ABI 3
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -153,6 +153,17 @@ struct vd_backend {
 	void (*select)(vd_stream *s, vd_tensor out, vd_tensor x, vd_tensor row,
 	               vd_tensor col);
 	void (*sample)(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p);
+
+	/* Fused row operations (the same results as the operations they
+	 * stand for, in that order). norm_add: x = rmsnorm(x)·w (in place),
+	 * then y = a + x, then, when b.data is set, y = (y + b)·c. router:
+	 * y = tanh(rmsnorm(x)·norm_w·scale · wᵀ) for w of few rows (AltUp's
+	 * router), with f [x.rows, dim] as scratch. */
+	void (*norm_add)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	                 vd_tensor a, vd_tensor b, int64_t dim, float eps, float c);
+	void (*router)(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
+	               vd_tensor norm_w, vd_tensor w, int64_t dim, float eps,
+	               float scale);
 
 	/* Graphs: a stream's operations recorded once and replayed. Between
 	 * graph_begin (0, or nonzero where the backend cannot record, as the

@@ -276,3 +276,26 @@ func (s *Stream) Sample(out, x Tensor, p Sampling) {
 	C.vdc_sample(s.be.t, s.s, out.t, x.t, C.vd_sampling{inv_temp: C.float(p.InvTemp),
 		top_k: C.int64_t(p.TopK), top_p: C.double(p.TopP), u: C.double(p.U)})
 }
+
+// NormAdd is RMSNorm(x, x, w, dim, eps), then y = a + x, then, when b is
+// set, y = (y + b)·c: one operation where the backend fuses them.
+func (s *Stream) NormAdd(y, x, w, a, b Tensor, dim int, eps, c float32) {
+	if x.Len() == 0 {
+		return
+	}
+	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && a.Len() >= y.Len() && (b.Nil() || b.Len() >= y.Len()) &&
+		(w.Nil() || w.Len() >= dim), "Stream.NormAdd: shapes differ")
+	C.vdc_norm_add(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, C.int64_t(dim), C.float(eps), C.float(c))
+}
+
+// Router is RMSNorm(f, x, normW, dim, eps), Scale(f, f, scale), Linear(y,
+// f, w) and Tanh(y, y): AltUp's router, one operation where the backend
+// fuses them. f [x.Rows(), dim] is scratch.
+func (s *Stream) Router(y, f, x, normW, w Tensor, dim int, eps, scale float32) {
+	if x.Rows() == 0 {
+		return
+	}
+	check(x.Cols() == dim && f.Rows() == x.Rows() && f.Cols() == dim && w.Cols() == dim && y.Rows() == x.Rows() &&
+		y.Cols() == w.Rows(), "Stream.Router: shapes differ")
+	C.vdc_router(s.be.t, s.s, y.t, f.t, x.t, normW.t, w.t, C.int64_t(dim), C.float(eps), C.float(scale))
+}

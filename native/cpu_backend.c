@@ -469,6 +469,26 @@ static void cpu_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	o[0] = idx[k - 1];
 }
 
+/* The fused row operations: the operations they stand for, one by one. */
+static void cpu_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+                         vd_tensor a, vd_tensor b, int64_t dim, float eps, float c)
+{
+	cpu_rmsnorm(s, x, x, w, dim, eps);
+	cpu_ew(s, VD_EW_ADD, y, a, x, 0);
+	if (b.data)
+		cpu_ew(s, VD_EW_ADD_SCALED, y, y, b, c);
+}
+
+static void cpu_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
+                       vd_tensor norm_w, vd_tensor w, int64_t dim, float eps,
+                       float scale)
+{
+	cpu_rmsnorm(s, f, x, norm_w, dim, eps);
+	cpu_ew(s, VD_EW_SCALE, f, f, (vd_tensor){0}, scale);
+	cpu_linear(s, y, f, w);
+	cpu_ew(s, VD_EW_TANH, y, y, (vd_tensor){0}, 0);
+}
+
 /* The CPU runs operations as they are issued: nothing to record. */
 static int cpu_graph_begin(vd_stream *s)
 {
@@ -528,6 +548,8 @@ static vd_backend cpu = {
 	.argmax = cpu_argmax,
 	.select = cpu_select,
 	.sample = cpu_sample,
+	.norm_add = cpu_norm_add,
+	.router = cpu_router,
 	.graph_begin = cpu_graph_begin,
 	.graph_end = cpu_graph_end,
 	.graph_run = cpu_graph_run,

@@ -71,10 +71,7 @@ func (x *Exec) modalities(y *layerTensors, h native.Tensor, n int) native.Tensor
 	m, st := x.m, x.st
 	D := m.Cfg.HiddenSize
 	f, mod := x.f.Slice(0, n), x.mod.Slice(0, n)
-	st.RMSNorm(f, h, y.routerNorm, D, float32(m.Cfg.RMSNormEps))
-	st.Scale(f, f, 1/float32(D))
-	st.Linear(mod, f, y.router)
-	st.Tanh(mod, mod)
+	st.Router(mod, f, h, y.routerNorm, y.router, D, float32(m.Cfg.RMSNormEps), 1/float32(D))
 	return mod
 }
 
@@ -100,15 +97,12 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	lr := rows(x.lr)
 	st.Linear(lr, an, w.laurelL)
 	st.Linear(laur, lr, w.laurelR)
-	st.RMSNorm(laur, laur, w.laurelNorm, D, eps)
-	st.Add(laur, laur, an)
+	st.NormAdd(laur, laur, w.laurelNorm, an, native.Tensor{}, D, eps, 0)
 
 	// Attention.
 	x.attention(i, y, w, n)
 	st.Linear(o, x.att.Slice(0, n), w.o)
-	st.RMSNorm(o, o, w.postAttnNorm, D, eps)
-	st.Add(xa, a, o)
-	st.AddScaled(xa, xa, laur, float32(1/math.Sqrt2))
+	st.NormAdd(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2))
 
 	// MLP.
 	I := y.inter
@@ -128,8 +122,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 		}
 		st.Linear(d, g, w.down)
 	}
-	st.RMSNorm(d, d, w.postFFNorm, D, eps)
-	st.Add(xa, xa, d) // activated
+	st.NormAdd(xa, d, w.postFFNorm, xa, native.Tensor{}, D, eps, 0) // activated
 
 	// AltUp correct.
 	corr := x.coef.Sub(0, n, 4)
@@ -147,8 +140,9 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.GeluTanh(pg, pg)
 	st.Mul(pg, pg, ple)
 	st.Linear(o, pg, w.pleProj)
-	st.RMSNorm(o, o, w.postPLENorm, D, eps)
-	for k := 1; k < 4; k++ {
+	h1 := H.Slice(n, 2*n)
+	st.NormAdd(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0)
+	for k := 2; k < 4; k++ {
 		s := H.Slice(k*n, (k+1)*n)
 		st.Add(s, s, o)
 	}

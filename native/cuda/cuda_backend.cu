@@ -59,6 +59,7 @@ struct vd_stream {
 	std::vector<float> host; /* sample's host copy of the logits */
 	int32_t tok;
 	bool recording; /* between graph_begin and graph_end */
+	void *amax;     /* argmax partials: AP floats, AP int64s */
 	std::vector<struct prof_rec> pend; /* profiling: ops not yet summed */
 	std::vector<cudaEvent_t> events;   /* profiling: free events */
 };
@@ -471,12 +472,46 @@ __global__ void k_linear(float *y, const float *x, const void *w,
 		return;
 	int64_t r = ids ? ids[rr] : rr;
 	float acc[LT];
-	for (int64_t t0 = 0; t0 < n; t0 += LT) {
+	for (int64_t t0 = (int64_t)blockIdx.y * LT; t0 < n; t0 += (int64_t)gridDim.y * LT) {
 		int nt = n - t0 < LT ? (int)(n - t0) : LT;
 		lin_row<K>(acc, nt, x + t0 * cols, cols, w, so, r, cols, lg, lane);
 		if (lane == 0)
 			for (int t = 0; t < nt; t++)
 				y[(t0 + t) * nout + rr] = acc[t];
+	}
+}
+
+/* k_linear_small: the f32 product of a matrix of at most SMALL_ROWS rows
+ * (AltUp's router and coefficients), for every batch: one block per (row,
+ * token), warp w summing the w-th eighth of the columns (lane l: columns
+ * l, l+32, ... of it, in order, then the shuffle tree), the eight warp
+ * sums added in warp order. Fixed by the shapes alone, so a row's bits do
+ * not depend on its batch. */
+#define SMALL_ROWS 16
+
+__global__ void __launch_bounds__(32 * LW) k_linear_small(float *y, const float *x, const float *w,
+                                                          const int32_t *ids, int64_t nout, int64_t cols)
+{
+	__shared__ float red[LW];
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t rr = blockIdx.x, t = blockIdx.y;
+	int64_t r = ids ? ids[rr] : rr;
+	int64_t part = ((cols + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < cols ? lo + part : cols;
+	const float *wr = w + r * cols, *xr = x + t * cols;
+	float acc = 0.0f;
+#pragma unroll 8
+	for (int64_t c = lo + lane; c < hi; c += 32)
+		acc = fmaf(xr[c], __ldg(wr + c), acc);
+	acc = warp_sum(acc);
+	if (lane == 0)
+		red[wi] = acc;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float v = 0.0f;
+		for (int k = 0; k < LW; k++)
+			v += red[k];
+		y[t * nout + rr] = v;
 	}
 }
 
@@ -557,61 +592,81 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x,
 
 template <int NT>
 __global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, const uint8_t *q, const float *so,
-                                                     const int32_t *ids, int64_t nout, int64_t cols, int lg)
+                                                     const int32_t *ids, int64_t nout, int64_t cols, int lg, int R)
 {
 	extern __shared__ float gx[]; /* [NT][cols + cols/32] */
 	int64_t ld = cols + cols / 32;
-	for (int64_t e = threadIdx.x; e < NT * cols; e += blockDim.x) {
-		int64_t t = e / cols, c = e % cols;
-		gx[t * ld + c + (c >> 5)] = x[e];
+	{ /* x staged in float4s, four loads in flight per thread */
+		const float4 *x4 = (const float4 *)x;
+		int64_t n4 = NT * cols / 4;
+		for (int64_t e0 = threadIdx.x; e0 < n4; e0 += 4 * (int64_t)blockDim.x) {
+			float4 v[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int64_t e = e0 + (int64_t)u * blockDim.x;
+				if (e < n4)
+					v[u] = __ldg(x4 + e);
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int64_t e = e0 + (int64_t)u * blockDim.x;
+				if (e < n4) {
+					int64_t f = 4 * e, t = f / cols, c = f % cols;
+					float *d = gx + t * ld + c + (c >> 5);
+					d[0] = v[u].x, d[1] = v[u].y, d[2] = v[u].z, d[3] = v[u].w;
+				}
+			}
+		}
 	}
 	__syncthreads();
 	int lane = threadIdx.x & 31;
-	int64_t rr = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5);
-	if (rr >= nout)
-		return;
-	int64_t r = ids ? ids[rr] : rr;
-	const uint8_t *qr = q + r * (cols / 2);
-	const float *sr = so + r * ((cols >> lg) * 2);
-	float acc[NT];
+	for (int k = 0; k < R; k++) {
+		int64_t rr = ((int64_t)blockIdx.x * R + k) * LW + (threadIdx.x >> 5);
+		if (rr >= nout)
+			return;
+		int64_t r = ids ? ids[rr] : rr;
+		const uint8_t *qr = q + r * (cols / 2);
+		const float *sr = so + r * ((cols >> lg) * 2);
+		float acc[NT];
 #pragma unroll
-	for (int t = 0; t < NT; t++)
-		acc[t] = 0.0f;
-	for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 1024 * GB) {
-		uint4 qv[GB];
-		float sc[GB], off[GB];
+		for (int t = 0; t < NT; t++)
+			acc[t] = 0.0f;
+		for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 1024 * GB) {
+			uint4 qv[GB];
+			float sc[GB], off[GB];
 #pragma unroll
-		for (int i = 0; i < GB; i++) {
-			int64_t j = j0 + 1024 * i;
-			if (j < cols) {
-				qv[i] = __ldg((const uint4 *)(qr + j / 2));
-				sc[i] = __ldg(sr + (j >> lg) * 2), off[i] = __ldg(sr + (j >> lg) * 2 + 1);
+			for (int i = 0; i < GB; i++) {
+				int64_t j = j0 + 1024 * i;
+				if (j < cols) {
+					qv[i] = __ldg((const uint4 *)(qr + j / 2));
+					sc[i] = __ldg(sr + (j >> lg) * 2), off[i] = __ldg(sr + (j >> lg) * 2 + 1);
+				}
+			}
+#pragma unroll
+			for (int i = 0; i < GB; i++) {
+				int64_t j = j0 + 1024 * i;
+				if (j >= cols)
+					break;
+				uint32_t w4[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+				const float *xs = gx + j + (j >> 5);
+#pragma unroll
+				for (int b = 0; b < 32; b++) {
+					int byte = b & 15;
+					uint32_t v = (w4[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
+					float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
+					float wv = fmaf(sc[i], nib, off[i]);
+#pragma unroll
+					for (int t = 0; t < NT; t++)
+						acc[t] = fmaf(xs[t * ld + b], wv, acc[t]);
+				}
 			}
 		}
 #pragma unroll
-		for (int i = 0; i < GB; i++) {
-			int64_t j = j0 + 1024 * i;
-			if (j >= cols)
-				break;
-			uint32_t w4[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
-			const float *xs = gx + j + (j >> 5);
-#pragma unroll
-			for (int b = 0; b < 32; b++) {
-				int byte = b & 15;
-				uint32_t v = (w4[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-				float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-				float wv = fmaf(sc[i], nib, off[i]);
-#pragma unroll
-				for (int t = 0; t < NT; t++)
-					acc[t] = fmaf(xs[t * ld + b], wv, acc[t]);
-			}
+		for (int t = 0; t < NT; t++) {
+			float v = warp_sum(acc[t]);
+			if (lane == 0)
+				y[t * nout + rr] = v;
 		}
-	}
-#pragma unroll
-	for (int t = 0; t < NT; t++) {
-		float v = warp_sum(acc[t]);
-		if (lane == 0)
-			y[t * nout + rr] = v;
 	}
 }
 
@@ -622,15 +677,18 @@ static bool gemv_q4(vd_stream *s, float *y, const float *x, vd_tensor w, const i
 	int64_t cols = w.cols;
 	size_t smem = (size_t)n * (size_t)(cols + cols / 32) * sizeof(float);
 	if (n < 1 || n > QT || smem > (size_t)st_of(s->b)->smem_optin || ((uintptr_t)w.data & 15) != 0 ||
-	    (cols / 2) % 16 != 0)
+	    ((uintptr_t)x & 15) != 0 || (cols / 2) % 16 != 0)
 		return false;
-	dim3 grid(blocks_for(nout, LW)), block(32 * LW);
+	/* Rows per warp: enough blocks to fill the GPU, each staging x once
+	 * for as many rows as that allows. */
+	int R = nout >= 131072 ? 8 : nout >= 32768 ? 4 : nout >= 8192 ? 2 : 1;
+	dim3 grid(blocks_for(nout, LW * R)), block(32 * LW);
 	const uint8_t *q = (const uint8_t *)w.data;
 	const float *so = (const float *)w.aux;
 	int lg = lg2(w.group);
 #define GEMV_CASE(N)                                                                    \
 	case N:                                                                         \
-		k_gemv_q4<N><<<grid, block, smem, s->st>>>(y, x, q, so, ids, nout, cols, lg); \
+		k_gemv_q4<N><<<grid, block, smem, s->st>>>(y, x, q, so, ids, nout, cols, lg, R); \
 		break;
 	switch (n) {
 		GEMV_CASE(1)
@@ -735,12 +793,19 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 	int64_t n = x.rows, cols = w.cols;
 	if (n <= 0 || nout <= 0)
 		return;
-	dim3 grid(blocks_for(nout, LW)), block(32 * LW);
+	/* Token tiles across grid.y: enough blocks for a batch. */
+	int64_t tiles = (n + LT - 1) / LT, gy = nout >= 4096 ? 1 : (4096 / (nout > 0 ? nout : 1));
+	dim3 grid(blocks_for(nout, LW), (unsigned)std::min<int64_t>(std::min<int64_t>(tiles, gy < 1 ? 1 : gy), 65535)),
+	    block(32 * LW);
 	const float *xd = (const float *)x.data;
 	float *yd = (float *)y.data;
 	switch (w.dtype) {
 	case VD_F32:
-		k_linear<W_F32><<<grid, block, 0, s->st>>>(yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
+		if (w.rows <= SMALL_ROWS && cols >= 32 * LW && n <= 65535)
+			k_linear_small<<<dim3((unsigned)nout, (unsigned)n), block, 0, s->st>>>(yd, xd, (const float *)w.data, ids,
+			                                                                     nout, cols);
+		else
+			k_linear<W_F32><<<grid, block, 0, s->st>>>(yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
 		break;
 	case VD_BF16:
 		if (cols % 2 == 0 && ((uintptr_t)w.data & 3) == 0)
@@ -758,7 +823,7 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 			k_linear_q4_tiled<<<tg, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
 			                                           nout, cols, lg2(w.group));
 		} else if (!gemv_q4(s, yd, xd, w, ids, n, nout))
-			k_linear_q4<<<grid, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
+			k_linear_q4<<<grid.x, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
 			                                       nout, cols, lg2(w.group));
 		break;
 	default:
@@ -784,10 +849,12 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 	float *gr = g + t * inter;
 	int32_t *ir = idx + t * inter;
 	float a = 0.0f;
+#pragma unroll 8
 	for (int64_t i = threadIdx.x; i < inter; i += SPB)
 		a += gr[i];
 	float mu = block_sum(a, red) / (float)inter;
 	a = 0.0f;
+#pragma unroll 8
 	for (int64_t i = threadIdx.x; i < inter; i += SPB) {
 		float d = gr[i] - mu;
 		a = fmaf(d, d, a);
@@ -901,6 +968,11 @@ static void *scratch(vd_stream *s, size_t bytes)
 
 #define RB 256
 
+/* The row kernels hold a thread's first RN values in registers, loaded
+ * together before the sum (the loads overlap; the sum's order is the
+ * plain loop's), and reuse them for the output. */
+#define RN 8
+
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
                           float eps)
 {
@@ -908,12 +980,30 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
 	float *yr = y + r * dim;
+	float v[RN], wv[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+	}
 	float a = 0.0f;
-	for (int64_t i = threadIdx.x; i < dim; i += RB)
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		a = fmaf(xr[i], xr[i], a);
 	float ss = block_sum(a, red);
 	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
-	for (int64_t i = threadIdx.x; i < dim; i += RB)
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		if (i < dim)
+			yr[i] = w ? (v[u] * inv) * wv[u] : v[u] * inv;
+	}
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
 }
 
@@ -922,14 +1012,117 @@ __global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
 	__shared__ float red[32];
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
+	float v[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
 	float a = 0.0f;
-	for (int64_t i = threadIdx.x; i < dim; i += RB)
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		a = fmaf(xr[i], xr[i], a);
 	float m = block_sum(a, red) / (float)dim;
 	if (m < floor)
 		m = floor;
 	if (threadIdx.x == 0)
 		out[r] = (float)sqrt((double)m);
+}
+
+/* k_norm_add: k_rmsnorm of x (written back), then y = a + x and, with b,
+ * y = (y + b)·c: the separate kernels' arithmetic in one launch. */
+__global__ void k_norm_add(float *y, float *x, const float *w, const float *a, const float *b, int64_t dim,
+                           float eps, float c)
+{
+	__shared__ float red[32];
+	int64_t r = blockIdx.x;
+	float *xr = x + r * dim, *yr = y + r * dim;
+	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
+	float v[RN], wv[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+	}
+	float acc = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			acc = fmaf(v[u], v[u], acc);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		acc = fmaf(xr[i], xr[i], acc);
+	float ss = block_sum(acc, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		if (i < dim) {
+			float xn = w ? (v[u] * inv) * wv[u] : v[u] * inv;
+			xr[i] = xn;
+			float o = ar[i] + xn;
+			if (br)
+				o = (o + br[i]) * c;
+			yr[i] = o;
+		}
+	}
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
+		float xn = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+		xr[i] = xn;
+		float o = ar[i] + xn;
+		if (br)
+			o = (o + br[i]) * c;
+		yr[i] = o;
+	}
+}
+
+/* k_router: AltUp's router for one token a block: the row normalised
+ * (k_rmsnorm) and scaled in shared memory, then each of the nout outputs
+ * summed as k_linear_small sums (warp w the w-th eighth of the columns,
+ * lane order, the shuffle tree, warp order), then tanh. */
+__global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const float *nw, const float *w,
+                                               int64_t nout, int64_t dim, float eps, float scale)
+{
+	extern __shared__ float fx[];
+	__shared__ float red[32];
+	int64_t t = blockIdx.x;
+	const float *xr = x + t * dim;
+	float a = 0.0f;
+	for (int64_t i = threadIdx.x; i < dim; i += RB) {
+		float v = xr[i];
+		fx[i] = v;
+		a = fmaf(v, v, a);
+	}
+	float ss = block_sum(a, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	for (int64_t i = threadIdx.x; i < dim; i += RB)
+		fx[i] = (nw ? (fx[i] * inv) * nw[i] : fx[i] * inv) * scale;
+	__syncthreads();
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	for (int64_t r = 0; r < nout; r++) {
+		const float *wr = w + r * dim;
+		float acc = 0.0f;
+		for (int64_t c = lo + lane; c < hi; c += 32)
+			acc = fmaf(fx[c], __ldg(wr + c), acc);
+		acc = warp_sum(acc);
+		__syncthreads();
+		if (lane == 0)
+			red[wi] = acc;
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			float v = 0.0f;
+			for (int k = 0; k < LW; k++)
+				v += red[k];
+			y[t * nout + r] = d_tanh(v);
+		}
+	}
 }
 
 /* k_scale_rows: x[r, i] *= sc[r] (sc) or w[i] (w). */
@@ -1272,6 +1465,73 @@ __global__ void k_select(float *out, const float *x, const int32_t *row,
 		out[j] = x[(int64_t)row[j] * cols + col[j]];
 }
 
+/* The argmax of one long row in two launches: AP blocks each find the
+ * best of a slice (the same rule: NaNs skipped, ties to the lower index),
+ * then one block the best of theirs. */
+#define AP 128
+
+__device__ __forceinline__ bool better(float v, int64_t j, float bv, int64_t bj)
+{
+	return j >= 0 && (bj < 0 || v > bv || (v == bv && j < bj));
+}
+
+__global__ void k_argmax_part(float *pv, int64_t *pi, const float *x, int64_t dim)
+{
+	__shared__ float bv[RB];
+	__shared__ int64_t bi[RB];
+	int64_t chunk = (dim + AP - 1) / AP, lo = blockIdx.x * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
+	float best = -INFINITY;
+	int64_t at = -1;
+#pragma unroll 8
+	for (int64_t i = lo + threadIdx.x; i < hi; i += RB) {
+		float v = x[i];
+		if (v == v && (at < 0 || v > best))
+			best = v, at = i;
+	}
+	bv[threadIdx.x] = best, bi[threadIdx.x] = at;
+	__syncthreads();
+	for (int st = RB / 2; st > 0; st >>= 1) {
+		if (threadIdx.x < st && better(bv[threadIdx.x + st], bi[threadIdx.x + st], bv[threadIdx.x], bi[threadIdx.x]))
+			bv[threadIdx.x] = bv[threadIdx.x + st], bi[threadIdx.x] = bi[threadIdx.x + st];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		pv[blockIdx.x] = bv[0], pi[blockIdx.x] = bi[0];
+}
+
+__global__ void k_argmax_fin(int32_t *out, const float *pv, const int64_t *pi, const float *x)
+{
+	__shared__ float bv[AP];
+	__shared__ int64_t bi[AP];
+	bv[threadIdx.x] = pv[threadIdx.x], bi[threadIdx.x] = pi[threadIdx.x];
+	__syncthreads();
+	for (int st = AP / 2; st > 0; st >>= 1) {
+		if (threadIdx.x < st && better(bv[threadIdx.x + st], bi[threadIdx.x + st], bv[threadIdx.x], bi[threadIdx.x]))
+			bv[threadIdx.x] = bv[threadIdx.x + st], bi[threadIdx.x] = bi[threadIdx.x + st];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		int64_t res = bi[0];
+		if (res < 0 || x[0] != x[0])
+			res = 0;
+		out[0] = (int32_t)res;
+	}
+}
+
+/* argmax1: the argmax of one row into out (two launches over the stream's
+ * partials buffer); false when there is none. */
+static bool argmax1(vd_stream *s, int32_t *out, const float *x, int64_t dim)
+{
+	if (!s->amax || dim < AP * RB)
+		return false;
+	float *pv = (float *)s->amax;
+	int64_t *pi = (int64_t *)((char *)s->amax + AP * sizeof(float));
+	k_argmax_part<<<AP, RB, 0, s->st>>>(pv, pi, x, dim);
+	k_argmax_fin<<<1, AP, 0, s->st>>>(out, pv, pi, x);
+	launched(s);
+	return true;
+}
+
 /* ---- sampling on the device ----
  *
  * k_sample: one block of SB threads draws the token cpu_sample draws, for
@@ -1505,6 +1765,10 @@ static vd_stream *c_stream_new(vd_backend *b)
 		delete s;
 		return nullptr;
 	}
+	if (cudaMalloc(&s->amax, AP * (sizeof(float) + sizeof(int64_t))) != cudaSuccess) {
+		cudaGetLastError();
+		s->amax = nullptr; /* argmax in one launch */
+	}
 	return s;
 }
 
@@ -1519,6 +1783,8 @@ static void c_stream_free(vd_stream *s)
 		cudaEventDestroy(e);
 	if (s->scratch)
 		cudaFree(s->scratch);
+	if (s->amax)
+		cudaFree(s->amax);
 	cudaStreamDestroy(s->st);
 	delete s;
 }
@@ -1797,6 +2063,8 @@ static void c_argmax(vd_stream *s, vd_tensor out, vd_tensor x)
 	ENTER(s);
 	if (x.rows <= 0 || x.cols <= 0)
 		return;
+	if (x.rows == 1 && argmax1(s, (int32_t *)out.data, (const float *)x.data, x.cols))
+		return;
 	k_argmax<<<(unsigned)x.rows, RB, 0, s->st>>>((int32_t *)out.data, (const float *)x.data, x.cols);
 	launched(s);
 }
@@ -1825,8 +2093,10 @@ static void c_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	if (V <= 0)
 		return;
 	if (p.inv_temp == 0) { /* greedy: on the device, nothing crosses */
-		k_argmax<<<1, RB, 0, s->st>>>((int32_t *)out.data, (const float *)x.data, V);
-		launched(s);
+		if (!argmax1(s, (int32_t *)out.data, (const float *)x.data, V)) {
+			k_argmax<<<1, RB, 0, s->st>>>((int32_t *)out.data, (const float *)x.data, V);
+			launched(s);
+		}
 		return;
 	}
 	if (p.top_k > 0 && p.top_k <= SB && p.top_k < V) {
@@ -1893,6 +2163,41 @@ static void c_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	s->tok = tok;
 	check(s, cudaMemcpyAsync(out.data, &s->tok, sizeof s->tok, cudaMemcpyHostToDevice, s->st));
 	check(s, cudaStreamSynchronize(s->st));
+}
+
+static void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
+                       float eps, float c)
+{
+	ENTER(s);
+	int64_t rows = elems(x) / dim;
+	if (rows <= 0)
+		return;
+	k_norm_add<<<(unsigned)rows, RB, 0, s->st>>>((float *)y.data, (float *)x.data, (const float *)w.data,
+	                                             (const float *)a.data, (const float *)b.data, dim, eps, c);
+	launched(s);
+}
+
+/* c_router: one launch for an f32 router of at most SMALL_ROWS rows whose
+ * row fits in shared memory; the four operations otherwise. */
+static void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
+                     float eps, float scale)
+{
+	ENTER(s);
+	int64_t n = x.rows;
+	if (n <= 0)
+		return;
+	if (w.dtype == VD_F32 && w.rows <= SMALL_ROWS && dim >= 32 * LW && dim * 4 <= 48 * 1024 && n <= 65535) {
+		k_router<<<(unsigned)n, RB, (size_t)dim * sizeof(float), s->st>>>((float *)y.data, (const float *)x.data,
+		                                                                  (const float *)nw.data,
+		                                                                  (const float *)w.data, w.rows, dim, eps,
+		                                                                  scale);
+		launched(s);
+		return;
+	}
+	c_rmsnorm(s, f, x, nw, dim, eps);
+	c_ew(s, VD_EW_SCALE, f, f, vd_tensor{}, scale);
+	c_linear(s, y, f, w);
+	c_ew(s, VD_EW_TANH, y, y, vd_tensor{}, 0);
 }
 
 /* Graphs: stream capture in relaxed mode (the operations' own checks may
@@ -1986,6 +2291,8 @@ static vd_backend table_template()
 	t.argmax = c_argmax;
 	t.select = c_select;
 	t.sample = c_sample;
+	t.norm_add = c_norm_add;
+	t.router = c_router;
 	t.graph_begin = c_graph_begin;
 	t.graph_end = c_graph_end;
 	t.graph_run = c_graph_run;

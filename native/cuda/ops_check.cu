@@ -229,7 +229,8 @@ static void check_linear()
 	struct S {
 		int64_t n, rows, cols;
 		int group;
-	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64}};
+	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64},
+	             {9, 4, 2048, 64}, {130, 16, 512, 32}, {513, 40, 256, 64}};
 	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
 		for (S s : shapes) {
 			auto x = randf((size_t)(s.n * s.cols));
@@ -279,6 +280,38 @@ static void check_linear()
 	}
 }
 
+/* router: the fused kernel against the CPU's four operations, and a row
+ * alone against the batch (GPU). */
+static void check_router()
+{
+	for (int64_t dim : {2048, 1024}) {
+		for (int64_t n : {1, 37}) {
+			int64_t nout = 4;
+			Pair X = in(randf((size_t)(n * dim), -2, 2)), NW = in(randf((size_t)dim, 0.5f, 1.5f));
+			Pair WR = in(randf((size_t)(nout * dim), -0.2f, 0.2f)), F = out((size_t)(n * dim * 4));
+			Pair Y = out((size_t)(n * nout * 4));
+			std::string nm = "router n=" + std::to_string(n) + " dim=" + std::to_string(dim);
+			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->router(st, T(Y, g, VD_F32, n, nout), T(F, g, VD_F32, n, dim), T(X, g, VD_F32, n, dim),
+				              T(NW, g, VD_F32, 1, dim), T(WR, g, VD_F32, nout, dim), dim, 1e-6f, 1.0f / dim);
+			    }))
+				cmp(nm, Y, (size_t)(n * nout), TOL_DOT);
+			if (n > 1) {
+				std::vector<float> all = down_f(Y, (size_t)(n * nout));
+				Pair Y1 = out((size_t)(nout * 4));
+				vd_tensor x1 = T(X, true, VD_F32, 1, dim);
+				x1.data = (float *)X.g + (n - 1) * dim;
+				GPU->router(GS, T(Y1, true, VD_F32, 1, nout), T(F, true, VD_F32, 1, dim), x1, T(NW, true, VD_F32, 1, dim),
+				            T(WR, true, VD_F32, nout, dim), dim, 1e-6f, 1.0f / dim);
+				GPU->sync(GS);
+				std::vector<float> one = down_f(Y1, (size_t)nout);
+				same(nm + " row alone = in batch", one, std::vector<float>(all.end() - nout, all.end()));
+			}
+			free_all();
+		}
+	}
+}
+
 static void check_sparse_mlp()
 {
 	struct S {
@@ -322,7 +355,7 @@ static void check_sparse_mlp()
 
 static void check_rows()
 {
-	for (int64_t dim : {64, 2048, 2000}) {
+	for (int64_t dim : {64, 2048, 2000, 5000}) {
 		int64_t rows = 9;
 		size_t n = (size_t)(rows * dim);
 		Pair X = in(randf(n, -3, 3)), W = in(randf((size_t)dim, 0.5f, 1.5f));
@@ -356,6 +389,17 @@ static void check_rows()
 			    b->sparse_gelu_mul(st, T(G, g, VD_F32, rows, dim), T(U, g, VD_F32, rows, dim), dim, 1.6448536f);
 		    }))
 			cmp("sparse_gelu_mul" + sfx, G, n, TOL_DOT);
+		/* norm_add: in place (y = a) without b, and with b. */
+		Pair NX = in(randf(n, -3, 3)), NA = in(randf(n)), NB = in(randf(n)), NY = out(n * 4);
+		if (run("norm_add", [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->norm_add(st, T(NA, g, VD_F32, rows, dim), T(NX, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim),
+			                T(NA, g, VD_F32, rows, dim), vd_tensor{}, dim, 1e-6f, 0);
+			    b->norm_add(st, T(NY, g, VD_F32, rows, dim), T(NX, g, VD_F32, rows, dim), vd_tensor{},
+			                T(NA, g, VD_F32, rows, dim), T(NB, g, VD_F32, rows, dim), dim, 1e-6f, 0.7071f);
+		    })) {
+			cmp("norm_add in place" + sfx, NA, n, TOL_DOT);
+			cmp("norm_add with b" + sfx, NY, n, TOL_DOT);
+		}
 		Pair L = out((size_t)rows * 4);
 		Pair XL = in(randf(n, -20, 20));
 		if (run("logsumexp", [&](vd_backend *b, vd_stream *st, bool g) {
@@ -373,6 +417,23 @@ static void check_rows()
 			    b->argmax(st, T(A, g, VD_I32, rows, 1), T(XA, g, VD_F32, rows, dim));
 		    }))
 			cmp_i("argmax (ties: lowest)" + sfx, A, (size_t)rows);
+		free_all();
+	}
+	/* One long row (the two-launch argmax): ties across its slices, and
+	 * a NaN first element (the CPU answers 0). */
+	for (int c = 0; c < 3; c++) {
+		int64_t dim = 262144;
+		auto xa = randf((size_t)dim);
+		if (c >= 1)
+			xa[100000] = xa[250001] = 9.0f;
+		if (c == 2)
+			xa[0] = std::nanf("");
+		Pair XA = in(xa), A = out(4);
+		std::string nm = "argmax one row of 262144, case " + std::to_string(c);
+		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->argmax(st, T(A, g, VD_I32, 1, 1), T(XA, g, VD_F32, 1, dim));
+		    }))
+			cmp_i(nm, A, 1);
 		free_all();
 	}
 }
@@ -671,6 +732,7 @@ int main(int argc, char **argv)
 	cudaGetDeviceProperties(&prop, 0);
 	printf("ops_check: %s (sm_%d%d), CPU reference kernels set %d\n", prop.name, prop.major, prop.minor, vk_simd_active());
 	check_linear();
+	check_router();
 	check_sparse_mlp();
 	check_rows();
 	check_ew();
