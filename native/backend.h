@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 3
+#define VD_ABI 4
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -78,6 +78,22 @@ typedef struct {
 	int64_t top_k;
 	double top_p, u;
 } vd_sampling;
+
+/* What a backend runs on (vd_backend.info). */
+typedef struct {
+	char name[96];               /* e.g. "NVIDIA H200"; "" where not known */
+	int64_t mem_total, mem_free; /* bytes of device memory; 0: host memory */
+	int32_t units;               /* multiprocessors, or threads */
+	int32_t cc;                  /* compute capability ×10; 0 for the CPU */
+} vd_info;
+
+/* The machine's ceilings, measured (vd_backend.limits): bytes read per
+ * second from device memory, and multiply-adds (counted as two operations)
+ * per second on float32 units and on tensor cores (bf16 and tf32 inputs,
+ * float32 sums); 0 where not measured. */
+typedef struct {
+	double read_gbs, fp32_tflops, bf16_tc_tflops, tf32_tc_tflops;
+} vd_limits;
 
 struct vd_backend {
 	int abi;          /* VD_ABI */
@@ -164,6 +180,12 @@ struct vd_backend {
 	void (*router)(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
 	               vd_tensor norm_w, vd_tensor w, int64_t dim, float eps,
 	               float scale);
+
+	/* The device (0, or nonzero where nothing is known) and its measured
+	 * limits (0, or nonzero where the backend does not measure: the CPU's
+	 * are measured by the host). */
+	int (*info)(vd_backend *b, vd_info *out);
+	int (*limits)(vd_backend *b, vd_limits *out);
 
 	/* Graphs: a stream's operations recorded once and replayed. Between
 	 * graph_begin (0, or nonzero where the backend cannot record, as the

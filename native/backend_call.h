@@ -38,6 +38,8 @@ static inline void vdc_select(vd_backend *b, vd_stream *s, vd_tensor o, vd_tenso
 static inline void vdc_sample(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_sampling p) { b->sample(s, o, x, p); }
 static inline void vdc_norm_add(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor bb, int64_t dim, float eps, float c) { b->norm_add(s, y, x, w, a, bb, dim, eps, c); }
 static inline void vdc_router(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps, float sc) { b->router(s, y, f, x, nw, w, dim, eps, sc); }
+static inline int vdc_info(vd_backend *b, vd_info *o) { return b->info(b, o); }
+static inline int vdc_limits(vd_backend *b, vd_limits *o) { return b->limits(b, o); }
 static inline int vdc_graph_begin(vd_backend *b, vd_stream *s) { return b->graph_begin(s); }
 static inline void *vdc_graph_end(vd_backend *b, vd_stream *s) { return b->graph_end(s); }
 static inline void vdc_graph_run(vd_backend *b, vd_stream *s, void *g) { b->graph_run(s, g); }

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 struct vd_stream {
@@ -489,6 +490,22 @@ static void cpu_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
 	cpu_ew(s, VD_EW_TANH, y, y, (vd_tensor){0}, 0);
 }
 
+/* The host describes and measures itself (native.HostProcessor, the
+ * bench's limits): nothing here. */
+static int cpu_info(vd_backend *b, vd_info *out)
+{
+	(void)b;
+	memset(out, 0, sizeof *out);
+	return 1;
+}
+
+static int cpu_limits(vd_backend *b, vd_limits *out)
+{
+	(void)b;
+	memset(out, 0, sizeof *out);
+	return 1;
+}
+
 /* The CPU runs operations as they are issued: nothing to record. */
 static int cpu_graph_begin(vd_stream *s)
 {
@@ -550,6 +567,8 @@ static vd_backend cpu = {
 	.sample = cpu_sample,
 	.norm_add = cpu_norm_add,
 	.router = cpu_router,
+	.info = cpu_info,
+	.limits = cpu_limits,
 	.graph_begin = cpu_graph_begin,
 	.graph_end = cpu_graph_end,
 	.graph_run = cpu_graph_run,

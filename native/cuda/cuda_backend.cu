@@ -590,12 +590,39 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x,
  * k_linear_q4's arithmetic, bit for bit. */
 #define GB 4
 
+/* gemv_load: the GB blocks of row r from column j0 on (lane's), into
+ * registers. */
+__device__ __forceinline__ void gemv_load(uint4 *qv, float *sc, float *off, const uint8_t *qr, const float *sr,
+                                          int64_t j0, int64_t cols, int lg)
+{
+#pragma unroll
+	for (int i = 0; i < GB; i++) {
+		int64_t j = j0 + 1024 * i;
+		if (j < cols) {
+			qv[i] = __ldg((const uint4 *)(qr + j / 2));
+			sc[i] = __ldg(sr + (j >> lg) * 2), off[i] = __ldg(sr + (j >> lg) * 2 + 1);
+		}
+	}
+}
+
 template <int NT>
 __global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, const uint8_t *q, const float *so,
                                                      const int32_t *ids, int64_t nout, int64_t cols, int lg, int R)
 {
 	extern __shared__ float gx[]; /* [NT][cols + cols/32] */
 	int64_t ld = cols + cols / 32;
+	int lane = threadIdx.x & 31;
+	/* The first row's first blocks are requested before x is staged, so
+	 * the two waits overlap. */
+	uint4 qv[GB];
+	float sc[GB], off[GB];
+	{
+		int64_t rr = (int64_t)blockIdx.x * R * LW + (threadIdx.x >> 5);
+		if (rr < nout) {
+			int64_t r = ids ? ids[rr] : rr;
+			gemv_load(qv, sc, off, q + r * (cols / 2), so + r * ((cols >> lg) * 2), 32 * (int64_t)lane, cols, lg);
+		}
+	}
 	{ /* x staged in float4s, four loads in flight per thread */
 		const float4 *x4 = (const float4 *)x;
 		int64_t n4 = NT * cols / 4;
@@ -619,7 +646,6 @@ __global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, c
 		}
 	}
 	__syncthreads();
-	int lane = threadIdx.x & 31;
 	for (int k = 0; k < R; k++) {
 		int64_t rr = ((int64_t)blockIdx.x * R + k) * LW + (threadIdx.x >> 5);
 		if (rr >= nout)
@@ -632,16 +658,8 @@ __global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, c
 		for (int t = 0; t < NT; t++)
 			acc[t] = 0.0f;
 		for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 1024 * GB) {
-			uint4 qv[GB];
-			float sc[GB], off[GB];
-#pragma unroll
-			for (int i = 0; i < GB; i++) {
-				int64_t j = j0 + 1024 * i;
-				if (j < cols) {
-					qv[i] = __ldg((const uint4 *)(qr + j / 2));
-					sc[i] = __ldg(sr + (j >> lg) * 2), off[i] = __ldg(sr + (j >> lg) * 2 + 1);
-				}
-			}
+			if (k > 0 || j0 != 32 * (int64_t)lane)
+				gemv_load(qv, sc, off, qr, sr, j0, cols, lg);
 #pragma unroll
 			for (int i = 0; i < GB; i++) {
 				int64_t j = j0 + 1024 * i;
@@ -1042,13 +1060,15 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 	int64_t r = blockIdx.x;
 	float *xr = x + r * dim, *yr = y + r * dim;
 	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
-	float v[RN], wv[RN];
+	float v[RN], wv[RN], av[RN], bv[RN];
 	int64_t i0 = threadIdx.x;
 #pragma unroll
-	for (int u = 0; u < RN; u++) {
+	for (int u = 0; u < RN; u++) { /* every load of the first RN columns at once (y may be a: read first) */
 		int64_t i = i0 + (int64_t)u * RB;
 		v[u] = i < dim ? xr[i] : 0.0f;
 		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+		av[u] = i < dim ? ar[i] : 0.0f;
+		bv[u] = br && i < dim ? br[i] : 0.0f;
 	}
 	float acc = 0.0f;
 #pragma unroll
@@ -1065,9 +1085,9 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 		if (i < dim) {
 			float xn = w ? (v[u] * inv) * wv[u] : v[u] * inv;
 			xr[i] = xn;
-			float o = ar[i] + xn;
+			float o = av[u] + xn;
 			if (br)
-				o = (o + br[i]) * c;
+				o = (o + bv[u]) * c;
 			yr[i] = o;
 		}
 	}
@@ -1092,11 +1112,25 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 	__shared__ float red[32];
 	int64_t t = blockIdx.x;
 	const float *xr = x + t * dim;
+	float v[RN];
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
 	float a = 0.0f;
-	for (int64_t i = threadIdx.x; i < dim; i += RB) {
-		float v = xr[i];
-		fx[i] = v;
-		a = fmaf(v, v, a);
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		if (i < dim) {
+			fx[i] = v[u];
+			a = fmaf(v[u], v[u], a);
+		}
+	}
+	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+		float x1 = xr[i];
+		fx[i] = x1;
+		a = fmaf(x1, x1, a);
 	}
 	float ss = block_sum(a, red);
 	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
@@ -1109,6 +1143,7 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 	for (int64_t r = 0; r < nout; r++) {
 		const float *wr = w + r * dim;
 		float acc = 0.0f;
+#pragma unroll 8
 		for (int64_t c = lo + lane; c < hi; c += 32)
 			acc = fmaf(fx[c], __ldg(wr + c), acc);
 		acc = warp_sum(acc);
@@ -1566,7 +1601,7 @@ __device__ int block_scan(int v, int *ws, int *total)
 		ws[w] = inc;
 	__syncthreads();
 	if (w == 0) {
-		int x = ws[lane], y = x;
+		int x = lane < (int)(blockDim.x >> 5) ? ws[lane] : 0, y = x;
 		for (int o = 1; o < 32; o <<= 1) {
 			int t = __shfl_up_sync(0xffffffffu, y, o);
 			if (lane >= o)
