@@ -60,6 +60,11 @@ const (
 	CodeMisdirected    = "misdirected_request" // a Host header this server does not serve
 )
 
+// Codes are every error code (docs/openapi.json lists the same).
+var Codes = []string{CodeBadRequest, CodeBadJSON, CodeBadSchema, CodeBadMedia, CodeLimit, CodeTooLarge,
+	CodeContentType, CodeNotFound, CodeMethod, CodeUnknownModel, CodeModelNotLoaded, CodeNoModel, CodeBusy,
+	CodeCancelled, CodeEngine, CodeForbidden, CodeUnauthorized, CodeMisdirected}
+
 // ErrorBody is the body of every error response.
 type ErrorBody struct {
 	Error ErrorInfo `json:"error"`
@@ -108,9 +113,10 @@ type Handler struct {
 // New serves svc's models, scorer and generator.
 func New(svc *app.Services, log *logrus.Logger) *Handler {
 	h := &Handler{svc: svc, log: log, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST /v1/score", h.score)
-	h.mux.HandleFunc("POST /v1/generate", h.generate)
-	h.mux.HandleFunc("GET /v1/models", h.models)
+	handlers := map[string]http.HandlerFunc{"POST /v1/score": h.score, "POST /v1/generate": h.generate, "GET /v1/models": h.models}
+	for _, rt := range Routes {
+		h.mux.HandleFunc(rt, handlers[rt])
+	}
 	return h
 }
 
@@ -203,7 +209,6 @@ func jsonError(err error) *apiError {
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return bad(CodeBadRequest, "unknown field %s", f)
 	}
-	// Base64 errors of media data come wrapped without their field.
 	return bad(CodeBadJSON, "the body does not decode: %v", err)
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -47,10 +48,10 @@ type Input struct {
 	Video  *File  `json:"video,omitempty"`
 }
 
-// File is a media file: its bytes (base64 in JSON) or an absolute path on
+// File is a media file: its bytes (standard base64) or an absolute path on
 // the server's computer, one of the two.
 type File struct {
-	Data []byte `json:"data,omitempty"`
+	Data string `json:"data,omitempty"`
 	Path string `json:"path,omitempty"`
 	// Name labels data in errors (default: the field's name).
 	Name string `json:"name,omitempty"`
@@ -199,7 +200,11 @@ func (in *Input) media(ctx context.Context) (*media.Input, error) {
 		if f.Path != "" {
 			img, _, err = decode.ImageFile(f.Path)
 		} else {
-			img, _, err = decode.DecodeImage(name, f.Data)
+			var data []byte
+			if data, e = f.bytes(field); e != nil {
+				return nil, e
+			}
+			img, _, err = decode.DecodeImage(name, data)
 		}
 		if err == nil {
 			err = out.AddImage(name, img)
@@ -218,7 +223,11 @@ func (in *Input) media(ctx context.Context) (*media.Input, error) {
 		if f.Path != "" {
 			snd, err = decode.AudioFile(f.Path, limits.MaxAudio)
 		} else {
-			snd, err = decode.DecodeAudio(name, f.Data, limits.MaxAudio)
+			var data []byte
+			if data, e = f.bytes("input.audio"); e != nil {
+				return nil, e
+			}
+			snd, err = decode.DecodeAudio(name, data, limits.MaxAudio)
 		}
 		if err == nil {
 			err = out.SetAudio(name, snd.Clip)
@@ -250,6 +259,15 @@ func (in *Input) media(ctx context.Context) (*media.Input, error) {
 		return nil, bad(CodeBadMedia, "field \"input\": %v", err)
 	}
 	return out, nil
+}
+
+// bytes decodes the file's data.
+func (f *File) bytes(field string) ([]byte, *apiError) {
+	b, err := base64.StdEncoding.DecodeString(f.Data)
+	if err != nil {
+		return nil, bad(CodeBadRequest, "field \"%s.data\": not standard base64: %v", field, err)
+	}
+	return b, nil
 }
 
 // check refuses a file with both or neither of data and path, or a
