@@ -90,6 +90,7 @@ type Server struct {
 	hosts   map[string]bool
 	methods map[string]map[string]reflect.Value
 	uploads app.Uploader
+	api     http.Handler // /v1/ (HandleAPI)
 	hub     *Hub
 	assets  fs.FS
 	built   bool
@@ -141,9 +142,7 @@ func (s *Server) HandleMedia(up app.Uploader, files http.Handler) {
 
 // HandleAPI serves the programmatic API (app/api) under /v1/, behind the
 // same host, origin and token checks as the rest.
-func (s *Server) HandleAPI(h http.Handler) {
-	s.mux.Handle("/v1/", h)
-}
+func (s *Server) HandleAPI(h http.Handler) { s.api = h }
 
 // sameSiteOnly refuses media requests that browsers mark as coming from
 // another site's page (an <img> elsewhere could show the live camera).
@@ -283,6 +282,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusUnauthorized, APIError{msg})
+		return
+	}
+	if v1 {
+		if s.api == nil {
+			api.WriteError(w, http.StatusNotFound, api.CodeNotFound, "the API is not served here")
+			return
+		}
+		s.api.ServeHTTP(w, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
