@@ -32,10 +32,12 @@ func newAPI(t *testing.T, load bool) (*httptest.Server, *app.Services, *logtest.
 		needTokenizer(t)
 	}
 	log, hook := logtest.NewNullLogger()
-	log.SetLevel(logrus.DebugLevel)
 	svc := app.New(app.Options{Emitter: app.EmitterFunc(func(string, any) {}), Logger: log, Capture: "synthetic",
 		CheckMedia: func(context.Context, *capture.Devices) availability.Report { return availability.Report{} }})
 	t.Cleanup(svc.Shutdown)
+	if err := svc.Logs.SetLevel("debug"); err != nil { // the hook hears the requests start
+		t.Fatal(err)
+	}
 	if load {
 		if _, err := svc.Models.Open(models.Builtin); err != nil {
 			t.Fatal(err)

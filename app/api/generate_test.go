@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -119,55 +120,78 @@ func TestGenerate(t *testing.T) {
 	}
 }
 
-// TestGenerateDisconnect: a client that goes away stops its generation: the
-// run slot is free soon after, long before max_tokens could be reached.
+// TestGenerateDisconnect: a client that goes away stops its generation,
+// streamed or not: the run slot is free soon after, long before max_tokens
+// (4096 tokens take seconds on the built-in model) could be reached.
 func TestGenerateDisconnect(t *testing.T) {
 	ts, svc, hook := newAPI(t, true)
-	// The time a full generation of max_tokens takes is well above the
-	// wait below.
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/generate", strings.NewReader(`{"prompt":"Go on forever.","max_tokens":4096,"temperature":1,"stream":true}`))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	for _, stream := range []bool{true, false} {
+		hook.Reset()
+		ctx, cancel := context.WithCancel(context.Background())
+		body := fmt.Sprintf(`{"prompt":"Go on forever.","max_tokens":4096,"temperature":1,"stream":%v}`, stream)
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/generate", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		got := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				got <- err
+				return
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil || strings.HasPrefix(line, "event: token") {
+					got <- err
+					return
+				}
+			}
+		}()
+		if stream {
+			if err := <-got; err != nil {
+				t.Fatalf("stream ended before a token: %v", err)
+			}
+		} else {
+			// Without a stream nothing comes back before the end: wait
+			// until the request holds the run slot (the log says so), and
+			// a little more.
+			for started, t1 := false, time.Now(); !started; time.Sleep(2 * time.Millisecond) {
+				for _, e := range hook.AllEntries() {
+					started = started || e.Message == "program request started"
+				}
+				if time.Since(t1) > 3*time.Second {
+					for _, e := range hook.AllEntries() {
+						t.Log(e.Message)
+					}
+					t.Fatal("the request did not start")
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t0 := time.Now()
+		cancel()
+		for {
+			d, _, err := svc.Runs.Direct(context.Background(), "")
+			if err == nil {
+				d.Close()
+				break
+			}
+			if time.Since(t0) > 2*time.Second {
+				t.Fatalf("stream %v: the run slot is still held 2 s after the client went away: %v", stream, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		freed := time.Since(t0)
+		tokens := -1
+		for _, e := range hook.AllEntries() {
+			if e.Message == "generation stopped: the client went away" {
+				tokens = e.Data["tokens"].(int)
+			}
+		}
+		if tokens < 1 || tokens >= 4096 {
+			t.Errorf("stream %v: the log says the stopped generation had %d tokens", stream, tokens)
+		}
+		t.Logf("stream %v: slot free %v after the client went away, at %d tokens", stream, freed, tokens)
 	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("stream ended before a token: %v", err)
-		}
-		if strings.HasPrefix(line, "event: token") {
-			break
-		}
-		if strings.HasPrefix(line, "event: done") {
-			t.Fatal("the generation ended before the client went away")
-		}
-	}
-	t0 := time.Now()
-	cancel()
-	resp.Body.Close()
-	for {
-		d, _, err := svc.Runs.Direct(context.Background(), "")
-		if err == nil {
-			d.Close()
-			break
-		}
-		if time.Since(t0) > 5*time.Second {
-			t.Fatalf("the run slot is still held 5 s after the client went away: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	freed := time.Since(t0)
-	var tokens int = -1
-	for _, e := range hook.AllEntries() {
-		if e.Message == "generation stopped: the client went away" {
-			tokens = e.Data["tokens"].(int)
-		}
-	}
-	if tokens < 1 || tokens >= 4096 {
-		t.Errorf("the log says the stopped generation had %d tokens", tokens)
-	}
-	t.Logf("slot free %v after the client went away, at %d tokens", freed, tokens)
 }
