@@ -135,6 +135,8 @@ func TestErrors(t *testing.T) {
 		{"empty input", "POST", "/v1/score", `{"schema":` + boolSchema + `,"input":{"text":"  "}}`, nil, 400, CodeBadRequest, `the input is empty`, ""},
 		{"text over", "POST", "/v1/score", `{"schema":` + boolSchema + `,"input":{"text":"` + strings.Repeat("a", app.MaxInputBytes+1) + `"}}`, nil, 400, CodeLimit, `input.text`, ""},
 		{"tokens over", "POST", "/v1/generate", `{"prompt":"` + strings.Repeat("word ", scorer.MaxInputTokens+10) + `"}`, nil, 400, CodeLimit, `input tokens`, ""},
+		{"media token in the prompt", "POST", "/v1/generate", `{"prompt":"look <start_of_image> here"}`, nil, 400, CodeBadRequest, `attached as media`, ""},
+		{"media token in the input", "POST", "/v1/score", `{"schema":` + boolSchema + `,"input":{"text":"look <image_soft_token> here"}}`, nil, 400, CodeBadRequest, `attached as media`, ""},
 		{"bad backend", "POST", "/v1/score", score(`,"backend":"head"`), nil, 400, CodeBadRequest, `field "backend"`, ""},
 		{"bad normalize", "POST", "/v1/score", score(`,"normalize":"zscore"`), nil, 400, CodeBadRequest, `field "normalize"`, ""},
 		{"bad branch batch", "POST", "/v1/score", score(`,"branch_batch":65`), nil, 400, CodeBadRequest, `field "branch_batch"`, ""},

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"verdict/app"
+	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 )
 
@@ -17,6 +18,7 @@ func classify(err error) *apiError {
 	var se *scorer.SchemaError
 	var le *scorer.LimitError
 	var st *app.SettingsError
+	var mt *prompt.MediaTokenError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -28,6 +30,8 @@ func classify(err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, CodeNoModel, err.Error()}
 	case errors.As(err, &se):
 		return &apiError{http.StatusBadRequest, CodeBadSchema, err.Error()}
+	case errors.As(err, &mt):
+		return bad(CodeBadRequest, "%v", err)
 	case errors.As(err, &le):
 		return &apiError{http.StatusBadRequest, CodeLimit, err.Error()}
 	case errors.As(err, &st):
