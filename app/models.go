@@ -365,7 +365,7 @@ func (s *Models) acquire() (l *loaded, release func(), err error) {
 	defer s.mu.Unlock()
 	if s.cur == nil {
 		if s.info.State == ModelLoading {
-			return nil, nil, errors.New("the model is still loading")
+			return nil, nil, ErrLoading
 		}
 		return nil, nil, ErrNoModel
 	}

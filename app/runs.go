@@ -66,6 +66,7 @@ type Runs struct {
 	mu      sync.Mutex
 	n       int
 	active  *run
+	direct  *Direct // a program's request (Direct)
 	history []RunRecord
 	wg      sync.WaitGroup
 }
@@ -179,6 +180,7 @@ func (s *Runs) ClearHistory() {
 }
 
 func (s *Runs) cancelActive(why string) {
+	s.cancelDirect()
 	s.mu.Lock()
 	r := s.active
 	s.mu.Unlock()
@@ -270,7 +272,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	}
 
 	s.mu.Lock()
-	if s.active != nil {
+	if s.active != nil || s.direct != nil {
 		s.mu.Unlock()
 		release()
 		return RunStarted{}, ErrBusy

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/app"
+	v1 "verdict/app/api"
 	"verdict/app/server"
 	"verdict/engine/models"
 	"verdict/frontend"
@@ -29,6 +31,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	wf := addWeightFlags(fs)
 	settings := fs.String("settings", app.DefaultSettingsPath(), "settings file (empty: keep settings in memory)")
 	level := fs.String("log-level", "", "log level (error, warning, info, debug, trace); default: the saved setting")
+	fs.Usage = func() { serveUsage(fs) }
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -70,6 +73,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	token := server.NewToken()
 	api := server.New(svc.Bound(), hub, frontend.Assets(), log, server.Access{Token: token, Hosts: serveHosts(*addr, tcp)})
 	api.HandleMedia(svc.Uploads(), svc.MediaFiles())
+	api.HandleAPI(v1.New(svc, log))
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -103,6 +107,28 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	svc.Shutdown()
 	return nil
+}
+
+// serveUsage is serve's help: what it serves, the API for programs, then
+// the flags.
+func serveUsage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `Usage: verdict serve [flags]
+
+Serves the app's user interface to a browser, on a loopback address unless
+--addr (with --allow-remote) names another, and prints the address to open;
+it ends in #token=TOKEN, the per-launch access token.
+
+It also serves a JSON API for scripts and other programs:
+  POST /v1/score     score an input against a schema (verdict score's JSON)
+  POST /v1/generate  generate text; server-sent events with "stream": true
+  GET  /v1/models    the models the app knows
+Send the token as "Authorization: Bearer TOKEN" and POST bodies as
+application/json; see docs/api.md and docs/openapi.json.
+
+Flags:
+`)
+	fs.PrintDefaults()
 }
 
 // serveURL is the address to open: the host as --addr names it (a loopback

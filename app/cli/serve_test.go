@@ -3,6 +3,8 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -48,6 +50,18 @@ func TestServe(t *testing.T) {
 	if code, b := call(""); code != http.StatusUnauthorized {
 		t.Errorf("Models.Info without the token = %d %s", code, b)
 	}
+	// The API for programs, with the token as a bearer token.
+	req, _ := http.NewRequest("GET", url+"v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"builtin"`) {
+		t.Errorf("GET /v1/models = %d %s", resp.StatusCode, b)
+	}
 	// An open event stream does not hold up the shutdown.
 	ev, err := http.Get(url + "api/events?token=" + token)
 	if err != nil {
@@ -83,6 +97,20 @@ func TestServeUsage(t *testing.T) {
 		err := serveCmd(context.Background(), c.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("serve %v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestServeHelp: --help names the API for programs and its documents.
+func TestServeHelp(t *testing.T) {
+	var out strings.Builder
+	err := serveCmd(context.Background(), []string{"--help"}, io.Discard, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("serve --help: %v", err)
+	}
+	for _, want := range []string{"POST /v1/score", "POST /v1/generate", "GET  /v1/models", "Authorization: Bearer", "docs/api.md", "docs/openapi.json", "-allow-remote"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("serve --help lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -11,6 +11,7 @@
 //	                               image, audio and video files for the input
 //	                               200: {"results": [{"name", "item"|"error", "limit"?}]}
 //	GET  /media/...                previews of the input's media (app.Media.Files)
+//	/v1/...                        the programmatic API (app/api, HandleAPI)
 //	GET  /...                      the built frontend
 //
 // The API mirrors Wails' bindings (window.go.app.Service.Method(args...)),
@@ -18,9 +19,11 @@
 //
 // Access: every request must name an allowed host in its Host header (a DNS
 // rebinding attack names the attacker's), a request with an Origin must come
-// from this server's own origin, and every /api/ and /media/ request must
-// carry the per-launch token (the X-Verdict-Token header, or a token query
-// parameter where a header cannot be set: the event stream and <img> URLs).
+// from this server's own origin, and every /api/, /media/ and /v1/ request
+// must carry the per-launch token (the X-Verdict-Token header, an
+// Authorization: Bearer header, or a token query parameter where a header
+// cannot be set: the event stream and <img> URLs). Under /v1/ these refusals
+// are the API's JSON errors.
 // The token reaches the page in the fragment of the URL that `verdict serve`
 // prints (#token=...), which browsers never send to a server, so only who can
 // read that output, or the page opened from it, can drive the app.
@@ -48,6 +51,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/app"
+	"verdict/app/api"
 )
 
 // MaxBody bounds a request body.
@@ -86,6 +90,7 @@ type Server struct {
 	hosts   map[string]bool
 	methods map[string]map[string]reflect.Value
 	uploads app.Uploader
+	api     http.Handler // /v1/ (HandleAPI)
 	hub     *Hub
 	assets  fs.FS
 	built   bool
@@ -134,6 +139,10 @@ func (s *Server) HandleMedia(up app.Uploader, files http.Handler) {
 	s.uploads = up
 	s.mux.Handle("GET /media/", sameSiteOnly(files))
 }
+
+// HandleAPI serves the programmatic API (app/api) under /v1/, behind the
+// same host, origin and token checks as the rest.
+func (s *Server) HandleAPI(h http.Handler) { s.api = h }
 
 // sameSiteOnly refuses media requests that browsers mark as coming from
 // another site's page (an <img> elsewhere could show the live camera).
@@ -244,12 +253,22 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // ServeHTTP checks the host, the origin and the token, and routes the
 // request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	v1 := underV1(r.URL.Path)
 	if h := requestHost(r.Host); !s.hosts[h] {
 		s.log.WithField("host", r.Host).Warn("request for another host refused")
-		http.Error(w, fmt.Sprintf("host %q is not served here: open the address that verdict serve printed", r.Host), http.StatusMisdirectedRequest)
+		msg := fmt.Sprintf("host %q is not served here: open the address that verdict serve printed", r.Host)
+		if v1 {
+			api.WriteError(w, http.StatusMisdirectedRequest, api.CodeMisdirected, msg)
+			return
+		}
+		http.Error(w, msg, http.StatusMisdirectedRequest)
 		return
 	}
 	if !sameOrigin(r) {
+		if v1 {
+			api.WriteError(w, http.StatusForbidden, api.CodeForbidden, "cross-origin requests are refused: the API is for programs, not other sites' pages")
+			return
+		}
 		http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
 		return
 	}
@@ -257,22 +276,45 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if guarded(r.URL.Path) && !s.authorized(r) {
-		writeJSON(w, http.StatusUnauthorized, APIError{"missing or wrong access token: open the address that verdict serve printed (it ends in #token=...)"})
+		msg := "missing or wrong access token: open the address that verdict serve printed (it ends in #token=...)"
+		if v1 {
+			api.WriteError(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing or wrong access token: send the token that verdict serve printed (after #token=) as Authorization: Bearer TOKEN or X-Verdict-Token")
+			return
+		}
+		writeJSON(w, http.StatusUnauthorized, APIError{msg})
+		return
+	}
+	if v1 {
+		if s.api == nil {
+			api.WriteError(w, http.StatusNotFound, api.CodeNotFound, "the API is not served here")
+			return
+		}
+		s.api.ServeHTTP(w, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// underV1 reports whether path is the programmatic API's.
+func underV1(p string) bool {
+	p = path.Clean("/" + p)
+	return p == "/v1" || strings.HasPrefix(p, "/v1/")
 }
 
 // guarded reports whether path needs the token: the API and the media. The
 // page and its assets hold nothing private.
 func guarded(p string) bool {
 	p = path.Clean("/" + p)
-	return p == "/api" || strings.HasPrefix(p, "/api/") || p == "/media" || strings.HasPrefix(p, "/media/")
+	return p == "/api" || strings.HasPrefix(p, "/api/") || p == "/media" || strings.HasPrefix(p, "/media/") || underV1(p)
 }
 
-// authorized reports whether r carries the token, in its header or query.
+// authorized reports whether r carries the token, in its header (ours or
+// Authorization: Bearer) or query.
 func (s *Server) authorized(r *http.Request) bool {
 	t := r.Header.Get(TokenHeader)
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && t == "" {
+		t = strings.TrimSpace(b)
+	}
 	if t == "" {
 		t = r.URL.Query().Get(TokenParam)
 	}

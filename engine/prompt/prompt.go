@@ -130,6 +130,28 @@ func mediaIDs(sp gemma3n.Special) []mediaID {
 	return out
 }
 
+// MediaTokenError is untrusted text that holds a media token: bad input,
+// not a failure of the engine.
+type MediaTokenError struct {
+	Name, What string // the token as the tokenizer names it ("" unknown), what it marks
+	ID         int32
+	// Spelled: the text spells the token's name (CheckMediaText); else
+	// its tokens hold the id (CheckMediaIDs).
+	Spelled bool
+}
+
+func (e *MediaTokenError) Error() string {
+	const why = ": images and audio are attached as media, not written as tokens"
+	if e.Spelled {
+		return fmt.Sprintf("the text holds %s, the model's %s token (id %d)", e.Name, e.What, e.ID) + why
+	}
+	name := ""
+	if e.Name != "" {
+		name = " " + e.Name
+	}
+	return fmt.Sprintf("the text holds the %s token%s (id %d)", e.What, name, e.ID) + why
+}
+
 // CheckMediaText refuses untrusted text that spells one of sp's media
 // tokens as the tokenizer names it ("<image_soft_token>"): media are
 // attached as files, never written into the text. tok needs a TokenText
@@ -141,7 +163,7 @@ func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
 	}
 	for _, m := range mediaIDs(sp) {
 		if name := tt.TokenText(m.id); len(name) > 2 && strings.Contains(text, name) {
-			return fmt.Errorf("the text holds %s, the model's %s token (id %d): images and audio are attached as media, not written as tokens", name, m.what, m.id)
+			return &MediaTokenError{Name: name, What: m.what, ID: m.id, Spelled: true}
 		}
 	}
 	return nil
@@ -165,11 +187,9 @@ func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
 		}
 		name := ""
 		if tt, ok := tok.(interface{ TokenText(int32) string }); ok {
-			if t := tt.TokenText(id); t != "" {
-				name = " " + t
-			}
+			name = tt.TokenText(id)
 		}
-		return fmt.Errorf("the text holds the %s token%s (id %d): images and audio are attached as media, not written as tokens", what, name, id)
+		return &MediaTokenError{Name: name, What: what, ID: id}
 	}
 	return nil
 }
