@@ -2,10 +2,13 @@
 # build/gpu-check.sh: the CUDA backend's check on a GPU machine (nvcc, no
 # Go). Builds libverdict_cuda.so and the harness (build/cuda.sh), runs the
 # harness, then the carried verdict binary: verify-fixture on the synthetic
-# and micro fixtures with --device cuda and cpu, and bench synthetic-e2b
-# with --device cuda and cpu. Everything goes under $OUT (default
-# /tmp/gpu-check). CARRY names the folder holding verdict.xz,
-# tokenizer.json.xz and libasound.so.2 (default carry-cuda).
+# and micro fixtures and the E2B float64 one (when carried) with --device
+# cuda and cpu; greedy and sampled generation with and without graphs; bench
+# of both shapes with --device cuda (with the card's limits) and cpu; and
+# transformers on the same card when PEER_HF names peer_bench_hf.py.
+# Everything goes under $OUT (default /tmp/gpu-check). CARRY names the
+# folder holding verdict.xz, tokenizer.json.xz and libasound.so.2 (default
+# carry-cuda).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -37,21 +40,58 @@ xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
 export VERDICT_TOKENIZER=/tmp/tokenizer.json
 export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export VERDICT_PACKED_CACHE=/tmp/verdict-packed
-for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz; do
+for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz \
+	"$CARRY/gemma3n-synthetic-e2b-f64.tar.gz"; do
+	[ -f "$fx" ] || { say "== $(basename "$fx"): not carried, skipped"; continue; }
 	for dev in cuda cpu; do
 		say "== verify-fixture --device $dev $(basename "$fx")"
-		timeout 120 "$bin/verdict" verify-fixture --device "$dev" "$fx" 2>&1 | tee -a "$log" "$OUT/fixtures.txt" | tail -3
+		timeout 300 "$bin/verdict" verify-fixture --device "$dev" "$fx" 2>&1 | grep -v ALSA |
+			tee -a "$OUT/fixtures.txt" | tail -6 | tee -a "$log"
 		say "exit ${PIPESTATUS[0]}"
 	done
 done
-for dev in cuda cpu; do
-	say "== bench --device $dev --model synthetic-e2b --json"
-	t0=$(date +%s)
-	timeout "${BENCH_TIMEOUT:-200}" "$bin/verdict" bench --device "$dev" --model synthetic-e2b --json \
-		>"$OUT/bench-$dev.json" 2>"$OUT/bench-$dev.err"
-	say "exit $? in $(($(date +%s) - t0)) s"
-	tail -5 "$OUT/bench-$dev.err" | tee -a "$log"
+
+# Recorded passes (graphs) against direct ones: the same tokens.
+gen=(generate --device cuda --model synthetic-e2b --raw --prompt "one two three four five six" --max-tokens 48)
+tmp=$(mktemp -d)
+for g in 1 0; do
+	VERDICT_GRAPHS=$g "$bin/verdict" "${gen[@]}" --temperature 0 >"$tmp/greedy-$g" 2>/dev/null
+	VERDICT_GRAPHS=$g "$bin/verdict" "${gen[@]}" --temperature 0.8 --seed 5 >"$tmp/sample-$g" 2>/dev/null
 done
+for k in greedy sample; do
+	if [ -s "$tmp/$k-1" ] && cmp -s "$tmp/$k-1" "$tmp/$k-0"; then
+		say "generate $k: the same text with and without graphs"
+	else
+		say "generate $k: DIFFERENT with and without graphs"
+	fi
+done
+
+for dev in cuda cpu; do
+	say "== bench --device $dev --model ${BENCH_MODELS:-synthetic-e2b,synthetic-e4b} --json"
+	t0=$(date +%s)
+	timeout "${BENCH_TIMEOUT:-300}" "$bin/verdict" bench --device "$dev" --model "${BENCH_MODELS:-synthetic-e2b,synthetic-e4b}" \
+		--json >"$OUT/bench-$dev.json" 2>"$OUT/bench-$dev.err"
+	say "exit $? in $(($(date +%s) - t0)) s"
+	python3 - "$OUT/bench-$dev.json" <<'PY' | tee -a "$log"
+import json, sys
+r = json.load(open(sys.argv[1]))
+if r.get("device_limits"):
+    print("device", json.dumps(r.get("device_info")), json.dumps(r["device_limits"]))
+for m in r["models"]:
+    print("%s: prefill %.1f tok/s, decode %.1f tok/s (%.0f GB/s), scorer %.4f s (prefix %.4f s)" % (
+        m["model"], m["prefill"]["tokens_per_second"], m["decode"]["tokens_per_second"], m["decode"]["gb_per_s"],
+        m["scorer"].get("seconds", 0), m["scorer"].get("prefix_prefill_seconds", 0)))
+PY
+done
+
+# The peer: Hugging Face transformers on the same card (PEER_HF: the
+# script, ../shared/tools/peer_bench_hf.py, carried), bf16 and f32.
+if [ -n "${PEER_HF:-}" ] && [ -f "$PEER_HF" ]; then
+	for dt in ${PEER_DTYPES:-bf16 f32}; do
+		say "== transformers E2B $dt (sdpa)"
+		DT=$dt REPS=${PEER_REPS:-3} timeout 300 python3 "$PEER_HF" 2>/dev/null | grep RESULT | tee -a "$log"
+	done
+fi
 echo "---- ops_check ----"
 cat "$OUT/ops_check.txt"
 echo "---- summary ----"

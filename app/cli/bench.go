@@ -64,6 +64,19 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		l := bench.MeasureLimits()
 		rep.Limits = &l
 	}
+	ceil := rep.Limits
+	if opt.Backend != nil {
+		if d, ok := opt.Backend.Info(); ok {
+			rep.DeviceInfo = &d
+		}
+		if *limits {
+			progress("measuring the device's limits")
+			if l, err := opt.Backend.MeasureLimits(); err == nil {
+				rep.DeviceLimits = &l
+				ceil = bench.DeviceCeilings(l)
+			}
+		}
+	}
 	for _, spec := range strings.Split(*model, ",") {
 		if spec = strings.TrimSpace(spec); spec == "" {
 			continue
@@ -92,7 +105,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		progress("%s: measuring", spec)
 		r, err := bench.MeasureModel(ctx, o, bench.SuiteOptions{PromptTokens: *prompt, DecodeTokens: *decode,
-			Fields: *fields, Scorer: *scorerReq}, rep.Limits)
+			Fields: *fields, Scorer: *scorerReq}, ceil)
 		if cached > 0 {
 			r.CacheHit, r.LoadCachedSeconds = false, cached
 		}

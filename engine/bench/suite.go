@@ -145,7 +145,18 @@ type SuiteReport struct {
 	// limits are the host's whatever it is.
 	Device string        `json:"device,omitempty"`
 	Limits *Limits       `json:"limits,omitempty"`
-	Models []ModelReport `json:"models"`
+	// DeviceInfo and DeviceLimits describe a backend with a device of
+	// its own (a GPU), measured in the same run; the models' percentages
+	// are then of the device's limits.
+	DeviceInfo   *native.DeviceInfo   `json:"device_info,omitempty"`
+	DeviceLimits *native.DeviceLimits `json:"device_limits,omitempty"`
+	Models       []ModelReport        `json:"models"`
+}
+
+// DeviceCeilings returns the device's limits in the form MeasureModel
+// compares against (read bandwidth in GB/s, float32 peak in GFLOP/s).
+func DeviceCeilings(l native.DeviceLimits) *Limits {
+	return &Limits{ReadBandwidth: l.ReadGBs, FMAPeak: l.FP32TFLOPs * 1e3, SIMD: "device"}
 }
 
 // Opened is a model the suite measures.
@@ -225,6 +236,14 @@ func (r SuiteReport) String() string {
 		fmt.Fprintf(&b, "limits: read bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s (%s, %d threads)\n",
 			l.ReadBandwidth, l.FMAPeak, l.SIMD, l.Threads)
 	}
+	if d := r.DeviceInfo; d != nil {
+		fmt.Fprintf(&b, "device: %s, %.1f GiB, %d multiprocessors, compute %s\n", d.Name,
+			float64(d.MemTotal)/(1<<30), d.Units, d.Compute)
+	}
+	if l := r.DeviceLimits; l != nil {
+		fmt.Fprintf(&b, "device limits: read %.0f GB/s, float32 %.1f TFLOP/s, tensor cores bf16 %.0f / tf32 %.0f TFLOP/s\n",
+			l.ReadGBs, l.FP32TFLOPs, l.BF16TCTFLOPs, l.TF32TCTFLOPs)
+	}
 	gb := func(n int64) float64 { return float64(n) / (1 << 30) }
 	for _, m := range r.Models {
 		fmt.Fprintf(&b, "\n%s, %s weights", m.Model, m.Weights)
@@ -243,7 +262,7 @@ func (r SuiteReport) String() string {
 			gb(m.MemoryAfterLoad.RSS), gb(m.Memory.RSS), gb(m.Memory.HWM))
 		p, d := m.Prefill, m.Decode
 		pct := func(v float64, of string) string {
-			if r.Limits == nil {
+			if r.Limits == nil && r.DeviceLimits == nil {
 				return ""
 			}
 			return fmt.Sprintf(" = %.0f%% of the %s", v, of)
