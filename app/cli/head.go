@@ -44,7 +44,7 @@ func trainHeadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		model:     fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:    fs.String("schema", "", "schema JSON file (required)"),
 		backend:   &json,
-		batch:     fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
+		batch:     fs.Int("branch-batch", 0, "branch rows per batch (1..64; 0: 8 on the CPU, 64 on a GPU)"),
 	}
 	examples := fs.String("examples", "", "labelled examples, JSONL as for calibrate: {\"text\": ..., \"labels\": {field: answer}} (required)")
 	out := fs.String("out", "head.safetensors", "where to save the trained head")
@@ -66,8 +66,8 @@ func trainHeadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr("unexpected arguments %v", fs.Args())
 	case *examples == "":
 		return usageErr("--examples is required")
-	case *f.batch < 1 || *f.batch > 64:
-		return usageErr("--branch-batch must be from 1 to 64, got %d", *f.batch)
+	case *f.batch < 0 || *f.batch > 64:
+		return usageErr("--branch-batch must be from 1 to 64 (0: the device's default), got %d", *f.batch)
 	case o.Rank < 1 || o.Epochs < 1 || o.Patience < 1 || o.Batch < 1:
 		return usageErr("--rank, --epochs, --patience and --batch must be positive")
 	case !(o.LR > 0) || !(o.L2 > 0):

@@ -34,10 +34,10 @@ func TestScoreFlagHonesty(t *testing.T) {
 	}{
 		{[]string{"score", "--schema", schema, "--text", "x", "--temperature", "0"}, 2, "--temperature must be positive, got 0"},
 		{[]string{"score", "--schema", schema, "--text", "x", "--temperature", "-1"}, 2, "--temperature must be positive"},
-		{[]string{"score", "--schema", schema, "--text", "x", "--branch-batch", "0"}, 2, "--branch-batch must be from 1 to 64, got 0"},
+		{[]string{"score", "--schema", schema, "--text", "x", "--branch-batch", "-1"}, 2, "--branch-batch must be from 1 to 64 (0: the device's default), got -1"},
 		{[]string{"score", "--schema", schema, "--text", "x", "--branch-batch", "65"}, 2, "--branch-batch must be from 1 to 64"},
 		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--temperature", "2"}, 2, "--temperature does not apply to calibrate"},
-		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--branch-batch", "0"}, 2, "--branch-batch must be from 1 to 64"},
+		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--branch-batch", "-1"}, 2, "--branch-batch must be from 1 to 64"},
 		{[]string{"calibrate", "--schema", schema, "--examples", "ex.jsonl", "--calibration", extra}, 2, "--calibration does not apply to calibrate"},
 		{[]string{"score", "--schema", schema, "--text", "  \n "}, 1, "the input is empty"},
 		{[]string{"score", "--schema", schema, "--text-file", blank}, 1, blank + ": the input is empty"},

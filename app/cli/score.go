@@ -37,7 +37,7 @@ func addScoreFlags(fs interface {
 		backend:     fs.String("backend", "json", "scoring backend: json (candidate likelihoods), cached (single-token answer codes, one output vector per question), catalog (choice fields decoded through their option tries) or head (a trained decision head, --head)"),
 		normalize:   fs.String("normalize", "none", "correct the distributions: none, contextual (divide by the prior on content-free inputs) or pmi (divide by each value's likelihood under a neutral premise)"),
 		calibration: fs.String("calibration", "", "apply the fitted temperatures of this calibration file"),
-		batch:       fs.Int("branch-batch", scorer.DefaultBranchBatch, "branch rows per batch (1..64)"),
+		batch:       fs.Int("branch-batch", 0, "branch rows per batch (1..64; 0: 8 on the CPU, 64 on a GPU)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
 	}
 }
@@ -60,8 +60,8 @@ func (f scoreFlags) check(fs *flag.FlagSet, calibrating bool) error {
 	if t := *f.temperature; !(t > 0) || math.IsInf(t, 0) {
 		return usageErr("--temperature must be positive, got %v (scores are divided by it)", t)
 	}
-	if b := *f.batch; b < 1 || b > 64 {
-		return usageErr("--branch-batch must be from 1 to 64, got %d", b)
+	if b := *f.batch; b < 0 || b > 64 {
+		return usageErr("--branch-batch must be from 1 to 64 (0: the device's default), got %d", b)
 	}
 	return nil
 }

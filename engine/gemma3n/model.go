@@ -385,3 +385,6 @@ func (pk *packer) Packs(rows, cols int) bool {
 func (pk *packer) Pack(dst *native.Matrix, name string, rows, cols int, transpose bool) {
 	pk.reqs = append(pk.reqs, packReq{dst: dst, name: name, rows: rows, cols: cols, transpose: transpose})
 }
+
+// Backend reports the backend the model runs on.
+func (m *Model) Backend() *native.Backend { return m.be }

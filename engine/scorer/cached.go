@@ -165,9 +165,9 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	}
 	batch := opt.BranchBatch
 	if batch == 0 {
-		batch = DefaultBranchBatch
+		batch = BranchBatchFor(sc.m)
 	}
-	if batch < 1 || batch > 64 {
+	if batch < 1 || batch > MaxBranchBatch {
 		return nil, fmt.Errorf("scorer: branch batch %d outside 1..64", batch)
 	}
 	if opt.Temperature < 0 || math.IsNaN(opt.Temperature) || math.IsInf(opt.Temperature, 0) {

@@ -35,7 +35,8 @@ func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
 
 // Options tune one request.
 type Options struct {
-	// BranchBatch is the number of branch rows run together (1..64; 0 means 8).
+	// BranchBatch is the number of branch rows run together (1..64; 0:
+	// the device's default, BranchBatchFor).
 	BranchBatch int
 	// Temperature divides the log-likelihoods before normalising (0 means 1).
 	// A calibration's fitted temperatures replace it.
@@ -84,8 +85,21 @@ type Media struct {
 	Captions []string
 }
 
-// DefaultBranchBatch is the default number of branch rows per batch.
+// DefaultBranchBatch is the default number of branch rows per batch on
+// the CPU, whose passes cost by the row; a GPU's cost by the pass, so there
+// the default is MaxBranchBatch (BranchBatchFor).
 const DefaultBranchBatch = 8
+
+// MaxBranchBatch is the most branch rows per batch.
+const MaxBranchBatch = 64
+
+// BranchBatchFor returns the default branch batch of a model's device.
+func BranchBatchFor(m *gemma3n.Model) int {
+	if m.Backend().Name() != "cpu" {
+		return MaxBranchBatch
+	}
+	return DefaultBranchBatch
+}
 
 // Candidate is one allowed value of a decision with its probability.
 type Candidate struct {
@@ -457,9 +471,9 @@ type run struct {
 func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
 	batch := opt.BranchBatch
 	if batch == 0 {
-		batch = DefaultBranchBatch
+		batch = BranchBatchFor(sc.m)
 	}
-	if batch < 1 || batch > 64 {
+	if batch < 1 || batch > MaxBranchBatch {
 		return nil, fmt.Errorf("scorer: branch batch %d outside 1..64", batch)
 	}
 	if opt.Temperature < 0 || math.IsNaN(opt.Temperature) || math.IsInf(opt.Temperature, 0) {

@@ -82,6 +82,10 @@ func TestExecutionShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := distributions(base)
+	if base.BranchBatch != scorer.DefaultBranchBatch || scorer.BranchBatchFor(m) != scorer.DefaultBranchBatch {
+		t.Errorf("on the CPU the default branch batch is %d (BranchBatchFor %d), want %d", base.BranchBatch,
+			scorer.BranchBatchFor(m), scorer.DefaultBranchBatch)
+	}
 	for _, opt := range []scorer.Options{
 		{BranchBatch: 1}, {BranchBatch: 3}, {BranchBatch: 8}, {BranchBatch: 64},
 		{BranchBatch: 3, NoGather: true}, {BranchBatch: 64, NoGather: true},
