@@ -143,8 +143,8 @@ type SuiteReport struct {
 	Machine Machine `json:"machine"`
 	// Device is the backend the models ran on ("cpu", "cuda"); the
 	// limits are the host's whatever it is.
-	Device string        `json:"device,omitempty"`
-	Limits *Limits       `json:"limits,omitempty"`
+	Device string  `json:"device,omitempty"`
+	Limits *Limits `json:"limits,omitempty"`
 	// DeviceInfo and DeviceLimits describe a backend with a device of
 	// its own (a GPU), measured in the same run; the models' percentages
 	// are then of the device's limits.
