@@ -33,6 +33,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	decode := fs.Int("decode-tokens", 32, "tokens to decode after the prompt")
 	fields := fs.Int("fields", 8, "choice fields of 4 candidates in the scorer request")
 	scorerReq := fs.Bool("scorer", true, "time one scorer request")
+	batchSeqs := fs.Int("batch", 8, "also decode this many sequences at once (0: not)")
 	limits := fs.Bool("limits", true, "measure the machine's read bandwidth and FMA peak")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -44,6 +45,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *prompt < 1 || *decode < 1 || *fields < 1 {
 		return usageErr("--prompt-tokens, --decode-tokens and --fields must be positive")
+	}
+	if *batchSeqs < 0 || *batchSeqs > 64 {
+		return usageErr("--batch must be from 0 to 64, got %d", *batchSeqs)
 	}
 	opt, err := wf.options()
 	if err != nil {
@@ -105,7 +109,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		progress("%s: measuring", spec)
 		r, err := bench.MeasureModel(ctx, o, bench.SuiteOptions{PromptTokens: *prompt, DecodeTokens: *decode,
-			Fields: *fields, Scorer: *scorerReq}, ceil)
+			Fields: *fields, Scorer: *scorerReq, BatchSeqs: *batchSeqs}, ceil)
 		if cached > 0 {
 			r.CacheHit, r.LoadCachedSeconds = false, cached
 		}

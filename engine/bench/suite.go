@@ -104,6 +104,14 @@ type DecodeReport struct {
 	PercentOfBandwidth float64 `json:"percent_of_bandwidth"`
 }
 
+// BatchDecode is decoding several sequences at once after one prompt.
+type BatchDecode struct {
+	Sequences int     `json:"sequences"`
+	Tokens    int     `json:"tokens"` // of all sequences
+	Seconds   float64 `json:"seconds"`
+	TPS       float64 `json:"tokens_per_second"`
+}
+
 // ScorerSummary is one scorer request: a prefix of PromptTokens, Fields
 // choice fields of 4 candidates.
 type ScorerSummary struct {
@@ -135,7 +143,9 @@ type ModelReport struct {
 	Memory            Memory        `json:"memory"` // after everything below
 	Prefill           PrefillReport `json:"prefill"`
 	Decode            DecodeReport  `json:"decode"`
-	Scorer            ScorerSummary `json:"scorer"`
+	// DecodeBatch is greedy decoding of BatchSeqs sequences at once.
+	DecodeBatch *BatchDecode  `json:"decode_batch,omitempty"`
+	Scorer      ScorerSummary `json:"scorer"`
 }
 
 // SuiteReport is verdict bench's JSON object.
@@ -172,6 +182,7 @@ type Opened struct {
 type SuiteOptions struct {
 	PromptTokens, DecodeTokens, Fields int
 	Scorer                             bool
+	BatchSeqs                          int // decode this many sequences at once too (0: no)
 }
 
 // MeasureModel runs the prefill, decode and scorer measurements on an
@@ -202,6 +213,13 @@ func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) 
 	if lim != nil {
 		p.PercentOfPeak = 100 * p.GFLOPs / lim.FMAPeak
 		d.PercentOfBandwidth = 100 * d.GBs / lim.ReadBandwidth
+	}
+	if opt.BatchSeqs > 0 {
+		n, sec, err := DecodeBatch(ctx, m, opt.PromptTokens, opt.DecodeTokens, opt.BatchSeqs)
+		if err != nil {
+			return r, err
+		}
+		r.DecodeBatch = &BatchDecode{Sequences: opt.BatchSeqs, Tokens: n, Seconds: sec, TPS: float64(n) / sec}
 	}
 	s := &r.Scorer
 	s.Fields = opt.Fields
@@ -271,6 +289,9 @@ func (r SuiteReport) String() string {
 			p.Tokens, p.Seconds, p.TPS, p.GFLOPs, pct(p.PercentOfPeak, "FMA peak"))
 		fmt.Fprintf(&b, "  decode %d tokens: %.2f tokens/s, %.0f MB a token, %.1f GB/s%s\n",
 			d.Tokens, d.TPS, float64(d.BytesPerToken)/1e6, d.GBs, pct(d.PercentOfBandwidth, "read bandwidth"))
+		if db := m.DecodeBatch; db != nil {
+			fmt.Fprintf(&b, "  decode, %d sequences at once: %.1f tokens/s in all\n", db.Sequences, db.TPS)
+		}
 		if s := m.Scorer; s.Skipped != "" {
 			fmt.Fprintf(&b, "  scorer: skipped (%s)\n", s.Skipped)
 		} else {

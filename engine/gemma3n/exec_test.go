@@ -145,6 +145,25 @@ func TestHeads(t *testing.T) {
 		if err := x.SelectLogprobs(sel[:2], lse, h, []int32{1, 0}, []int32{5, 6}); err == nil {
 			t.Error("rows out of order were accepted")
 		}
+		// Greedy: each row's argmax of the dense logits (lowest id on ties).
+		best := make([]int32, 3)
+		if err := x.Greedy(best, h); err != nil {
+			t.Fatal(err)
+		}
+		for r := range best {
+			w := int32(0)
+			for j := 1; j < V; j++ {
+				if dense[r*V+j] > dense[r*V+int(w)] {
+					w = int32(j)
+				}
+			}
+			if best[r] != w {
+				t.Errorf("q4=%v row %d: Greedy %d, the dense argmax %d", q4, r, best[r], w)
+			}
+		}
+		if err := x.Greedy(best[:2], h); err == nil {
+			t.Error("Greedy took 2 outputs for 3 rows")
+		}
 		x.Release()
 	}
 }

@@ -138,3 +138,20 @@ func (m *Model) HeadBytes(rows int) (dense, sparse int64) {
 	}
 	return dense, sparse
 }
+
+// Greedy writes the argmax token of each row of h [n <= 64, D] into out:
+// the batched decode step's head, one pass over the output weights for
+// all the rows, and only the ids cross back.
+func (x *Exec) Greedy(out []int32, h native.Tensor) error {
+	n := h.Rows()
+	if n > headRows || len(out) != n {
+		return fmt.Errorf("gemma3n: Greedy: %d rows (at most %d), %d outputs", n, headRows, len(out))
+	}
+	if n == 0 {
+		return nil
+	}
+	ids := x.sid.Sub(0, n, 1)
+	x.st.Argmax(ids, x.headLogits(h))
+	x.st.DownloadI32(out, ids)
+	return x.st.Sync()
+}
