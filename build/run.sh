@@ -11,6 +11,14 @@ cd "$root"
 export VERDICT_TOKENIZER="${VERDICT_TOKENIZER:-$root/.cache/tokenizer/gemma3/tokenizer.json}"
 (cd frontend && npm run build --silent) >&2
 go build -tags desktop,production,webkit2_41 -o verdict .
+# The CUDA backend, next to the binary, where nvcc is: built when missing or
+# older than its sources (the binary itself needs no CUDA).
+if command -v nvcc >/dev/null 2>&1; then
+  if [ ! -f libverdict_cuda.so ] || [ -n "$(find native/cuda native/backend.h -newer libverdict_cuda.so -print -quit)" ]; then
+    echo "run: building the CUDA backend (nvcc is here)" >&2
+    HARNESS=0 bash build/cuda.sh . >&2 || echo "run: the CUDA backend did not build; the CPU runs everything" >&2
+  fi
+fi
 if [ $# -eq 0 ]; then
   if [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; then
     set -- window --model builtin
