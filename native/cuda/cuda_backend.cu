@@ -363,6 +363,9 @@ __device__ double block_sum_d(double v, double *red)
  * l+32, ...) in order with fmaf, then the warp's fixed shuffle tree. */
 #define LT 4
 #define LW 8 /* warps per block */
+#define QT 8    /* tokens a tile of the tiled and staged products */
+#define QK 1024 /* columns of x staged at a time */
+#define RW 8    /* rows a warp in the tiled products */
 
 enum { W_F32, W_BF16, W_BF16P, W_Q4 };
 
@@ -481,6 +484,71 @@ __global__ void k_linear(float *y, const float *x, const void *w,
 	}
 }
 
+/* k_linear_f32_tiled: the f32 product for batches over QT tokens, tiled as
+ * k_linear_q4_tiled is (a warp RW rows, the block one tile of QT tokens on
+ * grid.y, x staged QK columns at a time; lane l reads columns l, l+32, ...
+ * of the stage, on its own bank): each (token, row) accumulator takes lane
+ * l's columns in order then the shuffle tree, k_linear's arithmetic, so the
+ * kernel chosen never changes a row's bits. */
+__global__ void __launch_bounds__(32 * LW) k_linear_f32_tiled(float *y, const float *x, const float *w,
+                                                              const int32_t *ids, int64_t n, int64_t nout,
+                                                              int64_t cols)
+{
+	__shared__ float sx[QT][QK];
+	int lane = threadIdx.x & 31;
+	int64_t r0 = ((int64_t)blockIdx.x * LW + (threadIdx.x >> 5)) * RW;
+	int64_t t0 = (int64_t)blockIdx.y * QT;
+	int nt = n - t0 < QT ? (int)(n - t0) : QT;
+	int32_t row[RW];
+#pragma unroll
+	for (int k = 0; k < RW; k++) {
+		int64_t rr = r0 + k;
+		row[k] = rr < nout ? (ids ? ids[rr] : (int32_t)rr) : 0;
+	}
+	float acc[RW][QT];
+#pragma unroll
+	for (int k = 0; k < RW; k++)
+#pragma unroll
+		for (int t = 0; t < QT; t++)
+			acc[k][t] = 0.0f;
+	for (int64_t c0 = 0; c0 < cols; c0 += QK) {
+		int64_t wd = cols - c0 < QK ? cols - c0 : QK;
+		__syncthreads();
+		for (int e = threadIdx.x; e < QT * QK; e += blockDim.x) {
+			int t = e / QK, c = e % QK;
+			sx[t][c] = t < nt && c < wd ? x[(t0 + t) * cols + c0 + c] : 0.0f;
+		}
+		__syncthreads();
+		if (r0 >= nout)
+			continue;
+#pragma unroll 2
+		for (int64_t c = lane; c < wd; c += 32) {
+			float wv[RW], xv[QT];
+#pragma unroll
+			for (int k = 0; k < RW; k++)
+				wv[k] = __ldg(w + (int64_t)row[k] * cols + c0 + c);
+#pragma unroll
+			for (int t = 0; t < QT; t++)
+				xv[t] = sx[t][c];
+#pragma unroll
+			for (int k = 0; k < RW; k++)
+#pragma unroll
+				for (int t = 0; t < QT; t++)
+					acc[k][t] = fmaf(xv[t], wv[k], acc[k][t]);
+		}
+	}
+#pragma unroll
+	for (int k = 0; k < RW; k++) {
+		int64_t rr = r0 + k;
+#pragma unroll
+		for (int t = 0; t < QT; t++) {
+			float v = warp_sum(acc[k][t]);
+			if (lane == 0 && rr < nout && t < nt)
+				y[(t0 + t) * nout + rr] = v;
+		}
+	}
+}
+
 /* k_linear_small: the f32 product of a matrix of at most SMALL_ROWS rows
  * (AltUp's router and coefficients), for every batch: one block per (row,
  * token), warp w summing the w-th eighth of the columns (lane l: columns
@@ -521,8 +589,6 @@ __global__ void __launch_bounds__(32 * LW) k_linear_small(float *y, const float 
  * accumulator per token, then the shuffle tree: lin_row's arithmetic, bit
  * for bit, with coalesced x loads (a pad word per 32 keeps the lanes' reads
  * on distinct banks) and each weight row read once per QT tokens. */
-#define QT 8
-#define QK 1024
 
 __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x, const uint8_t *q,
                                                        const float *so, const int32_t *ids, int64_t n,
@@ -729,7 +795,6 @@ static bool gemv_q4(vd_stream *s, float *y, const float *x, vd_tensor w, const i
  * blocks l, l+32, ... in order, weight by weight, then the shuffle tree:
  * k_linear_q4's arithmetic, so the kernel chosen for a batch never changes
  * a row's bits. */
-#define RW 8
 
 __global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const float *x, const uint8_t *q,
                                                              const float *so, const int32_t *ids, int64_t n,
@@ -822,6 +887,9 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 		if (w.rows <= SMALL_ROWS && cols >= 32 * LW && n <= 65535)
 			k_linear_small<<<dim3((unsigned)nout, (unsigned)n), block, 0, s->st>>>(yd, xd, (const float *)w.data, ids,
 			                                                                     nout, cols);
+		else if (n > QT && nout >= 64)
+			k_linear_f32_tiled<<<dim3(blocks_for(nout, LW * RW), (unsigned)((n + QT - 1) / QT)), block, 0, s->st>>>(
+			    yd, xd, (const float *)w.data, ids, n, nout, cols);
 		else
 			k_linear<W_F32><<<grid, block, 0, s->st>>>(yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
 		break;
