@@ -43,9 +43,10 @@ type Exec struct {
 
 	// Recorded passes (graph.go).
 	graphs   map[graphKey]*native.Graph
-	seen     map[graphKey]int
-	keysArg  int  // the attention's key capacity while recording or replaying
-	noGraphs bool // the backend does not record
+	seen     map[graphKey]int // 1: seen once, -1: not recordable
+	fails    map[graphKey]int // failed recordings
+	keysArg  int              // the attention's key capacity while recording or replaying
+	noGraphs bool             // the backend does not record
 }
 
 func (x *Exec) entCap() int { return x.entBlk.Len() }

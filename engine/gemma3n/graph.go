@@ -56,7 +56,7 @@ func (x *Exec) decoder(b *Batch, e native.Tensor, n int) native.Tensor {
 		return x.h.Slice(0, n)
 	}
 	switch x.seen[k] {
-	case 0: // a shape seen once runs directly
+	case 0: // a shape seen for the first time runs directly
 		if x.seen == nil {
 			x.seen = map[graphKey]int{}
 		}
@@ -75,9 +75,16 @@ func (x *Exec) decoder(b *Batch, e native.Tensor, n int) native.Tensor {
 	x.keysArg = k.keys
 	h := x.layers(b, e, n)
 	g := x.st.EndGraph()
-	if g == nil { // not recordable: run it
+	if g == nil { // not recordable now: run it; a second failure is final
 		x.keysArg = 0
-		x.seen[k] = -1
+		if x.fails == nil {
+			x.fails = map[graphKey]int{}
+		}
+		if x.fails[k]++; x.fails[k] >= 2 {
+			x.seen[k] = -1
+		} else {
+			x.seen[k] = 0 // seen afresh: once directly (buffers grow), then recorded
+		}
 		return x.layers(b, e, n)
 	}
 	if x.graphs == nil || len(x.graphs) >= maxGraphs {

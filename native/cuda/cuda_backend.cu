@@ -39,7 +39,7 @@
 enum {
 	VDC_EDTYPE = 1001,   /* an op over a dtype it does not take */
 	VDC_EKEYS = 1002,    /* attention: a query sees more than max_keys keys */
-	VDC_ESHARED = 1003,  /* attention: max_keys too large for shared memory */
+	VDC_ESHARED = 1003,  /* (unused: attention needs no shared memory by keys now) */
 	VDC_ESCRATCH = 1004, /* scratch allocation failed */
 };
 
@@ -60,6 +60,8 @@ struct vd_stream {
 	int32_t tok;
 	bool recording; /* between graph_begin and graph_end */
 	void *amax;     /* argmax partials: AP floats, AP int64s */
+	void *apart;    /* attention partials */
+	size_t apart_n;
 	std::vector<struct prof_rec> pend; /* profiling: ops not yet summed */
 	std::vector<cudaEvent_t> events;   /* profiling: free events */
 };
@@ -1362,93 +1364,137 @@ __global__ void k_altup_correct(float *out, const float *pred, const float *act,
 		out[k * nd + e] = o[k];
 }
 
-/* ---- paged attention ----
- *
- * One block a (query, head). The scores of the visible keys (in position
- * order, across the sequence's entries) sit in shared memory: each a dot
- * product of one warp, lanes over d then the shuffle tree; scaled, soft-
- * maxed (block max, exp, block sum, divide); then every output element is
- * Σ_j p_j·v_j[c] with one fma per key in key order. */
+/* Paged attention in chunks of AC keys. A query's visible keys (in
+ * position order, across its sequence's entries) are cut at fixed key
+ * counts, AC each: block (query·head, c) takes chunk c, its scores (a warp a
+ * key: lanes over d, the shuffle tree; times scale), their max m_c, e_j =
+ * exp(s_j − m_c), l_c = Σ e_j and o_c = Σ e_j·v_j (a thread per output
+ * element, keys in order), written as partials; a second kernel combines
+ * them in chunk order: M = max m_c, w_c = exp(m_c − M), out = Σ w_c·o_c /
+ * Σ w_c·l_c. Chunks past a query's keys are empty and add exact zeros, so
+ * the result depends on the query's own keys only, never on the batch or
+ * the grid (max_keys fixes only the number of chunk blocks launched). */
 #define AB 256
+#define AC 64
 
-__global__ void k_attention(vd_attn a, int *err)
+__device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
+                                             int64_t *e1_out)
 {
-	extern __shared__ float sc[];
-	__shared__ float red[32];
-	int64_t i = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
-	int64_t d = a.d, G = a.hq / a.hkv, g = h / G, ldk = a.hkv * d;
 	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
-	const int32_t *sent = (const int32_t *)a.seq_ent.data, *eblk = (const int32_t *)a.ent_blk.data;
+	const int32_t *sent = (const int32_t *)a.seq_ent.data;
 	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
-	const float *K = (const float *)a.k.data, *V = (const float *)a.v.data;
-	const float *q = (const float *)a.q.data + (i * a.hq + h) * d;
-	float *o = (float *)a.out.data + (i * a.hq + h) * d;
 	int64_t pos = qpos[i], lo = 0, s = qseq[i];
 	if (a.window > 0 && pos - a.window + 1 > lo)
 		lo = pos - a.window + 1;
-	int64_t e0 = sent[s], e1 = sent[s + 1];
-	int64_t nkeys = 0;
+	int64_t e0 = sent[s], e1 = sent[s + 1], nkeys = 0;
 	for (int64_t e = e0; e < e1; e++) {
 		int64_t p0 = epos[e], p1 = p0 + elen[e];
 		int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
 		if (last > first)
 			nkeys += last - first;
 	}
-	if (nkeys == 0 || nkeys > a.max_keys) {
-		if (nkeys > a.max_keys && threadIdx.x == 0)
+	*lo_out = lo, *e0_out = e0, *e1_out = e1;
+	return nkeys;
+}
+
+__global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_t nch, int *err)
+{
+	__shared__ float sc[AC];
+	__shared__ int64_t krow[AC];
+	__shared__ float red[32];
+	__shared__ int s_cnt;
+	int64_t bq = blockIdx.x, ch = blockIdx.y;
+	int64_t i = bq / a.hq, h = bq % a.hq;
+	int64_t d = a.d, G = a.hq / a.hkv, g = h / G, ldk = a.hkv * d;
+	float *pp = part + (bq * nch + ch) * (d + 2);
+	int64_t lo, e0, e1;
+	int64_t nkeys = attn_keys(a, i, &lo, &e0, &e1);
+	if (nkeys > a.max_keys) {
+		if (threadIdx.x == 0 && ch == 0)
 			atomicExch(err, VDC_EKEYS);
-		for (int64_t c = threadIdx.x; c < d; c += AB)
-			o[c] = 0.0f;
+		nkeys = 0;
+	}
+	int64_t cs = ch * AC, ce = cs + AC < nkeys ? cs + AC : nkeys;
+	if (cs >= ce) { /* empty: neutral in the combination */
+		if (threadIdx.x == 0)
+			pp[0] = -INFINITY, pp[1] = 0.0f;
 		return;
 	}
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
-	int64_t kk = 0;
-	for (int64_t e = e0; e < e1; e++) {
-		int64_t p0 = epos[e], p1 = p0 + elen[e];
-		int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
-		if (last <= first)
-			continue;
-		const float *kb = K + (eblk[e] * a.block + (first - p0)) * ldk + g * d;
-		for (int64_t j = w; j < last - first; j += nw) {
-			const float *kr = kb + j * ldk;
-			float acc = 0.0f;
-			for (int64_t c = lane; c < d; c += 32)
-				acc = fmaf(q[c], kr[c], acc);
-			acc = warp_sum(acc);
-			if (lane == 0)
-				sc[kk + j] = acc * a.scale;
-		}
-		kk += last - first;
-	}
-	__syncthreads();
-	float m = -INFINITY;
-	for (int64_t j = threadIdx.x; j < nkeys; j += AB)
-		m = fmaxf(m, sc[j]);
-	float mx = block_max(m, red);
-	float sum = 0.0f;
-	for (int64_t j = threadIdx.x; j < nkeys; j += AB) {
-		float ev = d_exp(sc[j] - mx);
-		sc[j] = ev;
-		sum += ev;
-	}
-	float tot = block_sum(sum, red);
-	for (int64_t j = threadIdx.x; j < nkeys; j += AB)
-		sc[j] = sc[j] / tot;
-	__syncthreads();
-	for (int64_t c = threadIdx.x; c < d; c += AB) {
-		float acc = 0.0f;
-		int64_t k2 = 0;
-		for (int64_t e = e0; e < e1; e++) {
+	if (threadIdx.x == 0) { /* the chunk's key rows in the pool, in key order */
+		const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
+		const int32_t *elen = (const int32_t *)a.ent_len.data;
+		int64_t pos = ((const int32_t *)a.qpos.data)[i], kk = 0, n = 0;
+		for (int64_t e = e0; e < e1 && kk < ce; e++) {
 			int64_t p0 = epos[e], p1 = p0 + elen[e];
 			int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
 			if (last <= first)
 				continue;
-			const float *vb = V + (eblk[e] * a.block + (first - p0)) * ldk + g * d + c;
-			for (int64_t j = 0; j < last - first; j++)
-				acc = fmaf(sc[k2 + j], vb[j * ldk], acc);
-			k2 += last - first;
+			if (kk + (last - first) <= cs) { /* wholly before the chunk */
+				kk += last - first;
+				continue;
+			}
+			for (int64_t p = first; p < last && kk < ce; p++, kk++)
+				if (kk >= cs)
+					krow[n++] = eblk[e] * a.block + (p - p0);
 		}
-		o[c] = acc;
+		s_cnt = (int)n;
+	}
+	__syncthreads();
+	int cnt = s_cnt;
+	const float *K = (const float *)a.k.data, *V = (const float *)a.v.data;
+	const float *q = (const float *)a.q.data + (i * a.hq + h) * d;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
+	for (int j = w; j < cnt; j += nw) {
+		const float *kr = K + krow[j] * ldk + g * d;
+		float acc = 0.0f;
+		for (int64_t c = lane; c < d; c += 32)
+			acc = fmaf(q[c], kr[c], acc);
+		acc = warp_sum(acc);
+		if (lane == 0)
+			sc[j] = acc * a.scale;
+	}
+	__syncthreads();
+	float m = threadIdx.x < cnt ? sc[threadIdx.x] : -INFINITY;
+	float mx = block_max(m, red);
+	float ev = threadIdx.x < cnt ? d_exp(sc[threadIdx.x] - mx) : 0.0f;
+	__syncthreads();
+	if (threadIdx.x < cnt)
+		sc[threadIdx.x] = ev;
+	float l = block_sum(ev, red);
+	__syncthreads();
+	for (int64_t c = threadIdx.x; c < d; c += AB) {
+		float acc = 0.0f;
+		for (int j = 0; j < cnt; j++)
+			acc = fmaf(sc[j], V[krow[j] * ldk + g * d + c], acc);
+		pp[2 + c] = acc;
+	}
+	if (threadIdx.x == 0)
+		pp[0] = mx, pp[1] = l;
+}
+
+__global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
+{
+	int64_t bq = blockIdx.x, d = a.d;
+	const float *pp = part + bq * nch * (d + 2);
+	float *o = (float *)a.out.data + bq * d;
+	float M = -INFINITY;
+	for (int64_t c = 0; c < nch; c++)
+		if (pp[c * (d + 2) + 1] > 0.0f)
+			M = fmaxf(M, pp[c * (d + 2)]);
+	float L = 0.0f;
+	for (int64_t c = 0; c < nch; c++)
+		if (pp[c * (d + 2) + 1] > 0.0f)
+			L = fmaf(d_exp(pp[c * (d + 2)] - M), pp[c * (d + 2) + 1], L);
+	for (int64_t e = threadIdx.x; e < d; e += AB) {
+		if (!(L > 0.0f)) { /* no keys */
+			o[e] = 0.0f;
+			continue;
+		}
+		float acc = 0.0f;
+		for (int64_t c = 0; c < nch; c++)
+			if (pp[c * (d + 2) + 1] > 0.0f)
+				acc = fmaf(d_exp(pp[c * (d + 2)] - M), pp[c * (d + 2) + 2 + e], acc);
+		o[e] = acc / L;
 	}
 }
 
@@ -1888,6 +1934,8 @@ static void c_stream_free(vd_stream *s)
 		cudaFree(s->scratch);
 	if (s->amax)
 		cudaFree(s->amax);
+	if (s->apart)
+		cudaFree(s->apart);
 	cudaStreamDestroy(s->st);
 	delete s;
 }
@@ -2084,6 +2132,11 @@ static void c_altup_correct(vd_stream *s, vd_tensor out, vd_tensor pred,
 	launched(s);
 }
 
+/* c_attention: the chunked kernels over the stream's partials buffer,
+ * queries in groups whose partials fit in APART_MAX bytes (a group's bits
+ * are each query's own). The buffer grows between recordings only. */
+#define APART_MAX ((size_t)256 << 20)
+
 static void c_attention(vd_stream *s, const vd_attn *a)
 {
 	ENTER(s);
@@ -2091,18 +2144,45 @@ static void c_attention(vd_stream *s, const vd_attn *a)
 	if (nq <= 0 || a->hq <= 0)
 		return;
 	int64_t mk = a->max_keys > 0 ? a->max_keys : 1;
-	size_t smem = (size_t)mk * sizeof(float);
-	cuda_state *cs = st_of(s->b);
-	if (smem > (size_t)cs->smem_optin) {
-		fail(s, VDC_ESHARED);
-		return;
+	int64_t nch = (mk + AC - 1) / AC;
+	size_t per = (size_t)a->hq * (size_t)nch * (size_t)(a->d + 2) * sizeof(float); /* one query's partials */
+	int64_t group = (int64_t)(APART_MAX / per);
+	if (group < 1)
+		group = 1;
+	if (group > nq)
+		group = nq;
+	size_t need = per * (size_t)group;
+	if (s->apart_n < need) {
+		if (s->recording) { /* cannot grow inside a recording: it fails, the pass runs directly */
+			fail(s, VDC_ESCRATCH);
+			return;
+		}
+		cudaStreamSynchronize(s->st);
+		if (s->apart)
+			cudaFree(s->apart);
+		s->apart = nullptr;
+		s->apart_n = 0;
+		if (cudaMalloc(&s->apart, need) != cudaSuccess) {
+			cudaGetLastError();
+			fail(s, VDC_ESCRATCH);
+			return;
+		}
+		s->apart_n = need;
 	}
-	if (smem > 48 * 1024)
-		check(s, cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-	vd_attn c = *a;
-	c.max_keys = mk;
-	k_attention<<<(unsigned)(nq * a->hq), AB, smem, s->st>>>(c, cs->dev_err);
-	launched(s);
+	cuda_state *cs = st_of(s->b);
+	for (int64_t q0 = 0; q0 < nq; q0 += group) {
+		int64_t g = nq - q0 < group ? nq - q0 : group;
+		vd_attn c = *a;
+		c.max_keys = mk;
+		c.q.data = (float *)a->q.data + q0 * a->hq * a->d;
+		c.out.data = (float *)a->out.data + q0 * a->hq * a->d;
+		c.qpos.data = (int32_t *)a->qpos.data + q0;
+		c.qseq.data = (int32_t *)a->qseq.data + q0;
+		k_attn_part<<<dim3((unsigned)(g * a->hq), (unsigned)nch), AB, 0, s->st>>>(c, (float *)s->apart, nch,
+		                                                                         cs->dev_err);
+		k_attn_combine<<<(unsigned)(g * a->hq), AB, 0, s->st>>>(c, (const float *)s->apart, nch);
+		launched(s);
+	}
 }
 
 static void c_embed(vd_stream *s, vd_tensor y, vd_tensor t, vd_tensor ids,
