@@ -469,6 +469,12 @@ static void cpu_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 	o[0] = idx[k - 1];
 }
 
+/* The catalog step (cpu_catalog.c). */
+int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
+void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
+void vd_cpu_catalog_init(vd_stream *s, vd_gram *g, const vd_cat_step *c);
+void vd_cpu_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c);
+
 static vd_backend cpu = {
 	.abi = VD_ABI,
 	.name = "cpu",
@@ -503,6 +509,10 @@ static vd_backend cpu = {
 	.argmax = cpu_argmax,
 	.select = cpu_select,
 	.sample = cpu_sample,
+	.grammar_bind = vd_cpu_grammar_bind,
+	.grammar_free = vd_cpu_grammar_free,
+	.catalog_init = vd_cpu_catalog_init,
+	.catalog_step = vd_cpu_catalog_step,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }
