@@ -36,5 +36,9 @@ static inline void vdc_logsumexp(vd_backend *b, vd_stream *s, vd_tensor o, vd_te
 static inline void vdc_argmax(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x) { b->argmax(s, o, x); }
 static inline void vdc_select(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_tensor r, vd_tensor c) { b->select(s, o, x, r, c); }
 static inline void vdc_sample(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor x, vd_sampling p) { b->sample(s, o, x, p); }
+static inline int vdc_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **o) { return b->grammar_bind(b, g, o); }
+static inline void vdc_grammar_free(vd_backend *b, vd_gram *g) { b->grammar_free(b, g); }
+static inline void vdc_catalog_init(vd_backend *b, vd_stream *s, vd_gram *g, vd_cat_step c) { b->catalog_init(s, g, &c); }
+static inline void vdc_catalog_step(vd_backend *b, vd_stream *s, vd_gram *g, vd_cat_step c) { b->catalog_step(s, g, &c); }
 
 #endif
