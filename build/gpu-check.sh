@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # build/gpu-check.sh: the CUDA backend's check on a GPU machine (nvcc, no
-# Go). Builds libverdict_cuda.so and the harness (build/cuda.sh), runs the
-# harness, then the carried verdict binary: verify-fixture on the synthetic
-# and micro fixtures with --device cuda and cpu, and bench synthetic-e2b
+# Go). Builds libverdict_cuda.so and the harnesses (build/cuda.sh), runs
+# them (ops_check, catalog_check), then the carried verdict binary:
+# verify-fixture on the synthetic and micro fixtures with --device cuda and cpu, and bench synthetic-e2b
 # with --device cuda and cpu. Everything goes under $OUT (default
 # /tmp/gpu-check). CARRY names the folder holding verdict.xz,
 # tokenizer.json.xz and libasound.so.2 (default carry-cuda).
@@ -28,6 +28,9 @@ say "build: $(($(date +%s) - t0)) s"
 "$lib/ops_check" >"$OUT/ops_check.txt" 2>&1
 say "ops_check exit $?"
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
+"$lib/catalog_check" >"$OUT/catalog_check.txt" 2>&1
+say "catalog_check exit $?"
+grep -E "FAIL|ERROR|failure" "$OUT/catalog_check.txt" | tee -a "$log"
 
 bin=/tmp/verdict-bin
 mkdir -p "$bin"
@@ -54,5 +57,7 @@ for dev in cuda cpu; do
 done
 echo "---- ops_check ----"
 cat "$OUT/ops_check.txt"
+echo "---- catalog_check ----"
+cat "$OUT/catalog_check.txt"
 echo "---- summary ----"
 cat "$log"
