@@ -92,7 +92,10 @@ static Buf buf(size_t bytes)
 	Buf b;
 	b.n = bytes ? bytes : 4;
 	b.c = calloc(1, b.n);
-	if (cudaMalloc(&b.g, b.n) != cudaSuccess || cudaMemset(b.g, 0, b.n) != cudaSuccess) {
+	/* The backend's streams do not wait for the legacy default stream that
+	 * cudaMemset and cudaMemcpy use: wait here. */
+	if (cudaMalloc(&b.g, b.n) != cudaSuccess || cudaMemset(b.g, 0, b.n) != cudaSuccess ||
+	    cudaDeviceSynchronize() != cudaSuccess) {
 		fprintf(stderr, "catalog_check: cudaMalloc failed\n");
 		exit(3);
 	}
@@ -103,6 +106,7 @@ static void put(Buf &b, const void *host, size_t bytes)
 {
 	memcpy(b.c, host, bytes);
 	cudaMemcpy(b.g, host, bytes, cudaMemcpyHostToDevice);
+	cudaDeviceSynchronize();
 }
 template <class T> static Buf buf_of(const std::vector<T> &v)
 {
@@ -746,12 +750,13 @@ static void check_determinism()
 {
 	Trie t = random_trie(100, 1, 5, 30, (int)V);
 	Bound b = bind(t);
-	Head hd = make_head(VD_BF16, false);
 	int64_t n = quick ? 7 : 32;
 	std::vector<std::vector<uint8_t>> runs;
+	std::vector<size_t> marks; /* where each step's buffers start */
 	for (int r = 0; r < 2; r++) {
 		std::mt19937_64 keep = rng;
 		rng.seed(777);
+		Head hd = make_head(VD_BF16, false); /* free_bufs frees it with the run */
 		Walks w = walks(t, n, 0);
 		std::vector<int32_t> ks((size_t)n, 3);
 		put(w.k, ks.data(), ks.size() * 4);
@@ -759,6 +764,7 @@ static void check_determinism()
 		GPU->catalog_init(GS, b.g, &ci);
 		Buf h = buf((size_t)(n * D * 4));
 		std::vector<uint8_t> all;
+		marks.clear();
 		for (int s = 0; s < 40; s++) {
 			std::vector<float> x = hidden(n, false);
 			put(h, x.data(), x.size() * 4);
@@ -766,6 +772,7 @@ static void check_determinism()
 			GPU->catalog_step(GS, b.g, &c);
 			GPU->sync(GS);
 			for (const Buf *bb : {&w.seq, &w.legal, &w.logits, &w.next, &w.emitted}) {
+				marks.push_back(all.size());
 				std::vector<uint8_t> v = gpu_bytes(*bb);
 				all.insert(all.end(), v.begin(), v.end());
 			}
@@ -773,6 +780,16 @@ static void check_determinism()
 		runs.push_back(all);
 		free_bufs();
 		rng = keep;
+	}
+	size_t at = 0;
+	while (at < runs[0].size() && runs[0][at] == runs[1][at])
+		at++;
+	if (at < runs[0].size()) {
+		size_t m = 0;
+		while (m + 1 < marks.size() && marks[m + 1] <= at)
+			m++;
+		const char *nm[] = {"walk fields", "legal sets", "logits", "chosen tokens", "emitted"};
+		printf("determinism: first difference at step %zu, %s, byte %zu\n", m / 5, nm[m % 5], at - marks[m]);
 	}
 	verdict(runs[0] == runs[1], "determinism: %lld walks x 40 steps twice, %zu bytes of state and logits identical", (long long)n,
 	        runs[0].size());
