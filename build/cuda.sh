@@ -2,9 +2,10 @@
 # build/cuda.sh OUTDIR: builds the CUDA backend, OUTDIR/libverdict_cuda.so
 # (a fat binary: sm_80, sm_86, sm_89, sm_90 machine code and compute_90
 # PTX, the CUDA runtime linked statically so that only the driver is needed
-# at run time), and the device test harness OUTDIR/ops_check (CUDA backend
-# against the CPU backend's C sources; for sm_90 unless HARNESS_ARCH says
-# otherwise; CUDA_ARCH=NN limits the library to sm_NN). Needs nvcc (CUDA 12 or 13) and a C compiler; no Go, no GPU.
+# at run time), and the device test harnesses OUTDIR/ops_check and
+# OUTDIR/catalog_check (CUDA backend against the CPU backend's C sources;
+# for sm_90 unless HARNESS_ARCH says otherwise; CUDA_ARCH=NN limits the
+# library to sm_NN). Needs nvcc (CUDA 12 or 13) and a C compiler; no Go, no GPU.
 set -euo pipefail
 out=${1:?usage: build/cuda.sh OUTDIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +26,7 @@ fi
 flags=(-O3 -std=c++17 -fmad=false -lineinfo -Xcompiler -fPIC -Xptxas -warn-spills)
 cd "$root"
 "$NVCC" "${arch[@]}" "${flags[@]}" -Xcompiler -fvisibility=hidden -shared \
-	-o "$out/libverdict_cuda.so" native/cuda/cuda_backend.cu
+	-o "$out/libverdict_cuda.so" native/cuda/cuda_backend.cu native/cuda/catalog.cu
 echo "built $out/libverdict_cuda.so"
 
 [ "${HARNESS:-1}" = 0 ] && exit 0 # HARNESS=0: the library only
@@ -36,5 +37,8 @@ for f in native/cpu_*.c; do
 done
 harch=${HARNESS_ARCH:-sm_90}
 "$NVCC" -arch="$harch" "${flags[@]}" -o "$out/ops_check" native/cuda/ops_check.cu \
-	native/cuda/cuda_backend.cu "$obj"/*.o -lm -lpthread
+	native/cuda/cuda_backend.cu native/cuda/catalog.cu "$obj"/*.o -lm -lpthread
 echo "built $out/ops_check"
+"$NVCC" -arch="$harch" "${flags[@]}" -o "$out/catalog_check" native/cuda/catalog_check.cu \
+	native/cuda/cuda_backend.cu native/cuda/catalog.cu "$obj"/*.o -lm -lpthread
+echo "built $out/catalog_check"

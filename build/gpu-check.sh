@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # build/gpu-check.sh: the CUDA backend's check on a GPU machine (nvcc, no
-# Go). Builds libverdict_cuda.so and the harness (build/cuda.sh), runs the
-# harness, then the carried verdict binary: verify-fixture on the synthetic
-# and micro fixtures and the E2B float64 one (when carried) with --device
-# cuda and cpu; greedy and sampled generation with and without graphs; bench
-# of both shapes with --device cuda (with the card's limits) and cpu; and
-# transformers on the same card when PEER_HF names peer_bench_hf.py.
-# Everything goes under $OUT (default /tmp/gpu-check). CARRY names the
-# folder holding verdict.xz, tokenizer.json.xz and libasound.so.2 (default
-# carry-cuda).
+# Go). Builds libverdict_cuda.so and the harnesses (build/cuda.sh), runs
+# them (ops_check, catalog_check), then the carried verdict binary:
+# verify-fixture on the synthetic and micro fixtures and the E2B float64
+# one (when carried) with --device cuda and cpu; greedy and sampled
+# generation with and without graphs; bench of both shapes with --device
+# cuda (with the card's limits) and cpu; and transformers on the same card
+# when PEER_HF names peer_bench_hf.py. Everything goes under $OUT (default
+# /tmp/gpu-check). CARRY names the folder holding verdict.xz,
+# tokenizer.json.xz and libasound.so.2 (default carry-cuda).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,6 +31,9 @@ say "build: $(($(date +%s) - t0)) s"
 "$lib/ops_check" >"$OUT/ops_check.txt" 2>&1
 say "ops_check exit $?"
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
+"$lib/catalog_check" >"$OUT/catalog_check.txt" 2>&1
+say "catalog_check exit $?"
+grep -E "FAIL|ERROR|failure" "$OUT/catalog_check.txt" | tee -a "$log"
 
 bin=/tmp/verdict-bin
 mkdir -p "$bin"
@@ -94,5 +97,7 @@ if [ -n "${PEER_HF:-}" ] && [ -f "$PEER_HF" ]; then
 fi
 echo "---- ops_check ----"
 cat "$OUT/ops_check.txt"
+echo "---- catalog_check ----"
+cat "$OUT/catalog_check.txt"
 echo "---- summary ----"
 cat "$log"

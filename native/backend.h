@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 4
+#define VD_ABI 5
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -44,6 +44,9 @@ typedef struct {
 
 typedef struct vd_stream vd_stream;
 typedef struct vd_backend vd_backend;
+typedef struct vd_grammar vd_grammar;   /* a compiled catalog, on the host */
+typedef struct vd_gram vd_gram;         /* one bound to a backend */
+typedef struct vd_cat_step vd_cat_step; /* a catalog step's operands */
 
 /* Paged attention over a pool of key/value blocks (see vk_paged_attention
  * in kernels.h for the rules): k and v are the layer's pool [blocks·block,
@@ -200,6 +203,96 @@ struct vd_backend {
 	void *(*graph_end)(vd_stream *s);
 	void (*graph_run)(vd_stream *s, void *g);
 	void (*graph_free)(vd_backend *b, void *g);
+
+	/* The catalog decoder's step (engine/catalog), on the backend.
+	 * grammar_bind copies a compiled catalog (vd_grammar) into the
+	 * backend's memory, after checking its shape; it returns 0 and the
+	 * handle in *out, or a VD_CAT_E* code. catalog_init starts the walks
+	 * of a step's sequences; catalog_step chooses every sequence's next
+	 * token (see vd_cat_step). Both are enqueued on the stream. */
+	int (*grammar_bind)(vd_backend *b, const vd_grammar *g, vd_gram **out);
+	void (*grammar_free)(vd_backend *b, vd_gram *g);
+	void (*catalog_init)(vd_stream *s, vd_gram *g, const vd_cat_step *st);
+	void (*catalog_step)(vd_stream *s, vd_gram *g, const vd_cat_step *st);
+};
+
+/* ---- the catalog decoder ----
+ *
+ * A compiled catalog is a trie over token ids in compressed sparse rows:
+ * node n's edges are first[n] <= e < first[n+1], sorted by token; child[e]
+ * is the child node, or VD_CHILD_SEP / VD_CHILD_STOP for the control edges
+ * of a node that ends an entry (ends[n] >= 0). count[e] is the number of
+ * entries below token edge e, mask[e·words .. (e+1)·words) their bit set;
+ * path[path_first[i] .. path_first[i+1]) are entry i's token edges from
+ * the root. A node has at most VD_CAT_MAX_EDGES edges. */
+#define VD_CAT_MAX_EDGES 256
+enum { VD_CHILD_SEP = -1, VD_CHILD_STOP = -2 };
+
+struct vd_grammar {
+	int32_t nodes, edges, entries, words;
+	const int32_t *first, *token, *child, *ends, *count;
+	const uint64_t *mask;
+	const int32_t *path_first, *path;
+};
+
+/* Errors: grammar_bind's return value, and a walk's VD_SEQ_ERR field. */
+enum {
+	VD_CAT_OK = 0,
+	VD_CAT_EEMPTY = 1, /* a step's legal set is empty (the mask left nothing) */
+	VD_CAT_EEDGE = 2,  /* the winner sits on no live edge */
+	VD_CAT_ENAN = 3,   /* a legal token's logit is NaN */
+	VD_CAT_ETRIE = 4,  /* a malformed trie: a child, token or entry out of range */
+	VD_CAT_EFULL = 5,  /* more entries than the emitted buffer holds */
+	VD_CAT_ESHAPE = 6, /* grammar_bind: inconsistent sizes, a node over 256 edges */
+	VD_CAT_EMEM = 7,   /* grammar_bind: out of memory */
+};
+
+/* A walk's fields: row slot of the I32 tensor seq [slots, VD_SEQ_FIELDS]. */
+enum {
+	VD_SEQ_NODE,   /* the trie node it is at */
+	VD_SEQ_K,      /* the entries it must emit */
+	VD_SEQ_NEMIT,  /* the entries emitted so far */
+	VD_SEQ_STEP,   /* tokens chosen so far */
+	VD_SEQ_DONE,   /* 1 once STOP is chosen */
+	VD_SEQ_ERR,    /* a VD_CAT_E* code; the walk stops */
+	VD_SEQ_NLEGAL, /* the last step's legal tokens */
+	VD_SEQ_BEST,   /* the last step's winner: its index in the legal set */
+	VD_SEQ_ENTRY,  /* the entry the last step completed, or -1 */
+	VD_SEQ_ENODE,  /* the node where an error arose */
+	VD_SEQ_FIELDS = 16
+};
+
+/* vd_cat_step: one step of n sequences of one grammar. Sequence i reads
+ * hidden row hrow[i] of h (nil: i) and keeps its walk in row slot[i] (nil:
+ * i) of every per-slot tensor. The step, per sequence: the legal tokens of
+ * its node (token edges with a live entry below: live counts > 0 in the
+ * counts form, mask minus banned non-empty in the mask form; SEP at a node
+ * ending an unspent entry while more are owed, STOP when none are), written
+ * ascending to legal[slot, 0..nlegal) and their edges to legal[slot,
+ * 256..); the logits of those tokens only, each the dense head's value bit
+ * for bit (this backend's linear of h's row by w's rows, then softcap·
+ * tanh(x/softcap) when softcap > 0), into logits[slot, 0..nlegal); the
+ * argmax, ties to the lower token; then the walk advances: a token edge
+ * moves to its child, SEP or STOP completes the node's entry (emitted,
+ * banned, and in the counts form its path's live counts decremented) and
+ * returns to the root, STOP sets done. next[slot] is the chosen token.
+ * A walk that is done or has an error is left as it is. */
+struct vd_cat_step {
+	vd_tensor h;       /* F32 [rows, D] */
+	vd_tensor w;       /* the output head [vocab, D]: F32, BF16 or Q4 */
+	float softcap;     /* 0: none */
+	int32_t counts;    /* 1: the counts form (live), 0: the mask form */
+	int64_t n;         /* sequences */
+	vd_tensor hrow;    /* I32 [1, n] or nil */
+	vd_tensor slot;    /* I32 [1, n] or nil */
+	vd_tensor k;       /* catalog_init: I32 [1, n], each walk's k */
+	vd_tensor seq;     /* I32 [slots, VD_SEQ_FIELDS] */
+	vd_tensor banned;  /* I32 [slots, 2·words]: emitted entries, uint64 words */
+	vd_tensor live;    /* I32 [slots, edges]: the counts form's live counts */
+	vd_tensor emitted; /* I32 [slots, kmax]: the entries in emission order */
+	vd_tensor legal;   /* I32 [slots, 2·VD_CAT_MAX_EDGES] */
+	vd_tensor logits;  /* F32 [slots, VD_CAT_MAX_EDGES] */
+	vd_tensor next;    /* I32 [1, slots] */
 };
 
 /* vd_cpu_backend returns the CPU backend (compiled into the binary). */

@@ -44,5 +44,9 @@ static inline int vdc_graph_begin(vd_backend *b, vd_stream *s) { return b->graph
 static inline void *vdc_graph_end(vd_backend *b, vd_stream *s) { return b->graph_end(s); }
 static inline void vdc_graph_run(vd_backend *b, vd_stream *s, void *g) { b->graph_run(s, g); }
 static inline void vdc_graph_free(vd_backend *b, void *g) { b->graph_free(b, g); }
+static inline int vdc_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **o) { return b->grammar_bind(b, g, o); }
+static inline void vdc_grammar_free(vd_backend *b, vd_gram *g) { b->grammar_free(b, g); }
+static inline void vdc_catalog_init(vd_backend *b, vd_stream *s, vd_gram *g, vd_cat_step c) { b->catalog_init(s, g, &c); }
+static inline void vdc_catalog_step(vd_backend *b, vd_stream *s, vd_gram *g, vd_cat_step c) { b->catalog_step(s, g, &c); }
 
 #endif

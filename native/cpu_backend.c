@@ -530,6 +530,11 @@ static void cpu_graph_free(vd_backend *b, void *g)
 	(void)b;
 	(void)g;
 }
+/* The catalog step (cpu_catalog.c). */
+int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
+void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
+void vd_cpu_catalog_init(vd_stream *s, vd_gram *g, const vd_cat_step *c);
+void vd_cpu_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c);
 
 static vd_backend cpu = {
 	.abi = VD_ABI,
@@ -573,6 +578,10 @@ static vd_backend cpu = {
 	.graph_end = cpu_graph_end,
 	.graph_run = cpu_graph_run,
 	.graph_free = cpu_graph_free,
+	.grammar_bind = vd_cpu_grammar_bind,
+	.grammar_free = vd_cpu_grammar_free,
+	.catalog_init = vd_cpu_catalog_init,
+	.catalog_step = vd_cpu_catalog_step,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -28,6 +28,10 @@ const DenseTolerance = 1e-5
 // Options control a decode.
 type Options struct {
 	Head Head
+	// Step picks where a sparse-head step runs (BackendStep, the default,
+	// when the backend has a catalog step; HostStep, the reference). The
+	// dense head always runs its steps on the host.
+	Step StepMode
 	// CheckDense computes the dense head too at every step and fails unless
 	// both heads pick the same token with logits within DenseTolerance.
 	CheckDense bool
@@ -151,6 +155,7 @@ type seq struct {
 	start  time.Time
 	legal  []int32
 	logits []float32
+	slot   int32 // the backend step's walk slot
 }
 
 func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options, batched bool) ([]Result, Stats, error) {
@@ -218,6 +223,13 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		}
 		stats.Prefix = time.Since(t0)
 	}
+	var dev *devSteps
+	if opt.Head == SparseHead && opt.Step == BackendStep {
+		if st, w, sc := x.CatalogHead(); st.Backend().HasCatalogStep() {
+			dev = newDevSteps(st, w, sc, maxBatch, !batched)
+			defer dev.close()
+		}
+	}
 	out := make([]Result, len(reqs))
 	var running []*seq
 	nextReq := 0
@@ -251,7 +263,16 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 				}
 				return nil, stats, fmt.Errorf("catalog: request %d: %w", nextReq, err)
 			}
-			running = append(running, &seq{req: nextReq, st: st, cache: cache, own: own, fed: fed, start: time.Now()})
+			sq := &seq{req: nextReq, st: st, cache: cache, own: own, fed: fed, start: time.Now()}
+			if dev != nil {
+				if sq.slot, err = dev.admit(cats[nextReq], reqs[nextReq].K); err != nil {
+					if own {
+						cache.Free()
+					}
+					return nil, stats, err
+				}
+			}
+			running = append(running, sq)
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
 			nextReq++
 		}
@@ -307,13 +328,15 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			if !s.out {
 				continue
 			}
-			if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
-				return nil, stats, fmt.Errorf("request %d: %w", s.req, err)
+			if dev == nil { // the backend step finds the legal sets itself
+				if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
+					return nil, stats, fmt.Errorf("request %d: %w", s.req, err)
+				}
 			}
 			act = append(act, s)
 		}
 		if len(act) > 0 {
-			if err := step(x, m, act, h, opt, &stats, out); err != nil {
+			if err := step(x, m, act, h, opt, &stats, out, dev); err != nil {
 				return nil, stats, err
 			}
 		}
@@ -322,6 +345,9 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			if s.st.Done() {
 				if s.own {
 					s.cache.Free()
+				}
+				if dev != nil {
+					dev.release(s)
 				}
 				r := &out[s.req]
 				r.Decode = time.Since(s.start) - r.Prefill
@@ -383,9 +409,20 @@ func sharedPrefix(x *gemma3n.Exec, m *gemma3n.Model, reqs []Request) (*gemma3n.C
 }
 
 // step chooses the next token of every sequence in act (hidden states h,
-// [len(act), D]) through the head, records it and advances the walks.
-func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result) error {
+// [len(act), D]) through the head, records it and advances the walks: on
+// the backend (dev, then replayed on the host) or on the host.
+func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result, dev *devSteps) error {
 	n, V := len(act), m.Cfg.VocabSize
+	var sparse, dense []float32
+	var tHead, tDense time.Duration
+	devLogits, devBest := make([][]float32, n), make([]int, n)
+	if dev != nil {
+		t0 := time.Now()
+		if err := dev.step(act, h, devLogits, devBest); err != nil {
+			return err
+		}
+		tHead = time.Since(t0)
+	}
 	var union []int32
 	for _, s := range act {
 		union = append(union, s.legal...)
@@ -394,9 +431,7 @@ func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Op
 	union = slices.Compact(union)
 	stats.MaxRows = max(stats.MaxRows, len(union))
 
-	var sparse, dense []float32
-	var tHead, tDense time.Duration
-	if opt.Head == SparseHead {
+	if opt.Head == SparseHead && dev == nil {
 		t0 := time.Now()
 		sparse = make([]float32, n*len(union))
 		if err := x.LogitsRows(sparse, h, union); err != nil {
@@ -423,18 +458,24 @@ func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Op
 		r := &out[s.req]
 		r.Head += tHead
 		r.Dense += tDense
-		logits := make([]float32, len(s.legal))
-		for j, t := range s.legal {
-			if opt.Head == SparseHead {
-				u, _ := slices.BinarySearch(union, t)
-				logits[j] = sparse[i*len(union)+u]
-			} else {
-				logits[j] = dense[i*V+int(t)]
+		logits := devLogits[i]
+		if dev == nil {
+			logits = make([]float32, len(s.legal))
+			for j, t := range s.legal {
+				if opt.Head == SparseHead {
+					u, _ := slices.BinarySearch(union, t)
+					logits[j] = sparse[i*len(union)+u]
+				} else {
+					logits[j] = dense[i*V+int(t)]
+				}
 			}
 		}
 		best, margin, err := Pick(logits)
 		if err != nil {
 			return fmt.Errorf("catalog: request %d, step %d: %w", s.req, s.st.Step(), err)
+		}
+		if dev != nil && best != devBest[i] {
+			return fmt.Errorf("catalog: request %d, step %d: the backend picks token %d, the host %d", s.req, s.st.Step(), s.legal[devBest[i]], s.legal[best])
 		}
 		if opt.CheckDense && opt.Head == SparseHead {
 			dl := make([]float32, len(s.legal))
@@ -455,6 +496,11 @@ func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Op
 		chosen := s.legal[best]
 		if err := s.st.Advance(chosen); err != nil {
 			return fmt.Errorf("request %d: %w", s.req, err)
+		}
+		if dev != nil {
+			if err := dev.check(s); err != nil {
+				return err
+			}
 		}
 		st := Step{Node: node, Legal: slices.Clone(s.legal), Chosen: chosen, Logits: logits, Entry: -1}
 		if !math.IsNaN(margin) {

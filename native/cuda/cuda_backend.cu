@@ -2594,6 +2594,37 @@ static void c_graph_free(vd_backend *b, void *g)
 	cudaSetDevice(st_of(b)->device);
 	if (g)
 		cudaGraphExecDestroy((cudaGraphExec_t)g);
+/* ---- the catalog step (catalog.cu) ---- */
+
+int cat_cuda_bind(int dev, const vd_grammar *g, vd_gram **out);
+void cat_cuda_free(int dev, vd_gram *g);
+int cat_cuda_init(cudaStream_t st, vd_gram *g, const vd_cat_step *c);
+int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c);
+
+static int c_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out)
+{
+	cudaSetDevice(st_of(b)->device);
+	return cat_cuda_bind(st_of(b)->device, g, out);
+}
+
+static void c_grammar_free(vd_backend *b, vd_gram *g)
+{
+	cudaSetDevice(st_of(b)->device);
+	cat_cuda_free(st_of(b)->device, g);
+}
+
+static void c_catalog_init(vd_stream *s, vd_gram *g, const vd_cat_step *c)
+{
+	ENTER(s);
+	if (int e = cat_cuda_init(s->st, g, c))
+		fail(s, e);
+}
+
+static void c_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c)
+{
+	ENTER(s);
+	if (int e = cat_cuda_step(s->st, g, c))
+		fail(s, e);
 }
 
 static vd_backend table_template()
@@ -2641,6 +2672,10 @@ static vd_backend table_template()
 	t.graph_end = c_graph_end;
 	t.graph_run = c_graph_run;
 	t.graph_free = c_graph_free;
+	t.grammar_bind = c_grammar_bind;
+	t.grammar_free = c_grammar_free;
+	t.catalog_init = c_catalog_init;
+	t.catalog_step = c_catalog_step;
 	return t;
 }
 
