@@ -75,6 +75,7 @@ func TestServeUsage(t *testing.T) {
 	}{
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--log-level", "loud"}, "loud"},
+		{[]string{"--device", "tpu", "--model", "none", "--settings="}, `--device: setting device: "tpu" is not one of auto, cpu, cuda`},
 		{[]string{"--addr", "256.0.0.1:99999", "--model", "none", "--settings="}, "invalid port"},
 		// Other machines only with an explicit flag.
 		{[]string{"--addr", "0.0.0.0:0", "--model", "none", "--settings="}, "not a loopback address: pass --allow-remote"},

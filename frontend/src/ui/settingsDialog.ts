@@ -1,8 +1,9 @@
-// The settings dialog: generation and scorer settings, the log level, and
-// one-click defaults.
+// The settings dialog: generation and scorer settings, the compute device,
+// the log level, and one-click defaults.
 import { backendChoices } from '../backends';
-import type { Normalize, Preferences, ScorerSettings } from '../types';
+import type { Device, DeviceInfo, Normalize, Preferences, ScorerSettings } from '../types';
 import { h } from './dom';
+import { deviceLine } from './modelBar';
 import { errorText, toast } from './toast';
 
 const NORMALIZE: [Normalize, string][] = [
@@ -16,6 +17,24 @@ export interface SettingsHost {
   save(p: Preferences): Promise<void>;
   defaults(): Promise<Preferences>;
   settingsPath(): string;
+  /** The backend of the model loaded or loading (undefined before a load). */
+  device?(): DeviceInfo | undefined;
+}
+
+const DEVICES: [string, string][] = [
+  ['auto', 'auto: the GPU when the CUDA library loads and finds one, else the CPU'],
+  ['cpu', 'cpu'],
+  ['cuda', 'cuda: the GPU (libverdict_cuda.so)'],
+];
+
+/**
+ * What runs the model now, next to the device choice: the backend, and why
+ * the CPU stands in for a GPU asked for.
+ */
+export function deviceNote(d: DeviceInfo | undefined): { text: string; warn: boolean } {
+  if (!d) return { text: 'Chosen when a model loads.', warn: false };
+  const now = `Now: ${deviceLine(d)}${d.requested !== d.backend ? ` (asked: ${d.requested})` : ''}.`;
+  return d.fallback && d.note ? { text: `${now} ${d.note}`, warn: d.requested !== 'auto' } : { text: now, warn: false };
 }
 
 export class SettingsDialog {
@@ -63,6 +82,7 @@ export class SettingsDialog {
         h('label.lbl', { title: 'divide out the answers the model leans to whatever the input says' }, 'Correction',
           h('select', { name: 'normalize' },
             NORMALIZE.map(([v, label]) => h('option', { value: v, selected: (s.normalize || 'none') === v }, label))))),
+      this.deviceSet(p.device || 'auto'),
       h('fieldset', null, h('legend', null, 'Logs'),
         h('label.lbl', null, 'Level', h('select', { name: 'log_level' },
           ['error', 'warning', 'info', 'debug', 'trace'].map((l) => h('option', { value: l, selected: l === p.log_level }, l))))),
@@ -72,6 +92,16 @@ export class SettingsDialog {
         h('span.spacer'),
         h('button.btn', { type: 'button', onclick: () => this.el.close() }, 'Cancel'),
         h('button.btn.primary', { type: 'submit', onclick: (e: Event) => this.submit(e) }, 'Save')));
+  }
+
+  private deviceSet(cur: string) {
+    const choices = DEVICES.some(([v]) => v === cur) ? DEVICES : [...DEVICES, [cur, cur] as [string, string]];
+    const note = deviceNote(this.host.device?.());
+    return h('fieldset', null, h('legend', null, 'Compute'),
+      h('label.lbl', { title: 'changing it loads the model again on the new device' }, 'Device',
+        h('select', { name: 'device' }, choices.map(([v, label]) => h('option', { value: v, selected: v === cur }, label)))),
+      h('p.small#device-note', { class: `small device-note${note.warn ? ' warn' : ''}` }, note.text),
+      h('p.small.muted', null, 'Changing the device loads the model again on it.'));
   }
 
   private async resetDefaults() {
@@ -102,6 +132,7 @@ export class SettingsDialog {
         },
       },
       log_level: String(f.get('log_level')),
+      device: String(f.get('device') ?? 'auto') as Device,
     };
     try {
       await this.host.save(p);
