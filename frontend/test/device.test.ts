@@ -39,8 +39,8 @@ describe('device line and resident summary', () => {
   it('warns when the CPU stands in for a GPU', () => {
     expect(deviceWarning(cpu)).toBeNull();
     expect(deviceWarning(gpu)).toBeNull();
-    expect(deviceWarning(fellBack)).toEqual({ text: 'cuda unavailable: CPU', level: 'warn' });
-    expect(deviceWarning({ ...fellBack, requested: 'auto' })).toEqual({ text: 'no GPU: CPU', level: 'info' });
+    expect(deviceWarning(fellBack)).toEqual({ text: 'cuda failed', level: 'warn' });
+    expect(deviceWarning({ ...fellBack, requested: 'auto' })).toEqual({ text: 'no GPU', level: 'info' });
   });
 });
 
@@ -56,7 +56,7 @@ describe('model bar device chip', () => {
     const chip = el.querySelector<HTMLElement>('#device-chip')!;
     expect(chip.hidden).toBe(false);
     const badge = el.querySelector<HTMLElement>('#device-fallback')!;
-    expect(badge.textContent).toBe('cuda unavailable: CPU');
+    expect(badge.textContent).toBe('cuda failed');
     expect(badge.className).toBe('badge warn');
     expect(badge.title).toContain('no usable libverdict_cuda.so');
     expect(chip.title).toContain('resident: 1.5 GB q4 · KV 2.1 GB');
@@ -64,7 +64,7 @@ describe('model bar device chip', () => {
 
   it('shows the device while loading, and nothing without a model', () => {
     const loading = bar(model(fellBack, 'loading'));
-    expect(loading.querySelector('#device-chip')!.textContent).toBe('cpu · 16 cores AVX-512cuda unavailable: CPU');
+    expect(loading.querySelector('#device-chip')!.textContent).toBe('cpu · 16 cores AVX-512cuda failed');
     expect(bar(model(undefined, 'none')).querySelector<HTMLElement>('#device-chip')!.hidden).toBe(true);
   });
 });
@@ -80,7 +80,7 @@ describe('settings dialog device choice', () => {
     expect(deviceNote(cpu)).toEqual({ text: 'Now: cpu · 16 cores AVX-512.', warn: false });
     const n = deviceNote(fellBack);
     expect(n.warn).toBe(true);
-    expect(n.text).toMatch(/^Now: cpu · 16 cores AVX-512 \(asked: cuda\)\. using the CPU: cuda: no usable libverdict_cuda\.so/);
+    expect(n.text).toMatch(/^Now: cpu · 16 cores AVX-512 \(asked: cuda\)\. Using the CPU: cuda: no usable libverdict_cuda\.so/);
     expect(deviceNote({ ...fellBack, requested: 'auto' }).warn).toBe(false);
   });
 

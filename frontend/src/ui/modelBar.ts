@@ -32,8 +32,7 @@ export class ModelBar {
       path, h('button.btn.small.primary', { type: 'submit' }, 'Load'),
       h('button.btn.small', { type: 'button', onclick: () => (this.pathForm.hidden = true) }, 'Cancel'));
     this.el = h('div.model-bar', null,
-      this.chip,
-      this.device,
+      h('div.model-info', null, this.chip, this.device),
       h('div.model-actions', null,
         h('button.btn.small#load-builtin', { type: 'button', title: 'Load the built-in tiny model (random weights)', onclick: () => this.host.loadBuiltin() }, 'Built-in'),
         this.host.browseModels ? h('button.btn.small#browse-models', { type: 'button', title: 'Gemma 3n models on this computer, and downloads from Hugging Face', onclick: () => this.host.browseModels?.() }, 'Models…') : null,
@@ -155,6 +154,6 @@ export function residentSummary(m: ModelInfo): string {
  */
 export function deviceWarning(d: DeviceInfo): { text: string; level: 'warn' | 'info' } | null {
   if (!d.fallback) return null;
-  if (d.requested === 'auto') return { text: 'no GPU: CPU', level: 'info' };
-  return { text: `${d.requested} unavailable: CPU`, level: 'warn' };
+  if (d.requested === 'auto') return { text: 'no GPU', level: 'info' };
+  return { text: `${d.requested} failed`, level: 'warn' };
 }

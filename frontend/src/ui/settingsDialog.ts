@@ -22,9 +22,9 @@ export interface SettingsHost {
 }
 
 const DEVICES: [string, string][] = [
-  ['auto', 'auto: the GPU when the CUDA library loads and finds one, else the CPU'],
+  ['auto', 'auto (the GPU if there is one)'],
   ['cpu', 'cpu'],
-  ['cuda', 'cuda: the GPU (libverdict_cuda.so)'],
+  ['cuda', 'cuda (the GPU)'],
 ];
 
 /**
@@ -34,7 +34,8 @@ const DEVICES: [string, string][] = [
 export function deviceNote(d: DeviceInfo | undefined): { text: string; warn: boolean } {
   if (!d) return { text: 'Chosen when a model loads.', warn: false };
   const now = `Now: ${deviceLine(d)}${d.requested !== d.backend ? ` (asked: ${d.requested})` : ''}.`;
-  return d.fallback && d.note ? { text: `${now} ${d.note}`, warn: d.requested !== 'auto' } : { text: now, warn: false };
+  if (!d.fallback || !d.note) return { text: now, warn: false };
+  return { text: `${now} ${d.note.charAt(0).toUpperCase()}${d.note.slice(1)}`, warn: d.requested !== 'auto' };
 }
 
 export class SettingsDialog {
@@ -99,9 +100,9 @@ export class SettingsDialog {
     const note = deviceNote(this.host.device?.());
     return h('fieldset', null, h('legend', null, 'Compute'),
       h('label.lbl', { title: 'changing it loads the model again on the new device' }, 'Device',
-        h('select', { name: 'device' }, choices.map(([v, label]) => h('option', { value: v, selected: v === cur }, label)))),
-      h('p.small#device-note', { class: `small device-note${note.warn ? ' warn' : ''}` }, note.text),
-      h('p.small.muted', null, 'Changing the device loads the model again on it.'));
+        h('select', { name: 'device' }, choices.map(([v, label]) => h('option', { value: v, selected: v === cur }, label))),
+        h('span.help', null, 'auto: the GPU when the CUDA library loads and finds one, else the CPU; a change loads the model again')),
+      h('p.small#device-note', { class: `small device-note${note.warn ? ' warn' : ''}` }, note.text));
   }
 
   private async resetDefaults() {
