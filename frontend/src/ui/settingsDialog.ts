@@ -121,6 +121,7 @@ export class SettingsDialog {
     const prev = this.host.prefs()?.run.scorer;
     const backend = String(f.get('backend') ?? 'json') as ScorerSettings['backend'];
     const normalize = String(f.get('normalize') ?? 'none') as Normalize;
+    const device = String(f.get('device') ?? 'auto') as Device;
     const p: Preferences = {
       run: {
         generation: { max_tokens: n('max_tokens'), temperature: n('temperature'), top_k: n('top_k'), top_p: n('top_p'), seed: n('seed'), prompt: f.get('prompt') as 'schema' | 'chat' },
@@ -133,7 +134,8 @@ export class SettingsDialog {
         },
       },
       log_level: String(f.get('log_level')),
-      device: String(f.get('device') ?? 'auto') as Device,
+      // "" means auto: an unset device stays unset unless another is picked.
+      ...(device !== 'auto' || this.host.prefs()?.device ? { device } : {}),
     };
     try {
       await this.host.save(p);
