@@ -222,3 +222,47 @@ func TestDeviceChangeReloads(t *testing.T) {
 		t.Errorf("loads ran on %v, want cpu twice", backends)
 	}
 }
+
+// TestLoadFailureOnGPUFallsBack: a load that fails on a GPU (too little
+// memory) is made again on the CPU, and the model bar's report says why.
+func TestLoadFailureOnGPUFallsBack(t *testing.T) {
+	needTokenizer(t)
+	rec := NewRecorder()
+	var mu sync.Mutex
+	loads := 0
+	open := func(ctx context.Context, spec string, be *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
+		mu.Lock()
+		loads++
+		first := loads == 1
+		mu.Unlock()
+		if first {
+			return nil, errors.New("cuda: out of memory: 3.1 GB asked, 2.0 GB free")
+		}
+		return OpenWith(models.Options{CacheDir: "off"})(ctx, spec, be, progress)
+	}
+	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: open})
+	defer s.Shutdown()
+	// A stand-in for a GPU that opens: the CPU's table reported as cuda.
+	s.Models.backend = func(device string) (*native.Backend, DeviceInfo) {
+		return native.Default(), DeviceInfo{Requested: device, Backend: "cuda", Name: "fake GPU"}
+	}
+	if _, err := s.Settings.SetDevice("cuda"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Models.Open("builtin"); err != nil {
+		t.Fatal(err)
+	}
+	m := settledModel(t, rec)
+	if m.State != ModelReady {
+		t.Fatalf("model %s: %s", m.State, m.Error)
+	}
+	d := m.Device
+	if d == nil || d.Backend != "cpu" || !d.Fallback || d.Requested != "cuda" || !strings.Contains(d.Note, "using the CPU: loading on cuda failed: cuda: out of memory") {
+		t.Errorf("device after the failed load: %+v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if loads != 2 {
+		t.Errorf("%d loads, want two (the GPU's, then the CPU's)", loads)
+	}
+}

@@ -97,8 +97,11 @@ func OpenWith(opt models.Options) OpenFunc {
 // a time: Open and Unload cancel the load in progress.
 type Models struct {
 	open OpenFunc
-	emit Emitter
-	log  *logrus.Logger
+	// backend opens a device setting's backend (openBackend unless a test
+	// replaces it).
+	backend func(device string) (*native.Backend, DeviceInfo)
+	emit    Emitter
+	log     *logrus.Logger
 
 	mu     sync.Mutex
 	device string // the device setting (auto, cpu, cuda, cuda:N)
@@ -118,7 +121,7 @@ func NewModels(open OpenFunc, e Emitter, log *logrus.Logger) *Models {
 	}
 	ended := make(chan struct{})
 	close(ended)
-	return &Models{open: open, emit: e, log: log, device: DeviceAuto, info: ModelInfo{State: ModelNone, Inputs: modalities()}, cancel: func() {}, ended: ended}
+	return &Models{open: open, backend: openBackend, emit: e, log: log, device: DeviceAuto, info: ModelInfo{State: ModelNone, Inputs: modalities()}, cancel: func() {}, ended: ended}
 }
 
 // setDevice makes device the one loads use; a model loaded or loading is
@@ -310,7 +313,7 @@ func (s *Models) progress(gen int, stage string, done, total int64) {
 }
 
 func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device string) {
-	be, dev := openBackend(device)
+	be, dev := s.backend(device)
 	if dev.Fallback {
 		s.log.WithField("device", device).Warn(dev.Note)
 	}
