@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"verdict/engine/models"
 	"verdict/engine/session"
 	"verdict/media/limits"
+	"verdict/native"
 )
 
 // Model states.
@@ -61,6 +63,11 @@ type ModelInfo struct {
 	Total int64  `json:"total,omitempty"`
 	Error string `json:"error,omitempty"`
 	Note  string `json:"note,omitempty"`
+	// Device is the backend the model loads or runs on, and why (nil until
+	// a load has opened one).
+	Device *DeviceInfo `json:"device,omitempty"`
+	// Resident is what the ready model keeps in the backend's memory.
+	Resident *ResidentInfo `json:"resident,omitempty"`
 }
 
 // loaded is an opened model session with what runs need; refs counts the
@@ -71,15 +78,16 @@ type loaded struct {
 	refs sync.WaitGroup
 }
 
-// OpenFunc opens a model session: it stops when ctx is done (returning its
-// error) and tells progress, when set, its slow stages.
-type OpenFunc func(ctx context.Context, spec string, progress func(stage string, done, total int64)) (*session.Session, error)
+// OpenFunc opens a model session on the backend be: it stops when ctx is
+// done (returning its error) and tells progress, when set, its slow stages.
+type OpenFunc func(ctx context.Context, spec string, be *native.Backend, progress func(stage string, done, total int64)) (*session.Session, error)
 
-// OpenWith is the OpenFunc of session.Open with opt.
+// OpenWith is the OpenFunc of session.Open with opt (its Backend replaced
+// by the one the device setting gives).
 func OpenWith(opt models.Options) OpenFunc {
-	return func(ctx context.Context, spec string, progress func(string, int64, int64)) (*session.Session, error) {
+	return func(ctx context.Context, spec string, be *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
 		o := opt
-		o.Progress = progress
+		o.Progress, o.Backend = progress, be
 		return session.Open(ctx, spec, o)
 	}
 }
@@ -89,10 +97,14 @@ func OpenWith(opt models.Options) OpenFunc {
 // a time: Open and Unload cancel the load in progress.
 type Models struct {
 	open OpenFunc
-	emit Emitter
-	log  *logrus.Logger
+	// backend opens a device setting's backend (openBackend unless a test
+	// replaces it).
+	backend func(device string) (*native.Backend, DeviceInfo)
+	emit    Emitter
+	log     *logrus.Logger
 
 	mu     sync.Mutex
+	device string // the device setting (auto, cpu, cuda, cuda:N)
 	cur    *loaded
 	info   ModelInfo
 	gen    int // incremented by every Open and Unload: stale loads are discarded
@@ -109,7 +121,26 @@ func NewModels(open OpenFunc, e Emitter, log *logrus.Logger) *Models {
 	}
 	ended := make(chan struct{})
 	close(ended)
-	return &Models{open: open, emit: e, log: log, info: ModelInfo{State: ModelNone, Inputs: modalities()}, cancel: func() {}, ended: ended}
+	return &Models{open: open, backend: openBackend, emit: e, log: log, device: DeviceAuto, info: ModelInfo{State: ModelNone, Inputs: modalities()}, cancel: func() {}, ended: ended}
+}
+
+// setDevice makes device the one loads use; a model loaded or loading is
+// loaded again on it (model:state events report that load like any).
+func (s *Models) setDevice(device string) error {
+	if err := CheckDevice(device); err != nil {
+		return &SettingsError{"device", err.Error()}
+	}
+	s.mu.Lock()
+	changed := s.device != device
+	s.device = device
+	st, spec := s.info.State, s.info.Spec
+	s.mu.Unlock()
+	if !changed || spec == "" || (st != ModelReady && st != ModelLoading && st != ModelError) {
+		return nil
+	}
+	s.log.WithFields(logrus.Fields{"model": spec, "device": device}).Info("device changed: loading the model again")
+	_, err := s.Open(spec)
+	return err
 }
 
 // Tower states: whether the model's checkpoint can take an input.
@@ -154,7 +185,29 @@ func towerState(present bool) int {
 func (s *Models) Info() ModelInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cur != nil && s.info.State == ModelReady {
+		s.info.Resident = residentOf(s.cur.s)
+	}
 	return s.info
+}
+
+// towersChanged announces a model:state when l's towers loaded since the
+// last report (a run's media loads them).
+func (s *Models) towersChanged(l *loaded) {
+	s.mu.Lock()
+	if s.cur != l || s.info.Resident == nil {
+		s.mu.Unlock()
+		return
+	}
+	r := residentOf(l.s)
+	if slices.Equal(r.Towers, s.info.Resident.Towers) {
+		s.mu.Unlock()
+		return
+	}
+	s.info.Resident = r
+	info := s.info
+	s.mu.Unlock()
+	s.emit.Emit(EventModel, info)
 }
 
 // ErrNoModel is returned by runs while no model is ready.
@@ -217,6 +270,10 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
+	device := s.device
+	if s.info.Device != nil && s.info.Device.Requested == device {
+		info.Device = s.info.Device // until the load opens the backend again
+	}
 	s.info = info
 	s.cancel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -229,9 +286,21 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 		defer close(ended)
 		defer cancel()
 		<-prev // the cancelled load frees its memory first
-		s.load(ctx, gen, info)
+		s.load(ctx, gen, info, device)
 	}()
 	return info, nil
+}
+
+// reportDevice records the backend of load gen for the next model:state
+// event, and returns it.
+func (s *Models) reportDevice(gen int, d DeviceInfo) *DeviceInfo {
+	p := &d
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == gen {
+		s.info.Device = p
+	}
+	return p
 }
 
 // progress records a load's stage for the next model:state event.
@@ -243,7 +312,12 @@ func (s *Models) progress(gen int, stage string, done, total int64) {
 	}
 }
 
-func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
+func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device string) {
+	be, dev := s.backend(device)
+	if dev.Fallback {
+		s.log.WithField("device", device).Warn(dev.Note)
+	}
+	info.Device = s.reportDevice(gen, dev)
 	if ctx.Err() != nil { // replaced while the previous load stopped
 		return
 	}
@@ -271,7 +345,16 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
 			}
 		}
 	}()
-	m, err := s.open(ctx, info.Spec, func(stage string, done, total int64) { s.progress(gen, stage, done, total) })
+	progress := func(stage string, done, total int64) { s.progress(gen, stage, done, total) }
+	m, err := s.open(ctx, info.Spec, be, progress)
+	if err != nil {
+		if cpu, retry := afterFailedLoad(dev, err, ctx.Err() != nil); retry {
+			s.log.WithError(err).WithField("device", dev.Backend).Warn("model failed to load on the GPU: loading it on the CPU")
+			dev = cpu
+			info.Device = s.reportDevice(gen, dev)
+			m, err = s.open(ctx, info.Spec, native.Default(), progress)
+		}
+	}
 	close(done)
 	<-tickerDone // no progress event may follow the outcome
 	s.mu.Lock()
@@ -298,6 +381,7 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
 	info.Layers, info.HiddenSize, info.VocabSize = mi.Layers, mi.Hidden, mi.Vocab
 	info.LoadMs = ms(mi.LoadTime)
 	info.Inputs = modalitiesOf(towerState(mi.Vision), towerState(mi.Audio))
+	info.Resident = residentOf(m)
 	if mi.Builtin {
 		info.Note = "random weights: its output is noise, not language; it exercises the whole pipeline"
 	}
@@ -309,7 +393,7 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo) {
 	if old != nil {
 		s.retire(old, swap)
 	}
-	s.log.WithFields(logrus.Fields{"model": info.Name, "params": info.Params, "load_ms": int(info.LoadMs)}).Info("model ready")
+	s.log.WithFields(logrus.Fields{"model": info.Name, "params": info.Params, "load_ms": int(info.LoadMs), "backend": dev.Backend}).Info("model ready")
 	s.emit.Emit(EventModel, info)
 }
 

@@ -334,6 +334,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		go func() {
 			defer close(prep.done)
 			r.prepareMedia(ctxP, s.prepare, l, in, prep)
+			s.models.towersChanged(l)
 		}()
 	}
 

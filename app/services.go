@@ -77,6 +77,8 @@ func New(o Options) *Services {
 	s.Settings = NewSettings(o.SettingsPath, s.Logs, log, o.Emitter)
 	s.Library = NewLibrary(o.Emitter, log, recentPathFor(o.SettingsPath))
 	s.Models = NewModels(o.Open, s.Library.watch(o.Emitter), log)
+	s.Models.device = s.Settings.Get().Device
+	s.Settings.onDevice = s.Models.setDevice
 	s.Media = newMedia(o, s.Models, log)
 	s.Runs = NewRuns(s.Models, s.Settings, o.Emitter, log)
 	s.Runs.media = s.Media

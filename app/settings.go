@@ -53,6 +53,21 @@ type RunSettings struct {
 type Preferences struct {
 	Run      RunSettings `json:"run"`
 	LogLevel string      `json:"log_level"`
+	// Device is the compute backend models load on: auto (the GPU when the
+	// CUDA library opens and finds one, else the CPU), cpu, cuda or cuda:N;
+	// empty means auto.
+	Device string `json:"device"`
+}
+
+// Validate checks the run settings and the device.
+func (p Preferences) Validate() error {
+	if err := p.Run.Validate(); err != nil {
+		return err
+	}
+	if err := CheckDevice(p.Device); p.Device != "" && err != nil {
+		return &SettingsError{"device", err.Error()}
+	}
+	return nil
 }
 
 // Generation prompt modes.
@@ -69,6 +84,7 @@ func DefaultPreferences() Preferences {
 			Scorer:     ScorerSettings{BranchBatch: scorer.DefaultBranchBatch, Temperature: 1},
 		},
 		LogLevel: "info",
+		Device:   DeviceAuto,
 	}
 }
 
@@ -115,6 +131,10 @@ type Settings struct {
 	log  *logrus.Logger
 	emit Emitter
 
+	// onDevice, when set, hears a changed device setting (the models
+	// service loads the model again on it).
+	onDevice func(device string) error
+
 	mu sync.Mutex
 	p  Preferences
 }
@@ -133,7 +153,7 @@ func NewSettings(path string, logs *Logs, log *logrus.Logger, e Emitter) *Settin
 			p := DefaultPreferences()
 			if err := json.Unmarshal(b, &p); err != nil {
 				log.WithError(err).WithField("path", path).Warn("settings: invalid file; using defaults")
-			} else if err := p.Run.Validate(); err != nil {
+			} else if err := p.Validate(); err != nil {
 				log.WithError(err).WithField("path", path).Warn("settings: invalid value; using defaults")
 			} else {
 				s.p = p
@@ -143,6 +163,9 @@ func NewSettings(path string, logs *Logs, log *logrus.Logger, e Emitter) *Settin
 	if err := logs.SetLevel(s.p.LogLevel); err != nil {
 		s.p.LogLevel = DefaultPreferences().LogLevel
 		logs.SetLevel(s.p.LogLevel)
+	}
+	if s.p.Device == "" {
+		s.p.Device = DeviceAuto
 	}
 	return s
 }
@@ -157,23 +180,42 @@ func (s *Settings) Get() Preferences {
 // Defaults returns the default preferences.
 func (s *Settings) Defaults() Preferences { return DefaultPreferences() }
 
-// Set validates and stores p, returning what is now in effect.
+// Set validates and stores p, returning what is now in effect. A changed
+// device loads the model again on it.
 func (s *Settings) Set(p Preferences) (Preferences, error) {
-	if err := p.Run.Validate(); err != nil {
+	if p.Device == "" {
+		p.Device = DeviceAuto
+	}
+	if err := p.Validate(); err != nil {
 		return s.Get(), err
 	}
 	if err := s.logs.SetLevel(p.LogLevel); err != nil {
 		return s.Get(), &SettingsError{"log_level", err.Error()}
 	}
 	s.mu.Lock()
+	changed := s.p.Device != p.Device
 	s.p = p
 	err := s.save()
+	on := s.onDevice
 	s.mu.Unlock()
 	s.emit.Emit(EventSettings, p)
+	if changed && on != nil {
+		if derr := on(p.Device); derr != nil {
+			s.log.WithError(derr).Warn("settings: the model did not load again on the new device")
+		}
+	}
 	if err != nil {
 		return p, fmt.Errorf("settings apply but were not saved: %w", err)
 	}
 	return p, nil
+}
+
+// SetDevice sets the device setting alone (the --device flag of serve and
+// window), as Set does.
+func (s *Settings) SetDevice(device string) (Preferences, error) {
+	p := s.Get()
+	p.Device = device
+	return s.Set(p)
 }
 
 // Reset restores the defaults.

@@ -29,6 +29,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	remote := fs.Bool("allow-remote", false, "allow an --addr that is not a loopback address: whoever reaches it and has the printed address (its token) can run the model and read files this user can read")
 	model := fs.String("model", models.Builtin, "model to load at start: builtin, a Gemma 3n folder, or none")
 	wf := addWeightFlags(fs)
+	if f := fs.Lookup("device"); f != nil {
+		f.Usage, f.DefValue = appDeviceHelp, ""
+	}
 	settings := fs.String("settings", app.DefaultSettingsPath(), "settings file (empty: keep settings in memory)")
 	level := fs.String("log-level", "", "log level (error, warning, info, debug, trace); default: the saved setting")
 	fs.Usage = func() { serveUsage(fs) }
@@ -38,7 +41,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	mopt, err := wf.options()
+	mopt, err := wf.formatOptions()
 	if err != nil {
 		return err
 	}
@@ -50,6 +53,11 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *level != "" {
 		if err := svc.Logs.SetLevel(*level); err != nil {
 			return usageErr("%v", err)
+		}
+	}
+	if isSet(fs, "device") {
+		if _, err := svc.Settings.SetDevice(*wf.device); err != nil {
+			return usageErr("--device: %v", err)
 		}
 	}
 	ln, err := net.Listen("tcp", *addr)

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +91,7 @@ func TestServeUsage(t *testing.T) {
 	}{
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--log-level", "loud"}, "loud"},
+		{[]string{"--device", "tpu", "--model", "none", "--settings="}, `--device: setting device: "tpu" is not one of auto, cpu, cuda`},
 		{[]string{"--addr", "256.0.0.1:99999", "--model", "none", "--settings="}, "invalid port"},
 		// Other machines only with an explicit flag.
 		{[]string{"--addr", "0.0.0.0:0", "--model", "none", "--settings="}, "not a loopback address: pass --allow-remote"},
@@ -136,5 +139,48 @@ func TestServeURLAndHosts(t *testing.T) {
 	}
 	if hs := serveHosts("0.0.0.0:8177", &net.TCPAddr{IP: net.IPv4zero}); len(hs) == 0 {
 		t.Error("no hosts for all interfaces")
+	}
+}
+
+// --device becomes the app's device setting, saved with the others.
+func TestServeDevice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "settings.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- serveCmd(ctx, []string{"--addr", "127.0.0.1:0", "--model", "none", "--settings=" + path, "--log-level", "warning", "--device", "cpu"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+	url, token, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "Verdict is serving on ")), "#token=")
+	req, _ := http.NewRequest("POST", url+"api/Settings/Get", strings.NewReader("[]"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Verdict-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"device":"cpu"`) {
+		t.Errorf("Settings.Get = %s, want device cpu", b)
+	}
+	if f, err := os.ReadFile(path); err != nil || !strings.Contains(string(f), `"device": "cpu"`) {
+		t.Errorf("settings file %s (%v), want device cpu", f, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
 	}
 }

@@ -35,6 +35,19 @@ func addWeightFlags(fs interface {
 
 // options turns the flags into model options.
 func (w weightFlags) options() (models.Options, error) {
+	o, err := w.formatOptions()
+	if err != nil {
+		return o, err
+	}
+	if o.Backend, err = openDevice(w.device, os.Stderr); err != nil {
+		return models.Options{}, err
+	}
+	return o, nil
+}
+
+// formatOptions are the model options of --weights and --group alone (the
+// app picks the backend of each load from its device setting).
+func (w weightFlags) formatOptions() (models.Options, error) {
 	f, err := gemma3n.ParseWeights(*w.weights)
 	if err != nil {
 		return models.Options{}, usageErr("--weights: %v", err)
@@ -42,12 +55,12 @@ func (w weightFlags) options() (models.Options, error) {
 	if g := *w.group; g != 0 && (g < 32 || g > 512 || g&(g-1) != 0) {
 		return models.Options{}, usageErr("--group %d: want a power of two from 32 to 512", g)
 	}
-	be, err := openDevice(w.device, os.Stderr)
-	if err != nil {
-		return models.Options{}, err
-	}
-	return models.Options{Weights: f, Group: *w.group, Backend: be, Log: func(s string) { fmt.Fprintln(os.Stderr, "verdict: "+s) }}, nil
+	return models.Options{Weights: f, Group: *w.group, Log: func(s string) { fmt.Fprintln(os.Stderr, "verdict: "+s) }}, nil
 }
+
+// appDeviceHelp is --device's help in the app's commands (serve, window).
+const appDeviceHelp = "compute device, kept as the app's device setting: " + native.Devices +
+	"; a GPU that does not open is the CPU, with the reason in the model bar (default: the saved setting, auto at first)"
 
 // addDeviceFlag adds --device, the compute backend.
 func addDeviceFlag(fs interface {

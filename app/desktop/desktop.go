@@ -24,6 +24,9 @@ type Options struct {
 	SettingsPath string
 	// LogLevel overrides the saved log level when not empty.
 	LogLevel string
+	// Device, when not empty, becomes the device setting (auto, cpu, cuda,
+	// cuda:N).
+	Device string
 	// Stderr receives the log.
 	Stderr io.Writer
 	// Demo runs the support-ticket preset once the window and the model are

@@ -103,6 +103,11 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Device != "" {
+		if _, err := svc.Settings.SetDevice(o.Device); err != nil {
+			return err
+		}
+	}
 	var readyOnce sync.Once
 	return wails.Run(&options.App{
 		Title:            "Verdict",

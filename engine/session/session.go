@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"sync/atomic"
 	"time"
 
 	"verdict/engine/gemma3n"
@@ -26,6 +27,8 @@ type Session struct {
 	tok  *tokenizer.Tokenizer
 	sc   *scorer.Scorer
 	info Info
+	// vision and audio are set once the tower has encoded an input.
+	vision, audio atomic.Bool
 }
 
 // Info describes the opened model.
@@ -44,6 +47,37 @@ type Info struct {
 	// ImageTokens and AudioTokens are the soft tokens of one image and of
 	// one audio clip (0 when the config does not say).
 	ImageTokens, AudioTokens int
+	// Resident is the memory the loaded model holds on its backend.
+	Resident Resident
+}
+
+// Resident is what an opened model keeps in its backend's memory.
+type Resident struct {
+	Weights     gemma3n.Weights // q4 or f32
+	WeightBytes int64           // the decoder's weights (gemma3n.Model.WeightBytes)
+	// KVPositions and KVBytes are the key/value pool: positions of each
+	// attention kind and the bytes reserved for them (the CPU backend
+	// commits pages only when written).
+	KVPositions int
+	KVBytes     int64
+	// Vision and Audio say whether that tower is loaded (towers load on
+	// their first input); set by Towers, not by Info.
+	Vision, Audio bool
+}
+
+// kvPoolBytes is the key/value pool gemma3n reserves for positions
+// positions of each attention kind: keys and values of NumKVHeads·HeadDim
+// float32 per position, in blocks of gemma3n.KVBlock, in every layer that
+// computes its own (KV-shared layers read their source's).
+func kvPoolBytes(c gemma3n.Config, positions int) int64 {
+	rows := int64((positions+gemma3n.KVBlock-1)/gemma3n.KVBlock) * gemma3n.KVBlock
+	var n int64
+	for i := 0; i < c.NumLayers; i++ {
+		if c.KVSource(i) == i {
+			n += 2 * rows * int64(c.NumKVHeads*c.HeadDim) * 4
+		}
+	}
+	return n
 }
 
 // TowerProgress hears a tower's work: its load, then blocks done of total.
@@ -81,6 +115,13 @@ func New(m *models.Model) (*Session, error) {
 		Params: m.Cfg.Params(), Layers: m.Cfg.NumLayers, Hidden: m.Cfg.HiddenSize, Vocab: m.Cfg.VocabSize,
 		LoadTime: m.LoadTime, Vision: img, Audio: aud,
 		ImageTokens: m.Special.VisionTokens, AudioTokens: m.Special.AudioTokens,
+		Resident: Resident{
+			Weights: m.Weights(), WeightBytes: m.WeightBytes(),
+			KVPositions: gemma3n.DefaultKVPositions, KVBytes: kvPoolBytes(m.Cfg, gemma3n.DefaultKVPositions),
+		},
+	}
+	if info.Resident.Weights == "" {
+		info.Resident.Weights = gemma3n.WeightsF32
 	}
 	return &Session{m: m, tok: tok, sc: scorer.New(m.Model, tok), info: info}, nil
 }
@@ -91,17 +132,29 @@ func (s *Session) Close() error { return s.m.Close() }
 // Info describes the model.
 func (s *Session) Info() Info { return s.info }
 
+// Towers reports whether the vision and the audio tower are loaded: a tower
+// loads with the first input it encodes.
+func (s *Session) Towers() (vision, audio bool) { return s.vision.Load(), s.audio.Load() }
+
 // Tokenizer is the model's tokenizer.
 func (s *Session) Tokenizer() *tokenizer.Tokenizer { return s.tok }
 
 // ImageTokens runs the vision tower on one image (see models.Model.ImageTokens).
 func (s *Session) ImageTokens(ctx context.Context, img image.Image, progress TowerProgress) ([]float32, bool, error) {
-	return s.m.ImageTokens(ctx, img, progress)
+	soft, cached, err := s.m.ImageTokens(ctx, img, progress)
+	if err == nil {
+		s.vision.Store(true)
+	}
+	return soft, cached, err
 }
 
 // AudioTokens runs the audio tower on 16 kHz mono samples (see models.Model.AudioTokens).
 func (s *Session) AudioTokens(ctx context.Context, pcm []float32, progress TowerProgress) ([]float32, bool, error) {
-	return s.m.AudioTokens(ctx, pcm, progress)
+	soft, cached, err := s.m.AudioTokens(ctx, pcm, progress)
+	if err == nil {
+		s.audio.Store(true)
+	}
+	return soft, cached, err
 }
 
 // HardEmbed is a token's embedding row, for the multimodal merge.

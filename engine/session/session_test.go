@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"verdict/engine/gemma3n"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
@@ -406,5 +407,52 @@ func TestStreamerPieces(t *testing.T) {
 				t.Errorf("pieces and tail %q, decode %q", all, tok.Decode(plain))
 			}
 		})
+	}
+}
+
+func TestKVPoolBytes(t *testing.T) {
+	four := []string{"sliding_attention", "full_attention", "sliding_attention", "full_attention"}
+	for _, tc := range []struct {
+		name      string
+		layers    int
+		shared    int
+		kvHeads   int
+		headDim   int
+		positions int
+		want      int64
+	}{
+		// 4 own-KV layers · keys and values · 32 positions · 2·8 floats · 4 bytes.
+		{"all own", 4, 0, 2, 8, 32, 4 * 2 * 32 * 16 * 4},
+		// The last two layers read the first two's keys and values.
+		{"two shared", 4, 2, 2, 8, 32, 2 * 2 * 32 * 16 * 4},
+		// 17 positions take two blocks of 16.
+		{"partial block", 4, 0, 1, 4, 17, 4 * 2 * 32 * 4 * 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := gemma3n.Config{NumLayers: tc.layers, NumKVSharedLayers: tc.shared, NumKVHeads: tc.kvHeads, HeadDim: tc.headDim, LayerTypes: four}
+			if got := kvPoolBytes(c, tc.positions); got != tc.want {
+				t.Errorf("kvPoolBytes = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestResident(t *testing.T) {
+	s := open(t)
+	r := s.Info().Resident
+	if r.Weights != s.m.Weights() || r.WeightBytes != s.m.WeightBytes() || r.WeightBytes <= 0 {
+		t.Errorf("resident weights %s %d B, want %s %d B", r.Weights, r.WeightBytes, s.m.Weights(), s.m.WeightBytes())
+	}
+	if r.KVPositions != gemma3n.DefaultKVPositions || r.KVBytes != kvPoolBytes(s.m.Cfg, r.KVPositions) || r.KVBytes <= 0 {
+		t.Errorf("resident KV pool %d positions %d B", r.KVPositions, r.KVBytes)
+	}
+	if v, a := s.Towers(); v || a {
+		t.Fatalf("towers loaded before any input: vision %v, audio %v", v, a)
+	}
+	if _, _, err := s.AudioTokens(context.Background(), make([]float32, 16000), nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, a := s.Towers(); v || !a {
+		t.Errorf("after an audio clip: vision %v, audio %v; want only audio", v, a)
 	}
 }

@@ -284,6 +284,7 @@ class App {
       },
       defaults: () => this.api.defaultSettings(),
       settingsPath: () => s.system?.settings_path ?? '',
+      device: () => s.model?.device,
     });
 
     this.schemaPanel.appendChild(this.editor.el);

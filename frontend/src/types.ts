@@ -29,6 +29,37 @@ export interface ModelInfo {
   total?: number;
   error?: string;
   note?: string;
+  /** The backend the model loads or runs on, and why (app.DeviceInfo). */
+  device?: DeviceInfo;
+  /** What the ready model keeps in the backend's memory (app.ResidentInfo). */
+  resident?: ResidentInfo;
+}
+
+/** A device setting: auto (the GPU when it opens, else the CPU), cpu, cuda or cuda:N. */
+export type Device = 'auto' | 'cpu' | 'cuda' | `cuda:${number}`;
+
+export interface DeviceInfo {
+  requested: string;
+  /** What runs the model: cpu or cuda. */
+  backend: string;
+  /** The CPU stands in for the GPU asked for; note says why. */
+  fallback?: boolean;
+  note?: string;
+  /** The processor or the GPU. */
+  name?: string;
+  cores?: number;
+  simd?: string;
+  /** The GPU's memory (absent when the backend does not say). */
+  memory_bytes?: number;
+}
+
+export interface ResidentInfo {
+  weights: string;
+  weight_bytes: number;
+  kv_positions: number;
+  kv_bytes: number;
+  /** Towers loaded (vision, audio): each loads with its first input. */
+  towers: string[];
 }
 
 export interface Candidate {
@@ -397,6 +428,8 @@ export interface RunSettings {
 export interface Preferences {
   run: RunSettings;
   log_level: string;
+  /** The compute device models load on (empty means auto). */
+  device?: Device;
 }
 
 export interface RunRecord {

@@ -1,7 +1,7 @@
 // The model: what is loaded, its size and inputs, load progress and errors,
 // and loading another (the built-in model or a Gemma 3n folder).
 import { fmtBytes, fmtMs, fmtParams } from '../format';
-import type { MediaAvailability, ModelInfo } from '../types';
+import type { DeviceInfo, MediaAvailability, ModelInfo } from '../types';
 import { h, replace } from './dom';
 
 export interface ModelHost {
@@ -21,16 +21,18 @@ export interface ModelHost {
 export class ModelBar {
   readonly el: HTMLElement;
   private chip: HTMLElement;
+  private device: HTMLElement;
   private pathForm: HTMLFormElement;
 
   constructor(private host: ModelHost) {
     this.chip = h('div.model-chip#model-chip', { 'aria-live': 'polite' });
+    this.device = h('div.device-chip#device-chip', { hidden: true });
     const path = h('input#model-path', { placeholder: '/path/to/gemma-3n-E2B-it', 'aria-label': 'Model folder', spellcheck: false });
     this.pathForm = h('form.model-path', { hidden: true, onsubmit: (e: Event) => { e.preventDefault(); if (path.value.trim()) { this.host.loadFolder(path.value.trim()); this.pathForm.hidden = true; } } },
       path, h('button.btn.small.primary', { type: 'submit' }, 'Load'),
       h('button.btn.small', { type: 'button', onclick: () => (this.pathForm.hidden = true) }, 'Cancel'));
     this.el = h('div.model-bar', null,
-      this.chip,
+      h('div.model-info', null, this.chip, this.device),
       h('div.model-actions', null,
         h('button.btn.small#load-builtin', { type: 'button', title: 'Load the built-in tiny model (random weights)', onclick: () => this.host.loadBuiltin() }, 'Built-in'),
         this.host.browseModels ? h('button.btn.small#browse-models', { type: 'button', title: 'Gemma 3n models on this computer, and downloads from Hugging Face', onclick: () => this.host.browseModels?.() }, 'Models…') : null,
@@ -79,6 +81,22 @@ export class ModelBar {
     }
     replace(this.chip, dot, ...body);
     this.chip.dataset.state = m.state;
+    this.renderDevice(m);
+  }
+
+  /** The device chip: the backend, and the ready model's resident memory; a badge when the CPU stands in for a GPU. */
+  private renderDevice(m: ModelInfo) {
+    const d = m.device;
+    this.device.hidden = !d || m.state === 'none';
+    if (!d || m.state === 'none') return;
+    const warn = deviceWarning(d);
+    const res = m.state === 'ready' ? residentSummary(m) : '';
+    const title = [deviceLine(d), res && `resident: ${res}`, d.note].filter((x) => x).join('\n');
+    this.device.title = title;
+    replace(this.device,
+      h('span#device-name', null, deviceLine(d)),
+      res ? h('span.muted#device-resident', null, ` · ${res}`) : null,
+      warn ? h('span#device-fallback', { class: `badge ${warn.level}`, title: d.note ?? '' }, warn.text) : null);
   }
 }
 
@@ -107,4 +125,35 @@ export function modalityLabel(name: string, supported: boolean, note: string | u
   if (!supported) return [false, /no .* tower/.test(note ?? '') ? `no ${name}` : `${name} ?`, `${name}: ${note ?? 'not supported'}`];
   if (name === 'video' && a && !a.video.available) return [false, 'video ✗', `video: the model takes it, but ${a.video.reason ?? 'ffmpeg is missing'}`];
   return [true, `${name} ✓`, `${name}: ${note ?? 'supported'}`];
+}
+
+const SIMD: Record<string, string> = { avx512: 'AVX-512', avx2: 'AVX2', neon: 'NEON', portable: 'portable' };
+
+/** The backend in a line: "cpu · 16 cores AVX-512", "cuda · H200 · 141 GB". */
+export function deviceLine(d: DeviceInfo): string {
+  if (d.backend === 'cpu') {
+    const cores = d.cores ? `${d.cores} ${d.cores === 1 ? 'core' : 'cores'}` : '';
+    return ['cpu', [cores, d.simd ? SIMD[d.simd] ?? d.simd : ''].filter((x) => x).join(' ')].filter((x) => x).join(' · ');
+  }
+  return [d.backend, d.name ?? '', d.memory_bytes ? fmtBytes(d.memory_bytes) : ''].filter((x) => x).join(' · ');
+}
+
+/** What the ready model holds: "1.5 GB q4 · KV 2.1 GB · vision loaded" ('' without a report). */
+export function residentSummary(m: ModelInfo): string {
+  const r = m.resident;
+  if (!r) return '';
+  const parts = [`${fmtBytes(r.weight_bytes)} ${r.weights}`, `KV ${fmtBytes(r.kv_bytes)}`];
+  if (r.towers.length) parts.push(`${r.towers.join(' + ')} loaded`);
+  return parts.join(' · ');
+}
+
+/**
+ * The badge when the CPU stands in for the GPU asked for: a warning for an
+ * explicit cuda, a milder note for auto (no GPU here is no fault); null
+ * when the backend is the one asked for.
+ */
+export function deviceWarning(d: DeviceInfo): { text: string; level: 'warn' | 'info' } | null {
+  if (!d.fallback) return null;
+  if (d.requested === 'auto') return { text: 'no GPU', level: 'info' };
+  return { text: `${d.requested} failed`, level: 'warn' };
 }

@@ -1,8 +1,9 @@
-// The settings dialog: generation and scorer settings, the log level, and
-// one-click defaults.
+// The settings dialog: generation and scorer settings, the compute device,
+// the log level, and one-click defaults.
 import { backendChoices } from '../backends';
-import type { Normalize, Preferences, ScorerSettings } from '../types';
+import type { Device, DeviceInfo, Normalize, Preferences, ScorerSettings } from '../types';
 import { h } from './dom';
+import { deviceLine } from './modelBar';
 import { errorText, toast } from './toast';
 
 const NORMALIZE: [Normalize, string][] = [
@@ -16,6 +17,25 @@ export interface SettingsHost {
   save(p: Preferences): Promise<void>;
   defaults(): Promise<Preferences>;
   settingsPath(): string;
+  /** The backend of the model loaded or loading (undefined before a load). */
+  device?(): DeviceInfo | undefined;
+}
+
+const DEVICES: [string, string][] = [
+  ['auto', 'auto (the GPU if there is one)'],
+  ['cpu', 'cpu'],
+  ['cuda', 'cuda (the GPU)'],
+];
+
+/**
+ * What runs the model now, next to the device choice: the backend, and why
+ * the CPU stands in for a GPU asked for.
+ */
+export function deviceNote(d: DeviceInfo | undefined): { text: string; warn: boolean } {
+  if (!d) return { text: 'Chosen when a model loads.', warn: false };
+  const now = `Now: ${deviceLine(d)}${d.requested !== d.backend ? ` (asked: ${d.requested})` : ''}.`;
+  if (!d.fallback || !d.note) return { text: now, warn: false };
+  return { text: `${now} ${d.note.charAt(0).toUpperCase()}${d.note.slice(1)}`, warn: d.requested !== 'auto' };
 }
 
 export class SettingsDialog {
@@ -63,6 +83,7 @@ export class SettingsDialog {
         h('label.lbl', { title: 'divide out the answers the model leans to whatever the input says' }, 'Correction',
           h('select', { name: 'normalize' },
             NORMALIZE.map(([v, label]) => h('option', { value: v, selected: (s.normalize || 'none') === v }, label))))),
+      this.deviceSet(p.device || 'auto'),
       h('fieldset', null, h('legend', null, 'Logs'),
         h('label.lbl', null, 'Level', h('select', { name: 'log_level' },
           ['error', 'warning', 'info', 'debug', 'trace'].map((l) => h('option', { value: l, selected: l === p.log_level }, l))))),
@@ -72,6 +93,16 @@ export class SettingsDialog {
         h('span.spacer'),
         h('button.btn', { type: 'button', onclick: () => this.el.close() }, 'Cancel'),
         h('button.btn.primary', { type: 'submit', onclick: (e: Event) => this.submit(e) }, 'Save')));
+  }
+
+  private deviceSet(cur: string) {
+    const choices = DEVICES.some(([v]) => v === cur) ? DEVICES : [...DEVICES, [cur, cur] as [string, string]];
+    const note = deviceNote(this.host.device?.());
+    return h('fieldset', null, h('legend', null, 'Compute'),
+      h('label.lbl', { title: 'changing it loads the model again on the new device' }, 'Device',
+        h('select', { name: 'device' }, choices.map(([v, label]) => h('option', { value: v, selected: v === cur }, label))),
+        h('span.help', null, 'auto: the GPU when the CUDA library loads and finds one, else the CPU; a change loads the model again')),
+      h('p.small#device-note', { class: `small device-note${note.warn ? ' warn' : ''}` }, note.text));
   }
 
   private async resetDefaults() {
@@ -90,6 +121,7 @@ export class SettingsDialog {
     const prev = this.host.prefs()?.run.scorer;
     const backend = String(f.get('backend') ?? 'json') as ScorerSettings['backend'];
     const normalize = String(f.get('normalize') ?? 'none') as Normalize;
+    const device = String(f.get('device') ?? 'auto') as Device;
     const p: Preferences = {
       run: {
         generation: { max_tokens: n('max_tokens'), temperature: n('temperature'), top_k: n('top_k'), top_p: n('top_p'), seed: n('seed'), prompt: f.get('prompt') as 'schema' | 'chat' },
@@ -102,6 +134,8 @@ export class SettingsDialog {
         },
       },
       log_level: String(f.get('log_level')),
+      // "" means auto: an unset device stays unset unless another is picked.
+      ...(device !== 'auto' || this.host.prefs()?.device ? { device } : {}),
     };
     try {
       await this.host.save(p);

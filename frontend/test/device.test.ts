@@ -1,0 +1,110 @@
+import { describe, expect, it } from 'vitest';
+import { ModelBar, deviceLine, deviceWarning, residentSummary } from '../src/ui/modelBar';
+import { SettingsDialog, deviceNote } from '../src/ui/settingsDialog';
+import type { DeviceInfo, ModelInfo, Preferences } from '../src/types';
+
+const cpu: DeviceInfo = { requested: 'cpu', backend: 'cpu', name: 'AMD EPYC', cores: 16, simd: 'avx512' };
+const fellBack: DeviceInfo = {
+  ...cpu, requested: 'cuda', fallback: true,
+  note: 'using the CPU: cuda: no usable libverdict_cuda.so (set VERDICT_CUDA_LIB, or put it next to the executable): /x/libverdict_cuda.so: no such file',
+};
+const gpu: DeviceInfo = { requested: 'cuda', backend: 'cuda', name: 'H200', memory_bytes: 141e9 };
+const resident = { weights: 'q4', weight_bytes: 1.5e9, kv_positions: 131072, kv_bytes: 2.1e9, towers: [] as string[] };
+
+function model(device?: DeviceInfo, state: ModelInfo['state'] = 'ready'): ModelInfo {
+  return { state, name: 'gemma-3n-E2B-it', random_weights: false, builtin: false, params: 5.4e9, layers: 30, load_ms: 1200, device, resident: state === 'ready' ? resident : undefined };
+}
+
+function bar(m: ModelInfo) {
+  const b = new ModelBar({ model: () => m, mode: () => 'browser', availability: () => undefined, loadBuiltin() {}, loadFolder() {}, chooseFolder() {} });
+  b.render();
+  return b.el;
+}
+
+describe('device line and resident summary', () => {
+  it.each([
+    [cpu, 'cpu · 16 cores AVX-512'],
+    [{ ...cpu, cores: 1, simd: 'portable' }, 'cpu · 1 core portable'],
+    [{ requested: 'cpu', backend: 'cpu' }, 'cpu'],
+    [gpu, 'cuda · H200 · 141 GB'],
+    [{ requested: 'cuda', backend: 'cuda' }, 'cuda'],
+  ])('%o → %s', (d, want) => expect(deviceLine(d as DeviceInfo)).toBe(want));
+
+  it('sums up the resident memory and the towers loaded', () => {
+    expect(residentSummary(model(cpu))).toBe('1.5 GB q4 · KV 2.1 GB');
+    expect(residentSummary({ ...model(cpu), resident: { ...resident, weights: 'f32', towers: ['vision', 'audio'] } })).toBe('1.5 GB f32 · KV 2.1 GB · vision + audio loaded');
+    expect(residentSummary(model(cpu, 'loading'))).toBe('');
+  });
+
+  it('warns when the CPU stands in for a GPU', () => {
+    expect(deviceWarning(cpu)).toBeNull();
+    expect(deviceWarning(gpu)).toBeNull();
+    expect(deviceWarning(fellBack)).toEqual({ text: 'cuda failed', level: 'warn' });
+    expect(deviceWarning({ ...fellBack, requested: 'auto' })).toEqual({ text: 'no GPU', level: 'info' });
+  });
+});
+
+describe('model bar device chip', () => {
+  it('shows the device and what is resident', () => {
+    const el = bar(model(gpu));
+    expect(el.querySelector('#device-chip')!.textContent).toBe('cuda · H200 · 141 GB · 1.5 GB q4 · KV 2.1 GB');
+    expect(el.querySelector('#device-fallback')).toBeNull();
+  });
+
+  it('shows the fallback as a warning with the reason', () => {
+    const el = bar(model(fellBack));
+    const chip = el.querySelector<HTMLElement>('#device-chip')!;
+    expect(chip.hidden).toBe(false);
+    const badge = el.querySelector<HTMLElement>('#device-fallback')!;
+    expect(badge.textContent).toBe('cuda failed');
+    expect(badge.className).toBe('badge warn');
+    expect(badge.title).toContain('no usable libverdict_cuda.so');
+    expect(chip.title).toContain('resident: 1.5 GB q4 · KV 2.1 GB');
+  });
+
+  it('shows the device while loading, and nothing without a model', () => {
+    const loading = bar(model(fellBack, 'loading'));
+    expect(loading.querySelector('#device-chip')!.textContent).toBe('cpu · 16 cores AVX-512cuda failed');
+    expect(bar(model(undefined, 'none')).querySelector<HTMLElement>('#device-chip')!.hidden).toBe(true);
+  });
+});
+
+describe('settings dialog device choice', () => {
+  const prefs: Preferences = {
+    run: { generation: { max_tokens: 96, temperature: 0, top_k: 64, top_p: 0.95, seed: 0, prompt: 'schema' }, scorer: { branch_batch: 8, temperature: 1 } },
+    log_level: 'info', device: 'cuda',
+  };
+
+  it('explains what runs now', () => {
+    expect(deviceNote(undefined).text).toBe('Chosen when a model loads.');
+    expect(deviceNote(cpu)).toEqual({ text: 'Now: cpu · 16 cores AVX-512.', warn: false });
+    const n = deviceNote(fellBack);
+    expect(n.warn).toBe(true);
+    expect(n.text).toMatch(/^Now: cpu · 16 cores AVX-512 \(asked: cuda\)\. Using the CPU: cuda: no usable libverdict_cuda\.so/);
+    expect(deviceNote({ ...fellBack, requested: 'auto' }).warn).toBe(false);
+  });
+
+  it('offers the device and saves the choice', async () => {
+    let saved: Preferences | undefined;
+    const d = new SettingsDialog({ prefs: () => prefs, save: async (p) => { saved = p; }, defaults: async () => prefs, settingsPath: () => '', device: () => fellBack });
+    document.body.append(d.el);
+    d.open();
+    const sel = d.el.querySelector<HTMLSelectElement>('select[name="device"]')!;
+    expect([...sel.options].map((o) => o.value)).toEqual(['auto', 'cpu', 'cuda']);
+    expect(sel.value).toBe('cuda');
+    expect(d.el.querySelector('#device-note')!.className).toContain('warn');
+    expect(d.el.querySelector('#device-note')!.textContent).toContain('no usable libverdict_cuda.so');
+    sel.value = 'cpu';
+    d.el.querySelector<HTMLButtonElement>('button[type="submit"]')!.click();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(saved?.device).toBe('cpu');
+  });
+
+  it('keeps a cuda:N setting among the choices', () => {
+    const d = new SettingsDialog({ prefs: () => ({ ...prefs, device: 'cuda:1' }), save: async () => {}, defaults: async () => prefs, settingsPath: () => '' });
+    d.open();
+    const sel = d.el.querySelector<HTMLSelectElement>('select[name="device"]')!;
+    expect(sel.value).toBe('cuda:1');
+    expect(d.el.querySelector('#device-note')!.textContent).toBe('Chosen when a model loads.');
+  });
+});
