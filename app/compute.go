@@ -42,12 +42,13 @@ type DeviceInfo struct {
 	Fallback bool   `json:"fallback,omitempty"`
 	Note     string `json:"note,omitempty"`
 	// Name is the processor (CPU) or the GPU; Cores and SIMD describe the
-	// CPU. MemoryBytes is the GPU's memory (0 when the backend does not say:
-	// the CUDA backend's table has no query for its name or memory yet).
+	// CPU. MemoryBytes and FreeBytes are the GPU's memory and what was free
+	// when the backend opened (0 for the CPU).
 	Name        string `json:"name,omitempty"`
 	Cores       int    `json:"cores,omitempty"`
 	SIMD        string `json:"simd,omitempty"`
 	MemoryBytes int64  `json:"memory_bytes,omitempty"`
+	FreeBytes   int64  `json:"free_bytes,omitempty"`
 }
 
 // openBackend opens device's backend. A GPU that does not open (no
@@ -71,6 +72,8 @@ func describe(requested string, be *native.Backend, note string) DeviceInfo {
 	if d.Backend == DeviceCPU {
 		d.Fallback = requested != DeviceCPU
 		d.Name, d.Cores, d.SIMD = native.HostProcessor(), native.HostCores(), native.SIMD()
+	} else if gi, ok := be.Info(); ok {
+		d.Name, d.MemoryBytes, d.FreeBytes = gi.Name, gi.MemTotal, gi.MemFree
 	}
 	return d
 }
