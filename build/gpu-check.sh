@@ -29,10 +29,11 @@ if ! bash build/cuda.sh "$lib" >"$OUT/build.log" 2>&1; then
 fi
 say "build: $(($(date +%s) - t0)) s"
 "$lib/ops_check" >"$OUT/ops_check.txt" 2>&1
-say "ops_check exit $?"
+say "ops_check exit $? ($(grep -c ' ok' "$OUT/ops_check.txt") checks ok, $(grep -c FAIL "$OUT/ops_check.txt") FAIL)"
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
 "$lib/catalog_check" >"$OUT/catalog_check.txt" 2>&1
 say "catalog_check exit $?"
+tail -2 "$OUT/catalog_check.txt" | tee -a "$log"
 grep -E "FAIL|ERROR|failure" "$OUT/catalog_check.txt" | tee -a "$log"
 
 bin=/tmp/verdict-bin
@@ -48,7 +49,7 @@ for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar
 	[ -f "$fx" ] || { say "== $(basename "$fx"): not carried, skipped"; continue; }
 	for dev in cuda cpu; do
 		say "== verify-fixture --device $dev $(basename "$fx")"
-		timeout 300 "$bin/verdict" verify-fixture --device "$dev" "$fx" 2>&1 | grep -v ALSA |
+		timeout "${FIXTURE_TIMEOUT:-200}" "$bin/verdict" verify-fixture --device "$dev" "$fx" 2>&1 | grep -v ALSA |
 			tee -a "$OUT/fixtures.txt" | tail -6 | tee -a "$log"
 		say "exit ${PIPESTATUS[0]}"
 	done
@@ -70,9 +71,11 @@ for k in greedy sample; do
 done
 
 for dev in cuda cpu; do
-	say "== bench --device $dev --model ${BENCH_MODELS:-synthetic-e2b,synthetic-e4b} --json"
+	models=${BENCH_MODELS:-synthetic-e2b,synthetic-e4b}
+	[ "$dev" = cpu ] && models=${BENCH_CPU_MODELS:-$models}
+	say "== bench --device $dev --model $models --json"
 	t0=$(date +%s)
-	timeout "${BENCH_TIMEOUT:-300}" "$bin/verdict" bench --device "$dev" --model "${BENCH_MODELS:-synthetic-e2b,synthetic-e4b}" \
+	timeout "${BENCH_TIMEOUT:-300}" "$bin/verdict" bench --device "$dev" --model "$models" \
 		--json >"$OUT/bench-$dev.json" 2>"$OUT/bench-$dev.err"
 	say "exit $? in $(($(date +%s) - t0)) s"
 	python3 - "$OUT/bench-$dev.json" <<'PY' | tee -a "$log"
