@@ -2594,6 +2594,8 @@ static void c_graph_free(vd_backend *b, void *g)
 	cudaSetDevice(st_of(b)->device);
 	if (g)
 		cudaGraphExecDestroy((cudaGraphExec_t)g);
+}
+
 /* ---- the catalog step (catalog.cu) ---- */
 
 int cat_cuda_bind(int dev, const vd_grammar *g, vd_gram **out);
