@@ -344,6 +344,18 @@ func (m *Model) start(opt LoadOptions) error {
 	if kv > 1<<24 {
 		return fmt.Errorf("gemma3n: a key/value pool of %d positions: at most %d", kv, 1<<24)
 	}
+	if opt.KVPositions <= 0 {
+		// A device's memory is committed when allocated (the host's only
+		// when written): the default pool shrinks to fit what it has free.
+		var free int64
+		if d, ok := be.Info(); ok {
+			free = d.MemFree
+		}
+		var err error
+		if kv, err = kvFit(kv, free, m.kvBytesPerPosition()); err != nil {
+			return err
+		}
+	}
 	p, err := newPool(m, be, kv)
 	if err != nil {
 		return fmt.Errorf("gemma3n: key/value pool: %w", err)
@@ -388,3 +400,55 @@ func (pk *packer) Pack(dst *native.Matrix, name string, rows, cols int, transpos
 
 // Backend reports the backend the model runs on.
 func (m *Model) Backend() *native.Backend { return m.be }
+
+// minKVPositions is the smallest key/value pool a device's memory may
+// shrink the default one to.
+const minKVPositions = 8192
+
+// kvFit returns the default pool of def positions, or, on a device with
+// free bytes of memory (0: host memory, committed as written), as many
+// positions as 60% of them hold at perPos bytes a position, in whole
+// blocks; an error when that is fewer than minKVPositions.
+func kvFit(def int, free, perPos int64) (int, error) {
+	if free <= 0 || perPos <= 0 {
+		return def, nil
+	}
+	n := free / 10 * 6 / perPos / KVBlock * KVBlock
+	if n >= int64(def) {
+		return def, nil
+	}
+	if n < minKVPositions {
+		return 0, fmt.Errorf("gemma3n: the device has %.2f GiB free after the weights: keys and values for %d positions, fewer than the %d a model needs; run it on the CPU",
+			float64(free)/(1<<30), n, minKVPositions)
+	}
+	return int(n), nil
+}
+
+// kvBytesPerPosition is the key/value pool's bytes per position (every
+// layer with keys of its own, keys and values, float32).
+func (m *Model) kvBytesPerPosition() int64 {
+	var n int64
+	for i := range m.layers {
+		if m.layers[i].kvSrc == i {
+			n += 2 * int64(m.Cfg.NumKVHeads*m.Cfg.HeadDim) * 4
+		}
+	}
+	return n
+}
+
+// KVPool reports the key/value pool reserved: positions of each attention
+// kind, and bytes in all.
+func (m *Model) KVPool() (positions int, bytes int64) {
+	if m.pool == nil {
+		return 0, 0
+	}
+	for k := range m.pool.kinds {
+		kd := &m.pool.kinds[k]
+		if len(kd.layers) == 0 {
+			continue
+		}
+		positions = max(positions, kd.blocks*KVBlock)
+		bytes += int64(kd.blocks*KVBlock) * int64(len(kd.layers)) * 2 * int64(m.Cfg.NumKVHeads*m.Cfg.HeadDim) * 4
+	}
+	return positions, bytes
+}

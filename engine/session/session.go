@@ -65,21 +65,6 @@ type Resident struct {
 	Vision, Audio bool
 }
 
-// kvPoolBytes is the key/value pool gemma3n reserves for positions
-// positions of each attention kind: keys and values of NumKVHeads·HeadDim
-// float32 per position, in blocks of gemma3n.KVBlock, in every layer that
-// computes its own (KV-shared layers read their source's).
-func kvPoolBytes(c gemma3n.Config, positions int) int64 {
-	rows := int64((positions+gemma3n.KVBlock-1)/gemma3n.KVBlock) * gemma3n.KVBlock
-	var n int64
-	for i := 0; i < c.NumLayers; i++ {
-		if c.KVSource(i) == i {
-			n += 2 * rows * int64(c.NumKVHeads*c.HeadDim) * 4
-		}
-	}
-	return n
-}
-
 // TowerProgress hears a tower's work: its load, then blocks done of total.
 type TowerProgress = models.TowerProgress
 
@@ -115,11 +100,9 @@ func New(m *models.Model) (*Session, error) {
 		Params: m.Cfg.Params(), Layers: m.Cfg.NumLayers, Hidden: m.Cfg.HiddenSize, Vocab: m.Cfg.VocabSize,
 		LoadTime: m.LoadTime, Vision: img, Audio: aud,
 		ImageTokens: m.Special.VisionTokens, AudioTokens: m.Special.AudioTokens,
-		Resident: Resident{
-			Weights: m.Weights(), WeightBytes: m.WeightBytes(),
-			KVPositions: gemma3n.DefaultKVPositions, KVBytes: kvPoolBytes(m.Cfg, gemma3n.DefaultKVPositions),
-		},
+		Resident: Resident{Weights: m.Weights(), WeightBytes: m.WeightBytes()},
 	}
+	info.Resident.KVPositions, info.Resident.KVBytes = m.KVPool()
 	if info.Resident.Weights == "" {
 		info.Resident.Weights = gemma3n.WeightsF32
 	}

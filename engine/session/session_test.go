@@ -410,41 +410,14 @@ func TestStreamerPieces(t *testing.T) {
 	}
 }
 
-func TestKVPoolBytes(t *testing.T) {
-	four := []string{"sliding_attention", "full_attention", "sliding_attention", "full_attention"}
-	for _, tc := range []struct {
-		name      string
-		layers    int
-		shared    int
-		kvHeads   int
-		headDim   int
-		positions int
-		want      int64
-	}{
-		// 4 own-KV layers · keys and values · 32 positions · 2·8 floats · 4 bytes.
-		{"all own", 4, 0, 2, 8, 32, 4 * 2 * 32 * 16 * 4},
-		// The last two layers read the first two's keys and values.
-		{"two shared", 4, 2, 2, 8, 32, 2 * 2 * 32 * 16 * 4},
-		// 17 positions take two blocks of 16.
-		{"partial block", 4, 0, 1, 4, 17, 4 * 2 * 32 * 4 * 4},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := gemma3n.Config{NumLayers: tc.layers, NumKVSharedLayers: tc.shared, NumKVHeads: tc.kvHeads, HeadDim: tc.headDim, LayerTypes: four}
-			if got := kvPoolBytes(c, tc.positions); got != tc.want {
-				t.Errorf("kvPoolBytes = %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestResident(t *testing.T) {
 	s := open(t)
 	r := s.Info().Resident
 	if r.Weights != s.m.Weights() || r.WeightBytes != s.m.WeightBytes() || r.WeightBytes <= 0 {
 		t.Errorf("resident weights %s %d B, want %s %d B", r.Weights, r.WeightBytes, s.m.Weights(), s.m.WeightBytes())
 	}
-	if r.KVPositions != gemma3n.DefaultKVPositions || r.KVBytes != kvPoolBytes(s.m.Cfg, r.KVPositions) || r.KVBytes <= 0 {
-		t.Errorf("resident KV pool %d positions %d B", r.KVPositions, r.KVBytes)
+	if pos, b := s.m.KVPool(); r.KVPositions != pos || r.KVBytes != b || r.KVPositions < gemma3n.DefaultKVPositions || b <= 0 {
+		t.Errorf("resident KV pool %d positions %d B, the model's %d and %d B", r.KVPositions, r.KVBytes, pos, b)
 	}
 	if v, a := s.Towers(); v || a {
 		t.Fatalf("towers loaded before any input: vision %v, audio %v", v, a)
