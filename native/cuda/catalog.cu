@@ -36,6 +36,7 @@
  */
 #include "../backend.h"
 #include "../catalog_walk.h"
+#include "device_math.cuh"
 
 #include <cuda_runtime.h>
 
@@ -109,57 +110,6 @@ struct Args {
 	float *logits;
 	int64_t kmax;
 };
-
-/* The CPU kernels' exp and tanh, operation for operation (cuda_backend.cu
- * has the same; the soft-cap must be the dense path's). */
-__device__ float cat_exp(float x)
-{
-	if (x != x)
-		return x;
-	const float magic = 12582912.0f;
-	x = fminf(88.8f, x);
-	x = fmaxf(-104.0f, x);
-	float t = fmaf(x, 1.44269504088896341f, magic);
-	float n = t - magic;
-	float r = fmaf(n, -0.693359375f, x);
-	r = fmaf(n, 2.12194440e-4f, r);
-	float p = 1.9875691500e-4f;
-	p = fmaf(p, r, 1.3981999507e-3f);
-	p = fmaf(p, r, 8.3334519073e-3f);
-	p = fmaf(p, r, 4.1665795894e-2f);
-	p = fmaf(p, r, 1.6666665459e-1f);
-	p = fmaf(p, r, 5.0000001201e-1f);
-	p = fmaf(p, r * r, r);
-	p = p + 1.0f;
-	int ni = __float_as_int(t) - __float_as_int(magic);
-	int n1 = ni >> 1, n2 = ni - n1;
-	float s1 = __int_as_float((n1 + 127) << 23);
-	float s2 = __int_as_float((n2 + 127) << 23);
-	return (p * s1) * s2;
-}
-
-__device__ float cat_tanh(float x)
-{
-	float ax = fabsf(x);
-	float z = x * x;
-	float p = -5.70498872745e-3f;
-	p = fmaf(p, z, 2.06390887954e-2f);
-	p = fmaf(p, z, -5.37397155531e-2f);
-	p = fmaf(p, z, 1.33314422036e-1f);
-	p = fmaf(p, z, -3.33332819422e-1f);
-	float small = fmaf(p * z, ax, ax);
-	float e = cat_exp(ax + ax);
-	float large = 1.0f - 2.0f / (e + 1.0f);
-	float t = ax < 0.625f ? small : large;
-	return __int_as_float(__float_as_int(t) | (__float_as_int(x) & (int)0x80000000));
-}
-
-__device__ __forceinline__ float cat_warp_sum(float v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
 
 __device__ __forceinline__ int64_t cat_slot(const Args &a, int64_t i) { return a.slot ? a.slot[i] : i; }
 
@@ -288,11 +238,11 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head(Args a)
 			}
 		}
 	}
-	acc = cat_warp_sum(acc);
+	acc = warp_sum(acc);
 	if (lane == 0) {
 		float v = acc;
 		if (a.softcap > 0)
-			v = a.softcap * cat_tanh(v / a.softcap);
+			v = a.softcap * d_tanh(v / a.softcap);
 		a.logits[sl * VD_CAT_MAX_EDGES + j] = v;
 	}
 }

@@ -1,0 +1,81 @@
+/*
+ * device_math.cuh: the device functions the CUDA sources share: the CPU
+ * kernels' exp, tanh and GELU operation for operation (cpu_math_impl.h;
+ * built with -fmad=false, so only the written fmaf calls fuse), bf16
+ * widening and the warp's fixed shuffle trees.
+ */
+#ifndef VERDICT_CUDA_DEVICE_MATH_CUH
+#define VERDICT_CUDA_DEVICE_MATH_CUH
+
+#include <cstdint>
+
+static __device__ __forceinline__ float bf2f(uint16_t u)
+{
+	return __uint_as_float((uint32_t)u << 16);
+}
+
+static __device__ float d_exp(float x)
+{
+	if (x != x)
+		return x;
+	const float magic = 12582912.0f;
+	x = fminf(88.8f, x);
+	x = fmaxf(-104.0f, x);
+	float t = fmaf(x, 1.44269504088896341f, magic);
+	float n = t - magic;
+	float r = fmaf(n, -0.693359375f, x);
+	r = fmaf(n, 2.12194440e-4f, r);
+	float p = 1.9875691500e-4f;
+	p = fmaf(p, r, 1.3981999507e-3f);
+	p = fmaf(p, r, 8.3334519073e-3f);
+	p = fmaf(p, r, 4.1665795894e-2f);
+	p = fmaf(p, r, 1.6666665459e-1f);
+	p = fmaf(p, r, 5.0000001201e-1f);
+	p = fmaf(p, r * r, r);
+	p = p + 1.0f;
+	int ni = __float_as_int(t) - __float_as_int(magic);
+	int n1 = ni >> 1, n2 = ni - n1;
+	float s1 = __int_as_float((n1 + 127) << 23);
+	float s2 = __int_as_float((n2 + 127) << 23);
+	return (p * s1) * s2;
+}
+
+static __device__ float d_tanh(float x)
+{
+	float ax = fabsf(x);
+	float z = x * x;
+	float p = -5.70498872745e-3f;
+	p = fmaf(p, z, 2.06390887954e-2f);
+	p = fmaf(p, z, -5.37397155531e-2f);
+	p = fmaf(p, z, 1.33314422036e-1f);
+	p = fmaf(p, z, -3.33332819422e-1f);
+	float small = fmaf(p * z, ax, ax);
+	float e = d_exp(ax + ax);
+	float large = 1.0f - 2.0f / (e + 1.0f);
+	float t = ax < 0.625f ? small : large;
+	return __int_as_float(__float_as_int(t) | (__float_as_int(x) & (int)0x80000000));
+}
+
+static __device__ float d_gelu(float x)
+{
+	float c3 = ((0.044715f * x) * x) * x;
+	float in = 0.7978845608028654f * (x + c3);
+	float t = d_tanh(in);
+	return (0.5f * x) * (1.0f + t);
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+#endif
