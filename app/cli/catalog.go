@@ -20,7 +20,8 @@ import (
 func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("catalog", stderr)
 	model := fs.String("model", models.Builtin, "model folder, or builtin")
-	wf := weightFlags{weights: fs.String("weights", string(models.DefaultWeights), weightsHelp), group: new(int)}
+	wf := weightFlags{weights: fs.String("weights", string(models.DefaultWeights), weightsHelp), group: new(int),
+		device: addDeviceFlag(fs)}
 	catFile := fs.String("catalog", "", `catalog file: a JSON list of {"name", "description"} (required)`)
 	k := fs.Int("k", 0, "the number of distinct entries to emit")
 	text := fs.String("text", "", "the request")

@@ -30,3 +30,15 @@ func TestDeviceFlag(t *testing.T) {
 		}
 	}
 }
+
+// Every command that runs a model takes --device (catalog and verify-gguf
+// had none).
+func TestEveryModelCommandTakesDevice(t *testing.T) {
+	for _, c := range []string{"verify-fixture", "verify-gguf", "score", "score-file", "calibrate", "train-head",
+		"generate", "catalog", "bench"} {
+		_, out, errOut := run(c, "--help")
+		if !strings.Contains(out+errOut, "-device") {
+			t.Errorf("%s --help lists no --device", c)
+		}
+	}
+}

@@ -32,6 +32,7 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
 	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
 	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
+	device := addDeviceFlag(fs)
 	checkWeights := fs.Bool("weights", false, "also compare every tensor with the reference's: F32 bit for bit, F16 and BF16 within their rounding, a quantisation's RMS error within 1.15 times that of rounding to its levels")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] [-weights] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
@@ -57,8 +58,12 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		seq = append(seq, int32(v))
 	}
+	be, err := openDevice(device, stderr)
+	if err != nil {
+		return err
+	}
 	open := func(spec string) (*models.Model, error) {
-		return models.OpenContext(ctx, spec, models.Options{Weights: gemma3n.WeightsF32, CacheDir: "off"})
+		return models.OpenContext(ctx, spec, models.Options{Weights: gemma3n.WeightsF32, CacheDir: "off", Backend: be})
 	}
 	rm, err := open(*ref)
 	if err != nil {
