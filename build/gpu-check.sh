@@ -55,6 +55,12 @@ for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar
 	done
 done
 
+# The catalog decoder's gates on the GPU (every way of decoding a request
+# gives its result alone, bit for bit; GATES shuffled batches).
+say "== catalog gates --device cuda (${GATES:-2000} shuffled batches)"
+timeout 300 "$bin/verdict" catalog --device cuda --model builtin --catalog engine/catalog/tools.json \
+	--batch testdata/catalog-gate-requests.jsonl --gates "${GATES:-2000}" 2>&1 | grep -v ALSA | tee -a "$log"
+
 # Recorded passes (graphs) against direct ones: the same tokens.
 gen=(generate --device cuda --model synthetic-e2b --raw --prompt "one two three four five six" --max-tokens 48)
 tmp=$(mktemp -d)

@@ -30,8 +30,15 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	checkDense := fs.Bool("check-dense", false, "compute the dense output head too at every step and cross-check it")
 	asJSON := fs.Bool("json", false, "print the names, tokens, steps and timing as JSON")
 	batch := fs.String("batch", "", `decode many requests: a JSON-lines file of {"text", "k"}`)
+	gates := fs.Int("gates", -1, "with --batch: run the decoder's gates over the requests with this many shuffled batches (every way of decoding a request gives its result alone, bit for bit); exit 1 when one fails")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *gates >= 0 && *batch == "" {
+		return usageErr("--gates needs --batch (the requests to check)")
+	}
+	if *gates > 100000 {
+		return usageErr("--gates %d: at most 100000 shuffled batches", *gates)
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
@@ -128,6 +135,9 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("request %d: %w", i+1, err)
 		}
 		reqs[i] = catalog.Request{Prompt: ids, K: j.k}
+	}
+	if *gates >= 0 {
+		return catalogGates(ctx, m.Model, cat, reqs, *gates, *asJSON, stdout)
 	}
 	opt := catalog.Options{CheckDense: *checkDense}
 	if *batch == "" {
@@ -263,3 +273,33 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func writeJSONLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
+// catalogGates runs the decoder's gates and prints each one's count; an
+// error (exit 1) when a gate fails.
+func catalogGates(ctx context.Context, m *gemma3n.Model, cat *catalog.Catalog, reqs []catalog.Request, shuffles int,
+	asJSON bool, stdout io.Writer) error {
+	gs, err := catalog.Gates(ctx, m, cat, reqs, shuffles, 1)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, g := range gs {
+		failed += g.Failed
+		if asJSON {
+			if err := writeJSONLine(stdout, map[string]any{"gate": g.Name, "passed": g.Passed, "failed": g.Failed,
+				"first_failure": g.First}); err != nil {
+				return err
+			}
+			continue
+		}
+		line := fmt.Sprintf("%-44s %6d passed %6d failed", g.Name, g.Passed, g.Failed)
+		if g.First != "" {
+			line += "  first: " + g.First
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	if failed > 0 {
+		return fmt.Errorf("catalog gates: %d cases failed", failed)
+	}
+	return nil
+}

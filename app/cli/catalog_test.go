@@ -145,11 +145,34 @@ func TestCatalogCommandErrors(t *testing.T) {
 		{[]string{"--catalog", "/dev/zero", "--k", "1", "--text", "x"}, 1, "not a regular file"},
 		{[]string{"--catalog", cat, "--batch", file("b.jsonl", `{"text": "x"}`)}, 1, `want {"text": …, "k": …}`},
 		{[]string{"--catalog", cat, "--batch", file("b2.jsonl", `{"text": "x", "k": 1}`), "--k", "2"}, 2, "no --text, --prompt-file or --k"},
+		{[]string{"--catalog", cat, "--k", "1", "--text", "x", "--gates", "3"}, 2, "--gates needs --batch"},
+		{[]string{"--catalog", cat, "--batch", file("b3.jsonl", `{"text": "x", "k": 1}`), "--gates", "100001"}, 2, "at most 100000"},
 	}
 	for _, c := range cases {
 		code, _, errOut := run(append([]string{"catalog"}, c.args...)...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// --gates runs the decoder's gates over the batch's requests and prints
+// every gate with its counts; here all pass.
+func TestCatalogGates(t *testing.T) {
+	testmodel.Tokenizer(t)
+	cat, _ := writeCatalog(t)
+	reqs := filepath.Join("..", "..", "testdata", "catalog-gate-requests.jsonl")
+	code, out, errOut := run("catalog", "--catalog", cat, "--batch", reqs, "--gates", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 8 {
+		t.Fatalf("%d gate lines, want 8:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, " 0 failed") || strings.Contains(l, " 0 passed") {
+			t.Errorf("gate line %q", l)
 		}
 	}
 }

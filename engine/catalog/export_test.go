@@ -1,0 +1,4 @@
+package catalog
+
+// Differ is differ, for the tests.
+var Differ = differ
