@@ -19,9 +19,15 @@ after(async () => {
   srv?.stop();
 });
 
+// runOnce runs once and waits until the run is in the history and over. A
+// short run can end before its Stop button is ever seen, so the history's
+// count, not the button, says the run happened.
 async function runOnce() {
+  const runs = () => page.evaluate(() => Number(document.querySelector('#tab-history .count')?.textContent ?? 0));
+  const before = await runs();
   await page.locator('#run').click();
-  await page.locator('#stop-run').waitFor();
+  await page.waitForFunction((n) => Number(document.querySelector('#tab-history .count')?.textContent ?? 0) > n, before,
+    { timeout: 120000 });
   await page.locator('#stop-run').waitFor({ state: 'detached', timeout: 120000 });
 }
 
