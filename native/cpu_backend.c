@@ -17,6 +17,7 @@
 #include "cpu_internal.h"
 
 #include "backend.h"
+#include "cpu_tower.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -582,6 +583,14 @@ static vd_backend cpu = {
 	.grammar_free = vd_cpu_grammar_free,
 	.catalog_init = vd_cpu_catalog_init,
 	.catalog_step = vd_cpu_catalog_step,
+	.pointwise = vd_cpu_pointwise,
+	.conv2d = vd_cpu_conv2d,
+	.dwconv2d = vd_cpu_dwconv2d,
+	.norm_act = vd_cpu_norm_act,
+	.avgpool2d = vd_cpu_avgpool2d,
+	.upsample_concat = vd_cpu_upsample_concat,
+	.transpose = vd_cpu_transpose,
+	.mqa = vd_cpu_mqa,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }
