@@ -91,6 +91,11 @@ typedef struct {
 	int32_t k, stride, pad_t, pad_l;
 } vd_conv;
 
+/* sync's error for an operation the backend does not implement yet (the
+ * towers' on a GPU backend that has not got them): the caller may run that
+ * work on another backend. */
+enum { VD_EUNIMPL = 1005 };
+
 /* What a backend runs on (vd_backend.info). */
 typedef struct {
 	char name[96];               /* e.g. "NVIDIA H200"; "" where not known */

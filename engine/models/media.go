@@ -50,7 +50,7 @@ func (m *Model) visionTower(ctx context.Context, progress TowerProgress) (*visio
 	if progress != nil {
 		p = func(done, total int) { progress(true, done, total) }
 	}
-	t, err := vision.LoadTowerContext(ctx, m.store, m.configJSON, p)
+	t, err := vision.LoadTowerOn(ctx, m.store, m.configJSON, m.Backend(), p)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, err

@@ -437,7 +437,18 @@ func (t *Tower) FeaturesContext(ctx context.Context, pixels []float32, progress 
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.forward(ctx, pixels, nil, progress)
+	out, err := t.forward(ctx, pixels, nil, progress)
+	if errors.Is(err, native.ErrUnimplemented) && t.be != native.Default() {
+		// The backend lacks an encoder operation (a GPU backend without
+		// the towers' kernels): the encoder runs on the CPU from now on.
+		old := t.bound
+		if err := t.bind(native.Default()); err != nil {
+			return nil, fmt.Errorf("vision: binding the weights to the CPU: %w", err)
+		}
+		old.Free()
+		return t.forward(ctx, pixels, nil, progress)
+	}
+	return out, err
 }
 
 // SoftTokens runs the encoder and the embedder's soft path on pixels

@@ -41,7 +41,7 @@ enum {
 	VDC_EKEYS = 1002,    /* attention: a query sees more than max_keys keys */
 	VDC_ESHARED = 1003,  /* (unused: attention needs no shared memory by keys now) */
 	VDC_ESCRATCH = 1004, /* scratch allocation failed */
-	VDC_EUNIMPL = 1005,  /* an operation not yet on the GPU (the towers') */
+	VDC_EUNIMPL = VD_EUNIMPL, /* 1005: an operation not yet on the GPU (the towers') */
 };
 
 struct cuda_state {
