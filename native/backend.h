@@ -261,6 +261,31 @@ struct vd_backend {
 	void (*transpose)(vd_stream *s, vd_tensor y, vd_tensor x);
 	void (*mqa)(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k,
 	            vd_tensor v, int64_t heads, float scale);
+
+	/* The audio tower (a conformer; kernels_audio.h states each exactly).
+	 * im2col: the patches y [oh·ow, kh·kw·c] of a channels-last image x
+	 * [h·w, c] (g: h, w, c, oh, ow, stride; kh, kw and stride_w as given;
+	 * g->pad_t, g->pad_l zeros before). cum_group_norm_relu: Gemma 3n's
+	 * cumulative group norm over time then ReLU, in place on x [t, fc],
+	 * channel = column % w.cols. local_attention: q, k, v, out [t, heads·d],
+	 * pos [past+future+1, heads·d], valid I32 [1, t] (nonzero: a real
+	 * frame). dwconv_causal: y [t, d] = the causal depthwise 1-D convolution
+	 * of x [t, d] by w [d, k]. glu: y [rows, d] = x[:, :d]·sigmoid(x[:, d:])
+	 * for x [rows, 2d]. silu: y = x·sigmoid(x). clip: y = min(max(x, −lim),
+	 * lim). */
+	void (*im2col)(vd_stream *s, vd_tensor y, vd_tensor x, const vd_conv *g,
+	               int64_t kh, int64_t kw, int64_t stride_w);
+	void (*cum_group_norm_relu)(vd_stream *s, vd_tensor x, vd_tensor w,
+	                            float eps);
+	void (*local_attention)(vd_stream *s, vd_tensor out, vd_tensor q,
+	                        vd_tensor k, vd_tensor v, vd_tensor pos,
+	                        vd_tensor valid, int64_t heads, int64_t past,
+	                        int64_t future, float cap);
+	void (*dwconv_causal)(vd_stream *s, vd_tensor y, vd_tensor x,
+	                      vd_tensor w);
+	void (*glu)(vd_stream *s, vd_tensor y, vd_tensor x);
+	void (*silu)(vd_stream *s, vd_tensor y, vd_tensor x);
+	void (*clip)(vd_stream *s, vd_tensor y, vd_tensor x, float lim);
 };
 
 /* ---- the catalog decoder ----

@@ -56,5 +56,12 @@ static inline void vdc_avgpool2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_te
 static inline void vdc_upsample_concat(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor a, vd_tensor x, int64_t h, int64_t w, int64_t bh, int64_t bw) { b->upsample_concat(s, y, a, x, h, w, bh, bw); }
 static inline void vdc_transpose(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->transpose(s, y, x); }
 static inline void vdc_mqa(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor q, vd_tensor k, vd_tensor v, int64_t h, float sc) { b->mqa(s, o, q, k, v, h, sc); }
+static inline void vdc_im2col(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_conv g, int64_t kh, int64_t kw, int64_t sw) { b->im2col(s, y, x, &g, kh, kw, sw); }
+static inline void vdc_cum_group_norm_relu(vd_backend *b, vd_stream *s, vd_tensor x, vd_tensor w, float eps) { b->cum_group_norm_relu(s, x, w, eps); }
+static inline void vdc_local_attention(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor q, vd_tensor k, vd_tensor v, vd_tensor pos, vd_tensor valid, int64_t h, int64_t past, int64_t fut, float cap) { b->local_attention(s, o, q, k, v, pos, valid, h, past, fut, cap); }
+static inline void vdc_dwconv_causal(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->dwconv_causal(s, y, x, w); }
+static inline void vdc_glu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->glu(s, y, x); }
+static inline void vdc_silu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->silu(s, y, x); }
+static inline void vdc_clip(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, float lim) { b->clip(s, y, x, lim); }
 
 #endif

@@ -121,3 +121,83 @@ func (s *Stream) MQAttention(out, q, k, v Tensor, heads int, scale float32) {
 	check(v.Rows() == k.Rows() && v.Cols() == d, "Stream.MQAttention: k and v differ")
 	C.vdc_mqa(s.be.t, s.s, out.t, q.t, k.t, v.t, C.int64_t(heads), C.float(scale))
 }
+
+// The audio tower's operations (kernels_audio.h), over tensors.
+
+// Im2Col is AudioIm2Col over tensors: x [tIn·fIn, c], y [tOut·fOut,
+// kt·kf·c], strides st, sf and padT, padF zeros before.
+func (s *Stream) Im2Col(y, x Tensor, tIn, fIn, tOut, fOut, kt, kf, st, sf, padT, padF int) {
+	if tOut <= 0 || fOut <= 0 {
+		return
+	}
+	c := x.Cols()
+	check(tIn >= 0 && fIn >= 0 && c > 0 && kt > 0 && kf > 0 && st > 0 && sf > 0 && padT >= 0 && padF >= 0, "Stream.Im2Col: bad shape")
+	check(x.Rows() == tIn*fIn && y.Rows() == tOut*fOut && y.Cols() == kt*kf*c, "Stream.Im2Col: shapes differ")
+	g := C.vd_conv{h: C.int64_t(tIn), w: C.int64_t(fIn), c: C.int64_t(c), oh: C.int64_t(tOut), ow: C.int64_t(fOut),
+		stride: C.int32_t(st), pad_t: C.int32_t(padT), pad_l: C.int32_t(padF)}
+	C.vdc_im2col(s.be.t, s.s, y.t, x.t, g, C.int64_t(kt), C.int64_t(kf), C.int64_t(sf))
+}
+
+// CumGroupNormReLU is AudioCumGroupNormReLU in place on x [t, fc] with
+// w [1, c] (c divides fc).
+func (s *Stream) CumGroupNormReLU(x, w Tensor, eps float32) {
+	if x.Rows() == 0 {
+		return
+	}
+	check(w.Len() > 0 && x.Cols() > 0 && x.Cols()%w.Len() == 0, "Stream.CumGroupNormReLU: x's width is not a multiple of w's")
+	C.vdc_cum_group_norm_relu(s.be.t, s.s, x.t, w.t, C.float(eps))
+}
+
+// LocalAttention is AudioLocalAttention over tensors: q, k, v, out [t,
+// heads·d], pos [past+future+1, heads·d], valid I32 [1, t] (nonzero: a real
+// frame). out must not alias the inputs.
+func (s *Stream) LocalAttention(out, q, k, v, pos, valid Tensor, heads, past, future int, softcap float32) {
+	t := q.Rows()
+	if t == 0 {
+		return
+	}
+	check(heads > 0 && q.Cols() > 0 && q.Cols()%heads == 0 && past >= 0 && future >= 0, "Stream.LocalAttention: bad shape")
+	check(k.Rows() == t && v.Rows() == t && out.Rows() == t && k.Cols() == q.Cols() && v.Cols() == q.Cols() && out.Cols() == q.Cols(),
+		"Stream.LocalAttention: q, k, v or out")
+	check(pos.Rows() == past+future+1 && pos.Cols() == q.Cols(), "Stream.LocalAttention: pos")
+	check(valid.DType() == I32 && valid.Len() == t, "Stream.LocalAttention: valid")
+	C.vdc_local_attention(s.be.t, s.s, out.t, q.t, k.t, v.t, pos.t, valid.t, C.int64_t(heads), C.int64_t(past),
+		C.int64_t(future), C.float(softcap))
+}
+
+// DepthwiseConvCausal is AudioDepthwiseConvCausal over tensors: x, y [t,
+// d], w [d, k]; y must not alias x.
+func (s *Stream) DepthwiseConvCausal(y, x, w Tensor) {
+	if x.Len() == 0 {
+		return
+	}
+	check(y.Rows() == x.Rows() && y.Cols() == x.Cols() && w.Rows() == x.Cols() && w.Cols() > 0, "Stream.DepthwiseConvCausal: shapes differ")
+	C.vdc_dwconv_causal(s.be.t, s.s, y.t, x.t, w.t)
+}
+
+// GLU is AudioGLU over tensors: x [rows, 2d], y [rows, d].
+func (s *Stream) GLU(y, x Tensor) {
+	if y.Len() == 0 {
+		return
+	}
+	check(x.Rows() == y.Rows() && x.Cols() == 2*y.Cols(), "Stream.GLU: shapes differ")
+	C.vdc_glu(s.be.t, s.s, y.t, x.t)
+}
+
+// SiLU computes y = x·sigmoid(x) (AudioSiLU); y may be x.
+func (s *Stream) SiLU(y, x Tensor) {
+	if y.Len() == 0 {
+		return
+	}
+	check(x.Len() == y.Len(), "Stream.SiLU: shapes differ")
+	C.vdc_silu(s.be.t, s.s, y.t, x.t)
+}
+
+// Clip computes y = min(max(x, −lim), lim) (AudioClip); y may be x.
+func (s *Stream) Clip(y, x Tensor, lim float32) {
+	if y.Len() == 0 {
+		return
+	}
+	check(x.Len() == y.Len(), "Stream.Clip: shapes differ")
+	C.vdc_clip(s.be.t, s.s, y.t, x.t, C.float(lim))
+}

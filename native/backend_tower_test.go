@@ -170,3 +170,82 @@ func TestBackendTowerPanics(t *testing.T) {
 		}()
 	}
 }
+
+// TestBackendAudioOps: the built-in backend's audio-tower operations give
+// the slice kernels' results bit for bit, on both attention kernel sets.
+func TestBackendAudioOps(t *testing.T) {
+	be := Default()
+	st, err := be.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := rand.New(rand.NewPCG(9, 10))
+	ht := be.hostTensor
+	defer setAudioSIMD(1)
+	for _, level := range []int{0, 1} {
+		setAudioSIMD(level)
+
+		// Im2Col with padding and strides, then the cumulative group norm.
+		tIn, fIn, c, kt, kf, sT, sF := 11, 9, 3, 3, 3, 2, 2
+		tOut, fOut := (tIn+1-kt)/sT+1, (fIn+2-kf)/sF+1
+		x := convRandVec(r, tIn*fIn*c)
+		want, got := make([]float32, tOut*fOut*kt*kf*c), make([]float32, tOut*fOut*kt*kf*c)
+		AudioIm2Col(want, x, tIn, fIn, c, tOut, fOut, kt, kf, sT, sF, 0, 1)
+		st.Im2Col(ht(got, tOut*fOut, kt*kf*c), ht(x, tIn*fIn, c), tIn, fIn, tOut, fOut, kt, kf, sT, sF, 0, 1)
+		bitsEqual(t, "Im2Col", got, want)
+		nw := convRandVec(r, 4)
+		y := convRandVec(r, 7*12)
+		wantN := append([]float32(nil), y...)
+		AudioCumGroupNormReLU(wantN, 7, 12, 4, nw, 1e-3)
+		st.CumGroupNormReLU(ht(y, 7, 12), ht(nw, 1, 4), 1e-3)
+		bitsEqual(t, "CumGroupNormReLU", y, wantN)
+
+		// Local attention with some frames masked.
+		T, heads, d, past, future := 23, 2, 8, 5, 2
+		q, k, v := convRandVec(r, T*heads*d), convRandVec(r, T*heads*d), convRandVec(r, T*heads*d)
+		pos := convRandVec(r, (past+future+1)*heads*d)
+		valid, vi := make([]bool, T), make([]int32, T)
+		for i := range valid {
+			valid[i] = i%7 != 3 && i < 20
+			if valid[i] {
+				vi[i] = 1
+			}
+		}
+		want, got = make([]float32, T*heads*d), make([]float32, T*heads*d)
+		AudioLocalAttention(want, q, k, v, pos, valid, T, heads, d, past, future, 50)
+		m := ht(q, T, heads*d)
+		st.LocalAttention(ht(got, T, heads*d), m, ht(k, T, heads*d), ht(v, T, heads*d), ht(pos, past+future+1, heads*d),
+			be.hostI32(vi), heads, past, future, 50)
+		bitsEqual(t, "LocalAttention", got, want)
+
+		// The light convolution's pieces.
+		D, K := 6, 5
+		xc, wc := convRandVec(r, T*D), convRandVec(r, D*K)
+		want, got = make([]float32, T*D), make([]float32, T*D)
+		AudioDepthwiseConvCausal(want, xc, wc, T, D, K)
+		st.DepthwiseConvCausal(ht(got, T, D), ht(xc, T, D), ht(wc, D, K))
+		bitsEqual(t, "DepthwiseConvCausal", got, want)
+		xg := convRandVec(r, T*2*D)
+		AudioGLU(want, xg, T, D)
+		st.GLU(ht(got, T, D), ht(xg, T, 2*D))
+		bitsEqual(t, "GLU", got, want)
+		xs := convRandVec(r, T*D)
+		for i := range xs {
+			xs[i] *= 30
+		}
+		copy(want, xs)
+		AudioSiLU(want)
+		st.SiLU(ht(got, T, D), ht(xs, T, D))
+		bitsEqual(t, "SiLU", got, want)
+		copy(want, xs)
+		AudioClip(want, 10)
+		st.Clip(ht(got, T, D), ht(xs, T, D), 10)
+		bitsEqual(t, "Clip", got, want)
+		st.Clip(ht(xs, T, D), ht(xs, T, D), 10) // in place
+		bitsEqual(t, "Clip in place", xs, want)
+	}
+	if err := st.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}

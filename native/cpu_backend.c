@@ -591,6 +591,13 @@ static vd_backend cpu = {
 	.upsample_concat = vd_cpu_upsample_concat,
 	.transpose = vd_cpu_transpose,
 	.mqa = vd_cpu_mqa,
+	.im2col = vd_cpu_im2col,
+	.cum_group_norm_relu = vd_cpu_cum_group_norm_relu,
+	.local_attention = vd_cpu_local_attention,
+	.dwconv_causal = vd_cpu_dwconv_causal,
+	.glu = vd_cpu_glu,
+	.silu = vd_cpu_silu,
+	.clip = vd_cpu_clip,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -2726,6 +2726,79 @@ static void c_mqa(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k, vd_tens
 	fail(s, VDC_EUNIMPL);
 }
 
+static void c_im2col(vd_stream *s, vd_tensor y, vd_tensor x, const vd_conv *g, int64_t kh, int64_t kw,
+                     int64_t stride_w)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)g;
+	(void)kh;
+	(void)kw;
+	(void)stride_w;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_cum_group_norm_relu(vd_stream *s, vd_tensor x, vd_tensor w, float eps)
+{
+	ENTER(s);
+	(void)x;
+	(void)w;
+	(void)eps;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_local_attention(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, vd_tensor pos,
+                              vd_tensor valid, int64_t heads, int64_t past, int64_t future, float cap)
+{
+	ENTER(s);
+	(void)out;
+	(void)q;
+	(void)k;
+	(void)v;
+	(void)pos;
+	(void)valid;
+	(void)heads;
+	(void)past;
+	(void)future;
+	(void)cap;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_dwconv_causal(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)w;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_glu(vd_stream *s, vd_tensor y, vd_tensor x)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_silu(vd_stream *s, vd_tensor y, vd_tensor x)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_clip(vd_stream *s, vd_tensor y, vd_tensor x, float lim)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)lim;
+	fail(s, VDC_EUNIMPL);
+}
+
 static vd_backend table_template()
 {
 	vd_backend t;
@@ -2783,6 +2856,13 @@ static vd_backend table_template()
 	t.upsample_concat = c_upsample_concat;
 	t.transpose = c_transpose;
 	t.mqa = c_mqa;
+	t.im2col = c_im2col;
+	t.cum_group_norm_relu = c_cum_group_norm_relu;
+	t.local_attention = c_local_attention;
+	t.dwconv_causal = c_dwconv_causal;
+	t.glu = c_glu;
+	t.silu = c_silu;
+	t.clip = c_clip;
 	return t;
 }
 
