@@ -67,7 +67,7 @@ func (m *Model) AudioTower() (*audio.Tower, error) {
 	tw.audioMu.Lock()
 	defer tw.audioMu.Unlock()
 	if tw.audio == nil && tw.audioErr == nil {
-		tw.audio, tw.audioErr = audio.LoadTower(m.store, m.configJSON)
+		tw.audio, tw.audioErr = audio.LoadTowerOn(m.store, m.configJSON, m.Backend())
 		if tw.audioErr != nil {
 			tw.audioErr = fmt.Errorf("%s has no usable audio tower: %w", m.Name, tw.audioErr)
 		}
