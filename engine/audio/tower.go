@@ -93,7 +93,11 @@ func LoadTowerOn(store weights.Store, configJSON []byte, be *native.Backend) (*T
 	if be == nil {
 		be = native.Default()
 	}
-	if t.b, err = t.bind(be); err != nil {
+	if t.b, err = t.bind(be); err != nil && be != native.Default() {
+		// No room on the device: the encoder runs on the CPU.
+		t.b, err = t.bind(native.Default())
+	}
+	if err != nil {
 		return nil, err
 	}
 	return t, nil

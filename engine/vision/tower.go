@@ -152,7 +152,13 @@ func LoadTowerOn(ctx context.Context, store weights.Store, cfgJSON []byte, be *n
 		be = native.Default()
 	}
 	if err := t.bind(be); err != nil {
-		return nil, fmt.Errorf("vision: binding the weights to %s: %w", be.Name(), err)
+		if be == native.Default() {
+			return nil, fmt.Errorf("vision: binding the weights to %s: %w", be.Name(), err)
+		}
+		// No room on the device: the encoder runs on the CPU.
+		if err := t.bind(native.Default()); err != nil {
+			return nil, fmt.Errorf("vision: binding the weights to the CPU: %w", err)
+		}
 	}
 	return t, nil
 }
@@ -202,7 +208,11 @@ func (t *Tower) bind(be *native.Backend) error {
 }
 
 // Backend reports the backend the encoder runs on.
-func (t *Tower) Backend() *native.Backend { return t.be }
+func (t *Tower) Backend() *native.Backend {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.be
+}
 
 // Blocks is the number of steps a forward pass (and a load) reports: the
 // stem, every block, the MSFA.
