@@ -24,8 +24,8 @@ const normEps = 1e-6
 
 // Tower is Gemma 3n's audio encoder (model.audio_tower) with the audio
 // embedder (model.embed_audio) that maps its output into the text decoder's
-// embedding space. Its encoder runs on a backend (LoadTowerOn). It is
-// immutable after LoadTower and safe for concurrent use.
+// embedding space. Its encoder runs on a backend (LoadTowerOn). It is safe
+// for concurrent use.
 type Tower struct {
 	Cfg        Config
 	textHidden int
