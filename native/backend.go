@@ -7,6 +7,7 @@ package native
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -193,9 +194,16 @@ func (s *Stream) Close() {
 	}
 }
 
+// ErrUnimplemented is wrapped by Sync's error when the backend does not
+// implement an operation the stream was given (VD_EUNIMPL): that work can
+// run on another backend (Default).
+var ErrUnimplemented = errors.New("an operation the backend does not implement yet")
+
 // Sync waits until the stream has run everything enqueued.
 func (s *Stream) Sync() error {
-	if rc := C.vdc_sync(s.be.t, s.s); rc != 0 {
+	if rc := C.vdc_sync(s.be.t, s.s); rc == C.VD_EUNIMPL {
+		return fmt.Errorf("native: %s: stream failed: %w", s.be.Name(), ErrUnimplemented)
+	} else if rc != 0 {
 		return fmt.Errorf("native: %s: stream failed (error %d)", s.be.Name(), int(rc))
 	}
 	return nil

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 5
+#define VD_ABI 6
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -81,6 +81,20 @@ typedef struct {
 	int64_t top_k;
 	double top_p, u;
 } vd_sampling;
+
+/* The geometry of a 2-D convolution over a channels-last image (vd_backend
+ * conv2d, dwconv2d): input [h, w, c], output [oh, ow, y.cols], a square
+ * kernel k×k with stride and pad_t rows and pad_l columns of zeros before
+ * the image (positions past its end read as zero too). */
+typedef struct {
+	int64_t h, w, c, oh, ow;
+	int32_t k, stride, pad_t, pad_l;
+} vd_conv;
+
+/* sync's error for an operation the backend does not implement yet (the
+ * towers' on a GPU backend that has not got them): the caller may run that
+ * work on another backend. */
+enum { VD_EUNIMPL = 1005 };
 
 /* What a backend runs on (vd_backend.info). */
 typedef struct {
@@ -214,6 +228,64 @@ struct vd_backend {
 	void (*grammar_free)(vd_backend *b, vd_gram *g);
 	void (*catalog_init)(vd_stream *s, vd_gram *g, const vd_cat_step *st);
 	void (*catalog_step)(vd_stream *s, vd_gram *g, const vd_cat_step *st);
+
+	/* The vision tower (MobileNet-style), channels-last images [h·w, c].
+	 * A packed weight is an F32 tensor [out, in] in the panel layout of
+	 * kernels_conv.h (vk_conv_pack: ceil(out/16) panels of in×16 floats,
+	 * columns past out zero). pointwise: y = x·wᵀ over a packed w (a 1×1
+	 * convolution). conv2d: the full convolution (groups = 1) of x by a
+	 * packed w [cout, k·k·c] (columns in (ky, kx, c) order), plus bias
+	 * [cout] when bias.data is set. dwconv2d: the depthwise convolution by
+	 * w [k·k, c] (tap-major). norm_act: per row of width dim, y =
+	 * act(x/sqrt(mean(x²) + eps)·w)·gamma + res, act the tanh-GELU when
+	 * gelu != 0, gamma and res skipped when their data is NULL; y may alias
+	 * x or res. avgpool2d: k×k blocks of x [h, w, c] averaged (stride k).
+	 * upsample_concat: y [h·w, a.cols + b.cols] = a beside b [bh·bw,
+	 * b.cols] resized to h×w by nearest neighbour (PyTorch's 'nearest').
+	 * transpose: y [x.cols, x.rows] = xᵀ. mqa: unmasked multi-query
+	 * attention, q and out [nq, heads·d], k and v [nk, d] (d = k.cols):
+	 * out[i, h] = softmax_j(scale·q[i, h]·k[j])·v. */
+	void (*pointwise)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w);
+	void (*conv2d)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	               vd_tensor bias, const vd_conv *g);
+	void (*dwconv2d)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	                 const vd_conv *g);
+	void (*norm_act)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	                 vd_tensor gamma, vd_tensor res, int64_t dim, float eps,
+	                 int gelu);
+	void (*avgpool2d)(vd_stream *s, vd_tensor y, vd_tensor x, int64_t h,
+	                  int64_t w, int64_t c, int64_t k);
+	void (*upsample_concat)(vd_stream *s, vd_tensor y, vd_tensor a,
+	                        vd_tensor b, int64_t h, int64_t w, int64_t bh,
+	                        int64_t bw);
+	void (*transpose)(vd_stream *s, vd_tensor y, vd_tensor x);
+	void (*mqa)(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k,
+	            vd_tensor v, int64_t heads, float scale);
+
+	/* The audio tower (a conformer; kernels_audio.h states each exactly).
+	 * im2col: the patches y [oh·ow, kh·kw·c] of a channels-last image x
+	 * [h·w, c] (g: h, w, c, oh, ow, stride; kh, kw and stride_w as given;
+	 * g->pad_t, g->pad_l zeros before). cum_group_norm_relu: Gemma 3n's
+	 * cumulative group norm over time then ReLU, in place on x [t, fc],
+	 * channel = column % w.cols. local_attention: q, k, v, out [t, heads·d],
+	 * pos [past+future+1, heads·d], valid I32 [1, t] (nonzero: a real
+	 * frame). dwconv_causal: y [t, d] = the causal depthwise 1-D convolution
+	 * of x [t, d] by w [d, k]. glu: y [rows, d] = x[:, :d]·sigmoid(x[:, d:])
+	 * for x [rows, 2d]. silu: y = x·sigmoid(x). clip: y = min(max(x, −lim),
+	 * lim). */
+	void (*im2col)(vd_stream *s, vd_tensor y, vd_tensor x, const vd_conv *g,
+	               int64_t kh, int64_t kw, int64_t stride_w);
+	void (*cum_group_norm_relu)(vd_stream *s, vd_tensor x, vd_tensor w,
+	                            float eps);
+	void (*local_attention)(vd_stream *s, vd_tensor out, vd_tensor q,
+	                        vd_tensor k, vd_tensor v, vd_tensor pos,
+	                        vd_tensor valid, int64_t heads, int64_t past,
+	                        int64_t future, float cap);
+	void (*dwconv_causal)(vd_stream *s, vd_tensor y, vd_tensor x,
+	                      vd_tensor w);
+	void (*glu)(vd_stream *s, vd_tensor y, vd_tensor x);
+	void (*silu)(vd_stream *s, vd_tensor y, vd_tensor x);
+	void (*clip)(vd_stream *s, vd_tensor y, vd_tensor x, float lim);
 };
 
 /* ---- the catalog decoder ----

@@ -48,5 +48,20 @@ static inline int vdc_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram *
 static inline void vdc_grammar_free(vd_backend *b, vd_gram *g) { b->grammar_free(b, g); }
 static inline void vdc_catalog_init(vd_backend *b, vd_stream *s, vd_gram *g, vd_cat_step c) { b->catalog_init(s, g, &c); }
 static inline void vdc_catalog_step(vd_backend *b, vd_stream *s, vd_gram *g, vd_cat_step c) { b->catalog_step(s, g, &c); }
+static inline void vdc_pointwise(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->pointwise(s, y, x, w); }
+static inline void vdc_conv2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, vd_conv g) { b->conv2d(s, y, x, w, bias, &g); }
+static inline void vdc_dwconv2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_conv g) { b->dwconv2d(s, y, x, w, &g); }
+static inline void vdc_norm_act(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor g, vd_tensor r, int64_t dim, float eps, int gelu) { b->norm_act(s, y, x, w, g, r, dim, eps, gelu); }
+static inline void vdc_avgpool2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, int64_t h, int64_t w, int64_t c, int64_t k) { b->avgpool2d(s, y, x, h, w, c, k); }
+static inline void vdc_upsample_concat(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor a, vd_tensor x, int64_t h, int64_t w, int64_t bh, int64_t bw) { b->upsample_concat(s, y, a, x, h, w, bh, bw); }
+static inline void vdc_transpose(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->transpose(s, y, x); }
+static inline void vdc_mqa(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor q, vd_tensor k, vd_tensor v, int64_t h, float sc) { b->mqa(s, o, q, k, v, h, sc); }
+static inline void vdc_im2col(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_conv g, int64_t kh, int64_t kw, int64_t sw) { b->im2col(s, y, x, &g, kh, kw, sw); }
+static inline void vdc_cum_group_norm_relu(vd_backend *b, vd_stream *s, vd_tensor x, vd_tensor w, float eps) { b->cum_group_norm_relu(s, x, w, eps); }
+static inline void vdc_local_attention(vd_backend *b, vd_stream *s, vd_tensor o, vd_tensor q, vd_tensor k, vd_tensor v, vd_tensor pos, vd_tensor valid, int64_t h, int64_t past, int64_t fut, float cap) { b->local_attention(s, o, q, k, v, pos, valid, h, past, fut, cap); }
+static inline void vdc_dwconv_causal(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->dwconv_causal(s, y, x, w); }
+static inline void vdc_glu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->glu(s, y, x); }
+static inline void vdc_silu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->silu(s, y, x); }
+static inline void vdc_clip(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, float lim) { b->clip(s, y, x, lim); }
 
 #endif

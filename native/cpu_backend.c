@@ -17,6 +17,7 @@
 #include "cpu_internal.h"
 
 #include "backend.h"
+#include "cpu_tower.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -582,6 +583,21 @@ static vd_backend cpu = {
 	.grammar_free = vd_cpu_grammar_free,
 	.catalog_init = vd_cpu_catalog_init,
 	.catalog_step = vd_cpu_catalog_step,
+	.pointwise = vd_cpu_pointwise,
+	.conv2d = vd_cpu_conv2d,
+	.dwconv2d = vd_cpu_dwconv2d,
+	.norm_act = vd_cpu_norm_act,
+	.avgpool2d = vd_cpu_avgpool2d,
+	.upsample_concat = vd_cpu_upsample_concat,
+	.transpose = vd_cpu_transpose,
+	.mqa = vd_cpu_mqa,
+	.im2col = vd_cpu_im2col,
+	.cum_group_norm_relu = vd_cpu_cum_group_norm_relu,
+	.local_attention = vd_cpu_local_attention,
+	.dwconv_causal = vd_cpu_dwconv_causal,
+	.glu = vd_cpu_glu,
+	.silu = vd_cpu_silu,
+	.clip = vd_cpu_clip,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"verdict/engine/weights"
 	"verdict/engine/weights/load"
@@ -23,11 +24,14 @@ const normEps = 1e-6
 
 // Tower is Gemma 3n's audio encoder (model.audio_tower) with the audio
 // embedder (model.embed_audio) that maps its output into the text decoder's
-// embedding space. It is immutable after LoadTower and safe for concurrent
-// use.
+// embedding space. Its encoder runs on a backend (LoadTowerOn). It is safe
+// for concurrent use.
 type Tower struct {
 	Cfg        Config
 	textHidden int
+
+	mu sync.Mutex
+	b  *bound // the weights on the backend Encode runs on
 
 	conv      [2]sscpConv
 	inputProj native.Matrix
@@ -72,11 +76,38 @@ type conformerLayer struct {
 // as bf16 stay bf16 and may alias the store's mapped memory: close the store
 // only once the tower is no longer used. The rest is converted to float32.
 func LoadTower(store weights.Store, configJSON []byte) (*Tower, error) {
+	return LoadTowerOn(store, configJSON, nil)
+}
+
+// LoadTowerOn is LoadTower with the encoder on backend be (nil:
+// native.Default()), to which the weights are bound once.
+func LoadTowerOn(store weights.Store, configJSON []byte, be *native.Backend) (*Tower, error) {
 	cfg, err := ParseConfig(configJSON)
 	if err != nil {
 		return nil, err
 	}
-	return loadTower(store, cfg)
+	t, err := loadTower(store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if be == nil {
+		be = native.Default()
+	}
+	if t.b, err = t.bind(be); err != nil && be != native.Default() {
+		// No room on the device: the encoder runs on the CPU.
+		t.b, err = t.bind(native.Default())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Backend reports the backend the encoder runs on.
+func (t *Tower) Backend() *native.Backend {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.b.be
 }
 
 func loadTower(store weights.Store, cfg Config) (*Tower, error) {
@@ -234,8 +265,33 @@ func (t *Tower) Steps() int { return 1 + len(t.layers) }
 
 // EncodeContext is Encode that stops between conformer layers when ctx is
 // done (returning its error) and tells progress, when set, the steps done
-// of Steps().
+// of Steps(). A backend without the encoder's operations
+// (native.ErrUnimplemented) hands the encoder to the CPU for good.
 func (t *Tower) EncodeContext(ctx context.Context, feats []float32, mask []bool, progress func(done, total int)) (out []float32, outMask []bool, err error) {
+	t.mu.Lock()
+	b := t.b
+	t.mu.Unlock()
+	out, outMask, err = t.encode(ctx, b, feats, mask, progress)
+	if errors.Is(err, native.ErrUnimplemented) && b.be != native.Default() {
+		t.mu.Lock()
+		if t.b == b {
+			cpu, berr := t.bind(native.Default())
+			if berr != nil {
+				t.mu.Unlock()
+				return nil, nil, berr
+			}
+			t.b = cpu
+		}
+		b = t.b
+		t.mu.Unlock()
+		return t.encode(ctx, b, feats, mask, progress)
+	}
+	return out, outMask, err
+}
+
+// encode runs the encoder on a stream of b's backend, its activations in
+// an arena of that backend.
+func (t *Tower) encode(ctx context.Context, b *bound, feats []float32, mask []bool, progress func(done, total int)) (out []float32, outMask []bool, err error) {
 	step, total := 0, t.Steps()
 	next := func() error {
 		step++
@@ -257,39 +313,88 @@ func (t *Tower) EncodeContext(ctx context.Context, feats []float32, mask []bool,
 	}
 	D := cfg.HiddenSize
 
-	// Subsampling: two strided convolutions (as im2col + Linear), each
-	// followed by the cumulative group norm and a ReLU, channels last.
-	x, tIn, fIn, cIn := feats, T0, cfg.InputFeatSize, 1
+	// The shapes, then one arena for every activation.
+	type sub struct{ tIn, fIn, cIn, tOut, fOut int }
+	var subs [2]sub
+	tIn, fIn, cIn := T0, cfg.InputFeatSize, 1
 	for i := range t.conv {
-		c := &t.conv[i]
 		tOut, fOut := cfg.sscpOut(i, tIn, fIn)
-		patches := make([]float32, tOut*fOut*c.kt*c.kf*cIn)
-		native.AudioIm2Col(patches, x, tIn, fIn, cIn, tOut, fOut, c.kt, c.kf, c.st, c.sf, 0, 1)
-		y := make([]float32, tOut*fOut*c.out)
-		native.Linear(y, patches, c.w, tOut*fOut)
-		native.AudioCumGroupNormReLU(y, tOut, fOut*c.out, c.out, c.norm, float32(cfg.SSCPNormEps))
-		x, tIn, fIn, cIn = y, tOut, fOut, c.out
+		subs[i] = sub{tIn, fIn, cIn, tOut, fOut}
+		tIn, fIn, cIn = tOut, fOut, t.conv[i].out
 	}
 	T := tIn
-	h := make([]float32, T*D)
-	native.Linear(h, x, t.inputProj, T)
-
 	// The mask follows the time stride: frame i reads mask[i·stride].
 	stride := cfg.SSCPStrides[0][0] * cfg.SSCPStrides[1][0]
 	valid := make([]bool, T)
+	validI := make([]int32, T)
+	var invalid []int32
 	for i := range valid {
 		valid[i] = mask[min(i*stride, T0-1)]
+		if valid[i] {
+			validI[i] = 1
+		} else {
+			invalid = append(invalid, int32(i))
+		}
 	}
+	sizes := []int{T0 * cfg.InputFeatSize, T * D, 5 * T * D, 4 * T * D, T, max(len(invalid), 1) * D, max(len(invalid), 1)}
+	for i, u := range subs {
+		c := &t.conv[i]
+		sizes = append(sizes, u.tOut*u.fOut*c.kt*c.kf*u.cIn, u.tOut*u.fOut*c.out)
+	}
+	be := b.be
+	st, err := be.NewStream()
+	if err != nil {
+		return nil, nil, fmt.Errorf("audio: %w", err)
+	}
+	defer st.Close()
+	ar, err := be.NewArena(native.ArenaBytes(sizes...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("audio: %w", err)
+	}
+	defer ar.Free()
 
+	// Subsampling: two strided convolutions (as im2col + Linear), each
+	// followed by the cumulative group norm and a ReLU, channels last.
+	x := ar.Take(native.F32, T0*cfg.InputFeatSize, 1)
+	st.Upload(x, feats)
+	for i, u := range subs {
+		c := &t.conv[i]
+		patches := ar.Take(native.F32, u.tOut*u.fOut, c.kt*c.kf*u.cIn)
+		st.Im2Col(patches, x, u.tIn, u.fIn, u.tOut, u.fOut, c.kt, c.kf, c.st, c.sf, 0, 1)
+		y := ar.Take(native.F32, u.tOut*u.fOut, c.out)
+		st.Linear(y, patches, b.conv[i].w)
+		st.CumGroupNormReLU(y.View(u.tOut, u.fOut*c.out), b.conv[i].norm, float32(cfg.SSCPNormEps))
+		x = y
+	}
+	h := ar.Take(native.F32, T, D)
+	st.Linear(h, x.View(T, x.Len()/T), b.inputProj)
 	if err := next(); err != nil {
 		return nil, nil, err
 	}
-	s := newScratch(T, D)
+
+	s := &scratch{T: T, D: D, st: st}
+	for _, p := range []*native.Tensor{&s.h, &s.q, &s.k, &s.v, &s.att} {
+		*p = ar.Take(native.F32, T, D)
+	}
+	s.wide = ar.Take(native.F32, T, 4*D)
+	s.valid = ar.Take(native.I32, 1, T)
+	st.UploadI32(s.valid, validI)
+	if len(invalid) > 0 {
+		s.zeros = ar.Take(native.F32, len(invalid), D)
+		st.Upload(s.zeros, make([]float32, len(invalid)*D))
+		s.invalid = ar.Take(native.I32, 1, len(invalid))
+		st.UploadI32(s.invalid, invalid)
+	}
 	for i := range t.layers {
-		t.layers[i].forward(s, h, valid, cfg)
+		t.layers[i].forward(s, &b.layers[i], h, cfg)
 		if err := next(); err != nil {
 			return nil, nil, err
 		}
+	}
+	hh := make([]float32, T*D)
+	st.Download(hh, h)
+	if err := st.Sync(); err != nil {
+		return nil, nil, fmt.Errorf("audio: the encoder on %s: %w", be.Name(), err)
 	}
 
 	N := (T + cfg.Reduction - 1) / cfg.Reduction
@@ -298,85 +403,74 @@ func (t *Tower) EncodeContext(ctx context.Context, feats []float32, mask []bool,
 	for n := range outMask {
 		outMask[n] = valid[n*cfg.Reduction]
 		if outMask[n] {
-			copy(out[n*D:(n+1)*D], h[n*cfg.Reduction*D:])
+			copy(out[n*D:(n+1)*D], hh[n*cfg.Reduction*D:])
 		}
 	}
 	return out, outMask, nil
 }
 
-// scratch holds one Encode call's activations.
+// scratch holds one Encode call's activations and its stream.
 type scratch struct {
-	h, q, k, v, att []float32 // [T, D]
-	wide            []float32 // [T, 4D]
+	st              *native.Stream
+	h, q, k, v, att native.Tensor // [T, D]
+	wide            native.Tensor // [T, 4D]
+	valid           native.Tensor // I32 [1, T]: 1 for a real frame
+	zeros, invalid  native.Tensor // [padding frames, D] of zeros, and those frames (I32)
 	T, D            int
 }
 
-func newScratch(T, D int) *scratch {
-	buf := make([]float32, 5*T*D+4*T*D)
-	s := &scratch{T: T, D: D}
-	for _, p := range []*[]float32{&s.h, &s.q, &s.k, &s.v, &s.att} {
-		*p, buf = buf[:T*D:T*D], buf[T*D:]
-	}
-	s.wide = buf
-	return s
-}
-
-func (f *feedForward) forward(s *scratch, x []float32, cfg Config) {
-	T, D := s.T, s.D
+func (f *boundFFW) forward(s *scratch, x native.Tensor, cfg Config) {
+	st, D := s.st, s.D
 	clip := float32(cfg.GradClip)
-	copy(s.h, x)
-	native.AudioClip(s.h, clip)
-	native.RMSNorm(s.h, s.h, f.pre, D, normEps)
-	native.Linear(s.wide, s.h, f.up, T)
-	native.AudioSiLU(s.wide)
-	native.Linear(s.h, s.wide, f.down, T)
-	native.AudioClip(s.h, clip)
-	native.RMSNorm(s.h, s.h, f.post, D, normEps)
-	native.Scale(s.h, float32(cfg.ResidualWeight))
-	native.Add(x, x, s.h)
+	st.Clip(s.h, x, clip)
+	st.RMSNorm(s.h, s.h, f.pre, D, normEps)
+	st.Linear(s.wide, s.h, f.up)
+	st.SiLU(s.wide, s.wide)
+	st.Linear(s.h, s.wide, f.down)
+	st.Clip(s.h, s.h, clip)
+	st.RMSNorm(s.h, s.h, f.post, D, normEps)
+	st.Scale(s.h, s.h, float32(cfg.ResidualWeight))
+	st.Add(x, x, s.h)
 }
 
-func (ly *conformerLayer) forward(s *scratch, x []float32, valid []bool, cfg Config) {
-	T, D := s.T, s.D
+func (ly *conformerLayer) forward(s *scratch, b *boundLayer, x native.Tensor, cfg Config) {
+	st, T, D := s.st, s.T, s.D
 	clip := float32(cfg.GradClip)
 	lconvEps := float32(cfg.RMSNormEps)
 
-	ly.ffwStart.forward(s, x, cfg)
+	b.ffwStart.forward(s, x, cfg)
 
 	// Local self-attention with relative positions.
-	copy(s.h, x)
-	native.AudioClip(s.h, clip)
-	native.RMSNorm(s.h, s.h, ly.preAttnNorm, D, normEps)
-	native.Linear(s.q, s.h, ly.q, T)
-	native.Linear(s.k, s.h, ly.k, T)
-	native.Linear(s.v, s.h, ly.v, T)
-	native.Scale(s.q, ly.qScale)
-	native.MulRows(s.q, ly.perDim)
-	native.AudioLocalAttention(s.att, s.q, s.k, s.v, ly.pos, valid, T, cfg.NumHeads, cfg.HeadDim(),
+	st.Clip(s.h, x, clip)
+	st.RMSNorm(s.h, s.h, b.preAttnNorm, D, normEps)
+	st.Linear(s.q, s.h, b.q)
+	st.Linear(s.k, s.h, b.k)
+	st.Linear(s.v, s.h, b.v)
+	st.Scale(s.q, s.q, ly.qScale)
+	st.MulRows(s.q, b.perDim)
+	st.LocalAttention(s.att, s.q, s.k, s.v, b.pos, s.valid, cfg.NumHeads,
 		max(0, cfg.ContextLeft-1), cfg.ContextRight, float32(cfg.LogitCap))
-	native.Linear(s.h, s.att, ly.post, T)
-	native.AudioClip(s.h, clip)
-	native.RMSNorm(s.h, s.h, ly.postNorm, D, normEps)
-	native.Add(x, x, s.h)
-	for i, ok := range valid {
-		if !ok {
-			clear(x[i*D : (i+1)*D])
-		}
+	st.Linear(s.h, s.att, b.post)
+	st.Clip(s.h, s.h, clip)
+	st.RMSNorm(s.h, s.h, b.postNorm, D, normEps)
+	st.Add(x, x, s.h)
+	if !s.invalid.Nil() {
+		st.Scatter(x, s.zeros, s.invalid)
 	}
 
 	// Light convolution: GLU, causal depthwise convolution, SiLU.
-	glu := s.wide[:2*T*D]
-	native.RMSNorm(s.h, x, ly.lconvPre, D, lconvEps)
-	native.Linear(glu, s.h, ly.linStart, T)
-	native.AudioGLU(s.q, glu, T, D)
-	native.AudioDepthwiseConvCausal(s.h, s.q, ly.depthwise, T, D, cfg.ConvKernel)
-	native.AudioClip(s.h, clip)
-	native.RMSNorm(s.h, s.h, ly.convNorm, D, lconvEps)
-	native.AudioSiLU(s.h)
-	native.Linear(s.q, s.h, ly.linEnd, T)
-	native.Add(x, x, s.q)
+	glu := s.wide.View(T, 2*D)
+	st.RMSNorm(s.h, x, b.lconvPre, D, lconvEps)
+	st.Linear(glu, s.h, b.linStart)
+	st.GLU(s.q, glu)
+	st.DepthwiseConvCausal(s.h, s.q, b.depthwise)
+	st.Clip(s.h, s.h, clip)
+	st.RMSNorm(s.h, s.h, b.convNorm, D, lconvEps)
+	st.SiLU(s.h, s.h)
+	st.Linear(s.q, s.h, b.linEnd)
+	st.Add(x, x, s.q)
 
-	ly.ffwEnd.forward(s, x, cfg)
-	native.AudioClip(x, clip)
-	native.RMSNorm(x, x, ly.norm, D, normEps)
+	b.ffwEnd.forward(s, x, cfg)
+	st.Clip(x, x, clip)
+	st.RMSNorm(x, x, b.norm, D, normEps)
 }

@@ -50,7 +50,7 @@ func (m *Model) visionTower(ctx context.Context, progress TowerProgress) (*visio
 	if progress != nil {
 		p = func(done, total int) { progress(true, done, total) }
 	}
-	t, err := vision.LoadTowerContext(ctx, m.store, m.configJSON, p)
+	t, err := vision.LoadTowerOn(ctx, m.store, m.configJSON, m.Backend(), p)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, err
@@ -67,7 +67,7 @@ func (m *Model) AudioTower() (*audio.Tower, error) {
 	tw.audioMu.Lock()
 	defer tw.audioMu.Unlock()
 	if tw.audio == nil && tw.audioErr == nil {
-		tw.audio, tw.audioErr = audio.LoadTower(m.store, m.configJSON)
+		tw.audio, tw.audioErr = audio.LoadTowerOn(m.store, m.configJSON, m.Backend())
 		if tw.audioErr != nil {
 			tw.audioErr = fmt.Errorf("%s has no usable audio tower: %w", m.Name, tw.audioErr)
 		}

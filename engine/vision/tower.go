@@ -23,8 +23,9 @@ const (
 const normEps = 1e-6
 
 // Tower is the loaded vision path: encoder and embedder, weights packed for
-// the native kernels. Its methods are safe for concurrent use (forward passes
-// run one at a time).
+// the native kernels and bound to a backend, on whose stream the encoder
+// runs. Its methods are safe for concurrent use (forward passes run one at
+// a time).
 type Tower struct {
 	cfg    Config
 	stem   convLayer
@@ -32,6 +33,7 @@ type Tower struct {
 	msfa   struct {
 		exp, proj convLayer
 		norm      []float32
+		normT     native.Tensor
 	}
 	embed struct {
 		table      []float32 // [VocabSize, HiddenSize]
@@ -40,7 +42,11 @@ type Tower struct {
 		projection native.Packed // [TextHidden, HiddenSize]
 	}
 
+	be    *native.Backend
+	bound *native.Bound
+
 	mu sync.Mutex
+	st *native.Stream // created on first use, dropped by Release and after a failure
 	ws workspace
 }
 
@@ -52,6 +58,10 @@ type convLayer struct {
 	dw         []float32     // depthwise: [k·k, channels]
 	bias       []float32
 	norm       []float32
+
+	// Bound to the backend: w the packed (full, 1×1) or depthwise [k·k,
+	// channels] weight, b the bias, n the norm weight.
+	w, b, n native.Tensor
 }
 
 type block struct {
@@ -75,6 +85,8 @@ type block struct {
 	value    convLayer // mqa
 	output   convLayer // mqa
 	headsDim int       // mqa heads·dim
+
+	gammaT, normT native.Tensor // gamma and norm, bound
 }
 
 // ErrMissing is wrapped by LoadTower's error when a checkpoint lacks a
@@ -119,6 +131,12 @@ func LoadTower(store weights.Store, cfgJSON []byte) (*Tower, error) {
 // LoadTowerContext is LoadTower that stops between blocks when ctx is done
 // (returning its error) and tells progress, when set, the blocks loaded.
 func LoadTowerContext(ctx context.Context, store weights.Store, cfgJSON []byte, progress func(done, total int)) (*Tower, error) {
+	return LoadTowerOn(ctx, store, cfgJSON, nil, progress)
+}
+
+// LoadTowerOn is LoadTowerContext with the encoder on backend be (nil:
+// native.Default()), to which the weights are bound once.
+func LoadTowerOn(ctx context.Context, store weights.Store, cfgJSON []byte, be *native.Backend, progress func(done, total int)) (*Tower, error) {
 	cfg, err := ParseConfig(cfgJSON)
 	if err != nil {
 		return nil, err
@@ -126,7 +144,74 @@ func LoadTowerContext(ctx context.Context, store weights.Store, cfgJSON []byte, 
 	if _, err := build(ctx, store, cfg, true, nil); err != nil {
 		return nil, err
 	}
-	return build(ctx, store, cfg, false, progress)
+	t, err := build(ctx, store, cfg, false, progress)
+	if err != nil {
+		return nil, err
+	}
+	if be == nil {
+		be = native.Default()
+	}
+	if err := t.bind(be); err != nil {
+		if be == native.Default() {
+			return nil, fmt.Errorf("vision: binding the weights to %s: %w", be.Name(), err)
+		}
+		// No room on the device: the encoder runs on the CPU.
+		if err := t.bind(native.Default()); err != nil {
+			return nil, fmt.Errorf("vision: binding the weights to the CPU: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// bind binds every encoder weight to be.
+func (t *Tower) bind(be *native.Backend) error {
+	w := be.NewBound()
+	var err error
+	vec := func(x []float32) native.Tensor {
+		if err != nil || x == nil {
+			return native.Tensor{}
+		}
+		var v native.Tensor
+		v, err = w.Vector(x)
+		return v
+	}
+	conv := func(c *convLayer) {
+		switch {
+		case c.packed.Valid() && err == nil:
+			c.w, err = w.Packed(c.packed)
+		case c.dw != nil:
+			if c.w = vec(c.dw); err == nil {
+				c.w = c.w.View(c.k*c.k, c.out)
+			}
+		}
+		c.b, c.n = vec(c.bias), vec(c.norm)
+	}
+	conv(&t.stem)
+	for _, st := range t.stages {
+		for _, b := range st {
+			for _, c := range []*convLayer{&b.convExp, &b.convPwl, &b.dwStart, &b.pwExp, &b.dwMid, &b.pwProj,
+				&b.query, &b.keyDown, &b.key, &b.valDown, &b.value, &b.output} {
+				conv(c)
+			}
+			b.gammaT, b.normT = vec(b.gamma), vec(b.norm)
+		}
+	}
+	conv(&t.msfa.exp)
+	conv(&t.msfa.proj)
+	t.msfa.normT = vec(t.msfa.norm)
+	if err != nil {
+		w.Free()
+		return err
+	}
+	t.be, t.bound = be, w
+	return nil
+}
+
+// Backend reports the backend the encoder runs on.
+func (t *Tower) Backend() *native.Backend {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.be
 }
 
 // Blocks is the number of steps a forward pass (and a load) reports: the
@@ -276,24 +361,62 @@ func (t *Tower) Config() Config { return t.cfg }
 // TextHidden is the width of the embeddings SoftTokens and HardEmbed return.
 func (t *Tower) TextHidden() int { return t.cfg.TextHidden }
 
-// workspace holds the forward pass's buffers between calls.
+// workspace holds the forward pass's buffers (backend memory) between
+// calls: each grows to the largest tensor asked of it.
 type workspace struct {
-	bufs [6][]float32
+	st   *native.Stream
+	bufs [7]*native.Buffer
 }
 
-func (w *workspace) get(i, n int) []float32 {
-	if cap(w.bufs[i]) < n {
-		w.bufs[i] = make([]float32, n)
+// get returns buffer i as a rows×cols tensor. A buffer too small is
+// replaced, after the stream has run what uses it; a failure of that sync
+// or of the allocation panics with a passError, which the forward pass
+// returns.
+func (w *workspace) get(i, rows, cols int) native.Tensor {
+	n := 4 * rows * cols
+	if b := w.bufs[i]; b == nil || b.Size() < n {
+		if b != nil {
+			if err := w.st.Sync(); err != nil {
+				panic(passError{err})
+			}
+			b.Free()
+			w.bufs[i] = nil
+		}
+		nb, err := w.st.Backend().Alloc(n)
+		if err != nil {
+			panic(passError{err})
+		}
+		w.bufs[i] = nb
 	}
-	return w.bufs[i][:n]
+	return w.bufs[i].Tensor(0, native.F32, rows, cols)
+}
+
+// passError carries a backend failure out of a forward pass.
+type passError struct{ err error }
+
+func (w *workspace) free() {
+	for i, b := range w.bufs {
+		b.Free()
+		w.bufs[i] = nil
+	}
 }
 
 // Release drops the buffers kept from the last forward pass (a few hundred
-// MB); the next pass allocates them again.
+// MB) and the stream; the next pass allocates them again.
 func (t *Tower) Release() {
 	t.mu.Lock()
-	t.ws = workspace{}
+	t.drop()
 	t.mu.Unlock()
+}
+
+// drop frees the workspace and the stream (t.mu held).
+func (t *Tower) drop() {
+	t.ws.free()
+	if t.st != nil {
+		t.st.Close()
+		t.st = nil
+	}
+	t.ws = workspace{}
 }
 
 // act is a channels-last activation [h·w, c] in one of the workspace buffers.
@@ -301,6 +424,9 @@ type act struct {
 	buf     int
 	h, w, c int
 }
+
+// t returns the tensor [h·w, c] of x.
+func (w *workspace) t(x act) native.Tensor { return w.get(x.buf, x.h*x.w, x.c) }
 
 // Features runs the encoder on pixels [3, 768, 768] (Preprocess's output)
 // and returns the MSFA output as 256 tokens × HiddenSize channels
@@ -321,7 +447,18 @@ func (t *Tower) FeaturesContext(ctx context.Context, pixels []float32, progress 
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.forward(ctx, pixels, nil, progress)
+	out, err := t.forward(ctx, pixels, nil, progress)
+	if errors.Is(err, native.ErrUnimplemented) && t.be != native.Default() {
+		// The backend lacks an encoder operation (a GPU backend without
+		// the towers' kernels): the encoder runs on the CPU from now on.
+		old := t.bound
+		if err := t.bind(native.Default()); err != nil {
+			return nil, fmt.Errorf("vision: binding the weights to the CPU: %w", err)
+		}
+		old.Free()
+		return t.forward(ctx, pixels, nil, progress)
+	}
+	return out, err
 }
 
 // SoftTokens runs the encoder and the embedder's soft path on pixels
@@ -381,16 +518,17 @@ func (t *Tower) HardEmbed(id int32) []float32 {
 	return out
 }
 
-// normAct applies RmsNorm2d (weight w, over channels) and optionally GELU
-// in place.
-func normAct(x []float32, w []float32, c int, gelu bool) {
-	native.RMSNormAct(x, x, w, nil, nil, c, normEps, gelu)
+// normAct applies RmsNorm2d (weight w, over x's channels) and optionally
+// GELU in place.
+func (t *Tower) normAct(x, w native.Tensor, gelu bool) {
+	t.st.NormAct(x, x, w, native.Tensor{}, native.Tensor{}, x.Cols(), normEps, gelu)
 }
 
-// forward runs the encoder; probe, when not nil, sees each block's output
-// (name, [h·w, c]) for tests. ctx is checked after the stem and every
-// block; progress hears each step.
-func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name string, x []float32, h, w, c int), progress func(done, total int)) ([]float32, error) {
+// forward runs the encoder on the tower's stream (t.mu held); probe, when
+// not nil, sees each block's output (name, [h·w, c]) for tests. ctx is
+// checked after the stem and every block; progress hears each step. A
+// backend failure drops the stream and the workspace and is returned.
+func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name string, x []float32, h, w, c int), progress func(done, total int)) (out []float32, err error) {
 	step, total := 0, Blocks()
 	next := func() error {
 		step++
@@ -402,19 +540,49 @@ func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ws := &t.ws
+	if t.st == nil {
+		st, err := t.be.NewStream()
+		if err != nil {
+			return nil, fmt.Errorf("vision: %w", err)
+		}
+		t.st, t.ws = st, workspace{st: st}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			pe, ok := r.(passError)
+			if !ok {
+				panic(r)
+			}
+			out, err = nil, fmt.Errorf("vision: the encoder on %s: %w", t.be.Name(), pe.err)
+		}
+		if err != nil && ctx.Err() == nil {
+			t.drop()
+		}
+	}()
+	st, ws := t.st, &t.ws
+	show := func(name string, x native.Tensor, h, w, c int) {
+		if probe == nil {
+			return
+		}
+		v := make([]float32, x.Len())
+		st.Download(v, x)
+		if err := st.Sync(); err != nil {
+			panic(passError{err})
+		}
+		probe(name, v, h, w, c)
+	}
 	// Buffer roles rotate; 0..2 are general, 3 holds the stage-2 output,
-	// 4 and 5 are attention scratch.
-	img := ws.get(0, len(pixels))
-	native.CHWToHWC(img, pixels, 3, ImageSize*ImageSize)
+	// 4 and 5 are attention scratch, 6 the output.
+	px := ws.get(1, 3, ImageSize*ImageSize)
+	st.Upload(px, pixels)
+	img := ws.get(0, ImageSize*ImageSize, 3)
+	st.Transpose(img, px)
 	g := native.SameGeom(ImageSize, ImageSize, 3, 2)
 	x := act{buf: 1, h: g.OH, w: g.OW, c: stemChannels}
-	xs := ws.get(1, g.OH*g.OW*stemChannels)
-	native.Conv2D(xs, img, t.stem.packed, t.stem.bias, 3, g)
-	normAct(xs, t.stem.norm, stemChannels, true)
-	if probe != nil {
-		probe("stem", xs, x.h, x.w, x.c)
-	}
+	xs := ws.t(x)
+	st.Conv2D(xs, img, t.stem.w, t.stem.b, g)
+	t.normAct(xs, t.stem.n, true)
+	show("stem", xs, x.h, x.w, x.c)
 	if err := next(); err != nil {
 		return nil, err
 	}
@@ -422,40 +590,39 @@ func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name s
 	for s, stage := range t.stages {
 		for _, b := range stage {
 			x = t.runBlock(b, x)
-			if probe != nil {
-				probe(b.name, ws.bufs[x.buf][:x.h*x.w*x.c], x.h, x.w, x.c)
-			}
+			show(b.name, ws.t(x), x.h, x.w, x.c)
 			if err := next(); err != nil {
 				return nil, err
 			}
 		}
 		if s == 2 {
 			// Keep the stage-2 output for the MSFA in buffer 3.
-			n := x.h * x.w * x.c
-			copy(ws.get(3, n), ws.bufs[x.buf][:n])
 			stage2 = act{buf: 3, h: x.h, w: x.w, c: x.c}
+			st.Copy(ws.t(stage2), ws.t(x))
 		}
 	}
 	// MSFA: nearest-upsample stage 3 to stage 2's size, concatenate
 	// (stage 2 first), FFN, average-pool to 16×16, norm.
 	hi := stage2
 	cat := (x.buf + 1) % 3
-	catC := hi.c + x.c
-	cb := ws.get(cat, hi.h*hi.w*catC)
-	native.UpsampleConcat(cb, ws.bufs[hi.buf][:hi.h*hi.w*hi.c], hi.c, ws.bufs[x.buf][:x.h*x.w*x.c], x.c, hi.h, hi.w, x.h, x.w)
-	midBuf := (cat + 1) % 3
 	p := hi.h * hi.w
-	mid := ws.get(midBuf, p*t.msfa.exp.out)
-	native.GemmPacked(mid, cb, t.msfa.exp.packed, p)
-	normAct(mid, t.msfa.exp.norm, t.msfa.exp.out, true)
-	proj := ws.get(cat, p*t.msfa.proj.out)
-	native.GemmPacked(proj, mid, t.msfa.proj.packed, p)
-	normAct(proj, t.msfa.proj.norm, t.msfa.proj.out, false)
+	cb := ws.get(cat, p, hi.c+x.c)
+	st.UpsampleConcat(cb, ws.t(hi), ws.t(x), hi.h, hi.w, x.h, x.w)
+	mid := ws.get((cat+1)%3, p, t.msfa.exp.out)
+	st.Pointwise(mid, cb, t.msfa.exp.w)
+	t.normAct(mid, t.msfa.exp.n, true)
+	proj := ws.get(cat, p, t.msfa.proj.out)
+	st.Pointwise(proj, mid, t.msfa.proj.w)
+	t.normAct(proj, t.msfa.proj.n, false)
 	const outRes = 16
-	k := hi.h / outRes
-	out := make([]float32, outRes*outRes*t.cfg.HiddenSize)
-	native.AvgPool2D(out, proj, hi.h, hi.w, t.cfg.HiddenSize, k)
-	normAct(out, t.msfa.norm, t.cfg.HiddenSize, false)
+	pooled := ws.get(6, outRes*outRes, t.cfg.HiddenSize)
+	st.AvgPool2D(pooled, proj, hi.h, hi.w, hi.h/outRes)
+	t.normAct(pooled, t.msfa.normT, false)
+	out = make([]float32, pooled.Len())
+	st.Download(out, pooled)
+	if err := st.Sync(); err != nil {
+		panic(passError{err})
+	}
 	if probe != nil {
 		probe("msfa", out, outRes, outRes, t.cfg.HiddenSize)
 	}
@@ -463,84 +630,85 @@ func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name s
 	return out, nil
 }
 
-// runBlock applies one block to x (in buffer x.buf of 0..2) and returns the
-// output activation (in one of buffers 0..2).
+// runBlock enqueues one block on x (in buffer x.buf of 0..2) and returns
+// the output activation (in one of buffers 0..2).
 func (t *Tower) runBlock(b *block, x act) act {
-	ws := &t.ws
-	xb := ws.bufs[x.buf][:x.h*x.w*x.c]
+	st, ws := t.st, &t.ws
+	xb := ws.t(x)
 	free := [2]int{(x.buf + 1) % 3, (x.buf + 2) % 3}
+	var none native.Tensor
 	switch b.spec.kind {
 	case kindER:
 		g := native.SameGeom(x.h, x.w, b.spec.k, b.spec.stride)
 		p := g.OH * g.OW
-		mid := ws.get(free[0], p*b.mid)
-		native.Conv2D(mid, xb, b.convExp.packed, nil, b.in, g)
-		normAct(mid, b.convExp.norm, b.mid, true)
-		out := ws.get(free[1], p*b.out)
-		native.GemmPacked(out, mid, b.convPwl.packed, p)
-		native.RMSNormAct(out, out, b.convPwl.norm, nil, t.shortcut(b, xb), b.out, normEps, false)
+		mid := ws.get(free[0], p, b.mid)
+		st.Conv2D(mid, xb, b.convExp.w, none, g)
+		t.normAct(mid, b.convExp.n, true)
+		out := ws.get(free[1], p, b.out)
+		st.Pointwise(out, mid, b.convPwl.w)
+		st.NormAct(out, out, b.convPwl.n, none, t.shortcut(b, xb), b.out, normEps, false)
 		return act{buf: free[1], h: g.OH, w: g.OW, c: b.out}
 	case kindUIR:
 		cur, h, w := xb, x.h, x.w
 		next := 0
 		if b.spec.start > 0 {
 			g := native.SameGeom(h, w, b.spec.start, 1)
-			y := ws.get(free[next], h*w*b.in)
-			native.DepthwiseConv2D(y, cur, b.dwStart.dw, b.in, g)
-			normAct(y, b.dwStart.norm, b.in, false)
+			y := ws.get(free[next], h*w, b.in)
+			st.DepthwiseConv2D(y, cur, b.dwStart.w, g)
+			t.normAct(y, b.dwStart.n, false)
 			cur, next = y, 1-next
 		}
-		mid := ws.get(free[next], h*w*b.mid)
-		native.GemmPacked(mid, cur, b.pwExp.packed, h*w)
-		normAct(mid, b.pwExp.norm, b.mid, true)
+		mid := ws.get(free[next], h*w, b.mid)
+		st.Pointwise(mid, cur, b.pwExp.w)
+		t.normAct(mid, b.pwExp.n, true)
 		cur, next = mid, 1-next
 		if b.spec.k > 0 {
 			g := native.SameGeom(h, w, b.spec.k, b.spec.stride)
-			y := ws.get(free[next], g.OH*g.OW*b.mid)
-			native.DepthwiseConv2D(y, cur, b.dwMid.dw, b.mid, g)
-			normAct(y, b.dwMid.norm, b.mid, true)
+			y := ws.get(free[next], g.OH*g.OW, b.mid)
+			st.DepthwiseConv2D(y, cur, b.dwMid.w, g)
+			t.normAct(y, b.dwMid.n, true)
 			cur, next, h, w = y, 1-next, g.OH, g.OW
 		}
-		out := ws.get(free[next], h*w*b.out)
-		native.GemmPacked(out, cur, b.pwProj.packed, h*w)
-		native.RMSNormAct(out, out, b.pwProj.norm, b.gamma, t.shortcut(b, xb), b.out, normEps, false)
+		out := ws.get(free[next], h*w, b.out)
+		st.Pointwise(out, cur, b.pwProj.w)
+		st.NormAct(out, out, b.pwProj.n, b.gammaT, t.shortcut(b, xb), b.out, normEps, false)
 		return act{buf: free[next], h: h, w: w, c: b.out}
 	default: // kindMQA
 		p, c := x.h*x.w, x.c
-		n := ws.get(free[0], p*c)
-		native.RMSNormAct(n, xb, b.norm, nil, nil, c, normEps, false)
-		q := ws.get(free[1], p*b.headsDim)
-		native.GemmPacked(q, n, b.query.packed, p)
+		n := ws.get(free[0], p, c)
+		st.NormAct(n, xb, b.normT, none, none, c, normEps, false)
+		q := ws.get(free[1], p, b.headsDim)
+		st.Pointwise(q, n, b.query.w)
 		kvSrcK, kvSrcV, kp := n, n, p
 		if b.spec.kvStride > 1 {
 			g := native.SameGeom(x.h, x.w, b.spec.k, b.spec.kvStride)
 			kp = g.OH * g.OW
-			kd := ws.get(4, 2*kp*c)
-			kvSrcK, kvSrcV = kd[:kp*c], kd[kp*c:]
-			native.DepthwiseConv2D(kvSrcK, n, b.keyDown.dw, c, g)
-			normAct(kvSrcK, b.keyDown.norm, c, false)
-			native.DepthwiseConv2D(kvSrcV, n, b.valDown.dw, c, g)
-			normAct(kvSrcV, b.valDown.norm, c, false)
+			kd := ws.get(4, 2*kp, c)
+			kvSrcK, kvSrcV = kd.Slice(0, kp), kd.Slice(kp, 2*kp)
+			st.DepthwiseConv2D(kvSrcK, n, b.keyDown.w, g)
+			t.normAct(kvSrcK, b.keyDown.n, false)
+			st.DepthwiseConv2D(kvSrcV, n, b.valDown.w, g)
+			t.normAct(kvSrcV, b.valDown.n, false)
 		}
-		kv := ws.get(5, 2*kp*b.spec.dim)
-		k, v := kv[:kp*b.spec.dim], kv[kp*b.spec.dim:]
-		native.GemmPacked(k, kvSrcK, b.key.packed, kp)
-		native.GemmPacked(v, kvSrcV, b.value.packed, kp)
-		o := ws.get(free[0], p*b.headsDim) // n is no longer needed
-		native.MQAttention(o, q, k, v, p, b.spec.heads, kp, b.spec.dim, float32(1/math.Sqrt(float64(b.spec.dim))))
-		out := ws.get(free[1], p*c)
-		native.GemmPacked(out, o, b.output.packed, p)
-		native.MulRows(out, b.gamma)
-		native.Add(out, out, xb)
+		kv := ws.get(5, 2*kp, b.spec.dim)
+		k, v := kv.Slice(0, kp), kv.Slice(kp, 2*kp)
+		st.Pointwise(k, kvSrcK, b.key.w)
+		st.Pointwise(v, kvSrcV, b.value.w)
+		o := ws.get(free[0], p, b.headsDim) // n is no longer needed
+		st.MQAttention(o, q, k, v, b.spec.heads, float32(1/math.Sqrt(float64(b.spec.dim))))
+		out := ws.get(free[1], p, c)
+		st.Pointwise(out, o, b.output.w)
+		st.MulRows(out, b.gammaT)
+		st.Add(out, out, xb)
 		return act{buf: free[1], h: x.h, w: x.w, c: c}
 	}
 }
 
 // shortcut is the residual a block adds to its output: its input when it
-// has a skip, else nil.
-func (t *Tower) shortcut(b *block, x []float32) []float32 {
+// has a skip, else the zero tensor.
+func (t *Tower) shortcut(b *block, x native.Tensor) native.Tensor {
 	if !b.skip {
-		return nil
+		return native.Tensor{}
 	}
 	return x
 }

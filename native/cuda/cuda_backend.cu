@@ -42,6 +42,7 @@ enum {
 	VDC_EKEYS = 1002,    /* attention: a query sees more than max_keys keys */
 	VDC_ESHARED = 1003,  /* (unused: attention needs no shared memory by keys now) */
 	VDC_ESCRATCH = 1004, /* scratch allocation failed */
+	VDC_EUNIMPL = VD_EUNIMPL, /* 1005: an operation not yet on the GPU (the towers') */
 };
 
 struct cuda_state {
@@ -2561,6 +2562,175 @@ static void c_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c)
 		fail(s, e);
 }
 
+/* ---- the towers' operations: not yet on the GPU ----
+ *
+ * Each sets the stream's error to VDC_EUNIMPL, so that a tower run on this
+ * backend fails at its sync with that code instead of computing nothing. */
+
+static void c_pointwise(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)w;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_conv2d(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, const vd_conv *g)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)w;
+	(void)bias;
+	(void)g;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_dwconv2d(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, const vd_conv *g)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)w;
+	(void)g;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_norm_act(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor gamma, vd_tensor res,
+                       int64_t dim, float eps, int gelu)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)w;
+	(void)gamma;
+	(void)res;
+	(void)dim;
+	(void)eps;
+	(void)gelu;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_avgpool2d(vd_stream *s, vd_tensor y, vd_tensor x, int64_t h, int64_t w, int64_t c, int64_t k)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)h;
+	(void)w;
+	(void)c;
+	(void)k;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_upsample_concat(vd_stream *s, vd_tensor y, vd_tensor a, vd_tensor b, int64_t h, int64_t w,
+                              int64_t bh, int64_t bw)
+{
+	ENTER(s);
+	(void)y;
+	(void)a;
+	(void)b;
+	(void)h;
+	(void)w;
+	(void)bh;
+	(void)bw;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_transpose(vd_stream *s, vd_tensor y, vd_tensor x)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_mqa(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, int64_t heads, float scale)
+{
+	ENTER(s);
+	(void)out;
+	(void)q;
+	(void)k;
+	(void)v;
+	(void)heads;
+	(void)scale;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_im2col(vd_stream *s, vd_tensor y, vd_tensor x, const vd_conv *g, int64_t kh, int64_t kw,
+                     int64_t stride_w)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)g;
+	(void)kh;
+	(void)kw;
+	(void)stride_w;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_cum_group_norm_relu(vd_stream *s, vd_tensor x, vd_tensor w, float eps)
+{
+	ENTER(s);
+	(void)x;
+	(void)w;
+	(void)eps;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_local_attention(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, vd_tensor pos,
+                              vd_tensor valid, int64_t heads, int64_t past, int64_t future, float cap)
+{
+	ENTER(s);
+	(void)out;
+	(void)q;
+	(void)k;
+	(void)v;
+	(void)pos;
+	(void)valid;
+	(void)heads;
+	(void)past;
+	(void)future;
+	(void)cap;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_dwconv_causal(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)w;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_glu(vd_stream *s, vd_tensor y, vd_tensor x)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_silu(vd_stream *s, vd_tensor y, vd_tensor x)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	fail(s, VDC_EUNIMPL);
+}
+
+static void c_clip(vd_stream *s, vd_tensor y, vd_tensor x, float lim)
+{
+	ENTER(s);
+	(void)y;
+	(void)x;
+	(void)lim;
+	fail(s, VDC_EUNIMPL);
+}
+
 static vd_backend table_template()
 {
 	vd_backend t;
@@ -2610,6 +2780,21 @@ static vd_backend table_template()
 	t.grammar_free = c_grammar_free;
 	t.catalog_init = c_catalog_init;
 	t.catalog_step = c_catalog_step;
+	t.pointwise = c_pointwise;
+	t.conv2d = c_conv2d;
+	t.dwconv2d = c_dwconv2d;
+	t.norm_act = c_norm_act;
+	t.avgpool2d = c_avgpool2d;
+	t.upsample_concat = c_upsample_concat;
+	t.transpose = c_transpose;
+	t.mqa = c_mqa;
+	t.im2col = c_im2col;
+	t.cum_group_norm_relu = c_cum_group_norm_relu;
+	t.local_attention = c_local_attention;
+	t.dwconv_causal = c_dwconv_causal;
+	t.glu = c_glu;
+	t.silu = c_silu;
+	t.clip = c_clip;
 	return t;
 }
 
