@@ -1,0 +1,69 @@
+//go:build linux || darwin
+
+// Package nativetest holds test support for the packages above native:
+// backends that behave in ways the real ones do not on this machine.
+package nativetest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"verdict/native"
+)
+
+// unimplLib is a backend library on host memory whose operations do
+// nothing and whose sync always fails with VD_EUNIMPL: a GPU backend
+// without the towers' kernels, as far as a tower can tell.
+const unimplLib = `#include "backend.h"
+#include <stdlib.h>
+static void nop(void) {}
+static void *h_alloc(vd_backend *b, size_t n) { (void)b; return calloc(1, n ? n : 64); }
+static void h_release(vd_backend *b, void *p, size_t n) { (void)b; (void)n; free(p); }
+static void *h_bind(vd_backend *b, void *h, size_t n) { (void)b; (void)n; return h; }
+static vd_stream *h_stream_new(vd_backend *b) { (void)b; return calloc(1, 64); }
+static void h_stream_free(vd_stream *s) { free(s); }
+static int h_sync(vd_stream *s) { (void)s; return VD_EUNIMPL; }
+static vd_backend t;
+vd_backend *vd_cuda_backend(int dev, char *err, size_t n) {
+	(void)dev; (void)err; (void)n;
+	void **f = (void **)&t.alloc;
+	for (size_t i = 0; i < (sizeof t - offsetof(vd_backend, alloc)) / sizeof(void *); i++)
+		f[i] = (void *)nop;
+	t.abi = VD_ABI; t.name = "cuda";
+	t.alloc = h_alloc; t.release = h_release; t.bind = h_bind;
+	t.stream_new = h_stream_new; t.stream_free = h_stream_free; t.sync = h_sync;
+	return &t;
+}
+`
+
+// Unimplemented builds unimplLib with the C compiler and opens it as CUDA
+// device 3 (a number no other test opens): a backend whose every pass
+// fails with native.ErrUnimplemented. It skips the test where there is no
+// C compiler.
+func Unimplemented(t testing.TB) *native.Backend {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	include := filepath.Join(filepath.Dir(file), "..")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "unimpl.c")
+	if err := os.WriteFile(src, []byte(unimplLib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, native.CUDALibrary)
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-I"+include, "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	t.Setenv("VERDICT_CUDA_LIB", so)
+	be, err := native.Open("cuda:3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
