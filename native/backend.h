@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 6
+#define VD_ABI 7
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -47,6 +47,7 @@ typedef struct vd_backend vd_backend;
 typedef struct vd_grammar vd_grammar;   /* a compiled catalog, on the host */
 typedef struct vd_gram vd_gram;         /* one bound to a backend */
 typedef struct vd_cat_step vd_cat_step; /* a catalog step's operands */
+typedef struct vd_loop_rows vd_loop_rows; /* a device-driven decode step's rows */
 
 /* Paged attention over a pool of key/value blocks (see vk_paged_attention
  * in kernels.h for the rules): k and v are the layer's pool [blocks·block,
@@ -286,6 +287,31 @@ struct vd_backend {
 	void (*glu)(vd_stream *s, vd_tensor y, vd_tensor x);
 	void (*silu)(vd_stream *s, vd_tensor y, vd_tensor x);
 	void (*clip)(vd_stream *s, vd_tensor y, vd_tensor x, float lim);
+
+	/* Loops: a body of operations recorded once and run on the device
+	 * until a condition clears, with no host work between iterations.
+	 * loop_begin starts recording the body as graph_begin does (0, or
+	 * nonzero where the backend cannot record: the CPU's); the body ends
+	 * with loop_while; graph_end returns the loop, and one graph_run of it
+	 * runs the body, then runs it again while cond[0] != 0 and iter[0] <
+	 * limit (I32 [1, 1] each, read after every run). Outside a loop's
+	 * recording loop_while does nothing. loop_rows sets up the rows of a
+	 * decode step whose tokens the device chose (vd_loop_rows). */
+	int (*loop_begin)(vd_stream *s);
+	void (*loop_while)(vd_stream *s, vd_tensor cond, vd_tensor iter,
+	                   int64_t limit);
+	void (*loop_rows)(vd_stream *s, const vd_loop_rows *r);
+};
+
+/* vd_loop_rows: step t = iter[0] of a decode of n rows (a sequence each)
+ * whose tokens ids [1, n] the device chose: pos[i] = pos0[i] + t,
+ * slot0[i] = slots0[i·steps + t] and slot1[i] = slots1[i·steps + t] (the
+ * key/value slots reserved for the step; t past steps − 1 reads the
+ * last), row[i] = lut[ids[i]] (0 for an id outside lut: a table row of
+ * the token); then iter[0] = t + 1. All I32. */
+struct vd_loop_rows {
+	int64_t n, steps;
+	vd_tensor iter, ids, lut, row, pos0, pos, slots0, slots1, slot0, slot1;
 };
 
 /* ---- the catalog decoder ----
@@ -365,6 +391,8 @@ struct vd_cat_step {
 	vd_tensor legal;   /* I32 [slots, 2·VD_CAT_MAX_EDGES] */
 	vd_tensor logits;  /* F32 [slots, VD_CAT_MAX_EDGES] */
 	vd_tensor next;    /* I32 [1, slots] */
+	vd_tensor running; /* catalog_step: I32 [1, 1] or nil: how many of the
+	                    * n walks are neither done nor failed after it */
 };
 
 /* vd_cpu_backend returns the CPU backend (compiled into the binary). */

@@ -531,6 +531,38 @@ static void cpu_graph_free(vd_backend *b, void *g)
 	(void)b;
 	(void)g;
 }
+/* The CPU cannot record a loop: its caller runs the body from the host. */
+static int cpu_loop_begin(vd_stream *s)
+{
+	(void)s;
+	return -1;
+}
+
+static void cpu_loop_while(vd_stream *s, vd_tensor cond, vd_tensor iter, int64_t limit)
+{
+	(void)s;
+	(void)cond;
+	(void)iter;
+	(void)limit;
+}
+
+static void cpu_loop_rows(vd_stream *s, const vd_loop_rows *r)
+{
+	(void)s;
+	int32_t *it = (int32_t *)r->iter.data;
+	const int32_t *ids = r->ids.data, *lut = r->lut.data, *pos0 = r->pos0.data;
+	const int32_t *s0 = r->slots0.data, *s1 = r->slots1.data;
+	int32_t *row = r->row.data, *pos = r->pos.data, *d0 = r->slot0.data, *d1 = r->slot1.data;
+	int64_t t = it[0], ts = t < r->steps ? t : r->steps - 1, nl = r->lut.rows * r->lut.cols;
+	for (int64_t i = 0; i < r->n; i++) {
+		pos[i] = pos0[i] + (int32_t)t;
+		d0[i] = s0[i * r->steps + ts];
+		d1[i] = s1[i * r->steps + ts];
+		row[i] = ids[i] >= 0 && ids[i] < nl ? lut[ids[i]] : 0;
+	}
+	it[0] = (int32_t)(t + 1);
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -598,6 +630,9 @@ static vd_backend cpu = {
 	.glu = vd_cpu_glu,
 	.silu = vd_cpu_silu,
 	.clip = vd_cpu_clip,
+	.loop_begin = cpu_loop_begin,
+	.loop_while = cpu_loop_while,
+	.loop_rows = cpu_loop_rows,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

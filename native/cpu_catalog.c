@@ -197,4 +197,12 @@ void vd_cpu_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c)
 		sq[VD_SEQ_NODE] = 0;
 		sq[VD_SEQ_DONE] = ch == VD_CHILD_STOP;
 	}
+	if (c->running.data) {
+		int32_t n = 0;
+		for (int64_t i = 0; i < c->n; i++) {
+			const int32_t *sq = (const int32_t *)c->seq.data + at(c->slot, i) * VD_SEQ_FIELDS;
+			n += !sq[VD_SEQ_DONE] && !sq[VD_SEQ_ERR];
+		}
+		*(int32_t *)c->running.data = n;
+	}
 }

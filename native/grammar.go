@@ -235,6 +235,25 @@ func (s *Stream) CatalogStep(cs *CatalogState, h, w Tensor, softcap float32, hro
 	C.vdc_catalog_step(s.be.t, s.s, cs.g.g, cs.step(h, w, softcap, n))
 }
 
+// CatalogStepAll is CatalogStep of walks 0..n−1 reading hidden rows
+// 0..n−1, with nothing staged from the host (so it can be recorded in a
+// graph or a loop): it also writes into running (I32 [1, 1]; nil: not
+// written) how many of those walks are neither done nor failed after it.
+func (s *Stream) CatalogStepAll(cs *CatalogState, h, w Tensor, softcap float32, n int, running Tensor) {
+	check(n >= 0 && n <= cs.slots && n <= h.Rows(), "Stream.CatalogStepAll: more walks than slots or hidden rows")
+	check(h.DType() == F32 && h.Cols() == w.Cols(), "Stream.CatalogStepAll: hidden states and head differ")
+	check(running.Nil() || (running.DType() == I32 && running.Len() >= 1), "Stream.CatalogStepAll: running is I32 [1, 1]")
+	if n == 0 {
+		return
+	}
+	c := cs.step(h, w, softcap, n)
+	c.hrow, c.slot, c.running = C.vd_tensor{}, C.vd_tensor{}, running.t
+	C.vdc_catalog_step(s.be.t, s.s, cs.g.g, c)
+}
+
+// Next returns the state's chosen tokens, I32 [1, Slots] (walk i's at i).
+func (cs *CatalogState) Next() Tensor { return cs.next }
+
 // CatalogRead downloads every walk of the state and waits for the stream.
 func (s *Stream) CatalogRead(cs *CatalogState) error {
 	s.DownloadI32(cs.hSeq, cs.seq.View(1, cs.seq.Len()))

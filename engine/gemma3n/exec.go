@@ -47,6 +47,8 @@ type Exec struct {
 	fails    map[graphKey]int // failed recordings
 	keysArg  int              // the attention's key capacity while recording or replaying
 	noGraphs bool             // the backend does not record
+
+	loop loopBufs // device-driven decodes (loop.go)
 }
 
 func (x *Exec) entCap() int { return x.entBlk.Len() }
@@ -134,6 +136,7 @@ func (x *Exec) Release() {
 
 func (x *Exec) close() {
 	x.freeGraphs()
+	x.loop.close()
 	x.ar.Free()
 	x.st.Close()
 }
@@ -439,6 +442,33 @@ func (x *Exec) embed(b *Batch, n int) error {
 // layer-major [L, n, P]; the per-layer token embeddings are read on the
 // host and uploaded.
 func (x *Exec) perLayer(n int) error {
+	m, cfg := x.m, x.m.Cfg
+	L, P := cfg.NumLayers, cfg.PerLayerSize
+	for t := 0; t < n; t++ {
+		if err := m.pleRow(x.hIDs[t], x.hPLE[t*L*P:(t+1)*L*P]); err != nil {
+			return err
+		}
+	}
+	x.perLayerFrom(n, func(tok native.Tensor) { x.st.Upload(tok, x.hPLE[:n*L*P]) })
+	return x.st.Sync() // the host rows are reused by the next batch
+}
+
+// pleRow reads token id's per-layer embedding row [L·P] into dst (ids
+// outside the per-layer vocabulary read token 0's).
+func (m *Model) pleRow(id int32, dst []float32) error {
+	if id < 0 || int(id) >= m.Cfg.VocabSizePerLayer {
+		id = 0
+	}
+	if err := m.store.Rows(m.pleName, int(id), dst); err != nil {
+		return fmt.Errorf("gemma3n: per-layer embedding of token %d: %w", id, err)
+	}
+	return nil
+}
+
+// perLayerFrom computes the per-layer inputs of n rows whose token rows
+// rows writes into tok [n, L·P] (from the host, or gathered on the
+// device).
+func (x *Exec) perLayerFrom(n int, rows func(tok native.Tensor)) {
 	m, st := x.m, x.st
 	cfg := m.Cfg
 	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
@@ -447,17 +477,8 @@ func (x *Exec) perLayer(n int) error {
 	st.Linear(proj, x.e.Slice(0, n), m.t.pleProj)
 	st.Scale(proj, proj, float32(1/math.Sqrt(float64(D))))
 	st.RMSNorm(proj, proj, m.t.pleNorm, P, float32(cfg.RMSNormEps))
-	for t := 0; t < n; t++ {
-		id := x.hIDs[t]
-		if id < 0 || int(id) >= cfg.VocabSizePerLayer {
-			id = 0
-		}
-		if err := m.store.Rows(m.pleName, int(id), x.hPLE[t*L*P:(t+1)*L*P]); err != nil {
-			return fmt.Errorf("gemma3n: per-layer embedding of token %d: %w", id, err)
-		}
-	}
 	tok := x.ple2.Sub(0, n, L*P) // free until the gather
-	st.Upload(tok, x.hPLE[:n*L*P])
+	rows(tok)
 	st.Scale(tok, tok, m.pleScale)
 	st.Add(tok, tok, proj)
 	for l := 0; l < L; l++ {
@@ -465,5 +486,4 @@ func (x *Exec) perLayer(n int) error {
 	}
 	pl := x.ple.Sub(0, L*n, P)
 	st.Scale(pl, pl, float32(1/math.Sqrt2))
-	return st.Sync() // the host rows are reused by the next batch
 }

@@ -469,6 +469,27 @@ void cat_cuda_free(int dev, vd_gram *g)
 	delete g;
 }
 
+/* k_cat_running: how many of the step's n walks are neither done nor
+ * failed (one block; a fixed tree over the threads' counts). */
+__global__ void __launch_bounds__(CAT_TB) k_cat_running(Args a, int64_t n, int32_t *out)
+{
+	__shared__ int32_t part[CAT_TB];
+	int32_t c = 0;
+	for (int64_t i = threadIdx.x; i < n; i += CAT_TB) {
+		const int32_t *sq = a.seq + cat_slot(a, i) * VD_SEQ_FIELDS;
+		c += !sq[VD_SEQ_DONE] && !sq[VD_SEQ_ERR];
+	}
+	part[threadIdx.x] = c;
+	__syncthreads();
+	for (int w = CAT_TB / 2; w > 0; w /= 2) {
+		if ((int)threadIdx.x < w)
+			part[threadIdx.x] += part[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		out[0] = part[0];
+}
+
 int cat_cuda_init(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
 {
 	if (c->n <= 0)
@@ -522,6 +543,8 @@ int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
 		break;
 	}
 	k_cat_pick<<<n, CAT_TB, 0, st>>>(wh, g->l, a);
+	if (c->running.data)
+		k_cat_running<<<1, CAT_TB, 0, st>>>(a, c->n, (int32_t *)c->running.data);
 	return (int)cudaGetLastError();
 }
 

@@ -60,7 +60,9 @@ struct vd_stream {
 	size_t scratch_n;
 	std::vector<float> host; /* sample's host copy of the logits */
 	int32_t tok;
-	bool recording; /* between graph_begin and graph_end */
+	bool recording; /* between graph_begin (or loop_begin) and graph_end */
+	cudaGraph_t loop; /* loop_begin's graph, whose while node's body is being recorded */
+	cudaGraphConditionalHandle cond; /* that node's condition */
 	void *amax;     /* argmax partials: AP floats, AP int64s */
 	void *apart;    /* attention partials */
 	size_t apart_n;
@@ -2501,6 +2503,10 @@ static void *c_graph_end(vd_stream *s)
 	s->recording = false;
 	cudaGraph_t g = nullptr;
 	cudaError_t e = cudaStreamEndCapture(s->st, &g);
+	if (s->loop) { /* g is the while node's body; the loop is its graph */
+		g = s->loop;
+		s->loop = nullptr;
+	}
 	cudaGraphExec_t x = nullptr;
 	if (e == cudaSuccess && !s->err)
 		e = cudaGraphInstantiate(&x, g, 0);
@@ -2514,6 +2520,88 @@ static void *c_graph_end(vd_stream *s)
 		return nullptr;
 	}
 	return (void *)x;
+}
+
+/* Loops: a graph of one conditional while node (its condition's default
+ * 1 at every launch, so the body runs at least once), the body recorded by
+ * capture into the node's graph; loop_while's kernel sets the condition
+ * for the next round from the device. Needs CUDA 12.4 or later. */
+static int c_loop_begin(vd_stream *s)
+{
+	cudaSetDevice(s->dev);
+	if (s->err || s->recording)
+		return s->err ? s->err : -1;
+	cudaGraph_t g = nullptr;
+	cudaError_t e = cudaGraphCreate(&g, 0);
+	cudaGraphConditionalHandle h = 0;
+	if (e == cudaSuccess)
+		e = cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault);
+	cudaGraphNodeParams p = {};
+	p.type = cudaGraphNodeTypeConditional;
+	p.conditional.handle = h;
+	p.conditional.type = cudaGraphCondTypeWhile;
+	p.conditional.size = 1;
+	cudaGraphNode_t node = nullptr;
+	if (e == cudaSuccess)
+#if CUDART_VERSION >= 13000
+		e = cudaGraphAddNode(&node, g, nullptr, nullptr, 0, &p);
+#else
+		e = cudaGraphAddNode(&node, g, nullptr, 0, &p);
+#endif
+	if (e == cudaSuccess)
+		e = cudaStreamBeginCaptureToGraph(s->st, p.conditional.phGraph_out[0], nullptr, nullptr, 0,
+		                                  cudaStreamCaptureModeRelaxed);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		if (g)
+			cudaGraphDestroy(g);
+		return (int)e;
+	}
+	s->loop = g;
+	s->cond = h;
+	s->recording = true;
+	return 0;
+}
+
+__global__ void k_loop_while(cudaGraphConditionalHandle h, const int32_t *cond, const int32_t *iter, int64_t limit)
+{
+	cudaGraphSetConditional(h, cond[0] != 0 && iter[0] < limit ? 1u : 0u);
+}
+
+static void c_loop_while(vd_stream *s, vd_tensor cond, vd_tensor iter, int64_t limit)
+{
+	ENTER(s);
+	if (!s->loop)
+		return;
+	k_loop_while<<<1, 1, 0, s->st>>>(s->cond, (const int32_t *)cond.data, (const int32_t *)iter.data, limit);
+	check(s, cudaGetLastError());
+}
+
+/* One block: every thread reads the step before thread 0 advances it. */
+__global__ void k_loop_rows(vd_loop_rows r)
+{
+	int32_t *it = (int32_t *)r.iter.data;
+	int64_t t = it[0], ts = t < r.steps ? t : r.steps - 1, nl = r.lut.rows * r.lut.cols;
+	const int32_t *ids = (const int32_t *)r.ids.data, *lut = (const int32_t *)r.lut.data;
+	for (int64_t i = threadIdx.x; i < r.n; i += blockDim.x) {
+		int32_t id = ids[i];
+		((int32_t *)r.pos.data)[i] = ((const int32_t *)r.pos0.data)[i] + (int32_t)t;
+		((int32_t *)r.slot0.data)[i] = ((const int32_t *)r.slots0.data)[i * r.steps + ts];
+		((int32_t *)r.slot1.data)[i] = ((const int32_t *)r.slots1.data)[i * r.steps + ts];
+		((int32_t *)r.row.data)[i] = id >= 0 && id < nl ? lut[id] : 0;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0)
+		it[0] = (int32_t)(t + 1);
+}
+
+static void c_loop_rows(vd_stream *s, const vd_loop_rows *r)
+{
+	ENTER(s);
+	if (r->n <= 0 || r->steps <= 0)
+		return;
+	k_loop_rows<<<1, 128, 0, s->st>>>(*r);
+	check(s, cudaGetLastError());
 }
 
 static void c_graph_run(vd_stream *s, void *g)
@@ -2776,6 +2864,9 @@ static vd_backend table_template()
 	t.graph_end = c_graph_end;
 	t.graph_run = c_graph_run;
 	t.graph_free = c_graph_free;
+	t.loop_begin = c_loop_begin;
+	t.loop_while = c_loop_while;
+	t.loop_rows = c_loop_rows;
 	t.grammar_bind = c_grammar_bind;
 	t.grammar_free = c_grammar_free;
 	t.catalog_init = c_catalog_init;

@@ -1,0 +1,56 @@
+package native
+
+/*
+#include "backend_call.h"
+*/
+import "C"
+
+// A loop is a graph whose one run repeats its body on the device until a
+// condition clears: a decode whose tokens the device chooses never waits
+// for the host between tokens. BeginLoop starts recording the body
+// (false where the backend cannot: the CPU, whose callers run the same
+// body from the host), LoopWhile ends it, and EndGraph returns the loop;
+// RunGraph runs it and Free releases it, as for any graph.
+
+// BeginLoop starts recording a loop's body instead of running the
+// stream's operations; false where the backend does not record loops.
+func (s *Stream) BeginLoop() bool {
+	return C.vdc_loop_begin(s.be.t, s.s) == 0
+}
+
+// LoopWhile ends a loop's body: a run of the loop runs the body again
+// while cond[0] != 0 and iter[0] < limit (I32 [1, 1] each, read after
+// every run of the body). Outside a loop's recording it does nothing.
+func (s *Stream) LoopWhile(cond, iter Tensor, limit int) {
+	check(cond.DType() == I32 && iter.DType() == I32 && cond.Len() >= 1 && iter.Len() >= 1, "Stream.LoopWhile: cond and iter are I32 [1, 1]")
+	C.vdc_loop_while(s.be.t, s.s, cond.t, iter.t, C.int64_t(limit))
+}
+
+// LoopRows is the row set-up of step t = Iter[0] of a decode of N rows
+// whose tokens IDs [1, N] the device chose: Pos[i] = Pos0[i] + t,
+// Slot0[i] = Slots0[i, t] and Slot1[i] = Slots1[i, t] ([N, Steps]: the
+// key/value slots reserved for each step; t past Steps−1 reads the last),
+// Row[i] = LUT[IDs[i]] (0 for an id outside LUT); then Iter[0] = t+1.
+// Every tensor is I32.
+type LoopRows struct {
+	N, Steps                                                       int
+	Iter, IDs, LUT, Row, Pos0, Pos, Slots0, Slots1, Slot0, Slot1 Tensor
+}
+
+// LoopRows enqueues r's set-up.
+func (s *Stream) LoopRows(r *LoopRows) {
+	if r.N == 0 {
+		return
+	}
+	check(r.Steps > 0, "Stream.LoopRows: no steps")
+	for _, t := range []Tensor{r.Iter, r.IDs, r.LUT, r.Row, r.Pos0, r.Pos, r.Slots0, r.Slots1, r.Slot0, r.Slot1} {
+		check(t.DType() == I32 && !t.Nil(), "Stream.LoopRows: every tensor is I32")
+	}
+	for _, t := range []Tensor{r.IDs, r.Row, r.Pos0, r.Pos, r.Slot0, r.Slot1} {
+		check(t.Len() >= r.N, "Stream.LoopRows: a row tensor shorter than N")
+	}
+	check(r.Slots0.Len() >= r.N*r.Steps && r.Slots1.Len() >= r.N*r.Steps && r.Iter.Len() >= 1, "Stream.LoopRows: slots shorter than N·Steps")
+	C.vdc_loop_rows(s.be.t, s.s, C.vd_loop_rows{n: C.int64_t(r.N), steps: C.int64_t(r.Steps),
+		iter: r.Iter.t, ids: r.IDs.t, lut: r.LUT.t, row: r.Row.t, pos0: r.Pos0.t, pos: r.Pos.t,
+		slots0: r.Slots0.t, slots1: r.Slots1.t, slot0: r.Slot0.t, slot1: r.Slot1.t})
+}
