@@ -33,7 +33,7 @@ func (s *Stream) LoopWhile(cond, iter Tensor, limit int) {
 // Row[i] = LUT[IDs[i]] (0 for an id outside LUT); then Iter[0] = t+1.
 // Every tensor is I32.
 type LoopRows struct {
-	N, Steps                                                       int
+	N, Steps                                                     int
 	Iter, IDs, LUT, Row, Pos0, Pos, Slots0, Slots1, Slot0, Slot1 Tensor
 }
 
