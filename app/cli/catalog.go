@@ -137,7 +137,16 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		reqs[i] = catalog.Request{Prompt: ids, K: j.k}
 	}
 	if *gates >= 0 {
-		return catalogGates(ctx, m.Model, cat, reqs, *gates, *asJSON, stdout)
+		// A second grammar for the switching gate: every other entry.
+		var half []catalog.Entry
+		for i := 0; i < len(entries); i += 2 {
+			half = append(half, entries[i])
+		}
+		other, err := catalog.Compile(half, tok, Grammar(tok))
+		if err != nil {
+			return fmt.Errorf("%s: half of it: %w", *catFile, err)
+		}
+		return catalogGates(ctx, m.Model, cat, other, reqs, *gates, *asJSON, stdout)
 	}
 	opt := catalog.Options{CheckDense: *checkDense}
 	if *batch == "" {
@@ -276,12 +285,17 @@ func writeJSONLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(
 
 // catalogGates runs the decoder's gates and prints each one's count; an
 // error (exit 1) when a gate fails.
-func catalogGates(ctx context.Context, m *gemma3n.Model, cat *catalog.Catalog, reqs []catalog.Request, shuffles int,
+func catalogGates(ctx context.Context, m *gemma3n.Model, cat, other *catalog.Catalog, reqs []catalog.Request, shuffles int,
 	asJSON bool, stdout io.Writer) error {
 	gs, err := catalog.Gates(ctx, m, cat, reqs, shuffles, 1)
 	if err != nil {
 		return err
 	}
+	sw, err := catalog.SwitchGate(ctx, m, cat, other, reqs)
+	if err != nil {
+		return err
+	}
+	gs = append(gs, sw)
 	failed := 0
 	for _, g := range gs {
 		failed += g.Failed
@@ -292,7 +306,7 @@ func catalogGates(ctx context.Context, m *gemma3n.Model, cat *catalog.Catalog, r
 			}
 			continue
 		}
-		line := fmt.Sprintf("%-44s %6d passed %6d failed", g.Name, g.Passed, g.Failed)
+		line := fmt.Sprintf("%-56s %6d passed %6d failed", g.Name, g.Passed, g.Failed)
 		if g.First != "" {
 			line += "  first: " + g.First
 		}

@@ -131,6 +131,9 @@ func Gates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, sh
 			return gates, err
 		}
 	}
+	if err := loopGates(ctx, m, c, reqs, ref, add); err != nil {
+		return gates, err
+	}
 	g = add("the set decoded twice = itself")
 	a, _, err := DecodeBatch(ctx, m, c, reqs, Options{})
 	if err != nil {

@@ -294,3 +294,89 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 	ls.Total = time.Since(start)
 	return out, ls, nil
 }
+
+// loopSizes are the batch sizes of the loop gates.
+var loopSizes = []int{1, 2, 7, 32, 64}
+
+// loopGates adds the loop decoder's gates to Gates: the host-driven loop
+// against the reference (ref[i] decodes reqs[i] alone), the device loop
+// against the host loop bit for bit, and a recorded loop run again
+// against its first run.
+func loopGates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, ref []Result, add func(string) *Gate) error {
+	batch := func(n, off int) ([]Request, []int) {
+		rs, idx := make([]Request, n), make([]int, n)
+		for j := range rs {
+			idx[j] = (off + j) % len(reqs)
+			rs[j] = reqs[idx[j]]
+		}
+		return rs, idx
+	}
+	host, dev, again := &Gate{Name: "host loop = alone (entries, tokens, last step)"}, &Gate{Name: "device loop = host loop, bit for bit"},
+		&Gate{Name: "a replayed device loop = its first run"}
+	devRuns := 0
+	for _, n := range loopSizes {
+		rs, idx := batch(n, n)
+		h, _, err := DecodeLoop(ctx, m, c, rs, HostLoop)
+		if err != nil {
+			return err
+		}
+		d, st, err := DecodeLoop(ctx, m, c, rs, DeviceLoop)
+		if err != nil {
+			return err
+		}
+		r, st2, err := DecodeLoop(ctx, m, c, rs, DeviceLoop)
+		if err != nil {
+			return err
+		}
+		if st.Device && st2.Device {
+			devRuns++
+		}
+		for j, i := range idx {
+			want := ref[i]
+			want.Steps = want.Steps[len(want.Steps)-1:]
+			want.Steps[0].Node = -1
+			host.check(differ(h[j], want) == "", "batch of %d, request %d: %s", n, i, differ(h[j], want))
+			dev.check(differ(d[j], h[j]) == "", "batch of %d, request %d: %s", n, i, differ(d[j], h[j]))
+			again.check(differ(r[j], d[j]) == "", "batch of %d, request %d: %s", n, i, differ(r[j], d[j]))
+		}
+	}
+	dev.Name += fmt.Sprintf(" (a backend loop in %d of %d sizes)", devRuns, len(loopSizes))
+	for _, g := range []*Gate{host, dev, again} {
+		*add(g.Name) = *g
+	}
+	return nil
+}
+
+// SwitchGate alternates device loops of two catalogs (so each replay of a
+// recorded loop finds the other grammar bound last) and checks every run
+// against the host loop of the same catalog.
+func SwitchGate(ctx context.Context, m *gemma3n.Model, a, b *Catalog, reqs []Request) (Gate, error) {
+	g := Gate{Name: "grammars switched between device loops and inside replays = host loop"}
+	rs := slices.Clone(reqs[:min(len(reqs), 7)])
+	for i := range rs {
+		rs[i].K = min(rs[i].K, len(a.Entries), len(b.Entries))
+		rs[i].Catalog = nil
+	}
+	want := map[*Catalog][]Result{}
+	for _, c := range []*Catalog{a, b} {
+		h, _, err := DecodeLoop(ctx, m, c, rs, HostLoop)
+		if err != nil {
+			return g, err
+		}
+		want[c] = h
+	}
+	for round := 0; round < 6; round++ {
+		c := a
+		if round%2 == 1 {
+			c = b
+		}
+		d, _, err := DecodeLoop(ctx, m, c, rs, DeviceLoop)
+		if err != nil {
+			return g, err
+		}
+		for j := range d {
+			g.check(differ(d[j], want[c][j]) == "", "round %d, request %d: %s", round, j, differ(d[j], want[c][j]))
+		}
+	}
+	return g, nil
+}
