@@ -41,6 +41,8 @@ type CatalogReport struct {
 	Batches []CatalogBatch `json:"batches"`
 	// Unshared is batch 1 with every prompt computed whole (no shared prefix).
 	Unshared CatalogBatch `json:"unshared"`
+	// Loops is the loop decoder, host-driven against a device loop.
+	Loops []CatalogLoop `json:"loops"`
 }
 
 // CatalogBatch is one batch size's throughput.
@@ -67,6 +69,7 @@ func (r CatalogReport) String() string {
 	for _, x := range r.Batches {
 		fmt.Fprintf(&b, "  batch %2d: %d requests in %.2f s = %.2f requests/s (%d steps, a shared prefix of %d tokens)\n", x.Batch, x.Requests, x.Seconds, x.PerSecond, x.Steps, x.SharedPrefix)
 	}
+	b.WriteString(loopsString(r.Loops))
 	return b.String()
 }
 
@@ -139,6 +142,10 @@ func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Ca
 		}
 		r.Batches = append(r.Batches, CatalogBatch{Batch: b, Requests: len(reqs), Seconds: st.Total.Seconds(),
 			PerSecond: float64(len(reqs)) / st.Total.Seconds(), Steps: st.Steps, SharedPrefix: st.SharedPrefix})
+	}
+	var err2 error
+	if r.Loops, err2 = CatalogLoops(ctx, m, cat, prompts, append([]int{1}, batches...)); err2 != nil {
+		return r, err2
 	}
 	return r, nil
 }
