@@ -31,6 +31,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	asJSON := fs.Bool("json", false, "print the names, tokens, steps and timing as JSON")
 	batch := fs.String("batch", "", `decode many requests: a JSON-lines file of {"text", "k"}`)
 	gates := fs.Int("gates", -1, "with --batch: run the decoder's gates over the requests with this many shuffled batches (every way of decoding a request gives its result alone, bit for bit); exit 1 when one fails")
+	loop := fs.String("loop", "", "with --batch: decode the requests (up to 64) as one loop of steps on the backend: device (one recorded loop, where the backend records them) or host (the same steps issued from the host)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -169,9 +170,31 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			res.Prompt, tm.PrefillMS, tm.Tokens, tm.MSPerToken, tm.HeadMSPerToken, maxLegal(res))
 		return nil
 	}
-	results, stats, err := catalog.DecodeBatch(ctx, m.Model, cat, reqs, opt)
-	if err != nil {
-		return err
+	var results []catalog.Result
+	var stats catalog.Stats
+	switch *loop {
+	case "":
+		if results, stats, err = catalog.DecodeBatch(ctx, m.Model, cat, reqs, opt); err != nil {
+			return err
+		}
+	case "device", "host":
+		mode := catalog.DeviceLoop
+		if *loop == "host" {
+			mode = catalog.HostLoop
+		}
+		var ls catalog.LoopStats
+		if results, ls, err = catalog.DecodeLoop(ctx, m.Model, cat, reqs, mode); err != nil {
+			return err
+		}
+		how := "a backend loop"
+		if !ls.Device {
+			how = "steps issued from the host"
+		}
+		fmt.Fprintf(stderr, "loop: %d requests, %d steps as %s: prefill %.1f ms, decode %.1f ms (%.3f ms a step), %.1f ms in all\n",
+			len(results), ls.Steps, how, ls.Prefill.Seconds()*1000, ls.Decode.Seconds()*1000, ls.Decode.Seconds()*1000/float64(ls.Steps+1), ls.Total.Seconds()*1000)
+		stats.Total = ls.Total
+	default:
+		return usageErr("--loop %q: want device or host", *loop)
 	}
 	for i, res := range results {
 		if *asJSON {
@@ -185,6 +208,9 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := writeJSONLine(stdout, map[string]any{"request": i + 1, "names": res.Names}); err != nil {
 			return err
 		}
+	}
+	if *loop != "" {
+		return nil
 	}
 	fmt.Fprintf(stderr, "%d requests in %.2f s (%.1f requests/s), a shared prompt prefix of %d tokens, %d batched steps over %d rows, the sparse head reading at most %d rows a step\n",
 		len(results), stats.Total.Seconds(), float64(len(results))/stats.Total.Seconds(), stats.SharedPrefix, stats.Steps, stats.Rows, stats.MaxRows)

@@ -176,3 +176,24 @@ func TestCatalogGates(t *testing.T) {
 		}
 	}
 }
+
+// --loop decodes the batch as one loop of backend steps: the same names as
+// the batched decoder, driven either way; an unknown driver is refused.
+func TestCatalogLoop(t *testing.T) {
+	testmodel.Tokenizer(t)
+	cat, _ := writeCatalog(t)
+	reqs := filepath.Join("..", "..", "testdata", "catalog-gate-requests.jsonl")
+	code, want, errOut := run("catalog", "--catalog", cat, "--batch", reqs)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, mode := range []string{"device", "host"} {
+		code, out, errOut := run("catalog", "--catalog", cat, "--batch", reqs, "--loop", mode)
+		if code != 0 || out != want || !strings.Contains(errOut, "loop: ") {
+			t.Errorf("--loop %s: exit %d, output %q (want %q), stderr %s", mode, code, out, want, errOut)
+		}
+	}
+	if code, _, errOut := run("catalog", "--catalog", cat, "--batch", reqs, "--loop", "gpu"); code != 2 || !strings.Contains(errOut, `--loop "gpu"`) {
+		t.Errorf("--loop gpu: exit %d, %s", code, errOut)
+	}
+}
