@@ -27,8 +27,8 @@ func TestGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gates) != 8 {
-		t.Fatalf("%d gates, want 8", len(gates))
+	if len(gates) != 9 {
+		t.Fatalf("%d gates, want 9", len(gates))
 	}
 	for _, g := range gates {
 		if g.Failed != 0 || g.Passed == 0 {
