@@ -55,9 +55,18 @@ func checkFits(m *gemma3n.Model, i, past, prompt, answer int) error {
 	if !errors.As(err, &kv) {
 		return fmt.Errorf("catalog: request %d: %w", i, err)
 	}
-	return fmt.Errorf("catalog: request %d %w: %d prompt tokens and up to %d answer tokens need %d %s blocks of %d positions, the pool holds %d (%w)",
-		i, ErrNeverFits, past+prompt, answer, kv.Need, kv.Kind, gemma3n.KVBlock, kv.Free, kv)
+	return &neverFits{fmt.Sprintf("catalog: request %d %v: %d prompt tokens and up to %d answer tokens need %d %s key/value blocks of %d positions, the pool holds %d",
+		i, ErrNeverFits, past+prompt, answer, kv.Need, kv.Kind, gemma3n.KVBlock, kv.Free), kv}
 }
+
+// neverFits is checkFits's error: ErrNeverFits and the pool's KVError.
+type neverFits struct {
+	msg string
+	kv  *gemma3n.KVError
+}
+
+func (e *neverFits) Error() string   { return e.msg }
+func (e *neverFits) Unwrap() []error { return []error{ErrNeverFits, e.kv} }
 
 // admissionGate checks admission against a small key/value pool (views of
 // m with pools of their own): a request one block beyond the whole pool is

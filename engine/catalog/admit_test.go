@@ -95,7 +95,7 @@ func TestRefusedAtAdmission(t *testing.T) {
 				t.Fatalf("want a refusal at admission, got %v", err)
 			}
 			last := len(tc.reqs) - 1
-			for _, s := range []string{"request " + itoa(last), itoa(len(big.Prompt)) + " prompt tokens", itoa(n) + " global blocks", "holds " + itoa(n-1)} {
+			for _, s := range []string{"request " + itoa(last), itoa(len(big.Prompt)) + " prompt tokens", itoa(n) + " global key/value blocks", "holds " + itoa(n-1)} {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("the error %q does not say %q", err, s)
 				}
@@ -159,3 +159,36 @@ func TestAdmissionWaits(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestSharedPrefixTooBig: a request twice in a pool of exactly its size,
+// where the shared prefix's blocks and a fork's reservation come to a
+// block more than the prompt whole: the decoder drops the prefix rather
+// than refuse a request that fits.
+func TestSharedPrefixTooBig(t *testing.T) {
+	m, cat, reqs, need := admissionSetup(t)
+	for i, r := range reqs {
+		a, b := (len(r.Prompt)-1)%gemma3n.KVBlock, (1+cat.MaxAnswer(r.K))%gemma3n.KVBlock
+		if a == 0 || b == 0 || a+b > gemma3n.KVBlock {
+			continue // the fork costs no extra block
+		}
+		pool := view(t, m, need(r))
+		alone, err := catalog.Decode(context.Background(), pool, cat, r, catalog.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, st, err := catalog.DecodeBatch(context.Background(), pool, cat, []catalog.Request{r, r}, catalog.Options{})
+		if err != nil {
+			t.Fatalf("request %d twice in a pool of its %d blocks: %v", i, need(r), err)
+		}
+		if st.SharedPrefix != len(r.Prompt)-1 {
+			t.Errorf("a shared prefix of %d tokens, want %d", st.SharedPrefix, len(r.Prompt)-1)
+		}
+		for j := range out {
+			if !slices.Equal(out[j].Tokens, alone.Tokens) {
+				t.Errorf("copy %d: %v, alone %v", j, out[j].Names, alone.Names)
+			}
+		}
+		return
+	}
+	t.Fatal("no fixture request whose fork needs a block more")
+}
