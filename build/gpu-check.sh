@@ -60,6 +60,11 @@ done
 say "== catalog gates --device cuda (${GATES:-2000} shuffled batches)"
 timeout 300 "$bin/verdict" catalog --device cuda --model builtin --catalog engine/catalog/tools.json \
 	--batch testdata/catalog-gate-requests.jsonl --gates "${GATES:-2000}" 2>&1 | grep -v ALSA | tee -a "$log"
+# The recorded decodes of catalog-tiny.json on the GPU, and the CPU
+# decoder's names against the GPU's on every case.
+say "== catalog fixture --device cuda (catalog-tiny.json)"
+timeout 300 "$bin/verdict" catalog --device cuda --fixture testdata/catalog-tiny.json 2>&1 | grep -v ALSA | tee -a "$log"
+say "exit ${PIPESTATUS[0]}"
 
 # Recorded passes (graphs) against direct ones: the same tokens.
 gen=(generate --device cuda --model synthetic-e2b --raw --prompt "one two three four five six" --max-tokens 48)

@@ -167,8 +167,8 @@ func TestCatalogGates(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("%d gate lines, want 8:\n%s", len(lines), out)
+	if len(lines) != 9 {
+		t.Fatalf("%d gate lines, want 9:\n%s", len(lines), out)
 	}
 	for _, l := range lines {
 		if !strings.Contains(l, " 0 failed") || strings.Contains(l, " 0 passed") {
