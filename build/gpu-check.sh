@@ -5,8 +5,11 @@
 # verify-fixture on the synthetic and micro fixtures and the E2B float64
 # one (when carried) with --device cuda and cpu; greedy and sampled
 # generation with and without graphs; bench of both shapes with --device
-# cuda (with the card's limits) and cpu; and transformers on the same card
-# when PEER_HF names peer_bench_hf.py. Everything goes under $OUT (default
+# cuda (with the card's limits) and cpu; the catalog decoder's gates, its
+# fixture on the GPU and its benchmark (cuda, and a shorter CPU sweep);
+# transformers' catalog anchor when PEER_CATALOG_DIR holds
+# peer_catalog_hf.py; and transformers on the same card when PEER_HF names
+# peer_bench_hf.py. Everything goes under $OUT (default
 # /tmp/gpu-check). CARRY names the folder holding verdict.xz,
 # tokenizer.json.xz and libasound.so.2 (default carry-cuda).
 set -uo pipefail
@@ -60,6 +63,11 @@ done
 say "== catalog gates --device cuda (${GATES:-2000} shuffled batches)"
 timeout 300 "$bin/verdict" catalog --device cuda --model builtin --catalog engine/catalog/tools.json \
 	--batch testdata/catalog-gate-requests.jsonl --gates "${GATES:-2000}" 2>&1 | grep -v ALSA | tee -a "$log"
+# The recorded decodes of catalog-tiny.json on the GPU, and the CPU
+# decoder's names against the GPU's on every case.
+say "== catalog fixture --device cuda (catalog-tiny.json)"
+timeout 300 "$bin/verdict" catalog --device cuda --fixture testdata/catalog-tiny.json 2>&1 | grep -v ALSA | tee -a "$log"
+say "exit ${PIPESTATUS[0]}"
 
 # Recorded passes (graphs) against direct ones: the same tokens.
 gen=(generate --device cuda --model synthetic-e2b --raw --prompt "one two three four five six" --max-tokens 48)
@@ -95,6 +103,82 @@ for m in r["models"]:
         m["scorer"].get("seconds", 0), m["scorer"].get("prefix_prefill_seconds", 0)))
 PY
 done
+
+# The catalog decoder's benchmark (verdict bench catalog): per token
+# (sparse head, dense head + mask, unconstrained), the end-to-end sweep of
+# CATALOG_SWEEP requests of 1-5 entries (default 500) at batch 1, 8, 32 and
+# 64, and 10 prompts prefilled one by one against in one batch, with
+# --device cuda for both shapes; the same sweep with --device cpu for E2B
+# with fewer requests (CATALOG_CPU_SWEEP, default 16; the CPU decoder is
+# slow) and no prefill comparison. CATALOG_BENCH=0 skips both.
+if [ "${CATALOG_BENCH:-1}" != 0 ]; then
+	for dev in cuda cpu; do
+		if [ "$dev" = cuda ]; then
+			models=${CATALOG_MODELS:-synthetic-e2b,synthetic-e4b} n=${CATALOG_SWEEP:-500} batches=${CATALOG_BATCHES:-1,8,32,64}
+			extra=(--requests 8 --prefill-requests 10) to=${CATALOG_TIMEOUT:-540} note=""
+		else
+			models=${CATALOG_CPU_MODELS:-synthetic-e2b} n=${CATALOG_CPU_SWEEP:-16} batches=${CATALOG_CPU_BATCHES:-1,8}
+			extra=(--requests 2 --prefill-requests 0) to=${CATALOG_CPU_TIMEOUT:-300}
+			note=" - fewer requests than on cuda: the CPU decoder is slow; 2 per-token requests, no prefill comparison"
+		fi
+		say "== bench catalog --device $dev --model $models: a sweep of $n requests at batch $batches$note"
+		t0=$(date +%s)
+		timeout "$to" "$bin/verdict" bench catalog --device "$dev" --model "$models" --weights "${CATALOG_WEIGHTS:-q4}" \
+			--sweep-requests "$n" --batches "$batches" "${extra[@]}" --json \
+			>"$OUT/bench-catalog-$dev.json" 2>"$OUT/bench-catalog-$dev.err"
+		say "exit $? in $(($(date +%s) - t0)) s"
+		python3 - "$OUT/bench-catalog-$dev.json" <<'PY' 2>&1 | tee -a "$log"
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print("%s %s (%s): per token sparse %.3f ms, dense+mask %.3f ms, unconstrained %.3f ms (constrained/unconstrained %.3f)" % (
+        r["model"], r.get("device", ""), r["weights"], r["sparse_ms_per_token"], r["dense_mask_ms_per_token"],
+        r["unconstrained_ms_per_token"], r["sparse_ms_per_token"] / r["unconstrained_ms_per_token"]))
+    for b in r["batches"]:
+        print("  batch %2d: %d requests in %.2f s = %.2f requests/s, %.3f ms a token (wall / %d tokens), %.2f ms a token a sequence, %d waited, %s" % (
+            b["batch"], b["requests"], b["seconds"], b["requests_per_second"], b["ms_per_token"], b["tokens"],
+            b["seq_ms_per_token"], b["waited"], "same names as batch 1" if b["same_as_batch_1"] else "NAMES DIFFER FROM BATCH 1"))
+    p = r.get("prefill")
+    if p:
+        print("  prefill of %d prompts (%d tokens): one by one %.2f ms, one batch %.2f ms (%.2fx), shared prefix %d once + suffixes %.2f ms (%.2fx), %s" % (
+            p["prompts"], p["tokens"], 1e3 * p["serial_seconds"], 1e3 * p["batched_seconds"], p["serial_seconds"] / p["batched_seconds"],
+            p["shared_prefix_tokens"], 1e3 * p["shared_seconds"], p["serial_seconds"] / p["shared_seconds"],
+            "same states" if p["same_states"] else "STATES DIFFER"))
+PY
+		grep -v ALSA "$OUT/bench-catalog-$dev.err" | tail -3 | tee -a "$log"
+	done
+fi
+
+# transformers' anchor for the catalog decoder on the same card:
+# peer_catalog_hf.py (with make_fixtures.py and make_catalog_fixture.py, in
+# the folder PEER_CATALOG_DIR), E2B shape, bf16, PEER_CATALOG_N requests
+# (default 30: about a minute), the rule applied on the host every step.
+if [ -n "${PEER_CATALOG_DIR:-}" ] && [ -f "$PEER_CATALOG_DIR/peer_catalog_hf.py" ]; then
+	n=${PEER_CATALOG_N:-30}
+	say "== transformers E2B bf16, catalog rule on the host (peer_catalog_hf.py, $n requests)"
+	t0=$(date +%s)
+	(cd "$PEER_CATALOG_DIR" && CARRY=/tmp DT=bf16 V=e2b N=$n timeout "${PEER_CATALOG_TIMEOUT:-240}" python3 peer_catalog_hf.py) \
+		>"$OUT/peer-catalog.json" 2>"$OUT/peer-catalog.err"
+	say "exit $? in $(($(date +%s) - t0)) s"
+	python3 - "$OUT/peer-catalog.json" "$OUT/bench-catalog-cuda.json" <<'PY' 2>&1 | tee -a "$log"
+import json, sys
+p = json.load(open(sys.argv[1]))
+rps = p["requests_per_s"]
+print("transformers: %d requests in %.1f s = %.3f requests/s, %.1f ms a token (wall / %d tokens, prefill included); "
+      "one request of %d tokens: constrained %.1f ms, unconstrained %.1f ms" % (
+    p["requests"], p["constrained_wall_s"], rps, 1e3 * p["constrained_wall_s"] / p["constrained_tokens"], p["constrained_tokens"],
+    p["per_request_tokens"], p["constrained_request_ms_median"], p["free_same_tokens_ms_median"]))
+try:
+    ours = json.load(open(sys.argv[2]))
+except (OSError, ValueError):
+    sys.exit()
+for r in ours:
+    if r["model"] == "synthetic-e2b":
+        print("verdict (%s weights, %d requests) / transformers (bf16, %d requests), requests/s, E2B shape: " % (
+            r["weights"], r["batches"][0]["requests"], p["requests"]) + ", ".join(
+            "batch %d %.0fx" % (b["batch"], b["requests_per_second"] / rps) for b in r["batches"]))
+PY
+	grep -iE "error|Traceback" "$OUT/peer-catalog.err" | tail -3 | tee -a "$log"
+fi
 
 # The peer: Hugging Face transformers on the same card (PEER_HF: the
 # script, ../shared/tools/peer_bench_hf.py, carried), bf16 and f32.

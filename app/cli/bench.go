@@ -179,8 +179,10 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlags("bench catalog", stderr)
 	model := fs.String("model", benchModels+","+models.Builtin, "models to measure, comma-separated")
 	wf := addWeightFlags(fs)
-	requests := fs.Int("requests", len(catalog.ToolRequests), "example requests of the tool catalog to decode per mode (1..8)")
-	batches := fs.String("batches", "1,8,32", "batch sizes of the throughput sweep")
+	requests := fs.Int("requests", len(catalog.ToolRequests), "example requests of the tool catalog decoded alone per mode in the per-token section (1..8)")
+	sweep := fs.Int("sweep-requests", 500, "requests of the end-to-end sweep (the example intents in turn, k = 1 + i%5)")
+	batches := fs.String("batches", "1,8,32,64", "batch sizes of the end-to-end sweep")
+	prefill := fs.Int("prefill-requests", 10, "the sweep's first prompts prefilled one by one against in one batch (0: not)")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
 	asJSON := fs.Bool("json", false, "print a JSON list, one object per model")
 	if err := parse(fs, args); err != nil {
@@ -192,11 +194,21 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if *requests < 1 || *requests > len(catalog.ToolRequests) {
 		return usageErr("--requests %d: want 1..%d", *requests, len(catalog.ToolRequests))
 	}
+	if *sweep < 1 || *sweep > 100000 {
+		return usageErr("--sweep-requests %d: want 1..100000", *sweep)
+	}
+	if *prefill < 0 || *prefill > *sweep {
+		return usageErr("--prefill-requests %d: want 0..%d (--sweep-requests)", *prefill, *sweep)
+	}
 	sizes, err := batchSizes("--batches", *batches, 256)
 	if err != nil {
 		return err
 	}
+	if len(sizes) == 0 {
+		return usageErr("--batches: no batch sizes")
+	}
 	native.SetThreads(*threads)
+	opt := bench.CatalogOptions{PerToken: *requests, Sweep: *sweep, Batches: sizes, Prefill: *prefill}
 	var reps []bench.CatalogReport
 	for _, spec := range strings.Split(*model, ",") {
 		if spec = strings.TrimSpace(spec); spec == "" {
@@ -213,16 +225,10 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			if err != nil {
 				return bench.CatalogReport{}, err
 			}
-			var reqs []catalog.Request
-			for _, q := range catalog.ToolRequests[:*requests] {
-				ids, err := catalogPrompt(tok, m.Model, cat, q.Text, q.K, false)
-				if err != nil {
-					return bench.CatalogReport{}, err
-				}
-				reqs = append(reqs, catalog.Request{Prompt: ids, K: q.K})
-			}
 			fmt.Fprintf(stderr, "%s: measuring\n", spec)
-			return bench.Catalog(ctx, spec, m.Model, cat, reqs, sizes)
+			r, err := bench.Catalog(ctx, spec, m.Model, cat, tok, opt)
+			r.Device = *wf.device
+			return r, err
 		}()
 		if err != nil {
 			return err

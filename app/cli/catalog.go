@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -32,8 +33,12 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	batch := fs.String("batch", "", `decode many requests: a JSON-lines file of {"text", "k"}`)
 	gates := fs.Int("gates", -1, "with --batch: run the decoder's gates over the requests with this many shuffled batches (every way of decoding a request gives its result alone, bit for bit); exit 1 when one fails")
 	loop := fs.String("loop", "", "with --batch: decode the requests (up to 64) as one loop of steps on the backend: device (one recorded loop, where the backend records them) or host (the same steps issued from the host)")
+	fixture := fs.String("fixture", "", "check the decoder on --device against a reference decode file (testdata/catalog-tiny.json: the built-in model's, f32 weights), and the CPU decoder's names against the device's; exit 1 when a check fails")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *fixture != "" {
+		return catalogFixtureCmd(ctx, fs, *fixture, *model, wf, *asJSON, stdout, stderr)
 	}
 	if *gates >= 0 && *batch == "" {
 		return usageErr("--gates needs --batch (the requests to check)")
@@ -322,7 +327,66 @@ func catalogGates(ctx context.Context, m *gemma3n.Model, cat, other *catalog.Cat
 		return err
 	}
 	gs = append(gs, sw)
-	failed := 0
+	return printGates("catalog gates", gs, asJSON, stdout)
+}
+
+// catalogFixtureCmd is verdict catalog --fixture: the reference decode
+// file's checks on the device's model (f32 weights), with a CPU copy of
+// the model for the CPU = device gate.
+func catalogFixtureCmd(ctx context.Context, fs *flag.FlagSet, path, model string, wf weightFlags, asJSON bool, stdout, stderr io.Writer) error {
+	var bad []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "fixture", "model", "device", "json", "weights":
+		default:
+			bad = append(bad, "--"+f.Name)
+		}
+	})
+	if len(bad) > 0 || fs.NArg() != 0 {
+		return usageErr("--fixture takes only --model, --device, --weights f32 and --json, not %v", append(bad, fs.Args()...))
+	}
+	weightsSet := false
+	fs.Visit(func(f *flag.Flag) { weightsSet = weightsSet || f.Name == "weights" })
+	if weightsSet && *wf.weights != string(gemma3n.WeightsF32) {
+		return usageErr("--fixture records f32 decodes: --weights %s cannot match them", *wf.weights)
+	}
+	*wf.weights = string(gemma3n.WeightsF32)
+	data, err := readInput(path)
+	if err != nil {
+		return err
+	}
+	f, err := catalog.ParseFixture(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	m, tok, err := wf.openTok(ctx, model, stderr)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	cpu := m.Model
+	if *wf.device != "cpu" {
+		c, err := openModel(ctx, model, models.Options{Weights: gemma3n.WeightsF32}, stderr)
+		if err != nil {
+			return fmt.Errorf("the CPU copy: %w", err)
+		}
+		defer c.Close()
+		cpu = c.Model
+	}
+	gs, err := catalog.CheckFixture(ctx, f, tok, m.Model, cpu)
+	if err != nil {
+		return err
+	}
+	return printGates("catalog fixture", gs, asJSON, stdout)
+}
+
+// printGates prints each gate's count (a JSON line each with asJSON); an
+// error (exit 1) when a case failed.
+func printGates(what string, gs []catalog.Gate, asJSON bool, stdout io.Writer) error {
+	failed, width := 0, 44
+	for _, g := range gs {
+		width = max(width, len(g.Name))
+	}
 	for _, g := range gs {
 		failed += g.Failed
 		if asJSON {
@@ -332,14 +396,14 @@ func catalogGates(ctx context.Context, m *gemma3n.Model, cat, other *catalog.Cat
 			}
 			continue
 		}
-		line := fmt.Sprintf("%-56s %6d passed %6d failed", g.Name, g.Passed, g.Failed)
+		line := fmt.Sprintf("%-*s %6d passed %6d failed", width, g.Name, g.Passed, g.Failed)
 		if g.First != "" {
 			line += "  first: " + g.First
 		}
 		fmt.Fprintln(stdout, line)
 	}
 	if failed > 0 {
-		return fmt.Errorf("catalog gates: %d cases failed", failed)
+		return fmt.Errorf("%s: %d cases failed", what, failed)
 	}
 	return nil
 }

@@ -65,7 +65,8 @@ type Catalog struct {
 	Mask  []uint64
 	Words int
 
-	path [][]int32 // per entry: the token edges from the root to its end
+	path   [][]int32 // per entry: the token edges from the root to its end
+	answer []int     // per k: the most answer tokens (MaxAnswer)
 }
 
 // Nodes reports the number of trie nodes (the root included).
@@ -174,6 +175,7 @@ func (c *Catalog) build() error {
 	c.Count = make([]int32, E)
 	c.Mask = make([]uint64, E*c.Words)
 	c.path = make([][]int32, len(c.Entries))
+	c.answer = answerBounds(c.Entries)
 	for i, e := range c.Entries {
 		cur := int32(0)
 		for _, t := range e.TokenIDs {

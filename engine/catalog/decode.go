@@ -119,6 +119,9 @@ type Stats struct {
 	// every request (0: none), Prefix the time that took.
 	SharedPrefix int
 	Prefix       time.Duration
+	// Waited is the number of requests admitted only after running ones
+	// ended, for want of key/value room for their whole answer.
+	Waited int
 }
 
 // Decode runs one request alone, with the serial no-repeat form (per-edge
@@ -180,10 +183,6 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			return nil, stats, fmt.Errorf("catalog: request %d has no catalog", i)
 		}
 		cats[i] = c
-		longest := 0
-		for _, e := range c.Entries {
-			longest = max(longest, len(e.TokenIDs)+1)
-		}
 		if len(r.Prompt) == 0 {
 			return nil, stats, fmt.Errorf("catalog: request %d has an empty prompt", i)
 		}
@@ -194,9 +193,12 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		if r.Cache != nil {
 			past = r.Cache.Len()
 		}
-		answer[i] = r.K * longest
-		if n := past + len(r.Prompt) + r.K*longest; limit > 0 && n > limit {
-			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), r.K*longest, limit)
+		answer[i] = c.MaxAnswer(r.K)
+		if n := past + len(r.Prompt) + answer[i]; limit > 0 && n > limit {
+			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), answer[i], limit)
+		}
+		if err := checkFits(m, i, past, len(r.Prompt), answer[i]); err != nil {
+			return nil, stats, err
 		}
 		for _, id := range r.Prompt {
 			if id < 0 || int(id) >= m.Cfg.VocabSize {
@@ -232,7 +234,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	}
 	out := make([]Result, len(reqs))
 	var running []*seq
-	nextReq := 0
+	nextReq, waiting := 0, -1
 	var b gemma3n.Batch
 	for nextReq < len(reqs) || len(running) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -259,7 +261,19 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 					cache.Free()
 				}
 				if len(running) > 0 {
+					if waiting != nextReq {
+						stats.Waited++
+						waiting = nextReq
+					}
 					break
+				}
+				if fed > 0 {
+					// A fork plus the prefix it shares can need a block more
+					// than the prompt alone (checkFits): with nothing
+					// running, drop the prefix and compute prompts whole.
+					shared.Free()
+					shared = nil
+					continue
 				}
 				return nil, stats, fmt.Errorf("catalog: request %d: %w", nextReq, err)
 			}

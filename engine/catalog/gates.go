@@ -35,8 +35,10 @@ func (g *Gate) check(ok bool, format string, args ...any) {
 // step alone, all requests in one batch, batches of 1, 2, 7, 32 and 64,
 // shuffles random batches (sizes 1..64, requests drawn with repeats, seed
 // fixed), prompts fed in chunks of 7 tokens, and the dense head with the
-// mask; every result emits exactly k distinct entries; and the whole set
-// decoded twice gives the same bits.
+// mask; every result emits exactly k distinct entries; a request beyond the
+// key/value pool is refused at admission, before any step, and requests
+// that do not fit at once wait and decode to their results; and the whole
+// set decoded twice gives the same bits.
 func Gates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, shuffles int, seed uint64) ([]Gate, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("catalog: gates need requests")
@@ -132,6 +134,9 @@ func Gates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, sh
 		}
 	}
 	if err := loopGates(ctx, m, c, reqs, ref, add); err != nil {
+		return gates, err
+	}
+	if err := admissionGate(ctx, m, c, reqs, ref, add("KV pool exhaustion refused at admission")); err != nil {
 		return gates, err
 	}
 	g = add("the set decoded twice = itself")

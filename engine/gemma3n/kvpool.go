@@ -285,11 +285,7 @@ func (c *Cache) Reserve(positions int) error {
 		if len(kd.layers) == 0 {
 			continue
 		}
-		need[k] = (positions+KVBlock-1)/KVBlock + 1
-		if kd.window > 0 {
-			need[k] = min(need[k], (kd.window+s.m.maxRows)/KVBlock+2)
-		}
-		need[k] = max(need[k]-s.res[k], 0)
+		need[k] = max(kd.need(positions, s.m.maxRows)-s.res[k], 0)
 		if avail := kd.free - kd.reserved; need[k] > avail {
 			return &KVError{Need: need[k], Free: avail, Kind: kindName(k)}
 		}
@@ -297,6 +293,38 @@ func (c *Cache) Reserve(positions int) error {
 	for k := range p.kinds {
 		p.kinds[k].reserved += need[k]
 		s.res[k] += need[k]
+	}
+	return nil
+}
+
+// need is the number of blocks a sequence of kind kd is promised for
+// positions more positions: a partial block at each end, and for a sliding
+// window no more than the window and one batch of rows can reach.
+func (kd *kvKind) need(positions, rows int) int {
+	n := (positions+KVBlock-1)/KVBlock + 1
+	if kd.window > 0 {
+		n = min(n, (kd.window+rows)/KVBlock+2)
+	}
+	return n
+}
+
+// KVFits reports whether m's pool, with no other sequence in it, could
+// promise a new sequence positions positions (what Reserve promises): nil,
+// or a *KVError whose Free is the pool's whole size in blocks of that kind.
+// A request it refuses can never be admitted, however long it waits.
+func (m *Model) KVFits(positions int) error {
+	p := m.pool
+	if p == nil {
+		return fmt.Errorf("gemma3n: the model is closed")
+	}
+	for k := range p.kinds {
+		kd := &p.kinds[k]
+		if len(kd.layers) == 0 {
+			continue
+		}
+		if n := kd.need(positions, m.maxRows); n > kd.blocks {
+			return &KVError{Need: n, Free: kd.blocks, Kind: kindName(k)}
+		}
 	}
 	return nil
 }
@@ -408,4 +436,22 @@ func (m *Model) WithKVPositions(n int) (*Model, error) {
 	}
 	c.pool = p
 	return &c, nil
+}
+
+// CloseView releases what a view made by WithKVPositions holds of its own:
+// its key/value pool and idle Execs; the weights stay with the model it was
+// made from. The view must not be used afterwards.
+func (m *Model) CloseView() {
+	if p := m.execs; p != nil {
+		p.mu.Lock()
+		for _, x := range p.idle {
+			x.close()
+		}
+		p.idle = nil
+		p.mu.Unlock()
+	}
+	if m.pool != nil {
+		m.pool.close()
+		m.pool = nil
+	}
 }
