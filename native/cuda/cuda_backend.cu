@@ -66,6 +66,9 @@ struct vd_stream {
 	void *amax;     /* argmax partials: AP floats, AP int64s */
 	void *apart;    /* attention partials */
 	size_t apart_n;
+	/* Scratch outgrown: recorded graphs may still use it, so it is freed
+	 * with the stream only. */
+	std::vector<void *> retired;
 	std::vector<struct prof_rec> pend; /* profiling: ops not yet summed */
 	std::vector<cudaEvent_t> events;   /* profiling: free events */
 };
@@ -968,22 +971,36 @@ __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
 	}
 }
 
+/* grow_scratch replaces *p (of *n bytes) by a buffer of at least bytes
+ * (doubling, at most cap when bytes fits it), keeping the old one until
+ * the stream is freed: a recorded graph may hold it. It cannot grow inside
+ * a recording (the recording fails; the pass runs directly and grows it). */
+static bool grow_scratch(vd_stream *s, void **p, size_t *n, size_t bytes, size_t cap)
+{
+	if (*n >= bytes)
+		return true;
+	if (s->recording) {
+		fail(s, VDC_ESCRATCH);
+		return false;
+	}
+	size_t want = std::max(bytes, std::min(2 * *n, cap));
+	void *q = nullptr;
+	if (cudaMalloc(&q, want) != cudaSuccess) {
+		cudaGetLastError();
+		fail(s, VDC_ESCRATCH);
+		return false;
+	}
+	if (*p)
+		s->retired.push_back(*p);
+	*p = q;
+	*n = want;
+	return true;
+}
+
 static void *scratch(vd_stream *s, size_t bytes)
 {
-	if (s->scratch_n < bytes) {
-		cudaStreamSynchronize(s->st);
-		if (s->scratch)
-			cudaFree(s->scratch);
-		s->scratch = nullptr;
-		s->scratch_n = 0;
-		if (cudaMalloc(&s->scratch, bytes) != cudaSuccess) {
-			cudaGetLastError();
-			s->scratch = nullptr;
-			fail(s, VDC_ESCRATCH);
-			return nullptr;
-		}
-		s->scratch_n = bytes;
-	}
+	if (!grow_scratch(s, &s->scratch, &s->scratch_n, bytes, (size_t)64 << 20))
+		return nullptr;
 	return s->scratch;
 }
 
@@ -1871,6 +1888,8 @@ static void c_stream_free(vd_stream *s)
 		cudaFree(s->amax);
 	if (s->apart)
 		cudaFree(s->apart);
+	for (void *p : s->retired)
+		cudaFree(p);
 	cudaStreamDestroy(s->st);
 	delete s;
 }
@@ -2069,7 +2088,8 @@ static void c_altup_correct(vd_stream *s, vd_tensor out, vd_tensor pred,
 
 /* c_attention: the chunked kernels over the stream's partials buffer,
  * queries in groups whose partials fit in APART_MAX bytes (a group's bits
- * are each query's own). The buffer grows between recordings only. */
+ * are each query's own). The buffer grows between recordings only, and
+ * an outgrown one lives on for the graphs recorded with it. */
 #define APART_MAX ((size_t)256 << 20)
 
 static void c_attention(vd_stream *s, const vd_attn *a)
@@ -2087,23 +2107,8 @@ static void c_attention(vd_stream *s, const vd_attn *a)
 	if (group > nq)
 		group = nq;
 	size_t need = per * (size_t)group;
-	if (s->apart_n < need) {
-		if (s->recording) { /* cannot grow inside a recording: it fails, the pass runs directly */
-			fail(s, VDC_ESCRATCH);
-			return;
-		}
-		cudaStreamSynchronize(s->st);
-		if (s->apart)
-			cudaFree(s->apart);
-		s->apart = nullptr;
-		s->apart_n = 0;
-		if (cudaMalloc(&s->apart, need) != cudaSuccess) {
-			cudaGetLastError();
-			fail(s, VDC_ESCRATCH);
-			return;
-		}
-		s->apart_n = need;
-	}
+	if (!grow_scratch(s, &s->apart, &s->apart_n, need, APART_MAX))
+		return;
 	cuda_state *cs = st_of(s->b);
 	for (int64_t q0 = 0; q0 < nq; q0 += group) {
 		int64_t g = nq - q0 < group ? nq - q0 : group;
