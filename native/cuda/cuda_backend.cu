@@ -861,7 +861,8 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 
 /* ---- sparse MLP ---- */
 
-#define SPB 256
+#define SPB 1024 /* threads of a select block: 8 chunks of E2B's 8,192 gates */
+#define SPD 32   /* warps of a down block: the survivors' sum split 32 ways */
 
 /* k_sp_select: one block a token. cut = mean + std·z of g_t; survivors i
  * (g_i − cut > 0) compacted in increasing i: idx[k] = i, g[k] = g_i − cut;
@@ -935,14 +936,14 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 }
 
 /* k_sp_down: y[t, c] = Σ_k h_k·downᵀ[idx_k, c]. A block is 32 columns
- * (one a lane) and 8 warps; warp w sums the survivors k ≡ w (mod 8) in
- * increasing k, one fma each, and the 8 partial sums add in warp order: an
- * order fixed by the token's survivors alone. */
+ * (one a lane) and SPD warps; warp w sums the survivors k ≡ w (mod SPD) in
+ * increasing k, one fma each, and the SPD partial sums add in warp order:
+ * an order fixed by the token's survivors alone. */
 __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
                           const int32_t *cnt, const uint8_t *dq,
                           const float *dso, int64_t inter, int64_t d, int lg)
 {
-	__shared__ float part[LW][32];
+	__shared__ float part[SPD][32];
 	int64_t t = blockIdx.y;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	int64_t c = (int64_t)blockIdx.x * 32 + lane;
@@ -954,7 +955,7 @@ __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
 	const float *hr = h + t * inter;
 	float acc = 0.0f;
 	if (c < d)
-		for (int64_t k = w; k < nk; k += LW) {
+		for (int64_t k = w; k < nk; k += SPD) {
 			int64_t i = ir[k];
 			uint32_t v = __ldg(dq + i * ldq + qo);
 			float nib = (float)(hi ? (v >> 4) : (v & 15u));
@@ -965,7 +966,7 @@ __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
 	__syncthreads();
 	if (w == 0 && c < d) {
 		float sum = part[0][lane];
-		for (int k = 1; k < LW; k++)
+		for (int k = 1; k < SPD; k++)
 			sum += part[k][lane];
 		y[t * d + c] = sum;
 	}
@@ -1979,7 +1980,7 @@ static void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, 32), (unsigned)n);
-	k_sp_down<<<dg, 32 * LW, 0, s->st>>>((float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
+	k_sp_down<<<dg, 32 * SPD, 0, s->st>>>((float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
 	                                 (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
 	launched(s);
 }
