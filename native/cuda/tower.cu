@@ -25,8 +25,8 @@
  *     CPU), the sum in key order and the products with v in the CPU's K
  *     blocking, then the division;
  *   - cum_group_norm_relu: per-step sums in double (a block a step), the
- *     cumulative statistics by one thread in step order, the CPU's float
- *     arithmetic for the output;
+ *     cumulative statistics by one thread in step order (staged through
+ *     shared memory), the CPU's float arithmetic for the output;
  *   - local_attention: a warp per (query, head), logits in shared memory;
  *   - dwconv_causal, glu, silu: a thread per output, the CPU's operations.
  * No result depends on the batch or the launch: every output is computed by
@@ -658,20 +658,30 @@ __global__ void __launch_bounds__(CG) k_cgn_sum(double *acc, const float *__rest
 		acc[i] = s;
 }
 
-/* k_cgn_stats: the cumulative statistics, in step order (one thread):
- * pass 0 the means, pass 1 the reciprocal deviations (the CPU's
- * arithmetic). */
-__global__ void k_cgn_stats(const double *acc, float *mean, float *rstd, int64_t t, int64_t fc, float eps,
-                            int pass)
+/* k_cgn_stats: the cumulative statistics, in step order, by thread 0
+ * (the block stages acc in shared memory, CG steps at a time): pass 0 the
+ * means, pass 1 the reciprocal deviations (the CPU's arithmetic). */
+__global__ void __launch_bounds__(CG) k_cgn_stats(const double *acc, float *mean, float *rstd, int64_t t,
+                                                  int64_t fc, float eps, int pass)
 {
+	__shared__ double buf[CG];
 	double cum = 0.0;
-	for (int64_t i = 0; i < t; i++) {
-		cum += acc[i];
-		float v = (float)(cum / ((double)(i + 1) * (double)fc));
-		if (pass)
-			rstd[i] = (float)(1.0 / sqrt((double)(v + eps)));
-		else
-			mean[i] = v;
+	for (int64_t i0 = 0; i0 < t; i0 += CG) {
+		int64_t n = t - i0 < CG ? t - i0 : CG;
+		if (threadIdx.x < n)
+			buf[threadIdx.x] = acc[i0 + threadIdx.x];
+		__syncthreads();
+		if (threadIdx.x == 0)
+			for (int64_t j = 0; j < n; j++) {
+				int64_t i = i0 + j;
+				cum += buf[j];
+				float v = (float)(cum / ((double)(i + 1) * (double)fc));
+				if (pass)
+					rstd[i] = (float)(1.0 / sqrt((double)(v + eps)));
+				else
+					mean[i] = v;
+			}
+		__syncthreads();
 	}
 }
 
@@ -705,9 +715,9 @@ int tow_cum_group_norm_relu(const tow_ctx *c, vd_tensor x, vd_tensor w, float ep
 	float *mean = (float *)(acc + t), *rstd = mean + t;
 	float *xd = (float *)x.data;
 	k_cgn_sum<<<(unsigned)t, CG, 0, c->st>>>(acc, xd, mean, fc, 0);
-	k_cgn_stats<<<1, 1, 0, c->st>>>(acc, mean, rstd, t, fc, eps, 0);
+	k_cgn_stats<<<1, CG, 0, c->st>>>(acc, mean, rstd, t, fc, eps, 0);
 	k_cgn_sum<<<(unsigned)t, CG, 0, c->st>>>(acc, xd, mean, fc, 1);
-	k_cgn_stats<<<1, 1, 0, c->st>>>(acc, mean, rstd, t, fc, eps, 1);
+	k_cgn_stats<<<1, CG, 0, c->st>>>(acc, mean, rstd, t, fc, eps, 1);
 	k_cgn_apply<<<gr, TB, 0, c->st>>>(xd, (const float *)w.data, mean, rstd, t * fc, fc, ch);
 	return launched();
 }
