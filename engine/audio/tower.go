@@ -30,8 +30,11 @@ type Tower struct {
 	Cfg        Config
 	textHidden int
 
-	mu sync.Mutex
-	b  *bound // the weights on the backend Encode runs on
+	mu      sync.Mutex
+	b       *bound   // the weights on the backend Encode runs on
+	retired []*bound // bindings given up for the CPU's, freed by Close
+	closed  bool
+	busy    sync.WaitGroup // passes in flight, which Close waits for
 
 	conv      [2]sscpConv
 	inputProj native.Matrix
@@ -103,11 +106,40 @@ func LoadTowerOn(store weights.Store, configJSON []byte, be *native.Backend) (*T
 	return t, nil
 }
 
-// Backend reports the backend the encoder runs on.
+// Backend reports the backend the encoder runs on (nil after Close).
 func (t *Tower) Backend() *native.Backend {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.b == nil {
+		return nil
+	}
 	return t.b.be
+}
+
+// ErrClosed is the error of an encoder pass after Close.
+var ErrClosed = errors.New("audio: the tower is closed")
+
+// Close frees the encoder's weights bound to its backend (and those of a
+// backend it left for the CPU), after waiting for the passes in flight.
+// Encoding after Close returns ErrClosed; the embedder's paths on encoder
+// output (PadSoftTokens, HardEmbed) still work. Closing again does nothing.
+func (t *Tower) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	t.mu.Unlock()
+	t.busy.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range append(t.retired, t.b) {
+		if b != nil {
+			b.w.Free()
+		}
+	}
+	t.b, t.retired = nil, nil
 }
 
 func loadTower(store weights.Store, cfg Config) (*Tower, error) {
@@ -269,8 +301,14 @@ func (t *Tower) Steps() int { return 1 + len(t.layers) }
 // (native.ErrUnimplemented) hands the encoder to the CPU for good.
 func (t *Tower) EncodeContext(ctx context.Context, feats []float32, mask []bool, progress func(done, total int)) (out []float32, outMask []bool, err error) {
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
 	b := t.b
+	t.busy.Add(1)
 	t.mu.Unlock()
+	defer t.busy.Done()
 	out, outMask, err = t.encode(ctx, b, feats, mask, progress)
 	if errors.Is(err, native.ErrUnimplemented) && b.be != native.Default() {
 		t.mu.Lock()
@@ -280,6 +318,8 @@ func (t *Tower) EncodeContext(ctx context.Context, feats []float32, mask []bool,
 				t.mu.Unlock()
 				return nil, nil, berr
 			}
+			// Other passes may still read b: Close frees it.
+			t.retired = append(t.retired, b)
 			t.b = cpu
 		}
 		b = t.b

@@ -26,6 +26,20 @@ type towers struct {
 	visionErr, audioErr error
 }
 
+// close frees the loaded towers' weights on the backend (Model.Close).
+func (tw *towers) close() {
+	tw.visionMu.Lock()
+	if tw.vision != nil {
+		tw.vision.Close()
+	}
+	tw.visionMu.Unlock()
+	tw.audioMu.Lock()
+	if tw.audio != nil {
+		tw.audio.Close()
+	}
+	tw.audioMu.Unlock()
+}
+
 // TowerProgress hears a tower's work on one item: done of total steps;
 // loading is true while the tower's weights are read on first use.
 type TowerProgress func(loading bool, done, total int)

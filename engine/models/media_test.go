@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"verdict/engine/audio"
 	"verdict/engine/gemma3n"
 	"verdict/engine/models"
+	"verdict/engine/vision"
 )
 
 // TestOpenContextCancelled: a load stopped while packing returns the
@@ -82,5 +84,32 @@ func TestTowerCancelAndCache(t *testing.T) {
 	clip[5] -= 0.01
 	if _, cached, _ := m.AudioTokens(context.Background(), clip, nil); cached {
 		t.Error("the cache answered after it was cleared")
+	}
+}
+
+// TestCloseClosesTowers: closing the model closes the towers it loaded
+// (their weights on the backend freed): their passes then fail with
+// ErrClosed.
+func TestCloseClosesTowers(t *testing.T) {
+	m, err := models.Open(models.Builtin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vt, err := m.VisionTower()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := m.AudioTower()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vt.Features(make([]float32, 3*vision.ImageSize*vision.ImageSize)); !errors.Is(err, vision.ErrClosed) {
+		t.Errorf("vision tower after the model's Close: %v, want ErrClosed", err)
+	}
+	if _, _, err := at.Encode(make([]float32, 4*at.Cfg.InputFeatSize), []bool{true, true, true, true}); !errors.Is(err, audio.ErrClosed) {
+		t.Errorf("audio tower after the model's Close: %v, want ErrClosed", err)
 	}
 }

@@ -67,8 +67,11 @@ func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 	return m.Tok, nil
 }
 
-// Close releases the model's memory-mapped files and packed weights.
+// Close releases the model's memory-mapped files and packed weights, and
+// the loaded towers' weights on the backend (before the files they may
+// alias).
 func (m *Model) Close() error {
+	m.towers.close()
 	var err error
 	if m.Model != nil {
 		err = m.Model.Close()

@@ -45,9 +45,10 @@ type Tower struct {
 	be    *native.Backend
 	bound *native.Bound
 
-	mu sync.Mutex
-	st *native.Stream // created on first use, dropped by Release and after a failure
-	ws workspace
+	mu     sync.Mutex
+	st     *native.Stream // created on first use, dropped by Release and after a failure
+	ws     workspace
+	closed bool
 }
 
 // convLayer is a convolution (full k×k, 1×1, or depthwise) with its
@@ -409,6 +410,24 @@ func (t *Tower) Release() {
 	t.mu.Unlock()
 }
 
+// ErrClosed is the error of an encoder pass after Close.
+var ErrClosed = errors.New("vision: the tower is closed")
+
+// Close frees what the encoder holds on its backend: the bound weights,
+// the workspace and the stream, after the pass in flight. Passes after
+// Close return ErrClosed; the embedder (EmbedSoft, HardEmbed) still works.
+// Closing again does nothing.
+func (t *Tower) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.drop()
+	if t.bound != nil {
+		t.bound.Free()
+		t.bound = nil
+	}
+	t.closed = true
+}
+
 // drop frees the workspace and the stream (t.mu held).
 func (t *Tower) drop() {
 	t.ws.free()
@@ -536,6 +555,9 @@ func (t *Tower) forward(ctx context.Context, pixels []float32, probe func(name s
 			progress(step, total)
 		}
 		return ctx.Err()
+	}
+	if t.closed {
+		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

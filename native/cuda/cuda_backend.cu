@@ -21,6 +21,7 @@
  */
 #include "../backend.h"
 #include "device_math.cuh"
+#include "tower.h"
 
 #include <cuda_runtime.h>
 
@@ -42,7 +43,8 @@ enum {
 	VDC_EKEYS = 1002,    /* attention: a query sees more than max_keys keys */
 	VDC_ESHARED = 1003,  /* (unused: attention needs no shared memory by keys now) */
 	VDC_ESCRATCH = 1004, /* scratch allocation failed */
-	VDC_EUNIMPL = VD_EUNIMPL, /* 1005: an operation not yet on the GPU (the towers') */
+	VDC_EUNIMPL = VD_EUNIMPL, /* 1005: an operation not on the GPU (none now; the towers' before tower.cu) */
+	VDC_ESHAPE = 1006,   /* a tower op's shape past its kernels' limits (tower.cu, TOW_ESHAPE) */
 };
 
 struct cuda_state {
@@ -2656,173 +2658,98 @@ static void c_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c)
 		fail(s, e);
 }
 
-/* ---- the towers' operations: not yet on the GPU ----
+/* ---- the towers' operations (tower.cu) ----
  *
- * Each sets the stream's error to VDC_EUNIMPL, so that a tower run on this
- * backend fails at its sync with that code instead of computing nothing. */
+ * Each runs tower.cu's kernels on the stream; an error they return (a bad
+ * dtype, a shape past their limits, a failed launch) is the stream's. */
+
+static void *tow_scratch(void *s, size_t bytes) { return scratch((vd_stream *)s, bytes); }
+
+#define TOW(s, call)                                        \
+	do {                                                \
+		ENTER(s);                                   \
+		tow_ctx ctx_ {(s)->st, tow_scratch, (s)};   \
+		if (int e_ = call)                          \
+			fail((s), e_);                      \
+	} while (0)
 
 static void c_pointwise(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)w;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_pointwise(&ctx_, y, x, w));
 }
 
 static void c_conv2d(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, const vd_conv *g)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)w;
-	(void)bias;
-	(void)g;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_conv2d(&ctx_, y, x, w, bias, g));
 }
 
 static void c_dwconv2d(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, const vd_conv *g)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)w;
-	(void)g;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_dwconv2d(&ctx_, y, x, w, g));
 }
 
 static void c_norm_act(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor gamma, vd_tensor res,
                        int64_t dim, float eps, int gelu)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)w;
-	(void)gamma;
-	(void)res;
-	(void)dim;
-	(void)eps;
-	(void)gelu;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_norm_act(&ctx_, y, x, w, gamma, res, dim, eps, gelu));
 }
 
 static void c_avgpool2d(vd_stream *s, vd_tensor y, vd_tensor x, int64_t h, int64_t w, int64_t c, int64_t k)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)h;
-	(void)w;
-	(void)c;
-	(void)k;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_avgpool2d(&ctx_, y, x, h, w, c, k));
 }
 
 static void c_upsample_concat(vd_stream *s, vd_tensor y, vd_tensor a, vd_tensor b, int64_t h, int64_t w,
                               int64_t bh, int64_t bw)
 {
-	ENTER(s);
-	(void)y;
-	(void)a;
-	(void)b;
-	(void)h;
-	(void)w;
-	(void)bh;
-	(void)bw;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_upsample_concat(&ctx_, y, a, b, h, w, bh, bw));
 }
 
 static void c_transpose(vd_stream *s, vd_tensor y, vd_tensor x)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_transpose(&ctx_, y, x));
 }
 
 static void c_mqa(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, int64_t heads, float scale)
 {
-	ENTER(s);
-	(void)out;
-	(void)q;
-	(void)k;
-	(void)v;
-	(void)heads;
-	(void)scale;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_mqa(&ctx_, out, q, k, v, heads, scale));
 }
 
 static void c_im2col(vd_stream *s, vd_tensor y, vd_tensor x, const vd_conv *g, int64_t kh, int64_t kw,
                      int64_t stride_w)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)g;
-	(void)kh;
-	(void)kw;
-	(void)stride_w;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_im2col(&ctx_, y, x, g, kh, kw, stride_w));
 }
 
 static void c_cum_group_norm_relu(vd_stream *s, vd_tensor x, vd_tensor w, float eps)
 {
-	ENTER(s);
-	(void)x;
-	(void)w;
-	(void)eps;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_cum_group_norm_relu(&ctx_, x, w, eps));
 }
 
 static void c_local_attention(vd_stream *s, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, vd_tensor pos,
                               vd_tensor valid, int64_t heads, int64_t past, int64_t future, float cap)
 {
-	ENTER(s);
-	(void)out;
-	(void)q;
-	(void)k;
-	(void)v;
-	(void)pos;
-	(void)valid;
-	(void)heads;
-	(void)past;
-	(void)future;
-	(void)cap;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_local_attention(&ctx_, out, q, k, v, pos, valid, heads, past, future, cap));
 }
 
 static void c_dwconv_causal(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)w;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_dwconv_causal(&ctx_, y, x, w));
 }
 
 static void c_glu(vd_stream *s, vd_tensor y, vd_tensor x)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_glu(&ctx_, y, x));
 }
 
 static void c_silu(vd_stream *s, vd_tensor y, vd_tensor x)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_silu(&ctx_, y, x));
 }
 
 static void c_clip(vd_stream *s, vd_tensor y, vd_tensor x, float lim)
 {
-	ENTER(s);
-	(void)y;
-	(void)x;
-	(void)lim;
-	fail(s, VDC_EUNIMPL);
+	TOW(s, tow_clip(&ctx_, y, x, lim));
 }
 
 static vd_backend table_template()

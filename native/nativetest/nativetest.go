@@ -16,13 +16,22 @@ import (
 
 // unimplLib is a backend library on host memory whose operations do
 // nothing and whose sync always fails with VD_EUNIMPL: a GPU backend
-// without the towers' kernels, as far as a tower can tell.
+// without the towers' kernels, as far as a tower can tell. Its info
+// reports the bindings and allocations alive (units, mem_total: see Live).
 const unimplLib = `#include "backend.h"
 #include <stdlib.h>
+#include <string.h>
+static int binds, allocs;
 static void nop(void) {}
-static void *h_alloc(vd_backend *b, size_t n) { (void)b; return calloc(1, n ? n : 64); }
-static void h_release(vd_backend *b, void *p, size_t n) { (void)b; (void)n; free(p); }
-static void *h_bind(vd_backend *b, void *h, size_t n) { (void)b; (void)n; return h; }
+static void *h_alloc(vd_backend *b, size_t n) { (void)b; __atomic_add_fetch(&allocs, 1, __ATOMIC_SEQ_CST); return calloc(1, n ? n : 64); }
+static void h_release(vd_backend *b, void *p, size_t n) { (void)b; (void)n; if (p) __atomic_sub_fetch(&allocs, 1, __ATOMIC_SEQ_CST); free(p); }
+static void *h_bind(vd_backend *b, void *h, size_t n) { (void)b; (void)n; __atomic_add_fetch(&binds, 1, __ATOMIC_SEQ_CST); return h; }
+static void h_unbind(vd_backend *b, void *p, void *h, size_t n) { (void)b; (void)p; (void)h; (void)n; __atomic_sub_fetch(&binds, 1, __ATOMIC_SEQ_CST); }
+static int h_info(vd_backend *b, vd_info *o) {
+	(void)b; memset(o, 0, sizeof *o); strcpy(o->name, "unimplemented (nativetest)");
+	o->units = __atomic_load_n(&binds, __ATOMIC_SEQ_CST); o->mem_total = __atomic_load_n(&allocs, __ATOMIC_SEQ_CST);
+	return 0;
+}
 static vd_stream *h_stream_new(vd_backend *b) { (void)b; return calloc(1, 64); }
 static void h_stream_free(vd_stream *s) { free(s); }
 static int h_sync(vd_stream *s) { (void)s; return VD_EUNIMPL; }
@@ -33,7 +42,7 @@ vd_backend *vd_cuda_backend(int dev, char *err, size_t n) {
 	for (size_t i = 0; i < (sizeof t - offsetof(vd_backend, alloc)) / sizeof(void *); i++)
 		f[i] = (void *)nop;
 	t.abi = VD_ABI; t.name = "cuda";
-	t.alloc = h_alloc; t.release = h_release; t.bind = h_bind;
+	t.alloc = h_alloc; t.release = h_release; t.bind = h_bind; t.unbind = h_unbind; t.info = h_info;
 	t.stream_new = h_stream_new; t.stream_free = h_stream_free; t.sync = h_sync;
 	return &t;
 }
@@ -66,4 +75,12 @@ func Unimplemented(t testing.TB) *native.Backend {
 		t.Fatal(err)
 	}
 	return be
+}
+
+// Live reports the bindings (Bind) and allocations (Alloc) alive on a
+// backend from Unimplemented, which every test of a package shares: compare
+// counts taken before and after.
+func Live(be *native.Backend) (binds, allocs int) {
+	d, _ := be.Info()
+	return d.Units, int(d.MemTotal)
 }

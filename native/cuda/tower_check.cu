@@ -1,0 +1,638 @@
+/*
+ * tower_check.cu: compares the CUDA backend's tower operations (tower.cu)
+ * with the CPU backend's (cpu_tower.c, the reference) on random inputs of
+ * small shapes and of the towers' real ones (MobileNetV5 at 768×768, the
+ * audio conformer on 30 s), prints a line per check and a last line "N
+ * checks, M failures", and exits 1 on a failure (2 when there is no GPU).
+ * Built by build/cuda.sh with the CPU backend's C sources; no Go.
+ *
+ * Relative error is max|gpu − cpu| / max|cpu| over the output (outputs
+ * poisoned with NaN first: an unwritten element fails). Tolerances as
+ * ops_check: exact for memory ops (upsample_concat, transpose, im2col,
+ * avgpool2d, clip), 1e-6 for elementwise math (glu, silu), 2e-5 for ops
+ * that sum (pointwise, conv2d, dwconv2d, norm_act, mqa, cumulative group
+ * norm, local attention, causal conv). Each line also says how many
+ * elements differ in their bits ("bits≠"). A row of a product or of mqa
+ * alone must give its bits in the batch, and bad calls set the stream's
+ * sticky error.
+ */
+#include "../backend.h"
+#include "../kernels.h"
+#include "../kernels_conv.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" vd_backend *vd_cuda_backend(int device, char *err, size_t errlen);
+
+static const double TOL_DOT = 2e-5, TOL_EW = 1e-6, EXACT = 0;
+
+static vd_backend *CPU, *GPU;
+static vd_stream *CS, *GS;
+static std::mt19937_64 rng(4242);
+static int checks = 0, failures = 0;
+static bool small_only; /* -small: the small shapes only (the host emulation of build/cuda-syntax.sh) */
+
+/* skip: a check of n output elements is left out under -small. */
+static bool skip(int64_t n) { return small_only && n > 20000; }
+
+/* A buffer on both sides: c on the host (the CPU backend's memory), g on
+ * the device. */
+struct Pair {
+	void *c = nullptr, *g = nullptr;
+	size_t n = 0;
+};
+static std::vector<Pair> live;
+
+static Pair in(const void *host, size_t bytes)
+{
+	Pair p;
+	p.n = bytes;
+	p.c = malloc(bytes ? bytes : 4);
+	memcpy(p.c, host, bytes);
+	p.g = GPU->alloc(GPU, bytes ? bytes : 4);
+	if (!p.c || !p.g) {
+		fprintf(stderr, "tower_check: out of memory (%zu bytes)\n", bytes);
+		exit(3);
+	}
+	cudaMemcpy(p.g, host, bytes, cudaMemcpyHostToDevice);
+	live.push_back(p);
+	return p;
+}
+template <class T> static Pair in(const std::vector<T> &v) { return in(v.data(), v.size() * sizeof(T)); }
+
+static Pair out(size_t bytes)
+{
+	Pair p;
+	p.n = bytes;
+	p.c = malloc(bytes ? bytes : 4);
+	p.g = GPU->alloc(GPU, bytes ? bytes : 4);
+	if (!p.c || !p.g) {
+		fprintf(stderr, "tower_check: out of memory (%zu bytes)\n", bytes);
+		exit(3);
+	}
+	memset(p.c, 0xff, bytes);
+	cudaMemset(p.g, 0xff, bytes);
+	live.push_back(p);
+	return p;
+}
+
+static void free_all()
+{
+	for (Pair &p : live) {
+		free(p.c);
+		GPU->release(GPU, p.g, p.n ? p.n : 4);
+	}
+	live.clear();
+}
+
+static vd_tensor T(const Pair &p, bool g, int64_t r, int64_t c, int dt = VD_F32)
+{
+	vd_tensor t;
+	memset(&t, 0, sizeof t);
+	t.data = g ? p.g : p.c;
+	t.dtype = dt;
+	t.rows = r;
+	t.cols = c;
+	return t;
+}
+static vd_tensor NIL()
+{
+	vd_tensor t;
+	memset(&t, 0, sizeof t);
+	return t;
+}
+
+static std::vector<float> randf(size_t n, float lo = -1, float hi = 1)
+{
+	std::uniform_real_distribution<float> d(lo, hi);
+	std::vector<float> v(n);
+	for (auto &x : v)
+		x = d(rng);
+	return v;
+}
+
+/* packed: a random weight [n, k] in the panel layout (vk_conv_pack). */
+static std::vector<float> packed(int64_t n, int64_t k, float lim)
+{
+	std::vector<float> w = randf((size_t)(n * k), -lim, lim);
+	std::vector<float> p((size_t)vk_conv_packed_len(n, k));
+	vk_conv_pack(p.data(), w.data(), n, k);
+	return p;
+}
+
+/* run calls op on the CPU then the GPU and syncs both; a GPU error is a
+ * failed check. */
+static bool run(const std::string &name, const std::function<void(vd_backend *, vd_stream *, bool)> &op)
+{
+	op(CPU, CS, false);
+	CPU->sync(CS);
+	op(GPU, GS, true);
+	int rc = GPU->sync(GS);
+	if (rc) {
+		checks++;
+		failures++;
+		printf("%-58s GPU ERROR %d FAIL\n", name.c_str(), rc);
+		return false;
+	}
+	return true;
+}
+
+static std::vector<float> down_f(const Pair &p, size_t n)
+{
+	std::vector<float> v(n);
+	cudaMemcpy(v.data(), p.g, n * 4, cudaMemcpyDeviceToHost);
+	return v;
+}
+
+/* cmp compares n floats of p (GPU against CPU) and prints a line. */
+static void cmp(const std::string &name, const Pair &p, size_t n, double tol)
+{
+	std::vector<float> g = down_f(p, n);
+	const float *c = (const float *)p.c;
+	double mabs = 0, mref = 0;
+	size_t bits = 0;
+	bool bad = false;
+	for (size_t i = 0; i < n; i++) {
+		bits += memcmp(&c[i], &g[i], 4) != 0;
+		if (std::isnan(c[i]) || std::isnan(g[i])) {
+			bad = true;
+			continue;
+		}
+		double e = fabs((double)g[i] - (double)c[i]);
+		mabs = std::max(mabs, e);
+		mref = std::max(mref, fabs((double)c[i]));
+	}
+	double rel = mref > 0 ? mabs / mref : mabs;
+	bool fail = bad || rel > tol || (tol == 0 && bits != 0);
+	checks++;
+	printf("%-58s n=%-9zu maxabs %.3e rel %.3e bits≠ %-8zu tol %.0e %s\n", name.c_str(), n, mabs, rel, bits, tol,
+	       fail ? (bad ? "FAIL (NaN/unwritten)" : "FAIL") : "ok");
+	if (fail)
+		failures++;
+}
+
+/* same checks that the GPU's values a and b are identical bits. */
+static void same(const std::string &name, const float *a, const float *b, size_t n)
+{
+	size_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff += memcmp(&a[i], &b[i], 4) != 0;
+	checks++;
+	printf("%-58s n=%-9zu differing %zu (exact) %s\n", name.c_str(), n, diff, diff ? "FAIL" : "ok");
+	if (diff)
+		failures++;
+}
+
+static std::string fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static std::string fmt(const char *f, ...)
+{
+	char b[160];
+	va_list ap;
+	va_start(ap, f);
+	vsnprintf(b, sizeof b, f, ap);
+	va_end(ap);
+	return b;
+}
+
+static vd_conv geom(int64_t h, int64_t w, int64_t c, int k, int stride, int pt, int pl)
+{
+	vd_conv g;
+	memset(&g, 0, sizeof g);
+	g.h = h;
+	g.w = w;
+	g.c = c;
+	g.k = k;
+	g.stride = stride;
+	g.pad_t = pt;
+	g.pad_l = pl;
+	/* The output: every window inside the image padded pt, pl on both
+	 * sides, or, with no padding before and a stride, TF 'same' (all the
+	 * padding after the end, read as zeros). */
+	g.oh = (h + pt + pt - k) / stride + 1;
+	g.ow = (w + pl + pl - k) / stride + 1;
+	if (pt == 0 && pl == 0 && stride > 1) { /* 'same' padding all at the end */
+		g.oh = (h + stride - 1) / stride;
+		g.ow = (w + stride - 1) / stride;
+	}
+	if (g.oh < 1)
+		g.oh = 1;
+	if (g.ow < 1)
+		g.ow = 1;
+	return g;
+}
+
+/* ---- the vision tower ---- */
+
+static void check_pointwise()
+{
+	struct S {
+		int64_t m, k, n;
+	} shapes[] = {{1, 3, 5},         {7, 17, 33},       {100, 64, 48},    {65, 1000, 70}, {300, 321, 16},
+	              {36864, 128, 512}, {2304, 640, 1280}, {576, 1280, 2560}, {9216, 256, 1536}};
+	for (S s : shapes) {
+		if (skip(s.m * s.n))
+			continue;
+		Pair X = in(randf((size_t)(s.m * s.k))), W = in(packed(s.n, s.k, 0.2f)), Y = out((size_t)(s.m * s.n * 4));
+		std::string nm = fmt("pointwise m=%lld k=%lld n=%lld", (long long)s.m, (long long)s.k, (long long)s.n);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->pointwise(st, T(Y, g, s.m, s.n), T(X, g, s.m, s.k), T(W, g, s.n, s.k));
+		    }))
+			cmp(nm, Y, (size_t)(s.m * s.n), TOL_DOT);
+		if (s.m > 3) { /* rows 1..3 alone: their bits in the batch */
+			std::vector<float> all = down_f(Y, (size_t)(s.m * s.n));
+			Pair Y1 = out((size_t)(3 * s.n * 4));
+			vd_tensor x1 = T(X, true, 3, s.k);
+			x1.data = (float *)X.g + s.k;
+			GPU->pointwise(GS, T(Y1, true, 3, s.n), x1, T(W, true, s.n, s.k));
+			if (GPU->sync(GS) == 0) {
+				std::vector<float> one = down_f(Y1, (size_t)(3 * s.n));
+				same(nm + " rows 1..3 alone", one.data(), all.data() + s.n, (size_t)(3 * s.n));
+			}
+		}
+		free_all();
+	}
+}
+
+static void check_conv2d()
+{
+	struct S {
+		int64_t h, w, c, cout;
+		int k, stride, pt, pl;
+		bool bias;
+	} shapes[] = {{5, 7, 3, 5, 3, 1, 1, 1, true},      {9, 8, 4, 17, 3, 2, 0, 0, false},
+	              {11, 6, 2, 33, 5, 2, 2, 1, true},    {4, 4, 40, 20, 3, 1, 1, 1, true},
+	              {768, 768, 3, 64, 3, 2, 0, 0, true}, {768, 768, 3, 64, 3, 2, 1, 1, false},
+	              {384, 384, 64, 256, 3, 2, 0, 0, false}, {192, 192, 128, 512, 3, 1, 1, 1, false}};
+	for (S s : shapes) {
+		vd_conv g = geom(s.h, s.w, s.c, s.k, s.stride, s.pt, s.pl);
+		int64_t kk = (int64_t)s.k * s.k * s.c, m = g.oh * g.ow;
+		if (skip(m * s.cout))
+			continue;
+		Pair X = in(randf((size_t)(s.h * s.w * s.c))), W = in(packed(s.cout, kk, 0.2f));
+		Pair B = in(randf((size_t)s.cout)), Y = out((size_t)(m * s.cout * 4));
+		std::string nm = fmt("conv2d %lldx%lldx%lld->%lld k%d s%d p%d,%d%s", (long long)s.h, (long long)s.w,
+		                     (long long)s.c, (long long)s.cout, s.k, s.stride, s.pt, s.pl, s.bias ? " bias" : "");
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
+			    b->conv2d(st, T(Y, gp, m, s.cout), T(X, gp, s.h * s.w, s.c), T(W, gp, s.cout, kk),
+			              s.bias ? T(B, gp, 1, s.cout) : NIL(), &g);
+		    }))
+			cmp(nm, Y, (size_t)(m * s.cout), TOL_DOT);
+		free_all();
+	}
+}
+
+static void check_dwconv2d()
+{
+	struct S {
+		int64_t h, w, c;
+		int k, stride, pt, pl;
+	} shapes[] = {{5, 7, 3, 3, 1, 1, 1},   {9, 8, 33, 5, 2, 2, 2},     {6, 6, 8, 3, 2, 0, 0},
+	              {3, 3, 5, 5, 1, 3, 3},   {192, 192, 256, 3, 1, 1, 1}, {96, 96, 1536, 5, 2, 1, 1},
+	              {48, 48, 3840, 5, 1, 2, 2}, {24, 24, 1280, 3, 1, 1, 1}};
+	for (S s : shapes) {
+		vd_conv g = geom(s.h, s.w, s.c, s.k, s.stride, s.pt, s.pl);
+		int64_t m = g.oh * g.ow;
+		if (skip(m * s.c))
+			continue;
+		Pair X = in(randf((size_t)(s.h * s.w * s.c))), W = in(randf((size_t)(s.k * s.k * s.c)));
+		Pair Y = out((size_t)(m * s.c * 4));
+		std::string nm = fmt("dwconv2d %lldx%lldx%lld k%d s%d p%d,%d", (long long)s.h, (long long)s.w,
+		                     (long long)s.c, s.k, s.stride, s.pt, s.pl);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
+			    b->dwconv2d(st, T(Y, gp, m, s.c), T(X, gp, s.h * s.w, s.c), T(W, gp, s.k * s.k, s.c), &g);
+		    }))
+			cmp(nm, Y, (size_t)(m * s.c), TOL_DOT);
+		free_all();
+	}
+}
+
+static void check_norm_act()
+{
+	struct S {
+		int64_t rows, dim;
+		int gelu;
+		bool gamma, res, alias;
+	} shapes[] = {{1, 7, 0, false, false, false},     {33, 64, 1, false, false, false}, {33, 64, 1, true, true, false},
+	              {10, 100, 0, true, false, true},     {5, 1000, 1, false, true, true},  {36864, 256, 1, false, false, false},
+	              {2304, 640, 0, true, true, false},   {576, 2048, 1, true, true, true}};
+	for (S s : shapes) {
+		int64_t n = s.rows * s.dim;
+		if (skip(n))
+			continue;
+		Pair X = in(randf((size_t)n, -3, 3)), W = in(randf((size_t)s.dim, 0.5f, 1.5f));
+		Pair G = in(randf((size_t)s.dim)), R = in(randf((size_t)n)), Y = s.alias ? X : out((size_t)n * 4);
+		std::string nm = fmt("norm_act %lldx%lld%s%s%s%s", (long long)s.rows, (long long)s.dim, s.gelu ? " gelu" : "",
+		                     s.gamma ? " gamma" : "", s.res ? " res" : "", s.alias ? " y=x" : "");
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->norm_act(st, T(Y, g, s.rows, s.dim), T(X, g, s.rows, s.dim), T(W, g, 1, s.dim),
+			                s.gamma ? T(G, g, 1, s.dim) : NIL(), s.res ? T(R, g, s.rows, s.dim) : NIL(), s.dim,
+			                1e-6f, s.gelu);
+		    }))
+			cmp(nm, Y, (size_t)n, TOL_DOT);
+		free_all();
+	}
+}
+
+static void check_memory()
+{
+	struct P {
+		int64_t h, w, c, k;
+	} pools[] = {{4, 6, 5, 2}, {9, 9, 3, 3}, {7, 7, 4, 7}, {48, 48, 2048, 3}, {96, 96, 640, 2}};
+	for (P p : pools) {
+		int64_t oh = p.h / p.k, ow = p.w / p.k;
+		if (skip(p.h * p.w * p.c))
+			continue;
+		Pair X = in(randf((size_t)(p.h * p.w * p.c))), Y = out((size_t)(oh * ow * p.c * 4));
+		std::string nm = fmt("avgpool2d %lldx%lldx%lld k%lld", (long long)p.h, (long long)p.w, (long long)p.c,
+		                     (long long)p.k);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->avgpool2d(st, T(Y, g, oh * ow, p.c), T(X, g, p.h * p.w, p.c), p.h, p.w, p.c, p.k);
+		    }))
+			cmp(nm, Y, (size_t)(oh * ow * p.c), EXACT);
+		free_all();
+	}
+	struct U {
+		int64_t h, w, ca, bh, bw, cb;
+	} ups[] = {{4, 4, 3, 2, 2, 5}, {5, 7, 2, 3, 2, 4}, {3, 3, 1, 5, 4, 2}, {48, 48, 640, 24, 24, 1280}, {48, 48, 1280, 16, 16, 640}};
+	for (U u : ups) {
+		int64_t n = u.h * u.w * (u.ca + u.cb);
+		if (skip(n))
+			continue;
+		Pair A = in(randf((size_t)(u.h * u.w * u.ca))), B = in(randf((size_t)(u.bh * u.bw * u.cb))), Y = out((size_t)n * 4);
+		std::string nm = fmt("upsample_concat %lldx%lldx%lld + %lldx%lldx%lld", (long long)u.h, (long long)u.w,
+		                     (long long)u.ca, (long long)u.bh, (long long)u.bw, (long long)u.cb);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->upsample_concat(st, T(Y, g, u.h * u.w, u.ca + u.cb), T(A, g, u.h * u.w, u.ca),
+			                       T(B, g, u.bh * u.bw, u.cb), u.h, u.w, u.bh, u.bw);
+		    }))
+			cmp(nm, Y, (size_t)n, EXACT);
+		free_all();
+	}
+	struct R {
+		int64_t rows, cols;
+	} tr[] = {{1, 1}, {5, 7}, {33, 65}, {3, 768 * 768}, {2048, 256}};
+	for (R r : tr) {
+		if (skip(r.rows * r.cols))
+			continue;
+		Pair X = in(randf((size_t)(r.rows * r.cols))), Y = out((size_t)(r.rows * r.cols * 4));
+		std::string nm = fmt("transpose %lldx%lld", (long long)r.rows, (long long)r.cols);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->transpose(st, T(Y, g, r.cols, r.rows), T(X, g, r.rows, r.cols));
+		    }))
+			cmp(nm, Y, (size_t)(r.rows * r.cols), EXACT);
+		free_all();
+	}
+}
+
+static void check_mqa()
+{
+	struct S {
+		int64_t nq, heads, nk, d;
+	} shapes[] = {{1, 1, 1, 1},    {7, 3, 5, 8},        {40, 2, 33, 64},     {9, 4, 1000, 96},
+	              {5, 2, 70, 128}, {2304, 12, 576, 64}, {576, 16, 576, 96}, {100, 8, 2304, 64}};
+	for (S s : shapes) {
+		int64_t hd = s.heads * s.d;
+		if (skip(s.nq * hd))
+			continue;
+		float scale = 1.0f / sqrtf((float)s.d);
+		Pair Q = in(randf((size_t)(s.nq * hd), -2, 2)), K = in(randf((size_t)(s.nk * s.d), -2, 2));
+		Pair V = in(randf((size_t)(s.nk * s.d))), O = out((size_t)(s.nq * hd * 4));
+		std::string nm = fmt("mqa nq=%lld heads=%lld nk=%lld d=%lld", (long long)s.nq, (long long)s.heads,
+		                     (long long)s.nk, (long long)s.d);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->mqa(st, T(O, g, s.nq, hd), T(Q, g, s.nq, hd), T(K, g, s.nk, s.d), T(V, g, s.nk, s.d), s.heads,
+			           scale);
+		    }))
+			cmp(nm, O, (size_t)(s.nq * hd), TOL_DOT);
+		if (s.nq > 2) { /* query 1 alone: its bits in the batch */
+			std::vector<float> all = down_f(O, (size_t)(s.nq * hd));
+			Pair O1 = out((size_t)hd * 4);
+			vd_tensor q1 = T(Q, true, 1, hd);
+			q1.data = (float *)Q.g + hd;
+			GPU->mqa(GS, T(O1, true, 1, hd), q1, T(K, true, s.nk, s.d), T(V, true, s.nk, s.d), s.heads, scale);
+			if (GPU->sync(GS) == 0) {
+				std::vector<float> one = down_f(O1, (size_t)hd);
+				same(nm + " query 1 alone", one.data(), all.data() + hd, (size_t)hd);
+			}
+		}
+		free_all();
+	}
+}
+
+/* ---- the audio tower ---- */
+
+static void check_im2col()
+{
+	struct S {
+		int64_t h, w, c, kh, kw, st, sw, pt, pl;
+	} shapes[] = {{5, 4, 1, 3, 3, 2, 2, 1, 1}, {7, 9, 3, 3, 2, 1, 2, 0, 1}, {3, 3, 2, 5, 5, 1, 1, 2, 2},
+	              {3000, 128, 1, 3, 3, 2, 2, 1, 1}, {1500, 64, 128, 3, 3, 2, 2, 1, 1}};
+	for (S s : shapes) {
+		vd_conv g;
+		memset(&g, 0, sizeof g);
+		g.h = s.h;
+		g.w = s.w;
+		g.c = s.c;
+		g.stride = (int)s.st;
+		g.pad_t = (int)s.pt;
+		g.pad_l = (int)s.pl;
+		g.oh = (s.h + 2 * s.pt - s.kh) / s.st + 1;
+		g.ow = (s.w + 2 * s.pl - s.kw) / s.sw + 1;
+		int64_t row = s.kh * s.kw * s.c, n = g.oh * g.ow * row;
+		if (skip(n))
+			continue;
+		Pair X = in(randf((size_t)(s.h * s.w * s.c))), Y = out((size_t)n * 4);
+		std::string nm = fmt("im2col %lldx%lldx%lld k%lldx%lld s%lld,%lld p%lld,%lld", (long long)s.h,
+		                     (long long)s.w, (long long)s.c, (long long)s.kh, (long long)s.kw, (long long)s.st,
+		                     (long long)s.sw, (long long)s.pt, (long long)s.pl);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
+			    b->im2col(st, T(Y, gp, g.oh * g.ow, row), T(X, gp, s.h * s.w, s.c), &g, s.kh, s.kw, s.sw);
+		    }))
+			cmp(nm, Y, (size_t)n, EXACT);
+		free_all();
+	}
+}
+
+static void check_cgn()
+{
+	struct S {
+		int64_t t, fc, c;
+	} shapes[] = {{1, 4, 4}, {5, 12, 4}, {37, 96, 32}, {300, 8, 4}, {513, 4, 2}, {1500, 64 * 128, 128}, {750, 32 * 32, 32}};
+	for (S s : shapes) {
+		if (skip(s.t * s.fc))
+			continue;
+		auto x = randf((size_t)(s.t * s.fc), -2, 3);
+		Pair X = in(x), W = in(randf((size_t)s.c, 0.5f, 1.5f));
+		std::string nm = fmt("cum_group_norm_relu t=%lld fc=%lld c=%lld", (long long)s.t, (long long)s.fc,
+		                     (long long)s.c);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->cum_group_norm_relu(st, T(X, g, s.t, s.fc), T(W, g, 1, s.c), 1e-3f);
+		    }))
+			cmp(nm, X, (size_t)(s.t * s.fc), TOL_DOT);
+		free_all();
+	}
+}
+
+static void check_local_attention()
+{
+	struct S {
+		int64_t t, heads, d, past, future;
+		int invalid; /* 0 none, 1 a tail, 2 scattered (some queries see none) */
+	} shapes[] = {{1, 1, 1, 0, 0, 0}, {9, 2, 5, 3, 2, 2},   {20, 3, 40, 12, 0, 1},
+	              {64, 4, 64, 5, 5, 2}, {750, 8, 192, 12, 0, 1}, {750, 8, 192, 12, 0, 0}};
+	for (S s : shapes) {
+		int64_t hd = s.heads * s.d, f = s.past + s.future + 1;
+		if (skip(s.t * hd))
+			continue;
+		Pair Q = in(randf((size_t)(s.t * hd), -1, 1)), K = in(randf((size_t)(s.t * hd), -1, 1));
+		Pair V = in(randf((size_t)(s.t * hd))), P = in(randf((size_t)(f * hd), -0.5f, 0.5f));
+		std::vector<int32_t> valid((size_t)s.t, 1);
+		for (int64_t i = 0; i < s.t; i++) {
+			if (s.invalid == 1 && i >= s.t - s.t / 5)
+				valid[(size_t)i] = 0;
+			if (s.invalid == 2 && (i % 7 < 4))
+				valid[(size_t)i] = 0;
+		}
+		Pair M = in(valid), O = out((size_t)(s.t * hd * 4));
+		std::string nm = fmt("local_attention t=%lld heads=%lld d=%lld past=%lld future=%lld mask=%d",
+		                     (long long)s.t, (long long)s.heads, (long long)s.d, (long long)s.past,
+		                     (long long)s.future, s.invalid);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->local_attention(st, T(O, g, s.t, hd), T(Q, g, s.t, hd), T(K, g, s.t, hd), T(V, g, s.t, hd),
+			                       T(P, g, f, hd), T(M, g, 1, s.t, VD_I32), s.heads, s.past, s.future, 50.0f);
+		    }))
+			cmp(nm, O, (size_t)(s.t * hd), TOL_DOT);
+		free_all();
+	}
+}
+
+static void check_audio_rows()
+{
+	struct C {
+		int64_t t, d, k;
+	} convs[] = {{1, 1, 1}, {4, 3, 7}, {50, 33, 5}, {750, 1536, 5}};
+	for (C c : convs) {
+		if (skip(c.t * c.d))
+			continue;
+		Pair X = in(randf((size_t)(c.t * c.d))), W = in(randf((size_t)(c.d * c.k))), Y = out((size_t)(c.t * c.d * 4));
+		std::string nm = fmt("dwconv_causal t=%lld d=%lld k=%lld", (long long)c.t, (long long)c.d, (long long)c.k);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->dwconv_causal(st, T(Y, g, c.t, c.d), T(X, g, c.t, c.d), T(W, g, c.d, c.k));
+		    }))
+			cmp(nm, Y, (size_t)(c.t * c.d), TOL_DOT);
+		free_all();
+	}
+	struct R {
+		int64_t rows, d;
+	} rows[] = {{1, 1}, {7, 33}, {750, 1536}};
+	for (R r : rows) {
+		int64_t n = r.rows * r.d;
+		if (skip(n))
+			continue;
+		Pair X = in(randf((size_t)(2 * n), -8, 8)), Y = out((size_t)n * 4);
+		std::string nm = fmt("glu %lldx%lld", (long long)r.rows, (long long)r.d);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->glu(st, T(Y, g, r.rows, r.d), T(X, g, r.rows, 2 * r.d));
+		    }))
+			cmp(nm, Y, (size_t)n, TOL_EW);
+		free_all();
+		for (int inplace = 0; inplace < 2; inplace++) {
+			Pair A = in(randf((size_t)n, -12, 12)), B = inplace ? A : out((size_t)n * 4);
+			nm = fmt("silu %lldx%lld%s", (long long)r.rows, (long long)r.d, inplace ? " in place" : "");
+			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->silu(st, T(B, g, r.rows, r.d), T(A, g, r.rows, r.d));
+			    }))
+				cmp(nm, B, (size_t)n, TOL_EW);
+			free_all();
+			A = in(randf((size_t)n, -12, 12));
+			B = inplace ? A : out((size_t)n * 4);
+			nm = fmt("clip %lldx%lld%s", (long long)r.rows, (long long)r.d, inplace ? " in place" : "");
+			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->clip(st, T(B, g, r.rows, r.d), T(A, g, r.rows, r.d), 3.5f);
+			    }))
+				cmp(nm, B, (size_t)n, EXACT);
+			free_all();
+		}
+	}
+}
+
+/* A bad call sets the sticky error that sync returns (and the next sync
+ * again): a bf16 input, a head dimension past mqa's limit. */
+static void check_errors()
+{
+	Pair X = in(randf(64 * 129)), W = in(packed(8, 8, 0.1f)), Y = out(64 * 129 * 4);
+	struct E {
+		const char *name;
+		std::function<void()> op;
+	} cases[] = {
+	    {"sticky error: pointwise over bf16 x",
+	     [&] { GPU->pointwise(GS, T(Y, true, 4, 8), T(X, true, 4, 8, VD_BF16), T(W, true, 8, 8)); }},
+	    {"sticky error: silu over i32", [&] { GPU->silu(GS, T(Y, true, 4, 8), T(X, true, 4, 8, VD_I32)); }},
+	    {"sticky error: mqa d=129", [&] {
+		     GPU->mqa(GS, T(Y, true, 2, 129), T(X, true, 2, 129), T(X, true, 3, 129), T(X, true, 3, 129), 1, 1.0f);
+	     }}};
+	for (E &e : cases) {
+		e.op();
+		int rc1 = GPU->sync(GS), rc2 = GPU->sync(GS);
+		checks++;
+		bool ok = rc1 && rc1 == rc2;
+		printf("%-58s sync -> %d, then %d %s\n", e.name, rc1, rc2, ok ? "ok" : "FAIL");
+		if (!ok)
+			failures++;
+		/* The sticky error stays: a fresh stream for what follows. */
+		GPU->stream_free(GS);
+		GS = GPU->stream_new(GPU);
+	}
+	free_all();
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-small") == 0) {
+			small_only = true;
+		} else {
+			fprintf(stderr, "usage: tower_check [-small]\n");
+			return 2;
+		}
+	}
+	char err[512] = "";
+	GPU = vd_cuda_backend(0, err, sizeof err);
+	if (!GPU) {
+		fprintf(stderr, "tower_check: %s\n", err);
+		return 2;
+	}
+	vk_init(8);
+	CPU = vd_cpu_backend();
+	CS = CPU->stream_new(CPU);
+	GS = GPU->stream_new(GPU);
+	cudaDeviceProp prop;
+	cudaGetDeviceProperties(&prop, 0);
+	printf("tower_check: %s (sm_%d%d), CPU reference kernels set %d, conv set %d\n", prop.name, prop.major,
+	       prop.minor, vk_simd_active(), vk_conv_set_simd(1));
+	check_pointwise();
+	check_conv2d();
+	check_dwconv2d();
+	check_norm_act();
+	check_memory();
+	check_mqa();
+	check_im2col();
+	check_cgn();
+	check_local_attention();
+	check_audio_rows();
+	check_errors();
+	printf("%d checks, %d failures\n", checks, failures);
+	return failures ? 1 : 0;
+}
