@@ -12,7 +12,13 @@
 # peer_bench_hf.py. Everything goes under $OUT (default
 # /tmp/gpu-check). CARRY names the folder holding verdict.xz,
 # tokenizer.json.xz and libasound.so.2 (default carry-cuda).
+#
+# STAGES (default all) picks the parts, space-separated: harness fixtures
+# gates graphs bench catbench catpeer peer; FIXTURE_DEVICES (default "cuda
+# cpu") and BENCH_DEVICES (default "cuda cpu") the devices of those parts.
 set -uo pipefail
+STAGES=${STAGES:-harness fixtures gates graphs bench catbench catpeer peer}
+want() { [[ " $STAGES " == *" $1 "* ]]; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 OUT=${OUT:-/tmp/gpu-check}
@@ -31,6 +37,7 @@ if ! bash build/cuda.sh "$lib" >"$OUT/build.log" 2>&1; then
 	exit 1
 fi
 say "build: $(($(date +%s) - t0)) s"
+if want harness; then
 "$lib/ops_check" >"$OUT/ops_check.txt" 2>&1
 say "ops_check exit $? ($(grep -c ' ok' "$OUT/ops_check.txt") checks ok, $(grep -c FAIL "$OUT/ops_check.txt") FAIL)"
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
@@ -42,6 +49,7 @@ grep -E "FAIL|ERROR|failure" "$OUT/catalog_check.txt" | tee -a "$log"
 say "tower_check exit $?"
 tail -1 "$OUT/tower_check.txt" | tee -a "$log"
 grep -E "FAIL|ERROR" "$OUT/tower_check.txt" | tee -a "$log"
+fi
 
 bin=/tmp/verdict-bin
 mkdir -p "$bin"
@@ -51,10 +59,10 @@ xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
 export VERDICT_TOKENIZER=/tmp/tokenizer.json
 export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export VERDICT_PACKED_CACHE=/tmp/verdict-packed
-for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz \
+want fixtures && for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz \
 	"$CARRY/gemma3n-synthetic-e2b-f64.tar.gz"; do
 	[ -f "$fx" ] || { say "== $(basename "$fx"): not carried, skipped"; continue; }
-	for dev in cuda cpu; do
+	for dev in ${FIXTURE_DEVICES:-cuda cpu}; do
 		say "== verify-fixture --device $dev $(basename "$fx")"
 		timeout "${FIXTURE_TIMEOUT:-200}" "$bin/verdict" verify-fixture --device "$dev" "$fx" 2>&1 | grep -v ALSA |
 			tee -a "$OUT/fixtures.txt" | tail -6 | tee -a "$log"
@@ -64,6 +72,7 @@ done
 
 # The catalog decoder's gates on the GPU (every way of decoding a request
 # gives its result alone, bit for bit; GATES shuffled batches).
+if want gates; then
 say "== catalog gates --device cuda (${GATES:-2000} shuffled batches)"
 timeout 300 "$bin/verdict" catalog --device cuda --model builtin --catalog engine/catalog/tools.json \
 	--batch testdata/catalog-gate-requests.jsonl --gates "${GATES:-2000}" 2>&1 | grep -v ALSA | tee -a "$log"
@@ -72,8 +81,10 @@ timeout 300 "$bin/verdict" catalog --device cuda --model builtin --catalog engin
 say "== catalog fixture --device cuda (catalog-tiny.json)"
 timeout 300 "$bin/verdict" catalog --device cuda --fixture testdata/catalog-tiny.json 2>&1 | grep -v ALSA | tee -a "$log"
 say "exit ${PIPESTATUS[0]}"
+fi
 
 # Recorded passes (graphs) against direct ones: the same tokens.
+if want graphs; then
 gen=(generate --device cuda --model synthetic-e2b --raw --prompt "one two three four five six" --max-tokens 48)
 tmp=$(mktemp -d)
 for g in 1 0; do
@@ -87,8 +98,9 @@ for k in greedy sample; do
 		say "generate $k: DIFFERENT with and without graphs"
 	fi
 done
+fi
 
-for dev in cuda cpu; do
+want bench && for dev in ${BENCH_DEVICES:-cuda cpu}; do
 	models=${BENCH_MODELS:-synthetic-e2b,synthetic-e4b}
 	[ "$dev" = cpu ] && models=${BENCH_CPU_MODELS:-$models}
 	say "== bench --device $dev --model $models --json"
@@ -115,8 +127,8 @@ done
 # --device cuda for both shapes; the same sweep with --device cpu for E2B
 # with fewer requests (CATALOG_CPU_SWEEP, default 16; the CPU decoder is
 # slow) and no prefill comparison. CATALOG_BENCH=0 skips both.
-if [ "${CATALOG_BENCH:-1}" != 0 ]; then
-	for dev in cuda cpu; do
+if [ "${CATALOG_BENCH:-1}" != 0 ] && want catbench; then
+	for dev in ${BENCH_DEVICES:-cuda cpu}; do
 		if [ "$dev" = cuda ]; then
 			models=${CATALOG_MODELS:-synthetic-e2b,synthetic-e4b} n=${CATALOG_SWEEP:-500} batches=${CATALOG_BATCHES:-1,8,32,64}
 			extra=(--requests 8 --prefill-requests 10) to=${CATALOG_TIMEOUT:-540} note=""
@@ -156,7 +168,7 @@ fi
 # peer_catalog_hf.py (with make_fixtures.py and make_catalog_fixture.py, in
 # the folder PEER_CATALOG_DIR), E2B shape, bf16, PEER_CATALOG_N requests
 # (default 30: about a minute), the rule applied on the host every step.
-if [ -n "${PEER_CATALOG_DIR:-}" ] && [ -f "$PEER_CATALOG_DIR/peer_catalog_hf.py" ]; then
+if want catpeer && [ -n "${PEER_CATALOG_DIR:-}" ] && [ -f "$PEER_CATALOG_DIR/peer_catalog_hf.py" ]; then
 	n=${PEER_CATALOG_N:-30}
 	say "== transformers E2B bf16, catalog rule on the host (peer_catalog_hf.py, $n requests)"
 	t0=$(date +%s)
@@ -186,17 +198,19 @@ fi
 
 # The peer: Hugging Face transformers on the same card (PEER_HF: the
 # script, ../shared/tools/peer_bench_hf.py, carried), bf16 and f32.
-if [ -n "${PEER_HF:-}" ] && [ -f "$PEER_HF" ]; then
+if want peer && [ -n "${PEER_HF:-}" ] && [ -f "$PEER_HF" ]; then
 	for dt in ${PEER_DTYPES:-bf16 f32}; do
 		say "== transformers E2B $dt (sdpa)"
 		DT=$dt REPS=${PEER_REPS:-3} timeout 300 python3 "$PEER_HF" 2>/dev/null | grep RESULT | tee -a "$log"
 	done
 fi
-echo "---- ops_check ----"
-cat "$OUT/ops_check.txt"
-echo "---- catalog_check ----"
-cat "$OUT/catalog_check.txt"
-echo "---- tower_check ----"
-cat "$OUT/tower_check.txt"
+if want harness; then
+	echo "---- ops_check ----"
+	cat "$OUT/ops_check.txt"
+	echo "---- catalog_check ----"
+	cat "$OUT/catalog_check.txt"
+	echo "---- tower_check ----"
+	cat "$OUT/tower_check.txt"
+fi
 echo "---- summary ----"
 cat "$log"
