@@ -46,8 +46,8 @@ func RowBytes(t weights.GGMLType, n int) (int, error) {
 }
 
 // chunkValues bounds the values one job generates and encodes: the memory
-// in flight is about jobsInFlight·chunkValues·(4 + encoded bytes per value).
-const chunkValues = 1 << 20
+// in flight is about 3·GOMAXPROCS·chunkValues·(4 + encoded bytes per value).
+var chunkValues = 1 << 20 // a variable for tests
 
 // job is a run of rows of one tensor, encoded by a worker.
 type job struct {
