@@ -58,6 +58,7 @@ func TestWriteStreamMatchesWrite(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", typ, err)
 		}
+		want.Write(make([]byte, (32-want.Len()%32)%32)) // WriteStream pads the last tensor too, as gguf-py does
 		if n != int64(got.Len()) || !bytes.Equal(got.Bytes(), want.Bytes()) {
 			t.Errorf("%s: %d bytes (reported %d) differ from Write's %d", typ, got.Len(), n, want.Len())
 		}
@@ -202,15 +203,20 @@ func TestLlamaCppDifferences(t *testing.T) {
 // pads to the model's vocabulary and refuses a tokenizer larger than it;
 // ByteVocab places the specials at the config's ids.
 func TestVocabs(t *testing.T) {
-	vocab := map[string]int{"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<0x0A>": 4, "▁a": 5, "b": 6, "<unused0>": 7, "▁▁": 8, "<start_of_turn>": 9}
+	vocab := map[string]int{"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<0x0A>": 4, "▁a": 5, "b": 6, "<unused0>": 7, "▁▁": 8, "<start_of_turn>": 9, "<end_of_turn>": 10}
 	added := func(id int, s string, special bool) map[string]any {
 		return map[string]any{"id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": special}
 	}
 	js, _ := json.Marshal(map[string]any{
 		"version": "1.0", "truncation": nil, "padding": nil,
 		"added_tokens": []any{added(0, "<pad>", true), added(1, "<eos>", true), added(2, "<bos>", true), added(3, "<unk>", true),
-			added(7, "<unused0>", false), added(8, "▁▁", false), added(9, "<start_of_turn>", true)},
-		"normalizer": nil, "pre_tokenizer": nil, "post_processor": nil, "decoder": nil,
+			added(7, "<unused0>", false), added(8, "▁▁", false), added(9, "<start_of_turn>", true), added(10, "<end_of_turn>", true)},
+		"normalizer":     map[string]any{"type": "Replace", "pattern": map[string]any{"String": " "}, "content": "▁"},
+		"pre_tokenizer":  map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "MergedWithPrevious", "invert": false},
+		"post_processor": nil,
+		"decoder": map[string]any{"type": "Sequence", "decoders": []any{
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": "▁"}, "content": " "},
+			map[string]any{"type": "ByteFallback"}, map[string]any{"type": "Fuse"}}},
 		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": "<unk>", "continuing_subword_prefix": nil,
 			"end_of_word_suffix": nil, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
 			"vocab": vocab, "merges": [][]string{}},
@@ -219,14 +225,14 @@ func TestVocabs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := GemmaVocab(tok, 12)
+	v, err := GemmaVocab(tok, 13)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantTok := []string{"<pad>", "<eos>", "<bos>", "<unk>", "<0x0A>", "▁a", "b", "<unused0>", "  ", "<start_of_turn>", "[PAD10]", "[PAD11]"}
-	wantType := []int32{3, 3, 3, 3, 6, 1, 1, 3, 4, 3, 5, 5}
-	wantScore := []float32{-1000, -1000, -1000, -1000, 0, -5, -6, -1000, -1000, -1000, -10000, -10000}
-	for id := range 12 {
+	wantTok := []string{"<pad>", "<eos>", "<bos>", "<unk>", "<0x0A>", "▁a", "b", "<unused0>", "  ", "<start_of_turn>", "<end_of_turn>", "[PAD11]", "[PAD12]"}
+	wantType := []int32{3, 3, 3, 3, 6, 1, 1, 3, 4, 3, 3, 5, 5}
+	wantScore := []float32{-1000, -1000, -1000, -1000, 0, -5, -6, -1000, -1000, -1000, -1000, -10000, -10000}
+	for id := range 13 {
 		if v.Tokens[id] != wantTok[id] || v.Types[id] != wantType[id] || v.Scores[id] != wantScore[id] {
 			t.Errorf("id %d: %q type %d score %g, want %q %d %g", id, v.Tokens[id], v.Types[id], v.Scores[id], wantTok[id], wantType[id], wantScore[id])
 		}
@@ -234,7 +240,7 @@ func TestVocabs(t *testing.T) {
 	if v.UNK != 3 || v.AddBOS == nil || !*v.AddBOS || v.AddEOS == nil || *v.AddEOS {
 		t.Errorf("unk %d, add_bos %v, add_eos %v", v.UNK, v.AddBOS, v.AddEOS)
 	}
-	if _, err := GemmaVocab(tok, 8); err == nil || !strings.Contains(err.Error(), "10 tokens, more than the model's vocabulary of 8") {
+	if _, err := GemmaVocab(tok, 8); err == nil || !strings.Contains(err.Error(), "11 tokens, more than the model's vocabulary of 8") {
 		t.Errorf("a vocabulary smaller than the tokenizer: %v", err)
 	}
 
