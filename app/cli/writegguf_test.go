@@ -8,7 +8,10 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/gemma3n"
+	"verdict/engine/models"
 	"verdict/engine/weights"
+	"verdict/engine/weights/ggufwrite"
 )
 
 // writeGGUFFile runs verify-gguf -write-gguf and returns the file's path.
@@ -185,5 +188,86 @@ func TestWriteGGUFErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(stdout+stderr, tc.want) {
 			t.Errorf("%v: exit %d %q %q, want %d and %q", tc.args, code, stdout, stderr, tc.code, tc.want)
 		}
+	}
+}
+
+// The full-size synthetic shapes lay out as llama.cpp's gemma3n loader
+// wants them (nothing generated: the layout only): every tensor it loads
+// with its dims, the big matrices in the file type, the token embeddings
+// in Q6_K, and nothing of the shape that llama.cpp's code fixes otherwise.
+func TestWriteGGUFLayoutFullSize(t *testing.T) {
+	for _, tc := range []struct {
+		spec            string
+		layers, ff, kvs int
+	}{
+		{"synthetic-e2b", 30, 8192, 20},
+		{"synthetic-e4b", 35, 16384, 20},
+	} {
+		js, recipe, ok := models.Synthetic(tc.spec)
+		if !ok {
+			t.Fatal(tc.spec)
+		}
+		st, err := weights.NewRecipeStore(recipe, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := gemma3n.ParseConfig(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := ggufwrite.LlamaCppDifferences(cfg); len(d) != 0 {
+			t.Errorf("%s: %v", tc.spec, d)
+		}
+		vocab, _ := ggufwrite.ByteVocab(cfg.VocabSize, cfg.PAD, 1, cfg.BOS)
+		kvs, ts, err := ggufwrite.LlamaCpp(st, "model.language_model.", js, ggufwrite.LlamaCppOptions{Type: "q4_0", Name: tc.spec, Vocab: vocab})
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]ggufwrite.Source{}
+		for _, s := range ts {
+			byName[s.Name] = s
+		}
+		if len(byName) != len(ts) || len(ts) != 7+24*tc.layers {
+			t.Errorf("%s: %d tensors (%d names), want %d", tc.spec, len(ts), len(byName), 7+24*tc.layers)
+		}
+		P := 256 * tc.layers
+		for name, want := range map[string]struct {
+			dims []int
+			typ  weights.GGMLType
+		}{
+			"token_embd.weight":                              {[]int{2048, 262400}, weights.GGMLQ6_K},
+			"per_layer_token_embd.weight":                    {[]int{P, 262400}, weights.GGMLQ6_K},
+			"per_layer_model_proj.weight":                    {[]int{2048, P}, weights.GGMLF16},
+			"altup_proj.weight":                              {[]int{2048, 2048, 3}, weights.GGMLF16},
+			"blk.0.ffn_gate.weight":                          {[]int{2048, tc.ff}, weights.GGMLQ4_0},
+			"blk.0.ffn_down.weight":                          {[]int{tc.ff, 2048}, weights.GGMLQ4_0},
+			"blk.0.attn_q.weight":                            {[]int{2048, 2048}, weights.GGMLQ4_0},
+			"blk.0.attn_k.weight":                            {[]int{2048, 512}, weights.GGMLQ4_0},
+			"blk.0.laurel_l.weight":                          {[]int{2048, 64}, weights.GGMLF16},
+			"blk.0.altup_predict_coef.weight":                {[]int{4, 16}, weights.GGMLF32},
+			fmt.Sprintf("blk.%d.attn_v.weight", tc.layers-1): {[]int{2048, 512}, weights.GGMLQ4_0},
+		} {
+			s, ok := byName[name]
+			if !ok || !slices.Equal(s.Dims, want.dims) || s.Type != want.typ {
+				t.Errorf("%s: %s %v %s, want %v %s", tc.spec, name, s.Dims, s.Type, want.dims, want.typ)
+			}
+		}
+		for _, kv := range kvs {
+			switch kv.Key {
+			case "gemma3n.block_count":
+				if kv.Value != uint32(tc.layers) {
+					t.Errorf("%s: block_count %v", tc.spec, kv.Value)
+				}
+			case "gemma3n.feed_forward_length":
+				if ff, ok := kv.Value.([]int32); !ok || len(ff) != tc.layers || ff[0] != int32(tc.ff) {
+					t.Errorf("%s: feed_forward_length %v, want %d × %d (the config gives one per layer)", tc.spec, kv.Value, tc.layers, tc.ff)
+				}
+			case "gemma3n.attention.shared_kv_layers":
+				if kv.Value != uint32(tc.layers-tc.kvs) {
+					t.Errorf("%s: shared_kv_layers %v", tc.spec, kv.Value)
+				}
+			}
+		}
+		st.Close()
 	}
 }
