@@ -20,8 +20,11 @@
 #          -r 3 with flash attention off and on (pp512 and tg128 are separate
 #          tests), llama-batched-bench -npp 512 -ntg 128 -npl 1,8 with flash
 #          attention off and on; then delete the GGUF (KEEP_GGUF=1 keeps it).
-#          Results: $OUT/llamacpp/{bench,batched}-MODEL-TYPE.{json,jsonl,txt},
-#          write.txt, and summary.md, one table of all.
+#          Results (six files): $OUT/llamacpp/bench.jsonl (llama-bench's
+#          JSON lines, with model and type), batched.jsonl (batched-bench's,
+#          with model, type and fa), bench.txt (both as text), write.txt,
+#          gpu.txt and summary.md, one table of all. The build step leaves
+#          build.txt (its log) and build-info.txt.
 #   all    build, then bench.
 set -euo pipefail
 
@@ -100,64 +103,65 @@ step_bench() {
 	local gg=$work/gguf
 	mkdir -p "$gg"
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$res/gpu.txt" 2>&1 || true
+	: >"$res/bench.jsonl"
+	: >"$res/bench.txt"
+	: >"$res/batched.jsonl"
 	for m in $MODELS; do
 		for t in $TYPES; do
-			local f=$gg/synthetic-$m-$t.gguf tag=$m-$t
+			local f=$gg/synthetic-$m-$t.gguf tag="\"model\": \"$m\", \"type\": \"$t\""
 			if [ ! -f "$f" ]; then
 				"$VERDICT_BIN" verify-gguf -write-gguf "$f" -from "synthetic-$m" -type "$t" -tokenizer "$TOKENIZER" | tee -a "$res/write.txt"
 			fi
-			echo "== llama-bench $tag"
-			"$bin/llama-bench" -m "$f" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o json -oe md >"$res/bench-$tag.json" 2>"$res/bench-$tag.txt" ||
-				{ cat "$res/bench-$tag.txt"; die "llama-bench failed on $f"; }
-			cat "$res/bench-$tag.txt"
-			: >"$res/batched-$tag.txt"
+			echo "== llama-bench $m $t" | tee -a "$res/bench.txt"
+			"$bin/llama-bench" -m "$f" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o jsonl -oe md >"$res/bench-run.jsonl" 2>"$res/bench-run.txt" ||
+				{ cat "$res/bench-run.txt"; die "llama-bench failed on $f"; }
+			sed "s/^{/{$tag, /" "$res/bench-run.jsonl" >>"$res/bench.jsonl"
+			tee -a "$res/bench.txt" <"$res/bench-run.txt"
 			for fa in off on; do
-				echo "== llama-batched-bench $tag fa=$fa"
+				echo "== llama-batched-bench $m $t fa=$fa" | tee -a "$res/bench.txt"
 				"$bin/llama-batched-bench" -m "$f" -ngl 99 -fa "$fa" -c 5120 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8 \
-					--output-format jsonl >"$res/batched-$tag-fa$fa.log" 2>&1 ||
-					{ tail -20 "$res/batched-$tag-fa$fa.log"; die "llama-batched-bench failed on $f"; }
-				grep '^{' "$res/batched-$tag-fa$fa.log" | sed "s/^{/{\"fa\": \"$fa\", /" >>"$res/batched-$tag.jsonl" || true
-				grep -E 'batched_bench|n_kv_max|^\{' "$res/batched-$tag-fa$fa.log" >>"$res/batched-$tag.txt" || true
-				rm -f "$res/batched-$tag-fa$fa.log"
+					--output-format jsonl >"$res/bench-run.txt" 2>&1 ||
+					{ tail -20 "$res/bench-run.txt"; die "llama-batched-bench failed on $f"; }
+				grep '^{' "$res/bench-run.txt" | sed "s/^{/{$tag, \"fa\": \"$fa\", /" >>"$res/batched.jsonl" || true
+				grep -E 'batched_bench|^\{' "$res/bench-run.txt" | tee -a "$res/bench.txt" || true
 			done
-			cat "$res/batched-$tag.txt"
+			rm -f "$res/bench-run.jsonl" "$res/bench-run.txt"
 			[ "${KEEP_GGUF:-0}" = 1 ] || rm -f "$f"
 		done
 	done
 	python3 - "$res" <<'EOF'
-import glob, json, os, sys
+import json, os, sys
 res = sys.argv[1]
+def lines(name):
+    for line in open(os.path.join(res, name)):
+        try:
+            yield json.loads(line)
+        except ValueError:
+            pass
+tests, batched, order = {}, {}, []
+for r in lines("bench.jsonl"):
+    key = (r["model"], r["type"])
+    if key not in order:
+        order.append(key)
+    kind = "pp" if r.get("n_prompt", 0) > 0 else "tg"
+    tests[key + (int(bool(r.get("flash_attn"))), kind)] = r
+for r in lines("batched.jsonl"):
+    batched[(r["model"], r["type"], 1 if r["fa"] == "on" else 0, r["pl"])] = r
 rows = []
-for path in sorted(glob.glob(os.path.join(res, "bench-*.json"))):
-    tag = os.path.basename(path)[6:-5]
-    try:
-        tests = json.load(open(path))
-    except ValueError:
-        continue
-    batched = {}
-    bp = os.path.join(res, "batched-%s.jsonl" % tag)
-    if os.path.exists(bp):
-        for line in open(bp):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            batched[(r.get("fa"), r.get("pl"))] = r
+for key in order:
     for fa in (0, 1):
-        pp = [t for t in tests if t.get("n_prompt", 0) > 0 and int(bool(t.get("flash_attn"))) == fa]
-        tg = [t for t in tests if t.get("n_gen", 0) > 0 and int(bool(t.get("flash_attn"))) == fa]
+        pp, tg = tests.get(key + (fa, "pp")), tests.get(key + (fa, "tg"))
         if not pp and not tg:
             continue
-        b1 = batched.get(("on" if fa else "off", 1), {})
-        b8 = batched.get(("on" if fa else "off", 8), {})
-        size = (pp or tg)[0].get("model_size", 0) / 1e9
-        rows.append([tag, "%.2f" % size, "on" if fa else "off",
-                     "%.0f ± %.0f" % (pp[0]["avg_ts"], pp[0]["stddev_ts"]) if pp else "-",
-                     "%.1f ± %.1f" % (tg[0]["avg_ts"], tg[0]["stddev_ts"]) if tg else "-",
+        b1, b8 = batched.get(key + (fa, 1), {}), batched.get(key + (fa, 8), {})
+        size = (pp or tg).get("model_size", 0) / 1e9
+        rows.append(["synthetic-%s %s" % key, "%.2f" % size, "on" if fa else "off",
+                     "%.0f ± %.0f" % (pp["avg_ts"], pp["stddev_ts"]) if pp else "-",
+                     "%.1f ± %.1f" % (tg["avg_ts"], tg["stddev_ts"]) if tg else "-",
                      "%.1f" % b1["speed_tg"] if "speed_tg" in b1 else "-",
                      "%.1f" % b8["speed_tg"] if "speed_tg" in b8 else "-",
                      "%.0f" % b8["speed_pp"] if "speed_pp" in b8 else "-"])
-head = ["model-type", "GB", "flash attn", "pp512 t/s", "tg128 t/s", "batched tg t/s (B=1)", "batched tg t/s (B=8, all seqs)", "batched pp t/s (B=8)"]
+head = ["model", "GB", "flash attn", "pp512 t/s", "tg128 t/s", "batched tg t/s (B=1)", "batched tg t/s (B=8, all seqs)", "batched pp t/s (B=8)"]
 with open(os.path.join(res, "summary.md"), "w") as f:
     f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     for r in rows:
