@@ -28,18 +28,27 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlags("verify-gguf", stderr)
 	ref := fs.String("ref", "", "the Hugging Face checkpoint folder the GGUF files were converted from")
 	write := fs.String("write-checkpoint", "", "write the text decoder of the -from folder here as model.safetensors and config.json, and stop")
-	from := fs.String("from", "", "with -write-checkpoint: a model folder (checkpoint or synthetic recipe), synthetic-wide (Gemma's vocabulary, rows of 256), synthetic-small (rows of 256, vocabulary 320) or synthetic-micro (hidden size 64)")
+	from := fs.String("from", "", "with -write-checkpoint or -write-gguf: a model folder (checkpoint or synthetic recipe), synthetic-deep (llama.cpp's fixed gemma3n shape, small), synthetic-wide (Gemma's vocabulary, rows of 256), synthetic-small (rows of 256, vocabulary 320) or synthetic-micro (hidden size 64)")
 	dtype := fs.String("dtype", "f32", "with -write-checkpoint: f32 or bf16")
+	writeGG := fs.String("write-gguf", "", "write the text decoder of -from (also synthetic-e2b or synthetic-e4b) as the gemma3n GGUF file llama.cpp's converter and quantiser make, here, and stop")
+	ggType := fs.String("type", "f16", "with -write-gguf: f32, f16, bf16, q8_0 (as convert_hf_to_gguf.py's --outtype), q4_0 or q4_k (as llama-quantize makes them from the F16 file)")
+	tokPath := fs.String("tokenizer", "", "with -write-gguf, for a model of Gemma's vocabulary: Gemma's tokenizer.json (default: found as for any model)")
 	ids := fs.String("ids", "2,105,2364,107,6190,9999,1,262143", "comma-separated token ids to run")
 	tol := fs.Float64("tol", -1, "fail a file whose max |logit error| is above this (default: 0 for all-F32 files, no limit otherwise)")
 	device := addDeviceFlag(fs)
 	checkWeights := fs.Bool("weights", false, "also compare every tensor with the reference's: F32 bit for bit, F16 and BF16 within their rounding, a quantisation's RMS error within 1.15 times that of rounding to its levels")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] [-weights] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]")
+		fmt.Fprintln(stderr, "Usage: verdict verify-gguf -ref DIR [-tol X] [-weights] FILE.gguf...\n       verdict verify-gguf -write-checkpoint DIR -from MODELDIR [-dtype f32|bf16]\n       verdict verify-gguf -write-gguf FILE.gguf -from MODELDIR [-type f32|f16|bf16|q8_0|q4_0|q4_k] [-tokenizer tokenizer.json]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *writeGG != "" {
+		if *from == "" || fs.NArg() != 0 || *write != "" {
+			return usageErr("-write-gguf needs -from, no -write-checkpoint and no files")
+		}
+		return writeGGUF(*from, *writeGG, *ggType, *tokPath, stdout)
 	}
 	if *write != "" {
 		if *from == "" || fs.NArg() != 0 {
@@ -422,6 +431,11 @@ type synthModel struct {
 
 // synthModels are the -from presets.
 var synthModels = map[string]synthModel{
+	// synthetic-deep: small, but of the shape llama.cpp's gemma3n code
+	// fixes (ggufwrite.LlamaCppDifferences): Laurel rank 64, per-layer
+	// input 256, a full-attention layer every fifth, KV shared from layer
+	// 20 (21 layers), sparsity on layers 0-9; a 35 MB float32 checkpoint.
+	"synthetic-deep": deepModel(),
 	// synthetic-wide: Gemma's vocabulary, rows of 256 in most matrices (so
 	// that llama-quantize applies Q4_K and Q6_K to them, which it cannot on
 	// the tiny fixture's rows of 64).
@@ -442,6 +456,15 @@ var synthModels = map[string]synthModel{
 	"synthetic-micro": {V: 320, VP: 256, D: 64, P: 256, L: 2, I: 256, H: 1, KV: 1, HD: 256, R: 4,
 		types:  []string{"sliding_attention", "sliding_attention"},
 		shared: 1, sparsity: []float64{0.95, 0}},
+}
+
+func deepModel() synthModel {
+	m := synthModel{V: 320, VP: 256, D: 128, P: 256, L: 21, I: 256, H: 2, KV: 1, HD: 128, R: 64, shared: 1}
+	for i := range m.L {
+		m.types = append(m.types, map[bool]string{true: "full_attention", false: "sliding_attention"}[i%5 == 4])
+		m.sparsity = append(m.sparsity, map[bool]float64{true: 0.95, false: 0}[i < 10])
+	}
+	return m
 }
 
 // config.json and recipe.json of the synthetic model m.

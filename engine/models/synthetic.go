@@ -106,6 +106,11 @@ func synthetic(spec string) (cfgJSON, recipe []byte, ok bool) {
 	return cfgJSON, recipe, true
 }
 
+// Synthetic returns the config.json and recipe.json of a synthetic
+// full-size shape ("synthetic-e2b", "synthetic-e4b"); ok is false for any
+// other name.
+func Synthetic(spec string) (cfgJSON, recipe []byte, ok bool) { return synthetic(spec) }
+
 // SyntheticNames lists the synthetic full-size shapes Open accepts.
 func SyntheticNames() string {
 	var ns []string

@@ -374,3 +374,17 @@ func TestMiniStreamAndPieces(t *testing.T) {
 		t.Errorf("pieces %q", got)
 	}
 }
+
+// IsAdded tells the added tokens (special or not) from vocabulary entries.
+func TestIsAdded(t *testing.T) {
+	tk := miniSpec().mustParse(t)
+	for text, want := range map[string]bool{"<bos>": true, "<end_of_turn>": true, "▁hi": false, "<0x0A>": false} {
+		id, ok := tk.Lookup(text)
+		if !ok || tk.IsAdded(id) != want {
+			t.Errorf("%q: IsAdded %v, want %v", text, tk.IsAdded(id), want)
+		}
+	}
+	if tk.IsAdded(1 << 20) {
+		t.Error("an id past the vocabulary is added")
+	}
+}

@@ -277,6 +277,13 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 	return ok && a.Special
 }
 
+// IsAdded reports whether id is one of tokenizer.json's added tokens
+// (special or not), rather than an entry of the model's vocabulary only.
+func (t *Tokenizer) IsAdded(id int32) bool {
+	_, ok := t.addedByID[id]
+	return ok
+}
+
 // BOS is the id of "<bos>".
 func (t *Tokenizer) BOS() int32 { return t.bos }
 

@@ -1,9 +1,12 @@
-// Package ggufwrite writes GGUF files for tests: the container (any
-// version, alignment and metadata), ggml encoders for F32, F16, BF16, Q8_0,
-// Q4_0, Q4_K and Q6_K (simple quantisers, not llama.cpp's optimising ones:
-// any valid encoding reads back through the same dequantisers), and
-// Gemma3n, which lays out a Hugging Face Gemma 3n text decoder the way
-// llama.cpp's convert_hf_to_gguf.py does. Only tests import it.
+// Package ggufwrite writes GGUF files: the container (Write, in memory, any
+// version, alignment and metadata, for tests; WriteStream, chunked on all
+// cores with bounded memory, for files of any size), ggml encoders for F32,
+// F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K (simple quantisers, not llama.cpp's
+// optimising ones: any valid encoding reads back through the same
+// dequantisers), Gemma3n, which lays out a Hugging Face Gemma 3n text
+// decoder in memory for tests, and LlamaCpp, which lays it out for
+// WriteStream with the exact metadata, names, shapes and types of
+// llama.cpp's converter and quantiser (verdict verify-gguf -write-gguf).
 package ggufwrite
 
 import (
@@ -287,25 +290,38 @@ func clamp(v, lo, hi int) int { return min(max(v, lo), hi) }
 
 // q8_0: d = max|x|/127, q = round(x/d).
 func q8_0(x []float32) []byte {
+	out := make([]byte, 34)
+	q8_0To(x, out)
+	return out
+}
+
+// q8_0To encodes one block of 32 values into its 34 bytes.
+func q8_0To(x []float32, out []byte) {
 	amax := float32(0)
 	for _, v := range x {
 		amax = max(amax, float32(math.Abs(float64(v))))
 	}
 	dh := F32ToF16(amax / 127)
 	d := weights.F16ToFloat32(dh)
-	out := binary.LittleEndian.AppendUint16(nil, dh)
-	for _, v := range x {
+	binary.LittleEndian.PutUint16(out, dh)
+	for i, v := range x {
 		q := 0
 		if d != 0 {
 			q = clamp(roundInt(v/d), -128, 127)
 		}
-		out = append(out, byte(int8(q)))
+		out[2+i] = byte(int8(q))
 	}
-	return out
 }
 
 // q4_0: d = (the value of largest magnitude)/−8, q = round(x/d)+8 in 0..15.
 func q4_0(x []float32) []byte {
+	out := make([]byte, 18)
+	q4_0To(x, out)
+	return out
+}
+
+// q4_0To encodes one block of 32 values into its 18 bytes.
+func q4_0To(x []float32, out []byte) {
 	var m float32
 	for _, v := range x {
 		if math.Abs(float64(v)) > math.Abs(float64(m)) {
@@ -314,7 +330,7 @@ func q4_0(x []float32) []byte {
 	}
 	dh := F32ToF16(m / -8)
 	d := weights.F16ToFloat32(dh)
-	q := make([]int, 32)
+	var q [32]int
 	for i, v := range x {
 		if d != 0 {
 			q[i] = clamp(roundInt(v/d)+8, 0, 15)
@@ -322,11 +338,10 @@ func q4_0(x []float32) []byte {
 			q[i] = 8
 		}
 	}
-	out := binary.LittleEndian.AppendUint16(nil, dh)
+	binary.LittleEndian.PutUint16(out, dh)
 	for j := 0; j < 16; j++ {
-		out = append(out, byte(q[j]|q[j+16]<<4))
+		out[2+j] = byte(q[j] | q[j+16]<<4)
 	}
-	return out
 }
 
 // q4_K: per 32 values a 6-bit scale and min: x ≈ d·sc·q − dmin·m, q in 0..15.
