@@ -34,6 +34,9 @@ work=${LLAMA_WORK:-$root/.llama-build}
 CUDA_ARCH=${CUDA_ARCH:-90}
 MODELS=${MODELS:-e2b e4b}
 TYPES=${TYPES:-f16 q4_0}
+LLAMA_FA=${LLAMA_FA:-0,1}      # llama-bench's flash attention settings
+LLAMA_REPS=${LLAMA_REPS:-3}    # llama-bench's repetitions
+BATCHED_FA=${BATCHED_FA:-off on} # llama-batched-bench's
 
 die() {
 	echo "llamacpp-peer: $*" >&2
@@ -115,11 +118,11 @@ step_bench() {
 				LD_LIBRARY_PATH="$(dirname "$VERDICT_BIN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$VERDICT_BIN" verify-gguf -write-gguf "$f" -from "synthetic-$m" -type "$t" -tokenizer "$TOKENIZER" | tee -a "$res/write.txt"
 			fi
 			echo "== llama-bench $m $t" | tee -a "$res/bench.txt"
-			"$bin/llama-bench" -m "$f" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o jsonl -oe md >"$res/bench-run.jsonl" 2>"$res/bench-run.txt" ||
+			"$bin/llama-bench" -m "$f" -ngl 99 -p 512 -n 128 -fa "$LLAMA_FA" -r "$LLAMA_REPS" -o jsonl -oe md >"$res/bench-run.jsonl" 2>"$res/bench-run.txt" ||
 				{ cat "$res/bench-run.txt"; die "llama-bench failed on $f"; }
 			sed "s/^{/{$tag, /" "$res/bench-run.jsonl" >>"$res/bench.jsonl"
 			tee -a "$res/bench.txt" <"$res/bench-run.txt"
-			for fa in off on; do
+			for fa in $BATCHED_FA; do
 				echo "== llama-batched-bench $m $t fa=$fa" | tee -a "$res/bench.txt"
 				"$bin/llama-batched-bench" -m "$f" -ngl 99 -fa "$fa" -c 5120 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8 \
 					--output-format jsonl >"$res/bench-run.txt" 2>&1 ||
@@ -179,5 +182,5 @@ all)
 	step_build
 	step_bench
 	;;
-*) die "usage: bash build/llamacpp-peer.sh build|bench|all (inputs: LLAMA_SRC, VERDICT_BIN, TOKENIZER, OUT; CUDA_ARCH, MODELS, TYPES, KEEP_GGUF)" ;;
+*) die "usage: bash build/llamacpp-peer.sh build|bench|all (inputs: LLAMA_SRC, VERDICT_BIN, TOKENIZER, OUT; CUDA_ARCH, MODELS, TYPES, LLAMA_FA, LLAMA_REPS, BATCHED_FA, KEEP_GGUF)" ;;
 esac
