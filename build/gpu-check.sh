@@ -106,17 +106,29 @@ want bench && for dev in ${BENCH_DEVICES:-cuda cpu}; do
 	say "== bench --device $dev --model $models --json"
 	t0=$(date +%s)
 	timeout "${BENCH_TIMEOUT:-300}" "$bin/verdict" bench --device "$dev" --model "$models" \
-		--json >"$OUT/bench-$dev.json" 2>"$OUT/bench-$dev.err"
+		--towers="${BENCH_TOWERS:-true}" --tower-runs "${BENCH_TOWER_RUNS:-3}" --json >"$OUT/bench-$dev.json" 2>"$OUT/bench-$dev.err"
 	say "exit $? in $(($(date +%s) - t0)) s"
 	python3 - "$OUT/bench-$dev.json" <<'PY' | tee -a "$log"
 import json, sys
 r = json.load(open(sys.argv[1]))
 if r.get("device_limits"):
     print("device", json.dumps(r.get("device_info")), json.dumps(r["device_limits"]))
-for m in r["models"]:
+for m in r.get("models") or []:
     print("%s: prefill %.1f tok/s, decode %.1f tok/s (%.0f GB/s), scorer %.4f s (prefix %.4f s)" % (
         m["model"], m["prefill"]["tokens_per_second"], m["decode"]["tokens_per_second"], m["decode"]["gb_per_s"],
         m["scorer"].get("seconds", 0), m["scorer"].get("prefix_prefill_seconds", 0)))
+t = r.get("towers") or {}
+if not t:
+    print("towers: not in the report")
+for k in ("vision", "audio"):
+    x = t.get(k)
+    if not x:
+        if t:
+            print("%s tower: skipped (%s)" % (k, t.get(k + "_skipped", "?")))
+        continue
+    what = "an image (%s)" % x["image"] if k == "vision" else "for %g s of audio" % x["audio_seconds"]
+    print("%s tower (%s, shared by E2B and E4B): %.1f ms %s on %s (asked %s; median of %d, best %.1f ms)" % (
+        k, x["tower"], 1000 * x["seconds"], what, x["backend"], x["requested_backend"], t["runs"], 1000 * x["min_seconds"]))
 PY
 done
 

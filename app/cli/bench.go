@@ -37,11 +37,15 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	limits := fs.Bool("limits", true, "measure the machine's read bandwidth and FMA peak")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	tf := addTowerFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	if err := tf.check(); err != nil {
+		return err
 	}
 	if *prompt < 1 || *decode < 1 || *fields < 1 {
 		return usageErr("--prompt-tokens, --decode-tokens and --fields must be positive")
@@ -118,6 +122,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		rep.Models = append(rep.Models, r)
+	}
+	if *tf.on {
+		t, err := measureTowers(ctx, tf, opt, stderr, progress)
+		if err != nil {
+			return err
+		}
+		rep.Towers = t
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

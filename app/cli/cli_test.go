@@ -152,7 +152,7 @@ func TestGenerateBuiltin(t *testing.T) {
 func TestBenchJSON(t *testing.T) {
 	testmodel.Tokenizer(t)
 	code, out, errOut := run("bench", "--model", "builtin", "--prompt-tokens", "16", "--decode-tokens", "2",
-		"--limits=false", "--json")
+		"--limits=false", "--towers=false", "--json")
 	var r struct {
 		Models []struct {
 			Weights string `json:"weights"`

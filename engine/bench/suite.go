@@ -161,6 +161,8 @@ type SuiteReport struct {
 	DeviceInfo   *native.DeviceInfo   `json:"device_info,omitempty"`
 	DeviceLimits *native.DeviceLimits `json:"device_limits,omitempty"`
 	Models       []ModelReport        `json:"models"`
+	// Towers is the vision and audio towers' section (nil: not measured).
+	Towers *TowerReport `json:"towers,omitempty"`
 }
 
 // DeviceCeilings returns the device's limits in the form MeasureModel
@@ -298,6 +300,9 @@ func (r SuiteReport) String() string {
 			fmt.Fprintf(&b, "  scorer: %d-token prefix, %d fields (%d branch rows): %.3fs = %.2fx the prefix prefill (%.3fs)\n",
 				s.PromptTokens, s.Fields, s.BranchRows, s.Seconds, s.TotalOverPrefill, s.PrefillSeconds)
 		}
+	}
+	if r.Towers != nil {
+		fmt.Fprintf(&b, "\n%s", r.Towers)
 	}
 	return b.String()
 }
