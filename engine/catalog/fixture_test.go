@@ -2,7 +2,6 @@ package catalog_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"slices"
 	"testing"
@@ -14,42 +13,15 @@ import (
 )
 
 // fixtureCase is one case of testdata/catalog-tiny.json.
-type fixtureCase struct {
-	Intent         string   `json:"intent"`
-	K              int      `json:"k"`
-	PromptText     string   `json:"prompt_text"`
-	PromptIDs      []int32  `json:"prompt_ids"`
-	ExpectedNames  []string `json:"expected_names"`
-	ExpectedTokens []int32  `json:"expected_tokens"`
-	Steps          []struct {
-		Node   int32    `json:"node"`
-		Legal  []int32  `json:"legal"`
-		Chosen int32    `json:"chosen"`
-		Margin *float64 `json:"margin"`
-	} `json:"steps"`
-}
+type fixtureCase = catalog.FixtureCase
 
-type fixtureFile struct {
-	Sep       int32           `json:"separator_token"`
-	Stop      int32           `json:"stop_token"`
-	Catalog   []catalog.Entry `json:"catalog"`
-	TrieNodes int             `json:"trie_nodes"`
-	Cases     []fixtureCase   `json:"cases"`
-	Prefix    struct {
-		Extra     []string           `json:"extra_names"`
-		TokenIDs  map[string][]int32 `json:"token_ids"`
-		TrieNodes int                `json:"trie_nodes"`
-		Cases     []fixtureCase      `json:"cases"`
-	} `json:"prefix_catalog"`
-}
-
-func loadFixture(t testing.TB) fixtureFile {
+func loadFixture(t testing.TB) *catalog.Fixture {
 	data, err := os.ReadFile(testmodel.Testdata("catalog-tiny.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f fixtureFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := catalog.ParseFixture(data)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return f

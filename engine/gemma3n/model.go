@@ -145,18 +145,7 @@ func (m *Model) PackedCache() (path string, fromDisk bool) {
 // Close releases the packed weights' memory. The model must not be used
 // afterwards.
 func (m *Model) Close() error {
-	if p := m.execs; p != nil {
-		p.mu.Lock()
-		for _, x := range p.idle {
-			x.close()
-		}
-		p.idle = nil
-		p.mu.Unlock()
-	}
-	if m.pool != nil {
-		m.pool.close()
-		m.pool = nil
-	}
+	m.CloseView()
 	if m.bound != nil {
 		m.bound.Free()
 		m.bound = nil
