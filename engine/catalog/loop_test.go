@@ -15,8 +15,7 @@ import (
 // the backend records loops, else its fallback) from the device, gives
 // every request the entries and tokens of decoding it alone with the
 // host's step, and the last step's legal set and logits bit for bit, in
-// batches of every size from 1 to all the fixture's cases; and it leaves
-// the key/value pool as it found it.
+// batches of every size from 1 to all the fixture's cases.
 func TestLoopMatchesDecode(t *testing.T) {
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
