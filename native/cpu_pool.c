@@ -12,6 +12,11 @@
 
 #include <pthread.h>
 #include <sched.h>
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -86,9 +91,28 @@ static void run_tasks(uint64_t t)
 	}
 }
 
+/* WORKER_NICE is the nice value of every thread that runs kernels (the
+ * pool's and each caller's, from its first job on): the kernels yield to
+ * interactive work (the app's own page on a machine of few cores) and
+ * still take every idle core. Linux keeps nice per thread; a thread's
+ * nice value cannot be raised back without privilege, so it stays. */
+#define WORKER_NICE 5
+
+static void lower_priority(void)
+{
+#if defined(__linux__)
+	static _Thread_local int done;
+	if (!done) {
+		done = 1;
+		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE);
+	}
+#endif
+}
+
 static void *worker(void *arg)
 {
 	(void)arg;
+	lower_priority();
 	uint64_t seen = atomic_load(&P.ticket) >> GSHIFT;
 	for (;;) {
 		uint64_t t = atomic_load_explicit(&P.ticket, memory_order_acquire);
@@ -165,6 +189,7 @@ void vk_pool_run(int64_t ntasks, vk_task_fn fn, void *ctx)
 
 void vk_par(int64_t ntasks, double work, vk_task_fn fn, void *ctx)
 {
+	lower_priority();
 	if (ntasks > 1 && work >= VK_PAR_MIN_WORK)
 		vk_pool_run(ntasks, fn, ctx);
 	else
