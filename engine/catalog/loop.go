@@ -85,21 +85,6 @@ func stateFor(x *gemma3n.Exec, c *Catalog) (*loopState, error) {
 	return s, nil
 }
 
-// answerTokens is the most tokens an answer of k entries of c takes: its k
-// longest names, each with its separator or stop.
-func (c *Catalog) answerTokens(k int) int {
-	lens := make([]int, len(c.Entries))
-	for i, e := range c.Entries {
-		lens[i] = len(e.TokenIDs) + 1
-	}
-	slices.Sort(lens)
-	n := 0
-	for _, l := range lens[max(0, len(lens)-k):] {
-		n += l
-	}
-	return n
-}
-
 // tokens lists every token a step of c can choose.
 func (c *Catalog) tokens() []int32 {
 	t := append(slices.Clone(c.Token), c.Grammar.Sep, c.Grammar.Stop)
@@ -142,7 +127,7 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 				return nil, ls, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Cfg.VocabSize)
 			}
 		}
-		steps = max(steps, c.answerTokens(r.K)-1)
+		steps = max(steps, c.MaxAnswer(r.K)-1)
 	}
 	steps = max(steps, 1)
 	x, err := m.Acquire()
@@ -171,7 +156,7 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 		} else {
 			caches[i] = m.NewCache()
 		}
-		if err := caches[i].Reserve(len(r.Prompt) - fed + c.answerTokens(r.K)); err != nil {
+		if err := caches[i].Reserve(len(r.Prompt) - fed + c.MaxAnswer(r.K)); err != nil {
 			return nil, ls, fmt.Errorf("catalog: request %d: %w", i, err)
 		}
 	}
