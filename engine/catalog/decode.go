@@ -161,6 +161,36 @@ type seq struct {
 	slot   int32 // the backend step's walk slot
 }
 
+// checkRequest refuses request i of catalog c that the model cannot
+// decode (an empty prompt, k out of range, more positions than the model
+// has or its pool can ever hold, a token outside the vocabulary); else it
+// returns the most answer tokens the request can take.
+func checkRequest(m *gemma3n.Model, c *Catalog, i int, r Request) (int, error) {
+	if len(r.Prompt) == 0 {
+		return 0, fmt.Errorf("catalog: request %d has an empty prompt", i)
+	}
+	if r.K < 1 || r.K > len(c.Entries) {
+		return 0, fmt.Errorf("catalog: request %d: k = %d, but the catalog has %d entries (k must be 1..%d)", i, r.K, len(c.Entries), len(c.Entries))
+	}
+	past := 0
+	if r.Cache != nil {
+		past = r.Cache.Len()
+	}
+	answer := c.MaxAnswer(r.K)
+	if n, limit := past+len(r.Prompt)+answer, m.Cfg.MaxPositionEmbeddings; limit > 0 && n > limit {
+		return 0, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), answer, limit)
+	}
+	if err := checkFits(m, i, past, len(r.Prompt), answer); err != nil {
+		return 0, err
+	}
+	for _, id := range r.Prompt {
+		if id < 0 || int(id) >= m.Cfg.VocabSize {
+			return 0, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Cfg.VocabSize)
+		}
+	}
+	return answer, nil
+}
+
 func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options, batched bool) ([]Result, Stats, error) {
 	start := time.Now()
 	var stats Stats
@@ -171,7 +201,6 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	if chunk <= 0 {
 		chunk = 512
 	}
-	limit := m.Cfg.MaxPositionEmbeddings
 	cats := make([]*Catalog, len(reqs))
 	answer := make([]int, len(reqs)) // the most answer tokens of each request
 	for i, r := range reqs {
@@ -183,27 +212,9 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			return nil, stats, fmt.Errorf("catalog: request %d has no catalog", i)
 		}
 		cats[i] = c
-		if len(r.Prompt) == 0 {
-			return nil, stats, fmt.Errorf("catalog: request %d has an empty prompt", i)
-		}
-		if r.K < 1 || r.K > len(c.Entries) {
-			return nil, stats, fmt.Errorf("catalog: request %d: k = %d, but the catalog has %d entries (k must be 1..%d)", i, r.K, len(c.Entries), len(c.Entries))
-		}
-		past := 0
-		if r.Cache != nil {
-			past = r.Cache.Len()
-		}
-		answer[i] = c.MaxAnswer(r.K)
-		if n := past + len(r.Prompt) + answer[i]; limit > 0 && n > limit {
-			return nil, stats, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), answer[i], limit)
-		}
-		if err := checkFits(m, i, past, len(r.Prompt), answer[i]); err != nil {
+		var err error
+		if answer[i], err = checkRequest(m, c, i, r); err != nil {
 			return nil, stats, err
-		}
-		for _, id := range r.Prompt {
-			if id < 0 || int(id) >= m.Cfg.VocabSize {
-				return nil, stats, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Cfg.VocabSize)
-			}
 		}
 	}
 	x, err := m.Acquire()

@@ -111,23 +111,19 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 		return nil, ls, fmt.Errorf("catalog: no catalog")
 	}
 	steps := 0 // the loop's iterations: every answer token but the first
+	answer := make([]int, n)
 	for i, r := range reqs {
 		switch {
 		case r.Catalog != nil && r.Catalog != c:
 			return nil, ls, fmt.Errorf("catalog: request %d has a catalog of its own; a loop decodes one catalog", i)
 		case r.Cache != nil:
 			return nil, ls, fmt.Errorf("catalog: request %d continues a cache; a loop starts from prompts", i)
-		case len(r.Prompt) == 0:
-			return nil, ls, fmt.Errorf("catalog: request %d has an empty prompt", i)
-		case r.K < 1 || r.K > len(c.Entries):
-			return nil, ls, fmt.Errorf("catalog: request %d: k = %d, but the catalog has %d entries (k must be 1..%d)", i, r.K, len(c.Entries), len(c.Entries))
 		}
-		for _, id := range r.Prompt {
-			if id < 0 || int(id) >= m.Cfg.VocabSize {
-				return nil, ls, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Cfg.VocabSize)
-			}
+		var err error
+		if answer[i], err = checkRequest(m, c, i, r); err != nil {
+			return nil, ls, err
 		}
-		steps = max(steps, c.MaxAnswer(r.K)-1)
+		steps = max(steps, answer[i]-1)
 	}
 	steps = max(steps, 1)
 	x, err := m.Acquire()
@@ -156,7 +152,7 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 		} else {
 			caches[i] = m.NewCache()
 		}
-		if err := caches[i].Reserve(len(r.Prompt) - fed + c.MaxAnswer(r.K)); err != nil {
+		if err := caches[i].Reserve(len(r.Prompt) - fed + answer[i]); err != nil {
 			return nil, ls, fmt.Errorf("catalog: request %d: %w", i, err)
 		}
 	}
