@@ -163,21 +163,18 @@ func (b *loopBufs) setTable(x *Exec, tokens []int32) error {
 	}
 	cfg := x.m.Cfg
 	LP := cfg.NumLayers * cfg.PerLayerSize
-	row := make([]float32, LP)
+	rows := make([]float32, len(want)*LP)
 	clear(b.hLUT)
 	for r, id := range want {
 		if id < 0 || int(id) >= cfg.VocabSize {
 			return fmt.Errorf("gemma3n: a loop's token %d is outside the vocabulary of %d", id, cfg.VocabSize)
 		}
-		if err := x.m.pleRow(id, row); err != nil {
-			return err
-		}
-		x.st.Upload(b.ple.Sub(r*LP, 1, LP), row)
-		if err := x.st.Sync(); err != nil { // row is reused
+		if err := x.m.pleRow(id, rows[r*LP:(r+1)*LP]); err != nil {
 			return err
 		}
 		b.hLUT[id] = int32(r)
 	}
+	x.st.Upload(b.ple.Sub(0, len(want), LP), rows)
 	x.st.UploadI32(b.lut, b.hLUT)
 	b.tokens = want
 	return x.st.Sync()
