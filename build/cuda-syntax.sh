@@ -40,7 +40,7 @@ for f in native/cpu_*.c; do
 	"$CC" -O2 -std=c11 -pthread -fPIC -c "$f" -o "$tmp/c/$(basename "$f" .c).o"
 done
 for h in ops_check catalog_check tower_check; do
-	"$CXX" -pthread -o "$tmp/$h" "$tmp/$h.o" "$tmp/cuda_backend.o" "$tmp/catalog.o" "$tmp/tower.o" "$tmp"/c/*.o -lm
+	"$CXX" -pthread -o "$tmp/$h" "$tmp/$h.o" "$tmp/cuda_backend.o" "$tmp/catalog.o" "$tmp/tower.o" "$tmp/q4_mma.o" "$tmp"/c/*.o -lm
 	echo "linked $h"
 done
 if [ "${1:-}" = run ]; then

@@ -30,7 +30,7 @@ if [ -n "${CUDA_ARCH:-}" ]; then
 fi
 # -fmad=false: only the fmaf calls fuse (the CPU kernels' arithmetic).
 flags=(-O3 -std=c++17 -fmad=false -lineinfo -Xcompiler -fPIC -Xptxas -warn-spills)
-libsrc=(cuda_backend catalog tower)
+libsrc=(cuda_backend catalog tower q4_mma)
 harnesses=(ops_check catalog_check tower_check)
 cd "$root"
 obj=$(mktemp -d)

@@ -37,6 +37,8 @@
 #include "../backend.h"
 #include "../catalog_walk.h"
 #include "device_math.cuh"
+#include "q4_mma.cuh"
+#include "q4_mma.h"
 
 #include <cuda_runtime.h>
 
@@ -95,7 +97,7 @@ __device__ __forceinline__ bool cat_use_const(const Where &w)
 	return ok;
 }
 
-enum { W_F32, W_BF16, W_BF16P, W_Q4 };
+enum { W_F32, W_BF16, W_BF16P, W_Q4, W_Q4MMA };
 
 struct Args {
 	const float *h;
@@ -245,6 +247,50 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head(Args a)
 			v = a.softcap * d_tanh(v / a.softcap);
 		a.logits[sl * VD_CAT_MAX_EDGES + j] = v;
 	}
+}
+
+/* k_cat_head_mma: the q4 head on tensor cores with q4_mma's arithmetic,
+ * the dense linear's for a matrix it takes (sparse = dense, bit for bit):
+ * a block 16·(8/S) candidate slots of sequence blockIdx.y, warp w the
+ * slice w % S of slot tile blockIdx.x·(8/S) + w/S, the sequence's hidden
+ * row the mma's token 0, the slices added in slice order. */
+__global__ void __launch_bounds__(32 * CAT_HW) k_cat_head_mma(Args a, int S)
+{
+	__shared__ float red[CAT_HW][4][32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int64_t i = blockIdx.y, sl = cat_slot(a, i);
+	q4mma::pdl_wait();
+	const int32_t *sq = a.seq + sl * VD_SEQ_FIELDS;
+	int per = CAT_HW / S, nl = sq[VD_SEQ_NLEGAL];
+	if (sq[VD_SEQ_DONE] || sq[VD_SEQ_ERR] || (int64_t)blockIdx.x * per * 16 >= nl)
+		return; /* the whole block */
+	int s = w % S;
+	int64_t ja = ((int64_t)blockIdx.x * per + w / S) * 16 + g, jb = ja + 8;
+	const int32_t *lgl = a.legal + sl * 2 * VD_CAT_MAX_EDGES;
+	int64_t ra = lgl[ja < nl ? ja : nl - 1], rb = lgl[jb < nl ? jb : nl - 1];
+	int64_t cols = a.D, G = cols >> 6, gpr = (cols >> a.lg) * 2;
+	const uint8_t *q = (const uint8_t *)a.w;
+	const float *x = a.h + (a.hrow ? a.hrow[i] : i) * cols;
+	bool waited = true;
+	float P[4];
+	q4mma::slice16(P, q + ra * (cols / 2) + 8 * t, q + rb * (cols / 2) + 8 * t, a.wso + ra * gpr, a.wso + rb * gpr,
+	               x + q4mma::xcol(t), g == 0, s * G / S, (s + 1) * G / S, a.lg, waited);
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		red[w][e][lane] = P[e];
+	__syncthreads();
+	if (s == 0 && t == 0) /* token 0: c0 of row g, c2 of row g + 8 */
+		for (int e = 0; e < 4; e += 2) {
+			float v = 0.0f;
+			for (int k = 0; k < S; k++)
+				v = v + red[w + k][e][lane];
+			int64_t j = e == 0 ? ja : jb;
+			if (j < nl) {
+				if (a.softcap > 0)
+					v = a.softcap * d_tanh(v / a.softcap);
+				a.logits[sl * VD_CAT_MAX_EDGES + j] = v;
+			}
+		}
 }
 
 template <class T>
@@ -516,7 +562,7 @@ int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
 	case VD_Q4:
 		if (((uintptr_t)c->w.data & 3) != 0 || cols % 32 != 0)
 			return CAT_EDTYPE;
-		kind = W_Q4;
+		kind = q4_mma_fits(c->w.data, cols, c->w.group) ? W_Q4MMA : W_Q4;
 		break;
 	default:
 		return CAT_EDTYPE;
@@ -538,6 +584,12 @@ int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
 	case W_BF16P:
 		k_cat_head<W_BF16P><<<hg, 32 * CAT_HW, 0, st>>>(a);
 		break;
+	case W_Q4MMA: {
+		int S = q4mma::slices(cols >> 6), per = CAT_HW / S;
+		dim3 mg((VD_CAT_MAX_EDGES / 16 + per - 1) / per, n);
+		k_cat_head_mma<<<mg, 32 * CAT_HW, 0, st>>>(a, S);
+		break;
+	}
 	default:
 		k_cat_head<W_Q4><<<hg, 32 * CAT_HW, 0, st>>>(a);
 		break;

@@ -21,6 +21,7 @@
  */
 #include "../backend.h"
 #include "device_math.cuh"
+#include "q4_mma.h"
 #include "tower.h"
 
 #include <cuda_runtime.h>
@@ -844,6 +845,11 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 	case VD_Q4:
 		if (((uintptr_t)w.data & 3) != 0 || cols % 32 != 0) {
 			fail(s, VDC_EDTYPE);
+			return;
+		}
+		if (q4_mma_fits(w.data, cols, w.group)) {
+			check(s, q4_mma(s->st, false, yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout,
+			                cols, lg2(w.group)));
 			return;
 		}
 		if (n > QT) {

@@ -230,7 +230,8 @@ static void check_linear()
 		int64_t n, rows, cols;
 		int group;
 	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64},
-	             {9, 4, 2048, 64}, {130, 16, 512, 32}, {513, 40, 256, 64}};
+	             {9, 4, 2048, 64}, {130, 16, 512, 32}, {513, 40, 256, 64}, {130, 1100, 2048, 64},
+	             {200, 1024, 8192, 128}, {77, 2048, 512, 64}, {8, 8192, 2048, 64}, {64, 1030, 192, 64}};
 	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
 		for (S s : shapes) {
 			auto x = randf((size_t)(s.n * s.cols));
@@ -277,6 +278,52 @@ static void check_linear()
 				cmp(nr, YR, (size_t)(s.n * k), TOL_DOT);
 			free_all();
 		}
+	}
+}
+
+/* check_linear_alone: every token of a q4 batch (the tensor-core kernels
+ * when the matrix fits them: few or many tokens, either kernel) alone on
+ * the GPU gives the batch's bits; and linear_rows over all rows in
+ * reverse gives linear's (the catalog's sparse head relies on it). */
+static void check_linear_alone()
+{
+	struct S {
+		int64_t n, rows, cols;
+		int group;
+	} shapes[] = {{70, 1030, 2048, 64}, {20, 300, 512, 64}, {9, 1024, 8192, 64}, {66, 1024, 128, 128}};
+	for (S s : shapes) {
+		Pair X = in(randf((size_t)(s.n * s.cols), -3, 3));
+		Q4 q = randq4(s.rows, s.cols, s.group);
+		vd_tensor w = Q(q.q, q.so, true, s.rows, s.cols, s.group);
+		Pair Y = out((size_t)(s.n * s.rows * 4)), Y1 = out((size_t)(s.rows * 4)), YR = out((size_t)(s.n * s.rows * 4));
+		GPU->linear(GS, T(Y, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), w);
+		GPU->sync(GS);
+		std::vector<float> all = down_f(Y, (size_t)(s.n * s.rows)), alone;
+		for (int64_t t = 0; t < s.n; t++) {
+			vd_tensor x1 = T(X, true, VD_F32, 1, s.cols);
+			x1.data = (float *)X.g + t * s.cols;
+			GPU->linear(GS, T(Y1, true, VD_F32, 1, s.rows), x1, w);
+			GPU->sync(GS);
+			std::vector<float> one = down_f(Y1, (size_t)s.rows);
+			alone.insert(alone.end(), one.begin(), one.end());
+		}
+		char nm[96];
+		snprintf(nm, sizeof nm, "linear q4 n=%lld %lldx%lld g%d", (long long)s.n, (long long)s.rows,
+		         (long long)s.cols, s.group);
+		same(std::string(nm) + " every row alone = in batch", alone, all);
+		std::vector<int32_t> rev((size_t)s.rows);
+		for (int64_t i = 0; i < s.rows; i++)
+			rev[(size_t)i] = (int32_t)(s.rows - 1 - i);
+		Pair ID = in(rev);
+		GPU->linear_rows(GS, T(YR, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), w,
+		                 T(ID, true, VD_I32, 1, s.rows));
+		GPU->sync(GS);
+		std::vector<float> rr = down_f(YR, (size_t)(s.n * s.rows)), back(rr.size());
+		for (int64_t t = 0; t < s.n; t++)
+			for (int64_t i = 0; i < s.rows; i++)
+				back[(size_t)(t * s.rows + s.rows - 1 - i)] = rr[(size_t)(t * s.rows + i)];
+		same(std::string(nm) + " linear_rows = linear", back, all);
+		free_all();
 	}
 }
 
@@ -732,6 +779,7 @@ int main(int argc, char **argv)
 	cudaGetDeviceProperties(&prop, 0);
 	printf("ops_check: %s (sm_%d%d), CPU reference kernels set %d\n", prop.name, prop.major, prop.minor, vk_simd_active());
 	check_linear();
+	check_linear_alone();
 	check_router();
 	check_sparse_mlp();
 	check_rows();

@@ -1,0 +1,307 @@
+/*
+ * q4_mma.cu: the q4 product y = x·wᵀ on tensor cores (mma.sync m16n8k16,
+ * bf16 in, float32 accumulation) at float32 accuracy.
+ *
+ * The arithmetic, fixed by the matrix's shape alone, so that a row's bits
+ * never depend on the batch it sits in or on the kernel that runs it:
+ *  - w[r, c] = sc·nib + off, sc and off those of c's group; the columns
+ *    are taken in chunks of 64 (a group is 64 or more), and each nibble
+ *    (0..15) is exact in bf16.
+ *  - x is split into three bf16 parts, hi = bf16(x), mid = bf16(x − hi),
+ *    lo = bf16(x − hi − mid): 24 significant bits, so each nib·part is
+ *    exact and their sum is x·nib to float32 rounding.
+ *  - D = a chunk's sum of nib·x: the tensor core's float32 sums, in one
+ *    sequence of mma's: the column halves 0 and 1, in each the parts lo,
+ *    mid, hi, in each the half's two k16 steps.
+ *  - Sx = the chunk's sum of x: thread t of four holds columns
+ *    base_t + i and base_t + 16 + i (i = 0..7, base_t = 32(t>>1) + 8(t&1)),
+ *    sums each run of eight in order (a_t, b_t), s_t = a_t + b_t, then
+ *    Sx = (s_0 + s_1) + (s_2 + s_3).
+ *  - The chunks are cut into S slices (8, or fewer when there are fewer
+ *    chunks); a slice's P = fmaf(sc, D, fmaf(off, Sx, P)) over its chunks
+ *    in order from 0, and y = ((0 + P_0) + P_1) + ... .
+ * k_q4_mma_few (eight tokens a block row: a warp per slice and 16 rows,
+ * the slices added in shared memory) and k_q4_mma_many (a warp 32 rows ×
+ * 16 tokens over every slice in turn, x's parts staged once per block in
+ * shared memory) compute exactly that. The permutation of a chunk's
+ * columns over the mma's k slots (thread t's bytes 8t..8t+7 of the
+ * chunk's 32) lets each thread read its weights as one 8-byte load.
+ */
+#include "q4_mma.h"
+#include "q4_mma.cuh"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+using namespace q4mma;
+
+namespace {
+
+constexpr int MW = 8;           /* warps a block */
+constexpr int64_t FEW_MAX = 64; /* tokens beyond which large matrices take k_q4_mma_many */
+
+/* k_q4_mma_few: eight tokens a block row (grid.y, striding), a warp per
+ * (16 rows, slice): warp w takes slice w % S of row tile
+ * blockIdx.x·(MW/S) + w/S. Lane (g, t) holds rows g and g + 8 and, as the
+ * mma's B, token g; the slice's partials meet in shared memory and warp
+ * w/S·S adds them in slice order. */
+__global__ void __launch_bounds__(32 * MW) k_q4_mma_few(float *y, const float *x, const uint8_t *q,
+                                                        const float *so, const int32_t *ids, int64_t n,
+                                                        int64_t nout, int64_t cols, int lg, int S)
+{
+	__shared__ float red[MW][4][32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int s = w % S;
+	int64_t r0 = ((int64_t)blockIdx.x * (MW / S) + w / S) * 16;
+	int64_t G = cols >> 6, c0 = s * G / S, c1 = (s + 1) * G / S;
+	int64_t ra = r0 + g, rb = ra + 8;
+	int64_t ia = ra < nout ? ra : nout - 1, ib = rb < nout ? rb : nout - 1;
+	if (ids) {
+		pdl_wait();
+		ia = ids[ia];
+		ib = ids[ib];
+	}
+	int64_t gpr = (cols >> lg) * 2;
+	const uint8_t *qa = q + ia * (cols / 2) + 8 * t, *qb = q + ib * (cols / 2) + 8 * t;
+	const float *sa = so + ia * gpr, *sb = so + ib * gpr;
+	bool waited = false;
+	for (int64_t tile = blockIdx.y; tile * 8 < n; tile += gridDim.y) {
+		int64_t tok = tile * 8 + g;
+		bool xl = tok < n;
+		float P[4];
+		slice16(P, qa, qb, sa, sb, x + (xl ? tok : 0) * cols + xcol(t), xl, c0, c1, lg, waited);
+		__syncthreads();
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			red[w][e][lane] = P[e];
+		__syncthreads();
+		if (s == 0) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float v = 0.0f;
+				for (int k = 0; k < S; k++)
+					v = v + red[w + k][e][lane];
+				int64_t row = e < 2 ? ra : rb, tk = tile * 8 + 2 * t + (e & 1);
+				if (row < nout && tk < n)
+					y[tk * nout + row] = v;
+			}
+		}
+	}
+	if (!waited)
+		pdl_wait();
+}
+
+/* k_q4_mma_many: a block 128 rows × 32 tokens (grid.y), warp w rows
+ * 32(w >> 1) and tokens 16(w & 1) of it (2 × 2 mma tiles). Each chunk's
+ * x parts are staged once per block, double-buffered: thread
+ * (token = tid >> 3, t = (tid >> 1) & 3, half = tid & 1) splits its eight
+ * values and writes them in the B fragments' order ([token][t][half][4
+ * words], a token's 128 bytes padded to 144 so no two lanes of a phase
+ * share a bank), and the token's eight threads sum Sx by shuffles. */
+__global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const float *x, const uint8_t *q,
+                                                           const float *so, const int32_t *ids, int64_t n,
+                                                           int64_t nout, int64_t cols, int lg, int S)
+{
+	__shared__ __align__(16) uint32_t sb[2][3][32][36];
+	__shared__ float ssx[2][32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int64_t tok0 = (int64_t)blockIdx.y * 32;
+	int64_t r0 = (int64_t)blockIdx.x * 128 + (w >> 1) * 32;
+	int tw = (w & 1) * 16;
+	int64_t G = cols >> 6, gpr = (cols >> lg) * 2;
+	if (ids)
+		pdl_wait();
+	const uint8_t *qr[2][2];
+	const float *sr[2][2];
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t r = r0 + 16 * mt + g + 8 * h;
+			r = r < nout ? r : nout - 1;
+			if (ids)
+				r = ids[r];
+			qr[mt][h] = q + r * (cols / 2) + 8 * t;
+			sr[mt][h] = so + r * gpr;
+		}
+	/* the staging unit of this thread */
+	int ut = threadIdx.x >> 3, uq = (threadIdx.x >> 1) & 3, uh = threadIdx.x & 1;
+	bool ul = tok0 + ut < n;
+	const float *ux = x + (ul ? tok0 + ut : 0) * cols + xcol(uq) + 16 * uh;
+
+	uint2 wc[2][2], wn[2][2];
+	float scc[2][2], ofc[2][2], scn[2][2], ofn[2][2];
+	auto loadw = [&](int64_t ch, uint2 (*wv)[2], float (*sc)[2], float (*of)[2]) {
+		int64_t gi = ((ch << 6) >> lg) * 2;
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				wv[mt][h] = __ldg((const uint2 *)(qr[mt][h] + ch * 32));
+				sc[mt][h] = __ldg(sr[mt][h] + gi);
+				of[mt][h] = __ldg(sr[mt][h] + gi + 1);
+			}
+	};
+	float4 xp, xq;
+	auto loadx = [&](int64_t ch) {
+		if (ul) {
+			xp = ld4(ux + ch * 64);
+			xq = ld4(ux + ch * 64 + 4);
+		} else {
+			xp.x = xp.y = xp.z = xp.w = 0.0f;
+			xq = xp;
+		}
+	};
+	loadw(0, wc, scc, ofc);
+	pdl_wait();
+	pdl_launch();
+	loadx(0);
+
+	float Y[2][2][4], P[2][2][4];
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
+	int sl = 0;
+	int64_t send = G / S;
+	for (int64_t ch = 0; ch < G; ch++) {
+		int buf = (int)(ch & 1);
+		{ /* stage chunk ch */
+			uint32_t h[4], m[4], l[4];
+			split3(xp.x, xp.y, h[0], m[0], l[0]);
+			split3(xp.z, xp.w, h[1], m[1], l[1]);
+			split3(xq.x, xq.y, h[2], m[2], l[2]);
+			split3(xq.z, xq.w, h[3], m[3], l[3]);
+			int o = uq * 8 + uh * 4;
+			*(uint4 *)&sb[buf][0][ut][o] = uint4{l[0], l[1], l[2], l[3]};
+			*(uint4 *)&sb[buf][1][ut][o] = uint4{m[0], m[1], m[2], m[3]};
+			*(uint4 *)&sb[buf][2][ut][o] = uint4{h[0], h[1], h[2], h[3]};
+			float v = sum8(xp, xq);
+			v = v + __shfl_xor_sync(0xffffffffu, v, 1);
+			v = v + __shfl_xor_sync(0xffffffffu, v, 2);
+			v = v + __shfl_xor_sync(0xffffffffu, v, 4);
+			if ((threadIdx.x & 7) == 0)
+				ssx[buf][ut] = v;
+		}
+		__syncthreads();
+		if (ch + 1 < G) {
+			loadx(ch + 1);
+			loadw(ch + 1, wn, scn, ofn);
+		}
+		uint32_t a[2][4][4];
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				afrag(a[mt][k], wc[mt][0], wc[mt][1], k);
+#pragma unroll
+		for (int nt = 0; nt < 2; nt++) {
+			int lt = tw + 8 * nt + g;
+			uint32_t b[3][4][2];
+#pragma unroll
+			for (int p = 0; p < 3; p++)
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					uint4 v = *(const uint4 *)&sb[buf][p][lt][t * 8 + hh * 4];
+					b[p][2 * hh][0] = v.x, b[p][2 * hh][1] = v.y;
+					b[p][2 * hh + 1][0] = v.z, b[p][2 * hh + 1][1] = v.w;
+				}
+			float sx0 = ssx[buf][tw + 8 * nt + 2 * t], sx1 = ssx[buf][tw + 8 * nt + 2 * t + 1];
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				float d[4];
+				chunk_mma(d, a[mt], b);
+				float *pp = P[mt][nt];
+				pp[0] = fmaf(scc[mt][0], d[0], fmaf(ofc[mt][0], sx0, pp[0]));
+				pp[1] = fmaf(scc[mt][0], d[1], fmaf(ofc[mt][0], sx1, pp[1]));
+				pp[2] = fmaf(scc[mt][1], d[2], fmaf(ofc[mt][1], sx0, pp[2]));
+				pp[3] = fmaf(scc[mt][1], d[3], fmaf(ofc[mt][1], sx1, pp[3]));
+			}
+		}
+		if (ch + 1 == send) { /* the slice's end: into y, in slice order */
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+				for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
+						P[mt][nt][e] = 0.0f;
+					}
+			sl++;
+			send = (sl + 1) * G / S;
+		}
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				wc[mt][h] = wn[mt][h];
+				scc[mt][h] = scn[mt][h];
+				ofc[mt][h] = ofn[mt][h];
+			}
+	}
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int64_t row = r0 + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
+				if (row < nout && tk < n)
+					y[tk * nout + row] = Y[mt][nt][e];
+			}
+}
+
+template <class... K, class... A>
+cudaError_t launch(void (*k)(K...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, A... args)
+{
+#if Q4_STUB
+	(void)pdl;
+	k<<<grid, block, 0, st>>>(args...);
+	return cudaSuccess;
+#else
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = 0;
+	cfg.stream = st;
+	cudaLaunchAttribute at[1];
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = pdl ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, k, args...);
+#endif
+}
+
+} // namespace
+
+bool q4_mma_fits(const void *q, int64_t cols, int64_t group)
+{
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_CUDA_MMA");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	return on && cols >= 64 && cols % 64 == 0 && group >= 64 && (group & (group - 1)) == 0 &&
+	       ((uintptr_t)q & 7) == 0;
+}
+
+cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const uint8_t *q, const float *so,
+                   const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg)
+{
+	if (n <= 0 || nout <= 0)
+		return cudaSuccess;
+	int S = slices(cols >> 6);
+	if (n > FEW_MAX && nout >= 1024 && (n + 31) / 32 <= 65535) {
+		int64_t ty = (n + 31) / 32;
+		dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty);
+		return launch(k_q4_mma_many, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
+	}
+	int64_t tiles = (nout + 15) / 16, per = MW / S, ty = (n + 7) / 8;
+	dim3 grid((unsigned)((tiles + per - 1) / per), (unsigned)(ty < 65535 ? ty : 65535));
+	return launch(k_q4_mma_few, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
+}

@@ -1,0 +1,239 @@
+/*
+ * q4_mma.cuh: the device side of the tensor-core q4 product (q4_mma.cu
+ * describes its arithmetic), shared by q4_mma.cu's kernels and the
+ * catalog step's head (catalog.cu), so that both give one row's bits.
+ */
+#ifndef VERDICT_CUDA_Q4_MMA_CUH
+#define VERDICT_CUDA_Q4_MMA_CUH
+
+#include <cstdint>
+
+#if defined(VERDICT_CUDA_STUB_H)
+#define Q4_STUB 1
+#else
+#define Q4_STUB 0
+#endif
+
+namespace q4mma {
+
+constexpr int FB = 4; /* chunks a warp loads at once */
+
+static __device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* bf2: lo and hi rounded to bf16 (to nearest, ties to even), lo in the
+ * low half. */
+static __device__ __forceinline__ uint32_t bf2(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__)
+	uint32_t r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+#elif Q4_STUB
+	auto rn = [](float f) {
+		uint32_t u = __float_as_uint(f);
+		return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+	};
+	return rn(lo) | rn(hi) << 16;
+#else
+	return 0;
+#endif
+}
+
+/* split3: the three bf16 parts of two columns' values (a in the low
+ * halves): hi = bf16(v), mid = bf16(v − hi), lo = bf16(v − hi − mid). */
+static __device__ __forceinline__ void split3(float a, float b, uint32_t &h, uint32_t &m, uint32_t &l)
+{
+	h = bf2(a, b);
+	float ra = a - __uint_as_float(h << 16), rb = b - __uint_as_float(h & 0xffff0000u);
+	m = bf2(ra, rb);
+	float sa = ra - __uint_as_float(m << 16), sb = rb - __uint_as_float(m & 0xffff0000u);
+	l = bf2(sa, sb);
+}
+
+/* nib2: the nibbles in bytes 0 and 1 (sel 0) or 2 and 3 (sel 1) of v
+ * (one nibble a byte) as two bf16, exactly: (128 + n)·1 − 128. */
+static __device__ __forceinline__ uint32_t nib2(uint32_t v, int sel)
+{
+#if defined(__CUDA_ARCH__)
+	uint32_t p = __byte_perm(v, 0, sel ? 0x4342 : 0x4140) | 0x43004300u, r;
+	asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(p), "r"(0x3f803f80u), "r"(0xc300c300u));
+	return r;
+#elif Q4_STUB
+	uint32_t n0 = (v >> (sel ? 16 : 0)) & 15u, n1 = (v >> (sel ? 24 : 8)) & 15u;
+	return bf2((float)n0, (float)n1);
+#else
+	return 0;
+#endif
+}
+
+/* afrag: the A fragment of k16 step s (0..3) of a chunk from the 8 bytes
+ * of rows g (wa) and g + 8 (wb): step s takes word s & 1, nibble half
+ * s >> 1. */
+static __device__ __forceinline__ void afrag(uint32_t *a, uint2 wa, uint2 wb, int s)
+{
+	int sh = 4 * (s >> 1);
+	uint32_t va = (((s & 1) ? wa.y : wa.x) >> sh) & 0x0f0f0f0fu;
+	uint32_t vb = (((s & 1) ? wb.y : wb.x) >> sh) & 0x0f0f0f0fu;
+	a[0] = nib2(va, 0);
+	a[1] = nib2(vb, 0);
+	a[2] = nib2(va, 1);
+	a[3] = nib2(vb, 1);
+}
+
+/* mma: d += a·b, m16n8k16, bf16 in, float32 accumulation. */
+static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__)
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#elif Q4_STUB
+	/* The stub: gather the warp's fragments and sum in k order. */
+	auto val = [](uint32_t r, int e) { return __uint_as_float(e ? (r & 0xffff0000u) : (r << 16)); };
+	float A[16][16], B[16][8];
+	for (unsigned L = 0; L < 32; L++) {
+		uint32_t r[6];
+		for (int k = 0; k < 4; k++)
+			r[k] = __shfl_sync(0xffffffffu, a[k], (int)L);
+		r[4] = __shfl_sync(0xffffffffu, b0, (int)L);
+		r[5] = __shfl_sync(0xffffffffu, b1, (int)L);
+		unsigned g = L >> 2, t = L & 3;
+		for (int e = 0; e < 2; e++) {
+			A[g][2 * t + e] = val(r[0], e);
+			A[g + 8][2 * t + e] = val(r[1], e);
+			A[g][2 * t + 8 + e] = val(r[2], e);
+			A[g + 8][2 * t + 8 + e] = val(r[3], e);
+			B[2 * t + e][g] = val(r[4], e);
+			B[2 * t + 8 + e][g] = val(r[5], e);
+		}
+	}
+	unsigned lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	for (int i = 0; i < 4; i++) {
+		unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+		float acc = d[i];
+		for (int k = 0; k < 16; k++)
+			acc += A[row][k] * B[k][col];
+		d[i] = acc;
+	}
+#endif
+}
+
+/* chunk_mma: d = the chunk's sum (from 0) in the fixed sequence: halves,
+ * then parts lo, mid, hi (b[0..2][step][2]), then the half's steps. */
+static __device__ __forceinline__ void chunk_mma(float *d, const uint32_t (*a)[4], const uint32_t (*b)[4][2])
+{
+	d[0] = d[1] = d[2] = d[3] = 0.0f;
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+		for (int p = 0; p < 3; p++)
+#pragma unroll
+			for (int s = 2 * hh; s < 2 * hh + 2; s++)
+				mma(d, a[s], b[p][s][0], b[p][s][1]);
+}
+
+static __device__ __forceinline__ float sum8(float4 p, float4 q)
+{
+	return ((((((p.x + p.y) + p.z) + p.w) + q.x) + q.y) + q.z) + q.w;
+}
+
+static __device__ __forceinline__ float4 ld4(const float *p)
+{
+	float4 v = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
+	return v;
+}
+
+/* slices: the S of a matrix of G chunks. */
+static __host__ __device__ __forceinline__ int slices(int64_t G)
+{
+	return G >= 8 ? 8 : G >= 4 ? 4 : G >= 2 ? 2 : 1;
+}
+
+/* slice16: a warp's partial P over chunks [c0, c1) for rows g and g + 8
+ * (their q4 bytes qa, qb at this lane's 8t offset, scales sa, sb) and the
+ * token whose x row is xr (lanes whose token is live, xl), as the
+ * arithmetic above: P[0], P[1] row g, tokens 2t, 2t + 1; P[2], P[3] row
+ * g + 8. The first chunks' weights are requested before pdl_wait. */
+static __device__ __forceinline__ void slice16(float *P, const uint8_t *qa, const uint8_t *qb, const float *sa,
+                                               const float *sb, const float *xr, bool xl, int64_t c0, int64_t c1,
+                                               int lg, bool &waited)
+{
+	int t = threadIdx.x & 3;
+	P[0] = P[1] = P[2] = P[3] = 0.0f;
+	for (int64_t c = c0; c < c1; c += FB) {
+		uint2 wa[FB], wb[FB];
+		float sca[FB], ofa[FB], scb[FB], ofb[FB];
+		float4 xv[FB][4];
+#pragma unroll
+		for (int i = 0; i < FB; i++) {
+			int64_t ch = c + i < c1 ? c + i : c1 - 1;
+			wa[i] = __ldg((const uint2 *)(qa + ch * 32));
+			wb[i] = __ldg((const uint2 *)(qb + ch * 32));
+			int64_t gi = ((ch << 6) >> lg) * 2;
+			sca[i] = __ldg(sa + gi), ofa[i] = __ldg(sa + gi + 1);
+			scb[i] = __ldg(sb + gi), ofb[i] = __ldg(sb + gi + 1);
+		}
+		if (!waited) { /* the first weights are on their way */
+			pdl_wait();
+			pdl_launch();
+			waited = true;
+		}
+#pragma unroll
+		for (int i = 0; i < FB; i++) {
+			int64_t ch = c + i < c1 ? c + i : c1 - 1;
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				if (xl) {
+					xv[i][u] = ld4(xr + ch * 64 + 16 * (u >> 1) + 4 * (u & 1));
+				} else {
+					xv[i][u].x = xv[i][u].y = xv[i][u].z = xv[i][u].w = 0.0f;
+				}
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < FB; i++) {
+			if (c + i >= c1)
+				break;
+			uint32_t b[3][4][2];
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				split3(xv[i][u].x, xv[i][u].y, b[2][u][0], b[1][u][0], b[0][u][0]);
+				split3(xv[i][u].z, xv[i][u].w, b[2][u][1], b[1][u][1], b[0][u][1]);
+			}
+			float sx = sum8(xv[i][0], xv[i][1]) + sum8(xv[i][2], xv[i][3]);
+			sx = sx + __shfl_xor_sync(0xffffffffu, sx, 1);
+			sx = sx + __shfl_xor_sync(0xffffffffu, sx, 2);
+			float sx0 = __shfl_sync(0xffffffffu, sx, 8 * t), sx1 = __shfl_sync(0xffffffffu, sx, 8 * t + 4);
+			uint32_t a[4][4];
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				afrag(a[k], wa[i], wb[i], k);
+			float d[4];
+			chunk_mma(d, a, b);
+			P[0] = fmaf(sca[i], d[0], fmaf(ofa[i], sx0, P[0]));
+			P[1] = fmaf(sca[i], d[1], fmaf(ofa[i], sx1, P[1]));
+			P[2] = fmaf(scb[i], d[2], fmaf(ofb[i], sx0, P[2]));
+			P[3] = fmaf(scb[i], d[3], fmaf(ofb[i], sx1, P[3]));
+		}
+	}
+}
+
+/* xcol: this lane's first column of a chunk (base_t). */
+static __device__ __forceinline__ int64_t xcol(int t) { return 32 * (t >> 1) + 8 * (t & 1); }
+
+} // namespace q4mma
+
+#endif
