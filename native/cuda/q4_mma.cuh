@@ -101,15 +101,19 @@ static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t
 	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #elif Q4_STUB
-	/* The stub: gather the warp's fragments and sum in k order. */
+	/* The stub: the warp's fragments through shared memory, summed in k
+	 * order. */
+	static uint32_t ex[32][32][6];
+	unsigned wi = threadIdx.x >> 5, me = threadIdx.x & 31;
+	for (int k = 0; k < 4; k++)
+		ex[wi][me][k] = a[k];
+	ex[wi][me][4] = b0;
+	ex[wi][me][5] = b1;
+	__syncwarp();
 	auto val = [](uint32_t r, int e) { return __uint_as_float(e ? (r & 0xffff0000u) : (r << 16)); };
 	float A[16][16], B[16][8];
 	for (unsigned L = 0; L < 32; L++) {
-		uint32_t r[6];
-		for (int k = 0; k < 4; k++)
-			r[k] = __shfl_sync(0xffffffffu, a[k], (int)L);
-		r[4] = __shfl_sync(0xffffffffu, b0, (int)L);
-		r[5] = __shfl_sync(0xffffffffu, b1, (int)L);
+		const uint32_t *r = ex[wi][L];
 		unsigned g = L >> 2, t = L & 3;
 		for (int e = 0; e < 2; e++) {
 			A[g][2 * t + e] = val(r[0], e);
@@ -120,6 +124,7 @@ static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t
 			B[2 * t + 8 + e][g] = val(r[5], e);
 		}
 	}
+	__syncwarp();
 	unsigned lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	for (int i = 0; i < 4; i++) {
 		unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
