@@ -271,10 +271,14 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head_mma(Args a, int S)
 	int64_t cols = a.D, G = cols >> 6, gpr = (cols >> a.lg) * 2;
 	const uint8_t *q = (const uint8_t *)a.w;
 	const float *x = a.h + (a.hrow ? a.hrow[i] : i) * cols;
+	q4mma::Rows<1> rw;
+	rw.qa[0] = q + ra * (cols / 2) + 8 * t, rw.qb[0] = q + rb * (cols / 2) + 8 * t;
+	rw.sa[0] = a.wso + ra * gpr, rw.sb[0] = a.wso + rb * gpr;
 	bool waited = true;
-	float P[4];
-	q4mma::slice16(P, q + ra * (cols / 2) + 8 * t, q + rb * (cols / 2) + 8 * t, a.wso + ra * gpr, a.wso + rb * gpr,
-	               x + q4mma::xcol(t), g == 0, s * G / S, (s + 1) * G / S, a.lg, waited);
+	float P1[1][4];
+	q4mma::slice_rows<1>(P1, rw, x + q4mma::xcol(t), g == 0, ((uintptr_t)x & 15) == 0, s * G / S, (s + 1) * G / S,
+	                     a.lg, waited);
+	float *P = P1[0];
 #pragma unroll
 	for (int e = 0; e < 4; e++)
 		red[w][e][lane] = P[e];

@@ -10,9 +10,10 @@
  *  - x is split into three bf16 parts, hi = bf16(x), mid = bf16(x − hi),
  *    lo = bf16(x − hi − mid): 24 significant bits, so each nib·part is
  *    exact and their sum is x·nib to float32 rounding.
- *  - D = a chunk's sum of nib·x: the tensor core's float32 sums, in one
- *    sequence of mma's: the column halves 0 and 1, in each the parts lo,
- *    mid, hi, in each the half's two k16 steps.
+ *  - D = a chunk's sum of nib·x: the tensor core's float32 sums in two
+ *    chains of six mma's from 0, one a column half (k16 steps 2h, 2h + 1),
+ *    each taking the parts lo, mid, hi, each part its two steps; then
+ *    D = half 0 + half 1.
  *  - Sx = the chunk's sum of x: thread t of four holds columns
  *    base_t + i and base_t + 16 + i (i = 0..7, base_t = 32(t>>1) + 8(t&1)),
  *    sums each run of eight in order (a_t, b_t), s_t = a_t + b_t, then
@@ -20,8 +21,8 @@
  *  - The chunks are cut into S slices (8, or fewer when there are fewer
  *    chunks); a slice's P = fmaf(sc, D, fmaf(off, Sx, P)) over its chunks
  *    in order from 0, and y = ((0 + P_0) + P_1) + ... .
- * k_q4_mma_few (eight tokens a block row: a warp per slice and 16 rows,
- * the slices added in shared memory) and k_q4_mma_many (a warp 32 rows ×
+ * k_q4_mma_few (eight tokens a block row: a warp per slice and 16, 32 or
+ * 64 rows, the slices added in shared memory) and k_q4_mma_many (a warp 32 rows ×
  * 16 tokens over every slice in turn, x's parts staged once per block in
  * shared memory) compute exactly that. The permutation of a chunk's
  * columns over the mma's k slots (thread t's bytes 8t..8t+7 of the
@@ -42,50 +43,61 @@ constexpr int MW = 8;           /* warps a block */
 constexpr int64_t FEW_MAX = 64; /* tokens beyond which large matrices take k_q4_mma_many */
 
 /* k_q4_mma_few: eight tokens a block row (grid.y, striding), a warp per
- * (16 rows, slice): warp w takes slice w % S of row tile
- * blockIdx.x·(MW/S) + w/S. Lane (g, t) holds rows g and g + 8 and, as the
- * mma's B, token g; the slice's partials meet in shared memory and warp
- * w/S·S adds them in slice order. */
-__global__ void __launch_bounds__(32 * MW) k_q4_mma_few(float *y, const float *x, const uint8_t *q,
-                                                        const float *so, const int32_t *ids, int64_t n,
-                                                        int64_t nout, int64_t cols, int lg, int S)
+ * (R row tiles of 16, slice): warp w takes slice w % S of row tiles
+ * R·(blockIdx.x·(MW/S) + w/S) on. Lane (g, t) holds rows g and g + 8 of
+ * each tile and, as the mma's B, token g; the slices' partials meet in
+ * shared memory and warp w/S·S adds them in slice order. */
+template <int R>
+__global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_few(float *y, const float *x, const uint8_t *q,
+                                                           const float *so, const int32_t *ids, int64_t n,
+                                                           int64_t nout, int64_t cols, int lg, int S, bool vec)
 {
-	__shared__ float red[MW][4][32];
+	__shared__ float red[MW][R][4][32];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	int s = w % S;
-	int64_t r0 = ((int64_t)blockIdx.x * (MW / S) + w / S) * 16;
+	int64_t r0 = ((int64_t)blockIdx.x * (MW / S) + w / S) * R * 16;
 	int64_t G = cols >> 6, c0 = s * G / S, c1 = (s + 1) * G / S;
-	int64_t ra = r0 + g, rb = ra + 8;
-	int64_t ia = ra < nout ? ra : nout - 1, ib = rb < nout ? rb : nout - 1;
-	if (ids) {
+	if (ids)
 		pdl_wait();
-		ia = ids[ia];
-		ib = ids[ib];
-	}
 	int64_t gpr = (cols >> lg) * 2;
-	const uint8_t *qa = q + ia * (cols / 2) + 8 * t, *qb = q + ib * (cols / 2) + 8 * t;
-	const float *sa = so + ia * gpr, *sb = so + ib * gpr;
+	Rows<R> rw;
+#pragma unroll
+	for (int k = 0; k < R; k++) {
+		int64_t ra = r0 + 16 * k + g, rb = ra + 8;
+		ra = ra < nout ? ra : nout - 1;
+		rb = rb < nout ? rb : nout - 1;
+		if (ids) {
+			ra = ids[ra];
+			rb = ids[rb];
+		}
+		rw.qa[k] = q + ra * (cols / 2) + 8 * t, rw.qb[k] = q + rb * (cols / 2) + 8 * t;
+		rw.sa[k] = so + ra * gpr, rw.sb[k] = so + rb * gpr;
+	}
 	bool waited = false;
 	for (int64_t tile = blockIdx.y; tile * 8 < n; tile += gridDim.y) {
 		int64_t tok = tile * 8 + g;
 		bool xl = tok < n;
-		float P[4];
-		slice16(P, qa, qb, sa, sb, x + (xl ? tok : 0) * cols + xcol(t), xl, c0, c1, lg, waited);
+		float P[R][4];
+		slice_rows<R>(P, rw, x + (xl ? tok : 0) * cols + xcol(t), xl, vec, c0, c1, lg, waited);
 		__syncthreads();
 #pragma unroll
-		for (int e = 0; e < 4; e++)
-			red[w][e][lane] = P[e];
+		for (int k = 0; k < R; k++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				red[w][k][e][lane] = P[k][e];
 		__syncthreads();
 		if (s == 0) {
 #pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float v = 0.0f;
-				for (int k = 0; k < S; k++)
-					v = v + red[w + k][e][lane];
-				int64_t row = e < 2 ? ra : rb, tk = tile * 8 + 2 * t + (e & 1);
-				if (row < nout && tk < n)
-					y[tk * nout + row] = v;
-			}
+			for (int k = 0; k < R; k++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					float v = 0.0f;
+					for (int j = 0; j < S; j++)
+						v = v + red[w + j][k][e][lane];
+					int64_t row = r0 + 16 * k + g + 8 * (e >> 1), tk = tile * 8 + 2 * t + (e & 1);
+					if (row < nout && tk < n)
+						y[tk * nout + row] = v;
+				}
 		}
 	}
 	if (!waited)
@@ -192,12 +204,6 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 			loadx(ch + 1);
 			loadw(ch + 1, wn, scn, ofn);
 		}
-		uint32_t a[2][4][4];
-#pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int k = 0; k < 4; k++)
-				afrag(a[mt][k], wc[mt][0], wc[mt][1], k);
 #pragma unroll
 		for (int nt = 0; nt < 2; nt++) {
 			int lt = tw + 8 * nt + g;
@@ -214,7 +220,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++) {
 				float d[4];
-				chunk_mma(d, a[mt], b);
+				chunk_mma(d, wc[mt][0], wc[mt][1], b);
 				float *pp = P[mt][nt];
 				pp[0] = fmaf(scc[mt][0], d[0], fmaf(ofc[mt][0], sx0, pp[0]));
 				pp[1] = fmaf(scc[mt][0], d[1], fmaf(ofc[mt][0], sx1, pp[1]));
@@ -302,6 +308,17 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		return launch(k_q4_mma_many, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
 	}
 	int64_t tiles = (nout + 15) / 16, per = MW / S, ty = (n + 7) / 8;
-	dim3 grid((unsigned)((tiles + per - 1) / per), (unsigned)(ty < 65535 ? ty : 65535));
-	return launch(k_q4_mma_few, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
+	/* Row tiles a warp: more for tall matrices, so that x's parts serve
+	 * several tiles and the grid is a few waves. */
+	int R = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
+	bool vec = ((uintptr_t)x & 15) == 0;
+	dim3 grid((unsigned)((tiles + per * R - 1) / (per * R)), (unsigned)(ty < 65535 ? ty : 65535));
+	switch (R) {
+	case 4:
+		return launch(k_q4_mma_few<4>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, vec);
+	case 2:
+		return launch(k_q4_mma_few<2>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, vec);
+	default:
+		return launch(k_q4_mma_few<1>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, vec);
+	}
 }

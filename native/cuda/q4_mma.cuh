@@ -16,8 +16,6 @@
 
 namespace q4mma {
 
-constexpr int FB = 4; /* chunks a warp loads at once */
-
 static __device__ __forceinline__ void pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -136,18 +134,27 @@ static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t
 #endif
 }
 
-/* chunk_mma: d = the chunk's sum (from 0) in the fixed sequence: halves,
- * then parts lo, mid, hi (b[0..2][step][2]), then the half's steps. */
-static __device__ __forceinline__ void chunk_mma(float *d, const uint32_t (*a)[4], const uint32_t (*b)[4][2])
+/* chunk_mma: d = a chunk's sum of nib·x over rows g, g + 8 (their 8
+ * bytes wa, wb) and the B fragments b[part][step][2]: two chains from 0,
+ * one a column half (its steps 2h, 2h + 1), each taking the parts lo,
+ * mid, hi, each part its two steps; d = half 0 + half 1. */
+static __device__ __forceinline__ void chunk_mma(float *d, uint2 wa, uint2 wb, const uint32_t (*b)[4][2])
 {
-	d[0] = d[1] = d[2] = d[3] = 0.0f;
+	float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	uint32_t a[4][4];
 #pragma unroll
-	for (int hh = 0; hh < 2; hh++)
+	for (int k = 0; k < 4; k++)
+		afrag(a[k], wa, wb, k);
 #pragma unroll
-		for (int p = 0; p < 3; p++)
+	for (int p = 0; p < 3; p++) {
+		mma(e0, a[0], b[p][0][0], b[p][0][1]);
+		mma(e1, a[2], b[p][2][0], b[p][2][1]);
+		mma(e0, a[1], b[p][1][0], b[p][1][1]);
+		mma(e1, a[3], b[p][3][0], b[p][3][1]);
+	}
 #pragma unroll
-			for (int s = 2 * hh; s < 2 * hh + 2; s++)
-				mma(d, a[s], b[p][s][0], b[p][s][1]);
+	for (int i = 0; i < 4; i++)
+		d[i] = e0[i] + e1[i];
 }
 
 static __device__ __forceinline__ float sum8(float4 p, float4 q)
@@ -167,77 +174,114 @@ static __host__ __device__ __forceinline__ int slices(int64_t G)
 	return G >= 8 ? 8 : G >= 4 ? 4 : G >= 2 ? 2 : 1;
 }
 
-/* slice16: a warp's partial P over chunks [c0, c1) for rows g and g + 8
- * (their q4 bytes qa, qb at this lane's 8t offset, scales sa, sb) and the
- * token whose x row is xr (lanes whose token is live, xl), as the
- * arithmetic above: P[0], P[1] row g, tokens 2t, 2t + 1; P[2], P[3] row
- * g + 8. The first chunks' weights are requested before pdl_wait. */
-static __device__ __forceinline__ void slice16(float *P, const uint8_t *qa, const uint8_t *qb, const float *sa,
-                                               const float *sb, const float *xr, bool xl, int64_t c0, int64_t c1,
-                                               int lg, bool &waited)
+/* xcol: this lane's first column of a chunk (base_t). */
+static __device__ __forceinline__ int64_t xcol(int t) { return 32 * (t >> 1) + 8 * (t & 1); }
+
+/* The B side of a chunk for this lane's token: its 16 values (four float4,
+ * steps 0..3), their parts as B fragments and the chunk's Sx for the
+ * lane's output tokens 2t (sx0) and 2t + 1 (sx1). */
+struct Bside {
+	uint32_t b[3][4][2];
+	float sx0, sx1;
+};
+
+static __device__ __forceinline__ void load_x(float4 *xv, const float *xr, bool xl, bool vec)
 {
-	int t = threadIdx.x & 3;
-	P[0] = P[1] = P[2] = P[3] = 0.0f;
-	for (int64_t c = c0; c < c1; c += FB) {
-		uint2 wa[FB], wb[FB];
-		float sca[FB], ofa[FB], scb[FB], ofb[FB];
-		float4 xv[FB][4];
 #pragma unroll
-		for (int i = 0; i < FB; i++) {
-			int64_t ch = c + i < c1 ? c + i : c1 - 1;
-			wa[i] = __ldg((const uint2 *)(qa + ch * 32));
-			wb[i] = __ldg((const uint2 *)(qb + ch * 32));
-			int64_t gi = ((ch << 6) >> lg) * 2;
-			sca[i] = __ldg(sa + gi), ofa[i] = __ldg(sa + gi + 1);
-			scb[i] = __ldg(sb + gi), ofb[i] = __ldg(sb + gi + 1);
-		}
-		if (!waited) { /* the first weights are on their way */
-			pdl_wait();
-			pdl_launch();
-			waited = true;
-		}
-#pragma unroll
-		for (int i = 0; i < FB; i++) {
-			int64_t ch = c + i < c1 ? c + i : c1 - 1;
-#pragma unroll
-			for (int u = 0; u < 4; u++) {
-				if (xl) {
-					xv[i][u] = ld4(xr + ch * 64 + 16 * (u >> 1) + 4 * (u & 1));
-				} else {
-					xv[i][u].x = xv[i][u].y = xv[i][u].z = xv[i][u].w = 0.0f;
-				}
-			}
-		}
-#pragma unroll
-		for (int i = 0; i < FB; i++) {
-			if (c + i >= c1)
-				break;
-			uint32_t b[3][4][2];
-#pragma unroll
-			for (int u = 0; u < 4; u++) {
-				split3(xv[i][u].x, xv[i][u].y, b[2][u][0], b[1][u][0], b[0][u][0]);
-				split3(xv[i][u].z, xv[i][u].w, b[2][u][1], b[1][u][1], b[0][u][1]);
-			}
-			float sx = sum8(xv[i][0], xv[i][1]) + sum8(xv[i][2], xv[i][3]);
-			sx = sx + __shfl_xor_sync(0xffffffffu, sx, 1);
-			sx = sx + __shfl_xor_sync(0xffffffffu, sx, 2);
-			float sx0 = __shfl_sync(0xffffffffu, sx, 8 * t), sx1 = __shfl_sync(0xffffffffu, sx, 8 * t + 4);
-			uint32_t a[4][4];
-#pragma unroll
-			for (int k = 0; k < 4; k++)
-				afrag(a[k], wa[i], wb[i], k);
-			float d[4];
-			chunk_mma(d, a, b);
-			P[0] = fmaf(sca[i], d[0], fmaf(ofa[i], sx0, P[0]));
-			P[1] = fmaf(sca[i], d[1], fmaf(ofa[i], sx1, P[1]));
-			P[2] = fmaf(scb[i], d[2], fmaf(ofb[i], sx0, P[2]));
-			P[3] = fmaf(scb[i], d[3], fmaf(ofb[i], sx1, P[3]));
-		}
+	for (int u = 0; u < 4; u++) {
+		const float *p = xr + 16 * (u >> 1) + 4 * (u & 1);
+		if (!xl)
+			xv[u].x = xv[u].y = xv[u].z = xv[u].w = 0.0f;
+		else if (vec)
+			xv[u] = __ldg((const float4 *)p);
+		else
+			xv[u] = ld4(p);
 	}
 }
 
-/* xcol: this lane's first column of a chunk (base_t). */
-static __device__ __forceinline__ int64_t xcol(int t) { return 32 * (t >> 1) + 8 * (t & 1); }
+static __device__ __forceinline__ void bside(Bside &o, const float4 *xv)
+{
+	int t = threadIdx.x & 3;
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		split3(xv[u].x, xv[u].y, o.b[2][u][0], o.b[1][u][0], o.b[0][u][0]);
+		split3(xv[u].z, xv[u].w, o.b[2][u][1], o.b[1][u][1], o.b[0][u][1]);
+	}
+	float sx = sum8(xv[0], xv[1]) + sum8(xv[2], xv[3]);
+	sx = sx + __shfl_xor_sync(0xffffffffu, sx, 1);
+	sx = sx + __shfl_xor_sync(0xffffffffu, sx, 2);
+	o.sx0 = __shfl_sync(0xffffffffu, sx, 8 * t);
+	o.sx1 = __shfl_sync(0xffffffffu, sx, 8 * t + 4);
+}
+
+/* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of
+ * each: q4 bytes at its 8t offset, scales). */
+template <int R> struct Rows {
+	const uint8_t *qa[R], *qb[R];
+	const float *sa[R], *sb[R];
+};
+
+template <int R> struct Wchunk {
+	uint2 wa[R], wb[R];
+	float sca[R], ofa[R], scb[R], ofb[R];
+};
+
+template <int R>
+static __device__ __forceinline__ void load_w(Wchunk<R> &o, const Rows<R> &r, int64_t ch, int lg)
+{
+	int64_t gi = ((ch << 6) >> lg) * 2;
+#pragma unroll
+	for (int k = 0; k < R; k++) {
+		o.wa[k] = __ldg((const uint2 *)(r.qa[k] + ch * 32));
+		o.wb[k] = __ldg((const uint2 *)(r.qb[k] + ch * 32));
+		o.sca[k] = __ldg(r.sa[k] + gi), o.ofa[k] = __ldg(r.sa[k] + gi + 1);
+		o.scb[k] = __ldg(r.sb[k] + gi), o.ofb[k] = __ldg(r.sb[k] + gi + 1);
+	}
+}
+
+/* slice_rows: a warp's partials P[k][0..3] over chunks [c0, c1) for its R
+ * row tiles and the token whose x row (at this lane's first column) is
+ * xr, live for this lane when xl: P[k][0], P[k][1] row g, tokens 2t and
+ * 2t + 1; P[k][2], P[k][3] row g + 8. Each chunk's loads are requested
+ * one chunk ahead; the first chunk's weights before pdl_wait. */
+template <int R>
+static __device__ __forceinline__ void slice_rows(float (*P)[4], const Rows<R> &r, const float *xr, bool xl,
+                                                  bool vec, int64_t c0, int64_t c1, int lg, bool &waited)
+{
+#pragma unroll
+	for (int k = 0; k < R; k++)
+		P[k][0] = P[k][1] = P[k][2] = P[k][3] = 0.0f;
+	Wchunk<R> wc, wn;
+	float4 xc[4], xn[4];
+	load_w(wc, r, c0, lg);
+	if (!waited) { /* the first weights are on their way */
+		pdl_wait();
+		pdl_launch();
+		waited = true;
+	}
+	load_x(xc, xr + c0 * 64, xl, vec);
+	for (int64_t ch = c0; ch < c1; ch++) {
+		if (ch + 1 < c1) {
+			load_w(wn, r, ch + 1, lg);
+			load_x(xn, xr + (ch + 1) * 64, xl, vec);
+		}
+		Bside bs;
+		bside(bs, xc);
+#pragma unroll
+		for (int k = 0; k < R; k++) {
+			float d[4];
+			chunk_mma(d, wc.wa[k], wc.wb[k], bs.b);
+			P[k][0] = fmaf(wc.sca[k], d[0], fmaf(wc.ofa[k], bs.sx0, P[k][0]));
+			P[k][1] = fmaf(wc.sca[k], d[1], fmaf(wc.ofa[k], bs.sx1, P[k][1]));
+			P[k][2] = fmaf(wc.scb[k], d[2], fmaf(wc.ofb[k], bs.sx0, P[k][2]));
+			P[k][3] = fmaf(wc.scb[k], d[3], fmaf(wc.ofb[k], bs.sx1, P[k][3]));
+		}
+		wc = wn;
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			xc[u] = xn[u];
+	}
+}
 
 } // namespace q4mma
 
