@@ -37,6 +37,7 @@
 #include "../backend.h"
 #include "../catalog_walk.h"
 #include "device_math.cuh"
+#include "pdl.cuh"
 #include "q4_mma.cuh"
 #include "q4_mma.h"
 
@@ -188,6 +189,8 @@ __device__ __forceinline__ void cat_legal_body(const T &tr, const vd_gram_layout
 
 __global__ void __launch_bounds__(CAT_TB) k_cat_legal(Where wh, vd_gram_layout l, Args a)
 {
+	pdl_wait();
+	pdl_launch();
 	if (cat_use_const(wh))
 		cat_legal_body(ConstTrie{}, l, a);
 	else
@@ -197,6 +200,8 @@ __global__ void __launch_bounds__(CAT_TB) k_cat_legal(Where wh, vd_gram_layout l
 template <int K>
 __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head(Args a)
 {
+	pdl_wait();
+	pdl_launch();
 	int lane = threadIdx.x & 31;
 	int64_t j = (int64_t)blockIdx.x * CAT_HW + (threadIdx.x >> 5);
 	int64_t i = blockIdx.y, sl = cat_slot(a, i);
@@ -376,6 +381,8 @@ __device__ __forceinline__ void cat_pick_body(const T &tr, const vd_gram_layout 
 
 __global__ void __launch_bounds__(CAT_TB) k_cat_pick(Where wh, vd_gram_layout l, Args a)
 {
+	pdl_wait();
+	pdl_launch();
 	if (cat_use_const(wh))
 		cat_pick_body(ConstTrie{}, l, a);
 	else
@@ -384,6 +391,8 @@ __global__ void __launch_bounds__(CAT_TB) k_cat_pick(Where wh, vd_gram_layout l,
 
 __global__ void k_cat_init(const int32_t *img, vd_gram_layout l, Args a)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t i = blockIdx.x, sl = cat_slot(a, i);
 	int32_t *sq = a.seq + sl * VD_SEQ_FIELDS;
 	int t = threadIdx.x;
@@ -524,6 +533,8 @@ void cat_cuda_free(int dev, vd_gram *g)
 __global__ void __launch_bounds__(CAT_TB) k_cat_running(Args a, int64_t n, int32_t *out)
 {
 	__shared__ int32_t part[CAT_TB];
+	pdl_wait();
+	pdl_launch();
 	int32_t c = 0;
 	for (int64_t i = threadIdx.x; i < n; i += CAT_TB) {
 		const int32_t *sq = a.seq + cat_slot(a, i) * VD_SEQ_FIELDS;
@@ -540,16 +551,25 @@ __global__ void __launch_bounds__(CAT_TB) k_cat_running(Args a, int64_t n, int32
 		out[0] = part[0];
 }
 
-int cat_cuda_init(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
+/* first_error: the first of a step's launch errors, else the runtime's
+ * last one. */
+static int first_error(cudaError_t e)
+{
+	cudaError_t last = cudaGetLastError();
+	return (int)(e != cudaSuccess ? e : last);
+}
+
+/* The entry points take pdl: whether their launches use programmatic
+ * dependent launch (pdl.cuh; the backend's choice for the stream). */
+int cat_cuda_init(cudaStream_t st, bool pdl, vd_gram *g, const vd_cat_step *c)
 {
 	if (c->n <= 0)
 		return 0;
 	Args a = args_of(c);
-	k_cat_init<<<(unsigned)c->n, CAT_TB, 0, st>>>(g->dptr + 1, g->l, a);
-	return (int)cudaGetLastError();
+	return first_error(launch_pdl(pdl, k_cat_init, (unsigned)c->n, CAT_TB, 0, st, g->dptr + 1, g->l, a));
 }
 
-int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
+int cat_cuda_step_pdl(cudaStream_t st, bool pdl, vd_gram *g, const vd_cat_step *c)
 {
 	if (c->n <= 0)
 		return 0;
@@ -576,32 +596,45 @@ int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
 		if (int rc = bind_const(st, g))
 			return rc;
 	Where wh{g->dptr + 1, g->id, g->cnst ? 1 : 0, (int *)(g->dptr + 1 + g->l.total)};
-	k_cat_legal<<<n, CAT_TB, 0, st>>>(wh, g->l, a);
+	cudaError_t e = cudaSuccess;
+	auto keep = [&e](cudaError_t r) {
+		if (e == cudaSuccess)
+			e = r;
+	};
+	keep(launch_pdl(pdl, k_cat_legal, n, CAT_TB, 0, st, wh, g->l, a));
 	dim3 hg(VD_CAT_MAX_EDGES / CAT_HW, n);
 	switch (kind) {
 	case W_F32:
-		k_cat_head<W_F32><<<hg, 32 * CAT_HW, 0, st>>>(a);
+		keep(launch_pdl(pdl, k_cat_head<W_F32>, hg, 32 * CAT_HW, 0, st, a));
 		break;
 	case W_BF16:
-		k_cat_head<W_BF16><<<hg, 32 * CAT_HW, 0, st>>>(a);
+		keep(launch_pdl(pdl, k_cat_head<W_BF16>, hg, 32 * CAT_HW, 0, st, a));
 		break;
 	case W_BF16P:
-		k_cat_head<W_BF16P><<<hg, 32 * CAT_HW, 0, st>>>(a);
+		keep(launch_pdl(pdl, k_cat_head<W_BF16P>, hg, 32 * CAT_HW, 0, st, a));
 		break;
 	case W_Q4MMA: {
 		int S = q4mma::slices(cols >> 6), per = CAT_HW / S;
 		dim3 mg((VD_CAT_MAX_EDGES / 16 + per - 1) / per, n);
-		k_cat_head_mma<<<mg, 32 * CAT_HW, 0, st>>>(a, S);
+		keep(launch_pdl(pdl, k_cat_head_mma, mg, 32 * CAT_HW, 0, st, a, S));
 		break;
 	}
 	default:
-		k_cat_head<W_Q4><<<hg, 32 * CAT_HW, 0, st>>>(a);
+		keep(launch_pdl(pdl, k_cat_head<W_Q4>, hg, 32 * CAT_HW, 0, st, a));
 		break;
 	}
-	k_cat_pick<<<n, CAT_TB, 0, st>>>(wh, g->l, a);
+	keep(launch_pdl(pdl, k_cat_pick, n, CAT_TB, 0, st, wh, g->l, a));
 	if (c->running.data)
-		k_cat_running<<<1, CAT_TB, 0, st>>>(a, c->n, (int32_t *)c->running.data);
-	return (int)cudaGetLastError();
+		keep(launch_pdl(pdl, k_cat_running, 1, CAT_TB, 0, st, a, c->n, (int32_t *)c->running.data));
+	return first_error(e);
+}
+
+/* cat_cuda_step: cat_cuda_step_pdl with the device's PDL setting (the
+ * harness's entry, on a stream of its own). */
+bool cuda_pdl_device(int dev);
+int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c)
+{
+	return cat_cuda_step_pdl(st, cuda_pdl_device(g->dev), g, c);
 }
 
 /* For the harness: whether g is constant-resident, how many of its

@@ -21,6 +21,7 @@
  */
 #include "../backend.h"
 #include "device_math.cuh"
+#include "pdl.cuh"
 #include "q4_mma.h"
 #include "tower.h"
 
@@ -36,6 +37,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 /* Error codes of the backend's own (cudaError_t values are below 1000). */
@@ -52,6 +54,8 @@ struct cuda_state {
 	int device;
 	int smem_optin; /* the largest dynamic shared memory a block may ask */
 	int *dev_err;   /* device-side error flag (attention) */
+	bool pdl;       /* launches use PDL (pdl.cuh): compute capability 9.0+, VERDICT_PDL not "0" */
+	bool pdl_loop;  /* ... also inside a loop's body (VERDICT_PDL_LOOP=1; see pdl_of) */
 };
 
 struct vd_stream {
@@ -91,6 +95,27 @@ static void check(vd_stream *s, cudaError_t e)
 }
 
 static void launched(vd_stream *s) { check(s, cudaGetLastError()); }
+
+/* pdl_of: whether s's launches may use programmatic dependent launch. Not
+ * while a loop's body is being captured (loop_begin: the body of a
+ * conditional while node, by cudaStreamBeginCaptureToGraph) unless
+ * VERDICT_PDL_LOOP=1: programmatic edges inside a conditional node's body
+ * are not among the documented contents of such a body, so they stay off
+ * there until a device run shows them to work. */
+static bool pdl_of(vd_stream *s)
+{
+	cuda_state *c = st_of(s->b);
+	return c->pdl && (!s->loop || c->pdl_loop);
+}
+
+/* launch: k<<<grid, block, smem, s->st>>>(args...) by launch_pdl
+ * (pdl.cuh), with PDL where pdl_of allows it; a failed launch is the
+ * stream's error (as is any earlier one launched(s) finds). */
+template <typename... P, typename... A>
+static void launch(vd_stream *s, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A &&...args)
+{
+	check(s, launch_pdl(pdl_of(s), k, grid, block, smem, s->st, std::forward<A>(args)...));
+}
 
 /* ---- profiling (VERDICT_CUDA_PROFILE=1) ----
  *
@@ -414,6 +439,13 @@ __global__ void k_linear(float *y, const float *x, const void *w,
 {
 	int lane = threadIdx.x & 31;
 	int64_t rr = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5);
+	if (!ids && rr < nout) { /* the row's first 4 KiB towards L2 while the kernel before drains */
+		int64_t rb = K == W_F32 ? cols * 4 : cols * 2;
+		if (128 * (int64_t)lane < rb)
+			pdl_prefetch_l2((const char *)w + rr * rb + 128 * lane);
+	}
+	pdl_wait();
+	pdl_launch();
 	if (rr >= nout)
 		return;
 	int64_t r = ids ? ids[rr] : rr;
@@ -442,6 +474,14 @@ __global__ void __launch_bounds__(32 * LW) k_linear_f32_tiled(float *y, const fl
 	int64_t r0 = ((int64_t)blockIdx.x * LW + (threadIdx.x >> 5)) * RW;
 	int64_t t0 = (int64_t)blockIdx.y * QT;
 	int nt = n - t0 < QT ? (int)(n - t0) : QT;
+	if (!ids && r0 < nout) { /* the first stage's weights towards L2 while the kernel before drains */
+#pragma unroll
+		for (int k = 0; k < RW; k++)
+			if (r0 + k < nout && 32 * (int64_t)lane < cols)
+				pdl_prefetch_l2(w + (r0 + k) * cols + 32 * lane);
+	}
+	pdl_wait();
+	pdl_launch();
 	int32_t row[RW];
 #pragma unroll
 	for (int k = 0; k < RW; k++) {
@@ -506,9 +546,13 @@ __global__ void __launch_bounds__(32 * LW) k_linear_small(float *y, const float 
 	__shared__ float red[LW];
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int64_t rr = blockIdx.x, t = blockIdx.y;
-	int64_t r = ids ? ids[rr] : rr;
 	int64_t part = ((cols + LW - 1) / LW + 31) / 32 * 32;
 	int64_t lo = wi * part, hi = lo + part < cols ? lo + part : cols;
+	if (!ids && lo + 32 * lane < hi) /* the warp's first 4 KiB towards L2 while the kernel before drains */
+		pdl_prefetch_l2(w + rr * cols + lo + 32 * lane);
+	pdl_wait();
+	pdl_launch();
+	int64_t r = ids ? ids[rr] : rr;
 	const float *wr = w + r * cols, *xr = x + t * cols;
 	float acc = 0.0f;
 #pragma unroll 8
@@ -541,6 +585,20 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x,
 	int lane = threadIdx.x & 31;
 	int64_t rr = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5);
 	bool live = rr < nout;
+	/* The lane's first 32-column block of the row (weights: no kernel
+	 * writes them) is requested before the wait, so its load overlaps the
+	 * kernel before; with ids the row is not known until then. */
+	bool pre = live && !ids && 32 * (int64_t)lane < cols;
+	uint32_t qv0[4];
+	float sc0 = 0.0f, off0 = 0.0f;
+	if (pre) {
+		const uint32_t *p = (const uint32_t *)(q + rr * (cols / 2) + 16 * lane);
+		const float *sr = so + rr * ((cols >> lg) * 2) + ((32 * (int64_t)lane) >> lg) * 2;
+		qv0[0] = __ldg(p), qv0[1] = __ldg(p + 1), qv0[2] = __ldg(p + 2), qv0[3] = __ldg(p + 3);
+		sc0 = __ldg(sr), off0 = __ldg(sr + 1);
+	}
+	pdl_wait();
+	pdl_launch();
 	int64_t r = live ? (ids ? ids[rr] : rr) : 0;
 	const uint8_t *qr = q + r * (cols / 2);
 	const float *sr = so + r * ((cols >> lg) * 2);
@@ -561,10 +619,17 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x,
 			__syncthreads();
 			int64_t j = c0 + 32 * (int64_t)lane;
 			if (live && j < cols) {
-				const uint32_t *p = (const uint32_t *)(qr + j / 2);
-				uint32_t qv[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
-				int64_t g2 = (j >> lg) * 2;
-				float sc = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
+				uint32_t qv[4];
+				float sc, off;
+				if (pre && t0 == 0 && c0 == 0) {
+					qv[0] = qv0[0], qv[1] = qv0[1], qv[2] = qv0[2], qv[3] = qv0[3];
+					sc = sc0, off = off0;
+				} else {
+					const uint32_t *p = (const uint32_t *)(qr + j / 2);
+					qv[0] = __ldg(p), qv[1] = __ldg(p + 1), qv[2] = __ldg(p + 2), qv[3] = __ldg(p + 3);
+					int64_t g2 = (j >> lg) * 2;
+					sc = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
+				}
 				const int base = 33 * lane;
 #pragma unroll
 				for (int b = 0; b < 32; b++) {
@@ -622,15 +687,18 @@ __global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, c
 	int64_t ld = cols + cols / 32;
 	int lane = threadIdx.x & 31;
 	/* The first row's first blocks are requested before x is staged, so
-	 * the two waits overlap. */
+	 * the two waits overlap; without ids, before pdl_wait too (weights: no
+	 * kernel writes them), so they overlap the kernel before as well. */
 	uint4 qv[GB];
 	float sc[GB], off[GB];
-	{
-		int64_t rr = (int64_t)blockIdx.x * R * LW + (threadIdx.x >> 5);
-		if (rr < nout) {
-			int64_t r = ids ? ids[rr] : rr;
-			gemv_load(qv, sc, off, q + r * (cols / 2), so + r * ((cols >> lg) * 2), 32 * (int64_t)lane, cols, lg);
-		}
+	int64_t rr0 = (int64_t)blockIdx.x * R * LW + (threadIdx.x >> 5);
+	if (!ids && rr0 < nout)
+		gemv_load(qv, sc, off, q + rr0 * (cols / 2), so + rr0 * ((cols >> lg) * 2), 32 * (int64_t)lane, cols, lg);
+	pdl_wait();
+	pdl_launch();
+	if (ids && rr0 < nout) {
+		int64_t r = ids[rr0];
+		gemv_load(qv, sc, off, q + r * (cols / 2), so + r * ((cols >> lg) * 2), 32 * (int64_t)lane, cols, lg);
 	}
 	{ /* x staged in float4s, four loads in flight per thread */
 		const float4 *x4 = (const float4 *)x;
@@ -715,7 +783,7 @@ static bool gemv_q4(vd_stream *s, float *y, const float *x, vd_tensor w, const i
 	int lg = lg2(w.group);
 #define GEMV_CASE(N)                                                                    \
 	case N:                                                                         \
-		k_gemv_q4<N><<<grid, block, smem, s->st>>>(y, x, q, so, ids, nout, cols, lg, R); \
+		launch(s, k_gemv_q4<N>, grid, block, smem, y, x, q, so, ids, nout, cols, lg, R); \
 		break;
 	switch (n) {
 		GEMV_CASE(1)
@@ -739,6 +807,21 @@ static bool gemv_q4(vd_stream *s, float *y, const float *x, vd_tensor w, const i
  * k_linear_q4's arithmetic, so the kernel chosen for a batch never changes
  * a row's bits. */
 
+/* tiled_load: lane's 32-column block from column j of the RW rows. */
+__device__ __forceinline__ void tiled_load(uint32_t (*qv)[4], float *sc, float *off, const uint8_t *q,
+                                           const float *so, const int32_t *row, int64_t j, int64_t cols, int lg,
+                                           int64_t gpr)
+{
+	int64_t g2 = (j >> lg) * 2;
+#pragma unroll
+	for (int k = 0; k < RW; k++) {
+		const uint32_t *p = (const uint32_t *)(q + (int64_t)row[k] * (cols / 2) + j / 2);
+		const float *sr = so + (int64_t)row[k] * gpr + g2;
+		qv[k][0] = __ldg(p), qv[k][1] = __ldg(p + 1), qv[k][2] = __ldg(p + 2), qv[k][3] = __ldg(p + 3);
+		sc[k] = __ldg(sr), off[k] = __ldg(sr + 1);
+	}
+}
+
 __global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const float *x, const uint8_t *q,
                                                              const float *so, const int32_t *ids, int64_t n,
                                                              int64_t nout, int64_t cols, int lg)
@@ -749,7 +832,21 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const flo
 	int64_t t0 = (int64_t)blockIdx.y * QT;
 	int nt = n - t0 < QT ? (int)(n - t0) : QT;
 	int64_t gpr = (cols >> lg) * 2;
+	/* The first stage's weights (lane's block of its RW rows) are loaded
+	 * before the wait when the rows are known without ids (weights: no
+	 * kernel writes them), so the loads overlap the kernel before. */
 	int32_t row[RW];
+	uint32_t qv[RW][4];
+	float sc[RW], off[RW];
+	bool pre = !ids && r0 < nout && 32 * (int64_t)lane < cols;
+	if (pre) {
+#pragma unroll
+		for (int k = 0; k < RW; k++)
+			row[k] = r0 + k < nout ? (int32_t)(r0 + k) : 0;
+		tiled_load(qv, sc, off, q, so, row, 32 * (int64_t)lane, cols, lg, gpr);
+	}
+	pdl_wait();
+	pdl_launch();
 #pragma unroll
 	for (int k = 0; k < RW; k++) {
 		int64_t rr = r0 + k;
@@ -773,16 +870,8 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const flo
 		int64_t j = c0 + 32 * (int64_t)lane;
 		if (r0 >= nout || j >= cols)
 			continue;
-		uint32_t qv[RW][4];
-		float sc[RW], off[RW];
-		int64_t g2 = (j >> lg) * 2;
-#pragma unroll
-		for (int k = 0; k < RW; k++) {
-			const uint32_t *p = (const uint32_t *)(q + (int64_t)row[k] * (cols / 2) + j / 2);
-			const float *sr = so + (int64_t)row[k] * gpr + g2;
-			qv[k][0] = __ldg(p), qv[k][1] = __ldg(p + 1), qv[k][2] = __ldg(p + 2), qv[k][3] = __ldg(p + 3);
-			sc[k] = __ldg(sr), off[k] = __ldg(sr + 1);
-		}
+		if (!pre || c0 != 0)
+			tiled_load(qv, sc, off, q, so, row, j, cols, lg, gpr);
 #pragma unroll
 		for (int b = 0; b < 32; b++) {
 			float xv[QT];
@@ -828,19 +917,19 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 	switch (w.dtype) {
 	case VD_F32:
 		if (w.rows <= SMALL_ROWS && cols >= 32 * LW && n <= 65535)
-			k_linear_small<<<dim3((unsigned)nout, (unsigned)n), block, 0, s->st>>>(yd, xd, (const float *)w.data, ids,
+			launch(s, k_linear_small, dim3((unsigned)nout, (unsigned)n), block, 0, yd, xd, (const float *)w.data, ids,
 			                                                                     nout, cols);
 		else if (n > QT && nout >= 64)
-			k_linear_f32_tiled<<<dim3(blocks_for(nout, LW * RW), (unsigned)((n + QT - 1) / QT)), block, 0, s->st>>>(
+			launch(s, k_linear_f32_tiled, dim3(blocks_for(nout, LW * RW), (unsigned)((n + QT - 1) / QT)), block, 0,
 			    yd, xd, (const float *)w.data, ids, n, nout, cols);
 		else
-			k_linear<W_F32><<<grid, block, 0, s->st>>>(yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
+			launch(s, k_linear<W_F32>, grid, block, 0, yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
 		break;
 	case VD_BF16:
 		if (cols % 2 == 0 && ((uintptr_t)w.data & 3) == 0)
-			k_linear<W_BF16P><<<grid, block, 0, s->st>>>(yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
+			launch(s, k_linear<W_BF16P>, grid, block, 0, yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
 		else
-			k_linear<W_BF16><<<grid, block, 0, s->st>>>(yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
+			launch(s, k_linear<W_BF16>, grid, block, 0, yd, xd, w.data, nullptr, ids, n, nout, cols, 0);
 		break;
 	case VD_Q4:
 		if (((uintptr_t)w.data & 3) != 0 || cols % 32 != 0) {
@@ -848,16 +937,16 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 			return;
 		}
 		if (q4_mma_fits(w.data, cols, w.group)) {
-			check(s, q4_mma(s->st, false, yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout,
+			check(s, q4_mma(s->st, pdl_of(s), yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout,
 			                cols, lg2(w.group)));
 			return;
 		}
 		if (n > QT) {
 			dim3 tg(blocks_for(nout, LW * RW), (unsigned)((n + QT - 1) / QT));
-			k_linear_q4_tiled<<<tg, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
+			launch(s, k_linear_q4_tiled, tg, block, 0, yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
 			                                           nout, cols, lg2(w.group));
 		} else if (!gemv_q4(s, yd, xd, w, ids, n, nout))
-			k_linear_q4<<<grid.x, block, 0, s->st>>>(yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
+			launch(s, k_linear_q4, grid.x, block, 0, yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n,
 			                                       nout, cols, lg2(w.group));
 		break;
 	default:
@@ -880,6 +969,8 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 {
 	__shared__ float red[32];
 	__shared__ int wc[SPB / 32];
+	pdl_wait();
+	pdl_launch();
 	int64_t t = blockIdx.x;
 	float *gr = g + t * inter;
 	int32_t *ir = idx + t * inter;
@@ -931,6 +1022,8 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
                         const int32_t *cnt, const float *x, const void *uq,
                         const float *uso, int64_t inter, int64_t d, int lg)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t t = blockIdx.y;
 	int lane = threadIdx.x & 31;
 	int64_t nk = cnt[t];
@@ -952,6 +1045,8 @@ __global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
                           const float *dso, int64_t inter, int64_t d, int lg)
 {
 	__shared__ float part[SPD][32];
+	pdl_wait();
+	pdl_launch();
 	int64_t t = blockIdx.y;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	int64_t c = (int64_t)blockIdx.x * 32 + lane;
@@ -1026,6 +1121,8 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
                           float eps)
 {
 	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
 	float *yr = y + r * dim;
@@ -1059,6 +1156,8 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
 __global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
 {
 	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
 	float v[RN];
@@ -1088,6 +1187,8 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
                            float eps, float c)
 {
 	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
 	int64_t r = blockIdx.x;
 	float *xr = x + r * dim, *yr = y + r * dim;
 	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
@@ -1135,12 +1236,25 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 /* k_router: AltUp's router for one token a block: the row normalised
  * (k_rmsnorm) and scaled in shared memory, then each of the nout outputs
  * summed as k_linear_small sums (warp w the w-th eighth of the columns,
- * lane order, the shuffle tree, warp order), then tanh. */
+ * lane order, the shuffle tree, warp order), then tanh. Up to ROUT_MAX
+ * outputs in one pass over the columns (each lane keeps one accumulator
+ * an output, every one with the same operations in the same order as a
+ * row alone), one barrier, then thread r adds output r's warp sums;
+ * more outputs take them a row at a time. */
+#define ROUT_MAX 8
+
 __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const float *nw, const float *w,
                                                int64_t nout, int64_t dim, float eps, float scale)
 {
 	extern __shared__ float fx[];
 	__shared__ float red[32];
+	__shared__ float wsum[ROUT_MAX][LW];
+	/* The router's matrix (a weight) towards L2 while the kernel before
+	 * drains: a line a thread, 32 KiB a pass. */
+	for (int64_t o = 32 * (int64_t)threadIdx.x; o < nout * dim; o += 32 * RB)
+		pdl_prefetch_l2(w + o);
+	pdl_wait();
+	pdl_launch();
 	int64_t t = blockIdx.x;
 	const float *xr = x + t * dim;
 	float v[RN];
@@ -1171,6 +1285,36 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
 	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	if (nout <= ROUT_MAX) {
+		float acc[ROUT_MAX];
+#pragma unroll
+		for (int r = 0; r < ROUT_MAX; r++)
+			acc[r] = 0.0f;
+#pragma unroll 4
+		for (int64_t c = lo + lane; c < hi; c += 32) {
+			float xv = fx[c];
+#pragma unroll
+			for (int r = 0; r < ROUT_MAX; r++)
+				if (r < nout)
+					acc[r] = fmaf(xv, __ldg(w + r * dim + c), acc[r]);
+		}
+#pragma unroll
+		for (int r = 0; r < ROUT_MAX; r++)
+			if (r < nout) { /* nout is the block's: every lane shuffles */
+				float sr = warp_sum(acc[r]);
+				if (lane == 0)
+					wsum[r][wi] = sr;
+			}
+		__syncthreads();
+		if (threadIdx.x < nout) {
+			int r = threadIdx.x;
+			float sum = 0.0f;
+			for (int k = 0; k < LW; k++)
+				sum += wsum[r][k];
+			y[t * nout + r] = d_tanh(sum);
+		}
+		return;
+	}
 	for (int64_t r = 0; r < nout; r++) {
 		const float *wr = w + r * dim;
 		float acc = 0.0f;
@@ -1195,6 +1339,8 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 __global__ void k_scale_rows(float *x, const float *sc, const float *w,
                              int64_t rows, int64_t dim)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= rows * dim)
 		return;
@@ -1204,6 +1350,8 @@ __global__ void k_scale_rows(float *x, const float *sc, const float *w,
 __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z)
 {
 	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
 	int64_t r = blockIdx.x;
 	float *gr = g + r * dim;
 	const float *ur = u + r * dim;
@@ -1228,6 +1376,8 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 __global__ void k_ew(int op, float *y, const float *a, const float *b, int64_t n,
                      float c)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n)
 		return;
@@ -1272,6 +1422,8 @@ __global__ void k_ew(int op, float *y, const float *a, const float *b, int64_t n
 __global__ void k_rope(float *x, const int32_t *pos, int64_t n, int64_t heads,
                        int64_t hd, const float *inv_freq)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t half = hd / 2;
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= n * heads * half)
@@ -1290,6 +1442,8 @@ __global__ void k_rope(float *x, const int32_t *pos, int64_t n, int64_t heads,
 __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
                                 int64_t n, int64_t d)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= n * d)
 		return;
@@ -1312,6 +1466,8 @@ __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
 __global__ void k_altup_correct(float *out, const float *pred, const float *act,
                                 const float *cf, int64_t n, int64_t d)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= n * d)
 		return;
@@ -1364,6 +1520,8 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	__shared__ int64_t krow[AC];
 	__shared__ float red[32];
 	__shared__ int s_cnt;
+	pdl_wait();
+	pdl_launch();
 	int64_t bq = blockIdx.x, ch = blockIdx.y;
 	int64_t i = bq / a.hq, h = bq % a.hq;
 	int64_t d = a.d, G = a.hq / a.hkv, g = h / G, ldk = a.hkv * d;
@@ -1435,6 +1593,8 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 
 __global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t bq = blockIdx.x, d = a.d;
 	const float *pp = part + bq * nch * (d + 2);
 	float *o = (float *)a.out.data + bq * d;
@@ -1465,6 +1625,8 @@ __global__ void k_embed(float *y, const void *t, const float *so, int dtype,
                         const int32_t *ids, int64_t n, int64_t C, int lg,
                         float scale)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= n * C)
 		return;
@@ -1489,6 +1651,8 @@ __global__ void k_embed(float *y, const void *t, const float *so, int dtype,
 __global__ void k_rows(float *y, const float *x, const int32_t *idx, int scatter,
                        int64_t n, int64_t C)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= n * C)
 		return;
@@ -1502,6 +1666,8 @@ __global__ void k_rows(float *y, const float *x, const int32_t *idx, int scatter
 __global__ void k_copy2d(float *y, int64_t ys, const float *x, int64_t xs,
                          int64_t rows, int64_t cols)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (e >= rows * cols)
 		return;
@@ -1513,6 +1679,8 @@ __global__ void k_logsumexp(float *out, const float *x, int64_t dim)
 {
 	__shared__ float red[32];
 	__shared__ double redd[32];
+	pdl_wait();
+	pdl_launch();
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
 	float m = -INFINITY;
@@ -1533,6 +1701,8 @@ __global__ void k_argmax(int32_t *out, const float *x, int64_t dim)
 {
 	__shared__ float bv[RB];
 	__shared__ int64_t bi[RB];
+	pdl_wait();
+	pdl_launch();
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
 	float best = -INFINITY;
@@ -1570,6 +1740,8 @@ __global__ void k_argmax(int32_t *out, const float *x, int64_t dim)
 __global__ void k_select(float *out, const float *x, const int32_t *row,
                          const int32_t *col, int64_t n, int64_t cols)
 {
+	pdl_wait();
+	pdl_launch();
 	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (j < n)
 		out[j] = x[(int64_t)row[j] * cols + col[j]];
@@ -1589,6 +1761,8 @@ __global__ void k_argmax_part(float *pv, int64_t *pi, const float *x, int64_t di
 {
 	__shared__ float bv[RB];
 	__shared__ int64_t bi[RB];
+	pdl_wait();
+	pdl_launch();
 	int64_t chunk = (dim + AP - 1) / AP, lo = blockIdx.x * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
 	float best = -INFINITY;
 	int64_t at = -1;
@@ -1613,6 +1787,8 @@ __global__ void k_argmax_fin(int32_t *out, const float *pv, const int64_t *pi, c
 {
 	__shared__ float bv[AP];
 	__shared__ int64_t bi[AP];
+	pdl_wait();
+	pdl_launch();
 	bv[threadIdx.x] = pv[threadIdx.x], bi[threadIdx.x] = pi[threadIdx.x];
 	__syncthreads();
 	for (int st = AP / 2; st > 0; st >>= 1) {
@@ -1636,8 +1812,8 @@ static bool argmax1(vd_stream *s, int32_t *out, const float *x, int64_t dim)
 		return false;
 	float *pv = (float *)s->amax;
 	int64_t *pi = (int64_t *)((char *)s->amax + AP * sizeof(float));
-	k_argmax_part<<<AP, RB, 0, s->st>>>(pv, pi, x, dim);
-	k_argmax_fin<<<1, AP, 0, s->st>>>(out, pv, pi, x);
+	launch(s, k_argmax_part, AP, RB, 0, pv, pi, x, dim);
+	launch(s, k_argmax_fin, 1, AP, 0, out, pv, pi, x);
 	launched(s);
 	return true;
 }
@@ -1701,6 +1877,8 @@ __global__ void __launch_bounds__(SB) k_sample(int32_t *out, float *l, int64_t V
 	__shared__ int32_t cid[SB];
 	__shared__ float cl[SB];
 	__shared__ double pr[SB];
+	pdl_wait();
+	pdl_launch();
 	int tid = threadIdx.x;
 	for (int64_t i = tid; i < V; i += SB)
 		l[i] = l[i] * inv_temp;
@@ -1980,15 +2158,15 @@ static void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	if (!cnt)
 		return;
 	int lg = lg2(up.group);
-	k_sp_select<<<(unsigned)n, SPB, 0, s->st>>>((float *)g.data, (int32_t *)idx.data, cnt, inter, z);
+	launch(s, k_sp_select, (unsigned)n, SPB, 0, (float *)g.data, (int32_t *)idx.data, cnt, inter, z);
 	launched(s);
 	int64_t gx = (inter + LW - 1) / LW;
 	dim3 ug((unsigned)(gx < 128 ? gx : 128), (unsigned)n);
-	k_sp_up<<<ug, 32 * LW, 0, s->st>>>((float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
+	launch(s, k_sp_up, ug, 32 * LW, 0, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, 32), (unsigned)n);
-	k_sp_down<<<dg, 32 * SPD, 0, s->st>>>((float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
+	launch(s, k_sp_down, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
 	                                 (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
 	launched(s);
 }
@@ -2000,7 +2178,7 @@ static void c_rmsnorm(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 	int64_t rows = elems(x) / dim;
 	if (rows <= 0)
 		return;
-	k_rmsnorm<<<(unsigned)rows, RB, 0, s->st>>>((float *)y.data, (const float *)x.data, (const float *)w.data, dim, eps);
+	launch(s, k_rmsnorm, (unsigned)rows, RB, 0, (float *)y.data, (const float *)x.data, (const float *)w.data, dim, eps);
 	launched(s);
 }
 
@@ -2011,7 +2189,7 @@ static void c_row_rms(vd_stream *s, vd_tensor out, vd_tensor x, int64_t dim,
 	int64_t rows = elems(out);
 	if (rows <= 0)
 		return;
-	k_row_rms<<<(unsigned)rows, RB, 0, s->st>>>((float *)out.data, (const float *)x.data, dim, floor);
+	launch(s, k_row_rms, (unsigned)rows, RB, 0, (float *)out.data, (const float *)x.data, dim, floor);
 	launched(s);
 }
 
@@ -2021,7 +2199,7 @@ static void c_scale_rows(vd_stream *s, vd_tensor x, vd_tensor sc, int64_t dim)
 	int64_t rows = elems(sc);
 	if (rows * dim <= 0)
 		return;
-	k_scale_rows<<<blocks_for(rows * dim, EW), EW, 0, s->st>>>((float *)x.data, (const float *)sc.data, nullptr, rows, dim);
+	launch(s, k_scale_rows, blocks_for(rows * dim, EW), EW, 0, (float *)x.data, (const float *)sc.data, nullptr, rows, dim);
 	launched(s);
 }
 
@@ -2031,7 +2209,7 @@ static void c_mul_rows(vd_stream *s, vd_tensor x, vd_tensor w)
 	int64_t dim = elems(w), rows = dim ? elems(x) / dim : 0;
 	if (rows * dim <= 0)
 		return;
-	k_scale_rows<<<blocks_for(rows * dim, EW), EW, 0, s->st>>>((float *)x.data, nullptr, (const float *)w.data, rows, dim);
+	launch(s, k_scale_rows, blocks_for(rows * dim, EW), EW, 0, (float *)x.data, nullptr, (const float *)w.data, rows, dim);
 	launched(s);
 }
 
@@ -2042,7 +2220,7 @@ static void c_sparse_gelu_mul(vd_stream *s, vd_tensor g, vd_tensor u,
 	int64_t rows = elems(g) / dim;
 	if (rows <= 0)
 		return;
-	k_sparse_gelu_mul<<<(unsigned)rows, RB, 0, s->st>>>((float *)g.data, (const float *)u.data, dim, z);
+	launch(s, k_sparse_gelu_mul, (unsigned)rows, RB, 0, (float *)g.data, (const float *)u.data, dim, z);
 	launched(s);
 }
 
@@ -2057,7 +2235,7 @@ static void c_ew(vd_stream *s, int op, vd_tensor y, vd_tensor a, vd_tensor b,
 		fail(s, VDC_EDTYPE);
 		return;
 	}
-	k_ew<<<blocks_for(n, EW), EW, 0, s->st>>>(op, (float *)y.data, (const float *)a.data, (const float *)b.data, n, c);
+	launch(s, k_ew, blocks_for(n, EW), EW, 0, op, (float *)y.data, (const float *)a.data, (const float *)b.data, n, c);
 	launched(s);
 }
 
@@ -2068,7 +2246,7 @@ static void c_rope(vd_stream *s, vd_tensor x, vd_tensor pos, int64_t heads,
 	int64_t n = elems(pos), m = n * heads * (head_dim / 2);
 	if (m <= 0)
 		return;
-	k_rope<<<blocks_for(m, EW), EW, 0, s->st>>>((float *)x.data, (const int32_t *)pos.data, n, heads, head_dim,
+	launch(s, k_rope, blocks_for(m, EW), EW, 0, (float *)x.data, (const int32_t *)pos.data, n, heads, head_dim,
 	                                            (const float *)inv_freq.data);
 	launched(s);
 }
@@ -2079,7 +2257,7 @@ static void c_altup_predict(vd_stream *s, vd_tensor pred, vd_tensor h,
 	ENTER(s);
 	if (n * d <= 0)
 		return;
-	k_altup_predict<<<blocks_for(n * d, EW), EW, 0, s->st>>>((float *)pred.data, (const float *)h.data,
+	launch(s, k_altup_predict, blocks_for(n * d, EW), EW, 0, (float *)pred.data, (const float *)h.data,
 	                                                         (const float *)coef.data, n, d);
 	launched(s);
 }
@@ -2090,7 +2268,7 @@ static void c_altup_correct(vd_stream *s, vd_tensor out, vd_tensor pred,
 	ENTER(s);
 	if (n * d <= 0)
 		return;
-	k_altup_correct<<<blocks_for(n * d, EW), EW, 0, s->st>>>((float *)out.data, (const float *)pred.data,
+	launch(s, k_altup_correct, blocks_for(n * d, EW), EW, 0, (float *)out.data, (const float *)pred.data,
 	                                                         (const float *)act.data, (const float *)c.data, n, d);
 	launched(s);
 }
@@ -2127,9 +2305,9 @@ static void c_attention(vd_stream *s, const vd_attn *a)
 		c.out.data = (float *)a->out.data + q0 * a->hq * a->d;
 		c.qpos.data = (int32_t *)a->qpos.data + q0;
 		c.qseq.data = (int32_t *)a->qseq.data + q0;
-		k_attn_part<<<dim3((unsigned)(g * a->hq), (unsigned)nch), AB, 0, s->st>>>(c, (float *)s->apart, nch,
+		launch(s, k_attn_part, dim3((unsigned)(g * a->hq), (unsigned)nch), AB, 0, c, (float *)s->apart, nch,
 		                                                                         cs->dev_err);
-		k_attn_combine<<<(unsigned)(g * a->hq), AB, 0, s->st>>>(c, (const float *)s->apart, nch);
+		launch(s, k_attn_combine, (unsigned)(g * a->hq), AB, 0, c, (const float *)s->apart, nch);
 		launched(s);
 	}
 }
@@ -2145,7 +2323,7 @@ static void c_embed(vd_stream *s, vd_tensor y, vd_tensor t, vd_tensor ids,
 		fail(s, VDC_EDTYPE);
 		return;
 	}
-	k_embed<<<blocks_for(n * C, EW), EW, 0, s->st>>>((float *)y.data, t.data, (const float *)t.aux, t.dtype,
+	launch(s, k_embed, blocks_for(n * C, EW), EW, 0, (float *)y.data, t.data, (const float *)t.aux, t.dtype,
 	                                                 (const int32_t *)ids.data, n, C,
 	                                                 t.dtype == VD_Q4 ? lg2(t.group) : 0, scale);
 	launched(s);
@@ -2157,7 +2335,7 @@ static void c_gather(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx)
 	int64_t n = elems(idx), C = x.cols;
 	if (n * C <= 0)
 		return;
-	k_rows<<<blocks_for(n * C, EW), EW, 0, s->st>>>((float *)y.data, (const float *)x.data, (const int32_t *)idx.data, 0, n, C);
+	launch(s, k_rows, blocks_for(n * C, EW), EW, 0, (float *)y.data, (const float *)x.data, (const int32_t *)idx.data, 0, n, C);
 	launched(s);
 }
 
@@ -2167,7 +2345,7 @@ static void c_scatter(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor idx)
 	int64_t n = elems(idx), C = x.cols;
 	if (n * C <= 0)
 		return;
-	k_rows<<<blocks_for(n * C, EW), EW, 0, s->st>>>((float *)y.data, (const float *)x.data, (const int32_t *)idx.data, 1, n, C);
+	launch(s, k_rows, blocks_for(n * C, EW), EW, 0, (float *)y.data, (const float *)x.data, (const int32_t *)idx.data, 1, n, C);
 	launched(s);
 }
 
@@ -2177,7 +2355,7 @@ static void c_copy2d(vd_stream *s, vd_tensor y, int64_t ys, vd_tensor x,
 	ENTER(s);
 	if (rows * cols <= 0)
 		return;
-	k_copy2d<<<blocks_for(rows * cols, EW), EW, 0, s->st>>>((float *)y.data, ys, (const float *)x.data, xs, rows, cols);
+	launch(s, k_copy2d, blocks_for(rows * cols, EW), EW, 0, (float *)y.data, ys, (const float *)x.data, xs, rows, cols);
 	launched(s);
 }
 
@@ -2186,7 +2364,7 @@ static void c_logsumexp(vd_stream *s, vd_tensor out, vd_tensor x)
 	ENTER(s);
 	if (x.rows <= 0 || x.cols <= 0)
 		return;
-	k_logsumexp<<<(unsigned)x.rows, RB, 0, s->st>>>((float *)out.data, (const float *)x.data, x.cols);
+	launch(s, k_logsumexp, (unsigned)x.rows, RB, 0, (float *)out.data, (const float *)x.data, x.cols);
 	launched(s);
 }
 
@@ -2197,7 +2375,7 @@ static void c_argmax(vd_stream *s, vd_tensor out, vd_tensor x)
 		return;
 	if (x.rows == 1 && argmax1(s, (int32_t *)out.data, (const float *)x.data, x.cols))
 		return;
-	k_argmax<<<(unsigned)x.rows, RB, 0, s->st>>>((int32_t *)out.data, (const float *)x.data, x.cols);
+	launch(s, k_argmax, (unsigned)x.rows, RB, 0, (int32_t *)out.data, (const float *)x.data, x.cols);
 	launched(s);
 }
 
@@ -2208,7 +2386,7 @@ static void c_select(vd_stream *s, vd_tensor out, vd_tensor x, vd_tensor row,
 	int64_t n = elems(row);
 	if (n <= 0)
 		return;
-	k_select<<<blocks_for(n, EW), EW, 0, s->st>>>((float *)out.data, (const float *)x.data, (const int32_t *)row.data,
+	launch(s, k_select, blocks_for(n, EW), EW, 0, (float *)out.data, (const float *)x.data, (const int32_t *)row.data,
 	                                              (const int32_t *)col.data, n, x.cols);
 	launched(s);
 }
@@ -2226,13 +2404,13 @@ static void c_sample(vd_stream *s, vd_tensor out, vd_tensor x, vd_sampling p)
 		return;
 	if (p.inv_temp == 0) { /* greedy: on the device, nothing crosses */
 		if (!argmax1(s, (int32_t *)out.data, (const float *)x.data, V)) {
-			k_argmax<<<1, RB, 0, s->st>>>((int32_t *)out.data, (const float *)x.data, V);
+			launch(s, k_argmax, 1, RB, 0, (int32_t *)out.data, (const float *)x.data, V);
 			launched(s);
 		}
 		return;
 	}
 	if (p.top_k > 0 && p.top_k <= SB && p.top_k < V) {
-		k_sample<<<1, SB, 0, s->st>>>((int32_t *)out.data, (float *)x.data, V, p.inv_temp, (int)p.top_k, p.top_p,
+		launch(s, k_sample, 1, SB, 0, (int32_t *)out.data, (float *)x.data, V, p.inv_temp, (int)p.top_k, p.top_p,
 		                              p.u);
 		launched(s);
 		return;
@@ -2304,7 +2482,7 @@ static void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_t
 	int64_t rows = elems(x) / dim;
 	if (rows <= 0)
 		return;
-	k_norm_add<<<(unsigned)rows, RB, 0, s->st>>>((float *)y.data, (float *)x.data, (const float *)w.data,
+	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
 	                                             (const float *)a.data, (const float *)b.data, dim, eps, c);
 	launched(s);
 }
@@ -2319,7 +2497,7 @@ static void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_ten
 	if (n <= 0)
 		return;
 	if (w.dtype == VD_F32 && w.rows <= SMALL_ROWS && dim >= 32 * LW && dim * 4 <= 48 * 1024 && n <= 65535) {
-		k_router<<<(unsigned)n, RB, (size_t)dim * sizeof(float), s->st>>>((float *)y.data, (const float *)x.data,
+		launch(s, k_router, (unsigned)n, RB, (size_t)dim * sizeof(float), (float *)y.data, (const float *)x.data,
 		                                                                  (const float *)nw.data,
 		                                                                  (const float *)w.data, w.rows, dim, eps,
 		                                                                  scale);
@@ -2359,6 +2537,8 @@ static int c_info(vd_backend *b, vd_info *out)
  * optimised away). */
 __global__ void k_read(float *out, const float4 *x, int64_t n4)
 {
+	pdl_wait();
+	pdl_launch();
 	float a = 0.0f;
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
 		float4 v = __ldcs(x + i);
@@ -2371,6 +2551,8 @@ __global__ void k_read(float *out, const float4 *x, int64_t n4)
 /* k_fma: eight independent chains of fmaf per thread. */
 __global__ void k_fma(float *out, int iters, float s)
 {
+	pdl_wait();
+	pdl_launch();
 	float a[8];
 #pragma unroll
 	for (int k = 0; k < 8; k++)
@@ -2392,6 +2574,8 @@ __global__ void k_fma(float *out, int iters, float s)
 template <bool BF16>
 __global__ void k_mma(float *out, int iters)
 {
+	pdl_wait();
+	pdl_launch();
 #if __CUDA_ARCH__ >= 800
 	uint32_t a0 = threadIdx.x, a1 = a0 ^ 1, a2 = a0 ^ 2, a3 = a0 ^ 3, b0 = a0 ^ 5, b1 = a0 ^ 7;
 	float d[4][4] = {};
@@ -2468,16 +2652,16 @@ static int c_limits(vd_backend *b, vd_limits *out)
 	cudaMemsetAsync(buf, 0, bytes, st);
 	int sms = p.multiProcessorCount;
 	int64_t n4 = (int64_t)(bytes / 16);
-	double t = timed(st, [&] { k_read<<<sms * 8, 256, 0, st>>>(sink, (const float4 *)buf, n4); });
+	double t = timed(st, [&] { launch_pdl(false, k_read, sms * 8, 256, 0, st, sink, (const float4 *)buf, n4); });
 	out->read_gbs = (double)bytes / t / 1e9;
 	int iters = 1 << 14;
-	t = timed(st, [&] { k_fma<<<sms * 16, 256, 0, st>>>(sink, iters, 0.999f); });
+	t = timed(st, [&] { launch_pdl(false, k_fma, sms * 16, 256, 0, st, sink, iters, 0.999f); });
 	out->fp32_tflops = 2.0 * 8 * iters * (double)sms * 16 * 256 / t / 1e12;
 	int mi = 1 << 12;
 	double warps = (double)sms * 16 * 8; /* 16 blocks of 8 warps per multiprocessor */
-	t = timed(st, [&] { k_mma<true><<<sms * 16, 256, 0, st>>>(sink, mi); });
+	t = timed(st, [&] { launch_pdl(false, k_mma<true>, sms * 16, 256, 0, st, sink, mi); });
 	out->bf16_tc_tflops = 2.0 * 16 * 8 * 16 * 4 * (double)mi * warps / t / 1e12;
-	t = timed(st, [&] { k_mma<false><<<sms * 16, 256, 0, st>>>(sink, mi); });
+	t = timed(st, [&] { launch_pdl(false, k_mma<false>, sms * 16, 256, 0, st, sink, mi); });
 	out->tf32_tc_tflops = 2.0 * 16 * 8 * 8 * 4 * (double)mi * warps / t / 1e12;
 	cudaError_t e = cudaStreamSynchronize(st);
 	cudaFree(buf);
@@ -2579,6 +2763,8 @@ static int c_loop_begin(vd_stream *s)
 
 __global__ void k_loop_while(cudaGraphConditionalHandle h, const int32_t *cond, const int32_t *iter, int64_t limit)
 {
+	pdl_wait();
+	pdl_launch();
 	cudaGraphSetConditional(h, cond[0] != 0 && iter[0] < limit ? 1u : 0u);
 }
 
@@ -2587,13 +2773,15 @@ static void c_loop_while(vd_stream *s, vd_tensor cond, vd_tensor iter, int64_t l
 	ENTER(s);
 	if (!s->loop)
 		return;
-	k_loop_while<<<1, 1, 0, s->st>>>(s->cond, (const int32_t *)cond.data, (const int32_t *)iter.data, limit);
+	launch(s, k_loop_while, 1, 1, 0, s->cond, (const int32_t *)cond.data, (const int32_t *)iter.data, limit);
 	check(s, cudaGetLastError());
 }
 
 /* One block: every thread reads the step before thread 0 advances it. */
 __global__ void k_loop_rows(vd_loop_rows r)
 {
+	pdl_wait();
+	pdl_launch();
 	int32_t *it = (int32_t *)r.iter.data;
 	int64_t t = it[0], ts = t < r.steps ? t : r.steps - 1, nl = r.lut.rows * r.lut.cols;
 	const int32_t *ids = (const int32_t *)r.ids.data, *lut = (const int32_t *)r.lut.data;
@@ -2614,7 +2802,7 @@ static void c_loop_rows(vd_stream *s, const vd_loop_rows *r)
 	ENTER(s);
 	if (r->n <= 0 || r->steps <= 0)
 		return;
-	k_loop_rows<<<1, 128, 0, s->st>>>(*r);
+	launch(s, k_loop_rows, 1, 128, 0, *r);
 	check(s, cudaGetLastError());
 }
 
@@ -2635,8 +2823,8 @@ static void c_graph_free(vd_backend *b, void *g)
 
 int cat_cuda_bind(int dev, const vd_grammar *g, vd_gram **out);
 void cat_cuda_free(int dev, vd_gram *g);
-int cat_cuda_init(cudaStream_t st, vd_gram *g, const vd_cat_step *c);
-int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c);
+int cat_cuda_init(cudaStream_t st, bool pdl, vd_gram *g, const vd_cat_step *c);
+int cat_cuda_step_pdl(cudaStream_t st, bool pdl, vd_gram *g, const vd_cat_step *c);
 
 static int c_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out)
 {
@@ -2653,14 +2841,14 @@ static void c_grammar_free(vd_backend *b, vd_gram *g)
 static void c_catalog_init(vd_stream *s, vd_gram *g, const vd_cat_step *c)
 {
 	ENTER(s);
-	if (int e = cat_cuda_init(s->st, g, c))
+	if (int e = cat_cuda_init(s->st, pdl_of(s), g, c))
 		fail(s, e);
 }
 
 static void c_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c)
 {
 	ENTER(s);
-	if (int e = cat_cuda_step(s->st, g, c))
+	if (int e = cat_cuda_step_pdl(s->st, pdl_of(s), g, c))
 		fail(s, e);
 }
 
@@ -2838,6 +3026,14 @@ static void say(char *err, size_t errlen, const char *fmt, int a, int b, const c
 static std::mutex open_mu;
 static vd_backend *opened[MAXDEV];
 
+/* cuda_pdl_device: whether device dev's backend launches with PDL (false
+ * before it is opened); for catalog.cu's cat_cuda_step. */
+bool cuda_pdl_device(int dev)
+{
+	std::lock_guard<std::mutex> lock(open_mu);
+	return dev >= 0 && dev < MAXDEV && opened[dev] && st_of(opened[dev])->pdl;
+}
+
 /* vd_cuda_backend returns the backend of CUDA device device, or NULL with
  * the reason in err (no device, a driver older than this build's runtime,
  * a device older than compute capability 8.0, a failed start). */
@@ -2890,6 +3086,9 @@ vd_cuda_backend(int device, char *err, size_t errlen)
 	int optin = 0;
 	cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 	cs->smem_optin = optin > 0 ? optin - 1024 : 48 * 1024; /* room for the static part */
+	const char *pe = getenv("VERDICT_PDL"), *pl = getenv("VERDICT_PDL_LOOP");
+	cs->pdl = prop.major >= 9 && !(pe && strcmp(pe, "0") == 0);
+	cs->pdl_loop = pl && strcmp(pl, "1") == 0;
 	if ((e = cudaMalloc(&cs->dev_err, sizeof(int))) != cudaSuccess ||
 	    (e = cudaMemset(cs->dev_err, 0, sizeof(int))) != cudaSuccess) {
 		say(err, errlen, "cuda: device %d: cannot allocate (error %d): %s", device, (int)e, cudaGetErrorString(e));

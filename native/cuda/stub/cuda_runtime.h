@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -60,6 +61,9 @@ typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+typedef unsigned long long cudaGraphConditionalHandle;
+#define CUDART_VERSION 13000
 enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum { cudaStreamNonBlocking = 1 };
@@ -67,6 +71,30 @@ enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeT
 enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
+enum { cudaGraphCondAssignDefault = 1 };
+enum cudaGraphNodeType { cudaGraphNodeTypeConditional = 13 };
+enum cudaGraphConditionalNodeType { cudaGraphCondTypeIf, cudaGraphCondTypeWhile };
+struct cudaConditionalNodeParams {
+	cudaGraphConditionalHandle handle;
+	cudaGraphConditionalNodeType type;
+	unsigned size;
+	cudaGraph_t *phGraph_out;
+};
+struct cudaGraphNodeParams {
+	cudaGraphNodeType type;
+	cudaConditionalNodeParams conditional;
+};
+/* Launches with attributes (cudaLaunchKernelEx): only programmatic
+ * stream serialization (PDL), which the host emulation ignores. */
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 5 };
+union cudaLaunchAttributeValue {
+	char pad[64];
+	int programmaticStreamSerializationAllowed;
+};
+struct cudaLaunchAttribute {
+	cudaLaunchAttributeID id;
+	cudaLaunchAttributeValue val;
+};
 struct cudaDeviceProp {
 	char name[256];
 	int multiProcessorCount, major, minor;
@@ -182,6 +210,22 @@ STUB_API(cudaStreamGetCaptureInfo)
 STUB_API(cudaMallocHost)
 STUB_API(cudaFreeHost)
 STUB_API(cudaHostAlloc)
+STUB_API(cudaGraphCreate)
+STUB_API(cudaGraphConditionalHandleCreate)
+STUB_API(cudaStreamBeginCaptureToGraph)
+/* cudaGraphAddNode (CUDA 13's form): a conditional node gets a body. */
+template <class D, class E>
+inline cudaError_t cudaGraphAddNode(cudaGraphNode_t *n, cudaGraph_t, D, E, size_t, cudaGraphNodeParams *p)
+{
+	static int body;
+	*n = nullptr;
+	if (p->type == cudaGraphNodeTypeConditional) {
+		static cudaGraph_t out[1] = {(cudaGraph_t)&body};
+		p->conditional.phGraph_out = out;
+	}
+	return cudaSuccess;
+}
+inline void cudaGraphSetConditional(cudaGraphConditionalHandle, unsigned) {}
 inline const char *cudaGetErrorString(cudaError_t) { return "(stub)"; }
 
 /* ---- launches: a block's threads as host threads ---- */
@@ -226,6 +270,25 @@ template <class F> inline void stub_launch(F f, dim3 grid, dim3 block, size_t sm
 				for (auto &x : th)
 					x.join();
 			}
+}
+
+struct cudaLaunchConfig_t {
+	dim3 gridDim, blockDim;
+	size_t dynamicSmemBytes;
+	cudaStream_t stream;
+	cudaLaunchAttribute *attrs;
+	unsigned numAttrs;
+};
+
+/* cudaLaunchKernelEx: the kernel run at once, as a launch is; the
+ * arguments converted to the kernel's parameter types, as the runtime's
+ * template does. */
+template <class... P, class... A>
+inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *c, void (*k)(P...), A &&...a)
+{
+	auto run = [&](P... v) { stub_launch([&] { k(v...); }, c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream); };
+	run(std::forward<A>(a)...);
+	return cudaSuccess;
 }
 
 inline void __syncthreads() { stub_cur->all->arrive_and_wait(); }
