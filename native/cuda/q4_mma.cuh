@@ -239,48 +239,61 @@ static __device__ __forceinline__ void load_w(Wchunk<R> &o, const Rows<R> &r, in
 	}
 }
 
-/* slice_rows: a warp's partials P[k][0..3] over chunks [c0, c1) for its R
- * row tiles and the token whose x row (at this lane's first column) is
- * xr, live for this lane when xl: P[k][0], P[k][1] row g, tokens 2t and
- * 2t + 1; P[k][2], P[k][3] row g + 8. Each chunk's loads are requested
- * one chunk ahead; the first chunk's weights before pdl_wait. */
-template <int R>
-static __device__ __forceinline__ void slice_rows(float (*P)[4], const Rows<R> &r, const float *xr, bool xl,
-                                                  bool vec, int64_t c0, int64_t c1, int lg, bool &waited)
+/* chunks: FB chunks from ch on (their loads all issued before any is
+ * used, so a warp waits one memory latency a batch), into P in chunk
+ * order. */
+template <int R, int FB>
+static __device__ __forceinline__ void chunks(float (*P)[4], const Rows<R> &r, const float *xr, bool xl, bool vec,
+                                              int64_t ch, int lg, bool &waited)
 {
+	Wchunk<R> wc[FB];
+	float4 xv[FB][4];
 #pragma unroll
-	for (int k = 0; k < R; k++)
-		P[k][0] = P[k][1] = P[k][2] = P[k][3] = 0.0f;
-	Wchunk<R> wc, wn;
-	float4 xc[4], xn[4];
-	load_w(wc, r, c0, lg);
+	for (int i = 0; i < FB; i++)
+		load_w(wc[i], r, ch + i, lg);
 	if (!waited) { /* the first weights are on their way */
 		pdl_wait();
 		pdl_launch();
 		waited = true;
 	}
-	load_x(xc, xr + c0 * 64, xl, vec);
-	for (int64_t ch = c0; ch < c1; ch++) {
-		if (ch + 1 < c1) {
-			load_w(wn, r, ch + 1, lg);
-			load_x(xn, xr + (ch + 1) * 64, xl, vec);
-		}
+#pragma unroll
+	for (int i = 0; i < FB; i++)
+		load_x(xv[i], xr + (ch + i) * 64, xl, vec);
+#pragma unroll
+	for (int i = 0; i < FB; i++) {
 		Bside bs;
-		bside(bs, xc);
+		bside(bs, xv[i]);
 #pragma unroll
 		for (int k = 0; k < R; k++) {
 			float d[4];
-			chunk_mma(d, wc.wa[k], wc.wb[k], bs.b);
-			P[k][0] = fmaf(wc.sca[k], d[0], fmaf(wc.ofa[k], bs.sx0, P[k][0]));
-			P[k][1] = fmaf(wc.sca[k], d[1], fmaf(wc.ofa[k], bs.sx1, P[k][1]));
-			P[k][2] = fmaf(wc.scb[k], d[2], fmaf(wc.ofb[k], bs.sx0, P[k][2]));
-			P[k][3] = fmaf(wc.scb[k], d[3], fmaf(wc.ofb[k], bs.sx1, P[k][3]));
+			chunk_mma(d, wc[i].wa[k], wc[i].wb[k], bs.b);
+			P[k][0] = fmaf(wc[i].sca[k], d[0], fmaf(wc[i].ofa[k], bs.sx0, P[k][0]));
+			P[k][1] = fmaf(wc[i].sca[k], d[1], fmaf(wc[i].ofa[k], bs.sx1, P[k][1]));
+			P[k][2] = fmaf(wc[i].scb[k], d[2], fmaf(wc[i].ofb[k], bs.sx0, P[k][2]));
+			P[k][3] = fmaf(wc[i].scb[k], d[3], fmaf(wc[i].ofb[k], bs.sx1, P[k][3]));
 		}
-		wc = wn;
-#pragma unroll
-		for (int u = 0; u < 4; u++)
-			xc[u] = xn[u];
 	}
+}
+
+/* slice_rows: a warp's partials P[k][0..3] over chunks [c0, c1) for its R
+ * row tiles and the token whose x row (at this lane's first column) is
+ * xr, live for this lane when xl: P[k][0], P[k][1] row g, tokens 2t and
+ * 2t + 1; P[k][2], P[k][3] row g + 8. Batches of four chunks (R = 1) or
+ * two, then single chunks; the first batch's weights are requested
+ * before pdl_wait. */
+template <int R>
+static __device__ __forceinline__ void slice_rows(float (*P)[4], const Rows<R> &r, const float *xr, bool xl,
+                                                  bool vec, int64_t c0, int64_t c1, int lg, bool &waited)
+{
+	constexpr int FB = R == 1 ? 4 : 2;
+#pragma unroll
+	for (int k = 0; k < R; k++)
+		P[k][0] = P[k][1] = P[k][2] = P[k][3] = 0.0f;
+	int64_t ch = c0;
+	for (; ch + FB <= c1; ch += FB)
+		chunks<R, FB>(P, r, xr, xl, vec, ch, lg, waited);
+	for (; ch < c1; ch++)
+		chunks<R, 1>(P, r, xr, xl, vec, ch, lg, waited);
 }
 
 } // namespace q4mma
