@@ -7,7 +7,9 @@
 # CUDA build (nvcc's device rules, registers and spills are not checked).
 # With "run", tower_check then runs on the host emulation for its small
 # shapes (tower_check -small): the kernels' logic against the CPU backend,
-# with libm's arithmetic for the device's intrinsics.
+# with libm's arithmetic for the device's intrinsics; and q4_check, the
+# tensor-core q4 product (the stub's mma sums in k order) against float64
+# and its batch identity.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -43,6 +45,9 @@ for h in ops_check catalog_check tower_check; do
 	"$CXX" -pthread -o "$tmp/$h" "$tmp/$h.o" "$tmp/cuda_backend.o" "$tmp/catalog.o" "$tmp/tower.o" "$tmp/q4_mma.o" "$tmp"/c/*.o -lm
 	echo "linked $h"
 done
+"$CXX" -pthread -o "$tmp/q4_check" "$tmp/q4_check.o" "$tmp/q4_mma.o" -lm
+echo "linked q4_check"
 if [ "${1:-}" = run ]; then
 	"$tmp/tower_check" -small
+	"$tmp/q4_check"
 fi
