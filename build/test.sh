@@ -22,6 +22,10 @@ go build -o verdict .
 go test -count=1 -timeout 45m ./...
 ./verdict verify-fixture testdata/gemma3n-synthetic-tiny.tar.gz
 ./verdict verify-fixture testdata/gemma3n-micro-bf16.tar.gz
+# The CUDA sources without nvcc or a GPU: compiled by g++ against the stub
+# runtime, the harnesses linked, and the towers' and the tensor-core q4
+# product's kernels run on the host emulation against their references.
+bash build/cuda-syntax.sh run
 # The app end to end: verdict serve in headless Chromium, then the real window
 # under Xvfb (screenshots in build/bin/test/).
 mkdir -p build/bin/test

@@ -20,6 +20,8 @@ _tool_spec() {
   _tool_args=(--version)
   case $1 in
     gcc) _tool_re='Free Software Foundation' ;;
+    g++) _tool_re='Free Software Foundation' ;;
+    perl) _tool_args=(-e 'print "perl $]\n"') _tool_re='^perl 5\.' ;;
     curl) _tool_re='^curl [0-9]' ;;
     go) _tool_args=(version) _tool_re='^go version go[0-9]' ;;
     ffmpeg) _tool_args=(-version) _tool_re='^ffmpeg version' ;;

@@ -80,6 +80,10 @@ func TestToolCheck(t *testing.T) {
 		{"djpeg", "djpeg: not found", false},
 		{"gcc", "gcc (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.", true},
 		{"gcc", "gcc: this is a placeholder", false},
+		{"g++", "g++ (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.", true},
+		{"g++", "g++: a link to clang", false},
+		{"perl", "perl 5.036000", true},
+		{"perl", "This is perl 5, version 36", false}, // the probe did not run: not Perl
 		{"curl", "curl 7.88.1 (x86_64-pc-linux-gnu) libcurl/7.88.1 OpenSSL/3.0.15", true},
 		{"curl", "curl: a shell alias for wget", false},
 		{"pkg-config", "usage: pkgconf [OPTIONS] [LIBRARIES]", true},
