@@ -5,7 +5,8 @@
 #   run:  GTK 3 and WebKitGTK 4.1 headers (the window, build tag webkit2_41),
 #         Node.js >= 20.19 with npm, and the frontend's npm packages
 #   test: also Debian's Chromium (end-to-end tests), Xvfb, xauth, x11-apps and
-#         ImageMagick (the window's screenshot check)
+#         ImageMagick (the window's screenshot check), g++ and perl (the CUDA
+#         sources' host emulation, build/cuda-syntax.sh)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 what=${VERDICT_APP_SETUP:-run}
@@ -26,7 +27,9 @@ if [ "$what" = test ]; then
   tool_ok convert || need+=(imagemagick)
   # Fonts, so that screenshots show text.
   have_pkg fonts-dejavu-core || need+=(fonts-dejavu-core)
-  tools+=(chromium Xvfb xvfb-run xauth xwd convert)
+  tool_ok g++ || need+=(g++)
+  tool_ok perl || need+=(perl)
+  tools+=(chromium Xvfb xvfb-run xauth xwd convert g++ perl)
 fi
 { tool_ok node && tool_ok npm; } || need+=(nodejs npm)
 [ ${#need[@]} -eq 0 ] || apt_install setup-app "${need[@]}"

@@ -9,13 +9,9 @@ source "$root/build/tools.sh"
 
 need_apt=()
 tool_ok gcc || need_apt+=(gcc libc6-dev)
-tool_ok g++ || need_apt+=(g++) # the CUDA sources' host emulation (build/cuda-syntax.sh)
-tool_ok perl || need_apt+=(perl)
 tool_ok curl || need_apt+=(curl ca-certificates)
 [ ${#need_apt[@]} -eq 0 ] || apt_install setup "${need_apt[@]}"
 require_tool gcc
-require_tool g++
-require_tool perl
 require_tool curl
 if ! tool_ok go && [ -x /usr/local/go/bin/go ]; then
   export PATH=$PATH:/usr/local/go/bin

@@ -157,6 +157,8 @@ func TestSetupAppInstallsImageMagick(t *testing.T) {
 	fakeTool(t, fake, "xvfb-run", "Usage: xvfb-run [OPTION ...] COMMAND")
 	fakeTool(t, fake, "xauth", "usage:  xauth [-options ...] [command arg ...]")
 	fakeTool(t, fake, "xwd", "Usage: xwd [options]")
+	fakeTool(t, fake, "g++", "g++ (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.")
+	fakeTool(t, fake, "perl", "perl 5.036000")
 	fakeTool(t, fake, "node", "node 20.19.0")
 	fakeTool(t, fake, "npm", "npm <command>")
 	fakeTool(t, fake, "dpkg-query", "install ok installed")
