@@ -264,21 +264,17 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head_mma(Args a, int S)
 	__shared__ float red[CAT_HW][4][32];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	int64_t i = blockIdx.y, sl = cat_slot(a, i);
-	q4mma::pdl_wait();
+	pdl_wait();
 	const int32_t *sq = a.seq + sl * VD_SEQ_FIELDS;
 	int per = CAT_HW / S, nl = sq[VD_SEQ_NLEGAL];
 	if (sq[VD_SEQ_DONE] || sq[VD_SEQ_ERR] || (int64_t)blockIdx.x * per * 16 >= nl)
 		return; /* the whole block */
 	int s = w % S;
-	int64_t ja = ((int64_t)blockIdx.x * per + w / S) * 16 + g, jb = ja + 8;
-	const int32_t *lgl = a.legal + sl * 2 * VD_CAT_MAX_EDGES;
-	int64_t ra = lgl[ja < nl ? ja : nl - 1], rb = lgl[jb < nl ? jb : nl - 1];
-	int64_t cols = a.D, G = cols >> 6, gpr = (cols >> a.lg) * 2;
-	const uint8_t *q = (const uint8_t *)a.w;
+	int64_t j0 = ((int64_t)blockIdx.x * per + w / S) * 16, ja = j0 + g, jb = ja + 8;
+	int64_t cols = a.D, G = cols >> 6;
 	const float *x = a.h + (a.hrow ? a.hrow[i] : i) * cols;
-	q4mma::Rows<1> rw;
-	rw.qa[0] = q + ra * (cols / 2) + 8 * t, rw.qb[0] = q + rb * (cols / 2) + 8 * t;
-	rw.sa[0] = a.wso + ra * gpr, rw.sb[0] = a.wso + rb * gpr;
+	q4mma::Rows<1> rw; /* the slots' rows: the legal list's tokens */
+	q4mma::rows_at<1>(rw, (const uint8_t *)a.w, a.wso, a.legal + sl * 2 * VD_CAT_MAX_EDGES, j0, nl, cols, a.lg);
 	bool waited = true;
 	float P1[1][4];
 	q4mma::slice_rows<1>(P1, rw, x + q4mma::xcol(t), g == 0, ((uintptr_t)x & 15) == 0, s * G / S, (s + 1) * G / S,

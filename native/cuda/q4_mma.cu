@@ -59,20 +59,8 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, const fl
 	int64_t G = cols >> 6, c0 = s * G / S, c1 = (s + 1) * G / S;
 	if (ids)
 		pdl_wait();
-	int64_t gpr = (cols >> lg) * 2;
 	Rows<R> rw;
-#pragma unroll
-	for (int k = 0; k < R; k++) {
-		int64_t ra = r0 + 16 * k + g, rb = ra + 8;
-		ra = ra < nout ? ra : nout - 1;
-		rb = rb < nout ? rb : nout - 1;
-		if (ids) {
-			ra = ids[ra];
-			rb = ids[rb];
-		}
-		rw.qa[k] = q + ra * (cols / 2) + 8 * t, rw.qb[k] = q + rb * (cols / 2) + 8 * t;
-		rw.sa[k] = so + ra * gpr, rw.sb[k] = so + rb * gpr;
-	}
+	rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
 	bool waited = false;
 	for (int64_t tile = blockIdx.y; tile * 8 < n; tile += gridDim.y) {
 		int64_t tok = tile * 8 + g;
@@ -121,40 +109,17 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 	int64_t tok0 = (int64_t)blockIdx.y * 32;
 	int64_t r0 = (int64_t)blockIdx.x * 128 + (w >> 1) * 32;
 	int tw = (w & 1) * 16;
-	int64_t G = cols >> 6, gpr = (cols >> lg) * 2;
+	int64_t G = cols >> 6;
 	if (ids)
 		pdl_wait();
-	const uint8_t *qr[2][2];
-	const float *sr[2][2];
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			int64_t r = r0 + 16 * mt + g + 8 * h;
-			r = r < nout ? r : nout - 1;
-			if (ids)
-				r = ids[r];
-			qr[mt][h] = q + r * (cols / 2) + 8 * t;
-			sr[mt][h] = so + r * gpr;
-		}
+	Rows<2> rw; /* the warp's two m tiles */
+	rows_at<2>(rw, q, so, ids, r0, nout, cols, lg);
 	/* the staging unit of this thread */
 	int ut = threadIdx.x >> 3, uq = (threadIdx.x >> 1) & 3, uh = threadIdx.x & 1;
 	bool ul = tok0 + ut < n;
 	const float *ux = x + (ul ? tok0 + ut : 0) * cols + xcol(uq) + 16 * uh;
 
-	uint2 wc[2][2], wn[2][2];
-	float scc[2][2], ofc[2][2], scn[2][2], ofn[2][2];
-	auto loadw = [&](int64_t ch, uint2 (*wv)[2], float (*sc)[2], float (*of)[2]) {
-		int64_t gi = ((ch << 6) >> lg) * 2;
-#pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				wv[mt][h] = __ldg((const uint2 *)(qr[mt][h] + ch * 32));
-				sc[mt][h] = __ldg(sr[mt][h] + gi);
-				of[mt][h] = __ldg(sr[mt][h] + gi + 1);
-			}
-	};
+	Wchunk<2> wc, wn;
 	float4 xp, xq;
 	auto loadx = [&](int64_t ch) {
 		if (ul) {
@@ -165,7 +130,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 			xq = xp;
 		}
 	};
-	loadw(0, wc, scc, ofc);
+	load_w(wc, rw, 0, lg);
 	pdl_wait();
 	pdl_launch();
 	loadx(0);
@@ -202,7 +167,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 		__syncthreads();
 		if (ch + 1 < G) {
 			loadx(ch + 1);
-			loadw(ch + 1, wn, scn, ofn);
+			load_w(wn, rw, ch + 1, lg);
 		}
 #pragma unroll
 		for (int nt = 0; nt < 2; nt++) {
@@ -220,12 +185,8 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++) {
 				float d[4];
-				chunk_mma(d, wc[mt][0], wc[mt][1], b);
-				float *pp = P[mt][nt];
-				pp[0] = fmaf(scc[mt][0], d[0], fmaf(ofc[mt][0], sx0, pp[0]));
-				pp[1] = fmaf(scc[mt][0], d[1], fmaf(ofc[mt][0], sx1, pp[1]));
-				pp[2] = fmaf(scc[mt][1], d[2], fmaf(ofc[mt][1], sx0, pp[2]));
-				pp[3] = fmaf(scc[mt][1], d[3], fmaf(ofc[mt][1], sx1, pp[3]));
+				chunk_mma(d, wc.wa[mt], wc.wb[mt], b);
+				combine(P[mt][nt], wc, mt, d, sx0, sx1);
 			}
 		}
 		if (ch + 1 == send) { /* the slice's end: into y, in slice order */
@@ -241,14 +202,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 			sl++;
 			send = (sl + 1) * G / S;
 		}
-#pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				wc[mt][h] = wn[mt][h];
-				scc[mt][h] = scn[mt][h];
-				ofc[mt][h] = ofn[mt][h];
-			}
+		wc = wn;
 	}
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
@@ -260,28 +214,6 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 				if (row < nout && tk < n)
 					y[tk * nout + row] = Y[mt][nt][e];
 			}
-}
-
-template <class... K, class... A>
-cudaError_t launch(void (*k)(K...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, A... args)
-{
-#if Q4_STUB
-	(void)pdl;
-	k<<<grid, block, 0, st>>>(args...);
-	return cudaSuccess;
-#else
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = grid;
-	cfg.blockDim = block;
-	cfg.dynamicSmemBytes = 0;
-	cfg.stream = st;
-	cudaLaunchAttribute at[1];
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = 1;
-	cfg.attrs = at;
-	cfg.numAttrs = pdl ? 1 : 0;
-	return cudaLaunchKernelEx(&cfg, k, args...);
-#endif
 }
 
 } // namespace
@@ -305,7 +237,7 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	if (n > FEW_MAX && nout >= 1024 && (n + 31) / 32 <= 65535) {
 		int64_t ty = (n + 31) / 32;
 		dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty);
-		return launch(k_q4_mma_many, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
+		return launch_pdl(pdl, k_q4_mma_many, grid, dim3(32 * MW), 0, st, y, x, q, so, ids, n, nout, cols, lg, S);
 	}
 	int64_t tiles = (nout + 15) / 16, per = MW / S, ty = (n + 7) / 8;
 	/* Row tiles a warp: more for tall matrices, so that x's parts serve
@@ -319,18 +251,8 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		const char *e = getenv("VERDICT_Q4_OCC");
 		return e && strcmp(e, "1") == 0;
 	}();
-	switch (R) {
-	case 4:
-		if (one)
-			return launch(k_q4_mma_few<4, 1>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S,
-			              vec);
-		return launch(k_q4_mma_few<4, 2>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, vec);
-	case 2:
-		if (one)
-			return launch(k_q4_mma_few<2, 1>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S,
-			              vec);
-		return launch(k_q4_mma_few<2, 2>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, vec);
-	default:
-		return launch(k_q4_mma_few<1, 1>, grid, dim3(32 * MW), st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, vec);
-	}
+	auto k = R == 4 ? (one ? k_q4_mma_few<4, 1> : k_q4_mma_few<4, 2>)
+	         : R == 2 ? (one ? k_q4_mma_few<2, 1> : k_q4_mma_few<2, 2>)
+	                  : k_q4_mma_few<1, 1>;
+	return launch_pdl(pdl, k, grid, dim3(32 * MW), 0, st, y, x, q, so, ids, n, nout, cols, lg, S, vec);
 }

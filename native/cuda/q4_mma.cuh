@@ -6,6 +6,8 @@
 #ifndef VERDICT_CUDA_Q4_MMA_CUH
 #define VERDICT_CUDA_Q4_MMA_CUH
 
+#include "pdl.cuh"
+
 #include <cstdint>
 
 #if defined(VERDICT_CUDA_STUB_H)
@@ -15,20 +17,6 @@
 #endif
 
 namespace q4mma {
-
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 /* bf2: lo and hi rounded to bf16 (to nearest, ties to even), lo in the
  * low half. */
@@ -226,6 +214,29 @@ template <int R> struct Wchunk {
 	float sca[R], ofa[R], scb[R], ofb[R];
 };
 
+/* rows_at: the Rows of R tiles from row r0 on (rows past nout read the
+ * last one; ids, when given, maps a row's position to its row), for this
+ * lane (g, t). */
+template <int R>
+static __device__ __forceinline__ void rows_at(Rows<R> &rw, const uint8_t *q, const float *so, const int32_t *ids,
+                                               int64_t r0, int64_t nout, int64_t cols, int lg)
+{
+	int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+	int64_t gpr = (cols >> lg) * 2;
+#pragma unroll
+	for (int k = 0; k < R; k++) {
+		int64_t ra = r0 + 16 * k + g, rb = ra + 8;
+		ra = ra < nout ? ra : nout - 1;
+		rb = rb < nout ? rb : nout - 1;
+		if (ids) {
+			ra = ids[ra];
+			rb = ids[rb];
+		}
+		rw.qa[k] = q + ra * (cols / 2) + 8 * t, rw.qb[k] = q + rb * (cols / 2) + 8 * t;
+		rw.sa[k] = so + ra * gpr, rw.sb[k] = so + rb * gpr;
+	}
+}
+
 template <int R>
 static __device__ __forceinline__ void load_w(Wchunk<R> &o, const Rows<R> &r, int64_t ch, int lg)
 {
@@ -237,6 +248,18 @@ static __device__ __forceinline__ void load_w(Wchunk<R> &o, const Rows<R> &r, in
 		o.sca[k] = __ldg(r.sa[k] + gi), o.ofa[k] = __ldg(r.sa[k] + gi + 1);
 		o.scb[k] = __ldg(r.sb[k] + gi), o.ofb[k] = __ldg(r.sb[k] + gi + 1);
 	}
+}
+
+/* combine: tile k's chunk sum d into its partials p (rows g, g + 8 ×
+ * tokens 2t, 2t + 1): p = fmaf(sc, d, fmaf(off, Sx, p)). */
+template <int R>
+static __device__ __forceinline__ void combine(float *p, const Wchunk<R> &w, int k, const float *d, float sx0,
+                                               float sx1)
+{
+	p[0] = fmaf(w.sca[k], d[0], fmaf(w.ofa[k], sx0, p[0]));
+	p[1] = fmaf(w.sca[k], d[1], fmaf(w.ofa[k], sx1, p[1]));
+	p[2] = fmaf(w.scb[k], d[2], fmaf(w.ofb[k], sx0, p[2]));
+	p[3] = fmaf(w.scb[k], d[3], fmaf(w.ofb[k], sx1, p[3]));
 }
 
 /* chunks: FB chunks from ch on (their loads all issued before any is
@@ -267,10 +290,7 @@ static __device__ __forceinline__ void chunks(float (*P)[4], const Rows<R> &r, c
 		for (int k = 0; k < R; k++) {
 			float d[4];
 			chunk_mma(d, wc[i].wa[k], wc[i].wb[k], bs.b);
-			P[k][0] = fmaf(wc[i].sca[k], d[0], fmaf(wc[i].ofa[k], bs.sx0, P[k][0]));
-			P[k][1] = fmaf(wc[i].sca[k], d[1], fmaf(wc[i].ofa[k], bs.sx1, P[k][1]));
-			P[k][2] = fmaf(wc[i].scb[k], d[2], fmaf(wc[i].ofb[k], bs.sx0, P[k][2]));
-			P[k][3] = fmaf(wc[i].scb[k], d[3], fmaf(wc[i].ofb[k], bs.sx1, P[k][3]));
+			combine(P[k], wc[i], k, d, bs.sx0, bs.sx1);
 		}
 	}
 }
