@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build/cuda-syntax.sh [run]: checks native/cuda where there is no nvcc.
+# build/cuda-syntax.sh [run|q4]: checks native/cuda where there is no nvcc.
 # Every .cu file is compiled as C++20 by g++ against the stub runtime of
 # native/cuda/stub (kernel launches rewritten as stub_launch calls, dynamic
 # shared memory as the stub's buffer), then the harnesses are linked with
@@ -9,7 +9,7 @@
 # shapes (tower_check -small): the kernels' logic against the CPU backend,
 # with libm's arithmetic for the device's intrinsics; and q4_check, the
 # tensor-core q4 product (the stub's mma sums in k order) against float64
-# and its batch identity.
+# and its batch identity ("q4": q4_check alone).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -47,7 +47,10 @@ for h in ops_check catalog_check tower_check; do
 done
 "$CXX" -pthread -o "$tmp/q4_check" "$tmp/q4_check.o" "$tmp/q4_mma.o" -lm
 echo "linked q4_check"
-if [ "${1:-}" = run ]; then
+case "${1:-}" in
+run)
 	"$tmp/tower_check" -small
 	"$tmp/q4_check"
-fi
+	;;
+q4) "$tmp/q4_check" ;;
+esac

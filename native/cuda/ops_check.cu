@@ -290,7 +290,8 @@ static void check_linear_alone()
 	struct S {
 		int64_t n, rows, cols;
 		int group;
-	} shapes[] = {{70, 1030, 2048, 64}, {20, 300, 512, 64}, {9, 1024, 8192, 64}, {66, 1024, 128, 128}};
+	} shapes[] = {{70, 1030, 2048, 64}, {20, 300, 512, 64}, {9, 1024, 8192, 64}, {66, 1024, 128, 128},
+	               {40, 2048, 2048, 64}, {300, 2100, 2048, 64}, {12, 70000, 64, 64}};
 	for (S s : shapes) {
 		Pair X = in(randf((size_t)(s.n * s.cols), -3, 3));
 		Q4 q = randq4(s.rows, s.cols, s.group);

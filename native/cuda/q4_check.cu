@@ -48,9 +48,11 @@ int main()
 	} shapes[] = {
 	    {1, 16, 2048, 64, false},   /* few, one row tile, 8 slices of 4 chunks */
 	    {3, 20, 576, 64, false},    /* 9 chunks in 8 uneven slices */
-	    {9, 34, 512, 128, true},    /* two token tiles, groups of 128, ids */
+	    {9, 34, 512, 128, true},    /* two token tiles a warp, groups of 128, ids */
+	    {20, 40, 2048, 64, false},  /* four token tiles a warp, the last part dead */
 	    {66, 1030, 128, 64, false}, /* many tokens: the staged kernel, 2 slices */
-	    {3, 70000, 64, 64, false},  /* 2 row tiles a warp */
+	    {260, 2060, 64, 64, true},  /* the staged kernel 64 tokens a block, ids */
+	    {12, 66000, 64, 64, false}, /* 2 row tiles and two token tiles a warp */
 	    {1, 262200, 64, 64, true},  /* 4 row tiles a warp, ids */
 	};
 	int failures = 0;

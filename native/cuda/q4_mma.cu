@@ -42,17 +42,18 @@ namespace {
 constexpr int MW = 8;           /* warps a block */
 constexpr int64_t FEW_MAX = 64; /* tokens beyond which large matrices take k_q4_mma_many */
 
-/* k_q4_mma_few: eight tokens a block row (grid.y, striding), a warp per
+/* k_q4_mma_few: 8·NT tokens a block row (grid.y, striding), a warp per
  * (R row tiles of 16, slice): warp w takes slice w % S of row tiles
  * R·(blockIdx.x·(MW/S) + w/S) on. Lane (g, t) holds rows g and g + 8 of
- * each tile and, as the mma's B, token g; the slices' partials meet in
- * shared memory and warp w/S·S adds them in slice order. */
-template <int R, int MINB>
+ * each tile and, as the mma's B, token g of each of the NT token tiles
+ * (NT > 1: one chunk's weights serve every tile); the slices' partials
+ * meet in shared memory and warp w/S·S adds them in slice order. */
+template <int R, int MINB, int NT>
 __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, const float *x, const uint8_t *q,
                                                            const float *so, const int32_t *ids, int64_t n,
                                                            int64_t nout, int64_t cols, int lg, int S, bool vec)
 {
-	__shared__ float red[MW][R][4][32];
+	__shared__ float red[MW][R][NT][4][32];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	int s = w % S;
 	int64_t r0 = ((int64_t)blockIdx.x * (MW / S) + w / S) * R * 16;
@@ -62,84 +63,117 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, const fl
 	Rows<R> rw;
 	rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
 	bool waited = false;
-	for (int64_t tile = blockIdx.y; tile * 8 < n; tile += gridDim.y) {
-		int64_t tok = tile * 8 + g;
-		bool xl = tok < n;
-		float P[R][4];
-		slice_rows<R>(P, rw, x + (xl ? tok : 0) * cols + xcol(t), xl, vec, c0, c1, lg, waited);
+	for (int64_t tile = blockIdx.y; tile * 8 * NT < n; tile += gridDim.y) {
+		float P[R][NT][4];
+		if (NT == 1) {
+			int64_t tok = tile * 8 + g;
+			bool xl = tok < n;
+			slice_rows<R>((float(*)[4])P, rw, x + (xl ? tok : 0) * cols + xcol(t), xl, vec, c0, c1, lg,
+			              waited);
+		} else {
+			const float *xr[NT];
+			bool xl[NT];
+#pragma unroll
+			for (int j = 0; j < NT; j++) {
+				int64_t tok = (tile * NT + j) * 8 + g;
+				xl[j] = tok < n;
+				xr[j] = x + (xl[j] ? tok : 0) * cols + xcol(t);
+			}
+			slice_tiles<R, NT>(P, rw, xr, xl, vec, c0, c1, lg, waited);
+		}
 		__syncthreads();
 #pragma unroll
 		for (int k = 0; k < R; k++)
 #pragma unroll
-			for (int e = 0; e < 4; e++)
-				red[w][k][e][lane] = P[k][e];
+			for (int j = 0; j < NT; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					red[w][k][j][e][lane] = P[k][j][e];
 		__syncthreads();
 		if (s == 0) {
 #pragma unroll
 			for (int k = 0; k < R; k++)
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					float v = 0.0f;
-					for (int j = 0; j < S; j++)
-						v = v + red[w + j][k][e][lane];
-					int64_t row = r0 + 16 * k + g + 8 * (e >> 1), tk = tile * 8 + 2 * t + (e & 1);
-					if (row < nout && tk < n)
-						y[tk * nout + row] = v;
-				}
+				for (int j = 0; j < NT; j++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						float v = 0.0f;
+						for (int i = 0; i < S; i++)
+							v = v + red[w + i][k][j][e][lane];
+						int64_t row = r0 + 16 * k + g + 8 * (e >> 1);
+						int64_t tk = (tile * NT + j) * 8 + 2 * t + (e & 1);
+						if (row < nout && tk < n)
+							y[tk * nout + row] = v;
+					}
 		}
 	}
 	if (!waited)
 		pdl_wait();
 }
 
-/* k_q4_mma_many: a block 128 rows × 32 tokens (grid.y), warp w rows
- * 32(w >> 1) and tokens 16(w & 1) of it (2 × 2 mma tiles). Each chunk's
- * x parts are staged once per block, double-buffered: thread
- * (token = tid >> 3, t = (tid >> 1) & 3, half = tid & 1) splits its eight
+/* k_q4_mma_many: a block 128 rows × TB = 16·NTW tokens (grid.y), warp w
+ * rows 32(w >> 1) and tokens (w & 1)·8·NTW of it (2 × NTW mma tiles, a
+ * chunk's A fragments converted once for its NTW tiles). Each chunk's x
+ * parts are staged once per block, double-buffered (dynamic shared
+ * memory, many_smem bytes): staging unit u (token u >> 3, t = (u >> 1) &
+ * 3, half = u & 1; thread tid takes u = tid + 256j) splits its eight
  * values and writes them in the B fragments' order ([token][t][half][4
  * words], a token's 128 bytes padded to 144 so no two lanes of a phase
  * share a bank), and the token's eight threads sum Sx by shuffles. */
+template <int NTW>
 __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const float *x, const uint8_t *q,
                                                            const float *so, const int32_t *ids, int64_t n,
                                                            int64_t nout, int64_t cols, int lg, int S)
 {
-	__shared__ __align__(16) uint32_t sb[2][3][32][36];
-	__shared__ float ssx[2][32];
+	constexpr int TB = 16 * NTW, U = TB * 8 / (32 * MW);
+	extern __shared__ __align__(16) uint32_t smem[];
+	uint32_t(*sb)[3][TB][36] = (uint32_t(*)[3][TB][36])smem; /* [2][3][TB][36] */
+	float(*ssx)[TB] = (float(*)[TB])(smem + 2 * 3 * TB * 36);
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-	int64_t tok0 = (int64_t)blockIdx.y * 32;
+	int64_t tok0 = (int64_t)blockIdx.y * TB;
 	int64_t r0 = (int64_t)blockIdx.x * 128 + (w >> 1) * 32;
-	int tw = (w & 1) * 16;
+	int tw = (w & 1) * 8 * NTW;
 	int64_t G = cols >> 6;
 	if (ids)
 		pdl_wait();
 	Rows<2> rw; /* the warp's two m tiles */
 	rows_at<2>(rw, q, so, ids, r0, nout, cols, lg);
-	/* the staging unit of this thread */
-	int ut = threadIdx.x >> 3, uq = (threadIdx.x >> 1) & 3, uh = threadIdx.x & 1;
-	bool ul = tok0 + ut < n;
-	const float *ux = x + (ul ? tok0 + ut : 0) * cols + xcol(uq) + 16 * uh;
+	/* the staging units of this thread */
+	int ut[U], uo[U];
+	bool ul[U];
+	const float *ux[U];
+#pragma unroll
+	for (int j = 0; j < U; j++) {
+		int u = threadIdx.x + 32 * MW * j, uq = (u >> 1) & 3, uh = u & 1;
+		ut[j] = u >> 3;
+		uo[j] = uq * 8 + uh * 4;
+		ul[j] = tok0 + ut[j] < n;
+		ux[j] = x + (ul[j] ? tok0 + ut[j] : 0) * cols + xcol(uq) + 16 * uh;
+	}
 
 	Wchunk<2> wc, wn;
-	float4 xp, xq;
+	float4 xp[U], xq[U];
 	auto loadx = [&](int64_t ch) {
-		if (ul) {
-			xp = ld4(ux + ch * 64);
-			xq = ld4(ux + ch * 64 + 4);
-		} else {
-			xp.x = xp.y = xp.z = xp.w = 0.0f;
-			xq = xp;
-		}
+#pragma unroll
+		for (int j = 0; j < U; j++)
+			if (ul[j]) {
+				xp[j] = ld4(ux[j] + ch * 64);
+				xq[j] = ld4(ux[j] + ch * 64 + 4);
+			} else {
+				xp[j].x = xp[j].y = xp[j].z = xp[j].w = 0.0f;
+				xq[j] = xp[j];
+			}
 	};
 	load_w(wc, rw, 0, lg);
 	pdl_wait();
 	pdl_launch();
 	loadx(0);
 
-	float Y[2][2][4], P[2][2][4];
+	float Y[2][NTW][4], P[2][NTW][4];
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++)
+		for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
@@ -147,30 +181,34 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 	int64_t send = G / S;
 	for (int64_t ch = 0; ch < G; ch++) {
 		int buf = (int)(ch & 1);
-		{ /* stage chunk ch */
+#pragma unroll
+		for (int j = 0; j < U; j++) { /* stage chunk ch */
 			uint32_t h[4], m[4], l[4];
-			split3(xp.x, xp.y, h[0], m[0], l[0]);
-			split3(xp.z, xp.w, h[1], m[1], l[1]);
-			split3(xq.x, xq.y, h[2], m[2], l[2]);
-			split3(xq.z, xq.w, h[3], m[3], l[3]);
-			int o = uq * 8 + uh * 4;
-			*(uint4 *)&sb[buf][0][ut][o] = uint4{l[0], l[1], l[2], l[3]};
-			*(uint4 *)&sb[buf][1][ut][o] = uint4{m[0], m[1], m[2], m[3]};
-			*(uint4 *)&sb[buf][2][ut][o] = uint4{h[0], h[1], h[2], h[3]};
-			float v = sum8(xp, xq);
+			split3(xp[j].x, xp[j].y, h[0], m[0], l[0]);
+			split3(xp[j].z, xp[j].w, h[1], m[1], l[1]);
+			split3(xq[j].x, xq[j].y, h[2], m[2], l[2]);
+			split3(xq[j].z, xq[j].w, h[3], m[3], l[3]);
+			*(uint4 *)&sb[buf][0][ut[j]][uo[j]] = uint4{l[0], l[1], l[2], l[3]};
+			*(uint4 *)&sb[buf][1][ut[j]][uo[j]] = uint4{m[0], m[1], m[2], m[3]};
+			*(uint4 *)&sb[buf][2][ut[j]][uo[j]] = uint4{h[0], h[1], h[2], h[3]};
+			float v = sum8(xp[j], xq[j]);
 			v = v + __shfl_xor_sync(0xffffffffu, v, 1);
 			v = v + __shfl_xor_sync(0xffffffffu, v, 2);
 			v = v + __shfl_xor_sync(0xffffffffu, v, 4);
 			if ((threadIdx.x & 7) == 0)
-				ssx[buf][ut] = v;
+				ssx[buf][ut[j]] = v;
 		}
 		__syncthreads();
 		if (ch + 1 < G) {
 			loadx(ch + 1);
 			load_w(wn, rw, ch + 1, lg);
 		}
+		uint32_t a[2][4][4];
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++) {
+		for (int mt = 0; mt < 2; mt++)
+			afrags(a[mt], wc.wa[mt], wc.wb[mt]);
+#pragma unroll
+		for (int nt = 0; nt < NTW; nt++) {
 			int lt = tw + 8 * nt + g;
 			uint32_t b[3][4][2];
 #pragma unroll
@@ -185,7 +223,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++) {
 				float d[4];
-				chunk_mma(d, wc.wa[mt], wc.wb[mt], b);
+				chunk_mma_a(d, a[mt], b);
 				combine(P[mt][nt], wc, mt, d, sx0, sx1);
 			}
 		}
@@ -193,7 +231,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-				for (int nt = 0; nt < 2; nt++)
+				for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
 						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
@@ -207,13 +245,33 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++)
+		for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				int64_t row = r0 + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
 				if (row < nout && tk < n)
 					y[tk * nout + row] = Y[mt][nt][e];
 			}
+}
+
+/* many_smem: k_q4_mma_many<NTW>'s shared memory. */
+static constexpr size_t many_smem(int ntw) { return (size_t)(2 * 3 * 16 * ntw * 36 + 2 * 16 * ntw) * 4; }
+
+/* many: launches k_q4_mma_many<NTW> (on the current device, its shared
+ * memory allowed first: an attribute, not a stream operation). */
+template <int NTW>
+static cudaError_t many(cudaStream_t st, bool pdl, float *y, const float *x, const uint8_t *q, const float *so,
+                        const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, int S)
+{
+	constexpr size_t sm = many_smem(NTW);
+	if (sm > 48 * 1024) {
+		cudaError_t e = cudaFuncSetAttribute(k_q4_mma_many<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+		if (e != cudaSuccess)
+			return e;
+	}
+	int64_t ty = (n + 16 * NTW - 1) / (16 * NTW);
+	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty);
+	return launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), sm, st, y, x, q, so, ids, n, nout, cols, lg, S);
 }
 
 } // namespace
@@ -235,14 +293,30 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		return cudaSuccess;
 	int S = slices(cols >> 6);
 	if (n > FEW_MAX && nout >= 1024 && (n + 31) / 32 <= 65535) {
-		int64_t ty = (n + 31) / 32;
-		dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty);
-		return launch_pdl(pdl, k_q4_mma_many, grid, dim3(32 * MW), 0, st, y, x, q, so, ids, n, nout, cols, lg, S);
+		/* 64 tokens a block once there are enough (VERDICT_Q4_NTW=2 keeps
+		 * 32, for comparisons). */
+		static const bool narrow = [] {
+			const char *e = getenv("VERDICT_Q4_NTW");
+			return e && strcmp(e, "2") == 0;
+		}();
+		if (!narrow && n >= 256)
+			return many<4>(st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
+		return many<2>(st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
 	}
-	int64_t tiles = (nout + 15) / 16, per = MW / S, ty = (n + 7) / 8;
+	int64_t tiles = (nout + 15) / 16, per = MW / S;
 	/* Row tiles a warp: more for tall matrices, so that x's parts serve
 	 * several tiles and the grid is a few waves. */
 	int R = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
+	/* Token tiles a warp (R ≤ 2): up to four, so that a chunk's weights
+	 * serve up to 32 tokens (VERDICT_Q4_NT caps them, for comparisons). */
+	static const int ntmax = [] {
+		const char *e = getenv("VERDICT_Q4_NT");
+		int v = e ? atoi(e) : 4;
+		return v >= 4 ? 4 : v >= 2 ? 2 : 1;
+	}();
+	int NT = R == 4 ? 1 : n > 16 ? 4 : n > 8 ? 2 : 1;
+	NT = NT < ntmax ? NT : ntmax;
+	int64_t ty = (n + 8 * NT - 1) / (8 * NT);
 	bool vec = ((uintptr_t)x & 15) == 0;
 	dim3 grid((unsigned)((tiles + per * R - 1) / (per * R)), (unsigned)(ty < 65535 ? ty : 65535));
 	/* Tall matrices are many blocks: two a multiprocessor (registers
@@ -251,8 +325,15 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		const char *e = getenv("VERDICT_Q4_OCC");
 		return e && strcmp(e, "1") == 0;
 	}();
-	auto k = R == 4 ? (one ? k_q4_mma_few<4, 1> : k_q4_mma_few<4, 2>)
-	         : R == 2 ? (one ? k_q4_mma_few<2, 1> : k_q4_mma_few<2, 2>)
-	                  : k_q4_mma_few<1, 1>;
+	void (*k)(float *, const float *, const uint8_t *, const float *, const int32_t *, int64_t, int64_t, int64_t,
+	          int, int, bool);
+	if (R == 4)
+		k = one ? k_q4_mma_few<4, 1, 1> : k_q4_mma_few<4, 2, 1>;
+	else if (R == 2)
+		k = NT == 4 ? k_q4_mma_few<2, 1, 4> : NT == 2 ? k_q4_mma_few<2, 1, 2>
+		    : one   ? k_q4_mma_few<2, 1, 1>
+		            : k_q4_mma_few<2, 2, 1>;
+	else
+		k = NT == 4 ? k_q4_mma_few<1, 1, 4> : NT == 2 ? k_q4_mma_few<1, 1, 2> : k_q4_mma_few<1, 1, 1>;
 	return launch_pdl(pdl, k, grid, dim3(32 * MW), 0, st, y, x, q, so, ids, n, nout, cols, lg, S, vec);
 }

@@ -122,17 +122,13 @@ static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t
 #endif
 }
 
-/* chunk_mma: d = a chunk's sum of nib·x over rows g, g + 8 (their 8
- * bytes wa, wb) and the B fragments b[part][step][2]: two chains from 0,
- * one a column half (its steps 2h, 2h + 1), each taking the parts lo,
+/* chunk_mma_a: d = a chunk's sum of nib·x over rows g, g + 8 from its A
+ * fragments a[step] and the B fragments b[part][step][2]: two chains from
+ * 0, one a column half (its steps 2h, 2h + 1), each taking the parts lo,
  * mid, hi, each part its two steps; d = half 0 + half 1. */
-static __device__ __forceinline__ void chunk_mma(float *d, uint2 wa, uint2 wb, const uint32_t (*b)[4][2])
+static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)[4], const uint32_t (*b)[4][2])
 {
 	float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	uint32_t a[4][4];
-#pragma unroll
-	for (int k = 0; k < 4; k++)
-		afrag(a[k], wa, wb, k);
 #pragma unroll
 	for (int p = 0; p < 3; p++) {
 		mma(e0, a[0], b[p][0][0], b[p][0][1]);
@@ -143,6 +139,23 @@ static __device__ __forceinline__ void chunk_mma(float *d, uint2 wa, uint2 wb, c
 #pragma unroll
 	for (int i = 0; i < 4; i++)
 		d[i] = e0[i] + e1[i];
+}
+
+/* afrags: a chunk's four A fragments from the 8 bytes of rows g (wa) and
+ * g + 8 (wb). */
+static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 wb)
+{
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		afrag(a[k], wa, wb, k);
+}
+
+/* chunk_mma: chunk_mma_a from the rows' bytes wa, wb. */
+static __device__ __forceinline__ void chunk_mma(float *d, uint2 wa, uint2 wb, const uint32_t (*b)[4][2])
+{
+	uint32_t a[4][4];
+	afrags(a, wa, wb);
+	chunk_mma_a(d, a, b);
 }
 
 static __device__ __forceinline__ float sum8(float4 p, float4 q)
@@ -314,6 +327,54 @@ static __device__ __forceinline__ void slice_rows(float (*P)[4], const Rows<R> &
 		chunks<R, FB>(P, r, xr, xl, vec, ch, lg, waited);
 	for (; ch < c1; ch++)
 		chunks<R, 1>(P, r, xr, xl, vec, ch, lg, waited);
+}
+
+/* slice_tiles: slice_rows for NT token tiles at once (tile j's x row
+ * xr[j], live xl[j]): a chunk at a time, the next chunk's weights
+ * requested before this one's products, its A fragments converted once
+ * for every tile; P[k][j] as slice_rows' P[k] for tile j. The first
+ * chunk's weights are requested before pdl_wait. */
+template <int R, int NT>
+static __device__ __forceinline__ void slice_tiles(float (*P)[NT][4], const Rows<R> &r, const float *const *xr,
+                                                   const bool *xl, bool vec, int64_t c0, int64_t c1, int lg,
+                                                   bool &waited)
+{
+#pragma unroll
+	for (int k = 0; k < R; k++)
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+			P[k][j][0] = P[k][j][1] = P[k][j][2] = P[k][j][3] = 0.0f;
+	Wchunk<R> wc, wn;
+	load_w(wc, r, c0, lg);
+	if (!waited) {
+		pdl_wait();
+		pdl_launch();
+		waited = true;
+	}
+	for (int64_t ch = c0; ch < c1; ch++) {
+		float4 xv[NT][4];
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+			load_x(xv[j], xr[j] + ch * 64, xl[j], vec);
+		if (ch + 1 < c1)
+			load_w(wn, r, ch + 1, lg);
+		uint32_t a[R][4][4];
+#pragma unroll
+		for (int k = 0; k < R; k++)
+			afrags(a[k], wc.wa[k], wc.wb[k]);
+#pragma unroll
+		for (int j = 0; j < NT; j++) {
+			Bside bs;
+			bside(bs, xv[j]);
+#pragma unroll
+			for (int k = 0; k < R; k++) {
+				float d[4];
+				chunk_mma_a(d, a[k], bs.b);
+				combine(P[k][j], wc, k, d, bs.sx0, bs.sx1);
+			}
+		}
+		wc = wn;
+	}
 }
 
 } // namespace q4mma
