@@ -21,12 +21,14 @@
  *  - The chunks are cut into S slices (8, or fewer when there are fewer
  *    chunks); a slice's P = fmaf(sc, D, fmaf(off, Sx, P)) over its chunks
  *    in order from 0, and y = ((0 + P_0) + P_1) + ... .
- * k_q4_mma_few (eight tokens a block row: a warp per slice and 16, 32 or
- * 64 rows, the slices added in shared memory) and k_q4_mma_many (a warp 32 rows ×
- * 16 tokens over every slice in turn, x's parts staged once per block in
- * shared memory) compute exactly that. The permutation of a chunk's
- * columns over the mma's k slots (thread t's bytes 8t..8t+7 of the
- * chunk's 32) lets each thread read its weights as one 8-byte load.
+ * k_q4_mma_few (up to 32 tokens a block row: a warp per slice, 16, 32 or
+ * 64 rows and up to four token tiles of 8, the slices added in shared
+ * memory) and k_q4_mma_many (a warp 32 rows × 16 or 32 tokens over every
+ * slice in turn, x's parts staged once per block in shared memory) compute
+ * exactly that, so that any grouping of tokens into tiles gives the same
+ * bits. The permutation of a chunk's columns over the mma's k slots
+ * (thread t's bytes 8t..8t+7 of the chunk's 32) lets each thread read its
+ * weights as one 8-byte load.
  */
 #include "q4_mma.h"
 #include "q4_mma.cuh"
