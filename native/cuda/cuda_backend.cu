@@ -1335,6 +1335,86 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 	}
 }
 
+/* k_router_reg: k_router for at most RR_OUT outputs and rows of at most
+ * RR_J·32 columns a warp: each lane's weights (and norm weights) are
+ * loaded into registers before pdl_wait, its columns' x read at once with
+ * the norm's, so no shared row and no dependent weight loads; the same
+ * operations in the same order as k_router. */
+#define RR_OUT 4
+#define RR_J 12
+
+__global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
+                                                   int64_t nout, int64_t dim, float eps, float scale)
+{
+	__shared__ float red[32];
+	__shared__ float wsum[RR_OUT][LW];
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	float wr[RR_J][RR_OUT], nv[RR_J], xc[RR_J];
+#pragma unroll
+	for (int j = 0; j < RR_J; j++) {
+		int64_t c = lo + lane + 32 * j;
+		bool on = c < hi;
+		nv[j] = on && nw ? __ldg(nw + c) : 1.0f;
+#pragma unroll
+		for (int r = 0; r < RR_OUT; r++)
+			wr[j][r] = on && r < nout ? __ldg(w + r * dim + c) : 0.0f;
+	}
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.x;
+	const float *xr = x + t * dim;
+	float v[RN];
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
+#pragma unroll
+	for (int j = 0; j < RR_J; j++) {
+		int64_t c = lo + lane + 32 * j;
+		xc[j] = c < hi ? xr[c] : 0.0f;
+	}
+	float a = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (threadIdx.x + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB)
+		a = fmaf(xr[i], xr[i], a);
+	float ss = block_sum(a, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float acc[RR_OUT];
+#pragma unroll
+	for (int r = 0; r < RR_OUT; r++)
+		acc[r] = 0.0f;
+#pragma unroll
+	for (int j = 0; j < RR_J; j++)
+		if (lo + lane + 32 * j < hi) {
+			float xv = (nw ? (xc[j] * inv) * nv[j] : xc[j] * inv) * scale;
+#pragma unroll
+			for (int r = 0; r < RR_OUT; r++)
+				if (r < nout)
+					acc[r] = fmaf(xv, wr[j][r], acc[r]);
+		}
+#pragma unroll
+	for (int r = 0; r < RR_OUT; r++)
+		if (r < nout) { /* nout is the block's: every lane shuffles */
+			float sr = warp_sum(acc[r]);
+			if (lane == 0)
+				wsum[r][wi] = sr;
+		}
+	__syncthreads();
+	if (threadIdx.x < nout) {
+		int r = threadIdx.x;
+		float sum = 0.0f;
+		for (int k = 0; k < LW; k++)
+			sum += wsum[r][k];
+		y[t * nout + r] = d_tanh(sum);
+	}
+}
+
 /* k_scale_rows: x[r, i] *= sc[r] (sc) or w[i] (w). */
 __global__ void k_scale_rows(float *x, const float *sc, const float *w,
                              int64_t rows, int64_t dim)
@@ -2496,8 +2576,9 @@ static void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_ten
 	int64_t n = x.rows;
 	if (n <= 0)
 		return;
+	bool reg = w.rows <= RR_OUT && ((dim + LW - 1) / LW + 31) / 32 <= RR_J;
 	if (w.dtype == VD_F32 && w.rows <= SMALL_ROWS && dim >= 32 * LW && dim * 4 <= 48 * 1024 && n <= 65535) {
-		launch(s, k_router, (unsigned)n, RB, (size_t)dim * sizeof(float), (float *)y.data, (const float *)x.data,
+		launch(s, reg ? k_router_reg : k_router, (unsigned)n, RB, (size_t)dim * sizeof(float), (float *)y.data, (const float *)x.data,
 		                                                                  (const float *)nw.data,
 		                                                                  (const float *)w.data, w.rows, dim, eps,
 		                                                                  scale);

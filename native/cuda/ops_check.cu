@@ -332,7 +332,7 @@ static void check_linear_alone()
  * alone against the batch (GPU). */
 static void check_router()
 {
-	for (int64_t dim : {2048, 1024}) {
+	for (int64_t dim : {2048, 1024, 2560}) {
 		for (int64_t n : {1, 37}) {
 			int64_t nout = 4;
 			Pair X = in(randf((size_t)(n * dim), -2, 2)), NW = in(randf((size_t)dim, 0.5f, 1.5f));
@@ -354,6 +354,18 @@ static void check_router()
 				GPU->sync(GS);
 				std::vector<float> one = down_f(Y1, (size_t)nout);
 				same(nm + " row alone = in batch", one, std::vector<float>(all.end() - nout, all.end()));
+				/* five outputs take k_router, four k_router_reg: the
+				 * first four outputs agree bit for bit */
+				std::vector<float> w5 = down_f(WR, (size_t)(nout * dim)), more = randf((size_t)dim, -0.2f, 0.2f);
+				w5.insert(w5.end(), more.begin(), more.end());
+				Pair W5 = in(w5), Y5 = out((size_t)(n * 5 * 4));
+				GPU->router(GS, T(Y5, true, VD_F32, n, 5), T(F, true, VD_F32, n, dim), T(X, true, VD_F32, n, dim),
+				            T(NW, true, VD_F32, 1, dim), T(W5, true, VD_F32, 5, dim), dim, 1e-6f, 1.0f / dim);
+				GPU->sync(GS);
+				std::vector<float> y5 = down_f(Y5, (size_t)(n * 5)), first4;
+				for (int64_t t = 0; t < n; t++)
+					first4.insert(first4.end(), y5.begin() + t * 5, y5.begin() + t * 5 + 4);
+				same(nm + " registers = shared row (k_router_reg = k_router)", all, first4);
 			}
 			free_all();
 		}
