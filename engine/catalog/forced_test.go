@@ -165,7 +165,7 @@ func TestForcedRunsFixture(t *testing.T) {
 				what := fmt.Sprintf("%s, step mode %d, batched %v", set.name, mode, batched)
 				rs := set.reqs
 				if !batched {
-					rs = rs[:8]
+					rs = rs[:min(8, len(rs))]
 				}
 				want, _ := decodeMode(t, m, set.cat, rs, catalog.Options{Step: mode, OneTokenSteps: true, MaxBatch: 16}, batched)
 				got, st := decodeMode(t, m, set.cat, rs, catalog.Options{Step: mode, MaxBatch: 16}, batched)
