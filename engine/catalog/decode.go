@@ -149,12 +149,13 @@ func decodeAlone(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request,
 }
 
 // DecodeBatch decodes many requests of catalog c (or each of its own
-// Catalog), up to MaxBatch at once, each with its own KV cache: one batched forward pass per step over every running
-// sequence's rows (decode steps, and prompt chunks of newly admitted
-// requests), one sparse head over the union of their legal rows. The
-// prompt tokens every request without a Cache starts with are computed once
-// and forked (unless NoSharedPrefix). Each result is bit-identical to Decode
-// on that request alone.
+// Catalog), up to MaxBatch at once, each with its own KV cache: one
+// batched forward pass per step over every running sequence's rows (decode
+// steps with their forced runs fed ahead, and prompt chunks of newly
+// admitted requests), one sparse head over the union of their legal rows.
+// The prompt tokens every request without a Cache starts with are computed
+// once and forked (unless NoSharedPrefix). Each result is bit-identical to
+// Decode on that request alone.
 func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options) ([]Result, Stats, error) {
 	return run(ctx, m, c, reqs, opt, true)
 }
