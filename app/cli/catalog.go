@@ -217,8 +217,12 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *loop != "" {
 		return nil
 	}
-	fmt.Fprintf(stderr, "%d requests in %.2f s (%.1f requests/s), a shared prompt prefix of %d tokens, %d batched steps over %d rows, the sparse head reading at most %d rows a step\n",
-		len(results), stats.Total.Seconds(), float64(len(results))/stats.Total.Seconds(), stats.SharedPrefix, stats.Steps, stats.Rows, stats.MaxRows)
+	tokens := 0
+	for _, res := range results {
+		tokens += len(res.Tokens)
+	}
+	fmt.Fprintf(stderr, "%d requests in %.2f s (%.1f requests/s), a shared prompt prefix of %d tokens, %d batched steps over %d rows, %d chosen tokens (%d of them fed ahead in forced runs), the sparse head reading at most %d rows a step\n",
+		len(results), stats.Total.Seconds(), float64(len(results))/stats.Total.Seconds(), stats.SharedPrefix, stats.Steps, stats.Rows, tokens, stats.Forced, stats.MaxRows)
 	return nil
 }
 

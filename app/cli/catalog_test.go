@@ -167,8 +167,8 @@ func TestCatalogGates(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 13 {
-		t.Fatalf("%d gate lines, want 13:\n%s", len(lines), out)
+	if len(lines) != 14 {
+		t.Fatalf("%d gate lines, want 14:\n%s", len(lines), out)
 	}
 	for _, l := range lines {
 		if !strings.Contains(l, " 0 failed") || strings.Contains(l, " 0 passed") {

@@ -28,11 +28,13 @@ type CatalogOptions struct {
 }
 
 // CatalogReport is verdict bench catalog's measurement of one model: the
-// time per decoded token of trie-constrained decoding with the sparse head,
-// with the dense head and a mask, and of unconstrained greedy decoding (as
-// many tokens, same prompts, same session); the end-to-end wall clock of a
-// sweep of requests at several batch sizes; and the prompts of several
-// requests prefilled one by one against in one batch.
+// time per decoded token of trie-constrained decoding one token a forward
+// pass with the sparse head, with the dense head and a mask, and of
+// unconstrained greedy decoding (as many tokens, same prompts, same
+// session), and of the sparse decode with forced runs fed ahead; the
+// end-to-end wall clock of a sweep of requests at several batch sizes; and
+// the prompts of several requests prefilled one by one against in one
+// batch.
 type CatalogReport struct {
 	Model    string `json:"model"`
 	Weights  string `json:"weights"`
@@ -41,12 +43,19 @@ type CatalogReport struct {
 	Tokens   int    `json:"tokens"`        // tokens decoded per mode
 	Prompt   int    `json:"prompt_tokens"` // mean prompt length
 
+	// One token a forward pass (catalog.Options.OneTokenSteps), as
+	// unconstrained generation decodes.
 	SparseMSPerToken        float64 `json:"sparse_ms_per_token"`
 	DenseMaskMSPerToken     float64 `json:"dense_mask_ms_per_token"`
 	UnconstrainedMSPerToken float64 `json:"unconstrained_ms_per_token"`
-	SparseHeadMSPerToken    float64 `json:"sparse_head_ms_per_token"`
-	DenseHeadMSPerToken     float64 `json:"dense_head_ms_per_token"`
-	MaxLegalRows            int     `json:"max_legal_rows"`
+	// SparseRunsMSPerToken is the sparse decode with forced runs fed ahead
+	// (the default options); ForcedShare the share of its chosen tokens
+	// that were fed ahead (chosen without a pass of their own).
+	SparseRunsMSPerToken float64 `json:"sparse_runs_ms_per_token"`
+	ForcedShare          float64 `json:"forced_share"`
+	SparseHeadMSPerToken float64 `json:"sparse_head_ms_per_token"`
+	DenseHeadMSPerToken  float64 `json:"dense_head_ms_per_token"`
+	MaxLegalRows         int     `json:"max_legal_rows"`
 
 	// Per-token weight bytes: all of them (at the prompt's depth), the
 	// dense head's share, and the sparse head's at its widest step.
@@ -78,6 +87,7 @@ type CatalogBatch struct {
 	PerSecond float64 `json:"requests_per_second"`
 	Steps     int     `json:"steps"`  // batched forward passes
 	Tokens    int     `json:"tokens"` // chosen tokens of all requests
+	Forced    int     `json:"forced"` // of them fed ahead (catalog.Stats.Forced)
 	// MSPerToken is the wall clock over all chosen tokens; SeqMSPerToken
 	// the mean over requests of their decode time per token after the
 	// first, as a sequence sees it.
@@ -118,8 +128,10 @@ func (r CatalogReport) String() string {
 		dev = " on " + r.Device
 	}
 	fmt.Fprintf(&b, "%s (%s weights)%s, %d requests, %d tokens each mode, prompts of %d tokens on average\n", r.Model, r.Weights, dev, r.Requests, r.Tokens, r.Prompt)
-	fmt.Fprintf(&b, "  per token: sparse head %.2f ms, dense head + mask %.2f ms, unconstrained greedy %.2f ms (constrained/unconstrained %.3f)\n",
+	fmt.Fprintf(&b, "  per token, one token a pass: sparse head %.2f ms, dense head + mask %.2f ms, unconstrained greedy %.2f ms (constrained/unconstrained %.3f)\n",
 		r.SparseMSPerToken, r.DenseMaskMSPerToken, r.UnconstrainedMSPerToken, r.SparseMSPerToken/r.UnconstrainedMSPerToken)
+	fmt.Fprintf(&b, "  per token, forced runs fed ahead: sparse head %.2f ms (%.3f of one token a pass), %.1f%% of the tokens fed ahead\n",
+		r.SparseRunsMSPerToken, r.SparseRunsMSPerToken/r.SparseMSPerToken, 100*r.ForcedShare)
 	fmt.Fprintf(&b, "  output head: sparse %.3f ms a token (at most %d rows), dense %.3f ms\n", r.SparseHeadMSPerToken, r.MaxLegalRows, r.DenseHeadMSPerToken)
 	fmt.Fprintf(&b, "  weight bytes a token: %.1f MB, dense head %.1f MB (%.1f%%), sparse head at most %.2f MB: saves %.1f%%\n",
 		float64(r.BytesPerToken)/1e6, float64(r.DenseHeadBytes)/1e6, 100*r.DenseHeadShare, float64(r.SparseHeadBytes)/1e6, 100*r.SparseBytesSaving)
@@ -133,8 +145,8 @@ func (r CatalogReport) String() string {
 		if !x.SameAsBatch1 {
 			same = "NAMES DIFFER FROM BATCH 1"
 		}
-		fmt.Fprintf(&b, "  batch %2d: %.2f s = %.2f requests/s, %.3f ms a token (wall clock / %d tokens), %.2f ms a token a sequence; %d steps, a shared prefix of %d tokens, %d waited; %s\n",
-			x.Batch, x.Seconds, x.PerSecond, x.MSPerToken, x.Tokens, x.SeqMSPerToken, x.Steps, x.SharedPrefix, x.Waited, same)
+		fmt.Fprintf(&b, "  batch %2d: %.2f s = %.2f requests/s, %.3f ms a token (wall clock / %d tokens), %.2f ms a token a sequence; %d steps, %d tokens fed ahead, a shared prefix of %d tokens, %d waited; %s\n",
+			x.Batch, x.Seconds, x.PerSecond, x.MSPerToken, x.Tokens, x.SeqMSPerToken, x.Steps, x.Forced, x.SharedPrefix, x.Waited, same)
 	}
 	if p := r.Prefill; p != nil {
 		same := "the same last hidden states"
@@ -209,7 +221,7 @@ func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Ca
 			return r, fmt.Errorf("bench: the sweep at batch %d: %w", b, err)
 		}
 		x := CatalogBatch{Batch: b, Requests: len(sweep), Seconds: st.Total.Seconds(), PerSecond: float64(len(sweep)) / st.Total.Seconds(),
-			Steps: st.Steps, SharedPrefix: st.SharedPrefix, Waited: st.Waited, SameAsBatch1: true}
+			Steps: st.Steps, Forced: st.Forced, SharedPrefix: st.SharedPrefix, Waited: st.Waited, SameAsBatch1: true}
 		var seq float64
 		for i, res := range out {
 			x.Tokens += len(res.Tokens)
@@ -254,29 +266,38 @@ func distinct(es []int32) bool {
 	return len(slices.Compact(s)) == len(es)
 }
 
-// catalogPerToken fills r's per-token section: each prompt decoded alone
-// with the sparse head, the dense head and a mask, and unconstrained
-// greedy for as many tokens.
+// catalogPerToken fills r's per-token section: each prompt decoded alone,
+// one token a pass, with the sparse head, the dense head and a mask, and
+// unconstrained greedy for as many tokens; and with the sparse head and
+// forced runs fed ahead (a batch of one request, for its Stats).
 func catalogPerToken(ctx context.Context, r *CatalogReport, m *gemma3n.Model, cat *catalog.Catalog, prompts []catalog.Request) error {
 	// Warm up threads and weight pages.
 	if _, err := m.Forward(nil, prompts[0].Prompt, nil); err != nil {
 		return err
 	}
-	var sparse, dense, free time.Duration
+	var sparse, dense, free, runs time.Duration
 	var sparseHead, denseHead time.Duration
+	forced, chosen := 0, 0
 	for _, p := range prompts {
 		r.Prompt += len(p.Prompt)
-		s, err := catalog.Decode(ctx, m, cat, p, catalog.Options{Head: catalog.SparseHead})
+		s, err := catalog.Decode(ctx, m, cat, p, catalog.Options{Head: catalog.SparseHead, OneTokenSteps: true})
 		if err != nil {
 			return err
 		}
-		d, err := catalog.Decode(ctx, m, cat, p, catalog.Options{Head: catalog.DenseHead})
+		d, err := catalog.Decode(ctx, m, cat, p, catalog.Options{Head: catalog.DenseHead, OneTokenSteps: true})
 		if err != nil {
 			return err
 		}
 		if len(s.Tokens) < 2 {
 			continue
 		}
+		f, st, err := catalog.DecodeBatch(ctx, m, cat, []catalog.Request{p}, catalog.Options{})
+		if err != nil {
+			return err
+		}
+		runs += f[0].Decode
+		forced += st.Forced
+		chosen += len(f[0].Tokens)
 		g, err := generate.Run(ctx, m, p.Prompt, generate.Options{MaxTokens: len(s.Tokens)}, nil)
 		if err != nil {
 			return err
@@ -297,6 +318,7 @@ func catalogPerToken(ctx context.Context, r *CatalogReport, m *gemma3n.Model, ca
 	}
 	ms := func(d time.Duration, n int) float64 { return d.Seconds() * 1000 / float64(n) }
 	r.SparseMSPerToken, r.DenseMaskMSPerToken, r.UnconstrainedMSPerToken = ms(sparse, r.Tokens), ms(dense, r.Tokens), ms(free, r.Tokens)
+	r.SparseRunsMSPerToken, r.ForcedShare = ms(runs, r.Tokens), float64(forced)/float64(chosen)
 	n := r.Tokens + len(prompts) // the head runs for every chosen token
 	r.SparseHeadMSPerToken, r.DenseHeadMSPerToken = ms(sparseHead, n), ms(denseHead, n)
 	r.BytesPerToken = m.DecodeBytes(r.Prompt)

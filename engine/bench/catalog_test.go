@@ -44,14 +44,15 @@ func TestCatalogBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Tokens == 0 || r.SparseMSPerToken <= 0 || r.UnconstrainedMSPerToken <= 0 || r.Unshared.Requests != 1 {
+	if r.Tokens == 0 || r.SparseMSPerToken <= 0 || r.UnconstrainedMSPerToken <= 0 || r.Unshared.Requests != 1 ||
+		r.SparseRunsMSPerToken <= 0 || r.ForcedShare <= 0 || r.ForcedShare >= 1 {
 		t.Errorf("per-token section: %+v", r)
 	}
 	if len(r.Batches) != 2 {
 		t.Fatalf("%d sweep batches, want 2", len(r.Batches))
 	}
 	for _, b := range r.Batches {
-		if b.Requests != 7 || b.Tokens < 7*2 || b.PerSecond <= 0 || b.MSPerToken <= 0 || !b.SameAsBatch1 || b.SharedPrefix == 0 {
+		if b.Requests != 7 || b.Tokens < 7*2 || b.PerSecond <= 0 || b.MSPerToken <= 0 || !b.SameAsBatch1 || b.SharedPrefix == 0 || b.Forced == 0 {
 			t.Errorf("batch %d: %+v", b.Batch, b)
 		}
 	}
@@ -62,7 +63,7 @@ func TestCatalogBench(t *testing.T) {
 	if p == nil || p.Prompts != 3 || p.Tokens < 3*r.SweepPrompt/2 || !p.SameStates || p.SharedPrefix == 0 || p.SerialSeconds <= 0 || p.BatchedSeconds <= 0 || p.SharedSeconds <= 0 {
 		t.Errorf("prefill: %+v", p)
 	}
-	for _, s := range []string{"end to end, 7 requests", "batch  3:", "same names as batch 1", "prefill of the sweep's first 3 prompts"} {
+	for _, s := range []string{"per token, forced runs fed ahead", "tokens fed ahead, a shared prefix", "end to end, 7 requests", "batch  3:", "same names as batch 1", "prefill of the sweep's first 3 prompts"} {
 		if !strings.Contains(r.String(), s) {
 			t.Errorf("the report does not say %q:\n%s", s, r)
 		}

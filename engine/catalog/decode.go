@@ -44,10 +44,16 @@ type Options struct {
 	// PrefillChunk bounds the prompt tokens a sequence feeds in one batched
 	// step, so long prompts do not stall the others' decode steps (0: 512).
 	PrefillChunk int
-	// OnStep, when set, receives every step as soon as its token is chosen.
+	// OneTokenSteps decodes one token a forward pass, with no forced runs
+	// fed ahead: the plain decoder, the gates' reference.
+	OneTokenSteps bool
+	// OnStep, when set, receives every step as soon as its token is chosen
+	// (a request's steps in token order).
 	OnStep func(req int, st Step) error
 	// OnDone, when set, receives each request's result as soon as it ends.
 	OnDone func(req int, r Result)
+
+	rows int // the tests' bound on a forward pass's rows (0: the Exec's)
 }
 
 // Request is one decode: a prompt (token ids, ending with the model turn's
@@ -110,6 +116,7 @@ type Result struct {
 type Stats struct {
 	Steps   int           // batched forward passes
 	Rows    int           // token rows they ran
+	Forced  int           // tokens chosen without a pass of their own: fed ahead
 	Forward time.Duration // in the decoder
 	Head    time.Duration // in the output head
 	Dense   time.Duration // in the cross-check's dense head
@@ -127,21 +134,28 @@ type Stats struct {
 // Decode runs one request alone, with the serial no-repeat form (per-edge
 // counts).
 func Decode(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt Options) (Result, error) {
+	res, _, err := decodeAlone(ctx, m, c, req, opt)
+	return res, err
+}
+
+// decodeAlone is Decode with the run's Stats.
+func decodeAlone(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt Options) (Result, Stats, error) {
 	opt.MaxBatch = 1
-	res, _, err := run(ctx, m, c, []Request{req}, opt, false)
+	res, st, err := run(ctx, m, c, []Request{req}, opt, false)
 	if err != nil {
-		return Result{}, err
+		return Result{}, st, err
 	}
-	return res[0], nil
+	return res[0], st, nil
 }
 
 // DecodeBatch decodes many requests of catalog c (or each of its own
-// Catalog), up to MaxBatch at once, each with its own KV cache: one batched forward pass per step over every running
-// sequence's rows (decode steps, and prompt chunks of newly admitted
-// requests), one sparse head over the union of their legal rows. The
-// prompt tokens every request without a Cache starts with are computed once
-// and forked (unless NoSharedPrefix). Each result is bit-identical to Decode
-// on that request alone.
+// Catalog), up to MaxBatch at once, each with its own KV cache: one
+// batched forward pass per step over every running sequence's rows (decode
+// steps with their forced runs fed ahead, and prompt chunks of newly
+// admitted requests), one sparse head over the union of their legal rows.
+// The prompt tokens every request without a Cache starts with are computed
+// once and forked (unless NoSharedPrefix). Each result is bit-identical to
+// Decode on that request alone.
 func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options) ([]Result, Stats, error) {
 	return run(ctx, m, c, reqs, opt, true)
 }
@@ -151,9 +165,12 @@ type seq struct {
 	req    int
 	st     *State
 	cache  *gemma3n.Cache
-	own    bool // the decoder made the cache (and frees it)
-	out    bool // the sequence has an output this step
-	fed    int  // prompt tokens fed so far
+	own    bool    // the decoder made the cache (and frees it)
+	outs   int     // the sequence's output rows this pass
+	row    int     // the first of them in the pass's hidden states
+	feed   []int32 // decoding: the tokens fed this pass (the last chosen, then a forced run)
+	ahead  forcedRun
+	fed    int // prompt tokens fed so far
 	next   int32
 	start  time.Time
 	legal  []int32
@@ -222,8 +239,12 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		return nil, stats, err
 	}
 	defer x.Release()
-	if maxBatch > x.Rows() {
-		return nil, stats, fmt.Errorf("catalog: a batch of %d sequences exceeds the %d rows of a forward pass", maxBatch, x.Rows())
+	rows := x.Rows()
+	if opt.rows > 0 {
+		rows = min(rows, opt.rows)
+	}
+	if maxBatch > rows {
+		return nil, stats, fmt.Errorf("catalog: a batch of %d sequences exceeds the %d rows of a forward pass", maxBatch, rows)
 	}
 	var shared *gemma3n.Cache
 	if batched && !opt.NoSharedPrefix {
@@ -301,19 +322,37 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
 			nextReq++
 		}
-		// One batched forward pass: a prompt chunk or the last chosen token
-		// of every running sequence (decode steps first: prompt chunks take
-		// the rows left).
+		// One batched forward pass: a prompt chunk, or the last chosen token
+		// and its forced run, of every running sequence (decode steps
+		// first, then forced runs in turn, truncated to the rows there are:
+		// prompt chunks take the rows left).
 		b.Reset()
-		room := x.Rows()
+		room := rows
 		for _, s := range running {
 			if s.fed >= len(reqs[s.req].Prompt) {
 				room--
 			}
 		}
+		for _, s := range running {
+			if s.fed < len(reqs[s.req].Prompt) {
+				continue
+			}
+			s.feed = append(s.feed[:0], s.next)
+			if opt.OneTokenSteps || room == 0 {
+				continue
+			}
+			s.st.forced(&s.ahead)
+			n := len(s.ahead.tokens)
+			if s.ahead.done {
+				n-- // nothing needs the output after STOP
+			}
+			n = min(n, room)
+			s.feed = append(s.feed, s.ahead.tokens[:n]...)
+			room -= n
+		}
 		var act []*seq
 		for _, s := range running {
-			s.out = false
+			s.outs = 0
 			p := reqs[s.req].Prompt
 			if s.fed < len(p) {
 				n := min(chunk, len(p)-s.fed)
@@ -328,16 +367,17 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 				ids := p[s.fed : s.fed+n]
 				s.fed += n
 				if s.fed == len(p) {
-					s.out = true
+					s.outs = 1
 					b.Add(s.cache, ids, 1)
 				} else {
 					b.Add(s.cache, ids, 0)
 				}
 				stats.Rows += n
 			} else {
-				s.out = true
-				b.Add(s.cache, []int32{s.next}, 1)
-				stats.Rows++
+				s.outs = len(s.feed)
+				b.Add(s.cache, s.feed, s.outs)
+				stats.Rows += s.outs
+				stats.Forced += s.outs - 1
 			}
 		}
 		t0 := time.Now()
@@ -347,17 +387,15 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		}
 		stats.Forward += time.Since(t0)
 		stats.Steps++
-		// The sequences with an output this step (in batch order, as h's
-		// rows) and their legal sets.
+		// The sequences with outputs this pass, their rows of h contiguous
+		// and in batch order.
+		row := 0
 		for _, s := range running {
-			if !s.out {
+			if s.outs == 0 {
 				continue
 			}
-			if dev == nil { // the backend step finds the legal sets itself
-				if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
-					return nil, stats, fmt.Errorf("request %d: %w", s.req, err)
-				}
-			}
+			s.row = row
+			row += s.outs
 			act = append(act, s)
 		}
 		if len(act) > 0 {
@@ -433,118 +471,194 @@ func sharedPrefix(x *gemma3n.Exec, m *gemma3n.Model, reqs []Request) (*gemma3n.C
 	return c, n, nil
 }
 
-// step chooses the next token of every sequence in act (hidden states h,
-// [len(act), D]) through the head, records it and advances the walks: on
-// the backend (dev, then replayed on the host) or on the host.
+// step chooses the tokens of every sequence in act from its output rows
+// of h (s.outs rows from s.row), in rounds: round j takes every sequence's
+// j-th row, which chooses its next token through the head, records it and
+// advances the walk, on the backend (dev, then replayed on the host) or on
+// the host. A sequence's rounds before its last choose the forced run it
+// was fed (each a step of one legal token, as a pass of its own would
+// record it); its last is its next real choice.
+//
+// This is bit-identical to a pass per token: a row's hidden state does not
+// depend on how a sequence's tokens are cut into passes (what the prompt
+// chunks rely on too), and a forced run holds exactly the tokens the walk
+// would choose, so each row sees the context a pass of its own would.
 func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result, dev *devSteps) error {
-	n, V := len(act), m.Cfg.VocabSize
-	var sparse, dense []float32
-	var tHead, tDense time.Duration
-	devLogits, devBest := make([][]float32, n), make([]int, n)
-	if dev != nil {
-		t0 := time.Now()
-		if err := dev.step(act, h, devLogits, devBest); err != nil {
-			return err
-		}
-		tHead = time.Since(t0)
-	}
-	var union []int32
+	V := m.Cfg.VocabSize
+	rows, rounds := 0, 0
 	for _, s := range act {
-		union = append(union, s.legal...)
+		rows += s.outs
+		rounds = max(rounds, s.outs)
 	}
-	slices.Sort(union)
-	union = slices.Compact(union)
-	stats.MaxRows = max(stats.MaxRows, len(union))
-
-	if opt.Head == SparseHead && dev == nil {
-		t0 := time.Now()
-		sparse = make([]float32, n*len(union))
-		if err := x.LogitsRows(sparse, h, union); err != nil {
-			return err
+	var sparse, dense []float32
+	var union []int32
+	var tHost, tDense time.Duration
+	if dev == nil {
+		// The host's head runs once over every row, for the union of every
+		// round's legal set: round 0's from the walk, a forced round's its
+		// token, the last's (past a whole run) the set the run ended at.
+		for _, s := range act {
+			var err error
+			if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
+				return fmt.Errorf("request %d: %w", s.req, err)
+			}
+			union = append(union, s.legal...)
+			if s.outs > 1 {
+				union = append(union, s.feed[1:s.outs]...)
+				if last := s.outs - 1; last < len(s.ahead.tokens) {
+					union = append(union, s.ahead.tokens[last])
+				} else {
+					union = append(union, s.ahead.final...)
+				}
+			}
 		}
-		tHead = time.Since(t0)
+		slices.Sort(union)
+		union = slices.Compact(union)
+		stats.MaxRows = max(stats.MaxRows, len(union))
+		if opt.Head == SparseHead {
+			t0 := time.Now()
+			sparse = make([]float32, rows*len(union))
+			if err := x.LogitsRows(sparse, h, union); err != nil {
+				return err
+			}
+			tHost = time.Since(t0)
+		}
 	}
 	if opt.Head == DenseHead || opt.CheckDense {
 		t0 := time.Now()
-		dense = make([]float32, n*V)
+		dense = make([]float32, rows*V)
 		if err := x.Logits(dense, h); err != nil {
 			return err
 		}
 		d := time.Since(t0)
 		if opt.Head == DenseHead {
-			tHead = d
+			tHost = d
 		} else {
 			tDense = d
 		}
 	}
-	stats.Head += tHead
+	stats.Head += tHost
 	stats.Dense += tDense
-	for i, s := range act {
-		r := &out[s.req]
-		r.Head += tHead
-		r.Dense += tDense
-		logits := devLogits[i]
-		if dev == nil {
-			logits = make([]float32, len(s.legal))
-			for j, t := range s.legal {
-				if opt.Head == SparseHead {
-					u, _ := slices.BinarySearch(union, t)
-					logits[j] = sparse[i*len(union)+u]
-				} else {
-					logits[j] = dense[i*V+int(t)]
+	devLogits, devBest := make([][]float32, len(act)), make([]int, len(act))
+	var ract []*seq
+	var hrows []int32
+	for j := 0; j < rounds; j++ {
+		ract, hrows = ract[:0], hrows[:0]
+		for _, s := range act {
+			if s.outs > j {
+				ract, hrows = append(ract, s), append(hrows, int32(s.row+j))
+			}
+		}
+		var tDev time.Duration
+		switch {
+		case dev != nil:
+			t0 := time.Now()
+			if err := dev.step(ract, hrows, h, devLogits, devBest); err != nil {
+				return err
+			}
+			tDev = time.Since(t0)
+			stats.Head += tDev
+			var u []int32
+			for _, s := range ract {
+				u = append(u, s.legal...)
+			}
+			slices.Sort(u)
+			stats.MaxRows = max(stats.MaxRows, len(slices.Compact(u)))
+		case j > 0:
+			for _, s := range ract {
+				var err error
+				if s.legal, err = s.st.Legal(s.legal[:0]); err != nil {
+					return fmt.Errorf("request %d: %w", s.req, err)
 				}
 			}
 		}
-		best, margin, err := Pick(logits)
-		if err != nil {
-			return fmt.Errorf("catalog: request %d, step %d: %w", s.req, s.st.Step(), err)
-		}
-		if dev != nil && best != devBest[i] {
-			return fmt.Errorf("catalog: request %d, step %d: the backend picks token %d, the host %d", s.req, s.st.Step(), s.legal[devBest[i]], s.legal[best])
-		}
-		if opt.CheckDense && opt.Head == SparseHead {
-			dl := make([]float32, len(s.legal))
-			for j, t := range s.legal {
-				dl[j] = dense[i*V+int(t)]
-				rel := math.Abs(float64(logits[j])-float64(dl[j])) / math.Max(math.Abs(float64(dl[j])), 1e-30)
-				r.DenseMaxRel = math.Max(r.DenseMaxRel, rel)
-				if rel > DenseTolerance {
-					return fmt.Errorf("catalog: request %d, step %d: token %d: sparse head logit %v, dense %v (relative gap %.2g > %g)",
-						s.req, s.st.Step(), t, logits[j], dl[j], rel, DenseTolerance)
-				}
-			}
-			if db, _, err := Pick(dl); err != nil || db != best {
-				return fmt.Errorf("catalog: request %d, step %d: the sparse head picks token %d, the dense head %d", s.req, s.st.Step(), s.legal[best], s.legal[max(db, 0)])
-			}
-		}
-		node := s.st.Node()
-		chosen := s.legal[best]
-		if err := s.st.Advance(chosen); err != nil {
-			return fmt.Errorf("request %d: %w", s.req, err)
-		}
-		if dev != nil {
-			if err := dev.check(s); err != nil {
+		for i, s := range ract {
+			if err := choose(s, j, int(hrows[i]), opt, out, union, sparse, dense, V, devLogits[i], devBest[i], dev); err != nil {
 				return err
 			}
-		}
-		st := Step{Node: node, Legal: slices.Clone(s.legal), Chosen: chosen, Logits: logits, Entry: -1}
-		if !math.IsNaN(margin) {
-			st.Margin = &margin
-		}
-		if g := s.st.cat.Grammar; chosen == g.Sep || chosen == g.Stop {
-			em := s.st.Emitted()
-			st.Entry = em[len(em)-1]
-		}
-		if len(r.Steps) == 0 {
-			r.Prefill = time.Since(s.start)
-		}
-		r.Steps = append(r.Steps, st)
-		r.Tokens = append(r.Tokens, chosen)
-		s.next = chosen
-		if opt.OnStep != nil {
-			if err := opt.OnStep(s.req, st); err != nil {
-				return err
+			r := &out[s.req]
+			r.Head += tDev
+			if j == 0 {
+				r.Head += tHost
+				r.Dense += tDense
 			}
+		}
+	}
+	return nil
+}
+
+// choose is round j of step for s (hidden row row): the pick from its
+// logits (the backend's, else the host head's sparse or dense row), the
+// dense cross-check, the step recorded and the walk advanced.
+func choose(s *seq, j, row int, opt Options, out []Result, union []int32, sparse, dense []float32, V int, devLogits []float32, devBest int, dev *devSteps) error {
+	r := &out[s.req]
+	logits := devLogits
+	if dev == nil {
+		logits = make([]float32, len(s.legal))
+		for k, t := range s.legal {
+			if opt.Head == DenseHead {
+				logits[k] = dense[row*V+int(t)]
+				continue
+			}
+			u, ok := slices.BinarySearch(union, t)
+			if !ok {
+				return fmt.Errorf("catalog: request %d, step %d: legal token %d is not among the head's rows", s.req, s.st.Step(), t)
+			}
+			logits[k] = sparse[row*len(union)+u]
+		}
+	}
+	best, margin, err := Pick(logits)
+	if err != nil {
+		return fmt.Errorf("catalog: request %d, step %d: %w", s.req, s.st.Step(), err)
+	}
+	if dev != nil && best != devBest {
+		return fmt.Errorf("catalog: request %d, step %d: the backend picks token %d, the host %d", s.req, s.st.Step(), s.legal[devBest], s.legal[best])
+	}
+	if opt.CheckDense && opt.Head == SparseHead {
+		dl := make([]float32, len(s.legal))
+		for k, t := range s.legal {
+			dl[k] = dense[row*V+int(t)]
+			rel := math.Abs(float64(logits[k])-float64(dl[k])) / math.Max(math.Abs(float64(dl[k])), 1e-30)
+			r.DenseMaxRel = math.Max(r.DenseMaxRel, rel)
+			if rel > DenseTolerance {
+				return fmt.Errorf("catalog: request %d, step %d: token %d: sparse head logit %v, dense %v (relative gap %.2g > %g)",
+					s.req, s.st.Step(), t, logits[k], dl[k], rel, DenseTolerance)
+			}
+		}
+		if db, _, err := Pick(dl); err != nil || db != best {
+			return fmt.Errorf("catalog: request %d, step %d: the sparse head picks token %d, the dense head %d", s.req, s.st.Step(), s.legal[best], s.legal[max(db, 0)])
+		}
+	}
+	node := s.st.Node()
+	chosen := s.legal[best]
+	if j+1 < s.outs && chosen != s.feed[j+1] {
+		return fmt.Errorf("catalog: request %d, step %d: chose token %d, but token %d was fed ahead as forced", s.req, s.st.Step(), chosen, s.feed[j+1])
+	}
+	if err := s.st.Advance(chosen); err != nil {
+		return fmt.Errorf("request %d: %w", s.req, err)
+	}
+	if dev != nil {
+		if err := dev.check(s); err != nil {
+			return err
+		}
+	}
+	st := Step{Node: node, Legal: slices.Clone(s.legal), Chosen: chosen, Logits: logits, Entry: -1}
+	if !math.IsNaN(margin) {
+		st.Margin = &margin
+	}
+	if g := s.st.cat.Grammar; chosen == g.Sep || chosen == g.Stop {
+		em := s.st.Emitted()
+		st.Entry = em[len(em)-1]
+	}
+	if len(r.Steps) == 0 {
+		r.Prefill = time.Since(s.start)
+	}
+	r.Steps = append(r.Steps, st)
+	r.Tokens = append(r.Tokens, chosen)
+	s.next = chosen
+	if opt.OnStep != nil {
+		if err := opt.OnStep(s.req, st); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -96,11 +96,11 @@ func (d *devSteps) release(s *seq) {
 	dg.free = append(dg.free, s.slot)
 }
 
-// step runs one backend step for every sequence of act (hidden row i of h
-// for act[i]), one call per catalog, and replays it on the host: the
-// device's error, else its legal set against State.Legal and its winner
-// against Pick. It fills each sequence's legal set and logits[i].
-func (d *devSteps) step(act []*seq, h native.Tensor, logits [][]float32, best []int) error {
+// step runs one backend step for every sequence of act (hidden row
+// rows[i] of h for act[i]), one call per catalog, and replays it on the
+// host: the device's error, else its legal set against State.Legal and its
+// winner against Pick. It fills each sequence's legal set and logits[i].
+func (d *devSteps) step(act []*seq, rows []int32, h native.Tensor, logits [][]float32, best []int) error {
 	var cats []*Catalog
 	for _, s := range act {
 		if !slices.Contains(cats, s.st.cat) {
@@ -111,7 +111,7 @@ func (d *devSteps) step(act []*seq, h native.Tensor, logits [][]float32, best []
 		var hrows, slots []int32
 		for i, s := range act {
 			if s.st.cat == c {
-				hrows, slots = append(hrows, int32(i)), append(slots, s.slot)
+				hrows, slots = append(hrows, rows[i]), append(slots, s.slot)
 			}
 		}
 		dg := d.grams[c]

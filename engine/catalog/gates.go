@@ -31,8 +31,9 @@ func (g *Gate) check(ok bool, format string, args ...any) {
 
 // Gates runs the catalog decoder's checks on a model's backend over reqs:
 // every way of running a request must give the reference's result (the
-// request decoded alone with the host's step), bit for bit: the backend's
-// step alone, all requests in one batch, batches of 1, 2, 7, 32 and 64,
+// request decoded alone with the host's step, one token a forward pass),
+// bit for bit: forced runs fed ahead (every way but the reference feeds
+// them), the backend's step alone, all requests in one batch, batches of 1, 2, 7, 32 and 64,
 // shuffles random batches (sizes 1..64, requests drawn with repeats, seed
 // fixed), prompts fed in chunks of 7 tokens, and the dense head with the
 // mask; every result emits exactly k distinct entries; a request beyond the
@@ -45,7 +46,7 @@ func Gates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, sh
 	}
 	ref := make([]Result, len(reqs))
 	for i, r := range reqs {
-		res, err := Decode(ctx, m, c, r, Options{Step: HostStep})
+		res, err := Decode(ctx, m, c, r, Options{Step: HostStep, OneTokenSteps: true})
 		if err != nil {
 			return nil, fmt.Errorf("catalog: gates: the reference of request %d: %w", i, err)
 		}
@@ -96,6 +97,22 @@ func Gates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, sh
 		}
 		d := differ(res, ref[i])
 		g.check(d == "", "request %d: %s", i, d)
+	}
+	g = add("forced runs fed ahead = one token a step")
+	forced, tokens := 0, 0
+	for i, r := range reqs {
+		res, st, err := decodeAlone(ctx, m, c, r, Options{})
+		if err != nil {
+			return gates, err
+		}
+		forced += st.Forced
+		tokens += len(res.Tokens)
+		d := differ(res, ref[i])
+		g.check(d == "", "request %d alone, forced runs fed ahead: %s", i, d)
+	}
+	g.Name += fmt.Sprintf(" (%d of %d tokens fed ahead)", forced, tokens)
+	if err := batch(g, all, Options{OneTokenSteps: true}); err != nil {
+		return gates, err
 	}
 	g = add("dense head + mask = sparse head, alone")
 	for i, r := range reqs {

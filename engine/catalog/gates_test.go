@@ -27,8 +27,8 @@ func TestGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gates) != 12 {
-		t.Fatalf("%d gates, want 12", len(gates))
+	if len(gates) != 13 {
+		t.Fatalf("%d gates, want 13", len(gates))
 	}
 	for _, g := range gates {
 		if g.Failed != 0 || g.Passed == 0 {

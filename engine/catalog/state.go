@@ -3,6 +3,7 @@ package catalog
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // State is one sequence's walk through a catalog's trie: the node it is at,
@@ -166,4 +167,52 @@ func Pick(logits []float32) (best int, margin float64, err error) {
 		return 0, math.NaN(), nil
 	}
 	return best, float64(logits[best]) - second, nil
+}
+
+// clone returns a deep copy of s: walking the copy leaves s as it is.
+func (s *State) clone() *State {
+	c := *s
+	c.emitted = slices.Clone(s.emitted)
+	c.spent = slices.Clone(s.spent)
+	c.live = slices.Clone(s.live)
+	c.banned = slices.Clone(s.banned)
+	c.edges = append(make([]int32, 0, MaxEdges), s.edges...)
+	return &c
+}
+
+// forcedRun is a forced run found by State.forced.
+type forcedRun struct {
+	tokens []int32 // the forced tokens, in order
+	done   bool    // the last of them is STOP
+	final  []int32 // unless done, the legal set after them (nil: none found)
+}
+
+// forced walks a clone of s through its forced run into r (its buffers
+// reused): while the clone is not done and has exactly one legal token, it
+// takes that token. A legal set the clone cannot find ends the run without
+// an error (final nil): the real walk meets it and reports it. s does not
+// change.
+func (s *State) forced(r *forcedRun) {
+	r.tokens, r.final, r.done = r.tokens[:0], r.final[:0], s.done
+	if s.done {
+		return
+	}
+	c := s.clone()
+	for !c.done {
+		l, err := c.Legal(r.final[:0])
+		if err != nil {
+			r.final = nil
+			return
+		}
+		r.final = l
+		if len(l) != 1 {
+			return
+		}
+		if c.Advance(l[0]) != nil {
+			r.final = nil
+			return
+		}
+		r.tokens = append(r.tokens, l[0])
+	}
+	r.final, r.done = r.final[:0], true
 }
