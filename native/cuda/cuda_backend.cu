@@ -1036,41 +1036,80 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 	}
 }
 
-/* k_sp_down: y[t, c] = Σ_k h_k·downᵀ[idx_k, c]. A block is 32 columns
- * (one a lane) and SPD warps; warp w sums the survivors k ≡ w (mod SPD) in
- * increasing k, one fma each, and the SPD partial sums add in warp order:
- * an order fixed by the token's survivors alone. */
-__global__ void k_sp_down(float *y, const float *h, const int32_t *idx,
-                          const int32_t *cnt, const uint8_t *dq,
-                          const float *dso, int64_t inter, int64_t d, int lg)
+/* k_sp_down: y[t, c] = Σ_k h_k·downᵀ[idx_k, c]: survivor class w (k ≡ w
+ * mod SPD) sums its survivors in increasing k, one fma each on the
+ * weight fmaf(sc, nib, off), and the SPD partial sums add in class order:
+ * an order fixed by the token's survivors alone. A block is SPD_COLS
+ * columns of one token and SPD warps, warp w class w; lane l takes the
+ * 4-byte word l of the block's slice of a row (columns 4q..4q + 3 and
+ * 16 + 4q.. of its 32-column run, q = l & 3: eight columns, one group),
+ * its survivors SPK at a time (their indices and h, then their words and
+ * scales, all requested before the sums). */
+#define SPD_COLS 256
+#define SPK 8
+
+__global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, const int32_t *idx,
+                                                      const int32_t *cnt, const uint8_t *dq, const float *dso,
+                                                      int64_t inter, int64_t d, int lg)
 {
-	__shared__ float part[SPD][32];
+	__shared__ float part[SPD][SPD_COLS];
 	pdl_wait();
 	pdl_launch();
 	int64_t t = blockIdx.y;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	int64_t c = (int64_t)blockIdx.x * 32 + lane;
-	int64_t nk = cnt[t], ldq = d / 2, ldso = (d >> lg) * 2;
-	int64_t j = c & ~(int64_t)31, b = c & 31;
-	int64_t qo = j / 2 + (b & 15), so = (c >> lg) * 2;
-	int hi = b >= 16;
+	int64_t c0 = (int64_t)blockIdx.x * SPD_COLS;
+	int64_t word = c0 / 8 + lane;                 /* the lane's 4-byte word of a row */
+	int64_t run = (word * 8) & ~(int64_t)31;      /* its 32-column run */
+	int64_t ca = run + 4 * (lane & 3), cb = ca + 16; /* its columns ca.., cb.. */
+	bool on = ca < d;
+	int64_t nk = cnt[t], ldw = d / 8, ldso = (d >> lg) * 2, so = (ca >> lg) * 2;
 	const int32_t *ir = idx + t * inter;
 	const float *hr = h + t * inter;
-	float acc = 0.0f;
-	if (c < d)
-		for (int64_t k = w; k < nk; k += SPD) {
-			int64_t i = ir[k];
-			uint32_t v = __ldg(dq + i * ldq + qo);
-			float nib = (float)(hi ? (v >> 4) : (v & 15u));
-			const float *sr = dso + i * ldso + so;
-			acc = fmaf(hr[k], fmaf(__ldg(sr), nib, __ldg(sr + 1)), acc);
+	const uint32_t *dw = (const uint32_t *)dq;
+	float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	for (int64_t k0 = w; k0 < nk; k0 += (int64_t)SPK * SPD) {
+		int64_t ii[SPK];
+		float hv[SPK];
+#pragma unroll
+		for (int j = 0; j < SPK; j++) {
+			int64_t k = k0 + (int64_t)j * SPD;
+			ii[j] = k < nk ? ir[k] : -1;
+			hv[j] = k < nk ? hr[k] : 0.0f;
 		}
-	part[w][lane] = acc;
+		uint32_t v[SPK];
+		float sc[SPK], of[SPK];
+#pragma unroll
+		for (int j = 0; j < SPK; j++) {
+			bool live = ii[j] >= 0 && on;
+			v[j] = live ? __ldg(dw + ii[j] * ldw + word) : 0u;
+			sc[j] = live ? __ldg(dso + ii[j] * ldso + so) : 0.0f;
+			of[j] = live ? __ldg(dso + ii[j] * ldso + so + 1) : 0.0f;
+		}
+#pragma unroll
+		for (int j = 0; j < SPK; j++) {
+			if (ii[j] < 0)
+				break;
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float lo = (float)((v[j] >> (8 * e)) & 15u), hi = (float)((v[j] >> (8 * e + 4)) & 15u);
+				acc[e] = fmaf(hv[j], fmaf(sc[j], lo, of[j]), acc[e]);
+				acc[4 + e] = fmaf(hv[j], fmaf(sc[j], hi, of[j]), acc[4 + e]);
+			}
+		}
+	}
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		part[w][ca - c0 + e] = acc[e];
+		part[w][cb - c0 + e] = acc[4 + e];
+	}
 	__syncthreads();
-	if (w == 0 && c < d) {
-		float sum = part[0][lane];
+	for (int i = threadIdx.x; i < SPD_COLS; i += 32 * SPD) {
+		int64_t c = c0 + i;
+		if (c >= d)
+			continue;
+		float sum = part[0][i];
 		for (int k = 1; k < SPD; k++)
-			sum += part[k][lane];
+			sum += part[k][i];
 		y[t * d + c] = sum;
 	}
 }
@@ -2240,12 +2279,15 @@ static void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	int lg = lg2(up.group);
 	launch(s, k_sp_select, (unsigned)n, SPB, 0, (float *)g.data, (int32_t *)idx.data, cnt, inter, z);
 	launched(s);
-	int64_t gx = (inter + LW - 1) / LW;
-	dim3 ug((unsigned)(gx < 128 ? gx : 128), (unsigned)n);
+	/* Blocks a token: enough warps for every survivor of one token; for
+	 * many tokens fewer, each warp taking several (any warp computes a
+	 * survivor's product the same way). */
+	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? 32 : 128;
+	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
 	launch(s, k_sp_up, ug, 32 * LW, 0, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
-	dim3 dg(blocks_for(d, 32), (unsigned)n);
+	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
 	launch(s, k_sp_down, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
 	                                 (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
 	launched(s);
