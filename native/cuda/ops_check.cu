@@ -631,9 +631,10 @@ static void check_attention()
 {
 	struct S {
 		int64_t hq, hkv, d, block, window;
-	} shapes[] = {{8, 2, 64, 16, 0}, {8, 2, 64, 16, 20}, {4, 1, 256, 8, 0}, {2, 2, 128, 32, 0}, {8, 4, 256, 16, 48}};
+	} shapes[] = {{8, 2, 64, 16, 0}, {8, 2, 64, 16, 20}, {4, 1, 256, 8, 0}, {2, 2, 128, 32, 0}, {8, 4, 256, 16, 48},
+	              {4, 2, 64, 1, 0}, {8, 2, 64, 1, 40}}; /* blocks of one key: over 256 entries a sequence */
 	for (S s : shapes) {
-		int64_t nblocks = 96, ldk = s.hkv * s.d;
+		int64_t nblocks = 600, ldk = s.hkv * s.d;
 		size_t pool = (size_t)(nblocks * s.block * ldk);
 		Pair K = in(randf(pool)), V = in(randf(pool));
 		std::vector<int32_t> perm((size_t)nblocks);
@@ -642,7 +643,7 @@ static void check_attention()
 		std::shuffle(perm.begin(), perm.end(), rng);
 		std::vector<int32_t> seq_ent{0}, blk, pos, len, qpos, qseq;
 		int64_t nb = 0, max_keys = 1;
-		int lens[] = {37, 150, 5, 90};
+		int lens[] = {37, 150, 5, 300};
 		for (int sq = 0; sq < 4; sq++) {
 			int64_t p = 0;
 			while (p < lens[sq]) {
