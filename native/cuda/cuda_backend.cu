@@ -2482,8 +2482,10 @@ static void c_attention(vd_stream *s, const vd_attn *a)
 		c.out.data = (float *)a->out.data + q0 * a->hq * a->d;
 		c.qpos.data = (int32_t *)a->qpos.data + q0;
 		c.qseq.data = (int32_t *)a->qseq.data + q0;
-		/* the query heads of a key/value group in one block (up to 8) */
-		int64_t G = a->hkv > 0 && a->hq % a->hkv == 0 ? a->hq / a->hkv : 1;
+		/* the query heads of a key/value group in one block (up to 8)
+		 * once there are queries enough to fill the device; a head a
+		 * block for a few (decode steps: more blocks, shorter ones) */
+		int64_t G = a->hkv > 0 && a->hq % a->hkv == 0 && g >= 16 ? a->hq / a->hkv : 1;
 		auto kp = G == 8 ? k_attn_part<8> : G == 4 ? k_attn_part<4> : G == 2 ? k_attn_part<2> : k_attn_part<1>;
 		int64_t gh = G == 8 || G == 4 || G == 2 ? G : 1;
 		launch(s, kp, dim3((unsigned)(g * (a->hq / gh)), (unsigned)nch), AB, 0, c, (float *)s->apart, nch,

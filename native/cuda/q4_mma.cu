@@ -113,84 +113,6 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, const fl
 		pdl_wait();
 }
 
-/* k_q4_mma_wide: at most 8 tokens over at most WIDE_G chunks: a block a
- * row tile (16 rows) and up to WIDE_W warps, warp w chunks w and
- * w + WIDE_W (their loads requested together), so that no warp waits on
- * more than one round of loads; the chunks' D, Sx and scales meet in
- * shared memory, warp s folds slice s's chunks in order (slice_rows'
- * arithmetic) and warp 0 adds the slices in order. */
-constexpr int WIDE_W = 16, WIDE_G = 32;
-
-__global__ void __launch_bounds__(32 * WIDE_W) k_q4_mma_wide(float *y, const float *x, const uint8_t *q,
-                                                             const float *so, const int32_t *ids, int64_t n,
-                                                             int64_t nout, int64_t cols, int lg, int S, bool vec)
-{
-	__shared__ float sd[WIDE_G][4][32], ssx[WIDE_G][2][32], ssc[WIDE_G][4][32], sp[8][4][32];
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-	int64_t G = cols >> 6, r0 = (int64_t)blockIdx.x * 16;
-	if (ids)
-		pdl_wait();
-	Rows<1> rw;
-	rows_at<1>(rw, q, so, ids, r0, nout, cols, lg);
-	int64_t c0 = w, c1 = w + WIDE_W;
-	Wchunk<1> wa, wb;
-	if (c0 < G)
-		load_w(wa, rw, c0, lg);
-	if (c1 < G)
-		load_w(wb, rw, c1, lg);
-	pdl_wait();
-	pdl_launch();
-	bool xl = g < n;
-	const float *xr = x + (xl ? g : 0) * cols + xcol(t);
-	float4 xa[4], xb[4];
-	if (c0 < G)
-		load_x(xa, xr + c0 * 64, xl, vec);
-	if (c1 < G)
-		load_x(xb, xr + c1 * 64, xl, vec);
-	auto put = [&](int64_t ch, const Wchunk<1> &wc, const float4 *xv) {
-		Bside bs;
-		bside(bs, xv);
-		float d[4];
-		chunk_mma(d, wc.wa[0], wc.wb[0], bs.b);
-#pragma unroll
-		for (int e = 0; e < 4; e++)
-			sd[ch][e][lane] = d[e];
-		ssx[ch][0][lane] = bs.sx0, ssx[ch][1][lane] = bs.sx1;
-		ssc[ch][0][lane] = wc.sca[0], ssc[ch][1][lane] = wc.ofa[0];
-		ssc[ch][2][lane] = wc.scb[0], ssc[ch][3][lane] = wc.ofb[0];
-	};
-	if (c0 < G)
-		put(c0, wa, xa);
-	if (c1 < G)
-		put(c1, wb, xb);
-	__syncthreads();
-	if (w < S) {
-		float P[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-		for (int64_t ch = w * G / S; ch < (w + 1) * G / S; ch++) {
-			Wchunk<1> wc;
-			wc.sca[0] = ssc[ch][0][lane], wc.ofa[0] = ssc[ch][1][lane];
-			wc.scb[0] = ssc[ch][2][lane], wc.ofb[0] = ssc[ch][3][lane];
-			float d[4] = {sd[ch][0][lane], sd[ch][1][lane], sd[ch][2][lane], sd[ch][3][lane]};
-			combine(P, wc, 0, d, ssx[ch][0][lane], ssx[ch][1][lane]);
-		}
-#pragma unroll
-		for (int e = 0; e < 4; e++)
-			sp[w][e][lane] = P[e];
-	}
-	__syncthreads();
-	if (w == 0) {
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			float v = 0.0f;
-			for (int j = 0; j < S; j++)
-				v = v + sp[j][e][lane];
-			int64_t row = r0 + g + 8 * (e >> 1), tk = 2 * t + (e & 1);
-			if (row < nout && tk < n)
-				y[tk * nout + row] = v;
-		}
-	}
-}
-
 /* k_q4_mma_many: a block 128 rows × TB = 16·NTW tokens (grid.y), warp w
  * rows 32(w >> 1) and tokens (w & 1)·8·NTW of it (2 × NTW mma tiles, a
  * chunk's A fragments converted once for its NTW tiles). Each chunk's x
@@ -384,19 +306,6 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		return many<2>(st, pdl, y, x, q, so, ids, n, nout, cols, lg, S);
 	}
 	int64_t tiles = (nout + 15) / 16, per = MW / S;
-	/* A few tokens over a few chunks: a warp a chunk or two
-	 * (VERDICT_Q4_WIDE=0 turns it off, for comparisons). */
-	static const bool wide = [] {
-		const char *e = getenv("VERDICT_Q4_WIDE");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	if (wide && n <= 8 && (cols >> 6) <= WIDE_G && tiles / per < 4096 && tiles <= 0x7fffffff) {
-		int warps = (int)((cols >> 6) < WIDE_W ? (cols >> 6) : WIDE_W);
-		warps = warps > S ? warps : S;
-		bool vec = ((uintptr_t)x & 15) == 0;
-		return launch_pdl(pdl, k_q4_mma_wide, dim3((unsigned)tiles), dim3(32 * warps), 0, st, y, x, q, so, ids, n,
-		                  nout, cols, lg, S, vec);
-	}
 	/* Row tiles a warp: more for tall matrices, so that x's parts serve
 	 * several tiles and the grid is a few waves. */
 	int R = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
