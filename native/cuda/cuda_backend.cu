@@ -337,6 +337,34 @@ __device__ double block_sum_d(double v, double *red)
 
 enum { W_F32, W_BF16, W_BF16P, W_Q4 };
 
+/* q4_sums: lane's sums of a q4 row r against nt tokens, xv(t, c) giving x:
+ * its 32-column blocks lane, lane + 32, ... in order, one fmaf a weight
+ * (fmaf(scale, nibble, offset)) a token. */
+template <class XV>
+__device__ __forceinline__ void q4_sums(float *acc, int nt, XV xv, const uint8_t *w, const float *so, int64_t r,
+                                        int64_t cols, int lg, int lane)
+{
+	const uint8_t *qr = w + r * (cols / 2);
+	const float *sr = so + r * ((cols >> lg) * 2);
+	for (int64_t j = 32 * (int64_t)lane; j < cols; j += 32 * 32) {
+		const uint32_t *p = (const uint32_t *)(qr + j / 2);
+		uint32_t q[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
+		int64_t g2 = (j >> lg) * 2;
+		float s = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
+#pragma unroll
+		for (int b = 0; b < 32; b++) {
+			int byte = b & 15;
+			uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
+			float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
+			float wv = fmaf(s, nib, off);
+#pragma unroll
+			for (int t = 0; t < LT; t++)
+				if (t < nt)
+					acc[t] = fmaf(xv(t, j + b), wv, acc[t]);
+		}
+	}
+}
+
 template <int K>
 __device__ __forceinline__ void lin_row(float *acc, int nt, const float *x,
                                         int64_t ldx, const void *w,
@@ -407,25 +435,8 @@ __device__ __forceinline__ void lin_row(float *acc, int nt, const float *x,
 				}
 		}
 	} else { /* Q4 */
-		const uint8_t *qr = (const uint8_t *)w + r * (cols / 2);
-		const float *sr = so + r * ((cols >> lg) * 2);
-		for (int64_t j = 32 * (int64_t)lane; j < cols; j += 32 * 32) {
-			const uint32_t *p = (const uint32_t *)(qr + j / 2);
-			uint32_t q[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
-			int64_t g2 = (j >> lg) * 2;
-			float s = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
-#pragma unroll
-			for (int b = 0; b < 32; b++) {
-				int byte = b & 15;
-				uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-				float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-				float wv = fmaf(s, nib, off);
-#pragma unroll
-				for (int t = 0; t < LT; t++)
-					if (t < nt)
-						acc[t] = fmaf(x[t * ldx + j + b], wv, acc[t]);
-			}
-		}
+		q4_sums(acc, nt, [&](int t, int64_t c) { return x[t * ldx + c]; }, (const uint8_t *)w, so, r, cols, lg,
+		        lane);
 	}
 #pragma unroll
 	for (int t = 0; t < LT; t++)
@@ -1017,20 +1028,34 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 }
 
 /* k_sp_up: h[k] = gelu(g[k])·(x_t · up[idx[k]]) for the survivors, one
- * warp a survivor, the dot product exactly Linear's. */
+ * warp a survivor, the dot product exactly Linear's (q4_sums, then the
+ * shuffle tree), x_t read from shared memory: staged once a block with a
+ * word of padding every 32, so that the lanes' 32-column blocks fall in
+ * distinct banks. */
 __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
                         const int32_t *cnt, const float *x, const void *uq,
                         const float *uso, int64_t inter, int64_t d, int lg)
 {
+	extern __shared__ float xs[]; /* [d + d/32] */
 	pdl_wait();
 	pdl_launch();
 	int64_t t = blockIdx.y;
 	int lane = threadIdx.x & 31;
 	int64_t nk = cnt[t];
+	if ((int64_t)blockIdx.x * LW >= nk)
+		return; /* no survivor for this block: the whole block leaves */
+	for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+		xs[c + (c >> 5)] = x[t * d + c];
+	__syncthreads();
 	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk;
 	     k += (int64_t)gridDim.x * LW) {
 		float acc[LT];
-		lin_row<W_Q4>(acc, 1, x + t * d, d, uq, uso, idx[t * inter + k], d, lg, lane);
+#pragma unroll
+		for (int u = 0; u < LT; u++)
+			acc[u] = 0.0f;
+		q4_sums(acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso,
+		        idx[t * inter + k], d, lg, lane);
+		acc[0] = warp_sum(acc[0]);
 		if (lane == 0)
 			h[t * inter + k] = d_gelu(g[t * inter + k]) * acc[0];
 	}
@@ -2339,7 +2364,15 @@ static void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	 * survivor's product the same way). */
 	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? 32 : 128;
 	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
-	launch(s, k_sp_up, ug, 32 * LW, 0, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
+	size_t xs = (size_t)(d + d / 32) * sizeof(float);
+	if (xs > 48 * 1024 && (xs > (size_t)st_of(s->b)->smem_optin ||
+	                       cudaFuncSetAttribute(k_sp_up, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
+	                           cudaSuccess)) {
+		cudaGetLastError();
+		fail(s, VDC_ESHAPE); /* a row of x past shared memory */
+		return;
+	}
+	launch(s, k_sp_up, ug, 32 * LW, xs, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
