@@ -395,10 +395,10 @@ static void check_router()
 	}
 }
 
-/* mlp_scale: the largest sum of |h_i·dT_ic| over an output c of the
- * sparse MLP (float64, from the inputs): the size of the terms whose sum
- * the backends round, the scale an error is measured against when the sum
- * cancels. */
+/* mlp_scale: the largest Σ_i |gelu_i|·(Σ_k |x_k·up_ik|)·|dT_ic| over an
+ * output c of the sparse MLP (float64, from the inputs): the size of the
+ * terms both nested sums round, the scale an error is measured against
+ * when they cancel. */
 static double mlp_scale(const std::vector<float> &gv, const float *x, const Q4 &up, const Q4 &dt, int64_t n,
                         int64_t inter, int64_t d, int group, double z)
 {
@@ -425,7 +425,7 @@ static double mlp_scale(const std::vector<float> &gv, const float *x, const Q4 &
 				continue;
 			double ge = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))), dot = 0;
 			for (int64_t c = 0; c < d; c++)
-				dot += (double)x[t * d + c] * wu[(size_t)(i * d + c)];
+				dot += fabs((double)x[t * d + c] * wu[(size_t)(i * d + c)]);
 			for (int64_t c = 0; c < d; c++)
 				sc[(size_t)c] += fabs(ge * dot * wd[(size_t)(i * d + c)]);
 		}
