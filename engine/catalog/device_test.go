@@ -12,6 +12,7 @@ import (
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/prompt"
 )
 
 // sameResults fails unless the backend step's results are the host
@@ -118,16 +119,7 @@ func TestBackendStepBatches(t *testing.T) {
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
 	main, _, _, _ := fixtureCatalogs(t)
-	var reqs []catalog.Request
-	for i := 0; len(reqs) < 64; i++ {
-		c := f.Cases[i%len(f.Cases)]
-		k := 1 + i%5
-		ids, err := catalog.Prompt(main.Entries, k, c.Intent).Encode(tok, gemma3n.Special{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reqs = append(reqs, catalog.Request{Prompt: ids, K: k})
-	}
+	reqs := fixtureRequests(t, f, tok, main, 64)
 	for _, n := range []int{1, 2, 7, 32, 64} {
 		dev, host := decodeBoth(t, m, main, reqs[:n], catalog.Options{MaxBatch: n}, true)
 		sameResults(t, fmt.Sprintf("batch of %d", n), dev, host)
@@ -242,4 +234,21 @@ func TestBackendStepGrammarSwitch(t *testing.T) {
 	}
 	dev, host := decodeBoth(t, m, main, mixed, catalog.Options{MaxBatch: 5}, true)
 	sameResults(t, "mixed catalogs in one batch", dev, host)
+}
+
+// fixtureRequests makes n requests over c from the fixture's intents in
+// turn, with k cycling through 1..5.
+func fixtureRequests(t *testing.T, f *catalog.Fixture, tok prompt.Tokenizer, c *catalog.Catalog, n int) []catalog.Request {
+	t.Helper()
+	var reqs []catalog.Request
+	for i := 0; len(reqs) < n; i++ {
+		fc := f.Cases[i%len(f.Cases)]
+		k := 1 + i%5
+		ids, err := catalog.Prompt(c.Entries, k, fc.Intent).Encode(tok, gemma3n.Special{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, catalog.Request{Prompt: ids, K: k})
+	}
+	return reqs
 }

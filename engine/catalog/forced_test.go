@@ -145,16 +145,7 @@ func TestForcedRunsFixture(t *testing.T) {
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
 	main, prefix, _, pr := fixtureCatalogs(t)
-	var reqs []catalog.Request
-	for i := 0; len(reqs) < 64; i++ {
-		c := f.Cases[i%len(f.Cases)]
-		k := 1 + i%5
-		ids, err := catalog.Prompt(main.Entries, k, c.Intent).Encode(tok, gemma3n.Special{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reqs = append(reqs, catalog.Request{Prompt: ids, K: k})
-	}
+	reqs := fixtureRequests(t, f, tok, main, 64)
 	for _, set := range []struct {
 		name string
 		cat  *catalog.Catalog

@@ -229,21 +229,7 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head(Args a)
 			acc = fmaf(x[2 * c2 + 1], w1, acc);
 		}
 	} else { /* Q4: 32-column blocks lane, lane + 32, ... */
-		const uint8_t *qr = (const uint8_t *)a.w + r * (cols / 2);
-		const float *sr = a.wso + r * ((cols >> a.lg) * 2);
-		for (int64_t jj = 32 * (int64_t)lane; jj < cols; jj += 32 * 32) {
-			const uint32_t *p = (const uint32_t *)(qr + jj / 2);
-			uint32_t q[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
-			int64_t g2 = (jj >> a.lg) * 2;
-			float s = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
-#pragma unroll
-			for (int b = 0; b < 32; b++) {
-				int byte = b & 15;
-				uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-				float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-				acc = fmaf(x[jj + b], fmaf(s, nib, off), acc);
-			}
-		}
+		q4_sums<1>(&acc, 1, [&](int, int64_t c) { return x[c]; }, (const uint8_t *)a.w, a.wso, r, cols, a.lg, lane);
 	}
 	acc = warp_sum(acc);
 	if (lane == 0) {

@@ -337,34 +337,6 @@ __device__ double block_sum_d(double v, double *red)
 
 enum { W_F32, W_BF16, W_BF16P, W_Q4 };
 
-/* q4_sums: lane's sums of a q4 row r against nt tokens, xv(t, c) giving x:
- * its 32-column blocks lane, lane + 32, ... in order, one fmaf a weight
- * (fmaf(scale, nibble, offset)) a token. */
-template <class XV>
-__device__ __forceinline__ void q4_sums(float *acc, int nt, XV xv, const uint8_t *w, const float *so, int64_t r,
-                                        int64_t cols, int lg, int lane)
-{
-	const uint8_t *qr = w + r * (cols / 2);
-	const float *sr = so + r * ((cols >> lg) * 2);
-	for (int64_t j = 32 * (int64_t)lane; j < cols; j += 32 * 32) {
-		const uint32_t *p = (const uint32_t *)(qr + j / 2);
-		uint32_t q[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
-		int64_t g2 = (j >> lg) * 2;
-		float s = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
-#pragma unroll
-		for (int b = 0; b < 32; b++) {
-			int byte = b & 15;
-			uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-			float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-			float wv = fmaf(s, nib, off);
-#pragma unroll
-			for (int t = 0; t < LT; t++)
-				if (t < nt)
-					acc[t] = fmaf(xv(t, j + b), wv, acc[t]);
-		}
-	}
-}
-
 template <int K>
 __device__ __forceinline__ void lin_row(float *acc, int nt, const float *x,
                                         int64_t ldx, const void *w,
@@ -435,8 +407,8 @@ __device__ __forceinline__ void lin_row(float *acc, int nt, const float *x,
 				}
 		}
 	} else { /* Q4 */
-		q4_sums(acc, nt, [&](int t, int64_t c) { return x[t * ldx + c]; }, (const uint8_t *)w, so, r, cols, lg,
-		        lane);
+		q4_sums<LT>(acc, nt, [&](int t, int64_t c) { return x[t * ldx + c]; }, (const uint8_t *)w, so, r, cols, lg,
+		            lane);
 	}
 #pragma unroll
 	for (int t = 0; t < LT; t++)
@@ -1053,8 +1025,8 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 #pragma unroll
 		for (int u = 0; u < LT; u++)
 			acc[u] = 0.0f;
-		q4_sums(acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso,
-		        idx[t * inter + k], d, lg, lane);
+		q4_sums<LT>(acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso,
+		            idx[t * inter + k], d, lg, lane);
 		acc[0] = warp_sum(acc[0]);
 		if (lane == 0)
 			h[t * inter + k] = d_gelu(g[t * inter + k]) * acc[0];
@@ -1297,6 +1269,30 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 	}
 }
 
+/* router_out: a router block's outputs from each lane's accumulators acc
+ * (one an output): each warp's sum by the shuffle tree, then thread r adds
+ * output r's warp sums in warp order and writes tanh of it to y[r]. */
+template <int NO>
+__device__ __forceinline__ void router_out(float *y, const float *acc, float (*wsum)[LW], int64_t nout)
+{
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+#pragma unroll
+	for (int r = 0; r < NO; r++)
+		if (r < nout) { /* nout is the block's: every lane shuffles */
+			float sr = warp_sum(acc[r]);
+			if (lane == 0)
+				wsum[r][wi] = sr;
+		}
+	__syncthreads();
+	if (threadIdx.x < nout) {
+		int r = threadIdx.x;
+		float sum = 0.0f;
+		for (int k = 0; k < LW; k++)
+			sum += wsum[r][k];
+		y[r] = d_tanh(sum);
+	}
+}
+
 /* k_router: AltUp's router for one token a block: the row normalised
  * (k_rmsnorm) and scaled in shared memory, then each of the nout outputs
  * summed as k_linear_small sums (warp w the w-th eighth of the columns,
@@ -1362,21 +1358,7 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 				if (r < nout)
 					acc[r] = fmaf(xv, __ldg(w + r * dim + c), acc[r]);
 		}
-#pragma unroll
-		for (int r = 0; r < ROUT_MAX; r++)
-			if (r < nout) { /* nout is the block's: every lane shuffles */
-				float sr = warp_sum(acc[r]);
-				if (lane == 0)
-					wsum[r][wi] = sr;
-			}
-		__syncthreads();
-		if (threadIdx.x < nout) {
-			int r = threadIdx.x;
-			float sum = 0.0f;
-			for (int k = 0; k < LW; k++)
-				sum += wsum[r][k];
-			y[t * nout + r] = d_tanh(sum);
-		}
+		router_out<ROUT_MAX>(y + t * nout, acc, wsum, nout);
 		return;
 	}
 	for (int64_t r = 0; r < nout; r++) {
@@ -1462,21 +1444,7 @@ __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, con
 				if (r < nout)
 					acc[r] = fmaf(xv, wr[j][r], acc[r]);
 		}
-#pragma unroll
-	for (int r = 0; r < RR_OUT; r++)
-		if (r < nout) { /* nout is the block's: every lane shuffles */
-			float sr = warp_sum(acc[r]);
-			if (lane == 0)
-				wsum[r][wi] = sr;
-		}
-	__syncthreads();
-	if (threadIdx.x < nout) {
-		int r = threadIdx.x;
-		float sum = 0.0f;
-		for (int k = 0; k < LW; k++)
-			sum += wsum[r][k];
-		y[t * nout + r] = d_tanh(sum);
-	}
+	router_out<RR_OUT>(y + t * nout, acc, wsum, nout);
 }
 
 /* k_scale_rows: x[r, i] *= sc[r] (sc) or w[i] (w). */

@@ -2,7 +2,7 @@
  * device_math.cuh: the device functions the CUDA sources share: the CPU
  * kernels' exp, tanh and GELU operation for operation (cpu_math_impl.h;
  * built with -fmad=false, so only the written fmaf calls fuse), bf16
- * widening and the warp's fixed shuffle trees.
+ * widening, the warp's fixed shuffle trees and the q4 row sums.
  */
 #ifndef VERDICT_CUDA_DEVICE_MATH_CUH
 #define VERDICT_CUDA_DEVICE_MATH_CUH
@@ -76,6 +76,36 @@ static __device__ __forceinline__ float warp_max(float v)
 	for (int o = 16; o > 0; o >>= 1)
 		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
+}
+
+/* q4_sums: lane's sums of q4 row r (w, so: the matrix's nibbles and
+ * scales) into acc against nt ≤ NTMAX tokens, xv(t, c) giving x: its
+ * 32-column blocks lane, lane + 32, ... in order, one fmaf a weight
+ * (fmaf(scale, nibble, offset)) a token. Linear's and the catalog head's
+ * q4 sums on the float32 cores. */
+template <int NTMAX, class XV>
+static __device__ __forceinline__ void q4_sums(float *acc, int nt, XV xv, const uint8_t *w, const float *so,
+                                               int64_t r, int64_t cols, int lg, int lane)
+{
+	const uint8_t *qr = w + r * (cols / 2);
+	const float *sr = so + r * ((cols >> lg) * 2);
+	for (int64_t j = 32 * (int64_t)lane; j < cols; j += 32 * 32) {
+		const uint32_t *p = (const uint32_t *)(qr + j / 2);
+		uint32_t q[4] = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
+		int64_t g2 = (j >> lg) * 2;
+		float s = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
+#pragma unroll
+		for (int b = 0; b < 32; b++) {
+			int byte = b & 15;
+			uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
+			float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
+			float wv = fmaf(s, nib, off);
+#pragma unroll
+			for (int t = 0; t < NTMAX; t++)
+				if (t < nt)
+					acc[t] = fmaf(xv(t, j + b), wv, acc[t]);
+		}
+	}
 }
 
 #endif

@@ -395,6 +395,19 @@ static void check_router()
 	}
 }
 
+/* gate_cut: a token's sparse-MLP cutoff, mean + population std·z of its
+ * gates g[0..inter) (float64). */
+static double gate_cut(const float *g, int64_t inter, double z)
+{
+	double mean = 0, var = 0;
+	for (int64_t i = 0; i < inter; i++)
+		mean += g[i];
+	mean /= (double)inter;
+	for (int64_t i = 0; i < inter; i++)
+		var += (g[i] - mean) * (g[i] - mean);
+	return mean + sqrt(var / (double)inter) * z;
+}
+
 /* mlp_scale: the largest Σ_i |gelu_i|·(Σ_k |x_k·up_ik|)·|dT_ic| over an
  * output c of the sparse MLP (float64, from the inputs): the size of the
  * terms both nested sums round, the scale an error is measured against
@@ -411,13 +424,7 @@ static double mlp_scale(const std::vector<float> &gv, const float *x, const Q4 &
 	double best = 0;
 	for (int64_t t = 0; t < n; t++) {
 		const float *g = gv.data() + t * inter;
-		double mean = 0, var = 0;
-		for (int64_t i = 0; i < inter; i++)
-			mean += g[i];
-		mean /= (double)inter;
-		for (int64_t i = 0; i < inter; i++)
-			var += (g[i] - mean) * (g[i] - mean);
-		double cut = mean + sqrt(var / (double)inter) * z;
+		double cut = gate_cut(g, inter, z);
 		std::vector<double> sc((size_t)d, 0.0);
 		for (int64_t i = 0; i < inter; i++) {
 			double v = g[i] - cut;
@@ -443,13 +450,7 @@ static void clear_cut(std::vector<float> &gv, int64_t n, int64_t inter, double z
 {
 	for (int64_t t = 0; t < n; t++) {
 		float *g = gv.data() + t * inter;
-		double mean = 0, var = 0;
-		for (int64_t i = 0; i < inter; i++)
-			mean += g[i];
-		mean /= (double)inter;
-		for (int64_t i = 0; i < inter; i++)
-			var += (g[i] - mean) * (g[i] - mean);
-		double cut = mean + sqrt(var / (double)inter) * z;
+		double cut = gate_cut(g, inter, z);
 		for (int64_t i = 0; i < inter; i++)
 			if (fabs(g[i] - cut) < 1e-3)
 				g[i] = (float)(g[i] < cut ? cut - 2e-3 : cut + 2e-3);
