@@ -78,11 +78,11 @@ func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decod
 	}
 	var best *generate.Result
 	for i := 0; i < prefillRuns; i++ {
-		max := 1
+		tokens := 1
 		if i == prefillRuns-1 {
-			max = decodeTokens + 1
+			tokens = decodeTokens + 1
 		}
-		res, err := generate.Run(ctx, m, prompt, generate.Options{MaxTokens: max}, nil)
+		res, err := generate.Run(ctx, m, prompt, generate.Options{MaxTokens: tokens}, nil)
 		if err != nil {
 			return r, err
 		}
