@@ -3,8 +3,9 @@
 # (a fat binary: sm_80, sm_86, sm_89, sm_90 machine code and compute_90
 # PTX, the CUDA runtime linked statically so that only the driver is needed
 # at run time), and the device test harnesses OUTDIR/ops_check,
-# OUTDIR/catalog_check and OUTDIR/tower_check (CUDA backend against the CPU
-# backend's C sources; for sm_90 unless HARNESS_ARCH says otherwise;
+# OUTDIR/catalog_check, OUTDIR/tower_check (CUDA backend against the CPU
+# backend's C sources) and OUTDIR/q4_check (the tensor-core q4 product
+# against float64; for sm_90 unless HARNESS_ARCH says otherwise;
 # CUDA_ARCH=NN limits the library to sm_NN). Needs nvcc (CUDA 12 or 13) and
 # a C compiler; no Go, no GPU.
 #
@@ -31,7 +32,7 @@ fi
 # -fmad=false: only the fmaf calls fuse (the CPU kernels' arithmetic).
 flags=(-O3 -std=c++17 -fmad=false -lineinfo -Xcompiler -fPIC -Xptxas -warn-spills)
 libsrc=(cuda_backend catalog tower q4_mma)
-harnesses=(ops_check catalog_check tower_check)
+harnesses=(ops_check catalog_check tower_check q4_check)
 cd "$root"
 obj=$(mktemp -d)
 trap 'rm -rf "$obj"' EXIT

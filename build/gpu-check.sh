@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build/gpu-check.sh: the CUDA backend's check on a GPU machine (nvcc, no
 # Go). Builds libverdict_cuda.so and the harnesses (build/cuda.sh), runs
-# them (ops_check, catalog_check, tower_check), then the carried verdict binary:
+# them (ops_check, catalog_check, tower_check, q4_check), then the carried
+# verdict binary:
 # verify-fixture on the synthetic and micro fixtures and the E2B float64
 # one (when carried) with --device cuda and cpu; greedy and sampled
 # generation with and without graphs; bench of both shapes with --device
@@ -45,6 +46,10 @@ grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
 say "catalog_check exit $?"
 tail -2 "$OUT/catalog_check.txt" | tee -a "$log"
 grep -E "FAIL|ERROR|failure" "$OUT/catalog_check.txt" | tee -a "$log"
+"$lib/q4_check" >"$OUT/q4_check.txt" 2>&1
+say "q4_check exit $?"
+tail -1 "$OUT/q4_check.txt" | tee -a "$log"
+grep -E "FAIL" "$OUT/q4_check.txt" | tee -a "$log"
 "$lib/tower_check" >"$OUT/tower_check.txt" 2>&1
 say "tower_check exit $?"
 tail -1 "$OUT/tower_check.txt" | tee -a "$log"

@@ -130,8 +130,14 @@ type CatalogState struct {
 	ar                                                    *Arena
 	seq, banned, live, emitted, legal, logits, next, hrow Tensor
 	slot, k                                               Tensor
-	hHrow, hSlot, hK                                      []int32
-	// Host copies of the last CatalogRead.
+	// in holds hrow, slot and k, and rd seq, emitted, legal, logits and
+	// next, each block one span of the arena, so that a step's inputs go
+	// up in one copy and CatalogRead's results come down in one.
+	in, rd           Tensor
+	hIn              []int32 // hHrow, hSlot, hK in turn
+	hHrow, hSlot, hK []int32
+	// Host copies of the last CatalogRead (views of hRd).
+	hRd                           []int32
 	hSeq, hEmitted, hLegal, hNext []int32
 	hLogits                       []float32
 }
@@ -153,16 +159,33 @@ func (g *Grammar) NewState(slots, kmax int, counts bool) (*CatalogState, error) 
 		return nil, err
 	}
 	cs := &CatalogState{g: g, slots: slots, kmax: kmax, counts: counts, ar: ar}
-	cs.seq, cs.banned = ar.Take(I32, slots, F), ar.Take(I32, slots, 2*g.words)
+	// The read block: its parts' word offsets in it.
+	r0 := ar.used
+	at := func() int { return (ar.used - r0) / 4 }
+	oSeq := at()
+	cs.seq = ar.Take(I32, slots, F)
+	oEm := at()
+	cs.emitted = ar.Take(I32, slots, kmax)
+	oLeg := at()
+	cs.legal = ar.Take(I32, slots, 2*E)
+	oLog := at()
+	cs.logits = ar.Take(F32, slots, E)
+	oNext := at()
+	cs.next = ar.Take(I32, 1, slots)
+	cs.rd = ar.buf.Tensor(r0, I32, 1, at())
+	cs.hRd = make([]int32, at())
+	cs.hSeq, cs.hEmitted = cs.hRd[oSeq:oSeq+slots*F], cs.hRd[oEm:oEm+slots*kmax]
+	cs.hLegal, cs.hNext = cs.hRd[oLeg:oLeg+slots*2*E], cs.hRd[oNext:oNext+slots]
+	cs.hLogits = unsafe.Slice((*float32)(unsafe.Pointer(&cs.hRd[oLog])), slots*E)
+	cs.in = ar.Take(I32, 1, 3*slots)
+	cs.hrow, cs.slot, cs.k = cs.in.Sub(0, 1, slots), cs.in.Sub(slots, 1, slots), cs.in.Sub(2*slots, 1, slots)
+	cs.hIn = make([]int32, 3*slots)
+	cs.hHrow, cs.hSlot, cs.hK = cs.hIn[:slots], cs.hIn[slots:2*slots], cs.hIn[2*slots:]
+	cs.banned = ar.Take(I32, slots, 2*g.words)
 	cs.live = ar.Take(I32, 1, liveN)
 	if counts {
 		cs.live = cs.live.View(slots, g.edges)
 	}
-	cs.emitted, cs.legal, cs.logits = ar.Take(I32, slots, kmax), ar.Take(I32, slots, 2*E), ar.Take(F32, slots, E)
-	cs.next, cs.hrow, cs.slot, cs.k = ar.Take(I32, 1, slots), ar.Take(I32, 1, slots), ar.Take(I32, 1, slots), ar.Take(I32, 1, slots)
-	cs.hHrow, cs.hSlot, cs.hK = make([]int32, slots), make([]int32, slots), make([]int32, slots)
-	cs.hSeq, cs.hEmitted, cs.hLegal = make([]int32, slots*F), make([]int32, slots*kmax), make([]int32, slots*2*E)
-	cs.hNext, cs.hLogits = make([]int32, slots), make([]float32, slots*E)
 	return cs, nil
 }
 
@@ -205,8 +228,7 @@ func (s *Stream) CatalogInit(cs *CatalogState, slots, ks []int32) {
 	}
 	copy(cs.hSlot, slots)
 	copy(cs.hK, ks)
-	s.UploadI32(cs.slot.Sub(0, 1, n), cs.hSlot[:n])
-	s.UploadI32(cs.k.Sub(0, 1, n), cs.hK[:n])
+	s.UploadI32(cs.in.Sub(cs.slots, 1, 2*cs.slots), cs.hIn[cs.slots:]) // slot and k
 	C.vdc_catalog_init(s.be.t, s.s, cs.g.g, cs.step(Tensor{}, Tensor{}, 0, n))
 }
 
@@ -230,8 +252,7 @@ func (s *Stream) CatalogStep(cs *CatalogState, h, w Tensor, softcap float32, hro
 	}
 	copy(cs.hHrow, hrows)
 	copy(cs.hSlot, slots)
-	s.UploadI32(cs.hrow.Sub(0, 1, n), cs.hHrow[:n])
-	s.UploadI32(cs.slot.Sub(0, 1, n), cs.hSlot[:n])
+	s.UploadI32(cs.in.Sub(0, 1, 2*cs.slots), cs.hIn[:2*cs.slots]) // hrow and slot
 	C.vdc_catalog_step(s.be.t, s.s, cs.g.g, cs.step(h, w, softcap, n))
 }
 
@@ -256,11 +277,7 @@ func (cs *CatalogState) Next() Tensor { return cs.next }
 
 // CatalogRead downloads every walk of the state and waits for the stream.
 func (s *Stream) CatalogRead(cs *CatalogState) error {
-	s.DownloadI32(cs.hSeq, cs.seq.View(1, cs.seq.Len()))
-	s.DownloadI32(cs.hEmitted, cs.emitted.View(1, cs.emitted.Len()))
-	s.DownloadI32(cs.hLegal, cs.legal.View(1, cs.legal.Len()))
-	s.DownloadI32(cs.hNext, cs.next)
-	s.Download(cs.hLogits, cs.logits.View(1, cs.logits.Len()))
+	s.DownloadI32(cs.hRd, cs.rd)
 	return s.Sync()
 }
 

@@ -32,6 +32,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	asJSON := fs.Bool("json", false, "print the names, tokens, steps and timing as JSON")
 	batch := fs.String("batch", "", `decode many requests: a JSON-lines file of {"text", "k"}`)
 	gates := fs.Int("gates", -1, "with --batch: run the decoder's gates over the requests with this many shuffled batches (every way of decoding a request gives its result alone, bit for bit); exit 1 when one fails")
+	maxBatch := fs.Int("max-batch", 0, "with --batch: the most requests decoded at once (0: the decoder's default, 32)")
 	loop := fs.String("loop", "", "with --batch: decode the requests (up to 64) as one loop of steps on the backend: device (one recorded loop, where the backend records them) or host (the same steps issued from the host)")
 	fixture := fs.String("fixture", "", "check the decoder on --device against a reference decode file (testdata/catalog-tiny.json: the built-in model's, f32 weights), and the CPU decoder's names against the device's; exit 1 when a check fails")
 	if err := parse(fs, args); err != nil {
@@ -154,7 +155,10 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return catalogGates(ctx, m.Model, cat, other, reqs, *gates, *asJSON, stdout)
 	}
-	opt := catalog.Options{CheckDense: *checkDense}
+	if *maxBatch < 0 || (*maxBatch > 0 && (*batch == "" || *loop != "" || *gates >= 0)) {
+		return usageErr("--max-batch %d: want a positive count, with --batch and without --loop or --gates", *maxBatch)
+	}
+	opt := catalog.Options{CheckDense: *checkDense, MaxBatch: *maxBatch}
 	if *batch == "" {
 		res, err := catalog.Decode(ctx, m.Model, cat, reqs[0], opt)
 		if err != nil {

@@ -147,6 +147,10 @@ func TestCatalogCommandErrors(t *testing.T) {
 		{[]string{"--catalog", cat, "--batch", file("b2.jsonl", `{"text": "x", "k": 1}`), "--k", "2"}, 2, "no --text, --prompt-file or --k"},
 		{[]string{"--catalog", cat, "--k", "1", "--text", "x", "--gates", "3"}, 2, "--gates needs --batch"},
 		{[]string{"--catalog", cat, "--batch", file("b3.jsonl", `{"text": "x", "k": 1}`), "--gates", "100001"}, 2, "at most 100000"},
+		{[]string{"--catalog", cat, "--k", "1", "--text", "x", "--max-batch", "2"}, 2, "--max-batch 2: want a positive count, with --batch"},
+		{[]string{"--catalog", cat, "--batch", file("b4.jsonl", `{"text": "x", "k": 1}`), "--max-batch", "-1"}, 2, "--max-batch -1"},
+		{[]string{"--catalog", cat, "--batch", file("b5.jsonl", `{"text": "x", "k": 1}`), "--max-batch", "2", "--loop", "host"}, 2, "without --loop or --gates"},
+		{[]string{"--catalog", cat, "--batch", file("b6.jsonl", `{"text": "x", "k": 1}`), "--max-batch", "1000000000"}, 1, "a batch of 1000000000 sequences exceeds"},
 	}
 	for _, c := range cases {
 		code, _, errOut := run(append([]string{"catalog"}, c.args...)...)
@@ -186,6 +190,11 @@ func TestCatalogLoop(t *testing.T) {
 	code, want, errOut := run("catalog", "--catalog", cat, "--batch", reqs)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, b := range []string{"1", "3"} {
+		if code, out, errOut := run("catalog", "--catalog", cat, "--batch", reqs, "--max-batch", b); code != 0 || out != want {
+			t.Errorf("--max-batch %s: exit %d, output %q (want %q), stderr %s", b, code, out, want, errOut)
+		}
 	}
 	for _, mode := range []string{"device", "host"} {
 		code, out, errOut := run("catalog", "--catalog", cat, "--batch", reqs, "--loop", mode)

@@ -29,11 +29,15 @@ type Exec struct {
 	// Activations.
 	e, H, H2, pred, an, laur, q, k, v, att, o, x, f, d, g, u, mod, coef, lr, pg native.Tensor
 	tok, ple, ple2, target, mag, h, logits, lse, ssel                           native.Tensor
-	// Int32 tensors.
+	// Int32 tensors. rowsIn holds ids through oqseq; opos and oqseq are
+	// the wanted rows' positions and sequences (the KV-sharing layers'
+	// queries when only those rows go on).
 	idx, ids, pos, qseq, gsel, slot0, slot1, seqEnt, entBlk, entPos, entLen, hid, sid, srow, scol native.Tensor
+	rowsIn, opos, oqseq                                                                           native.Tensor
 
 	// Host staging, reused.
 	hIDs, hPos, hQSeq, hSlot0, hSlot1, hSeqEnt, hEnt, hOne, hSRow, hSCol []int32
+	hRowsIn, hGSel, hOPos, hOQSeq                                        []int32 // hRowsIn: rowsIn's mirror
 	hPLE, hHook                                                          []float32
 	caches                                                               []*Cache
 	cnt, ocnt                                                            []int // rows and outputs per sequence
@@ -42,7 +46,8 @@ type Exec struct {
 	hEmbIdx                                                              []int32
 
 	// Recorded passes (graph.go).
-	graphs   map[graphKey]*native.Graph
+	graphs   map[graphKey]*recording
+	lru      uint64           // the recordings' use clock
 	seen     map[graphKey]int // 1: seen once, -1: not recordable
 	fails    map[graphKey]int // failed recordings
 	keysArg  int              // the attention's key capacity while recording or replaying
@@ -52,6 +57,10 @@ type Exec struct {
 }
 
 func (x *Exec) entCap() int { return x.entBlk.Len() }
+
+// rowSegs is the segments of rowsIn: ids, pos, qseq, slot0, slot1, gsel,
+// opos, oqseq.
+const rowSegs = 8
 
 // newExec reserves an Exec's scratch for rows rows.
 func (m *Model) newExec(rows int) (*Exec, error) {
@@ -69,7 +78,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 		R * D, 4 * R * D, 4 * R * D, 4 * R * D, R * D, R * D, R * qd, R * kd, R * kd, R * qd, R * D, R * D, R * D, R * D,
 		R * I, R * I, R * 4, R * 16, R * cfg.LaurelRank, R * P,
 		R * max(L*P, D), L * R * P, L * R * P, R, R, R * D, headRows * V, R, R * 4,
-		R * I, R, R, R, R, R, R, 2 * (R + 1), ents, ents, ents, V, R, 4 * R, 4 * R,
+		R * I, rowSegs * R, 2 * (R + 1), ents, ents, ents, V, R, 4 * R, 4 * R,
 	}
 	st, err := m.be.NewStream()
 	if err != nil {
@@ -89,12 +98,18 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.g, x.u, x.mod, x.coef, x.lr, x.pg = f(R, I), f(R, I), f(R, 4), f(R, 16), f(R, cfg.LaurelRank), f(R, P)
 	x.tok, x.ple, x.ple2, x.target, x.mag, x.h = f(R, max(L*P, D)), f(L*R, P), f(L*R, P), f(1, R), f(1, R), f(R, D)
 	x.logits, x.lse, x.ssel = f(headRows, V), f(1, R), f(1, R*4)
-	x.idx, x.ids, x.pos, x.qseq, x.gsel, x.slot0, x.slot1 = i(R, I), i(1, R), i(1, R), i(1, R), i(1, R), i(1, R), i(1, R)
+	// The rows' descriptions, one span (rowSegs segments of R) so that a
+	// batch's go up in one copy, mirrored on the host.
+	x.idx, x.rowsIn = i(R, I), i(1, rowSegs*R)
+	seg := func(k int) native.Tensor { return x.rowsIn.Sub(k*R, 1, R) }
+	x.ids, x.pos, x.qseq, x.slot0, x.slot1, x.gsel, x.opos, x.oqseq = seg(0), seg(1), seg(2), seg(3), seg(4), seg(5), seg(6), seg(7)
+	x.hRowsIn = make([]int32, rowSegs*R)
+	hseg := func(k int) []int32 { return x.hRowsIn[k*R : (k+1)*R] }
+	x.hIDs, x.hPos, x.hQSeq, x.hSlot0, x.hSlot1, x.hGSel, x.hOPos, x.hOQSeq = hseg(0), hseg(1), hseg(2), hseg(3), hseg(4), hseg(5), hseg(6), hseg(7)
 	x.seqEnt, x.entBlk, x.entPos, x.entLen, x.hid, x.sid = i(1, 2*(R+1)), i(1, ents), i(1, ents), i(1, ents), i(1, V), i(1, R)
 	x.srow, x.scol = i(1, 4*R), i(1, 4*R)
 	x.hSRow, x.hSCol = make([]int32, 4*R), make([]int32, 4*R)
-	x.hIDs, x.hPos, x.hQSeq = make([]int32, R), make([]int32, R), make([]int32, R)
-	x.hSlot0, x.hSlot1, x.hSeqEnt = make([]int32, R), make([]int32, R), make([]int32, 2*(R+1))
+	x.hSeqEnt = make([]int32, 2*(R+1))
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
 	x.hPLE = make([]float32, R*max(L*P, D))
 	x.caches, x.cnt, x.ocnt = make([]*Cache, 0, R), make([]int, 0, R), make([]int, 0, R)
@@ -178,11 +193,19 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 		x.hook(b.Hook, -1, e)
 	}
 	if err := x.perLayer(n); err != nil {
+		st.Sync() // the uploads are done with the host rows
 		return native.Tensor{}, err
 	}
 	h := x.decoder(b, e, n)
 	x.finish()
 	return h, st.Sync()
+}
+
+// pass is the part of Forward a recording holds: the per-layer inputs
+// from their uploaded rows, then layers.
+func (x *Exec) pass(b *Batch, e native.Tensor, n int) native.Tensor {
+	x.perLayerOps(n)
+	return x.layers(b, e, n)
 }
 
 // layers runs the decoder from the embeddings e: the AltUp streams, every
@@ -204,7 +227,6 @@ func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
 			if cur == 0 {
 				break
 			}
-			st.UploadI32(x.gsel.Sub(0, 1, cur), x.outRows)
 			gs := x.gsel.Sub(0, 1, cur)
 			for s := 0; s < 4; s++ {
 				st.Gather(x.H2.Slice(s*cur, (s+1)*cur), H.Slice(s*n, (s+1)*n), gs)
@@ -213,11 +235,14 @@ func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
 				st.Gather(x.ple2.Sub(l*cur*P, cur, P), ple.Sub(l*n*P, n, P), gs)
 			}
 			H, ple = x.H2, x.ple2
-			for j, r := range x.outRows {
-				x.hPos[j], x.hQSeq[j] = x.hPos[r], x.hQSeq[r]
-			}
-			st.UploadI32(x.pos.Sub(0, 1, cur), x.hPos[:cur])
-			st.UploadI32(x.qseq.Sub(0, 1, cur), x.hQSeq[:cur])
+			// The queries' positions and sequences are the wanted rows'
+			// (prepare uploaded them).
+			x.pos, x.opos = x.opos, x.pos
+			x.qseq, x.oqseq = x.oqseq, x.qseq
+			defer func() {
+				x.pos, x.opos = x.opos, x.pos
+				x.qseq, x.oqseq = x.oqseq, x.qseq
+			}()
 		}
 		x.layer(i, H, ple.Sub(i*cur*P, cur, P), cur)
 		if b.Hook != nil {
@@ -240,7 +265,6 @@ func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
 	}
 	h := x.unmix(H, cur)
 	if cur > x.outs { // every row ran every layer: keep the wanted ones
-		st.UploadI32(x.gsel.Sub(0, 1, x.outs), x.outRows)
 		st.Gather(x.H2.Slice(0, x.outs), h, x.gsel.Sub(0, 1, x.outs))
 		h = x.H2.Slice(0, x.outs)
 	}
@@ -344,12 +368,18 @@ func (x *Exec) prepare(b *Batch) error {
 	if err != nil {
 		return err
 	}
-	st := x.st
-	st.UploadI32(x.ids.Sub(0, 1, n), x.hIDs[:n])
-	st.UploadI32(x.pos.Sub(0, 1, n), x.hPos[:n])
-	st.UploadI32(x.qseq.Sub(0, 1, n), x.hQSeq[:n])
-	st.UploadI32(x.slot0.Sub(0, 1, n), x.hSlot0[:n])
-	st.UploadI32(x.slot1.Sub(0, 1, n), x.hSlot1[:n])
+	segs := 5 // ids, pos, qseq, slot0, slot1
+	if o := x.outs; o > 0 && o < n {
+		// Every operation's inputs are on the device before the layers
+		// run, so a pass with fewer outputs than rows records too.
+		copy(x.hGSel, x.outRows)
+		for j, r := range x.outRows {
+			x.hOPos[j], x.hOQSeq[j] = x.hPos[r], x.hQSeq[r]
+		}
+		segs = rowSegs
+	}
+	R := x.cap
+	x.st.UploadI32(x.rowsIn.Sub(0, 1, segs*R), x.hRowsIn[:segs*R])
 	return nil
 }
 
@@ -438,9 +468,11 @@ func (x *Exec) embed(b *Batch, n int) error {
 	return nil
 }
 
-// perLayer computes Gemma 3n's per-layer inputs of the batch into x.ple,
-// layer-major [L, n, P]; the per-layer token embeddings are read on the
-// host and uploaded.
+// perLayer reads the batch's per-layer token embeddings on the host and
+// uploads them (perLayerTok); perLayerOps, the decoder's first part, makes
+// the per-layer inputs of them. The host rows are next written by the next
+// batch, after Forward's closing sync, so the pass goes on without a wait
+// here.
 func (x *Exec) perLayer(n int) error {
 	m, cfg := x.m, x.m.Cfg
 	L, P := cfg.NumLayers, cfg.PerLayerSize
@@ -449,8 +481,8 @@ func (x *Exec) perLayer(n int) error {
 			return err
 		}
 	}
-	x.perLayerFrom(n, func(tok native.Tensor) { x.st.Upload(tok, x.hPLE[:n*L*P]) })
-	return x.st.Sync() // the host rows are reused by the next batch
+	x.st.Upload(x.perLayerTok(n), x.hPLE[:n*L*P])
+	return nil
 }
 
 // pleRow reads token id's per-layer embedding row [L·P] into dst (ids
@@ -465,24 +497,40 @@ func (m *Model) pleRow(id int32, dst []float32) error {
 	return nil
 }
 
+// perLayerTok is where the per-layer token rows of n rows go, [n, L·P]:
+// the ple2 area, free until the KV-sharing layers' gather.
+func (x *Exec) perLayerTok(n int) native.Tensor {
+	cfg := x.m.Cfg
+	return x.ple2.Sub(0, n, cfg.NumLayers*cfg.PerLayerSize)
+}
+
 // perLayerFrom computes the per-layer inputs of n rows whose token rows
-// rows writes into tok [n, L·P] (from the host, or gathered on the
-// device).
+// rows writes into perLayerTok (gathered on the device).
 func (x *Exec) perLayerFrom(n int, rows func(tok native.Tensor)) {
+	rows(x.perLayerTok(n))
+	x.perLayerOps(n)
+}
+
+// perLayerOps computes Gemma 3n's per-layer inputs of n rows into x.ple,
+// layer-major [L, n, P], from their embeddings and their per-layer token
+// rows in perLayerTok.
+func (x *Exec) perLayerOps(n int) {
 	m, st := x.m, x.st
 	cfg := m.Cfg
 	D, P, L := cfg.HiddenSize, cfg.PerLayerSize, cfg.NumLayers
 	proj := x.tok.Sub(0, n, L*P)
-	// proj holds the projection; the token rows go to the ple2 area first.
 	st.Linear(proj, x.e.Slice(0, n), m.t.pleProj)
 	st.Scale(proj, proj, float32(1/math.Sqrt(float64(D))))
 	st.RMSNorm(proj, proj, m.t.pleNorm, P, float32(cfg.RMSNormEps))
-	tok := x.ple2.Sub(0, n, L*P) // free until the gather
-	rows(tok)
+	tok := x.perLayerTok(n)
 	st.Scale(tok, tok, m.pleScale)
 	st.Add(tok, tok, proj)
-	for l := 0; l < L; l++ {
-		st.Copy2D(x.ple.Sub(l*n*P, n, P), P, tok.Sub(l*P, 1, (n-1)*L*P+P), L*P, n, P)
+	if n == 1 { // [1, L, P] is [L, 1, P]
+		st.Copy(x.ple.Sub(0, L, P), tok.View(L, P))
+	} else {
+		for l := 0; l < L; l++ {
+			st.Copy2D(x.ple.Sub(l*n*P, n, P), P, tok.Sub(l*P, 1, (n-1)*L*P+P), L*P, n, P)
+		}
 	}
 	pl := x.ple.Sub(0, L*n, P)
 	st.Scale(pl, pl, float32(1/math.Sqrt2))

@@ -73,6 +73,8 @@ struct vd_stream {
 	void *amax;     /* argmax partials: AP floats, AP int64s */
 	void *apart;    /* attention partials */
 	size_t apart_n;
+	void *qpart;    /* a split q4 product's slice parts (q4_mma_part_bytes) */
+	size_t qpart_n;
 	/* Scratch outgrown: recorded graphs may still use it, so it is freed
 	 * with the stream only. */
 	std::vector<void *> retired;
@@ -885,6 +887,8 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const flo
 	}
 }
 
+static bool grow_scratch(vd_stream *s, void **p, size_t *n, size_t bytes, size_t cap);
+
 static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
                        const int32_t *ids, int64_t nout)
 {
@@ -920,8 +924,11 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 			return;
 		}
 		if (q4_mma_fits(w.data, cols, w.group)) {
+			size_t pb = q4_mma_part_bytes(n, nout, cols);
+			if (pb && !grow_scratch(s, &s->qpart, &s->qpart_n, pb, pb))
+				return;
 			check(s, q4_mma(s->st, pdl_of(s), yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout,
-			                cols, lg2(w.group)));
+			                cols, lg2(w.group), pb ? (float *)s->qpart : nullptr));
 			return;
 		}
 		if (n > QT) {
@@ -2242,6 +2249,8 @@ static void c_stream_free(vd_stream *s)
 		cudaFree(s->amax);
 	if (s->apart)
 		cudaFree(s->apart);
+	if (s->qpart)
+		cudaFree(s->qpart);
 	for (void *p : s->retired)
 		cudaFree(p);
 	cudaStreamDestroy(s->st);

@@ -26,16 +26,23 @@ template <class T> static T *dev(const std::vector<T> &v)
 	return p;
 }
 
+/* run: the product, split by slices where q4_mma splits that shape
+ * unless whole (then the unsplit kernel). */
 static std::vector<float> run(const float *x, const uint8_t *q, const float *so, const int32_t *ids, int64_t n,
-                              int64_t nout, int64_t cols, int lg)
+                              int64_t nout, int64_t cols, int lg, bool whole = false)
 {
-	float *y = nullptr;
+	float *y = nullptr, *part = nullptr;
 	cudaMalloc(&y, (size_t)(n * nout) * sizeof(float));
-	q4_mma(nullptr, false, y, x, q, so, ids, n, nout, cols, lg);
+	size_t pb = whole ? 0 : q4_mma_part_bytes(n, nout, cols);
+	if (pb)
+		cudaMalloc(&part, pb);
+	q4_mma(nullptr, false, y, x, q, so, ids, n, nout, cols, lg, part);
 	cudaDeviceSynchronize();
 	std::vector<float> h((size_t)(n * nout));
 	cudaMemcpy(h.data(), y, h.size() * sizeof(float), cudaMemcpyDeviceToHost);
 	cudaFree(y);
+	if (part)
+		cudaFree(part);
 	return h;
 }
 
@@ -49,7 +56,8 @@ int main()
 	    {1, 16, 2048, 64, false},   /* few, one row tile, 8 slices of 4 chunks */
 	    {3, 20, 576, 64, false},    /* 9 chunks in 8 uneven slices */
 	    {9, 34, 512, 128, true},    /* two token tiles a warp, groups of 128, ids */
-	    {20, 40, 2048, 64, false},  /* four token tiles a warp, the last part dead */
+	    {20, 40, 2048, 64, false},  /* split by slices; whole: four token tiles a warp, the last part dead */
+	    {40, 150, 1024, 64, false}, /* split, 64 tokens a block: two row blocks (the last part dead) */
 	    {66, 1030, 128, 64, false}, /* many tokens: the staged kernel, 2 slices */
 	    {260, 2060, 64, 64, true},  /* the staged kernel 64 tokens a block, ids */
 	    {12, 66000, 64, 64, false}, /* 2 row tiles and two token tiles a warp */
@@ -103,6 +111,14 @@ int main()
 		printf("q4 n=%lld %lldx%lld g%d%s: max|y - float64| %.3g of %.3g %s\n", (long long)s.n, (long long)nout,
 		       (long long)s.cols, s.group, s.ids ? " ids" : "", md, mx, ok ? "ok" : "FAIL");
 		failures += !ok;
+		/* a split product = the same product whole */
+		if (q4_mma_part_bytes(s.n, nout, s.cols) > 0) {
+			std::vector<float> w = run(X, Q, SO, ID, s.n, nout, s.cols, lg, true);
+			bool same = memcmp(w.data(), y.data(), y.size() * sizeof(float)) == 0;
+			printf("q4 n=%lld %lldx%lld: split by slices = whole, bit for bit %s\n", (long long)s.n,
+			       (long long)nout, (long long)s.cols, same ? "ok" : "FAIL");
+			failures += !same;
+		}
 		/* tokens alone (the first, the last, one inside a tile) = in the batch */
 		size_t differ = 0;
 		for (int64_t t : {(int64_t)0, s.n / 2, s.n - 1}) {

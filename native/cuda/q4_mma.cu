@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, const fl
 template <int NTW>
 __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const float *x, const uint8_t *q,
                                                            const float *so, const int32_t *ids, int64_t n,
-                                                           int64_t nout, int64_t cols, int lg, int S)
+                                                           int64_t nout, int64_t cols, int lg, int S, bool split)
 {
 	constexpr int TB = 16 * NTW, U = TB * 8 / (32 * MW);
 	extern __shared__ __align__(16) uint32_t smem[];
@@ -136,6 +136,11 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 	int64_t r0 = (int64_t)blockIdx.x * 128 + (w >> 1) * 32;
 	int tw = (w & 1) * 8 * NTW;
 	int64_t G = cols >> 6;
+	/* split: this block takes slice blockIdx.z alone, into its part of y
+	 * (k_q4_slice_sum adds the parts in slice order). */
+	int64_t c0 = split ? blockIdx.z * G / S : 0, c1 = split ? (blockIdx.z + 1) * G / S : G;
+	if (split)
+		y += (int64_t)blockIdx.z * n * nout;
 	if (ids)
 		pdl_wait();
 	Rows<2> rw; /* the warp's two m tiles */
@@ -166,10 +171,10 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 				xq[j] = xp[j];
 			}
 	};
-	load_w(wc, rw, 0, lg);
+	load_w(wc, rw, c0, lg);
 	pdl_wait();
 	pdl_launch();
-	loadx(0);
+	loadx(c0);
 
 	float Y[2][NTW][4], P[2][NTW][4];
 #pragma unroll
@@ -180,8 +185,8 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 			for (int e = 0; e < 4; e++)
 				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
 	int sl = 0;
-	int64_t send = G / S;
-	for (int64_t ch = 0; ch < G; ch++) {
+	int64_t send = split ? c1 : G / S;
+	for (int64_t ch = c0; ch < c1; ch++) {
 		int buf = (int)(ch & 1);
 #pragma unroll
 		for (int j = 0; j < U; j++) { /* stage chunk ch */
@@ -201,7 +206,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 				ssx[buf][ut[j]] = v;
 		}
 		__syncthreads();
-		if (ch + 1 < G) {
+		if (ch + 1 < c1) {
 			loadx(ch + 1);
 			load_w(wn, rw, ch + 1, lg);
 		}
@@ -256,6 +261,22 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, const floa
 			}
 }
 
+/* k_q4_slice_sum: y = ((0 + P_0) + P_1) + ... over the S slice parts of
+ * a split product (each [n][nout], m elements), the order every kernel
+ * adds its slices in. */
+__global__ void k_q4_slice_sum(float *y, const float *part, int S, int64_t m)
+{
+	pdl_wait();
+	pdl_launch();
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= m)
+		return;
+	float v = 0.0f;
+	for (int s = 0; s < S; s++)
+		v = v + part[s * m + i];
+	y[i] = v;
+}
+
 /* many_smem: k_q4_mma_many<NTW>'s shared memory. */
 static constexpr size_t many_smem(int ntw) { return (size_t)(2 * 3 * 16 * ntw * 36 + 2 * 16 * ntw) * 4; }
 
@@ -263,7 +284,7 @@ static constexpr size_t many_smem(int ntw) { return (size_t)(2 * 3 * 16 * ntw * 
  * memory allowed first: an attribute, not a stream operation). */
 template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const float *x, const uint8_t *q, const float *so,
-                        const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, int S)
+                        const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, int S, float *part = nullptr)
 {
 	constexpr size_t sm = many_smem(NTW);
 	if (sm > 48 * 1024) {
@@ -272,9 +293,19 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const float *x, con
 			return e;
 	}
 	int64_t ty = (n + 16 * NTW - 1) / (16 * NTW);
-	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty);
-	return launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), sm, st, y, x, q, so, ids, n, nout, cols, lg, S);
+	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
+	cudaError_t e = launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), sm, st, part ? part : y, x, q, so, ids,
+	                           n, nout, cols, lg, S, part != nullptr);
+	if (e != cudaSuccess || !part)
+		return e;
+	int64_t m = n * nout;
+	return launch_pdl(pdl, k_q4_slice_sum, dim3((unsigned)((m + 255) / 256)), dim3(256), 0, st, y, (const float *)part,
+	                  S, m);
 }
+
+/* SPLIT_MIN, SPLIT_MAX: the tokens of a split product (q4_mma_part_bytes);
+ * SPLIT_PART: the most bytes its parts take. */
+constexpr int64_t SPLIT_MIN = 9, SPLIT_MAX = FEW_MAX, SPLIT_PART = (int64_t)64 << 20;
 
 } // namespace
 
@@ -288,12 +319,47 @@ bool q4_mma_fits(const void *q, int64_t cols, int64_t group)
 	       ((uintptr_t)q & 7) == 0;
 }
 
+/* split_min: the fewest tokens a product is split for; VERDICT_Q4_SPLIT
+ * sets it (0: never split; for comparisons). */
+static int64_t split_min()
+{
+	static const int64_t v = [] {
+		const char *e = getenv("VERDICT_Q4_SPLIT");
+		if (!e)
+			return SPLIT_MIN;
+		long n = atol(e);
+		return n <= 0 ? SPLIT_MAX + 1 : n < 2 ? (int64_t)2 : (int64_t)n;
+	}();
+	return v;
+}
+
+size_t q4_mma_part_bytes(int64_t n, int64_t nout, int64_t cols)
+{
+	int64_t S = slices(cols >> 6), b = S * n * nout * (int64_t)sizeof(float);
+	if (n < split_min() || n > SPLIT_MAX || S < 2 || nout <= 0 || b > SPLIT_PART)
+		return 0;
+	return (size_t)b;
+}
+
 cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const uint8_t *q, const float *so,
-                   const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg)
+                   const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, float *part)
 {
 	if (n <= 0 || nout <= 0)
 		return cudaSuccess;
 	int S = slices(cols >> 6);
+	if (part && q4_mma_part_bytes(n, nout, cols) > 0) {
+		/* A few to a few dozen tokens: blocks of 128 rows × 32 tokens (64
+		 * past 32 unless VERDICT_Q4_SPLIT_NTW=2), one slice each, x's parts
+		 * split once per block for its 8 warps (k_q4_mma_few splits them
+		 * again for every row tile). */
+		static const bool narrow = [] {
+			const char *e = getenv("VERDICT_Q4_SPLIT_NTW");
+			return e && strcmp(e, "2") == 0;
+		}();
+		if (n > 32 && !narrow)
+			return many<4>(st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, part);
+		return many<2>(st, pdl, y, x, q, so, ids, n, nout, cols, lg, S, part);
+	}
 	if (n > FEW_MAX && nout >= 1024 && (n + 31) / 32 <= 65535) {
 		/* 64 tokens a block once there are enough (VERDICT_Q4_NTW=2 keeps
 		 * 32, for comparisons). */
