@@ -137,8 +137,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	}
 	pg := rows(x.pg)
 	st.Linear(pg, d, w.pleGate)
-	st.GeluTanh(pg, pg)
-	st.Mul(pg, pg, ple)
+	st.GeluMul(pg, pg, ple)
 	st.Linear(o, pg, w.pleProj)
 	h1 := H.Slice(n, 2*n)
 	st.NormAdd(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0)
