@@ -193,6 +193,13 @@ test('exports the run as JSON and CSV', async () => {
 
 test('compares a second run with the baseline and stops a run', async () => {
   await page.locator('#history-table tr[data-run="run-1"] .star').click();
+  // A long generation, so that it is still decoding when Escape lands
+  // (96 tokens of the built-in model can end first on a fast machine).
+  await page.keyboard.press('Control+,');
+  await page.locator('#settings[open]').waitFor();
+  await page.locator('#settings input[name="max_tokens"]').fill('1024');
+  await page.locator('#settings button[type="submit"]').click();
+  await page.locator('#settings').waitFor({ state: 'hidden' });
   await page.locator('#run-generator').click();
   await page.locator('#generator-panel .pill[data-status="decoding"]').waitFor();
   await page.keyboard.press('Escape');
