@@ -93,6 +93,9 @@ func afterFailedLoad(dev DeviceInfo, err error, cancelled bool) (DeviceInfo, boo
 type ResidentInfo struct {
 	Weights     string `json:"weights"` // q4 or f32
 	WeightBytes int64  `json:"weight_bytes"`
+	// PLEBytes is the per-layer embedding table on the device (0: on the
+	// host, read a row a token).
+	PLEBytes int64 `json:"ple_bytes"`
 	// KVPositions and KVBytes are the key/value pool reserved (the CPU
 	// commits its pages only when they are written).
 	KVPositions int   `json:"kv_positions"`
@@ -105,7 +108,7 @@ type ResidentInfo struct {
 // residentOf reports s's resident memory, its towers as loaded now.
 func residentOf(s *session.Session) *ResidentInfo {
 	r := s.Info().Resident
-	out := &ResidentInfo{Weights: string(r.Weights), WeightBytes: r.WeightBytes, KVPositions: r.KVPositions, KVBytes: r.KVBytes, Towers: []string{}}
+	out := &ResidentInfo{Weights: string(r.Weights), WeightBytes: r.WeightBytes, PLEBytes: r.PLEBytes, KVPositions: r.KVPositions, KVBytes: r.KVBytes, Towers: []string{}}
 	vision, audio := s.Towers()
 	if vision {
 		out.Towers = append(out.Towers, "vision")

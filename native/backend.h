@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table below does. */
-#define VD_ABI 7
+#define VD_ABI 8
 
 enum { VD_F32 = 0, VD_BF16 = 1, VD_Q4 = 2, VD_I32 = 3 };
 
@@ -48,6 +48,7 @@ typedef struct vd_grammar vd_grammar;   /* a compiled catalog, on the host */
 typedef struct vd_gram vd_gram;         /* one bound to a backend */
 typedef struct vd_cat_step vd_cat_step; /* a catalog step's operands */
 typedef struct vd_loop_rows vd_loop_rows; /* a device-driven decode step's rows */
+typedef struct vd_loop_emit vd_loop_emit; /* a greedy loop step's bookkeeping */
 
 /* Paged attention over a pool of key/value blocks (see vk_paged_attention
  * in kernels.h for the rules): k and v are the layer's pool [blocks·block,
@@ -296,11 +297,14 @@ struct vd_backend {
 	 * runs the body, then runs it again while cond[0] != 0 and iter[0] <
 	 * limit (I32 [1, 1] each, read after every run). Outside a loop's
 	 * recording loop_while does nothing. loop_rows sets up the rows of a
-	 * decode step whose tokens the device chose (vd_loop_rows). */
+	 * decode step whose tokens the device chose (vd_loop_rows); loop_emit
+	 * keeps a greedy step's tokens and ends the loop on stop tokens
+	 * (vd_loop_emit). */
 	int (*loop_begin)(vd_stream *s);
 	void (*loop_while)(vd_stream *s, vd_tensor cond, vd_tensor iter,
 	                   int64_t limit);
 	void (*loop_rows)(vd_stream *s, const vd_loop_rows *r);
+	void (*loop_emit)(vd_stream *s, const vd_loop_emit *e);
 };
 
 /* vd_loop_rows: step t = iter[0] of a decode of n rows (a sequence each)
@@ -312,6 +316,16 @@ struct vd_backend {
 struct vd_loop_rows {
 	int64_t n, steps;
 	vd_tensor iter, ids, lut, row, pos0, pos, slots0, slots1, slot0, slot1;
+};
+
+/* vd_loop_emit: the bookkeeping of step t = iter[0] − 1 of a loop of n
+ * rows (after loop_rows advanced iter) whose chosen tokens are ids [1, n]:
+ * out[i·steps + t] = ids[i] (nothing for t outside 0..steps − 1); a row
+ * whose token is one of stop [1, nstop] (−1 pads it) is done (done[i] = 1,
+ * and stays 1); then cond[0] = the rows not done. All I32. */
+struct vd_loop_emit {
+	int64_t n, steps;
+	vd_tensor iter, ids, stop, out, done, cond;
 };
 
 /* ---- the catalog decoder ----

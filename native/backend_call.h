@@ -51,6 +51,7 @@ static inline void vdc_catalog_step(vd_backend *b, vd_stream *s, vd_gram *g, vd_
 static inline int vdc_loop_begin(vd_backend *b, vd_stream *s) { return b->loop_begin(s); }
 static inline void vdc_loop_while(vd_backend *b, vd_stream *s, vd_tensor c, vd_tensor it, int64_t lim) { b->loop_while(s, c, it, lim); }
 static inline void vdc_loop_rows(vd_backend *b, vd_stream *s, vd_loop_rows r) { b->loop_rows(s, &r); }
+static inline void vdc_loop_emit(vd_backend *b, vd_stream *s, vd_loop_emit e) { b->loop_emit(s, &e); }
 static inline void vdc_pointwise(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->pointwise(s, y, x, w); }
 static inline void vdc_conv2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, vd_conv g) { b->conv2d(s, y, x, w, bias, &g); }
 static inline void vdc_dwconv2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_conv g) { b->dwconv2d(s, y, x, w, &g); }

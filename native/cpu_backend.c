@@ -563,6 +563,23 @@ static void cpu_loop_rows(vd_stream *s, const vd_loop_rows *r)
 	it[0] = (int32_t)(t + 1);
 }
 
+static void cpu_loop_emit(vd_stream *s, const vd_loop_emit *e)
+{
+	(void)s;
+	int64_t t = (int64_t)((const int32_t *)e->iter.data)[0] - 1, ns = e->stop.rows * e->stop.cols;
+	const int32_t *ids = e->ids.data, *stop = e->stop.data;
+	int32_t *out = e->out.data, *done = e->done.data, left = 0;
+	for (int64_t i = 0; i < e->n; i++) {
+		if (t >= 0 && t < e->steps)
+			out[i * e->steps + t] = ids[i];
+		for (int64_t k = 0; k < ns && !done[i]; k++)
+			if (stop[k] >= 0 && stop[k] == ids[i])
+				done[i] = 1;
+		left += !done[i];
+	}
+	((int32_t *)e->cond.data)[0] = left;
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -633,6 +650,7 @@ static vd_backend cpu = {
 	.loop_begin = cpu_loop_begin,
 	.loop_while = cpu_loop_while,
 	.loop_rows = cpu_loop_rows,
+	.loop_emit = cpu_loop_emit,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -54,3 +54,28 @@ func (s *Stream) LoopRows(r *LoopRows) {
 		iter: r.Iter.t, ids: r.IDs.t, lut: r.LUT.t, row: r.Row.t, pos0: r.Pos0.t, pos: r.Pos.t,
 		slots0: r.Slots0.t, slots1: r.Slots1.t, slot0: r.Slot0.t, slot1: r.Slot1.t})
 }
+
+// LoopEmit is the bookkeeping of step t = Iter[0]−1 of a loop of N rows
+// (after LoopRows advanced Iter) whose chosen tokens are IDs [1, N]:
+// Out[i, t] = IDs[i] ([N, Steps]; nothing for t outside 0..Steps−1); a
+// row whose token is one of Stop's (−1 pads it) is done (Done[i] = 1, and
+// stays 1); then Cond[0] = the rows not done. Every tensor is I32.
+type LoopEmit struct {
+	N, Steps                         int
+	Iter, IDs, Stop, Out, Done, Cond Tensor
+}
+
+// LoopEmit enqueues e's bookkeeping.
+func (s *Stream) LoopEmit(e *LoopEmit) {
+	if e.N == 0 {
+		return
+	}
+	check(e.Steps > 0, "Stream.LoopEmit: no steps")
+	for _, t := range []Tensor{e.Iter, e.IDs, e.Stop, e.Out, e.Done, e.Cond} {
+		check(t.DType() == I32 && !t.Nil(), "Stream.LoopEmit: every tensor is I32")
+	}
+	check(e.IDs.Len() >= e.N && e.Done.Len() >= e.N && e.Out.Len() >= e.N*e.Steps && e.Iter.Len() >= 1 && e.Cond.Len() >= 1,
+		"Stream.LoopEmit: a tensor shorter than its rows")
+	C.vdc_loop_emit(s.be.t, s.s, C.vd_loop_emit{n: C.int64_t(e.N), steps: C.int64_t(e.Steps),
+		iter: e.Iter.t, ids: e.IDs.t, stop: e.Stop.t, out: e.Out.t, done: e.Done.t, cond: e.Cond.t})
+}

@@ -73,7 +73,9 @@ func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decod
 		return r, fmt.Errorf("bench: prompt and decode token counts must be positive")
 	}
 	prompt := Prompt(promptTokens)
-	if _, err := generate.Run(ctx, m, prompt, generate.Options{MaxTokens: 2}, nil); err != nil {
+	// The warm-up decodes as many tokens as the measured run, so that the
+	// shapes it records (a decode step's pass, a device loop) are there.
+	if _, err := generate.Run(ctx, m, prompt, generate.Options{MaxTokens: decodeTokens + 1}, nil); err != nil {
 		return r, err
 	}
 	var best *generate.Result
@@ -100,9 +102,14 @@ func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decod
 	return r, nil
 }
 
+// loopChunk is the tokens a device loop of DecodeBatch decodes a run.
+const loopChunk = 16
+
 // DecodeBatch measures greedy decoding of seqs sequences at once after a
 // shared prompt of promptTokens: each step is one pass over seqs rows and
-// one head pass, and the figure is the tokens of all sequences per second.
+// one head pass (as device loops of loopChunk steps where the backend
+// runs them: Exec.GreedyLoops), and the figure is the tokens of all
+// sequences per second.
 func DecodeBatch(ctx context.Context, m *gemma3n.Model, promptTokens, decodeTokens, seqs int) (tokens int, seconds float64, err error) {
 	if promptTokens < 1 || decodeTokens < 1 || seqs < 1 || seqs > 64 {
 		return 0, 0, fmt.Errorf("bench: batched decode needs positive counts and at most 64 sequences")
@@ -139,6 +146,34 @@ func DecodeBatch(ctx context.Context, m *gemma3n.Model, promptTokens, decodeToke
 			return err
 		}
 		return x.Greedy(next, h)
+	}
+	if x.GreedyLoops() {
+		// The device's own loop, a chunk of loopChunk tokens a run (the
+		// first run records it), as generation decodes.
+		chunk := func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			toks, err := x.DecodeGreedy(cs, next, loopChunk, nil)
+			if err != nil {
+				return err
+			}
+			for i := range next {
+				next[i] = toks[i][len(toks[i])-1]
+			}
+			return nil
+		}
+		if err := chunk(); err != nil {
+			return 0, 0, err
+		}
+		runs := max(1, (decodeTokens-1)/loopChunk)
+		t := time.Now()
+		for k := 0; k < runs; k++ {
+			if err := chunk(); err != nil {
+				return 0, 0, err
+			}
+		}
+		return runs * loopChunk * seqs, time.Since(t).Seconds(), nil
 	}
 	if err := step(); err != nil { // warm: the first step of this shape
 		return 0, 0, err

@@ -35,7 +35,9 @@ type loopBufs struct {
 	ar                                        *native.Arena
 	rows, steps, table                        int // capacities
 	iter, row, pos0, slots0, slots1, lut, ple native.Tensor
-	tokens                                    []int32 // the tokens whose rows the table holds, in table order
+	out, done, cond, stop                     native.Tensor // a greedy loop's (decode.go)
+	tokens                                    []int32       // the tokens whose rows the table holds, in table order
+	any                                       bool          // the table is the model's resident one: any token
 	hLUT                                      []int32
 	hSlots                                    [2][]int32
 	graphs                                    map[loopKey]*native.Graph
@@ -135,7 +137,8 @@ func (b *loopBufs) ensure(x *Exec, rows, steps, table int) error {
 	rows, steps, table = max(rows, b.rows), max(steps, b.steps, 64), max(table, b.table, 256)
 	b.free()
 	LP := cfg.NumLayers * cfg.PerLayerSize
-	ar, err := m.be.NewArena(native.ArenaBytes(1, rows, rows, rows*steps, rows*steps, cfg.VocabSize, table*LP))
+	ar, err := m.be.NewArena(native.ArenaBytes(1, rows, rows, rows*steps, rows*steps, cfg.VocabSize, table*LP,
+		rows*steps, rows, 1, maxStops))
 	if err != nil {
 		return fmt.Errorf("gemma3n: a loop's memory (%d rows, %d steps, %d tokens): %w", rows, steps, table, err)
 	}
@@ -144,18 +147,23 @@ func (b *loopBufs) ensure(x *Exec, rows, steps, table int) error {
 	b.iter, b.row, b.pos0 = i(1, 1), i(1, rows), i(1, rows)
 	b.slots0, b.slots1, b.lut = i(1, rows*steps), i(1, rows*steps), i(1, cfg.VocabSize)
 	b.ple = ar.Take(native.F32, table, LP)
+	b.out, b.done, b.cond, b.stop = i(1, rows*steps), i(1, rows), i(1, 1), i(1, maxStops)
 	b.hLUT = make([]int32, cfg.VocabSize)
 	b.hSlots = [2][]int32{make([]int32, rows*steps), make([]int32, rows*steps)}
 	return nil
 }
 
 // setTable uploads the per-layer rows of tokens (and token 0, row 0) and
-// the token → row table, unless they are already there.
+// the token → row table, unless they are already there; nil tokens mean
+// any token, the rows of the model's resident table.
 func (b *loopBufs) setTable(x *Exec, tokens []int32) error {
+	if tokens == nil {
+		return b.setAny(x)
+	}
 	want := append([]int32{0}, tokens...)
 	slices.Sort(want[1:])
 	want = slices.Compact(want)
-	if slices.Equal(want, b.tokens) {
+	if !b.any && slices.Equal(want, b.tokens) {
 		return nil
 	}
 	if err := b.ensure(x, b.rows, b.steps, len(want)); err != nil {
@@ -176,13 +184,42 @@ func (b *loopBufs) setTable(x *Exec, tokens []int32) error {
 	}
 	x.st.Upload(b.ple.Sub(0, len(want), LP), rows)
 	x.st.UploadI32(b.lut, b.hLUT)
-	b.tokens = want
+	b.tokens, b.any = want, false
 	return x.st.Sync()
+}
+
+// setAny points the loop at the model's resident per-layer table: token
+// id's row is id (token 0's past the per-layer vocabulary, as pleRow).
+func (b *loopBufs) setAny(x *Exec) error {
+	if !x.m.PLEResident() {
+		return fmt.Errorf("gemma3n: a loop over any token needs the per-layer table on the device")
+	}
+	if b.any {
+		return nil
+	}
+	for id := range b.hLUT {
+		b.hLUT[id] = 0
+		if id < x.m.Cfg.VocabSizePerLayer {
+			b.hLUT[id] = int32(id)
+		}
+	}
+	x.st.UploadI32(b.lut, b.hLUT)
+	b.tokens, b.any = nil, true
+	return x.st.Sync()
+}
+
+// rowsOf is the per-layer table the loop's rows index.
+func (b *loopBufs) rowsOf(x *Exec) native.Tensor {
+	if b.any {
+		return x.m.ple
+	}
+	return b.ple
 }
 
 // NewLoop prepares x to decode up to steps tokens of each of caches (row i
 // feeding caches[i], which continues at its length), every fed token one
-// of tokens: it reserves the steps' key/value slots (a *KVError when the
+// of tokens (nil: any token, which needs the per-layer table resident on
+// the device: Model.PLEResident): it reserves the steps' key/value slots (a *KVError when the
 // pool cannot give them) and uploads the loop's tables. The first tokens
 // go into IDs before a run. Close ends the loop.
 func (x *Exec) NewLoop(caches []*Cache, steps int, tokens []int32) (*Loop, error) {
@@ -288,7 +325,7 @@ func (l *Loop) body(step func(h native.Tensor)) {
 		Pos0: b.pos0, Pos: x.pos, Slots0: b.slots0, Slots1: b.slots1, Slot0: x.slot0, Slot1: x.slot1})
 	e := x.e.Slice(0, n)
 	st.Embed(e, m.t.embed, x.ids.Sub(0, 1, n), m.embedScale)
-	x.perLayerFrom(n, func(tok native.Tensor) { st.Embed(tok, b.ple, b.row.Sub(0, 1, n), 1) })
+	x.perLayerFrom(n, func(tok native.Tensor) { st.Embed(tok, b.rowsOf(x), b.row.Sub(0, 1, n), 1) })
 	x.keysArg = graphKeys(x.maxKeys)
 	h := x.layers(&Batch{}, e, n)
 	x.keysArg = 0

@@ -34,12 +34,14 @@ type Model struct {
 	opt    LoadOptions
 	packed *packed // the q4 arena (nil for f32 weights)
 
-	be      *native.Backend
-	bound   *native.Bound
-	t       tensors
-	pool    *pool
-	maxRows int
-	execs   *execPool
+	be       *native.Backend
+	bound    *native.Bound
+	t        tensors
+	ple      native.Tensor // the resident per-layer table (ple.go), or nil
+	pleArena *native.Arena // its memory, unless bound
+	pool     *pool
+	maxRows  int
+	execs    *execPool
 }
 
 // execPool holds a model's idle Execs.
@@ -103,6 +105,9 @@ type LoadOptions struct {
 	// KVPositions is the key/value pool's size in positions of each
 	// attention kind (0: DefaultKVPositions).
 	KVPositions int
+	// PLE says where the per-layer embedding table lives ("": PLEAuto;
+	// VERDICT_PLE overrides it).
+	PLE PLEPlace
 }
 
 // DefaultKVPositions is the default key/value pool size, in positions.
@@ -146,6 +151,7 @@ func (m *Model) PackedCache() (path string, fromDisk bool) {
 // afterwards.
 func (m *Model) Close() error {
 	m.CloseView()
+	m.freePLE()
 	if m.bound != nil {
 		m.bound.Free()
 		m.bound = nil
@@ -320,6 +326,13 @@ func (m *Model) start(opt LoadOptions) error {
 		return fmt.Errorf("gemma3n: %d batch rows: at most %d", m.maxRows, 1<<16)
 	}
 	if err := m.bind(be); err != nil {
+		return err
+	}
+	place, err := plePlace(opt)
+	if err != nil {
+		return err
+	}
+	if err := m.bindPLE(be, place); err != nil {
 		return err
 	}
 	m.execs = &execPool{}

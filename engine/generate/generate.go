@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"verdict/engine/gemma3n"
@@ -107,7 +108,39 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	c.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
 	input := prompt
+	loops := opt.Temperature == 0 && len(opt.Stop) <= maxStops && !loopsOff &&
+		(x.GreedyLoops() || loopsAlways && m.PLEResident())
 	for len(res.IDs) < opt.MaxTokens {
+		if loops && len(res.IDs) > 0 && opt.MaxTokens-len(res.IDs) >= loopSteps && (maxPos <= 0 || c.Len()+loopSteps <= maxPos) {
+			// Greedy tokens a chunk at a time on the device, no host work
+			// between them.
+			if err := ctx.Err(); err != nil {
+				res.Total = time.Since(start)
+				return res, err
+			}
+			toks, err := x.DecodeGreedy([]*gemma3n.Cache{c}, input, loopSteps, opt.Stop)
+			if err != nil {
+				return res, err
+			}
+			for _, id := range toks[0] {
+				res.IDs = append(res.IDs, id)
+				if emit != nil {
+					if err := emit(Token{Index: len(res.IDs) - 1, ID: id}); err != nil {
+						res.Total = time.Since(start)
+						return res, err
+					}
+				}
+				if s.stop[id] {
+					res.Stopped = true
+				}
+			}
+			if res.Stopped {
+				break
+			}
+			s.one[0] = res.IDs[len(res.IDs)-1]
+			input = s.one[:]
+			continue
+		}
 		if maxPos > 0 && len(res.IDs) > 0 && c.Len()+len(input) > maxPos {
 			break // the next token has no position left
 		}
@@ -163,6 +196,20 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	res.Decode = res.Total - res.FirstToken
 	return res, nil
 }
+
+// loopSteps is the greedy tokens one device loop decodes; fewer left are
+// decoded a token a pass.
+const loopSteps = 16
+
+// maxStops is the most stop tokens a device loop checks (gemma3n's).
+const maxStops = 64
+
+// loopsOff (VERDICT_GEN_LOOP=0) decodes every token a pass, for
+// comparisons; loopsAlways (tests) takes the loop path on any backend.
+var (
+	loopsOff    = os.Getenv("VERDICT_GEN_LOOP") == "0"
+	loopsAlways = false
+)
 
 // sampler holds a run's sampling settings and random stream.
 type sampler struct {

@@ -55,6 +55,9 @@ type Info struct {
 type Resident struct {
 	Weights     gemma3n.Weights // q4 or f32
 	WeightBytes int64           // the decoder's weights (gemma3n.Model.WeightBytes)
+	// PLEBytes is the per-layer embedding table made resident on the
+	// device (0: it stays on the host; gemma3n.Model.PLEBytes).
+	PLEBytes int64
 	// KVPositions and KVBytes are the key/value pool: positions of each
 	// attention kind and the bytes reserved for them (the CPU backend
 	// commits pages only when written).
@@ -100,7 +103,7 @@ func New(m *models.Model) (*Session, error) {
 		Params: m.Cfg.Params(), Layers: m.Cfg.NumLayers, Hidden: m.Cfg.HiddenSize, Vocab: m.Cfg.VocabSize,
 		LoadTime: m.LoadTime, Vision: img, Audio: aud,
 		ImageTokens: m.Special.VisionTokens, AudioTokens: m.Special.AudioTokens,
-		Resident: Resident{Weights: m.Weights(), WeightBytes: m.WeightBytes()},
+		Resident: Resident{Weights: m.Weights(), WeightBytes: m.WeightBytes(), PLEBytes: m.PLEBytes()},
 	}
 	info.Resident.KVPositions, info.Resident.KVBytes = m.KVPool()
 	if info.Resident.Weights == "" {

@@ -56,6 +56,8 @@ export interface DeviceInfo {
 export interface ResidentInfo {
   weights: string;
   weight_bytes: number;
+  /** The per-layer embedding table on the device (0: on the host). */
+  ple_bytes?: number;
   kv_positions: number;
   kv_bytes: number;
   /** Towers loaded (vision, audio): each loads with its first input. */

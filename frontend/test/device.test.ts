@@ -33,6 +33,7 @@ describe('device line and resident summary', () => {
   it('sums up the resident memory and the towers loaded', () => {
     expect(residentSummary(model(cpu))).toBe('1.5 GB q4 · KV 2.1 GB');
     expect(residentSummary({ ...model(cpu), resident: { ...resident, weights: 'f32', towers: ['vision', 'audio'] } })).toBe('1.5 GB f32 · KV 2.1 GB · vision + audio loaded');
+    expect(residentSummary({ ...model(cpu), resident: { ...resident, ple_bytes: 4.03e9, towers: ['vision'] } })).toBe('1.5 GB q4 · KV 2.1 GB · per-layer table 4.0 GB · vision loaded');
     expect(residentSummary(model(cpu, 'loading'))).toBe('');
   });
 

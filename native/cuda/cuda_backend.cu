@@ -3002,6 +3002,46 @@ static void c_loop_rows(vd_stream *s, const vd_loop_rows *r)
 	check(s, cudaGetLastError());
 }
 
+/* One block: thread i keeps row i's token and marks it done; the count of
+ * rows left is a block sum (rows of more than one pass of the block add
+ * in thread order). */
+__global__ void k_loop_emit(vd_loop_emit e)
+{
+	pdl_wait();
+	pdl_launch();
+	__shared__ int32_t left[128];
+	int64_t t = (int64_t)((const int32_t *)e.iter.data)[0] - 1, ns = e.stop.rows * e.stop.cols;
+	const int32_t *ids = (const int32_t *)e.ids.data, *stop = (const int32_t *)e.stop.data;
+	int32_t *out = (int32_t *)e.out.data, *done = (int32_t *)e.done.data, mine = 0;
+	for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+		int32_t id = ids[i], d = done[i];
+		if (t >= 0 && t < e.steps)
+			out[i * e.steps + t] = id;
+		for (int64_t k = 0; k < ns && !d; k++)
+			if (stop[k] >= 0 && stop[k] == id)
+				d = 1;
+		done[i] = d;
+		mine += !d;
+	}
+	left[threadIdx.x] = mine;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t c = 0;
+		for (int i = 0; i < (int)blockDim.x; i++)
+			c += left[i];
+		((int32_t *)e.cond.data)[0] = c;
+	}
+}
+
+static void c_loop_emit(vd_stream *s, const vd_loop_emit *e)
+{
+	ENTER(s);
+	if (e->n <= 0)
+		return;
+	launch(s, k_loop_emit, 1, 128, 0, *e);
+	check(s, cudaGetLastError());
+}
+
 static void c_graph_run(vd_stream *s, void *g)
 {
 	ENTER(s);
@@ -3190,6 +3230,7 @@ static vd_backend table_template()
 	t.loop_begin = c_loop_begin;
 	t.loop_while = c_loop_while;
 	t.loop_rows = c_loop_rows;
+	t.loop_emit = c_loop_emit;
 	t.grammar_bind = c_grammar_bind;
 	t.grammar_free = c_grammar_free;
 	t.catalog_init = c_catalog_init;

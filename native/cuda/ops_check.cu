@@ -863,6 +863,55 @@ static void check_sample()
 	}
 }
 
+/* The loops' row set-up and a greedy step's bookkeeping: every output
+ * exact, rows past one block's threads, steps inside and outside the
+ * loop's, stop tokens with padding, rows already done. */
+static void check_loop()
+{
+	const int64_t n = 200, steps = 5, V = 64;
+	for (int32_t t : {0, 2, 4, 5, 7}) {
+		auto ids = randi((size_t)n, -2, (int32_t)V + 3);
+		Pair IT = in(std::vector<int32_t>{t}), ID = in(ids), LUT = in(randi((size_t)V, 0, 1000)),
+		     P0 = in(randi((size_t)n, 0, 5000)), S0 = in(randi((size_t)(n * steps), 0, 99999)),
+		     S1 = in(randi((size_t)(n * steps), 0, 99999)), ROW = out((size_t)n * 4), POS = out((size_t)n * 4),
+		     D0 = out((size_t)n * 4), D1 = out((size_t)n * 4);
+		char nm[64];
+		snprintf(nm, sizeof nm, "loop_rows t=%d", t);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    vd_loop_rows r;
+			    r.n = n, r.steps = steps;
+			    r.iter = T(IT, g, VD_I32, 1, 1), r.ids = T(ID, g, VD_I32, 1, n), r.lut = T(LUT, g, VD_I32, 1, V);
+			    r.row = T(ROW, g, VD_I32, 1, n), r.pos0 = T(P0, g, VD_I32, 1, n), r.pos = T(POS, g, VD_I32, 1, n);
+			    r.slots0 = T(S0, g, VD_I32, 1, n * steps), r.slots1 = T(S1, g, VD_I32, 1, n * steps);
+			    r.slot0 = T(D0, g, VD_I32, 1, n), r.slot1 = T(D1, g, VD_I32, 1, n);
+			    b->loop_rows(st, &r);
+		    })) {
+			cmp_i(std::string(nm) + " row", ROW, (size_t)n);
+			cmp_i(std::string(nm) + " pos", POS, (size_t)n);
+			cmp_i(std::string(nm) + " slot0", D0, (size_t)n);
+			cmp_i(std::string(nm) + " slot1", D1, (size_t)n);
+			cmp_i(std::string(nm) + " iter", IT, 1);
+		}
+		std::vector<int32_t> stop = {3, -1, 17, 40, -1, -1};
+		Pair IT2 = in(std::vector<int32_t>{t}), ST = in(stop), O = in(std::vector<int32_t>((size_t)(n * steps), -9)),
+		     DN = in(randi((size_t)n, 0, 1)), CD = in(std::vector<int32_t>{-5});
+		snprintf(nm, sizeof nm, "loop_emit iter=%d", t);
+		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    vd_loop_emit e;
+			    e.n = n, e.steps = steps;
+			    e.iter = T(IT2, g, VD_I32, 1, 1), e.ids = T(ID, g, VD_I32, 1, n);
+			    e.stop = T(ST, g, VD_I32, 1, (int64_t)stop.size()), e.out = T(O, g, VD_I32, 1, n * steps);
+			    e.done = T(DN, g, VD_I32, 1, n), e.cond = T(CD, g, VD_I32, 1, 1);
+			    b->loop_emit(st, &e);
+		    })) {
+			cmp_i(std::string(nm) + " out", O, (size_t)(n * steps));
+			cmp_i(std::string(nm) + " done", DN, (size_t)n);
+			cmp_i(std::string(nm) + " cond", CD, 1);
+		}
+		free_all();
+	}
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -890,6 +939,7 @@ int main(int argc, char **argv)
 	check_attention();
 	check_memory();
 	check_sample();
+	check_loop();
 	/* A bad call sets the sticky error that sync returns. */
 	{
 		Pair X = in(randf(64)), Y = out(64 * 4);

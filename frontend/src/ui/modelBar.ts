@@ -138,11 +138,12 @@ export function deviceLine(d: DeviceInfo): string {
   return [d.backend, d.name ?? '', d.memory_bytes ? fmtBytes(d.memory_bytes) : ''].filter((x) => x).join(' · ');
 }
 
-/** What the ready model holds: "1.5 GB q4 · KV 2.1 GB · vision loaded" ('' without a report). */
+/** What the ready model holds: "1.5 GB q4 · KV 2.1 GB · per-layer table 4.0 GB · vision loaded" ('' without a report). */
 export function residentSummary(m: ModelInfo): string {
   const r = m.resident;
   if (!r) return '';
   const parts = [`${fmtBytes(r.weight_bytes)} ${r.weights}`, `KV ${fmtBytes(r.kv_bytes)}`];
+  if (r.ple_bytes) parts.push(`per-layer table ${fmtBytes(r.ple_bytes)}`);
   if (r.towers.length) parts.push(`${r.towers.join(' + ')} loaded`);
   return parts.join(' · ');
 }
