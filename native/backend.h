@@ -71,7 +71,9 @@ enum {
 	VD_EW_DIV,       /* y = a/b */
 	VD_EW_ADD_CONST, /* y = a + c */
 	VD_EW_SCALE,     /* y = a·c */
-	VD_EW_ADD_SCALED /* y = (a + b)·c */
+	VD_EW_ADD_SCALED, /* y = (a + b)·c */
+	VD_EW_ADD_REP,    /* y[i] = a[i] + b[i mod len(b)] */
+	VD_EW_MUL_REP     /* y[i] = a[i]·b[i mod len(b)] */
 };
 
 /* A sampling request (vd_backend.sample): the token drawn from logits x
@@ -305,6 +307,15 @@ struct vd_backend {
 	                   int64_t limit);
 	void (*loop_rows)(vd_stream *s, const vd_loop_rows *r);
 	void (*loop_emit)(vd_stream *s, const vd_loop_emit *e);
+
+	/* norm_rope: rmsnorm, rope and scatter in one: x [n, heads·head_dim]
+	 * normalised in place a head at a time (scaled by w; w.data NULL:
+	 * none), rotated by pos [1, n] (inv_freq.data NULL: not rotated), and,
+	 * when y.data is set, copied to y's rows idx [1, n] (a key/value
+	 * pool's slots): the operations' arithmetic, so their bits. */
+	void (*norm_rope)(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x,
+	                  vd_tensor w, float eps, vd_tensor pos, int64_t heads,
+	                  int64_t head_dim, vd_tensor inv_freq);
 };
 
 /* vd_loop_rows: step t = iter[0] of a decode of n rows (a sequence each)

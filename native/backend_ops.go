@@ -118,6 +118,23 @@ func (s *Stream) Mul(y, a, b Tensor) { s.ew(C.VD_EW_MUL, y, a, b, 0, "Stream.Mul
 // Div computes y = a/b.
 func (s *Stream) Div(y, a, b Tensor) { s.ew(C.VD_EW_DIV, y, a, b, 0, "Stream.Div") }
 
+// AddRep computes y[i] = a[i] + b[i mod len(b)]: b added to each run of
+// its length (a row added to every row, say); len(b) divides len(y).
+func (s *Stream) AddRep(y, a, b Tensor) { s.ewRep(C.VD_EW_ADD_REP, y, a, b, "Stream.AddRep") }
+
+// MulRep computes y[i] = a[i]·b[i mod len(b)].
+func (s *Stream) MulRep(y, a, b Tensor) { s.ewRep(C.VD_EW_MUL_REP, y, a, b, "Stream.MulRep") }
+
+func (s *Stream) ewRep(op C.int, y, a, b Tensor, name string) {
+	if y.Len() == 0 {
+		return
+	}
+	if a.Len() < y.Len() || b.Len() == 0 || y.Len()%b.Len() != 0 {
+		panic("native: " + name + ": a shorter than y, or b's length does not divide y's")
+	}
+	C.vdc_ew(s.be.t, s.s, op, y.t, a.t, b.t, 0)
+}
+
 // AddConst computes y = a + c.
 func (s *Stream) AddConst(y, a Tensor, c float32) {
 	s.ew(C.VD_EW_ADD_CONST, y, a, Tensor{}, c, "Stream.AddConst")
@@ -140,6 +157,20 @@ func (s *Stream) RoPE(x, pos Tensor, heads, headDim int, invFreq Tensor) {
 	}
 	check(pos.DType() == I32 && x.Len() >= pos.Len()*heads*headDim && invFreq.Len() >= headDim/2, "Stream.RoPE: shapes differ")
 	C.vdc_rope(s.be.t, s.s, x.t, pos.t, C.int64_t(heads), C.int64_t(headDim), invFreq.t)
+}
+
+// NormRoPE is RMSNorm of x's heads of headDim (scaled by w; nil: none),
+// then RoPE by pos (nil invFreq: none), in place, then, where to is
+// given, Scatter(to, x, idx): one pass, with those operations' bits.
+func (s *Stream) NormRoPE(x, w Tensor, eps float32, pos Tensor, heads, headDim int, invFreq, to, idx Tensor) {
+	n := pos.Len()
+	if n == 0 {
+		return
+	}
+	check(pos.DType() == I32 && headDim > 0 && x.Len() >= n*heads*headDim && (invFreq.Nil() || invFreq.Len() >= headDim/2) &&
+		(w.Nil() || w.Len() >= headDim), "Stream.NormRoPE: shapes differ")
+	check(to.Nil() || (idx.DType() == I32 && idx.Len() >= n && to.Cols() == heads*headDim), "Stream.NormRoPE: scatter shapes differ")
+	C.vdc_norm_rope(s.be.t, s.s, to.t, idx.t, x.t, w.t, C.float(eps), pos.t, C.int64_t(heads), C.int64_t(headDim), invFreq.t)
 }
 
 // AltUpPredict is AltUpPredict over tensors: pred, h [4·n, d], coef [n, 16].

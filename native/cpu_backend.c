@@ -259,6 +259,18 @@ static void cpu_ew(vd_stream *s, int op, vd_tensor y, vd_tensor a, vd_tensor b,
 			memmove(yd, ad, (size_t)n * sizeof(float));
 		vk_add_scaled(yd, bd, n, c);
 		break;
+	case VD_EW_ADD_REP:
+	case VD_EW_MUL_REP: {
+		int64_t nb = elems(b);
+		for (int64_t i0 = 0; i0 < n; i0 += nb) {
+			int64_t m = n - i0 < nb ? n - i0 : nb;
+			if (op == VD_EW_ADD_REP)
+				vk_add(yd + i0, ad + i0, bd, m);
+			else
+				vk_mul(yd + i0, ad + i0, bd, m);
+		}
+		break;
+	}
 	}
 }
 
@@ -580,6 +592,18 @@ static void cpu_loop_emit(vd_stream *s, const vd_loop_emit *e)
 	((int32_t *)e->cond.data)[0] = left;
 }
 
+static void cpu_norm_rope(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tensor w, float eps,
+                          vd_tensor pos, int64_t heads, int64_t head_dim, vd_tensor inv_freq)
+{
+	vd_tensor v = x;
+	v.rows = elems(pos), v.cols = heads * head_dim;
+	cpu_rmsnorm(s, v, v, w, head_dim, eps);
+	if (inv_freq.data)
+		cpu_rope(s, v, pos, heads, head_dim, inv_freq);
+	if (y.data)
+		cpu_scatter(s, y, v, idx);
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -651,6 +675,7 @@ static vd_backend cpu = {
 	.loop_while = cpu_loop_while,
 	.loop_rows = cpu_loop_rows,
 	.loop_emit = cpu_loop_emit,
+	.norm_rope = cpu_norm_rope,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

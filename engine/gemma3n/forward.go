@@ -131,9 +131,10 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.AltUpCorrect(H, pred, xa, corr, n, D)
 
 	// Per-layer input, added to streams 1..3.
-	st.Copy(d, H.Slice(0, n))
 	if cfg.AltUpCorrectScale {
-		st.MulRows(d, w.correctScale)
+		st.MulRep(d, H.Slice(0, n), w.correctScale)
+	} else {
+		st.Copy(d, H.Slice(0, n))
 	}
 	pg := rows(x.pg)
 	st.Linear(pg, d, w.pleGate)
@@ -141,10 +142,8 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.Linear(o, pg, w.pleProj)
 	h1 := H.Slice(n, 2*n)
 	st.NormAdd(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0)
-	for k := 2; k < 4; k++ {
-		s := H.Slice(k*n, (k+1)*n)
-		st.Add(s, s, o)
-	}
+	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's rows alike
+	st.AddRep(h23, h23, o)
 }
 
 // attention computes layer i's queries (and, for layers with their own,
@@ -156,9 +155,8 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 	an := x.an.Slice(0, n)
 	q := x.q.Slice(0, n)
 	st.Linear(q, an, w.q)
-	st.RMSNorm(q, q, w.qNorm, hd, eps)
 	pos := x.pos.Sub(0, 1, n)
-	st.RoPE(q, pos, cfg.NumHeads, hd, w.invFreq)
+	st.NormRoPE(q, w.qNorm, eps, pos, cfg.NumHeads, hd, w.invFreq, native.Tensor{}, native.Tensor{})
 	kind, slot := 0, x.slot0
 	if y.sliding {
 		kind, slot = 1, x.slot1
@@ -166,13 +164,11 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 	kd := &m.pool.kinds[kind]
 	if y.kvSrc == i {
 		k, v := x.k.Slice(0, n), x.v.Slice(0, n)
+		// normalised, rotated (keys) and written to the pool's slots
 		st.Linear(k, an, w.k)
-		st.RMSNorm(k, k, w.kNorm, hd, eps)
+		st.NormRoPE(k, w.kNorm, eps, pos, cfg.NumKVHeads, hd, w.invFreq, kd.k[i], slot.Sub(0, 1, n))
 		st.Linear(v, an, w.v)
-		st.RMSNorm(v, v, native.Tensor{}, hd, eps)
-		st.RoPE(k, pos, cfg.NumKVHeads, hd, w.invFreq)
-		st.Scatter(kd.k[i], k, slot.Sub(0, 1, n))
-		st.Scatter(kd.v[i], v, slot.Sub(0, 1, n))
+		st.NormRoPE(v, native.Tensor{}, eps, pos, cfg.NumKVHeads, hd, native.Tensor{}, kd.v[i], slot.Sub(0, 1, n))
 	}
 	S := len(x.caches)
 	st.Attention(&native.PagedAttn{

@@ -1495,7 +1495,7 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 }
 
 __global__ void k_ew(int op, float *y, const float *a, const float *b, int64_t n,
-                     float c)
+                     int64_t nb, float c)
 {
 	pdl_wait();
 	pdl_launch();
@@ -1531,6 +1531,12 @@ __global__ void k_ew(int op, float *y, const float *a, const float *b, int64_t n
 	case VD_EW_SCALE:
 		r = x * c;
 		break;
+	case VD_EW_ADD_REP:
+		r = x + b[i % nb];
+		break;
+	case VD_EW_MUL_REP:
+		r = x * b[i % nb];
+		break;
 	default: /* VD_EW_ADD_SCALED */
 		r = (x + b[i]) * c;
 		break;
@@ -1558,6 +1564,50 @@ __global__ void k_rope(float *x, const int32_t *pos, int64_t n, int64_t heads,
 	float a = b[i], bb = b[half + i];
 	b[i] = a * co - bb * sn;
 	b[half + i] = bb * co + a * sn;
+}
+
+/* k_norm_rope: k_rmsnorm, then k_rope (inv_freq set), then k_rows'
+ * scatter to y's rows idx (y set), over a block a head (row r of width
+ * hd: token r / heads), their expressions in their order; the normalised
+ * head passes through shared memory to the rotation. */
+__global__ void k_norm_rope(float *y, const int32_t *idx, float *x, const float *w, float eps, const int32_t *pos,
+                            int64_t heads, int64_t hd, const float *inv_freq)
+{
+	__shared__ float red[32];
+	extern __shared__ float hv[]; /* hd */
+	pdl_wait();
+	pdl_launch();
+	int64_t r = blockIdx.x;
+	float *xr = x + r * hd;
+	float a = 0.0f;
+	for (int64_t i = threadIdx.x; i < hd; i += RB)
+		a = fmaf(xr[i], xr[i], a);
+	float ss = block_sum(a, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)hd + eps)));
+	for (int64_t i = threadIdx.x; i < hd; i += RB)
+		hv[i] = w ? (xr[i] * inv) * __ldg(w + i) : xr[i] * inv;
+	__syncthreads();
+	int64_t half = hd / 2, t = r / heads;
+	float *yr = y ? y + (int64_t)idx[t] * heads * hd + (r % heads) * hd : nullptr;
+	if (!inv_freq) {
+		for (int64_t i = threadIdx.x; i < hd; i += RB) {
+			xr[i] = hv[i];
+			if (yr)
+				yr[i] = hv[i];
+		}
+		return;
+	}
+	for (int64_t i = threadIdx.x; i < half; i += RB) {
+		float f = (float)pos[t] * inv_freq[i];
+		double sd, cd;
+		sincos((double)f, &sd, &cd);
+		float co = (float)cd, sn = (float)sd;
+		float p = hv[i], q = hv[half + i];
+		float a = p * co - q * sn, b = q * co + p * sn;
+		xr[i] = a, xr[half + i] = b;
+		if (yr)
+			yr[i] = a, yr[half + i] = b;
+	}
 }
 
 __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
@@ -2420,11 +2470,13 @@ static void c_ew(vd_stream *s, int op, vd_tensor y, vd_tensor a, vd_tensor b,
 	int64_t n = elems(y);
 	if (n <= 0)
 		return;
-	if (op < VD_EW_GELU || op > VD_EW_ADD_SCALED) {
+	int64_t nb = elems(b);
+	if (op < VD_EW_GELU || op > VD_EW_MUL_REP || ((op == VD_EW_ADD_REP || op == VD_EW_MUL_REP) && nb <= 0)) {
 		fail(s, VDC_EDTYPE);
 		return;
 	}
-	launch(s, k_ew, blocks_for(n, EW), EW, 0, op, (float *)y.data, (const float *)a.data, (const float *)b.data, n, c);
+	launch(s, k_ew, blocks_for(n, EW), EW, 0, op, (float *)y.data, (const float *)a.data, (const float *)b.data, n, nb,
+	       c);
 	launched(s);
 }
 
@@ -3042,6 +3094,19 @@ static void c_loop_emit(vd_stream *s, const vd_loop_emit *e)
 	check(s, cudaGetLastError());
 }
 
+static void c_norm_rope(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tensor w, float eps,
+                        vd_tensor pos, int64_t heads, int64_t head_dim, vd_tensor inv_freq)
+{
+	ENTER(s);
+	int64_t rows = elems(pos) * heads;
+	if (rows <= 0 || head_dim <= 0)
+		return;
+	launch(s, k_norm_rope, (unsigned)rows, RB, (size_t)head_dim * sizeof(float), (float *)y.data,
+	       (const int32_t *)idx.data, (float *)x.data, (const float *)w.data, eps, (const int32_t *)pos.data, heads,
+	       head_dim, (const float *)inv_freq.data);
+	launched(s);
+}
+
 static void c_graph_run(vd_stream *s, void *g)
 {
 	ENTER(s);
@@ -3231,6 +3296,7 @@ static vd_backend table_template()
 	t.loop_while = c_loop_while;
 	t.loop_rows = c_loop_rows;
 	t.loop_emit = c_loop_emit;
+	t.norm_rope = c_norm_rope;
 	t.grammar_bind = c_grammar_bind;
 	t.grammar_free = c_grammar_free;
 	t.catalog_init = c_catalog_init;

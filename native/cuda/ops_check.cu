@@ -608,6 +608,17 @@ static void check_ew()
 			cmp(nm + " (in place)", A, n, TOL_EW);
 		free_all();
 	}
+	/* b repeated over y: a row added to (or multiplying) every row */
+	for (int op : {(int)VD_EW_ADD_REP, (int)VD_EW_MUL_REP}) {
+		const int64_t rows = 37, d = 2048;
+		Pair A = in(randf((size_t)(rows * d), -3, 3)), B = in(randf((size_t)d, 0.2f, 3.0f)), Y = out((size_t)(rows * d) * 4);
+		std::string nm = op == VD_EW_ADD_REP ? "ew add_rep" : "ew mul_rep";
+		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->ew(st, op, T(Y, g, VD_F32, rows, d), T(A, g, VD_F32, rows, d), T(B, g, VD_F32, 1, d), 0);
+		    }))
+			cmp(nm, Y, (size_t)(rows * d), 0);
+		free_all();
+	}
 }
 
 static void check_rope_altup()
@@ -624,6 +635,44 @@ static void check_rope_altup()
 			    b->rope(st, T(X, g, VD_F32, n, heads * hd), T(P, g, VD_I32, 1, n), heads, hd, T(F, g, VD_F32, 1, hd / 2));
 		    }))
 			cmp(nm, X, m, TOL_EW);
+		/* norm_rope = rmsnorm then rope: against the CPU, and on the GPU
+		 * bit for bit against the two */
+		auto x0 = randf(m);
+		Pair NX = in(x0), NW = in(randf((size_t)hd, 0.5f, 1.5f)), RX = in(x0);
+		for (bool wn : {true, false}) {
+			nm = std::string("norm_rope hd=") + std::to_string(hd) + (wn ? "" : " no w");
+			cudaMemcpy(NX.g, x0.data(), m * 4, cudaMemcpyHostToDevice);
+			memcpy(NX.c, x0.data(), m * 4);
+			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->norm_rope(st, NIL(), NIL(), T(NX, g, VD_F32, n, heads * hd), wn ? T(NW, g, VD_F32, 1, hd) : NIL(),
+				                 1e-6f, T(P, g, VD_I32, 1, n), heads, hd, T(F, g, VD_F32, 1, hd / 2));
+			    }))
+				cmp(nm, NX, m, TOL_DOT);
+			cudaMemcpy(RX.g, x0.data(), m * 4, cudaMemcpyHostToDevice);
+			vd_tensor rx = T(RX, true, VD_F32, n, heads * hd);
+			GPU->rmsnorm(GS, rx, rx, wn ? T(NW, true, VD_F32, 1, hd) : NIL(), hd, 1e-6f);
+			GPU->rope(GS, rx, T(P, true, VD_I32, 1, n), heads, hd, T(F, true, VD_F32, 1, hd / 2));
+			GPU->sync(GS);
+			same(nm + " = rmsnorm, rope", down_f(NX, m), down_f(RX, m));
+		}
+		/* with the scatter to a pool's rows, rotated or not */
+		std::vector<int32_t> slots((size_t)(3 * n));
+		for (size_t i = 0; i < slots.size(); i++)
+			slots[i] = (int32_t)i;
+		std::shuffle(slots.begin(), slots.end(), rng);
+		slots.resize((size_t)n);
+		for (bool rot : {true, false}) {
+			Pair SX = in(x0), SL = in(slots), POOL = in(randf((size_t)(3 * n * heads * hd)));
+			nm = std::string("norm_rope hd=") + std::to_string(hd) + (rot ? " scatter" : " scatter, not rotated");
+			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->norm_rope(st, T(POOL, g, VD_F32, 3 * n, heads * hd), T(SL, g, VD_I32, 1, n),
+				                 T(SX, g, VD_F32, n, heads * hd), T(NW, g, VD_F32, 1, hd), 1e-6f, T(P, g, VD_I32, 1, n),
+				                 heads, hd, rot ? T(F, g, VD_F32, 1, hd / 2) : NIL());
+			    })) {
+				cmp(nm + " (pool)", POOL, (size_t)(3 * n * heads * hd), TOL_DOT);
+				cmp(nm + " (x)", SX, m, TOL_DOT);
+			}
+		}
 		free_all();
 	}
 	int64_t n = 6, d = 2048;

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -46,8 +47,88 @@ static std::vector<float> run(const float *x, const uint8_t *q, const float *so,
 	return h;
 }
 
-int main()
+/* bench: the E2B decode's q4 shapes at 1 and 8 tokens, timed (a graph of
+ * 20 products replayed 10 times, PDL on), with the bytes they read a
+ * microsecond. */
+static int bench()
 {
+	struct B {
+		int64_t nout, cols;
+		const char *name;
+	} bs[] = {{2048, 2048, "q, o"},          {512, 2048, "k, v"},    {8192, 2048, "gate, up"},
+	          {2048, 8192, "down"},           {256, 2048, "ple gate"}, {2048, 256, "ple proj"},
+	          {64, 2048, "laurel left"},      {2048, 64, "laurel right"}, {7680, 2048, "per-layer model proj"},
+	          {262400, 2048, "head"}};
+	int failures = 0;
+	cudaStream_t st;
+	cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	for (B b : bs) {
+		std::vector<uint8_t> q((size_t)(b.nout * b.cols / 2));
+		for (auto &v : q)
+			v = (uint8_t)rng();
+		std::vector<float> so((size_t)(b.nout * b.cols / 64 * 2));
+		std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+		for (auto &v : so)
+			v = d(rng);
+		std::vector<float> x((size_t)(8 * b.cols));
+		for (auto &v : x)
+			v = d(rng);
+		float *X = dev(x), *SO = dev(so), *Y = nullptr;
+		uint8_t *Q = dev(q);
+		cudaMalloc(&Y, (size_t)(8 * b.nout) * sizeof(float));
+		double bytes = (double)q.size() + 4.0 * (double)so.size();
+		for (int64_t n : {1, 8}) {
+			{
+				cudaGraph_t g;
+				cudaGraphExec_t ge;
+				cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
+				for (int i = 0; i < 20; i++)
+					q4_mma(st, true, Y, X, Q, SO, nullptr, n, b.nout, b.cols, 6, nullptr);
+				cudaStreamEndCapture(st, &g);
+				if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+					printf("bench %s: no graph\n", b.name);
+					failures++;
+					continue;
+				}
+				cudaGraphLaunch(ge, st);
+				cudaEventRecord(e0, st);
+				for (int r = 0; r < 10; r++)
+					cudaGraphLaunch(ge, st);
+				cudaEventRecord(e1, st);
+				cudaStreamSynchronize(st);
+				float ms = 0;
+				cudaEventElapsedTime(&ms, e0, e1);
+				double us = ms * 1000.0 / 200.0;
+				printf("bench %-22s %6lldx%-5lld n=%lld: %8.2f us  %7.0f GB/s\n", b.name, (long long)b.nout,
+				       (long long)b.cols, (long long)n, us, bytes / us / 1e3);
+				cudaGraphExecDestroy(ge);
+				cudaGraphDestroy(g);
+			}
+		}
+		cudaFree(X), cudaFree(SO), cudaFree(Q), cudaFree(Y);
+	}
+	printf("q4_check bench: %d failure(s)\n", failures);
+	return failures != 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "bench") == 0)
+		return bench();
+	if (argc == 5 && strcmp(argv[1], "one") == 0) { /* one NOUT COLS N: three products, for a profiler */
+		int64_t nout = atoll(argv[2]), cols = atoll(argv[3]), n = atoll(argv[4]);
+		std::vector<uint8_t> q((size_t)(nout * cols / 2), 0x5a);
+		std::vector<float> so((size_t)(nout * cols / 64 * 2), 0.01f), x((size_t)(n * cols), 0.5f);
+		float *X = dev(x), *SO = dev(so), *Y = nullptr;
+		uint8_t *Q = dev(q);
+		cudaMalloc(&Y, (size_t)(n * nout) * sizeof(float));
+		for (int i = 0; i < 3; i++)
+			q4_mma(nullptr, false, Y, X, Q, SO, nullptr, n, nout, cols, 6, nullptr);
+		return cudaDeviceSynchronize() != cudaSuccess;
+	}
 	struct S {
 		int64_t n, rows, cols;
 		int group;
@@ -55,6 +136,8 @@ int main()
 	} shapes[] = {
 	    {1, 16, 2048, 64, false},   /* few, one row tile, 8 slices of 4 chunks */
 	    {3, 20, 576, 64, false},    /* 9 chunks in 8 uneven slices */
+	    {5, 300, 8192, 64, true},   /* 128 chunks, ids */
+	    {8, 50, 1024, 128, false},  /* 16 chunks, groups of 128, a partial row tile */
 	    {9, 34, 512, 128, true},    /* two token tiles a warp, groups of 128, ids */
 	    {20, 40, 2048, 64, false},  /* split by slices; whole: four token tiles a warp, the last part dead */
 	    {40, 150, 1024, 64, false}, /* split, 64 tokens a block: two row blocks (the last part dead) */
