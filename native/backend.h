@@ -316,6 +316,13 @@ struct vd_backend {
 	void (*norm_rope)(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x,
 	                  vd_tensor w, float eps, vd_tensor pos, int64_t heads,
 	                  int64_t head_dim, vd_tensor inv_freq);
+	/* router_coef: router (y from x), then AltUp's coefficients from it:
+	 * cy = y · cwᵀ, then cy = cy + add when has_add (linear's and ew
+	 * add_const's arithmetic, so their bits). */
+	void (*router_coef)(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
+	                    vd_tensor norm_w, vd_tensor w, int64_t dim, float eps,
+	                    float scale, vd_tensor cw, vd_tensor cy, float add,
+	                    int has_add);
 };
 
 /* vd_loop_rows: step t = iter[0] of a decode of n rows (a sequence each)

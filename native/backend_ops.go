@@ -159,6 +159,22 @@ func (s *Stream) RoPE(x, pos Tensor, heads, headDim int, invFreq Tensor) {
 	C.vdc_rope(s.be.t, s.s, x.t, pos.t, C.int64_t(heads), C.int64_t(headDim), invFreq.t)
 }
 
+// RouterCoef is Router (y from x), then the coefficients cy = Linear(y,
+// cw) and, when plus is set, cy + add (AddConst): one pass where the
+// backend fuses them, with those operations' bits.
+func (s *Stream) RouterCoef(y, f, x, normW, w Tensor, dim int, eps, scale float32, cw, cy Tensor, add float32, plus bool) {
+	if x.Rows() == 0 {
+		return
+	}
+	check(x.Cols() == dim && f.Rows() == x.Rows() && f.Cols() == dim && w.Cols() == dim && y.Rows() == x.Rows() &&
+		y.Cols() == w.Rows() && cw.Cols() == w.Rows() && cy.Rows() == x.Rows() && cy.Cols() == cw.Rows(), "Stream.RouterCoef: shapes differ")
+	has := C.int(0)
+	if plus {
+		has = 1
+	}
+	C.vdc_router_coef(s.be.t, s.s, y.t, f.t, x.t, normW.t, w.t, C.int64_t(dim), C.float(eps), C.float(scale), cw.t, cy.t, C.float(add), has)
+}
+
 // NormRoPE is RMSNorm of x's heads of headDim (scaled by w; nil: none),
 // then RoPE by pos (nil invFreq: none), in place, then, where to is
 // given, Scatter(to, x, idx): one pass, with those operations' bits.

@@ -604,6 +604,15 @@ static void cpu_norm_rope(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x,
 		cpu_scatter(s, y, v, idx);
 }
 
+static void cpu_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor norm_w, vd_tensor w,
+                            int64_t dim, float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add)
+{
+	cpu_router(s, y, f, x, norm_w, w, dim, eps, scale);
+	cpu_linear(s, cy, y, cw);
+	if (has_add)
+		cpu_ew(s, VD_EW_ADD_CONST, cy, cy, (vd_tensor){0}, add);
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -676,6 +685,7 @@ static vd_backend cpu = {
 	.loop_rows = cpu_loop_rows,
 	.loop_emit = cpu_loop_emit,
 	.norm_rope = cpu_norm_rope,
+	.router_coef = cpu_router_coef,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -89,3 +89,35 @@ func TestNormRoPE(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterCoef: the fused router and coefficients give Router, Linear
+// and AddConst's bits, with and without the added constant.
+func TestRouterCoef(t *testing.T) {
+	be := Default()
+	st, err := be.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := newRand(13)
+	const n, d, no, nc = 3, 256, 4, 16
+	x, nw, w, cw := randVec(r, n*d, 1), randVec(r, d, 1), randVec(r, no*d, 0.1), randVec(r, nc*no, 1)
+	for _, plus := range []bool{false, true} {
+		f := make([]float32, n*d)
+		y1, c1 := make([]float32, n*no), make([]float32, n*nc)
+		y2, c2 := make([]float32, n*no), make([]float32, n*nc)
+		st.RouterCoef(be.hostTensor(y1, n, no), be.hostTensor(f, n, d), be.hostTensor(x, n, d), be.hostTensor(nw, 1, d),
+			be.hostTensor(w, no, d), d, 1e-6, 1.0/d, be.hostTensor(cw, nc, no), be.hostTensor(c1, n, nc), 1, plus)
+		st.Router(be.hostTensor(y2, n, no), be.hostTensor(f, n, d), be.hostTensor(x, n, d), be.hostTensor(nw, 1, d),
+			be.hostTensor(w, no, d), d, 1e-6, 1.0/d)
+		st.Linear(be.hostTensor(c2, n, nc), be.hostTensor(y2, n, no), be.hostTensor(cw, nc, no))
+		if plus {
+			st.AddConst(be.hostTensor(c2, n, nc), be.hostTensor(c2, n, nc), 1)
+		}
+		if err := st.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		bitsEqual(t, "RouterCoef router", y1, y2)
+		bitsEqual(t, "RouterCoef coefficients", c1, c2)
+	}
+}

@@ -66,13 +66,14 @@ func (x *Exec) rescale(y, target, mag native.Tensor) {
 	x.st.ScaleRows(y, mag, D)
 }
 
-// modalities computes the AltUp router output tanh(router(norm(h)/D)) [n, 4].
-func (x *Exec) modalities(y *layerTensors, h native.Tensor, n int) native.Tensor {
+// coefs computes AltUp's coefficients out = modalities · wᵀ (+ 1 when
+// plus) from the router's output modalities tanh(router(norm(h)/D)) [n,
+// 4], in one operation.
+func (x *Exec) coefs(out native.Tensor, y *layerTensors, h, w native.Tensor, n int, plus bool) {
 	m, st := x.m, x.st
 	D := m.Cfg.HiddenSize
 	f, mod := x.f.Slice(0, n), x.mod.Slice(0, n)
-	st.Router(mod, f, h, y.routerNorm, y.router, D, float32(m.Cfg.RMSNormEps), 1/float32(D))
-	return mod
+	st.RouterCoef(mod, f, h, y.routerNorm, y.router, D, float32(m.Cfg.RMSNormEps), 1/float32(D), w, out, 1, plus)
 }
 
 // layer runs decoder layer i over the n rows of the streams H [4, n, D]
@@ -88,7 +89,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 
 	// AltUp predict.
 	coef := rows(x.coef)
-	st.Linear(coef, x.modalities(w, H.Slice(0, n), n), w.predCoefs)
+	x.coefs(coef, w, H.Slice(0, n), w.predCoefs, n, false)
 	st.AltUpPredict(pred, H, coef, n, D)
 	a := pred.Slice(0, n)
 	st.RMSNorm(an, a, w.inNorm, D, eps)
@@ -126,8 +127,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 
 	// AltUp correct.
 	corr := x.coef.Sub(0, n, 4)
-	st.Linear(corr, x.modalities(w, xa, n), w.corrCoefs)
-	st.AddConst(corr, corr, 1)
+	x.coefs(corr, w, xa, w.corrCoefs, n, true)
 	st.AltUpCorrect(H, pred, xa, corr, n, D)
 
 	// Per-layer input, added to streams 1..3.

@@ -1302,6 +1302,24 @@ __device__ __forceinline__ void router_out(float *y, const float *acc, float (*w
 	}
 }
 
+/* coef_tail: AltUp's coefficients from the router's outputs yr [nout] of
+ * a block's token (after every thread's write): cy[j] = yr · cw[j] as
+ * k_linear sums it (lane l's column l from 0, the shuffle tree), then
+ * + cadd when hasadd (ew add_const), warp w taking rows w, w + LW, ... */
+__device__ __forceinline__ void coef_tail(const float *yr, int64_t nout, const float *cw, float *cy, int64_t ncoef,
+                                          float cadd, int hasadd)
+{
+	__syncthreads();
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	float m = lane < nout ? yr[lane] : 0.0f;
+	for (int64_t j = wi; j < ncoef; j += blockDim.x >> 5) {
+		float acc = lane < nout ? fmaf(m, __ldg(cw + j * nout + lane), 0.0f) : 0.0f;
+		acc = warp_sum(acc);
+		if (lane == 0)
+			cy[j] = hasadd ? acc + cadd : acc;
+	}
+}
+
 /* k_router: AltUp's router for one token a block: the row normalised
  * (k_rmsnorm) and scaled in shared memory, then each of the nout outputs
  * summed as k_linear_small sums (warp w the w-th eighth of the columns,
@@ -1313,7 +1331,8 @@ __device__ __forceinline__ void router_out(float *y, const float *acc, float (*w
 #define ROUT_MAX 8
 
 __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const float *nw, const float *w,
-                                               int64_t nout, int64_t dim, float eps, float scale)
+                                               int64_t nout, int64_t dim, float eps, float scale, const float *cw,
+                                               float *cy, int64_t ncoef, float cadd, int hasadd)
 {
 	extern __shared__ float fx[];
 	__shared__ float red[32];
@@ -1368,6 +1387,8 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 					acc[r] = fmaf(xv, __ldg(w + r * dim + c), acc[r]);
 		}
 		router_out<ROUT_MAX>(y + t * nout, acc, wsum, nout);
+		if (cw)
+			coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
 		return;
 	}
 	for (int64_t r = 0; r < nout; r++) {
@@ -1388,6 +1409,8 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 			y[t * nout + r] = d_tanh(v);
 		}
 	}
+	if (cw)
+		coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
 }
 
 /* k_router_reg: k_router for at most RR_OUT outputs and rows of at most
@@ -1399,7 +1422,8 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 #define RR_J 12
 
 __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
-                                                   int64_t nout, int64_t dim, float eps, float scale)
+                                                   int64_t nout, int64_t dim, float eps, float scale, const float *cw,
+                                                   float *cy, int64_t ncoef, float cadd, int hasadd)
 {
 	__shared__ float red[32];
 	__shared__ float wsum[RR_OUT][LW];
@@ -1454,6 +1478,8 @@ __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, con
 					acc[r] = fmaf(xv, wr[j][r], acc[r]);
 		}
 	router_out<RR_OUT>(y + t * nout, acc, wsum, nout);
+	if (cw)
+		coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
 }
 
 /* k_scale_rows: x[r, i] *= sc[r] (sc) or w[i] (w). */
@@ -2736,26 +2762,49 @@ static void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_t
 
 /* c_router: one launch for an f32 router of at most SMALL_ROWS rows whose
  * row fits in shared memory; the four operations otherwise. */
+/* router_one: the router in one launch where it fits (and, cw given, its
+ * coefficients after it); false where it does not. */
+static bool router_one(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps,
+                       float scale, const float *cw, float *cy, int64_t ncoef, float cadd, int hasadd)
+{
+	int64_t n = x.rows;
+	bool reg = w.rows <= RR_OUT && ((dim + LW - 1) / LW + 31) / 32 <= RR_J;
+	if (!(w.dtype == VD_F32 && w.rows <= SMALL_ROWS && dim >= 32 * LW && dim * 4 <= 48 * 1024 && n <= 65535))
+		return false;
+	launch(s, reg ? k_router_reg : k_router, (unsigned)n, RB, (size_t)dim * sizeof(float), (float *)y.data,
+	       (const float *)x.data, (const float *)nw.data, (const float *)w.data, w.rows, dim, eps, scale, cw, cy, ncoef,
+	       cadd, hasadd);
+	launched(s);
+	return true;
+}
+
 static void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
                      float eps, float scale)
 {
 	ENTER(s);
-	int64_t n = x.rows;
-	if (n <= 0)
+	if (x.rows <= 0)
 		return;
-	bool reg = w.rows <= RR_OUT && ((dim + LW - 1) / LW + 31) / 32 <= RR_J;
-	if (w.dtype == VD_F32 && w.rows <= SMALL_ROWS && dim >= 32 * LW && dim * 4 <= 48 * 1024 && n <= 65535) {
-		launch(s, reg ? k_router_reg : k_router, (unsigned)n, RB, (size_t)dim * sizeof(float), (float *)y.data, (const float *)x.data,
-		                                                                  (const float *)nw.data,
-		                                                                  (const float *)w.data, w.rows, dim, eps,
-		                                                                  scale);
-		launched(s);
+	if (router_one(s, y, x, nw, w, dim, eps, scale, nullptr, nullptr, 0, 0.0f, 0))
 		return;
-	}
 	c_rmsnorm(s, f, x, nw, dim, eps);
 	c_ew(s, VD_EW_SCALE, f, f, vd_tensor{}, scale);
 	c_linear(s, y, f, w);
 	c_ew(s, VD_EW_TANH, y, y, vd_tensor{}, 0);
+}
+
+static void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
+                          float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add)
+{
+	ENTER(s);
+	if (x.rows <= 0)
+		return;
+	if (cw.dtype == VD_F32 && cw.cols == w.rows && w.rows <= 32 &&
+	    router_one(s, y, x, nw, w, dim, eps, scale, (const float *)cw.data, (float *)cy.data, cw.rows, add, has_add))
+		return;
+	c_router(s, y, f, x, nw, w, dim, eps, scale);
+	c_linear(s, cy, y, cw);
+	if (has_add)
+		c_ew(s, VD_EW_ADD_CONST, cy, cy, vd_tensor{}, add);
 }
 
 /* ---- the device and its limits ---- */
@@ -3297,6 +3346,7 @@ static vd_backend table_template()
 	t.loop_rows = c_loop_rows;
 	t.loop_emit = c_loop_emit;
 	t.norm_rope = c_norm_rope;
+	t.router_coef = c_router_coef;
 	t.grammar_bind = c_grammar_bind;
 	t.grammar_free = c_grammar_free;
 	t.catalog_init = c_catalog_init;

@@ -390,6 +390,34 @@ static void check_router()
 					first4.insert(first4.end(), y5.begin() + t * 5, y5.begin() + t * 5 + 4);
 				same(nm + " registers = shared row (k_router_reg = k_router)", all, first4);
 			}
+			/* router_coef: AltUp's 16 (prediction) and 4 (correction, + 1)
+			 * coefficients after the router, against the CPU and, on the
+			 * GPU, bit for bit against router, linear, add_const; five
+			 * outputs take k_router's tail */
+			for (int64_t no : {4, 5}) {
+				for (int64_t nc : {16, 4}) {
+					bool plus = nc == 4;
+					Pair WR2 = in(randf((size_t)(no * dim), -0.2f, 0.2f)), CW = in(randf((size_t)(nc * no), -1, 1));
+					Pair YA = out((size_t)(n * no * 4)), CA = out((size_t)(n * nc * 4)), YB = out((size_t)(n * no * 4)),
+					     CB = out((size_t)(n * nc * 4));
+					std::string nc_nm = nm + " router_coef " + std::to_string(no) + "x" + std::to_string(nc) + (plus ? " +1" : "");
+					if (run(nc_nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
+						    b->router_coef(st, T(YA, g, VD_F32, n, no), T(F, g, VD_F32, n, dim), T(X, g, VD_F32, n, dim),
+						                   T(NW, g, VD_F32, 1, dim), T(WR2, g, VD_F32, no, dim), dim, 1e-6f, 1.0f / dim,
+						                   T(CW, g, VD_F32, nc, no), T(CA, g, VD_F32, n, nc), 1.0f, plus);
+					    })) {
+						cmp(nc_nm + " (router)", YA, (size_t)(n * no), TOL_DOT);
+						cmp(nc_nm + " (coefficients)", CA, (size_t)(n * nc), TOL_DOT);
+					}
+					GPU->router(GS, T(YB, true, VD_F32, n, no), T(F, true, VD_F32, n, dim), T(X, true, VD_F32, n, dim),
+					            T(NW, true, VD_F32, 1, dim), T(WR2, true, VD_F32, no, dim), dim, 1e-6f, 1.0f / dim);
+					GPU->linear(GS, T(CB, true, VD_F32, n, nc), T(YB, true, VD_F32, n, no), T(CW, true, VD_F32, nc, no));
+					if (plus)
+						GPU->ew(GS, VD_EW_ADD_CONST, T(CB, true, VD_F32, n, nc), T(CB, true, VD_F32, n, nc), NIL(), 1.0f);
+					GPU->sync(GS);
+					same(nc_nm + " = router, linear, add_const", down_f(CA, (size_t)(n * nc)), down_f(CB, (size_t)(n * nc)));
+				}
+			}
 			free_all();
 		}
 	}
