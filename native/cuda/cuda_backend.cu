@@ -2798,7 +2798,12 @@ static void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, v
 	ENTER(s);
 	if (x.rows <= 0)
 		return;
-	if (cw.dtype == VD_F32 && cw.cols == w.rows && w.rows <= 32 &&
+	/* VERDICT_ROUTER_COEF=0: the three operations apart, for comparisons */
+	static const bool fuse = [] {
+		const char *e = getenv("VERDICT_ROUTER_COEF");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	if (fuse && cw.dtype == VD_F32 && cw.cols == w.rows && w.rows <= 32 &&
 	    router_one(s, y, x, nw, w, dim, eps, scale, (const float *)cw.data, (float *)cy.data, cw.rows, add, has_add))
 		return;
 	c_router(s, y, f, x, nw, w, dim, eps, scale);
