@@ -121,3 +121,53 @@ func TestRouterCoef(t *testing.T) {
 		bitsEqual(t, "RouterCoef coefficients", c1, c2)
 	}
 }
+
+// TestFusedRowOps: NormAddNorm, NormAddTo and AltUpPredictNorm give the
+// bits of the operations they stand for.
+func TestFusedRowOps(t *testing.T) {
+	be := Default()
+	st, err := be.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := newRand(21)
+	const n, d = 3, 128
+	h := func(x []float32, rows int) Tensor { return be.hostTensor(x, rows, d) }
+	x0, a, b, w, w2 := randVec(r, n*d, 1), randVec(r, n*d, 1), randVec(r, n*d, 1), randVec(r, d, 1), randVec(r, d, 1)
+	sync := func() {
+		if err := st.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NormAddNorm
+	x1, y1, z1 := slices.Clone(x0), make([]float32, n*d), make([]float32, n*d)
+	x2, y2, z2 := slices.Clone(x0), make([]float32, n*d), make([]float32, n*d)
+	st.NormAddNorm(h(y1, n), h(x1, n), be.hostTensor(w, 1, d), h(a, n), h(b, n), d, 1e-6, 0.7, h(z1, n), be.hostTensor(w2, 1, d))
+	st.NormAdd(h(y2, n), h(x2, n), be.hostTensor(w, 1, d), h(a, n), h(b, n), d, 1e-6, 0.7)
+	st.RMSNorm(h(z2, n), h(y2, n), be.hostTensor(w2, 1, d), d, 1e-6)
+	sync()
+	bitsEqual(t, "NormAddNorm y", y1, y2)
+	bitsEqual(t, "NormAddNorm z", z1, z2)
+	bitsEqual(t, "NormAddNorm x", x1, x2)
+	// NormAddTo over 3 copies
+	ys := randVec(r, 3*n*d, 1)
+	x1, x2 = slices.Clone(x0), slices.Clone(x0)
+	yA, yB := slices.Clone(ys), slices.Clone(ys)
+	st.NormAddTo(h(yA, 3*n), h(x1, n), be.hostTensor(w, 1, d), d, 1e-6, 3)
+	st.NormAdd(h(yB[:n*d], n), h(x2, n), be.hostTensor(w, 1, d), h(yB[:n*d], n), Tensor{}, d, 1e-6, 0)
+	for k := 1; k < 3; k++ {
+		st.Add(h(yB[k*n*d:(k+1)*n*d], n), h(yB[k*n*d:(k+1)*n*d], n), h(x2, n))
+	}
+	sync()
+	bitsEqual(t, "NormAddTo", yA, yB)
+	// AltUpPredictNorm
+	hs, coef := randVec(r, 4*n*d, 1), randVec(r, 16*n, 0.3)
+	pA, pB, anA, anB := make([]float32, 4*n*d), make([]float32, 4*n*d), make([]float32, n*d), make([]float32, n*d)
+	st.AltUpPredictNorm(h(pA, 4*n), h(hs, 4*n), be.hostTensor(coef, n, 16), n, d, h(anA, n), be.hostTensor(w, 1, d), 1e-6)
+	st.AltUpPredict(h(pB, 4*n), h(hs, 4*n), be.hostTensor(coef, n, 16), n, d)
+	st.RMSNorm(h(anB, n), h(pB[:n*d], n), be.hostTensor(w, 1, d), d, 1e-6)
+	sync()
+	bitsEqual(t, "AltUpPredictNorm pred", pA, pB)
+	bitsEqual(t, "AltUpPredictNorm an", anA, anB)
+}

@@ -90,9 +90,8 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	// AltUp predict.
 	coef := rows(x.coef)
 	x.coefs(coef, w, H.Slice(0, n), w.predCoefs, n, false)
-	st.AltUpPredict(pred, H, coef, n, D)
+	st.AltUpPredictNorm(pred, H, coef, n, D, an, w.inNorm, eps)
 	a := pred.Slice(0, n)
-	st.RMSNorm(an, a, w.inNorm, D, eps)
 
 	// Laurel: an + norm(right(left(an))).
 	lr := rows(x.lr)
@@ -103,12 +102,10 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	// Attention.
 	x.attention(i, y, w, n)
 	st.Linear(o, x.att.Slice(0, n), w.o)
-	st.NormAdd(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2))
-
-	// MLP.
+	// MLP, from f = norm(xa).
 	I := y.inter
 	f := rows(x.f)
-	st.RMSNorm(f, xa, w.preFFNorm, D, eps)
+	st.NormAddNorm(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2), f, w.preFFNorm)
 	g, u := x.g.Sub(0, n, I), x.u.Sub(0, n, I)
 	d := rows(x.d)
 	st.Linear(g, f, w.gate)
@@ -140,10 +137,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.Linear(pg, d, w.pleGate)
 	st.GeluMul(pg, pg, ple)
 	st.Linear(o, pg, w.pleProj)
-	h1 := H.Slice(n, 2*n)
-	st.NormAdd(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0)
-	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's rows alike
-	st.AddRep(h23, h23, o)
+	st.NormAddTo(H.Slice(n, 4*n), o, w.postPLENorm, D, eps, 3)
 }
 
 // attention computes layer i's queries (and, for layers with their own,
