@@ -323,20 +323,6 @@ struct vd_backend {
 	                    vd_tensor norm_w, vd_tensor w, int64_t dim, float eps,
 	                    float scale, vd_tensor cw, vd_tensor cy, float add,
 	                    int has_add);
-	/* norm_add_norm: norm_add (y, x, w, a, b, dim, eps, c), then
-	 * z = rmsnorm(y)·w2 (w2.data NULL: none), one pass a row. */
-	void (*norm_add_norm)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
-	                      vd_tensor a, vd_tensor b, int64_t dim, float eps,
-	                      float c, vd_tensor z, vd_tensor w2);
-	/* norm_add_to: x = rmsnorm(x)·w in place, then y_k = y_k + x for each
-	 * of the copies blocks y_k of y [copies·rows, dim] (x [rows, dim]). */
-	void (*norm_add_to)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
-	                    int64_t dim, float eps, int64_t copies);
-	/* altup_predict_norm: altup_predict (pred, h, coef, n, d), then
-	 * an = rmsnorm(pred's first n rows)·w, one pass a row. */
-	void (*altup_predict_norm)(vd_stream *s, vd_tensor pred, vd_tensor h,
-	                           vd_tensor coef, int64_t n, int64_t d,
-	                           vd_tensor an, vd_tensor w, float eps);
 };
 
 /* vd_loop_rows: step t = iter[0] of a decode of n rows (a sequence each)

@@ -53,9 +53,6 @@ static inline void vdc_loop_while(vd_backend *b, vd_stream *s, vd_tensor c, vd_t
 static inline void vdc_loop_rows(vd_backend *b, vd_stream *s, vd_loop_rows r) { b->loop_rows(s, &r); }
 static inline void vdc_loop_emit(vd_backend *b, vd_stream *s, vd_loop_emit e) { b->loop_emit(s, &e); }
 static inline void vdc_router_coef(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps, float sc, vd_tensor cw, vd_tensor cy, float add, int has) { b->router_coef(s, y, f, x, nw, w, dim, eps, sc, cw, cy, add, has); }
-static inline void vdc_norm_add_norm(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor bb, int64_t dim, float eps, float c, vd_tensor z, vd_tensor w2) { b->norm_add_norm(s, y, x, w, a, bb, dim, eps, c, z, w2); }
-static inline void vdc_norm_add_to(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, int64_t dim, float eps, int64_t k) { b->norm_add_to(s, y, x, w, dim, eps, k); }
-static inline void vdc_altup_predict_norm(vd_backend *b, vd_stream *s, vd_tensor p, vd_tensor h, vd_tensor c, int64_t n, int64_t d, vd_tensor an, vd_tensor w, float eps) { b->altup_predict_norm(s, p, h, c, n, d, an, w, eps); }
 static inline void vdc_norm_rope(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tensor w, float eps, vd_tensor pos, int64_t h, int64_t hd, vd_tensor f) { b->norm_rope(s, y, idx, x, w, eps, pos, h, hd, f); }
 static inline void vdc_pointwise(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->pointwise(s, y, x, w); }
 static inline void vdc_conv2d(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, vd_conv g) { b->conv2d(s, y, x, w, bias, &g); }

@@ -335,40 +335,6 @@ func (s *Stream) NormAdd(y, x, w, a, b Tensor, dim int, eps, c float32) {
 	C.vdc_norm_add(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, C.int64_t(dim), C.float(eps), C.float(c))
 }
 
-// NormAddNorm is NormAdd(y, x, w, a, b, dim, eps, c) then RMSNorm(z, y,
-// w2, dim, eps): one pass a row, with their bits.
-func (s *Stream) NormAddNorm(y, x, w, a, b Tensor, dim int, eps, c float32, z, w2 Tensor) {
-	if x.Len() == 0 {
-		return
-	}
-	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && a.Len() >= y.Len() && (b.Nil() || b.Len() >= y.Len()) &&
-		(w.Nil() || w.Len() >= dim) && z.Len() == y.Len() && (w2.Nil() || w2.Len() >= dim), "Stream.NormAddNorm: shapes differ")
-	C.vdc_norm_add_norm(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, C.int64_t(dim), C.float(eps), C.float(c), z.t, w2.t)
-}
-
-// NormAddTo normalises x in place (RMSNorm by w) and adds it to each of
-// the copies blocks of y [copies·rows, dim]: NormAdd(y_k, x, w, y_k, …)
-// for the first block and Add for the others, with their bits.
-func (s *Stream) NormAddTo(y, x, w Tensor, dim int, eps float32, copies int) {
-	if x.Len() == 0 || copies == 0 {
-		return
-	}
-	check(dim > 0 && x.Len()%dim == 0 && copies > 0 && y.Len() == copies*x.Len() && (w.Nil() || w.Len() >= dim),
-		"Stream.NormAddTo: shapes differ")
-	C.vdc_norm_add_to(s.be.t, s.s, y.t, x.t, w.t, C.int64_t(dim), C.float(eps), C.int64_t(copies))
-}
-
-// AltUpPredictNorm is AltUpPredict(pred, h, coef, n, d), then RMSNorm(an,
-// pred's first n rows, w, d, eps): one pass a token, with their bits.
-func (s *Stream) AltUpPredictNorm(pred, h, coef Tensor, n, d int, an, w Tensor, eps float32) {
-	if n == 0 {
-		return
-	}
-	check(pred.Len() >= 4*n*d && h.Len() >= 4*n*d && coef.Len() >= 16*n && an.Len() >= n*d && (w.Nil() || w.Len() >= d),
-		"Stream.AltUpPredictNorm: shapes differ")
-	C.vdc_altup_predict_norm(s.be.t, s.s, pred.t, h.t, coef.t, C.int64_t(n), C.int64_t(d), an.t, w.t, C.float(eps))
-}
-
 // Router is RMSNorm(f, x, normW, dim, eps), Scale(f, f, scale), Linear(y,
 // f, w) and Tanh(y, y): AltUp's router, one operation where the backend
 // fuses them. f [x.Rows(), dim] is scratch.

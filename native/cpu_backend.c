@@ -613,31 +613,6 @@ static void cpu_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
 		cpu_ew(s, VD_EW_ADD_CONST, cy, cy, (vd_tensor){0}, add);
 }
 
-static void cpu_norm_add_norm(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b,
-                              int64_t dim, float eps, float c, vd_tensor z, vd_tensor w2)
-{
-	cpu_norm_add(s, y, x, w, a, b, dim, eps, c);
-	cpu_rmsnorm(s, z, y, w2, dim, eps);
-}
-
-static void cpu_norm_add_to(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, int64_t dim, float eps,
-                            int64_t copies)
-{
-	cpu_rmsnorm(s, x, x, w, dim, eps);
-	int64_t m = elems(x);
-	for (int64_t k = 0; k < copies; k++)
-		vk_add((float *)y.data + k * m, (const float *)y.data + k * m, x.data, m);
-}
-
-static void cpu_altup_predict_norm(vd_stream *s, vd_tensor pred, vd_tensor h, vd_tensor coef, int64_t n, int64_t d,
-                                   vd_tensor an, vd_tensor w, float eps)
-{
-	cpu_altup_predict(s, pred, h, coef, n, d);
-	vd_tensor p0 = pred;
-	p0.rows = n, p0.cols = d;
-	cpu_rmsnorm(s, an, p0, w, d, eps);
-}
-
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -711,9 +686,6 @@ static vd_backend cpu = {
 	.loop_emit = cpu_loop_emit,
 	.norm_rope = cpu_norm_rope,
 	.router_coef = cpu_router_coef,
-	.norm_add_norm = cpu_norm_add_norm,
-	.norm_add_to = cpu_norm_add_to,
-	.altup_predict_norm = cpu_altup_predict_norm,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -90,8 +90,9 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	// AltUp predict.
 	coef := rows(x.coef)
 	x.coefs(coef, w, H.Slice(0, n), w.predCoefs, n, false)
-	st.AltUpPredictNorm(pred, H, coef, n, D, an, w.inNorm, eps)
+	st.AltUpPredict(pred, H, coef, n, D)
 	a := pred.Slice(0, n)
+	st.RMSNorm(an, a, w.inNorm, D, eps)
 
 	// Laurel: an + norm(right(left(an))).
 	lr := rows(x.lr)
@@ -102,10 +103,12 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	// Attention.
 	x.attention(i, y, w, n)
 	st.Linear(o, x.att.Slice(0, n), w.o)
-	// MLP, from f = norm(xa).
+	st.NormAdd(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2))
+
+	// MLP.
 	I := y.inter
 	f := rows(x.f)
-	st.NormAddNorm(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2), f, w.preFFNorm)
+	st.RMSNorm(f, xa, w.preFFNorm, D, eps)
 	g, u := x.g.Sub(0, n, I), x.u.Sub(0, n, I)
 	d := rows(x.d)
 	st.Linear(g, f, w.gate)
@@ -137,7 +140,10 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.Linear(pg, d, w.pleGate)
 	st.GeluMul(pg, pg, ple)
 	st.Linear(o, pg, w.pleProj)
-	st.NormAddTo(H.Slice(n, 4*n), o, w.postPLENorm, D, eps, 3)
+	h1 := H.Slice(n, 2*n)
+	st.NormAdd(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0)
+	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's rows alike
+	st.AddRep(h23, h23, o)
 }
 
 // attention computes layer i's queries (and, for layers with their own,

@@ -1278,109 +1278,6 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 	}
 }
 
-/* k_norm_add_norm: k_norm_add, then k_rmsnorm of its y row into z: the
- * row's elements stay with the threads that wrote them, summed in
- * k_rmsnorm's order (a thread's elements i0 + u·RB in turn). */
-__global__ void k_norm_add_norm(float *y, float *x, const float *w, const float *a, const float *b, int64_t dim,
-                                float eps, float c, float *z, const float *w2)
-{
-	__shared__ float red[32];
-	pdl_wait();
-	pdl_launch();
-	int64_t r = blockIdx.x;
-	float *xr = x + r * dim, *yr = y + r * dim, *zr = z + r * dim;
-	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
-	float v[RN], wv[RN], av[RN], bv[RN];
-	int64_t i0 = threadIdx.x;
-#pragma unroll
-	for (int u = 0; u < RN; u++) {
-		int64_t i = i0 + (int64_t)u * RB;
-		v[u] = i < dim ? xr[i] : 0.0f;
-		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
-		av[u] = i < dim ? ar[i] : 0.0f;
-		bv[u] = br && i < dim ? br[i] : 0.0f;
-	}
-	float acc = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++)
-		if (i0 + (int64_t)u * RB < dim)
-			acc = fmaf(v[u], v[u], acc);
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-		acc = fmaf(xr[i], xr[i], acc);
-	float ss = block_sum(acc, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
-	float acc2 = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++) {
-		int64_t i = i0 + (int64_t)u * RB;
-		if (i < dim) {
-			float xn = w ? (v[u] * inv) * wv[u] : v[u] * inv;
-			xr[i] = xn;
-			float o = av[u] + xn;
-			if (br)
-				o = (o + bv[u]) * c;
-			yr[i] = o;
-			v[u] = o;
-			acc2 = fmaf(o, o, acc2);
-		}
-	}
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
-		float xn = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
-		xr[i] = xn;
-		float o = ar[i] + xn;
-		if (br)
-			o = (o + br[i]) * c;
-		yr[i] = o;
-		acc2 = fmaf(o, o, acc2);
-	}
-	float ss2 = block_sum(acc2, red);
-	float inv2 = (float)(1.0 / sqrt((double)(ss2 / (float)dim + eps)));
-#pragma unroll
-	for (int u = 0; u < RN; u++) {
-		int64_t i = i0 + (int64_t)u * RB;
-		if (i < dim)
-			zr[i] = w2 ? (v[u] * inv2) * __ldg(w2 + i) : v[u] * inv2;
-	}
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-		zr[i] = w2 ? (yr[i] * inv2) * w2[i] : yr[i] * inv2;
-}
-
-/* k_norm_add_to: k_norm_add with a = y for each of copies blocks of y
- * (y_k = y_k + xn, the row normalised once). */
-__global__ void k_norm_add_to(float *y, float *x, const float *w, int64_t rows, int64_t dim, float eps, int64_t copies)
-{
-	__shared__ float red[32];
-	pdl_wait();
-	pdl_launch();
-	int64_t r = blockIdx.x;
-	float *xr = x + r * dim;
-	float v[RN], wv[RN];
-	int64_t i0 = threadIdx.x;
-#pragma unroll
-	for (int u = 0; u < RN; u++) {
-		int64_t i = i0 + (int64_t)u * RB;
-		v[u] = i < dim ? xr[i] : 0.0f;
-		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
-	}
-	float acc = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++)
-		if (i0 + (int64_t)u * RB < dim)
-			acc = fmaf(v[u], v[u], acc);
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-		acc = fmaf(xr[i], xr[i], acc);
-	float ss = block_sum(acc, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
-	for (int64_t i = i0, u = 0; i < dim; i += RB, u++) {
-		float xn = u < RN ? (w ? (v[u] * inv) * wv[u] : v[u] * inv) : (w ? (xr[i] * inv) * w[i] : xr[i] * inv);
-		xr[i] = xn;
-		for (int64_t k = 0; k < copies; k++) {
-			float *yk = y + (k * rows + r) * dim;
-			yk[i] = yk[i] + xn;
-		}
-	}
-}
-
 /* router_out: a router block's outputs from each lane's accumulators acc
  * (one an output): each warp's sum by the shuffle tree, then thread r adds
  * output r's warp sums in warp order and writes tanh of it to y[r]. */
@@ -1761,46 +1658,6 @@ __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
 	}
 	for (int j = 0; j < 4; j++)
 		pred[j * nd + e] = o[j];
-}
-
-/* k_altup_predict_norm: k_altup_predict over a block a token (thread i0's
- * elements i0 + u·RB), then k_rmsnorm of stream 0's row into an, in its
- * order. */
-__global__ void k_altup_predict_norm(float *pred, const float *h, const float *coef, int64_t n, int64_t d, float *an,
-                                     const float *w, float eps)
-{
-	__shared__ float red[32];
-	pdl_wait();
-	pdl_launch();
-	int64_t t = blockIdx.x, nd = n * d;
-	float p0[RN];
-	float acc = 0.0f;
-	int64_t i0 = threadIdx.x;
-	for (int64_t i = i0, u = 0; i < d; i += RB, u++) {
-		int64_t e = t * d + i;
-		float h0 = h[e], h1 = h[nd + e], h2 = h[2 * nd + e], h3 = h[3 * nd + e];
-		float hv[4] = {h0, h1, h2, h3}, o[4];
-		for (int j = 0; j < 4; j++) {
-			const float *a = coef + t * 16 + 4 * j;
-			float s = hv[j];
-			s = s + a[0] * h0;
-			s = s + a[1] * h1;
-			s = s + a[2] * h2;
-			s = s + a[3] * h3;
-			o[j] = s;
-		}
-		for (int j = 0; j < 4; j++)
-			pred[j * nd + e] = o[j];
-		if (u < RN)
-			p0[u] = o[0];
-		acc = fmaf(o[0], o[0], acc);
-	}
-	float ss = block_sum(acc, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-	for (int64_t i = i0, u = 0; i < d; i += RB, u++) {
-		float x = u < RN ? p0[u] : pred[t * d + i];
-		an[t * d + i] = w ? (x * inv) * __ldg(w + i) : x * inv;
-	}
 }
 
 __global__ void k_altup_correct(float *out, const float *pred, const float *act,
@@ -3291,40 +3148,6 @@ static void c_loop_emit(vd_stream *s, const vd_loop_emit *e)
 	check(s, cudaGetLastError());
 }
 
-static void c_norm_add_norm(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b,
-                            int64_t dim, float eps, float c, vd_tensor z, vd_tensor w2)
-{
-	ENTER(s);
-	int64_t rows = elems(x) / dim;
-	if (rows <= 0)
-		return;
-	launch(s, k_norm_add_norm, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
-	       (const float *)a.data, (const float *)b.data, dim, eps, c, (float *)z.data, (const float *)w2.data);
-	launched(s);
-}
-
-static void c_norm_add_to(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, int64_t dim, float eps, int64_t copies)
-{
-	ENTER(s);
-	int64_t rows = elems(x) / dim;
-	if (rows <= 0)
-		return;
-	launch(s, k_norm_add_to, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data, rows, dim,
-	       eps, copies);
-	launched(s);
-}
-
-static void c_altup_predict_norm(vd_stream *s, vd_tensor pred, vd_tensor h, vd_tensor coef, int64_t n, int64_t d,
-                                 vd_tensor an, vd_tensor w, float eps)
-{
-	ENTER(s);
-	if (n * d <= 0)
-		return;
-	launch(s, k_altup_predict_norm, (unsigned)n, RB, 0, (float *)pred.data, (const float *)h.data,
-	       (const float *)coef.data, n, d, (float *)an.data, (const float *)w.data, eps);
-	launched(s);
-}
-
 static void c_norm_rope(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tensor w, float eps,
                         vd_tensor pos, int64_t heads, int64_t head_dim, vd_tensor inv_freq)
 {
@@ -3529,9 +3352,6 @@ static vd_backend table_template()
 	t.loop_emit = c_loop_emit;
 	t.norm_rope = c_norm_rope;
 	t.router_coef = c_router_coef;
-	t.norm_add_norm = c_norm_add_norm;
-	t.norm_add_to = c_norm_add_to;
-	t.altup_predict_norm = c_altup_predict_norm;
 	t.grammar_bind = c_grammar_bind;
 	t.grammar_free = c_grammar_free;
 	t.catalog_init = c_catalog_init;

@@ -576,43 +576,6 @@ static void check_rows()
 			cmp("norm_add in place" + sfx, NA, n, TOL_DOT);
 			cmp("norm_add with b" + sfx, NY, n, TOL_DOT);
 		}
-		/* the fused row operations: against the CPU, and on the GPU bit
-		 * for bit against the operations they stand for */
-		{
-			auto x0 = randf(n, -3, 3), a0 = randf(n), b0 = randf(n), y0 = randf(3 * n);
-			Pair FX = in(x0), FA = in(a0), FB = in(b0), FY = out(n * 4), FZ = out(n * 4), W2 = in(randf((size_t)dim, 0.5f, 1.5f));
-			if (run("norm_add_norm", [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->norm_add_norm(st, T(FY, g, VD_F32, rows, dim), T(FX, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim),
-				                     T(FA, g, VD_F32, rows, dim), T(FB, g, VD_F32, rows, dim), dim, 1e-6f, 0.7071f,
-				                     T(FZ, g, VD_F32, rows, dim), T(W2, g, VD_F32, 1, dim));
-			    })) {
-				cmp("norm_add_norm y" + sfx, FY, n, TOL_DOT);
-				cmp("norm_add_norm z" + sfx, FZ, n, TOL_DOT);
-			}
-			Pair GX = in(x0), GY = out(n * 4), GZ = out(n * 4);
-			GPU->norm_add(GS, T(GY, true, VD_F32, rows, dim), T(GX, true, VD_F32, rows, dim), T(W, true, VD_F32, 1, dim),
-			              T(FA, true, VD_F32, rows, dim), T(FB, true, VD_F32, rows, dim), dim, 1e-6f, 0.7071f);
-			GPU->rmsnorm(GS, T(GZ, true, VD_F32, rows, dim), T(GY, true, VD_F32, rows, dim), T(W2, true, VD_F32, 1, dim), dim,
-			             1e-6f);
-			GPU->sync(GS);
-			same("norm_add_norm = norm_add, rmsnorm" + sfx, down_f(FZ, n), down_f(GZ, n));
-			same("norm_add_norm y = norm_add" + sfx, down_f(FY, n), down_f(GY, n));
-			Pair TX = in(x0), TY = in(y0), UX = in(x0), UY = in(y0);
-			if (run("norm_add_to", [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->norm_add_to(st, T(TY, g, VD_F32, 3 * rows, dim), T(TX, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim),
-				                   dim, 1e-6f, 3);
-			    }))
-				cmp("norm_add_to (3 copies)" + sfx, TY, 3 * n, TOL_DOT);
-			vd_tensor u0 = T(UY, true, VD_F32, rows, dim);
-			GPU->norm_add(GS, u0, T(UX, true, VD_F32, rows, dim), T(W, true, VD_F32, 1, dim), u0, vd_tensor{}, dim, 1e-6f, 0);
-			for (int k = 1; k < 3; k++) {
-				vd_tensor uk = u0;
-				uk.data = (float *)UY.g + k * n;
-				GPU->ew(GS, VD_EW_ADD, uk, uk, T(UX, true, VD_F32, rows, dim), 0);
-			}
-			GPU->sync(GS);
-			same("norm_add_to = norm_add, add, add" + sfx, down_f(TY, 3 * n), down_f(UY, 3 * n));
-		}
 		Pair L = out((size_t)rows * 4);
 		Pair XL = in(randf(n, -20, 20));
 		if (run("logsumexp", [&](vd_backend *b, vd_stream *st, bool g) {
@@ -743,22 +706,6 @@ static void check_rope_altup()
 	int64_t n = 6, d = 2048;
 	size_t m = (size_t)(4 * n * d);
 	Pair H = in(randf(m)), C = in(randf((size_t)(16 * n))), PR = out(m * 4);
-	{ /* altup_predict_norm: against the CPU, and = altup_predict, rmsnorm on the GPU */
-		Pair P2 = out(m * 4), AN = out((size_t)(n * d) * 4), P3 = out(m * 4), AN3 = out((size_t)(n * d) * 4),
-		     WN = in(randf((size_t)d, 0.5f, 1.5f));
-		if (run("altup_predict_norm", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->altup_predict_norm(st, T(P2, g, VD_F32, 4 * n, d), T(H, g, VD_F32, 4 * n, d), T(C, g, VD_F32, n, 16), n, d,
-			                          T(AN, g, VD_F32, n, d), T(WN, g, VD_F32, 1, d), 1e-6f);
-		    })) {
-			cmp("altup_predict_norm pred", P2, m, TOL_EW);
-			cmp("altup_predict_norm an", AN, (size_t)(n * d), TOL_DOT);
-		}
-		GPU->altup_predict(GS, T(P3, true, VD_F32, 4 * n, d), T(H, true, VD_F32, 4 * n, d), T(C, true, VD_F32, n, 16), n, d);
-		GPU->rmsnorm(GS, T(AN3, true, VD_F32, n, d), T(P3, true, VD_F32, n, d), T(WN, true, VD_F32, 1, d), d, 1e-6f);
-		GPU->sync(GS);
-		same("altup_predict_norm = altup_predict, rmsnorm", down_f(AN, (size_t)(n * d)), down_f(AN3, (size_t)(n * d)));
-		same("altup_predict_norm pred = altup_predict", down_f(P2, m), down_f(P3, m));
-	}
 	if (run("altup_predict", [&](vd_backend *b, vd_stream *st, bool g) {
 		    b->altup_predict(st, T(PR, g, VD_F32, 4 * n, d), T(H, g, VD_F32, 4 * n, d), T(C, g, VD_F32, n, 16), n, d);
 	    }))
