@@ -71,29 +71,26 @@ func (m *Model) bindPLE(be *native.Backend, place PLEPlace) error {
 			return nil
 		}
 	}
+	// The whole table bound as stored: bf16 from the mapped checkpoint, and
+	// float32 on the host's backend, which binds in place (no copy where
+	// the mapped checkpoint is aligned).
+	var whole native.Matrix
 	if dt == "BF16" {
-		raw, err := m.store.BF16(m.pleName)
-		if err == nil {
-			t, err := m.bound.Matrix(native.NewBF16(V, LP, raw[:V*LP]))
-			if err != nil {
-				return m.pleRefused(place, size, err)
-			}
-			m.ple = t
-			return nil
+		if raw, err := m.store.BF16(m.pleName); err == nil {
+			whole = native.NewBF16(V, LP, raw[:V*LP])
+		}
+	} else if _, dev := be.Info(); !dev && dt == "F32" {
+		if w, err := m.store.Float32(m.pleName); err == nil {
+			whole = native.NewF32(V, LP, w[:V*LP])
 		}
 	}
-	if _, dev := be.Info(); !dev && dt == "F32" {
-		// The host's backend binds in place: no copy where the mapped
-		// checkpoint is aligned.
-		w, err := m.store.Float32(m.pleName)
-		if err == nil {
-			t, err := m.bound.Matrix(native.NewF32(V, LP, w[:V*LP]))
-			if err != nil {
-				return m.pleRefused(place, size, err)
-			}
-			m.ple = t
-			return nil
+	if whole.Rows > 0 {
+		t, err := m.bound.Matrix(whole)
+		if err != nil {
+			return m.pleRefused(place, size, err)
 		}
+		m.ple = t
+		return nil
 	}
 	ar, err := be.NewArena(native.ArenaBytes(V * LP))
 	if err != nil {

@@ -108,6 +108,24 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	c.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
 	input := prompt
+	// take records a chosen token and streams it; it reports whether
+	// generation ends here (a stop token) and emit's error.
+	take := func(id int32) (bool, error) {
+		res.IDs = append(res.IDs, id)
+		if len(res.IDs) == 1 {
+			res.FirstToken = time.Since(start)
+		}
+		if emit != nil {
+			if err := emit(Token{Index: len(res.IDs) - 1, ID: id}); err != nil {
+				res.Total = time.Since(start)
+				return true, err
+			}
+		}
+		if s.stop[id] {
+			res.Stopped = true
+		}
+		return res.Stopped, nil
+	}
 	loops := opt.Temperature == 0 && len(opt.Stop) <= maxStops && !loopsOff &&
 		(x.GreedyLoops() || loopsAlways && m.PLEResident())
 	for len(res.IDs) < opt.MaxTokens {
@@ -122,19 +140,13 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 			if err != nil {
 				return res, err
 			}
+			stop := false
 			for _, id := range toks[0] {
-				res.IDs = append(res.IDs, id)
-				if emit != nil {
-					if err := emit(Token{Index: len(res.IDs) - 1, ID: id}); err != nil {
-						res.Total = time.Since(start)
-						return res, err
-					}
-				}
-				if s.stop[id] {
-					res.Stopped = true
+				if stop, err = take(id); err != nil {
+					return res, err
 				}
 			}
-			if res.Stopped {
+			if stop {
 				break
 			}
 			s.one[0] = res.IDs[len(res.IDs)-1]
@@ -175,18 +187,10 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 		if err != nil {
 			return res, err
 		}
-		res.IDs = append(res.IDs, id)
-		if len(res.IDs) == 1 {
-			res.FirstToken = time.Since(start)
-		}
-		if emit != nil {
-			if err := emit(Token{Index: len(res.IDs) - 1, ID: id}); err != nil {
-				res.Total = time.Since(start)
+		if stop, err := take(id); err != nil || stop {
+			if err != nil {
 				return res, err
 			}
-		}
-		if s.stop[id] {
-			res.Stopped = true
 			break
 		}
 		s.one[0] = id
