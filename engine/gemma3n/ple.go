@@ -133,10 +133,14 @@ func (m *Model) pleRefused(place PLEPlace, size int64, err error) error {
 // model's backend.
 func (m *Model) PLEResident() bool { return !m.ple.Nil() }
 
-// PLEBytes reports the bytes the resident per-layer table takes (0 when it
-// stays on the host).
+// PLEBytes reports the device memory the resident per-layer table takes
+// (0 when it stays on the host, or the backend is the host's, where it is
+// the mapped checkpoint either way).
 func (m *Model) PLEBytes() int64 {
 	if m.ple.Nil() {
+		return 0
+	}
+	if _, dev := m.be.Info(); !dev {
 		return 0
 	}
 	n := int64(m.ple.Len()) * 4
