@@ -102,8 +102,9 @@ func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decod
 	return r, nil
 }
 
-// loopChunk is the tokens a device loop of DecodeBatch decodes a run.
-const loopChunk = 16
+// loopChunk is the tokens a device loop of DecodeBatch decodes a run:
+// generation's.
+const loopChunk = gemma3n.GreedyChunk
 
 // DecodeBatch measures greedy decoding of seqs sequences at once after a
 // shared prompt of promptTokens: each step is one pass over seqs rows and

@@ -7,8 +7,12 @@ import (
 	"verdict/native"
 )
 
-// maxStops bounds the stop tokens of a greedy loop.
-const maxStops = 64
+// MaxStops bounds the stop tokens of a greedy loop.
+const MaxStops = 64
+
+// GreedyChunk is the tokens a greedy device loop decodes a run, for its
+// callers (generation, the benchmarks) to share one recorded shape.
+const GreedyChunk = 16
 
 // greedyBody names the greedy loop's body among the recorded loops.
 type greedyBody struct{}
@@ -21,8 +25,7 @@ func (x *Exec) GreedyLoops() bool {
 	if graphsOff || x.loop.noLoops || !x.m.PLEResident() {
 		return false
 	}
-	_, dev := x.m.be.Info()
-	return dev
+	return x.m.onDevice
 }
 
 // DecodeGreedy decodes up to steps tokens of each of caches greedily: row
@@ -38,8 +41,8 @@ func (x *Exec) DecodeGreedy(caches []*Cache, next []int32, steps int, stop []int
 	switch {
 	case len(next) != n:
 		return nil, fmt.Errorf("gemma3n: DecodeGreedy: %d first tokens for %d sequences", len(next), n)
-	case len(stop) > maxStops:
-		return nil, fmt.Errorf("gemma3n: DecodeGreedy: %d stop tokens, at most %d", len(stop), maxStops)
+	case len(stop) > MaxStops:
+		return nil, fmt.Errorf("gemma3n: DecodeGreedy: %d stop tokens, at most %d", len(stop), MaxStops)
 	case n > headRows:
 		return nil, fmt.Errorf("gemma3n: DecodeGreedy: %d sequences, at most %d", n, headRows)
 	}
@@ -56,7 +59,7 @@ func (x *Exec) DecodeGreedy(caches []*Cache, next []int32, steps int, stop []int
 	fed := make([]int, n)
 	defer func() { l.Close(fed) }()
 	st, b := x.st, &x.loop
-	hStop := make([]int32, maxStops)
+	hStop := make([]int32, MaxStops)
 	for i := range hStop {
 		hStop[i] = -1
 	}

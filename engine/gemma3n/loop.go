@@ -138,7 +138,7 @@ func (b *loopBufs) ensure(x *Exec, rows, steps, table int) error {
 	b.free()
 	LP := cfg.NumLayers * cfg.PerLayerSize
 	ar, err := m.be.NewArena(native.ArenaBytes(1, rows, rows, rows*steps, rows*steps, cfg.VocabSize, table*LP,
-		rows*steps, rows, 1, maxStops))
+		rows*steps, rows, 1, MaxStops))
 	if err != nil {
 		return fmt.Errorf("gemma3n: a loop's memory (%d rows, %d steps, %d tokens): %w", rows, steps, table, err)
 	}
@@ -147,7 +147,7 @@ func (b *loopBufs) ensure(x *Exec, rows, steps, table int) error {
 	b.iter, b.row, b.pos0 = i(1, 1), i(1, rows), i(1, rows)
 	b.slots0, b.slots1, b.lut = i(1, rows*steps), i(1, rows*steps), i(1, cfg.VocabSize)
 	b.ple = ar.Take(native.F32, table, LP)
-	b.out, b.done, b.cond, b.stop = i(1, rows*steps), i(1, rows), i(1, 1), i(1, maxStops)
+	b.out, b.done, b.cond, b.stop = i(1, rows*steps), i(1, rows), i(1, 1), i(1, MaxStops)
 	b.hLUT = make([]int32, cfg.VocabSize)
 	b.hSlots = [2][]int32{make([]int32, rows*steps), make([]int32, rows*steps)}
 	return nil

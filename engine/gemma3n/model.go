@@ -37,6 +37,7 @@ type Model struct {
 	be       *native.Backend
 	bound    *native.Bound
 	t        tensors
+	onDevice bool          // the backend describes a device of its own (not the host's)
 	ple      native.Tensor // the resident per-layer table (ple.go), or nil
 	pleArena *native.Arena // its memory, unless bound
 	pool     *pool
@@ -328,6 +329,7 @@ func (m *Model) start(opt LoadOptions) error {
 	if err := m.bind(be); err != nil {
 		return err
 	}
+	_, m.onDevice = be.Info()
 	place, err := plePlace(opt)
 	if err != nil {
 		return err

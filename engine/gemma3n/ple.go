@@ -79,7 +79,7 @@ func (m *Model) bindPLE(be *native.Backend, place PLEPlace) error {
 		if raw, err := m.store.BF16(m.pleName); err == nil {
 			whole = native.NewBF16(V, LP, raw[:V*LP])
 		}
-	} else if _, dev := be.Info(); !dev && dt == "F32" {
+	} else if !m.onDevice && dt == "F32" {
 		if w, err := m.store.Float32(m.pleName); err == nil {
 			whole = native.NewF32(V, LP, w[:V*LP])
 		}
@@ -140,7 +140,7 @@ func (m *Model) PLEBytes() int64 {
 	if m.ple.Nil() {
 		return 0
 	}
-	if _, dev := m.be.Info(); !dev {
+	if !m.onDevice {
 		return 0
 	}
 	n := int64(m.ple.Len()) * 4

@@ -126,7 +126,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 		}
 		return res.Stopped, nil
 	}
-	loops := opt.Temperature == 0 && len(opt.Stop) <= maxStops && !loopsOff &&
+	loops := opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
 		(x.GreedyLoops() || loopsAlways && m.PLEResident())
 	for len(res.IDs) < opt.MaxTokens {
 		if loops && len(res.IDs) > 0 && opt.MaxTokens-len(res.IDs) >= loopSteps && (maxPos <= 0 || c.Len()+loopSteps <= maxPos) {
@@ -203,10 +203,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 
 // loopSteps is the greedy tokens one device loop decodes; fewer left are
 // decoded a token a pass.
-const loopSteps = 16
-
-// maxStops is the most stop tokens a device loop checks (gemma3n's).
-const maxStops = 64
+const loopSteps = gemma3n.GreedyChunk
 
 // loopsOff (VERDICT_GEN_LOOP=0) decodes every token a pass, for
 // comparisons; loopsAlways (tests) takes the loop path on any backend.
