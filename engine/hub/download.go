@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"verdict/engine/safefile"
 )
 
 // Progress is the state of a download, as Options.Progress hears it.
@@ -182,7 +185,7 @@ func (c *Client) checkSpace(rd string, info *Info) error {
 			continue
 		}
 		need += f.Size
-		if fi, err := os.Stat(blob + ".incomplete"); err == nil && fi.Size() <= f.Size {
+		if fi, err := os.Lstat(blob + ".incomplete"); err == nil && fi.Mode().IsRegular() && fi.Size() <= f.Size {
 			need -= fi.Size()
 		}
 	}
@@ -314,9 +317,11 @@ func (d *download) file(ctx context.Context, f File) error {
 	}
 	part := blob + ".incomplete"
 	base := d.p.Done
+	var fetched fs.FileInfo
 	for attempt := 1; ; attempt++ {
 		d.p.Done = base
-		err := d.fetch(ctx, f, part)
+		var err error
+		fetched, err = d.fetch(ctx, f, part)
 		if err == nil {
 			break
 		}
@@ -343,6 +348,10 @@ func (d *download) file(ctx context.Context, f File) error {
 			return ctx.Err()
 		case <-time.After(wait):
 		}
+	}
+	// The path must still name the file fetch verified.
+	if err := samePart(part, fetched); err != nil {
+		return err
 	}
 	if err := os.Rename(part, blob); err != nil {
 		return fmt.Errorf("hub cache: %w", err)
@@ -420,43 +429,95 @@ func (d *download) hashInto(ctx context.Context, h hash.Hash, r io.Reader, n int
 // errStalled ends a transfer that received nothing for StallTimeout.
 var errStalled = errors.New("no data received")
 
-// fetch downloads f into part, resuming from the bytes already there, and
-// checks its hash.
-func (d *download) fetch(ctx context.Context, f File, part string) (err error) {
-	out, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE, 0o644)
+// openPart opens (or creates) the part file at path without following a
+// link there, and checks that it is a regular file which the path still
+// names. The info is the opened file's.
+func openPart(path string) (*os.File, fs.FileInfo, error) {
+	f, err := openPartFile(path)
+	if err != nil {
+		var nr *safefile.NotRegularError
+		if errors.As(err, &nr) {
+			return nil, nil, fmt.Errorf("hub cache: %w: remove it and run again", err)
+		}
+		return nil, nil, fmt.Errorf("hub cache: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = safefile.Check(path, fi)
+	}
+	if err == nil {
+		err = samePart(path, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("hub cache: %w", err)
+	}
+	return f, fi, nil
+}
+
+// samePart checks that path is (still) the regular file fi describes, not a
+// link or another file put in its place.
+func samePart(path string, fi fs.FileInfo) error {
+	cur, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("hub cache: %w", err)
+	}
+	if err := safefile.Check(path, cur); err != nil {
+		return fmt.Errorf("hub cache: %w", err)
+	}
+	if !os.SameFile(cur, fi) {
+		return fmt.Errorf("hub cache: %s was replaced while it was written", path)
+	}
+	return nil
+}
+
+// fetch downloads f into part, resuming from the bytes already there, and
+// checks the result's size and hash. A part longer than f is not a prefix of
+// it: it is emptied and fetched again. The info is the part's.
+func (d *download) fetch(ctx context.Context, f File, part string) (_ fs.FileInfo, err error) {
+	out, fi, err := openPart(part)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if e := out.Close(); err == nil && e != nil {
 			err = fmt.Errorf("hub cache: %w", e)
 		}
 	}()
-	fi, err := out.Stat()
-	if err != nil {
-		return err
-	}
 	off := fi.Size()
 	if off > f.Size {
+		if err := out.Truncate(0); err != nil {
+			return nil, fmt.Errorf("hub cache: %w", err)
+		}
 		off = 0
 	}
 	d.p.Stage, d.p.FileDone = StageChecking, 0
 	h := newHash(f)
 	if err := d.hashInto(ctx, h, out, off); err != nil {
-		return err
+		return nil, err
 	}
 	d.p.FileDone = off
 	d.p.Done += off
 	d.p.Stage = StageDownloading
 	if off < f.Size {
 		if err := d.transfer(ctx, f, out, off, h); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != f.want() {
-		return &ChecksumError{File: f.Path, Want: f.want(), Got: got}
+	end, err := out.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("hub cache: %w", err)
 	}
-	return out.Sync()
+	if end.Size() != f.Size {
+		return nil, &ChecksumError{File: f.Path, Want: fmt.Sprintf("%s (%d bytes)", f.want(), f.Size), Got: fmt.Sprintf("of a part of %d bytes", end.Size())}
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.want() {
+		return nil, &ChecksumError{File: f.Path, Want: f.want(), Got: got}
+	}
+	if err := out.Sync(); err != nil {
+		return nil, fmt.Errorf("hub cache: %w", err)
+	}
+	return fi, nil
 }
 
 // transfer requests f from byte off on and appends it to out and h.
@@ -504,7 +565,7 @@ func (d *download) transfer(ctx context.Context, f File, out *os.File, off int64
 			return hostile("%s: asked for byte %d on, got byte %d on", f.Path, off, start)
 		}
 	case http.StatusRequestedRangeNotSatisfiable:
-		os.Truncate(out.Name(), 0)
+		out.Truncate(0)
 		return transientErr{fmt.Errorf("%s: the Hub refused to resume at byte %d", f.Path, off)}
 	default:
 		err := d.c.statusErr(resp, d.info.Repo, d.info.Revision, f.Path)

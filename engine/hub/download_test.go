@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"verdict/engine/hub/hubtest"
+	"verdict/engine/safefile"
 )
 
 const testRepo = "google/gemma-3n-E2B-it"
@@ -430,6 +431,73 @@ func TestDownloadReusesOtherTools(t *testing.T) {
 			}
 			if b, err := os.ReadFile(filepath.Join(res.Path, "model.safetensors")); err != nil || !bytes.Equal(b, f.Files["model.safetensors"]) {
 				t.Errorf("snapshot file: %d bytes, %v", len(b), err)
+			}
+		})
+	}
+}
+
+// TestDownloadBadPart: a .incomplete part longer than the listed file is
+// fetched again from an empty file, not renamed into the cache with its
+// trailing bytes; a link or other non-regular file planted at the part's
+// path is refused, and what it points to is neither written nor created.
+func TestDownloadBadPart(t *testing.T) {
+	const name = "model.safetensors"
+	for _, tc := range []struct {
+		name string
+		// plant puts something at part; victim is a file outside the cache.
+		plant func(t *testing.T, part, victim string, content []byte)
+		ok    bool
+		says  string
+	}{
+		{"content and trailing bytes", func(t *testing.T, part, _ string, content []byte) {
+			os.WriteFile(part, append(append([]byte{}, content...), "trailing"...), 0o644)
+		}, true, ""},
+		{"garbage longer than the file", func(t *testing.T, part, _ string, content []byte) {
+			os.WriteFile(part, bytes.Repeat([]byte{'x'}, len(content)+4096), 0o644)
+		}, true, ""},
+		{"link to a file", func(t *testing.T, part, victim string, _ []byte) {
+			os.WriteFile(victim, []byte("precious"), 0o644)
+			if err := os.Symlink(victim, part); err != nil {
+				t.Skip(err)
+			}
+		}, false, "symbolic link"},
+		{"dangling link", func(t *testing.T, part, victim string, _ []byte) {
+			if err := os.Symlink(victim, part); err != nil {
+				t.Skip(err)
+			}
+		}, false, "symbolic link"},
+		{"folder", func(t *testing.T, part, _ string, _ []byte) { os.Mkdir(part, 0o755) }, false, "folder"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newTestHub(t)
+			content := f.Files[name]
+			blobs := filepath.Join(RepoDir(c.CacheDir, testRepo), "blobs")
+			os.MkdirAll(blobs, 0o755)
+			part := filepath.Join(blobs, hubtest.SHA256(content)+".incomplete")
+			victim := filepath.Join(t.TempDir(), "victim")
+			tc.plant(t, part, victim, content)
+			before, _ := os.ReadFile(victim)
+			res, err := c.Download(context.Background(), testRepo, Options{Attempts: 2, Backoff: time.Millisecond})
+			if tc.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkSnapshot(t, f, c, res.Path)
+				if _, err := os.Lstat(part); err == nil {
+					t.Errorf("%s left behind", part)
+				}
+				return
+			}
+			var nr *safefile.NotRegularError
+			if !errors.As(err, &nr) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), part) {
+				t.Fatalf("error %v, want the part refused as %s", err, tc.says)
+			}
+			after, aerr := os.ReadFile(victim)
+			if !bytes.Equal(before, after) || (before == nil) != os.IsNotExist(aerr) {
+				t.Errorf("the link's target changed: %q (%v), was %q", after, aerr, before)
+			}
+			if _, err := os.Stat(filepath.Join(blobs, hubtest.SHA256(content))); err == nil {
+				t.Error("the blob entered the cache")
 			}
 		})
 	}
