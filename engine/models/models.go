@@ -57,6 +57,10 @@ type Model struct {
 	towerCacheBytes int64
 	outOnce         sync.Once
 	out             *outputCache
+
+	idOnce sync.Once // ContentHash's
+	idHash string
+	idErr  error
 }
 
 // Tokenizer returns the model's tokenizer, or the error saying why there is none.

@@ -118,6 +118,10 @@ func (s *Session) Close() error { return s.m.Close() }
 // Info describes the model.
 func (s *Session) Info() Info { return s.info }
 
+// Identity is the model's name, content hash and weight format (see
+// models.Model.Identity).
+func (s *Session) Identity() (models.Identity, error) { return s.m.Identity() }
+
 // Towers reports whether the vision and the audio tower are loaded: a tower
 // loads with the first input it encodes.
 func (s *Session) Towers() (vision, audio bool) { return s.vision.Load(), s.audio.Load() }
