@@ -52,11 +52,16 @@ type RunAnnounce struct {
 // run's start; FirstTokenMs, FirstDecisionMs and TotalMs from the side's
 // start; the others are durations.
 type SideTiming struct {
-	StartMs         float64   `json:"start_ms"`
-	InputPrepMs     float64   `json:"input_preparation_ms"`
-	PrefillMs       float64   `json:"prefill_ms"`
-	PrefillTPS      float64   `json:"prefill_tokens_per_second"`
-	PromptTokens    int       `json:"prompt_tokens"`
+	StartMs     float64 `json:"start_ms"`
+	InputPrepMs float64 `json:"input_preparation_ms"`
+	PrefillMs   float64 `json:"prefill_ms"`
+	// PrefillTPS is the prefill's speed over the tokens it computed:
+	// PromptTokens less PrefixReused.
+	PrefillTPS   float64 `json:"prefill_tokens_per_second"`
+	PromptTokens int     `json:"prompt_tokens"`
+	// PrefixReused counts the prompt's leading tokens taken from an earlier
+	// request's prefix instead of computed (the scorer's json backend).
+	PrefixReused    int       `json:"prefix_reused_tokens,omitempty"`
 	FirstTokenMs    float64   `json:"first_token_ms,omitempty"`
 	FirstDecisionMs float64   `json:"first_decision_ms,omitempty"`
 	BatchesMs       []float64 `json:"branch_batches_ms,omitempty"`

@@ -107,8 +107,9 @@ func (r *run) scorerSide(ctx context.Context, l *loaded, schema *scorer.Schema, 
 	sc.Decisions, sc.BranchRows, sc.BranchBatch, sc.CachedSchema = res.Decisions, res.BranchRows, res.BranchBatch, res.CachedSchema
 	sc.Timing.InputPrepMs = msD(t.InputPreparation)
 	sc.Timing.PrefillMs = msD(t.Prefill)
-	sc.Timing.PrefillTPS = t.PrefillTPS
 	sc.Timing.PromptTokens = res.PromptTokens
+	sc.Timing.PrefixReused = min(t.PrefixReused, res.PromptTokens)
+	sc.Timing.PrefillTPS = computedRate(res.PromptTokens-sc.Timing.PrefixReused, time.Duration(t.Prefill))
 	sc.Timing.FirstDecisionMs = msD(t.FirstDecision)
 	sc.Timing.BatchesMs = nil
 	for _, b := range t.Batches {
@@ -275,3 +276,12 @@ func ExtractJSON(text string) (json.RawMessage, error) {
 }
 
 func msD(d scorer.Duration) float64 { return ms(time.Duration(d)) }
+
+// computedRate is the prefill's speed over the tokens it computed (the
+// reused ones cost nothing): 0 when it computed none or took no time.
+func computedRate(computed int, d time.Duration) float64 {
+	if computed <= 0 || d <= 0 {
+		return 0
+	}
+	return float64(computed) / d.Seconds()
+}

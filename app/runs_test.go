@@ -446,3 +446,30 @@ func TestCatalogRun(t *testing.T) {
 		t.Fatalf("answer %s, want %s", r.Scorer.Answer, want)
 	}
 }
+
+func TestReusedPrefixTiming(t *testing.T) {
+	s, rec := readyServices(t)
+	set := DefaultPreferences().Run
+	set.Scorer.Backend = "json"
+	var first SideTiming
+	for i := range 2 {
+		started, err := s.Scorer.Start(RunRequest{Input: ticketText, Schema: ticketSchema(t), Settings: &set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := waitDone(t, s, rec, started.ID).Scorer.Timing
+		if i == 0 {
+			first = st
+			continue
+		}
+		// The same prompt again: all but its last token come from the first.
+		if first.PrefixReused != 0 || st.PrefixReused < 16 || st.PrefixReused >= st.PromptTokens {
+			t.Fatalf("reused %d then %d of %d prompt tokens", first.PrefixReused, st.PrefixReused, st.PromptTokens)
+		}
+		want := float64(st.PromptTokens-st.PrefixReused) / (st.PrefillMs / 1000)
+		if st.PrefillTPS <= 0 || st.PrefillTPS > 1.01*want || st.PrefillTPS < 0.99*want {
+			t.Errorf("prefill %.3f ms, %d of %d tokens computed: %.0f tok/s, want %.0f (the computed tokens' rate)",
+				st.PrefillMs, st.PromptTokens-st.PrefixReused, st.PromptTokens, st.PrefillTPS, want)
+		}
+	}
+}

@@ -17,6 +17,27 @@ export function fmtRate(r: number | undefined | null): string {
   return `${Math.round(r).toLocaleString('en-US')} tok/s`;
 }
 
+/** What a prefill's token counts and speed describe. */
+export interface PrefillCounts {
+  prompt_tokens: number;
+  prefix_reused_tokens?: number;
+  prefill_tokens_per_second: number;
+}
+
+/** A prefill's tokens: "214 tok", or "214 tok (200 reused, 14 computed)" when a prefix was reused. */
+export function fmtPrefillTokens(t: PrefillCounts): string {
+  const n = (v: number) => v.toLocaleString('en-US');
+  const reused = Math.min(t.prefix_reused_tokens ?? 0, t.prompt_tokens);
+  const s = `${n(t.prompt_tokens)} tok`;
+  return reused > 0 ? `${s} (${n(reused)} reused, ${n(t.prompt_tokens - reused)} computed)` : s;
+}
+
+/** A prefill's speed, over the computed tokens: "46,000 tok/s computed" when a prefix was reused. */
+export function fmtPrefillRate(t: PrefillCounts): string {
+  const r = fmtRate(t.prefill_tokens_per_second);
+  return (t.prefix_reused_tokens ?? 0) > 0 && r !== '—' ? `${r} computed` : r;
+}
+
 /** A probability as a percentage: "53.2%", "<0.1%", "100%". */
 export function fmtPct(p: number | undefined | null, digits = 1): string {
   if (p == null || !isFinite(p)) return '—';

@@ -112,6 +112,7 @@ export const CSV_COLUMNS: [string, (r: RunRecord) => unknown][] = [
   ['scorer_prompt_tokens', (r) => r.scorer?.timing.prompt_tokens],
   ['scorer_input_preparation_ms', (r) => r.scorer?.timing.input_preparation_ms],
   ['scorer_prefill_ms', (r) => r.scorer?.timing.prefill_ms],
+  ['scorer_prefix_reused_tokens', (r) => r.scorer?.timing.prefix_reused_tokens ?? 0],
   ['scorer_prefill_tokens_per_second', (r) => r.scorer?.timing.prefill_tokens_per_second],
   ['scorer_first_decision_ms', (r) => r.scorer?.timing.first_decision_ms],
   ['scorer_total_ms', (r) => r.scorer?.timing.total_ms],

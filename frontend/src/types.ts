@@ -148,8 +148,11 @@ export interface SideTiming {
   start_ms: number;
   input_preparation_ms: number;
   prefill_ms: number;
+  /** The prefill's speed over the tokens it computed (prompt_tokens less prefix_reused_tokens). */
   prefill_tokens_per_second: number;
   prompt_tokens: number;
+  /** Leading prompt tokens taken from an earlier request's prefix instead of computed. */
+  prefix_reused_tokens?: number;
   /** Live progress of a long prefill: decoder layers done of those it runs. */
   prefill_done?: number;
   prefill_layers?: number;

@@ -47,7 +47,7 @@ export class HistoryPanel {
         h('th', { scope: 'col' }, 'Run'),
         h('th', { scope: 'col' }, 'Input'),
         h('th', { scope: 'col' }, 'Status'),
-        metrics.map((m) => h('th.num', { scope: 'col' }, m.label)),
+        metrics.map((m) => h('th.num', { scope: 'col', title: m.key.endsWith('prefill_tps') ? 'prefill speed over the tokens it computed (a reused prefix costs nothing)' : '' }, m.label)),
         h('th', { scope: 'col', title: 'scorer answers equal to the baseline\'s' }, 'Same answers'),
         h('th', { scope: 'col', title: 'how far the distributions are from the baseline\'s: mean KL(baseline ‖ run) over the decisions, and the winners that changed' }, 'Distributions'),
         h('th', { scope: 'col' }, ''))),
@@ -67,7 +67,8 @@ export class HistoryPanel {
             const v = m.get(r);
             const d = base && !isBase ? delta(v, m.get(base)) : null;
             const verdict = verdictOf(m, d);
-            return h('td.num', null, fmt(m.key, v), d != null ? h('div', { class: `delta ${verdict ?? ''}` }, fmtDelta(d)) : null);
+            return h('td.num', null, fmt(m.key, v), m.key === 'scorer_prefill_tps' ? reusedNote(r) : null,
+              d != null ? h('div', { class: `delta ${verdict ?? ''}` }, fmtDelta(d)) : null);
           }),
           h('td', null, same ? `${same.same}/${same.compared}` : isBase ? 'baseline' : '—'),
           distributionCell(base, r),
@@ -78,6 +79,16 @@ export class HistoryPanel {
       })));
     replace(this.el, toolbar, h('div.table-wrap', null, table));
   }
+}
+
+/** "200 reused, 14 computed" under a scorer prefill that reused an earlier prefix. */
+function reusedNote(r: RunRecord): HTMLElement | null {
+  const t = r.scorer?.timing;
+  const reused = Math.min(t?.prefix_reused_tokens ?? 0, t?.prompt_tokens ?? 0);
+  if (!t || reused <= 0) return null;
+  const n = (v: number) => v.toLocaleString('en-US');
+  return h('div.small.muted.reused', { title: `${n(t.prompt_tokens)} prompt tokens: ${n(reused)} taken from an earlier request's prefix` },
+    `${n(reused)} reused, ${n(t.prompt_tokens - reused)} computed`);
 }
 
 /** "2 img + audio" for a run's media. */

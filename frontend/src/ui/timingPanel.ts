@@ -1,6 +1,6 @@
 // The timing breakdown of both sides: a waterfall on one time axis and a
 // table of the numbers.
-import { fmtMs, fmtRate } from '../format';
+import { fmtMs, fmtPrefillRate, fmtPrefillTokens, fmtRate } from '../format';
 import type { LiveRun } from '../run';
 import { isFinished, towerItems } from '../run';
 import type { SideTiming } from '../types';
@@ -62,8 +62,9 @@ export class TimingPanel {
         row('Started at', S ? fmtMs(S.start_ms) : null, G ? fmtMs(G.start_ms) : null, 'from the start of the run'),
         row('Input preparation', S ? fmtMs(S.input_preparation_ms) : null, G ? fmtMs(G.input_preparation_ms) : null, m ? 'the wait for the media towers, then prompt building, tokenizing, schema compilation' : 'prompt building, tokenizing, schema compilation'),
         m ? row('Media towers', S ? towers : null, G ? towers : null, `${m.images} image(s) or frame(s)${m.audio ? ' and audio' : ''}: ${m.soft_tokens.toLocaleString('en-US')} soft tokens, computed once for both sides`) : null,
-        row('Prefill', S ? `${fmtMs(S.prefill_ms)} · ${S.prompt_tokens} tok` : null, G ? `${fmtMs(G.prefill_ms)} · ${G.prompt_tokens} tok` : null),
-        row('Prefill speed', S ? fmtRate(S.prefill_tokens_per_second) : null, G ? fmtRate(G.prefill_tokens_per_second) : null),
+        row('Prefill', S ? `${fmtMs(S.prefill_ms)} · ${fmtPrefillTokens(S)}` : null, G ? `${fmtMs(G.prefill_ms)} · ${fmtPrefillTokens(G)}` : null,
+          'the prompt\'s tokens; reused ones come from an earlier request\'s prefix and cost nothing'),
+        row('Prefill speed', S ? fmtPrefillRate(S) : null, G ? fmtPrefillRate(G) : null, 'over the tokens the prefill computed'),
         row('First token', null, G?.first_token_ms ? fmtMs(G.first_token_ms) : null, 'from the side\'s start'),
         row('First decision', S?.first_decision_ms ? fmtMs(S.first_decision_ms) : null, null, 'first completed decision, from the side\'s start'),
         row('Branch batches', S?.branch_batches_ms?.length ? `${S.branch_batches_ms.length} · ${S.branch_batches_ms.map((b) => fmtMs(b)).join(' + ')}` : null, null),
