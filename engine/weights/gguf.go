@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"verdict/engine/safefile"
 )
@@ -18,9 +19,11 @@ import (
 // and the tensor data. Everything is little-endian.
 //
 // ParseGGUF validates all of it before anything is sized by it: every count
-// and length is held to the bytes left in the file (so a hostile header
-// cannot ask for a huge allocation), dimensions to their product, offsets
-// to the alignment and the data section, and tensors to not overlapping.
+// and length is held to the bytes left in the file, and what the parsed
+// metadata and tensor infos take in memory to HeaderBudget, charged before
+// it is allocated (so a hostile header cannot ask for a huge allocation);
+// dimensions are held to their product, offsets to the alignment and the
+// data section, and tensors to not overlapping.
 
 const ggufMagic = "GGUF"
 
@@ -318,17 +321,43 @@ func ParseGGUF(name string, data []byte) (*GGUF, error) {
 	return parseGGUF(&stFile{path: name, data: data})
 }
 
-// ggufReader reads the header, refusing to read past the end.
+// ggufReader reads the header, refusing to read past the end and charging
+// what the parsed values cost to a memory budget before allocating them.
 type ggufReader struct {
 	b   []byte
 	off int
 	err error
+	mem *memBudget
+	// item and name say what is being read ("metadata key", "general.name"),
+	// for errors; name is empty when there is none yet.
+	item, name string
 }
 
+// at sets what is being read.
+func (r *ggufReader) at(item, name string) { r.item, r.name = item, name }
+
 func (r *ggufReader) fail(format string, a ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("at byte %d: "+format, append([]any{r.off}, a...)...)
+	if r.err != nil {
+		return
 	}
+	where := fmt.Sprintf("at byte %d: ", r.off)
+	if r.name != "" {
+		where += fmt.Sprintf("%s %q: ", r.item, r.name)
+	}
+	r.err = errors.New(where + fmt.Sprintf(format, a...))
+}
+
+// charge takes n bytes of the budget, failing the read when they are not
+// left.
+func (r *ggufReader) charge(n int) bool {
+	if r.err != nil {
+		return false
+	}
+	if err := r.mem.take(int64(n), r.item, r.name); err != nil {
+		r.err = fmt.Errorf("at byte %d: %w", r.off, err)
+		return false
+	}
+	return true
 }
 
 func (r *ggufReader) left() int { return len(r.b) - r.off }
@@ -362,9 +391,9 @@ func (r *ggufReader) u64(what string) uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
-// count reads a uint64 count of items of at least minSize bytes each and
-// holds it to the bytes left.
-func (r *ggufReader) count(what string, minSize int) int {
+// count reads a uint64 count of items of at least minSize bytes each,
+// holds it to the bytes left and charges cost bytes for each item.
+func (r *ggufReader) count(what string, minSize, cost int) int {
 	n := r.u64(what)
 	if r.err != nil {
 		return 0
@@ -373,75 +402,126 @@ func (r *ggufReader) count(what string, minSize int) int {
 		r.fail("%s %d is more than the %d bytes left can hold", what, n, r.left())
 		return 0
 	}
+	if !r.charge(int(n) * cost) {
+		return 0
+	}
 	return int(n)
 }
 
+// str reads a string of at most max bytes, charging its copy.
 func (r *ggufReader) str(what string, max int) string {
+	b := r.strBytes(what, max)
+	if b == nil || !r.charge(len(b)) {
+		return ""
+	}
+	return string(b)
+}
+
+// strBytes reads a string of at most max bytes, leaving it in the file.
+func (r *ggufReader) strBytes(what string, max int) []byte {
 	n := r.u64(what + " length")
 	if r.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(max) {
 		r.fail("%s length %d over the limit of %d", what, n, max)
-		return ""
+		return nil
 	}
-	return string(r.bytes(int(n), what))
+	return r.bytes(int(n), what)
 }
 
-func (r *ggufReader) value(t GGUFType, what string, depth int) GGUFValue {
+// named reads a key or tensor name of at most max bytes (what names it in
+// errors) and makes it what is being read, charging its copy first.
+func (r *ggufReader) named(item, what string, max int) string {
+	r.at(item, "")
+	b := r.strBytes(what, max)
+	if r.err != nil {
+		return ""
+	}
+	if err := r.mem.take(int64(len(b)), item, ""); err != nil {
+		err.(*BudgetError).Name = string(b)
+		r.err = fmt.Errorf("at byte %d: %w", r.off, err)
+		return ""
+	}
+	r.at(item, string(b))
+	return r.name
+}
+
+// Memory costs of a parsed GGUF header's parts, beyond the strings' bytes
+// (charged as they are read): a metadata value, a key-value pair (its map
+// slot and its place in Keys) and a tensor info (the struct, its place in
+// Tensors, its map slot and its span in the overlap check). The maps and
+// slices are made at their full size once their counts are charged, so
+// none grows.
+var (
+	ggufValueCost  = int(unsafe.Sizeof(GGUFValue{}))
+	ggufKVCost     = mapEntry(strHeader+ggufValueCost) + strHeader
+	ggufTensorCost = int(unsafe.Sizeof(GGUFTensor{})) + ptrSize + mapEntry(strHeader+ptrSize) + int(unsafe.Sizeof(span{}))
+)
+
+func (r *ggufReader) value(t GGUFType, depth int) GGUFValue {
 	v := GGUFValue{Type: t}
 	switch {
 	case t.size() > 0:
-		v.raw = r.bytes(t.size(), what)
+		v.raw = r.bytes(t.size(), "value")
 	case t == GGUFString:
-		v.str = r.str(what, r.left())
+		v.str = r.str("string", r.left())
 	case t == GGUFArray:
 		if depth >= ggufMaxDepth {
-			r.fail("%s: arrays nested deeper than %d", what, ggufMaxDepth)
+			r.fail("arrays nested deeper than %d", ggufMaxDepth)
 			return v
 		}
-		v.Elem = GGUFType(r.u32(what + " element type"))
+		v.Elem = GGUFType(r.u32("array element type"))
 		if r.err != nil {
 			return v
 		}
 		switch {
 		case v.Elem.size() > 0:
-			v.n = r.count(what+" array length", v.Elem.size())
-			v.raw = r.bytes(v.n*v.Elem.size(), what)
+			// The elements stay in the file's bytes: nothing to charge.
+			v.n = r.count("array length", v.Elem.size(), 0)
+			v.raw = r.bytes(v.n*v.Elem.size(), "array")
 		case v.Elem == GGUFString:
-			v.n = r.count(what+" array length", 8)
-			v.strs = make([]string, 0, v.n)
+			v.n = r.count("array length", 8, strHeader)
+			if r.err != nil {
+				return v
+			}
+			v.strs = make([]string, v.n)
 			for i := 0; i < v.n && r.err == nil; i++ {
-				v.strs = append(v.strs, r.str(what, r.left()))
+				v.strs[i] = r.str("string", r.left())
 			}
 		case v.Elem == GGUFArray:
-			v.n = r.count(what+" array length", 12)
+			v.n = r.count("array length", 12, ggufValueCost)
+			if r.err != nil {
+				return v
+			}
+			v.arr = make([]GGUFValue, v.n)
 			for i := 0; i < v.n && r.err == nil; i++ {
-				v.arr = append(v.arr, r.value(GGUFArray, what, depth+1))
+				v.arr[i] = r.value(GGUFArray, depth+1)
 			}
 		default:
-			r.fail("%s: unknown array element type %d", what, uint32(v.Elem))
+			r.fail("unknown array element type %d", uint32(v.Elem))
 		}
 	default:
-		r.fail("%s: unknown value type %d", what, uint32(t))
+		r.fail("unknown value type %d", uint32(t))
 	}
 	return v
 }
 
 func parseGGUF(f *stFile) (*GGUF, error) {
-	g, err := parseGGUFHeader(f)
+	g, err := parseGGUFHeader(f, newBudget("gguf", HeaderBudget))
 	if err != nil {
 		return nil, fmt.Errorf("weights: %s: %w", f.path, err)
 	}
 	return g, nil
 }
 
-func parseGGUFHeader(f *stFile) (*GGUF, error) {
-	r := &ggufReader{b: f.data}
+// parseGGUFHeader parses f's header within the memory budget mem.
+func parseGGUFHeader(f *stFile, mem *memBudget) (*GGUF, error) {
+	r := &ggufReader{b: f.data, mem: mem}
 	if string(r.bytes(4, "magic")) != ggufMagic {
 		return nil, errors.New("not a GGUF file (no GGUF magic)")
 	}
-	g := &GGUF{Path: f.path, file: f, KV: map[string]GGUFValue{}, byName: map[string]*GGUFTensor{}}
+	g := &GGUF{Path: f.path, file: f}
 	g.Version = r.u32("version")
 	switch {
 	case r.err != nil:
@@ -454,20 +534,23 @@ func parseGGUFHeader(f *stFile) (*GGUF, error) {
 		return nil, fmt.Errorf("GGUF version %d is not supported (only 2 and 3)", g.Version)
 	}
 	// A tensor info is at least 8+4+4+8 bytes (no name, no dimensions), a
-	// key-value pair 8+4+1.
-	nTensors := r.count("tensor count", 24)
-	nKV := r.count("metadata count", 13)
+	// key-value pair 8+4+1. Both counts are charged before the tables they
+	// size are made; names, keys and values as they are read.
+	r.at("tensor infos", "")
+	nTensors := r.count("tensor count", 24, ggufTensorCost)
+	r.at("metadata", "")
+	nKV := r.count("metadata count", 13, ggufKVCost)
 	if r.err != nil {
 		return nil, r.err
 	}
+	g.KV = make(map[string]GGUFValue, nKV)
+	g.Keys = make([]string, 0, nKV)
+	g.byName = make(map[string]*GGUFTensor, nTensors)
 	g.Alignment = ggufDefaultAlgn
 	for i := 0; i < nKV && r.err == nil; i++ {
-		key := r.str("metadata key", ggufMaxKeyLen)
-		t := GGUFType(r.u32("type of " + key))
-		if r.err != nil {
-			break
-		}
-		v := r.value(t, key, 0)
+		key := r.named("metadata key", "metadata key", ggufMaxKeyLen)
+		t := GGUFType(r.u32("value type"))
+		v := r.value(t, 0)
 		if r.err != nil {
 			break
 		}
@@ -493,24 +576,27 @@ func parseGGUFHeader(f *stFile) (*GGUF, error) {
 	g.Tensors = make([]*GGUFTensor, 0, nTensors)
 	for i := 0; i < nTensors && r.err == nil; i++ {
 		t := &GGUFTensor{}
-		t.Name = r.str("tensor name", ggufMaxNameLen)
-		nd := r.u32("dimension count of " + t.Name)
+		t.Name = r.named("tensor", "tensor name", ggufMaxNameLen)
+		nd := r.u32("dimension count")
 		if r.err != nil {
 			break
 		}
 		if nd > ggufMaxDims {
 			return nil, fmt.Errorf("tensor %q has %d dimensions, more than %d", t.Name, nd, ggufMaxDims)
 		}
+		if !r.charge(int(nd) * intSize) {
+			break
+		}
 		t.Dims = make([]int, nd)
 		for j := range t.Dims {
-			d := r.u64("dimension of " + t.Name)
+			d := r.u64("dimension")
 			if d > 1<<53 {
 				return nil, fmt.Errorf("tensor %q: dimension %d too large", t.Name, d)
 			}
 			t.Dims[j] = int(d)
 		}
-		t.Type = GGMLType(r.u32("type of " + t.Name))
-		off := r.u64("offset of " + t.Name)
+		t.Type = GGMLType(r.u32("ggml type"))
+		off := r.u64("offset")
 		if r.err != nil {
 			break
 		}

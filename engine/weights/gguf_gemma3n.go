@@ -540,16 +540,27 @@ func (s *GGUFStore) configJSON(nLayers int) ([]byte, error) {
 	if !ok {
 		return nil, errors.New("missing metadata gemma3n.feed_forward_length")
 	}
-	if one, ok := ff.Int(); ok {
+	// Arrays are held to the layer count before they are decoded (a hostile
+	// file's could take gigabytes as int64s).
+	one, isInt := ff.Int()
+	list, isInts := []int64(nil), false
+	if !isInt && ff.Len() == nLayers {
+		list, isInts = ff.Ints()
+	}
+	switch {
+	case isInt:
 		cfg["intermediate_size"] = one
-	} else if list, ok := ff.Ints(); ok && len(list) == nLayers {
+	case isInts:
 		cfg["intermediate_size"] = list
-	} else {
+	default:
 		return nil, fmt.Errorf("metadata gemma3n.feed_forward_length is not one integer or %d of them", nLayers)
 	}
 	if v, ok := g.KV["gemma3n.attention.sliding_window_pattern"]; ok {
+		if v.Len() != nLayers {
+			return nil, fmt.Errorf("metadata gemma3n.attention.sliding_window_pattern has %d values, not %d bools", v.Len(), nLayers)
+		}
 		pat, ok := v.Ints()
-		if !ok || len(pat) != nLayers {
+		if !ok {
 			return nil, fmt.Errorf("metadata gemma3n.attention.sliding_window_pattern is not %d bools", nLayers)
 		}
 		types := make([]string, nLayers)
@@ -559,8 +570,11 @@ func (s *GGUFStore) configJSON(nLayers int) ([]byte, error) {
 		cfg["layer_types"] = types
 	}
 	if v, ok := g.KV["gemma3n.activation_sparsity_scale"]; ok {
+		if v.Len() != nLayers {
+			return nil, fmt.Errorf("metadata gemma3n.activation_sparsity_scale has %d values, not %d numbers", v.Len(), nLayers)
+		}
 		zs, ok := v.Floats()
-		if !ok || len(zs) != nLayers {
+		if !ok {
 			return nil, fmt.Errorf("metadata gemma3n.activation_sparsity_scale is not %d numbers", nLayers)
 		}
 		ps := make([]float64, nLayers)

@@ -135,7 +135,7 @@ func TestGGUFHostile(t *testing.T) {
 		{"value type", start(3, 0, 1).str("k").u32(77).pad(8).Bytes(), "unknown value type 77"},
 		{"array length", start(3, 0, 1).str("k").u32(9).u32(4).u64(1 << 40).pad(16).Bytes(), "array length 1099511627776 is more than"},
 		{"string array length", start(3, 0, 1).str("k").u32(9).u32(8).u64(1000).pad(16).Bytes(), "array length 1000 is more than"},
-		{"string length", start(3, 0, 1).str("k").u32(8).u64(1 << 33).pad(8).Bytes(), "k length 8589934592 over the limit"},
+		{"string length", start(3, 0, 1).str("k").u32(8).u64(1 << 33).pad(8).Bytes(), `metadata key "k": string length 8589934592 over the limit`},
 		{"array element type", start(3, 0, 1).str("k").u32(9).u32(99).u64(1).pad(8).Bytes(), "unknown array element type 99"},
 		{"nesting", func() []byte {
 			h := start(3, 0, 1).str("k").u32(9)

@@ -1,0 +1,65 @@
+package weights
+
+import "fmt"
+
+// HeaderBudget bounds the memory a file's parsed header may take: a GGUF's
+// metadata and tensor infos, the tensor entries of the safetensors files one
+// store opens together, a checkpoint index's weight_map or a recipe's tensor
+// list. The bytes left in a file bound every count too, but a GGUF's empty
+// array costs 12 bytes on disk and over 100 in memory, so those alone let a
+// file of a few hundred MB ask for gigabytes. Real headers take tens of MB
+// at most (a GGUF vocabulary of 262,144 strings with its scores and types
+// takes under 10), so this leaves them ample room.
+const HeaderBudget = 256 << 20
+
+// BudgetError is the error of a header whose parsed form would take more
+// than its budget: Format is "gguf", "safetensors", "index" or "recipe";
+// Item and Name say what was being read when the budget ran out ("metadata
+// key", "tokenizer.ggml.tokens"), Name empty when it has none.
+type BudgetError struct {
+	Format, Item, Name string
+	Budget             int64
+}
+
+func (e *BudgetError) Error() string {
+	what := e.Item
+	if e.Name != "" {
+		what = fmt.Sprintf("%s %q", e.Item, e.Name)
+	}
+	return fmt.Sprintf("%s: %s: the parsed header would take over %d MB of memory (the limit)", e.Format, what, e.Budget>>20)
+}
+
+// memBudget is what is left of a header's budget. Costs are charged before
+// what they pay for is allocated.
+type memBudget struct {
+	format      string
+	limit, left int64
+}
+
+func newBudget(format string, limit int64) *memBudget {
+	return &memBudget{format: format, limit: limit, left: limit}
+}
+
+// take charges n bytes for the item of that name; the error is a
+// *BudgetError when they are not left.
+func (b *memBudget) take(n int64, item, name string) error {
+	if n < 0 || n > b.left {
+		b.left = 0
+		return &BudgetError{Format: b.format, Item: item, Name: name, Budget: b.limit}
+	}
+	b.left -= n
+	return nil
+}
+
+// Sizes for the memory costs of parsed headers, in bytes.
+const (
+	strHeader = 16 // a string header (pointer, length)
+	ptrSize   = 8
+	intSize   = 8 // an int or int64 of a shape or offset
+)
+
+// mapEntry is the memory one entry of a map made for its full count takes,
+// for keys and values of kv bytes together: the slot and its control byte,
+// over the table's load factor of 7/8, twice for the tables' count rounded
+// up to a power of two.
+func mapEntry(kv int) int { return (kv + 1) * 16 / 7 }
