@@ -163,6 +163,7 @@ type seq struct {
 	n    int
 	runs [2][]run
 	res  [2]int // blocks reserved for this sequence
+	tk   *Ticket // the request's ticket, drawn on when res is spent
 }
 
 // OnLayer makes every later forward pass on c report the decoder layers
@@ -190,6 +191,7 @@ func (c *Cache) Clone() *Cache {
 	p := s.m.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	d.s.tk = s.tk
 	for k := range s.runs {
 		kd := &p.kinds[k]
 		d.s.runs[k] = make([]run, len(s.runs[k]))
@@ -350,7 +352,7 @@ func (s *seq) slots(k int, n int, dst []int32) error {
 				want = int(r.blk) + r.blocks()
 			}
 		}
-		b, ok := kd.take(want, &s.res[k])
+		b, ok := kd.take(want, s.resFor(k))
 		if !ok {
 			s.trim(k, s.n)
 			return &KVError{Need: (n - i + KVBlock - 1) / KVBlock, Free: kd.free - kd.reserved, Kind: kindName(k)}

@@ -29,6 +29,26 @@ type Options struct {
 	// OnPrefill, when set, hears the prompt's prefill: decoder layers done
 	// of those it runs, after each.
 	OnPrefill func(done, total int)
+	// Ticket, when set, is the request's admission (Model.Admit of Need):
+	// the sequence's blocks come out of it instead of a reservation of its
+	// own.
+	Ticket *gemma3n.Ticket
+}
+
+// Need is the key/value blocks a generation of prompt tokens under opt can
+// take (what Run reserves): the prompt and its longest answer.
+func Need(m *gemma3n.Model, prompt int, opt Options) [2]int {
+	return m.Need(prompt + answerBound(m, prompt, opt))
+}
+
+// answerBound is the most tokens a generation can add after prompt tokens:
+// MaxTokens, or fewer where the model's positions end.
+func answerBound(m *gemma3n.Model, prompt int, opt Options) int {
+	answer := opt.MaxTokens
+	if maxPos := m.Cfg.MaxPositionEmbeddings; maxPos > 0 {
+		answer = min(answer, maxPos-prompt+1)
+	}
+	return answer
 }
 
 // Token is one generated token as it is emitted.
@@ -67,6 +87,18 @@ func rate(n int, d time.Duration) float64 {
 // ctx is done (returning ctx.Err() with what was generated so far). A prompt
 // longer than max_position_embeddings is refused.
 func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
+	x, err := m.Acquire()
+	if err != nil {
+		return Result{PromptLen: len(prompt)}, err
+	}
+	defer x.Release()
+	return RunOn(ctx, x, m, prompt, opt, emit)
+}
+
+// RunOn is Run with its forward passes on r (an Exec of the caller's, or a
+// scheduler's request): the same tokens whatever r merges them with.
+// Greedy device loops run only where r is an Exec.
+func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
 	res := Result{PromptLen: len(prompt)}
 	if len(prompt) == 0 {
 		return res, fmt.Errorf("generate: empty prompt")
@@ -89,22 +121,16 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 	}
 	start := time.Now()
 	s := newSampler(opt)
-	x, err := m.Acquire()
-	if err != nil {
-		return res, err
-	}
-	defer x.Release()
 	c := m.NewCache()
 	defer c.Free()
 	// Admission: the blocks of the whole answer are promised up front, so
 	// the sequence never runs out of them halfway.
-	answer := opt.MaxTokens
-	if maxPos > 0 {
-		answer = min(answer, maxPos-len(prompt)+1)
-	}
-	if err := c.Reserve(len(prompt) + answer); err != nil {
+	if opt.Ticket != nil {
+		c.Bind(opt.Ticket)
+	} else if err := c.Reserve(len(prompt) + answerBound(m, len(prompt), opt)); err != nil {
 		return res, fmt.Errorf("generate: %w", err)
 	}
+	x, _ := r.(*gemma3n.Exec) // device loops need an Exec of their own
 	c.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
 	input := prompt
@@ -126,7 +152,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 		}
 		return res.Stopped, nil
 	}
-	loops := opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
+	loops := x != nil && opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
 		(x.GreedyLoops() || loopsAlways && m.PLEResident())
 	for len(res.IDs) < opt.MaxTokens {
 		if loops && len(res.IDs) > 0 && opt.MaxTokens-len(res.IDs) >= loopSteps && (maxPos <= 0 || c.Len()+loopSteps <= maxPos) {
@@ -168,24 +194,29 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 		} else {
 			b.Add(c, input, 1) // only the last position's state is needed
 		}
-		for len(b.Rows) > x.Rows() { // a long prompt: its leading rows first
-			head := gemma3n.Batch{Rows: b.Rows[:x.Rows()], Embeds: b.Embeds}
-			if _, err := x.Forward(&head); err != nil {
+		for len(b.Rows) > r.Rows() { // a long prompt: its leading rows first
+			head := gemma3n.Batch{Rows: b.Rows[:r.Rows()], Embeds: b.Embeds}
+			if err := r.Run(&head, nil); err != nil {
 				return res, err
 			}
-			b.Rows = b.Rows[x.Rows():]
+			b.Rows = b.Rows[r.Rows():]
 		}
-		h, err := x.Forward(&b)
+		var id int32
+		draw := s.draw()
+		first := len(res.IDs) == 0
+		err := r.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+			if first {
+				res.Prefill = time.Since(start)
+			}
+			var err error
+			id, err = x.Sample(h, draw)
+			return err
+		})
 		if err != nil {
 			return res, err
 		}
-		if len(res.IDs) == 0 {
-			res.Prefill = time.Since(start)
+		if first {
 			c.OnLayer(nil)
-		}
-		id, err := x.Sample(h, s.draw())
-		if err != nil {
-			return res, err
 		}
 		if stop, err := take(id); err != nil || stop {
 			if err != nil {

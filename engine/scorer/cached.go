@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/native"
 )
 
 // The cached backend: every option of a choice or score field gets a short
@@ -213,13 +214,23 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	stage("input")
 
 	t := time.Now()
-	x, err := sc.m.Acquire()
+	seqs := []int{len(comp.prefixIDs)}
+	for _, d := range ds {
+		seqs = append(seqs, len(d.suffix))
+	}
+	tk, err := admit(opt, sc.m.Need(seqs...))
 	if err != nil {
 		return nil, err
 	}
-	defer x.Release()
+	defer tk.Release()
+	x, release, err := sc.runner(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	cache := sc.m.NewCache()
 	defer cache.Free()
+	cache.Bind(tk)
 	cache.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
 	if md == nil {
@@ -228,7 +239,7 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 		err = sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0)
 	}
 	if err == nil {
-		_, err = x.Prefill(&b)
+		err = gemma3n.RunAll(x, &b)
 	}
 	cache.OnLayer(nil)
 	if err != nil {
@@ -293,7 +304,7 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 // prefix), and returns the log-probability of each code token at the
 // suffix's last position. The tokens all suffixes begin with join a fork of
 // the prefix first.
-func (sc *Scorer) cachedScores(ctx context.Context, x *gemma3n.Exec, cache *gemma3n.Cache, ds []codedDecision, batch int, onBatch func(time.Duration)) ([][]float64, error) {
+func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache *gemma3n.Cache, ds []codedDecision, batch int, onBatch func(time.Duration)) ([][]float64, error) {
 	out := make([][]float64, len(ds))
 	if len(ds) == 0 {
 		return out, nil
@@ -308,7 +319,7 @@ func (sc *Scorer) cachedScores(ctx context.Context, x *gemma3n.Exec, cache *gemm
 		base = cache.Clone()
 		defer base.Free()
 		b.Add(base, ds[0].suffix[:lead], 0)
-		if _, err := x.Prefill(&b); err != nil {
+		if err := gemma3n.RunAll(x, &b); err != nil {
 			return nil, err
 		}
 	}
@@ -338,12 +349,11 @@ func (sc *Scorer) cachedScores(ctx context.Context, x *gemma3n.Exec, cache *gemm
 			if len(b.Rows) > x.Rows() {
 				return fmt.Errorf("scorer: %d suffix tokens in one batch exceed the %d rows of a forward pass", len(b.Rows), x.Rows())
 			}
-			h, err := x.Forward(&b)
-			if err != nil {
-				return err
-			}
 			sel, lse := make([]float32, len(row)), make([]float32, len(part))
-			if err := x.SelectLogprobs(sel, lse, h, row, col); err != nil {
+			err := x.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+				return x.SelectLogprobs(sel, lse, h, row, col)
+			})
+			if err != nil {
 				return err
 			}
 			for j := range row {

@@ -13,6 +13,7 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
+	"verdict/native"
 )
 
 // Scorer scores schemas on inputs with one model. It is safe for concurrent
@@ -76,6 +77,36 @@ type Options struct {
 	Normalize string
 	// Head is the trained decision head of the head backend.
 	Head DecisionHead
+	// Runner, when set, runs the request's forward passes (a scheduler's
+	// request; nil: an Exec of the request's own). The results are the same
+	// bits either way.
+	Runner gemma3n.Runner
+	// Admit, when set, admits the request once it knows the key/value
+	// blocks it can take (gemma3n.Model.Need of its sequences), before its
+	// first forward pass: a scheduler waits there until the pool can promise
+	// them. Its sequences' blocks come out of the ticket, released when the
+	// request ends.
+	Admit func(need [2]int) (*gemma3n.Ticket, error)
+}
+
+// admit is opt.Admit of need, or no ticket.
+func admit(opt Options, need [2]int) (*gemma3n.Ticket, error) {
+	if opt.Admit == nil {
+		return nil, nil
+	}
+	return opt.Admit(need)
+}
+
+// runner is the request's Runner and what gives it back.
+func (sc *Scorer) runner(opt Options) (gemma3n.Runner, func(), error) {
+	if opt.Runner != nil {
+		return opt.Runner, func() {}, nil
+	}
+	x, err := sc.m.Acquire()
+	if err != nil {
+		return nil, nil, err
+	}
+	return x, x.Release, nil
 }
 
 // Media is a request's media: the soft tokens the decoder merges, and a
@@ -488,11 +519,28 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	}
 	stage("input")
 
-	x, err := sc.m.Acquire()
+	tries := make([]*trie, len(comp.decisions))
+	keys := make([]row, len(comp.decisions))
+	cands := make([][]row, len(comp.decisions))
+	seqs := []int{len(comp.prefixIDs)} // the sequences the request can hold at once, at most
+	for i := range comp.decisions {
+		tries[i], keys[i], cands[i] = comp.decisions[i].plan(i)
+		r.rows += 1 + len(cands[i])
+		seqs = append(seqs, len(keys[i].b.IDs))
+		for _, c := range cands[i] {
+			seqs = append(seqs, len(c.b.IDs))
+		}
+	}
+	tk, err := admit(opt, sc.m.Need(seqs...))
 	if err != nil {
 		return nil, err
 	}
-	defer x.Release()
+	defer tk.Release()
+	x, release, err := sc.runner(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 
 	// The shared prefix, computed once and only read by the branches, which
 	// fork it: only its keys and values are needed (no output state).
@@ -505,6 +553,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	if cache == nil {
 		cache = sc.m.NewCache()
 	}
+	cache.Bind(tk)
 	r.timings.PrefixReused = reused
 	cache.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
@@ -519,7 +568,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	var early *gemma3n.Cache
 	for lo := 0; lo < len(b.Rows); lo += x.Rows() {
 		part := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))], Embeds: b.Embeds}
-		if _, err := x.Forward(&part); err != nil {
+		if err := x.Run(&part, nil); err != nil {
 			cache.Free()
 			if early != nil {
 				early.Free()
@@ -539,13 +588,6 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
 	stage("prefill")
 
-	tries := make([]*trie, len(comp.decisions))
-	keys := make([]row, len(comp.decisions))
-	cands := make([][]row, len(comp.decisions))
-	for i := range comp.decisions {
-		tries[i], keys[i], cands[i] = comp.decisions[i].plan(i)
-		r.rows += 1 + len(cands[i])
-	}
 	r.scores = make([][]float64, len(comp.decisions))
 	r.tokLP = make([][][]float64, len(comp.decisions))
 
@@ -560,7 +602,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		defer base.Free()
 		b.Reset()
 		b.Add(base, keys[0].b.IDs[:lead], 0)
-		if _, err := x.Prefill(&b); err != nil {
+		if err := gemma3n.RunAll(x, &b); err != nil {
 			return nil, err
 		}
 		for i := range keys {
@@ -614,28 +656,31 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		}
 		for lo := 0; lo < len(b.Rows); lo += x.Rows() {
 			chunk := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))]}
-			h, err := x.Forward(&chunk)
+			k := 0
+			err := x.Run(&chunk, func(x *gemma3n.Exec, h native.Tensor) error {
+				k = h.Rows()
+				if k == 0 {
+					return nil
+				}
+				wantRow, wantCol = wantRow[:0], wantCol[:0]
+				for o := 0; o < k; o++ {
+					if rw, node, ok := nodeAt(out + o); ok {
+						for _, id := range tries[rw.dec].children[node] {
+							wantRow, wantCol = append(wantRow, int32(o)), append(wantCol, id)
+						}
+					}
+				}
+				sel, lse = append(sel[:0], make([]float32, len(wantRow))...), append(lse[:0], make([]float32, k)...)
+				return x.SelectLogprobs(sel, lse, h, wantRow, wantCol)
+			})
 			if err != nil {
 				for _, c := range seqs {
 					c.Free()
 				}
 				return nil, err
 			}
-			k := h.Rows()
 			if k == 0 {
 				continue
-			}
-			wantRow, wantCol = wantRow[:0], wantCol[:0]
-			for o := 0; o < k; o++ {
-				if rw, node, ok := nodeAt(out + o); ok {
-					for _, id := range tries[rw.dec].children[node] {
-						wantRow, wantCol = append(wantRow, int32(o)), append(wantCol, id)
-					}
-				}
-			}
-			sel, lse = append(sel[:0], make([]float32, len(wantRow))...), append(lse[:0], make([]float32, k)...)
-			if err := x.SelectLogprobs(sel, lse, h, wantRow, wantCol); err != nil {
-				return nil, err
 			}
 			j := 0
 			for o := 0; o < k; o++ {
@@ -756,6 +801,10 @@ func (l *lastPrefix) fork(ids []int32) (*gemma3n.Cache, int) {
 // with early (nil: none), a fork of it after its first chunk.
 func (l *lastPrefix) keep(ids []int32, c, early *gemma3n.Cache) {
 	f := c.Clone()
+	f.Bind(nil) // kept past its request: no ticket's blocks
+	if early != nil {
+		early.Bind(nil)
+	}
 	l.mu.Lock()
 	old := l.kept
 	l.kept = [2]*gemma3n.Cache{early, f}
