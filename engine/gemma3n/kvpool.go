@@ -162,7 +162,7 @@ type seq struct {
 	m    *Model
 	n    int
 	runs [2][]run
-	res  [2]int // blocks reserved for this sequence
+	res  [2]int  // blocks reserved for this sequence
 	tk   *Ticket // the request's ticket, drawn on when res is spent
 }
 
