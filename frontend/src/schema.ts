@@ -150,26 +150,37 @@ function readOptions(src: unknown, field: string): OptionDraft[] {
 
 export interface DraftProblem {
   field: number; // -1: the schema as a whole
+  /** The problem naming its field: "field 2 (priority) needs a question" (the status, Run's reason). */
   message: string;
+  /** The same inside the field's own card: "needs a question". */
+  detail: string;
+}
+
+/** How a problem names field i: "field 2 (priority)", or "field 2" while it has no name. */
+export function fieldLabel(f: FieldDraft, i: number): string {
+  return f.name.trim() ? `field ${i + 1} (${f.name.trim()})` : `field ${i + 1}`;
 }
 
 /** Quick checks made while typing (the Go scorer makes the full check). */
 export function problems(d: SchemaDraft): DraftProblem[] {
   const out: DraftProblem[] = [];
-  if (d.fields.length === 0) out.push({ field: -1, message: 'add at least one field' });
-  const seen = new Set<string>();
+  if (d.fields.length === 0) out.push({ field: -1, message: 'add at least one field', detail: 'add at least one field' });
+  const first = new Map<string, number>();
   d.fields.forEach((f, i) => {
-    const p = (message: string) => out.push({ field: i, message });
-    if (!f.name.trim()) p('the field needs a name');
-    else if (seen.has(f.name)) p(`duplicate field name "${f.name}"`);
-    seen.add(f.name);
-    if (!f.question.trim()) p('the field needs a question');
+    const label = fieldLabel(f, i);
+    // "needs …" and "has …" read after the field's label; other details after a colon.
+    const p = (detail: string) => out.push({ field: i, detail, message: /^(needs|has) /.test(detail) ? `${label} ${detail}` : `${label}: ${detail}` });
+    if (!f.name.trim()) p('needs a name');
+    else if (first.has(f.name)) p(`has the same name as field ${first.get(f.name)! + 1}`);
+    else first.set(f.name, i);
+    if (!f.question.trim()) p('needs a question');
+    const noun = optionNoun(f.type);
     const names = new Set<string>();
-    for (const o of f.options) {
-      if (!o.name.trim()) p(`an ${optionNoun(f.type)} has no name`);
-      else if (names.has(o.name)) p(`duplicate ${optionNoun(f.type)} "${o.name}"`);
+    f.options.forEach((o, j) => {
+      if (!o.name.trim()) p(`${noun} ${j + 1} has no name`);
+      else if (names.has(o.name)) p(`duplicate ${noun} "${o.name}"`);
       names.add(o.name);
-    }
+    });
     if (f.type === 'choice' && f.options.length < 2) p('a choice needs at least 2 options');
     if (f.type === 'independent' && f.options.length < 1) p('an independent field needs at least 1 label');
     if (f.type === 'catalog') {

@@ -73,7 +73,7 @@ describe('catalog schema', () => {
       expect(msgs.length > 0, `k = ${k}: ${msgs}`).toBe(bad);
       if (bad) expect(msgs[0]).toContain('k must be 1..4');
     }
-    expect(problems({ ...d, fields: [{ ...d.fields[0], options: [], k: 1 }] }).map((p) => p.message)).toEqual(['a catalog needs at least 1 entry']);
+    expect(problems({ ...d, fields: [{ ...d.fields[0], options: [], k: 1 }] }).map((p) => p.message)).toEqual(['field 1 (tools): a catalog needs at least 1 entry']);
     expect(() => fromEngine({ fields: [{ name: 't', question: 'q', type: 'catalog', k: '2', entries: ['a'] }] })).toThrow('k must be a number');
   });
 

@@ -48,13 +48,20 @@ describe('schema', () => {
     d.fields[0].options = [{ name: 'only', description: '' }];
     d.fields[3].options = [{ name: '2', description: '' }, { name: '1', description: '' }];
     d.fields[2].question = '';
+    d.fields[3].options.push({ name: '', description: '' });
     const msgs = problems(d).map((p) => `${p.field}: ${p.message}`);
+    // Each problem names its field by number and name (the status line and Run's reason show them).
     expect(msgs).toEqual([
-      '0: a choice needs at least 2 options',
-      '1: duplicate field name "priority"',
-      '2: the field needs a question',
-      '3: levels must increase',
+      '0: field 1 (priority): a choice needs at least 2 options',
+      '1: field 2 (priority) has the same name as field 1',
+      '2: field 3 (issues) needs a question',
+      '3: field 4 (anger): level 3 has no name',
+      '3: field 4 (anger): levels must increase',
     ]);
+    // The field's own card says it without the label.
+    expect(problems(d).filter((p) => p.field === 2).map((p) => p.detail)).toEqual(['needs a question']);
+    d.fields[0].name = ' ';
+    expect(problems(d)[0].message).toBe('field 1 needs a name');
     expect(problems({ instructions: '', input_label: '', fields: [] })[0].message).toMatch(/at least one field/);
   });
 

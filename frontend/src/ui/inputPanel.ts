@@ -86,7 +86,8 @@ export class InputPanel {
         : h('button.btn.primary#run', { type: 'button', disabled: !can.ok, title: can.ok ? 'Run the scorer and generation side by side (Ctrl+Enter)' : can.why, onclick: () => this.host.run('both') }, '▶ Run side by side'),
       h('button.btn#run-scorer', { type: 'button', disabled: !can.ok || running, title: 'Run the scorer alone (Ctrl+Shift+Enter)', onclick: () => this.host.run('scorer') }, 'Score only'),
       h('button.btn#run-generator', { type: 'button', disabled: !can.ok || running, title: 'Run generation alone', onclick: () => this.host.run('generator') }, 'Generate only'),
-      h('span.muted.small.run-hint', null, can.ok ? this.host.inputTokensHint() : can.why),
+      // Why Run is held back is shown whole (it wraps); the token hint may be cut.
+      can.ok ? h('span.muted.small.run-hint', null, this.host.inputTokensHint()) : h('span.small.run-why#run-why', { role: 'status' }, can.why),
       h('span.kbd-hint.small.muted', null, h('kbd', null, 'Ctrl'), '+', h('kbd', null, 'Enter'), ' run · ', h('kbd', null, 'Esc'), ' stop'));
   }
 }

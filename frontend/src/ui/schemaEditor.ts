@@ -27,7 +27,7 @@ export class SchemaEditor {
 
   constructor(private host: SchemaEditorHost) {
     this.presetSelect = h('select#preset', { 'aria-label': 'Preset schema', onchange: () => this.pickPreset() });
-    const importInput = h('input', { type: 'file', accept: '.json,application/json', hidden: true, onchange: (e: Event) => this.importFile(e) });
+    const importInput = h('input#schema-import', { type: 'file', accept: '.json,application/json', hidden: true, onchange: (e: Event) => this.importFile(e) });
     this.body = h('div.schema-body');
     this.status = h('div.schema-status', { 'aria-live': 'polite' });
     this.el = h('section.card.schema#schema', { 'aria-label': 'Schema' },
@@ -58,6 +58,10 @@ export class SchemaEditor {
     try {
       const d = fromEngine(JSON.parse(await f.text()));
       this.host.change(d, f.name.replace(/\.json$/i, ''), true);
+      // The imported schema replaces what the editor shows: the JSON text
+      // and its error too when the JSON editor is open.
+      this.jsonError = '';
+      this.render();
       toast(`Imported ${d.fields.length} fields from ${f.name}`, 'ok');
     } catch (err) {
       toast(`Cannot import ${f.name}: ${errorText(err)}`, 'error');
@@ -143,7 +147,7 @@ export class SchemaEditor {
       h('input.field-question', { value: f.question, 'aria-label': 'Question', placeholder: 'The question, e.g. How urgent is this ticket?',
         oninput: (e: Event) => this.edit((x) => (x.fields[i].question = (e.target as HTMLInputElement).value)) }),
       this.typeBody(f, i),
-      probs.length ? h('ul.problems', null, probs.map((p) => h('li', null, p.message))) : null);
+      probs.length ? h('ul.problems', null, probs.map((p) => h('li', null, p.detail))) : null);
     return card;
   }
 
@@ -229,7 +233,7 @@ export class SchemaEditor {
     const all = problems(d);
     this.body.querySelectorAll<HTMLElement>('li.field-card').forEach((card) => {
       const i = Number(card.dataset.field);
-      const msgs = all.filter((p) => p.field === i).map((p) => p.message);
+      const msgs = all.filter((p) => p.field === i).map((p) => p.detail);
       let ul = card.querySelector(':scope > ul.problems');
       if (!msgs.length) {
         ul?.remove();
