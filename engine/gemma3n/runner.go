@@ -1,6 +1,7 @@
 package gemma3n
 
 import (
+	"errors"
 	"fmt"
 
 	"verdict/native"
@@ -43,3 +44,16 @@ func RunAll(r Runner, b *Batch) error {
 	}
 	return nil
 }
+
+// A GreedyLooper is a Runner that can decode greedy tokens a chunk at a
+// time in a device loop (Exec.DecodeGreedy): an Exec, or a scheduler's
+// request while no other request runs.
+type GreedyLooper interface {
+	Runner
+	GreedyLoops() bool
+	DecodeGreedy(caches []*Cache, next []int32, steps int, stop []int32) ([][]int32, error)
+}
+
+// ErrBusy is a GreedyLooper's answer when other work shares it now: the
+// caller decodes the tokens a pass at a time instead (the same tokens).
+var ErrBusy = errors.New("gemma3n: the runner is shared by other requests now")

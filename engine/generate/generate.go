@@ -5,6 +5,7 @@ package generate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -97,7 +98,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 
 // RunOn is Run with its forward passes on r (an Exec of the caller's, or a
 // scheduler's request): the same tokens whatever r merges them with.
-// Greedy device loops run only where r is an Exec.
+// Greedy device loops run where r is a GreedyLooper that is not busy.
 func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
 	res := Result{PromptLen: len(prompt)}
 	if len(prompt) == 0 {
@@ -130,7 +131,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 	} else if err := c.Reserve(len(prompt) + answerBound(m, len(prompt), opt)); err != nil {
 		return res, fmt.Errorf("generate: %w", err)
 	}
-	x, _ := r.(*gemma3n.Exec) // device loops need an Exec of their own
+	x, _ := r.(gemma3n.GreedyLooper) // device loops: an Exec, or a request running alone
 	c.OnLayer(opt.OnPrefill)
 	var b gemma3n.Batch
 	input := prompt
@@ -154,8 +155,9 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 	}
 	loops := x != nil && opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
 		(x.GreedyLoops() || loopsAlways && m.PLEResident())
+	busy := false
 	for len(res.IDs) < opt.MaxTokens {
-		if loops && len(res.IDs) > 0 && opt.MaxTokens-len(res.IDs) >= loopSteps && (maxPos <= 0 || c.Len()+loopSteps <= maxPos) {
+		if loops && !busy && len(res.IDs) > 0 && opt.MaxTokens-len(res.IDs) >= loopSteps && (maxPos <= 0 || c.Len()+loopSteps <= maxPos) {
 			// Greedy tokens a chunk at a time on the device, no host work
 			// between them.
 			if err := ctx.Err(); err != nil {
@@ -163,6 +165,10 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 				return res, err
 			}
 			toks, err := x.DecodeGreedy([]*gemma3n.Cache{c}, input, loopSteps, opt.Stop)
+			if errors.Is(err, gemma3n.ErrBusy) {
+				busy = true // others share the runner: this token in a pass merged with theirs
+				continue
+			}
 			if err != nil {
 				return res, err
 			}
@@ -226,6 +232,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 		}
 		s.one[0] = id
 		input = s.one[:]
+		busy = false
 	}
 	res.Total = time.Since(start)
 	res.Decode = res.Total - res.FirstToken

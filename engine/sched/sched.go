@@ -99,19 +99,33 @@ type Scheduler struct {
 	done    chan struct{}
 }
 
-// pass is one Run of a request, waiting for or in a step.
+// pass is one Run of a request, waiting for or in a step; or a solo
+// step (a device loop) that has the Exec to itself.
 type pass struct {
 	b     *gemma3n.Batch
 	then  func(x *gemma3n.Exec, h native.Tensor) error
+	solo  func(x *gemma3n.Exec) error
 	err   chan error
 	taken bool
 }
 
+// alone reports whether p runs in a step of its own.
+func (p *pass) alone() bool { return p.solo != nil || p.b.Hook != nil }
+
+// rows is the rows p adds to a step.
+func (p *pass) rows() int {
+	if p.solo != nil {
+		return 1
+	}
+	return len(p.b.Rows)
+}
+
 // waiter is a request waiting for admission.
 type waiter struct {
-	need [2]int
-	tk   chan *gemma3n.Ticket
-	err  chan error
+	need  [2]int
+	first bool // the request's first admission: it starts running
+	tk    chan *gemma3n.Ticket
+	err   chan error
 }
 
 // New starts a scheduler on m with an Exec of its own; Close stops it.
@@ -202,14 +216,13 @@ func (s *Scheduler) Begin(ctx context.Context, prio Priority) *Request {
 func (r *Request) Rows() int { return r.s.rows }
 
 // Admit waits until the pool can promise need blocks (gemma3n.Model.Need)
-// and returns the ticket that holds them. A request the whole pool could
-// not hold is refused at once (*NeverFitsError), and so is one beyond the
-// admission queue's bound (ErrQueueFull). A request admits once.
+// and returns the ticket that holds them; the caller releases it. A request
+// the whole pool could not hold is refused at once (*NeverFitsError), and
+// so is one beyond the admission queue's bound (ErrQueueFull). A request
+// may admit again once it has released its ticket (a scorer request that
+// scores reference inputs first).
 func (r *Request) Admit(need [2]int) (*gemma3n.Ticket, error) {
 	s := r.s
-	if r.admitted {
-		return nil, errors.New("sched: a request is admitted once")
-	}
 	if err := s.m.AdmitFits(need); err != nil {
 		var kv *gemma3n.KVError
 		if errors.As(err, &kv) {
@@ -232,8 +245,7 @@ func (r *Request) Admit(need [2]int) (*gemma3n.Ticket, error) {
 	}
 	if ahead == 0 {
 		if tk, err := s.m.Admit(need); err == nil {
-			r.admitted = true
-			s.running++
+			r.running()
 			s.stats.Admitted++
 			s.mu.Unlock()
 			return tk, nil
@@ -248,30 +260,32 @@ func (r *Request) Admit(need [2]int) (*gemma3n.Ticket, error) {
 		s.mu.Unlock()
 		return nil, ErrQueueFull
 	}
-	w := &waiter{need: need, tk: make(chan *gemma3n.Ticket, 1), err: make(chan error, 1)}
+	w := &waiter{need: need, first: !r.admitted, tk: make(chan *gemma3n.Ticket, 1), err: make(chan error, 1)}
+	r.admitted = true // counted as running once its ticket comes
 	s.waiting[r.prio] = append(s.waiting[r.prio], w)
 	s.mu.Unlock()
 	s.signal()
 	select {
 	case tk := <-w.tk:
-		r.admitted = true
-		r.Waited = time.Since(start)
+		r.Waited += time.Since(start)
 		return tk, nil
 	case err := <-w.err:
+		r.admitted = r.admitted && !w.first
 		return nil, err
 	case <-r.ctx.Done():
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if dropWaiter(s.waiting[r.prio][:], w, &s.waiting[r.prio]) {
+		if dropWaiter(s.waiting[r.prio], w, &s.waiting[r.prio]) {
+			r.admitted = r.admitted && !w.first
 			return nil, r.ctx.Err()
 		}
-		// Admitted meanwhile: give the ticket back.
+		// Admitted meanwhile: give the ticket back (End ends the request).
 		select {
 		case tk := <-w.tk:
 			tk.Release()
-			s.running--
 			go s.signal()
 		case err := <-w.err:
+			r.admitted = r.admitted && !w.first
 			return nil, err
 		}
 		return nil, r.ctx.Err()
@@ -290,6 +304,15 @@ func dropWaiter(ws []*waiter, w *waiter, dst *[]*waiter) bool {
 	return false
 }
 
+// running counts r as running from its first admission. Called with
+// s.mu held.
+func (r *Request) running() {
+	if !r.admitted {
+		r.admitted = true
+		r.s.running++
+	}
+}
+
 // End ends the request: its admission no longer counts, and waiting
 // requests may take the blocks it freed. The caller frees its caches and
 // releases its ticket first. End is idempotent.
@@ -306,6 +329,31 @@ func (r *Request) End() {
 	r.s.signal()
 }
 
+// GreedyLoops reports whether the scheduler's Exec decodes greedy tokens
+// in device loops (gemma3n.Exec.GreedyLoops).
+func (r *Request) GreedyLoops() bool { return r.s.x.GreedyLoops() }
+
+// DecodeGreedy runs a greedy device loop (gemma3n.Exec.DecodeGreedy) as a
+// step of its own while r is the only request running; with others it
+// answers gemma3n.ErrBusy, so that the caller's tokens join the shared
+// steps instead.
+func (r *Request) DecodeGreedy(caches []*gemma3n.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
+	s := r.s
+	s.mu.Lock()
+	busy := s.running > 1 || len(s.waiting[Interactive])+len(s.waiting[Bulk]) > 0
+	s.mu.Unlock()
+	if busy {
+		return nil, gemma3n.ErrBusy
+	}
+	var out [][]int32
+	err := r.queue(&pass{solo: func(x *gemma3n.Exec) error {
+		var err error
+		out, err = x.DecodeGreedy(caches, next, steps, stop)
+		return err
+	}, err: make(chan error, 1)})
+	return out, err
+}
+
 // Run queues b for the next step with room and waits for it; then runs on
 // the scheduler's Exec with b's outputs. A pass still queued when the
 // request's context ends is dropped, and Run returns the context's error.
@@ -317,10 +365,15 @@ func (r *Request) Run(b *gemma3n.Batch, then func(x *gemma3n.Exec, h native.Tens
 	if len(b.Rows) > s.rows {
 		return fmt.Errorf("sched: a pass of %d rows exceeds the step's %d", len(b.Rows), s.rows)
 	}
+	return r.queue(&pass{b: b, then: then, err: make(chan error, 1)})
+}
+
+// queue queues p and waits for its step.
+func (r *Request) queue(p *pass) error {
+	s := r.s
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
-	p := &pass{b: b, then: then, err: make(chan error, 1)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -400,7 +453,9 @@ func (s *Scheduler) admitWaiting() {
 				return // wait for blocks: nobody passes the first
 			}
 			s.waiting[p] = s.waiting[p][1:]
-			s.running++
+			if w.first {
+				s.running++
+			}
 			s.stats.Admitted++
 			s.stats.Waited++
 			w.tk <- tk
@@ -410,7 +465,7 @@ func (s *Scheduler) admitWaiting() {
 
 // take removes the passes of the next step from the queue: interactive
 // ones first, each queue in order, while the rows fit the budget. A pass
-// with a hook runs alone. Called with s.mu held.
+// with a hook, and a solo step, run alone. Called with s.mu held.
 func (s *Scheduler) take() []*pass {
 	var step []*pass
 	rows := 0
@@ -418,9 +473,8 @@ func (s *Scheduler) take() []*pass {
 		q := s.queue[p]
 		kept := q[:0]
 		for _, ps := range q {
-			n := len(ps.b.Rows)
-			alone := ps.b.Hook != nil
-			if rows+n > s.rows || (alone && len(step) > 0) || (len(step) == 1 && step[0].b.Hook != nil) {
+			n := ps.rows()
+			if rows+n > s.rows || (ps.alone() && len(step) > 0) || (len(step) == 1 && step[0].alone()) {
 				kept = append(kept, ps)
 				continue
 			}
@@ -439,9 +493,13 @@ func (s *Scheduler) take() []*pass {
 // alone, so that one request's bad input fails only that request.
 func (s *Scheduler) run(merged *gemma3n.Batch, step []*pass) {
 	x := s.x
-	if len(step) == 1 {
-		s.count(step, len(step[0].b.Rows))
-		step[0].err <- x.Run(step[0].b, step[0].then)
+	if p := step[0]; len(step) == 1 {
+		s.count(step, p.rows())
+		if p.solo != nil {
+			p.err <- p.solo(x)
+			return
+		}
+		p.err <- x.Run(p.b, p.then)
 		return
 	}
 	merged.Reset()

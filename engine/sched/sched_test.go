@@ -16,6 +16,7 @@ import (
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
+	"verdict/native"
 )
 
 var (
@@ -413,4 +414,62 @@ func TestTakeOrdersByPriority(t *testing.T) {
 	if step := s.take(); len(step) != 1 || step[0] != h1 {
 		t.Errorf("the hook's pass did not run alone")
 	}
+}
+
+// TestDecodeGreedySolo: a request running alone decodes greedy tokens in a
+// loop step of its own, the tokens of passes a token each; beside another
+// request it is told it is busy.
+func TestDecodeGreedySolo(t *testing.T) {
+	m, tk, _ := open(t)
+	if !m.Model.PLEResident() {
+		t.Skip("the device loop needs the per-layer table resident")
+	}
+	ctx := context.Background()
+	ids := tk.EncodeChat([]tokenizer.Turn{{Role: "user", Content: "Name three rivers."}}, true)
+	ref, err := generate.Run(ctx, m.Model, ids, generate.Options{MaxTokens: 17}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(m.Model, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rq := s.Begin(ctx, Interactive)
+	defer rq.End()
+	tkt, err := rq.Admit(generate.Need(m.Model, len(ids), generate.Options{MaxTokens: 17}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tkt.Release()
+	c := m.Model.NewCache()
+	defer c.Free()
+	c.Bind(tkt)
+	var first int32
+	b := gemma3n.Batch{}
+	b.Add(c, ids, 1)
+	if err := rq.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+		var err error
+		first, err = x.Sample(h, native.Sampling{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := rq.DecodeGreedy([]*gemma3n.Cache{c}, []int32{first}, 16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := append([]int32{first}, toks[0]...); !slices.Equal(got, ref.IDs) {
+		t.Errorf("a loop step alone: %v, want %v", got, ref.IDs)
+	}
+	other := s.Begin(ctx, Bulk)
+	otk, err := other.Admit([2]int{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rq.DecodeGreedy([]*gemma3n.Cache{c}, []int32{toks[0][15]}, 16, nil); !errors.Is(err, gemma3n.ErrBusy) {
+		t.Errorf("a loop beside another request: %v, want ErrBusy", err)
+	}
+	otk.Release()
+	other.End()
 }

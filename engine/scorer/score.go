@@ -757,6 +757,24 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	return r, nil
 }
 
+// DropKept frees the prefixes kept for later requests (the key/value pool
+// needs their blocks), reporting whether there were any.
+func (sc *Scorer) DropKept() bool {
+	l := &sc.last
+	l.mu.Lock()
+	old := l.kept
+	l.kept, l.ids = [2]*gemma3n.Cache{}, [2][]int32{}
+	l.mu.Unlock()
+	any := false
+	for _, c := range old {
+		if c != nil {
+			c.Free()
+			any = true
+		}
+	}
+	return any
+}
+
 // minReuse is the fewest leading tokens worth taking from an earlier prefix.
 const minReuse = 16
 

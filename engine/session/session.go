@@ -16,17 +16,21 @@ import (
 	"verdict/engine/generate"
 	"verdict/engine/models"
 	"verdict/engine/prompt"
+	"verdict/engine/sched"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
 )
 
-// Session is an opened model, its tokenizer and its scorer. It is safe for
-// concurrent use: generations and scorer requests each have their own cache.
+// Session is an opened model, its tokenizer, its scorer and the scheduler
+// that runs them. It is safe for concurrent use: generations and scorer
+// requests each have their own caches, and their forward passes join one
+// batch a step (sched), each with the results it would have alone.
 type Session struct {
-	m    *models.Model
-	tok  *tokenizer.Tokenizer
-	sc   *scorer.Scorer
-	info Info
+	m     *models.Model
+	tok   *tokenizer.Tokenizer
+	sc    *scorer.Scorer
+	sched *sched.Scheduler
+	info  Info
 	// vision and audio are set once the tower has encoded an input.
 	vision, audio atomic.Bool
 }
@@ -109,11 +113,37 @@ func New(m *models.Model) (*Session, error) {
 	if info.Resident.Weights == "" {
 		info.Resident.Weights = gemma3n.WeightsF32
 	}
-	return &Session{m: m, tok: tok, sc: scorer.New(m.Model, tok), info: info}, nil
+	sc := scorer.New(m.Model, tok)
+	sch, err := sched.New(m.Model, sched.Options{Reclaim: sc.DropKept})
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, tok: tok, sc: sc, sched: sch, info: info}, nil
 }
 
-// Close releases the model.
-func (s *Session) Close() error { return s.m.Close() }
+// Close stops the scheduler and releases the model.
+func (s *Session) Close() error {
+	s.sched.Close()
+	return s.m.Close()
+}
+
+// SchedStats reports the scheduler's work so far.
+func (s *Session) SchedStats() sched.Stats { return s.sched.Stats() }
+
+// WithPriority marks ctx's requests as of priority p (sched.Interactive
+// unless marked: the app's runs and API calls; sched.Bulk for datasets).
+func WithPriority(ctx context.Context, p sched.Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+type priorityKey struct{}
+
+func priority(ctx context.Context) sched.Priority {
+	if p, ok := ctx.Value(priorityKey{}).(sched.Priority); ok {
+		return p
+	}
+	return sched.Interactive
+}
 
 // Info describes the model.
 func (s *Session) Info() Info { return s.info }
@@ -150,8 +180,13 @@ func (s *Session) AudioTokens(ctx context.Context, pcm []float32, progress Tower
 // HardEmbed is a token's embedding row, for the multimodal merge.
 func (s *Session) HardEmbed(id int32) ([]float32, error) { return s.m.HardEmbed(id) }
 
-// Score runs the scorer on input (see scorer.Scorer.Score).
+// Score runs the scorer on input (see scorer.Scorer.Score) as a request of
+// the scheduler: admitted once the pool holds its branches, its passes
+// merged with other requests'. A Runner or Admit in opt is replaced.
 func (s *Session) Score(ctx context.Context, schema *scorer.Schema, input string, opt scorer.Options) (*scorer.Result, error) {
+	rq := s.sched.Begin(ctx, priority(ctx))
+	defer rq.End()
+	opt.Runner, opt.Admit = rq, rq.Admit
 	return s.sc.Score(ctx, schema, input, opt)
 }
 
@@ -308,7 +343,15 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 		MaxTokens: sm.MaxTokens, Temperature: sm.Temperature, TopK: sm.TopK, TopP: sm.TopP, Seed: sm.Seed,
 		Stop: s.tok.StopIDs(), Media: md, OnPrefill: req.OnPrefill,
 	}
-	res, err := generate.Run(ctx, s.m.Model, ids, opt, func(t generate.Token) error {
+	rq := s.sched.Begin(ctx, priority(ctx))
+	defer rq.End()
+	tk, err := rq.Admit(generate.Need(s.m.Model, len(ids), opt))
+	if err != nil {
+		return Result{PromptTokens: len(ids)}, fmt.Errorf("generate: %w", err)
+	}
+	defer tk.Release()
+	opt.Ticket = tk
+	res, err := generate.RunOn(ctx, rq, s.m.Model, ids, opt, func(t generate.Token) error {
 		tk := st.token(t.Index, t.ID)
 		if emit != nil {
 			return emit(tk)
