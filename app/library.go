@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,9 @@ type HubRepo struct {
 	// Path is the snapshot in the Hub cache when it is downloaded.
 	Path  string `json:"path,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Offline is the plain message for a Hub that cannot be reached (Error
+	// keeps the details).
+	Offline string `json:"offline,omitempty"`
 }
 
 // Download states.
@@ -79,6 +83,9 @@ type DownloadState struct {
 	// accept the licence.
 	Gated      bool   `json:"gated,omitempty"`
 	LicenceURL string `json:"licence_url,omitempty"`
+	// Offline is the plain message of a download that could not reach the
+	// Hub (Error keeps the details).
+	Offline string `json:"offline,omitempty"`
 }
 
 // TokenInfo says whether a Hugging Face token is at hand, and from where
@@ -172,7 +179,7 @@ func (l *Library) Repos() []HubRepo {
 			defer wg.Done()
 			info, err := c.Info(ctx, g.Repo, "")
 			if err != nil {
-				out[i].Error = err.Error()
+				out[i].Error, out[i].Offline = err.Error(), offlineMessage(err)
 				return
 			}
 			out[i].SizeBytes, out[i].Files, out[i].Gated = info.Size, len(info.Files), info.Gated != ""
@@ -186,6 +193,20 @@ func (l *Library) Repos() []HubRepo {
 		l.repos, l.reposAt = slices.Clone(out), time.Now()
 	}
 	return l.withPaths(out)
+}
+
+// offlineMessage is what the dialog says when err is a Hub that cannot be
+// reached ("" for any other error): its host, and that local models work.
+func offlineMessage(err error) string {
+	var ne *hub.NetworkError
+	if !errors.As(err, &ne) {
+		return ""
+	}
+	host := ne.Endpoint
+	if u, perr := url.Parse(ne.Endpoint); perr == nil && u.Host != "" {
+		host = u.Host
+	}
+	return fmt.Sprintf("Can't reach %s — check the connection; models on this machine still work", host)
 }
 
 // withPaths fills in the snapshot of each repo already downloaded.
@@ -289,7 +310,7 @@ func (l *Library) run(ctx context.Context, cancel context.CancelFunc, c *hub.Cli
 	case errors.As(err, &gated):
 		st.State, st.Error, st.Gated, st.LicenceURL = DownloadError, err.Error(), true, gated.URL
 	default:
-		st.State, st.Error = DownloadError, err.Error()
+		st.State, st.Error, st.Offline = DownloadError, err.Error(), offlineMessage(err)
 	}
 	l.state = st
 	l.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +208,39 @@ func TestLibraryReposAndLocal(t *testing.T) {
 	again := NewLibrary(rec, quietLogger(), lib.recentPath)
 	if len(again.recent) != 1 || again.recent[0] != folder {
 		t.Errorf("remembered after a restart: %q", again.recent)
+	}
+}
+
+// TestLibraryOffline: a Hub that cannot be reached gives every repo (and a
+// download) one plain message naming its host, the details kept apart.
+func TestLibraryOffline(t *testing.T) {
+	s, rec, _, cache, _ := libraryServices(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	s.Library.client = func() *hub.Client { return &hub.Client{Endpoint: "http://" + addr, CacheDir: cache} }
+	want := "Can't reach " + addr + " — check the connection; models on this machine still work"
+	rs := s.Library.Repos()
+	if len(rs) != len(GemmaRepos) {
+		t.Fatalf("%d repos", len(rs))
+	}
+	for _, r := range rs {
+		if r.Offline != want || !strings.Contains(r.Error, addr) || r.SizeBytes != 0 {
+			t.Errorf("%s: offline %q, error %q", r.Repo, r.Offline, r.Error)
+		}
+	}
+	n := len(rec.Events(EventDownload))
+	if _, err := s.Library.Download("google/gemma-3n-E2B-it", ""); err != nil {
+		t.Fatal(err)
+	}
+	if d := settledDownload(t, rec, n); d.State != DownloadError || d.Offline != want || d.Error == "" {
+		t.Errorf("download %+v", d)
+	}
+	// Another error is not called offline.
+	if m := offlineMessage(errors.New("the Hub answered HTTP 500")); m != "" {
+		t.Errorf("offline message %q for an HTTP error", m)
 	}
 }

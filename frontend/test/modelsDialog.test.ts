@@ -144,3 +144,55 @@ describe('models dialog', () => {
     expect(downloadText({ state: 'downloading', done: 5e8, total: 1e9, left_ms: -1 })).toBe('50% · 500 MB of 1.0 GB');
   });
 });
+
+describe('models dialog offline', () => {
+  const raw = (repo: string) => `cannot reach the Hub at https://huggingface.co (no network, or HF_ENDPOINT is wrong): Get "https://huggingface.co/api/models/${repo}/revision/main": dial tcp: lookup huggingface.co on 127.0.0.53:53: server misbehaving`;
+  const offline = "Can't reach huggingface.co — check the connection; models on this machine still work";
+  const offlineRepos: HubRepo[] = ['google/gemma-3n-E2B-it', 'google/gemma-3n-E4B-it', 'google/gemma-3n-E2B', 'google/gemma-3n-E4B'].map((repo) => (
+    { repo, title: repo, size_bytes: 0, files: 0, gated: false, error: raw(repo), offline }));
+
+  it('says it once in plain words, disables the downloads and keeps the details behind a disclosure', async () => {
+    const { host, calls } = fakeHost({ repos: async () => offlineRepos });
+    const d = new ModelsDialog(host);
+    document.body.appendChild(d.el);
+    await d.open();
+    const note = d.el.querySelector('#hub-offline')!;
+    expect(note.querySelector('span')!.textContent).toBe(offline);
+    // The raw errors (with the resolver's address) are only inside the closed disclosure.
+    const details = note.querySelector('details')!;
+    expect(details.open).toBe(false);
+    expect(details.querySelectorAll('li')).toHaveLength(4);
+    const outside = d.el.textContent!.replace(details.textContent!, '');
+    expect(outside).not.toContain('127.0.0.53');
+    expect(outside.split(offline)).toHaveLength(2);
+    const buttons = [...d.el.querySelectorAll<HTMLButtonElement>('button[data-action="download"]')];
+    expect(buttons).toHaveLength(4);
+    expect(buttons.every((b) => b.disabled)).toBe(true);
+    // The local models still load.
+    expect(d.el.querySelectorAll('#local-models li.model-row button:not([disabled])')).toHaveLength(2);
+    expect(calls.filter((c) => c.startsWith('download'))).toEqual([]);
+  });
+
+  it('a download that cannot reach the Hub turns the dialog offline until a Refresh hears from it', async () => {
+    // The Hub answered the dialog's listing; the download then found it gone.
+    const failed: DownloadState = { state: 'error', repo: 'google/gemma-3n-E4B-it', error: raw('google/gemma-3n-E4B-it'), offline };
+    let last: DownloadState = { state: 'idle' };
+    const { host } = fakeHost({ repos: async () => repos.slice(0, 2), state: async () => last });
+    const d = new ModelsDialog(host);
+    document.body.appendChild(d.el);
+    await d.open();
+    expect(d.el.querySelector('#hub-offline')).toBeNull();
+    d.update((last = failed));
+    expect(d.el.querySelector('#hub-offline span')!.textContent).toBe(offline);
+    expect(d.el.querySelector('#download-error')).toBeNull();
+    expect([...d.el.querySelectorAll<HTMLButtonElement>('button[data-action="download"]')].every((b) => b.disabled)).toBe(true);
+    expect(d.el.querySelector('#hub-offline details')!.textContent).toContain('download of google/gemma-3n-E4B-it');
+    await d.refresh();
+    expect(d.el.querySelector('#hub-offline')).toBeNull();
+    expect([...d.el.querySelectorAll<HTMLButtonElement>('button[data-action="download"]')].some((b) => b.disabled)).toBe(false);
+    // The failed download still says what happened, in the same plain words.
+    const err = d.el.querySelector('#download-error')!;
+    expect(err.querySelector('span')!.textContent).toBe(offline);
+    expect(err.textContent!.replace(err.querySelector('details')!.textContent!, '')).not.toContain('127.0.0.53');
+  });
+});

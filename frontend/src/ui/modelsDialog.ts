@@ -29,6 +29,8 @@ export interface HubRepo {
   gated: boolean;
   path?: string;
   error?: string;
+  /** The plain message when the Hub cannot be reached (error keeps the details). */
+  offline?: string;
 }
 
 /** The download in progress or the last one (Go: app.DownloadState). */
@@ -48,6 +50,8 @@ export interface DownloadState {
   error?: string;
   gated?: boolean;
   licence_url?: string;
+  /** The plain message of a download that could not reach the Hub. */
+  offline?: string;
 }
 
 export interface TokenInfo {
@@ -131,6 +135,8 @@ export class ModelsDialog {
   private apply(d: DownloadState) {
     const finished = this.dl.state === 'downloading' && d.state === 'done';
     this.dl = d;
+    // A download that found the Hub out of reach: offline until a Refresh hears from it.
+    if (d.state === 'error' && d.offline && this.repos) this.repos = this.repos.map((r) => ({ ...r, offline: r.offline ?? d.offline }));
     this.renderProgress();
     this.renderRepos();
     if (finished) {
@@ -173,18 +179,29 @@ export class ModelsDialog {
       return;
     }
     const busy = this.dl.state === 'downloading';
-    replace(this.reposEl, h('ul.model-list', null, this.repos.map((r) => {
+    const offline = this.offline();
+    const list = h('ul.model-list', null, this.repos.map((r) => {
       const mine = busy && this.dl.repo === r.repo;
-      const size = r.error ? h('span.err', { title: r.error }, ` size unknown: ${r.error}`) : h('span.muted', null, ` ${fmtBytes(r.size_bytes)} · ${r.files} files`);
+      const size = r.offline ? h('span.muted', null, ' size unknown while offline')
+        : r.error ? h('span.err', { title: r.error }, ` size unknown: ${r.error}`) : h('span.muted', null, ` ${fmtBytes(r.size_bytes)} · ${r.files} files`);
       return h('li.model-row', { dataset: { repo: r.repo } },
         h('div.model-row-main', null,
           h('b', null, r.repo), h('span.muted', null, ` ${r.title}`), size,
           r.gated ? h('span.badge.warn', { title: 'accept the licence on the Hub and give a token' }, 'gated') : null,
           r.path ? h('span.badge.ok', { title: r.path }, 'downloaded') : null),
         r.path ? h('button.btn.small.primary', { type: 'button', onclick: () => this.load(r.repo) }, 'Load') : null,
-        h('button.btn.small', { type: 'button', disabled: busy, dataset: { action: 'download' }, onclick: () => this.download(r.repo) },
+        h('button.btn.small', { type: 'button', disabled: busy || !!offline, title: offline ? `${offline}: Refresh once it is back` : '', dataset: { action: 'download' }, onclick: () => this.download(r.repo) },
           mine ? 'Downloading…' : r.path ? 'Check again' : 'Download'));
-    })));
+    }));
+    const details = this.repos.filter((r) => r.offline && r.error).map((r) => `${r.repo}: ${r.error}`);
+    if (this.dl.state === 'error' && this.dl.offline) details.push(`download of ${this.dl.repo}: ${this.dl.error ?? ''}`);
+    replace(this.reposEl, offline ? offlineNote(offline, details) : null, list);
+  }
+
+  /** The plain message while the Hub cannot be reached ("" when it can). */
+  private offline(): string {
+    const r = this.repos?.find((r) => r.offline);
+    return r?.offline ?? '';
   }
 
   private renderToken() {
@@ -220,6 +237,11 @@ export class ModelsDialog {
           h('button.btn.small.primary#download-load', { type: 'button', onclick: () => this.load(d.spec ?? d.repo ?? '') }, 'Load it'));
         break;
       default:
+        // Offline, the repos' note says it once (with this error in its details).
+        if (d.offline) {
+          replace(this.progressEl, this.offline() ? null : offlineNote(d.offline, [d.error ?? ''], 'download-error'));
+          break;
+        }
         replace(this.progressEl, h('span.err#download-error', null, d.error ?? d.state),
           d.gated && d.licence_url ? h('a#licence-link', { href: d.licence_url, target: '_blank', rel: 'noopener noreferrer', title: d.licence_url, onclick: (e: Event) => openExternal(e, d.licence_url!) }, 'Accept the licence') : null);
     }
@@ -274,6 +296,14 @@ function openExternal(e: Event, url: string) {
     e.preventDefault();
     rt.BrowserOpenURL(url);
   }
+}
+
+/** One plain message for a Hub out of reach, the raw errors (each once) behind a disclosure. */
+function offlineNote(message: string, details: string[], id = 'hub-offline'): HTMLElement {
+  return h('div.offline-note', { id, role: 'status' },
+    h('span', null, message),
+    h('details.offline-details', null, h('summary', null, 'Details'),
+      h('ul', null, [...new Set(details)].map((d) => h('li', null, h('code', null, d))))));
 }
 
 function towerBadges(m: LocalModel) {
