@@ -79,6 +79,7 @@ type Dataset struct {
 	content string
 	format  dataset.Format
 	recs    []dataset.Record
+	head    *dataset.Header // what scored recs (nil before a run)
 	counts  dataset.Counter
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the run ends
@@ -136,7 +137,7 @@ func (d *Dataset) Load(name, content string) (DatasetState, error) {
 		d.mu.Unlock()
 		return DatasetState{}, ErrDatasetBusy
 	}
-	d.content, d.format, d.recs, d.counts = content, f, nil, dataset.Counter{}
+	d.content, d.format, d.recs, d.head, d.counts = content, f, nil, nil, dataset.Counter{}
 	d.st = DatasetState{State: DatasetLoaded, Name: name, Format: string(f), Records: plan.Records, Invalid: invalid, Total: plan.Records}
 	st := d.snapshot()
 	d.mu.Unlock()
@@ -192,8 +193,19 @@ func (d *Dataset) begin(s *scorer.Schema, opt scorer.Options) (DatasetState, err
 		release()
 		return DatasetState{}, err
 	}
+	// The header of the export, as score-file writes it.
+	id, err := l.s.Identity()
+	if err != nil {
+		release()
+		return DatasetState{}, fmt.Errorf("the model's content hash: %w", err)
+	}
+	head, err := dataset.NewHeader(dataset.Scoring{Model: id.Name, ModelHash: id.Hash, Weights: string(id.Weights), Group: id.Group, Schema: s, Options: opt})
+	if err != nil {
+		release()
+		return DatasetState{}, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel, d.done, d.recs, d.counts = cancel, make(chan struct{}), nil, dataset.Counter{}
+	d.cancel, d.done, d.recs, d.head, d.counts = cancel, make(chan struct{}), nil, &head, dataset.Counter{}
 	d.st = DatasetState{State: DatasetRunning, Name: d.st.Name, Format: d.st.Format, Records: d.st.Records, Invalid: d.st.Invalid, Total: plan.Todo}
 	st := d.snapshot()
 	backend := opt.Backend
@@ -305,16 +317,17 @@ func (d *Dataset) Results(offset, limit int) []DatasetRow {
 }
 
 // Export returns the results so far as "jsonl" (the result log of
-// verdict score-file) or "csv" (one column per answer value).
+// verdict score-file, its header first) or "csv" (one column per answer
+// value).
 func (d *Dataset) Export(format string) (string, error) {
 	d.mu.Lock()
-	recs := d.recs
+	recs, head := d.recs, d.head
 	d.mu.Unlock()
 	var b strings.Builder
 	var err error
 	switch format {
 	case "jsonl":
-		err = dataset.WriteJSONL(&b, recs)
+		err = dataset.WriteJSONL(&b, head, recs)
 	case "csv":
 		err = dataset.WriteCSV(&b, recs)
 	default:
@@ -330,7 +343,7 @@ func (d *Dataset) Clear() error {
 		d.mu.Unlock()
 		return ErrDatasetBusy
 	}
-	d.st, d.content, d.recs, d.counts = DatasetState{State: DatasetEmpty}, "", nil, dataset.Counter{}
+	d.st, d.content, d.recs, d.head, d.counts = DatasetState{State: DatasetEmpty}, "", nil, nil, dataset.Counter{}
 	st := d.snapshot()
 	d.mu.Unlock()
 	d.emit.Emit(EventDataset, st)

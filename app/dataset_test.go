@@ -78,7 +78,11 @@ func TestDatasetRun(t *testing.T) {
 		t.Errorf("CSV export: %v\n%s", err, csv)
 	}
 	jl, _ := d.Export("jsonl")
-	if strings.Count(jl, "\n") != 3 || !strings.Contains(jl, `"id":"b","index":1,"line":3,"error":"the text is empty"`) ||
+	// The header first, as score-file writes it: merge takes the export.
+	if !strings.HasPrefix(jl, `{"verdict_result_log":1,`) || !strings.Contains(strings.SplitN(jl, "\n", 2)[0], `"model":"built-in tiny Gemma 3n (random weights)","model_hash":"sha256:`) {
+		t.Errorf("JSONL export's header: %.400s", jl)
+	}
+	if strings.Count(jl, "\n") != 4 || !strings.Contains(jl, `"id":"b","index":1,"line":3,"error":"the text is empty"`) ||
 		!strings.Contains(jl, `"result":{"model":"built-in tiny Gemma 3n (random weights)","random_weights":true,"backend":"json","answer":`) {
 		t.Errorf("JSONL export:\n%s", jl)
 	}
@@ -147,7 +151,7 @@ func TestDatasetUsesRunSettings(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	jl, _ := s.Dataset.Export("jsonl")
-	if !strings.Contains(jl, `"temperature":2.5`) || strings.Contains(jl, `"temperature":1,`) {
+	if !strings.Contains(jl, `"temperature":2.5`) || strings.Contains(jl, `"temperature":1,`) || !strings.Contains(strings.SplitN(jl, "\n", 2)[0], `"temperature":2.5,`) {
 		t.Errorf("the run did not score at the settings' temperature:\n%.600s", jl)
 	}
 	p.Run.Scorer.Calibration = "/nonexistent/cal.json"

@@ -57,8 +57,17 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if abs(*input) == abs(*output) {
-		return usageErr("--output is the input file")
+	if sameFile(*input, *output) {
+		return usageErr("--output is the input file %s (by its path or through a link): it would be written over", *input)
+	}
+	// The header of this run; the model's part once it is loaded.
+	schema, err := f.readSchema()
+	if err != nil {
+		return err
+	}
+	head, err := dataset.NewHeader(dataset.Scoring{Schema: schema, Options: opt})
+	if err != nil {
+		return err
 	}
 	scan := dataset.ScanReader(func() (io.ReadCloser, error) {
 		fh, _, err := safefile.Open(*input)
@@ -70,13 +79,22 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if h := logged.Header; h != nil {
+		// All but the model's part, before it loads.
+		early := head
+		early.Model, early.ModelHash, early.Weights, early.Group = h.Model, h.ModelHash, h.Weights, h.Group
+		if err := dataset.Compare(*h, early, *output, "this run"); err != nil {
+			w.Close()
+			return err
+		}
+	}
 	defer w.Close()
 	defer func() { // a run that fails before its first record leaves no new file behind
 		if fi, e := os.Stat(*output); err != nil && os.IsNotExist(statErr) && e == nil && fi.Size() == 0 {
 			os.Remove(*output)
 		}
 	}()
-	plan, err := dataset.NewPlan(scan, shard, logged)
+	plan, err := dataset.NewPlan(scan, shard, logged.Records)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *input, err)
 	}
@@ -89,8 +107,13 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer m.Close()
-	if err := sameScoring(logged, m.Name, *f.backend, s); err != nil {
-		return fmt.Errorf("%s: %w", *output, err)
+	id, err := m.Identity()
+	if err != nil {
+		return fmt.Errorf("the model's content hash: %w", err)
+	}
+	head.Model, head.ModelHash, head.Weights, head.Group = id.Name, id.Hash, string(id.Weights), id.Group
+	if err := w.SetHeader(head); err != nil {
+		return err
 	}
 	score := func(ctx context.Context, text string) (json.RawMessage, error) {
 		if err := checkInput(text, "", false); err != nil {
@@ -131,48 +154,6 @@ type scored struct {
 	*scorer.Result
 }
 
-// sameScoring refuses to resume a log scored by another model, backend or
-// schema (other field names): its records would not be comparable.
-func sameScoring(logged []dataset.Record, model, backend string, s *scorer.Schema) error {
-	var want []string
-	for _, f := range s.Fields {
-		want = append(want, f.Name)
-	}
-	// The first and the last result stand for the log (parsing every one
-	// of a long log would take long).
-	var check []dataset.Record
-	for _, r := range logged {
-		if len(r.Result) > 0 {
-			check = append(check[:min(len(check), 1)], r)
-		}
-	}
-	for _, r := range check {
-		var got struct {
-			Model   string `json:"model"`
-			Backend string `json:"backend"`
-			Fields  []struct {
-				Name string `json:"name"`
-			} `json:"fields"`
-		}
-		if err := json.Unmarshal(r.Result, &got); err != nil {
-			return fmt.Errorf("record %q: %v", r.ID, err)
-		}
-		var names []string
-		for _, f := range got.Fields {
-			names = append(names, f.Name)
-		}
-		switch {
-		case got.Model != model:
-			return fmt.Errorf("record %q was scored by model %q, not %q: resume with the same --model", r.ID, got.Model, model)
-		case got.Backend != backend:
-			return fmt.Errorf("record %q was scored with --backend %s, not %s", r.ID, got.Backend, backend)
-		case strings.Join(names, "\x00") != strings.Join(want, "\x00"):
-			return fmt.Errorf("record %q was scored with a schema of fields %q, not %q: resume with the same --schema", r.ID, names, want)
-		}
-	}
-	return nil
-}
-
 // scoreOptions are the scorer options the flags of score and score-file
 // give; a calibration's fitted temperatures replace --temperature (stderr
 // says so).
@@ -192,6 +173,33 @@ func scoreOptions(fs *flag.FlagSet, f scoreFlags, stderr io.Writer) (scorer.Opti
 		}
 	}
 	return opt, nil
+}
+
+// readSchema reads and parses --schema.
+func (f scoreFlags) readSchema() (*scorer.Schema, error) {
+	if *f.schema == "" {
+		return nil, usageErr("--schema is required")
+	}
+	b, err := readInput(*f.schema)
+	if err != nil {
+		return nil, err
+	}
+	s, err := scorer.ParseSchema(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", *f.schema, err)
+	}
+	return s, nil
+}
+
+// sameFile reports whether paths a and b name one file: by the same path,
+// or through a symbolic or hard link (the same device and inode).
+func sameFile(a, b string) bool {
+	if abs(a) == abs(b) {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 func abs(p string) string {
@@ -243,7 +251,8 @@ func plainProgress(w io.Writer, terminal bool, now func() time.Time) func(datase
 }
 
 // mergeCmd joins the result logs of several shards into one, in input
-// order, as JSONL or CSV.
+// order, as JSONL (under their header) or CSV; logs scored differently
+// (their headers differ) are refused.
 func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("merge", stderr)
 	output := fs.String("output", "", "the merged file: JSONL, or CSV when it ends in .csv (required)")
@@ -265,21 +274,21 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var srcs []dataset.Source
 	for _, p := range logs {
-		if abs(p) == abs(*output) {
-			return usageErr("--output %s is one of the logs", *output)
+		if sameFile(p, *output) {
+			return usageErr("--output %s is one of the logs (by its path or through a link)", *output)
 		}
 		fh, _, err := safefile.Open(p)
 		if err != nil {
 			return err
 		}
-		recs, _, err := dataset.ReadLog(fh, p, false)
+		log, _, err := dataset.ReadLog(fh, p, false)
 		fh.Close()
 		if err != nil {
 			return err
 		}
-		srcs = append(srcs, dataset.Source{Name: p, Records: recs})
+		srcs = append(srcs, dataset.Source{Name: p, Log: log})
 	}
-	recs, err := dataset.Merge(srcs)
+	head, recs, err := dataset.Merge(srcs)
 	if err != nil {
 		return err
 	}
@@ -310,7 +319,7 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if of == dataset.CSV {
 			return dataset.WriteCSV(w, recs)
 		}
-		return dataset.WriteJSONL(w, recs)
+		return dataset.WriteJSONL(w, head, recs)
 	}); err != nil {
 		return err
 	}

@@ -117,29 +117,41 @@ func TestScoreFileShardsMerge(t *testing.T) {
 		t.Errorf("CSV: %d lines, header %q", len(lines), lines[0])
 	}
 
-	// A crash: the first four records, then half of the fifth.
+	// A crash: the header and the first four records, then half of the fifth.
 	b, _ := os.ReadFile(single)
 	lines := strings.SplitAfter(string(b), "\n")
 	crashed := filepath.Join(dir, "crashed.jsonl")
-	os.WriteFile(crashed, []byte(strings.Join(lines[:4], "")+lines[4][:len(lines[4])/2]), 0o644)
+	os.WriteFile(crashed, []byte(strings.Join(lines[:5], "")+lines[5][:len(lines[5])/2]), 0o644)
 	code, _, errOut = run(append(base, "--output", crashed)...)
 	if code != 1 || !strings.Contains(errOut, "give --resume") {
 		t.Errorf("over a log without --resume: exit %d, %s", code, errOut)
 	}
 	code, _, errOut = run("merge", crashed, "--output", all)
-	if code != 1 || !strings.Contains(errOut, "line 5 is torn") {
+	if code != 1 || !strings.Contains(errOut, "line 6 is torn") {
 		t.Errorf("merge of a torn log: exit %d, %s", code, errOut)
 	}
 	other := filepath.Join(dir, "other.json")
 	b, _ = os.ReadFile(ticketSchema)
 	os.WriteFile(other, []byte(strings.Replace(string(b), `"priority"`, `"urgency"`, 1)), 0o644)
 	code, _, errOut = run("score-file", "--model", "builtin", "--schema", other, "--input", in, "--output", crashed, "--resume")
-	if code != 1 || !strings.Contains(errOut, `was scored with a schema of fields ["priority" "department"`) {
+	if code != 1 || !strings.Contains(errOut, "crashed.jsonl was scored with --schema of hash sha256:") {
 		t.Errorf("resume with another schema: exit %d, %s", code, errOut)
 	}
-	code, _, errOut = run(append(base, "--output", crashed, "--resume", "--backend", "catalog")...)
-	if code != 1 || !strings.Contains(errOut, "was scored with --backend json, not catalog") {
-		t.Errorf("resume with another backend: exit %d, %s", code, errOut)
+	// Each setting that changes the results is refused, named.
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--backend", "catalog"}, "was scored with --backend json, this run with --backend catalog"},
+		{[]string{"--temperature", "0.5"}, "was scored with --temperature 1, this run with --temperature 0.5"},
+		{[]string{"--normalize", "pmi"}, "was scored with --normalize none, this run with --normalize pmi"},
+		{[]string{"--weights", "f32"}, "was scored with --weights q4, this run with --weights f32"},
+		{[]string{"--group", "32"}, "was scored with --group 64, this run with --group 32"},
+	} {
+		code, _, errOut = run(append(append(base, "--output", crashed, "--resume"), c.flags...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("resume with %v: exit %d, %s; want %q", c.flags, code, errOut, c.want)
+		}
 	}
 	code, out, errOut = run(append(base, "--output", crashed, "--resume")...)
 	if code != 0 || !strings.Contains(out, "scored 7 (2 errors)") || !strings.Contains(out, "4 resumed") {
@@ -151,6 +163,72 @@ func TestScoreFileShardsMerge(t *testing.T) {
 	code, out, _ = run(append(base, "--output", crashed, "--resume")...)
 	if code != 0 || !strings.Contains(out, "nothing left to score (11 in") {
 		t.Errorf("resume of a finished log: exit %d, %s", code, out)
+	}
+
+	// The header says what scored the log; a shard scored otherwise is
+	// not merged with the others.
+	var head map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &head); err != nil {
+		t.Fatal(err)
+	}
+	if head["verdict_result_log"] != 1.0 || head["model"] != "built-in tiny Gemma 3n (random weights)" || !strings.HasPrefix(head["model_hash"].(string), "sha256:") ||
+		head["weights"] != "q4" || head["group"] != 64.0 || head["backend"] != "json" || head["temperature"] != 1.0 || head["normalize"] != "none" || head["calibration"] != "" {
+		t.Errorf("header %s", lines[0])
+	}
+	hot := filepath.Join(dir, "hot-1.jsonl")
+	if code, _, errOut := run(append(base, "--output", hot, "--shard", "1/3", "--temperature", "2")...); code != 0 {
+		t.Fatalf("shard 1 at another temperature: %s", errOut)
+	}
+	code, _, errOut = run("merge", logs[0], hot, logs[2], "--output", all)
+	if code != 1 || !strings.Contains(errOut, "out-0.jsonl was scored with --temperature 1, "+hot+" with --temperature 2") {
+		t.Errorf("merge of a shard at another temperature: exit %d, %s", code, errOut)
+	}
+	// A log of an older verdict (no header) is neither resumed nor merged.
+	old := filepath.Join(dir, "old.jsonl")
+	os.WriteFile(old, []byte(strings.Join(lines[1:5], "")), 0o644)
+	code, _, errOut = run(append(base, "--output", old, "--resume")...)
+	if code != 1 || !strings.Contains(errOut, "old.jsonl has no header line: it was written by an older verdict") {
+		t.Errorf("resume of a log without a header: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = run("merge", logs[0], old, "--output", all)
+	if code != 1 || !strings.Contains(errOut, "old.jsonl has no header line") {
+		t.Errorf("merge of a log without a header: exit %d, %s", code, errOut)
+	}
+}
+
+// TestScoreFileOutputLinkedToInput: an --output that is the input through a
+// symbolic or a hard link is refused before anything is opened for
+// writing: the input keeps every byte, with --resume too.
+func TestScoreFileOutputLinkedToInput(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	body := "{\"id\": \"a\", \"text\": \"My parcel is late.\"}\n"
+	os.WriteFile(in, []byte(body), 0o644)
+	sym, hard := filepath.Join(dir, "sym.jsonl"), filepath.Join(dir, "hard.jsonl")
+	if err := os.Symlink(in, sym); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(in, hard); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{sym, hard} {
+		for _, resume := range []bool{false, true} {
+			args := []string{"score-file", "--model", "builtin", "--schema", ticketSchema, "--input", in, "--output", out}
+			if resume {
+				args = append(args, "--resume")
+			}
+			code, _, errOut := run(args...)
+			if code != 2 || !strings.Contains(errOut, "--output is the input file") {
+				t.Errorf("%v: exit %d, %s", args, code, errOut)
+			}
+			if b, _ := os.ReadFile(in); string(b) != body {
+				t.Fatalf("%v: the input is now %q", args, b)
+			}
+		}
+	}
+	code, _, errOut := run("merge", in, "--output", hard)
+	if code != 2 || !strings.Contains(errOut, "is one of the logs") {
+		t.Errorf("merge into a hard link of its log: exit %d, %s", code, errOut)
 	}
 }
 

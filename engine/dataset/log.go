@@ -42,13 +42,17 @@ func (r Record) Answer() json.RawMessage {
 // Writer appends records to a result log, one line each in a single write,
 // so that a crash of the process loses no record it wrote and leaves at
 // most a torn last line; it syncs the file to disk every SyncEvery (a crash
-// of the machine loses at most that much) and on Close.
+// of the machine loses at most that much) and on Close. The log's header
+// goes before its first record, in the same write. All of a run's writes
+// to its log go through its Writer.
 type Writer struct {
 	f         *os.File
 	SyncEvery time.Duration
 	synced    time.Time
 	now       func() time.Time
 	closed    bool
+	header    *Header // the log's: read from it, or given by SetHeader
+	written   bool    // the file holds the header line
 }
 
 // DefaultSyncEvery is how often a log is synced to disk. BenchmarkWrite on
@@ -60,17 +64,42 @@ type Writer struct {
 // crash can lose; a killed process loses nothing either way.
 const DefaultSyncEvery = time.Second
 
-// Write appends rec as one line.
+// SetHeader gives the log the header of this run: a log that has one
+// must have the same (else a *MismatchError naming the log and "this
+// run"); a log without one gets h before its first record.
+func (w *Writer) SetHeader(h Header) error {
+	if w.header != nil && w.written {
+		return Compare(*w.header, h, w.f.Name(), "this run")
+	}
+	w.header = &h
+	return nil
+}
+
+// Header is the log's header: the one it holds, or the one set (nil when
+// neither).
+func (w *Writer) Header() *Header { return w.header }
+
+// Write appends rec as one line, after the header when the log has none
+// yet (ErrNoHeader when no header was set).
 func (w *Writer) Write(rec Record) error {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(rec); err != nil { // one line, with its line ending
+	line, err := encodeLine(rec)
+	if err != nil {
 		return err
 	}
-	if _, err := w.f.Write(b.Bytes()); err != nil {
+	if !w.written {
+		if w.header == nil {
+			return ErrNoHeader
+		}
+		head, err := encodeLine(w.header)
+		if err != nil {
+			return err
+		}
+		line = append(head, line...)
+	}
+	if _, err := w.f.Write(line); err != nil {
 		return fmt.Errorf("write %s: %w", w.f.Name(), err)
 	}
+	w.written = true
 	if now := w.now(); now.Sub(w.synced) >= w.SyncEvery {
 		w.synced = now
 		if err := w.f.Sync(); err != nil {
@@ -100,18 +129,28 @@ func (w *Writer) Name() string { return w.f.Name() }
 // resume is false.
 var ErrExists = errors.New("the output has results already: give --resume to go on with it, or remove it")
 
+// Log is a result log's content.
+type Log struct {
+	// Header is its first line (nil for an empty log, and for one written
+	// before logs had headers).
+	Header  *Header
+	Records []Record
+}
+
 // Create opens the result log at path for appending. Without resume, a log
-// with content is refused (ErrExists). With resume, the records it holds
-// are returned, and a torn last line (a crash in the middle of a write) is
-// cut off; any other line that is not a record is an error.
-func Create(path string, resume bool) (*Writer, []Record, error) {
+// with content is refused (ErrExists). With resume, what it holds is
+// returned, and a torn last line (a crash in the middle of a write) is cut
+// off; a log with records but no header is a *NoHeaderError, and any other
+// line that is not a record is an error. The caller sets the run's header
+// (SetHeader) before the first Write.
+func Create(path string, resume bool) (*Writer, Log, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, nil, err
+		return nil, Log{}, err
 	}
-	fail := func(err error) (*Writer, []Record, error) {
+	fail := func(err error) (*Writer, Log, error) {
 		f.Close()
-		return nil, nil, err
+		return nil, Log{}, err
 	}
 	fi, err := f.Stat()
 	if err != nil {
@@ -120,15 +159,18 @@ func Create(path string, resume bool) (*Writer, []Record, error) {
 	if !fi.Mode().IsRegular() {
 		return fail(fmt.Errorf("%s is not a regular file", path))
 	}
-	var recs []Record
+	var log Log
 	if fi.Size() > 0 {
 		if !resume {
 			return fail(fmt.Errorf("%s: %w", path, ErrExists))
 		}
 		var good int64
-		recs, good, err = ReadLog(f, path, true)
+		log, good, err = ReadLog(f, path, true)
 		if err != nil {
 			return fail(err)
+		}
+		if log.Header == nil && len(log.Records) > 0 {
+			return fail(&NoHeaderError{path})
 		}
 		if good < fi.Size() {
 			if err := f.Truncate(good); err != nil {
@@ -139,7 +181,8 @@ func Create(path string, resume bool) (*Writer, []Record, error) {
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
 		return fail(err)
 	}
-	return &Writer{f: f, SyncEvery: DefaultSyncEvery, now: time.Now, synced: time.Now()}, recs, nil
+	w := &Writer{f: f, SyncEvery: DefaultSyncEvery, now: time.Now, synced: time.Now(), header: log.Header, written: log.Header != nil}
+	return w, log, nil
 }
 
 // TornError reports a log whose last line is incomplete.
@@ -152,22 +195,37 @@ func (e *TornError) Error() string {
 	return fmt.Sprintf("%s: line %d is torn (the run that wrote it stopped in the middle); resume it with score-file --resume first", e.Path, e.Line)
 }
 
-// ReadLog reads a result log. With torn, an incomplete last line (no line
-// ending, or not a record) is left out and good is the length of the part
-// before it; without, it is a *TornError. Any other line that is not a
-// record is an error naming it.
-func ReadLog(r io.Reader, name string, torn bool) (recs []Record, good int64, err error) {
+// ReadLog reads a result log: its header line, when it has one, then its
+// records. With torn, an incomplete last line (no line ending, or not a
+// record) is left out and good is the length of the part before it;
+// without, it is a *TornError. Any other line that is not a record is an
+// error naming it.
+func ReadLog(r io.Reader, name string, torn bool) (log Log, good int64, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for line := 1; ; line++ {
 		b, err := br.ReadBytes('\n')
 		if err != nil && err != io.EOF {
-			return nil, 0, err
+			return Log{}, 0, err
 		}
 		if len(b) == 0 {
-			return recs, good, nil
+			return log, good, nil
 		}
 		complete := b[len(b)-1] == '\n'
-		rec, perr := parseRecord(b)
+		var rec Record
+		var perr error
+		isHeader := false
+		if line == 1 && complete {
+			var h Header
+			if h, isHeader, perr = parseHeader(b, name); isHeader && perr != nil {
+				return Log{}, 0, perr
+			}
+			if isHeader {
+				log.Header = &h
+			}
+		}
+		if !isHeader {
+			rec, perr = parseRecord(b)
+		}
 		if !complete || perr != nil {
 			// Only the last line can be torn: is there anything after it?
 			last := err == io.EOF
@@ -177,16 +235,18 @@ func ReadLog(r io.Reader, name string, torn bool) (recs []Record, good int64, er
 			}
 			switch {
 			case last && torn:
-				return recs, good, nil
+				return log, good, nil
 			case last:
-				return nil, 0, &TornError{name, line}
+				return Log{}, 0, &TornError{name, line}
 			}
-			return nil, 0, fmt.Errorf("%s: line %d is not a result record: %v", name, line, perr)
+			return Log{}, 0, fmt.Errorf("%s: line %d is not a result record: %v", name, line, perr)
 		}
-		recs = append(recs, rec)
+		if !isHeader {
+			log.Records = append(log.Records, rec)
+		}
 		good += int64(len(b))
 		if err == io.EOF {
-			return recs, good, nil
+			return log, good, nil
 		}
 	}
 }

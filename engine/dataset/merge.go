@@ -22,14 +22,34 @@ func (e *ConflictError) Error() string {
 
 // Source is one log to merge.
 type Source struct {
-	Name    string
-	Records []Record
+	Name string
+	Log
 }
 
-// Merge joins the logs' records in input order (by index). A record found
-// in several logs is kept once when its outcome (the answer, or the error)
-// is the same in each; anything else that disagrees is a *ConflictError.
-func Merge(srcs []Source) ([]Record, error) {
+// Merge joins the logs' records in input order (by index), under their
+// header. Every log with records must have a header (else a
+// *NoHeaderError), and all headers must be the same (else a
+// *MismatchError naming the first log and the one that differs): records
+// scored differently are not comparable. A record found in several logs is
+// kept once when its outcome (the answer, or the error) is the same in
+// each; anything else that disagrees is a *ConflictError. The header is nil
+// when no log has one.
+func Merge(srcs []Source) (*Header, []Record, error) {
+	var head *Header
+	headName := ""
+	for _, s := range srcs {
+		switch {
+		case s.Header == nil && len(s.Records) > 0:
+			return nil, nil, &NoHeaderError{s.Name}
+		case s.Header == nil:
+		case head == nil:
+			head, headName = s.Header, s.Name
+		default:
+			if err := Compare(*head, *s.Header, headName, s.Name); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 	type entry struct {
 		rec Record
 		src string
@@ -40,14 +60,14 @@ func Merge(srcs []Source) ([]Record, error) {
 		for _, r := range s.Records {
 			if i, ok := byID[r.ID]; ok && i != r.Index {
 				o := byIndex[i]
-				return nil, &ConflictError{o.rec, r, o.src, s.Name, fmt.Sprintf("one id at two indexes (%d and %d)", i, r.Index)}
+				return nil, nil, &ConflictError{o.rec, r, o.src, s.Name, fmt.Sprintf("one id at two indexes (%d and %d)", i, r.Index)}
 			}
 			if o, ok := byIndex[r.Index]; ok {
 				if o.rec.ID != r.ID {
-					return nil, &ConflictError{o.rec, r, o.src, s.Name, fmt.Sprintf("two ids at index %d", r.Index)}
+					return nil, nil, &ConflictError{o.rec, r, o.src, s.Name, fmt.Sprintf("two ids at index %d", r.Index)}
 				}
 				if d := outcomeDiff(o.rec, r); d != "" {
-					return nil, &ConflictError{o.rec, r, o.src, s.Name, d}
+					return nil, nil, &ConflictError{o.rec, r, o.src, s.Name, d}
 				}
 				continue
 			}
@@ -60,7 +80,7 @@ func Merge(srcs []Source) ([]Record, error) {
 		out = append(out, e.rec)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
-	return out, nil
+	return head, out, nil
 }
 
 // outcomeDiff says how two results of one record differ ("" when they give

@@ -13,6 +13,9 @@ func res(answer string) json.RawMessage {
 	return json.RawMessage(`{"answer":` + answer + `,"timings":{"total_ms":3}}`)
 }
 
+// src is a log of recs under testHeader.
+func src(name string, recs ...Record) Source { return Source{name, Log{&testHeader, recs}} }
+
 func TestMerge(t *testing.T) {
 	a := Record{ID: "a", Index: 0, Line: 1, Result: res(`{"x": "yes"}`)}
 	b := Record{ID: "b", Index: 1, Line: 2, Error: "the text is empty"}
@@ -24,15 +27,15 @@ func TestMerge(t *testing.T) {
 		srcs []Source
 		want string // ids in order, or the error
 	}{
-		{"in input order", []Source{{"s1", []Record{c, a}}, {"s0", []Record{b}}}, "[a b c]"},
-		{"the same outcome twice is kept once", []Source{{"s1", []Record{c, a}}, {"s0", []Record{b, cOther}}}, "[a b c]"},
-		{"two answers", []Source{{"s1", []Record{a}}, {"s2", []Record{{ID: "a", Index: 0, Line: 1, Result: res(`{"x": "no"}`)}}}}, `answers {"x": "yes"} and {"x": "no"}`},
-		{"answer and error", []Source{{"s1", []Record{a}}, {"s2", []Record{{ID: "a", Index: 0, Line: 1, Error: "e"}}}}, `errors "" and "e"`},
-		{"one id at two indexes", []Source{{"s1", []Record{a}}, {"s2", []Record{{ID: "a", Index: 5, Line: 6, Error: "e"}}}}, "one id at two indexes (0 and 5)"},
-		{"two ids at one index", []Source{{"s1", []Record{a}}, {"s2", []Record{{ID: "z", Index: 0, Line: 1, Error: "e"}}}}, "two ids at index 0"},
+		{"in input order", []Source{src("s1", c, a), src("s0", b)}, "[a b c]"},
+		{"the same outcome twice is kept once", []Source{src("s1", c, a), src("s0", b, cOther)}, "[a b c]"},
+		{"two answers", []Source{src("s1", a), src("s2", Record{ID: "a", Index: 0, Line: 1, Result: res(`{"x": "no"}`)})}, `answers {"x": "yes"} and {"x": "no"}`},
+		{"answer and error", []Source{src("s1", a), src("s2", Record{ID: "a", Index: 0, Line: 1, Error: "e"})}, `errors "" and "e"`},
+		{"one id at two indexes", []Source{src("s1", a), src("s2", Record{ID: "a", Index: 5, Line: 6, Error: "e"})}, "one id at two indexes (0 and 5)"},
+		{"two ids at one index", []Source{src("s1", a), src("s2", Record{ID: "z", Index: 0, Line: 1, Error: "e"})}, "two ids at index 0"},
 	}
 	for _, c := range cases {
-		got, err := Merge(c.srcs)
+		_, got, err := Merge(c.srcs)
 		var s string
 		if err != nil {
 			var ce *ConflictError
@@ -53,6 +56,38 @@ func TestMerge(t *testing.T) {
 	}
 	if m := Missing([]Record{a, c}, 4); fmt.Sprint(m) != "[1 3]" {
 		t.Errorf("Missing = %v, want [1 3]", m)
+	}
+}
+
+// TestMergeHeaders: logs merge under their common header; a log scored
+// differently, or with records and no header, is refused.
+func TestMergeHeaders(t *testing.T) {
+	a := Record{ID: "a", Index: 0, Line: 1, Error: "e"}
+	b := Record{ID: "b", Index: 1, Line: 2, Error: "e"}
+	hot := testHeader
+	hot.Temperature = 2
+	cases := []struct {
+		name string
+		srcs []Source
+		want string // the error, "" for none
+	}{
+		{"the same header", []Source{src("s0", a), src("s1", b)}, ""},
+		{"an empty log has none", []Source{src("s0", a), {Name: "empty"}}, ""},
+		{"another temperature", []Source{src("s0", a), {"s1", Log{&hot, []Record{b}}}}, "s0 was scored with --temperature 1, s1 with --temperature 2"},
+		{"a header alone still counts", []Source{src("s0", a), {"s1", Log{Header: &hot}}}, "--temperature 1, s1 with --temperature 2"},
+		{"an older log", []Source{src("s0", a), {"old", Log{Records: []Record{b}}}}, "old has no header line"},
+	}
+	for _, c := range cases {
+		h, recs, err := Merge(c.srcs)
+		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+		if err == nil && (h == nil || *h != testHeader || len(recs) != len(c.srcs[0].Records)+len(c.srcs[1].Records)) {
+			t.Errorf("%s: header %v, %d records", c.name, h, len(recs))
+		}
+	}
+	if h, _, err := Merge([]Source{{Name: "empty"}}); h != nil || err != nil {
+		t.Errorf("empty logs alone: %v, %v", h, err)
 	}
 }
 

@@ -2,7 +2,8 @@
 // records, assigns them to shards, writes one result line per record to an
 // append-only log that survives a crash, resumes a log, merges the logs of
 // several shards and summarises them. It knows nothing of the model: the
-// caller gives it a function that scores one text.
+// caller gives it a function that scores one text, and says what scored
+// the log (its Header, checked on resume and merge).
 package dataset
 
 import (

@@ -25,6 +25,10 @@ func fakeScore(_ context.Context, text string) (json.RawMessage, error) {
 	return json.RawMessage(fmt.Sprintf(`{"answer":{"size":%q},"timings":{"total_ms":1}}`, size)), nil
 }
 
+// testHeader is the header of the tests' logs.
+var testHeader = Header{Format: LogFormat, Version: "test", Model: "fake", ModelHash: "sha256:00", Weights: "f32", Backend: "json",
+	SchemaHash: "sha256:11", Temperature: 1, Normalize: "none"}
+
 func scanString(s string) func(func(Item) error) error {
 	return func(fn func(Item) error) error { return Scan(strings.NewReader(s), JSONL, fn) }
 }
@@ -97,7 +101,7 @@ func TestShardsCoverEveryRecordOnce(t *testing.T) {
 				}
 				lo, hi = min(lo, len(recs)), max(hi, len(recs))
 				// Shards in reverse order: merge orders by input, not by file.
-				srcs = append([]Source{{fmt.Sprintf("shard %d", i), recs}}, srcs...)
+				srcs = append([]Source{{fmt.Sprintf("shard %d", i), Log{&testHeader, recs}}}, srcs...)
 			}
 			for idx := 0; idx < whole.Records; idx++ {
 				if seen[idx] != 1 {
@@ -110,9 +114,12 @@ func TestShardsCoverEveryRecordOnce(t *testing.T) {
 			if whole.Records > 0 && hi-lo > 1 {
 				t.Errorf("size %d, %d shards: sizes from %d to %d", size, n, lo, hi)
 			}
-			merged, err := Merge(srcs)
+			h, merged, err := Merge(srcs)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if n > 0 && h != &testHeader {
+				t.Fatalf("merged header %v", h)
 			}
 			if fmt.Sprint(strip(merged)) != fmt.Sprint(strip(single)) {
 				t.Fatalf("size %d, %d shards: merged\n%v\nwant\n%v", size, n, strip(merged), strip(single))
@@ -128,11 +135,14 @@ func readLogFile(t *testing.T, path string) []Record {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	recs, _, err := ReadLog(f, path, false)
+	log, _, err := ReadLog(f, path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return recs
+	if len(log.Records) > 0 && (log.Header == nil || *log.Header != testHeader) {
+		t.Fatalf("%s: header %v", path, log.Header)
+	}
+	return log.Records
 }
 
 func runTo(t *testing.T, path, in string, shard Shard, resume bool, stopAfter int) error {
@@ -142,7 +152,10 @@ func runTo(t *testing.T, path, in string, shard Shard, resume bool, stopAfter in
 		return err
 	}
 	defer w.Close()
-	p, err := NewPlan(scanString(in), shard, logged)
+	if err := w.SetHeader(testHeader); err != nil {
+		return err
+	}
+	p, err := NewPlan(scanString(in), shard, logged.Records)
 	if err != nil {
 		return err
 	}

@@ -188,10 +188,15 @@ func WriteCSV(w io.Writer, recs []Record) error {
 	return cw.Error()
 }
 
-// WriteJSONL writes the records as a result log.
-func WriteJSONL(w io.Writer, recs []Record) error {
+// WriteJSONL writes the records as a result log, under h (none when nil).
+func WriteJSONL(w io.Writer, h *Header, recs []Record) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
+	if h != nil {
+		if err := enc.Encode(h); err != nil {
+			return err
+		}
+	}
 	for _, r := range recs {
 		if err := enc.Encode(r); err != nil {
 			return err
