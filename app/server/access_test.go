@@ -51,7 +51,19 @@ func TestAccess(t *testing.T) {
 		{"wrong token", "POST", "/api/Logs/Level", "127.0.0.1:8177", map[string]string{TokenHeader: "s3cre"}, 401, "access token"},
 		{"no token, bindings", "GET", "/api/bindings", "127.0.0.1:8177", nil, 401, "access token"},
 		{"no token, path tricks", "GET", "/x/../api/bindings", "127.0.0.1:8177", nil, 401, "access token"},
-		{"token query, bindings", "GET", "/api/bindings?token=s3cret", "127.0.0.1:8177", nil, 200, `"Logs"`},
+		// The query carries the token only where a header cannot be sent.
+		{"token query, bindings", "GET", "/api/bindings?token=s3cret", "127.0.0.1:8177", nil, 401, "access token"},
+		{"token query, call", "POST", "/api/Logs/Level?token=s3cret", "127.0.0.1:8177", nil, 401, "access token"},
+		{"lower-case bearer", "POST", "/api/Logs/Level", "127.0.0.1:8177", map[string]string{"Authorization": "bearer s3cret"}, 200, `"`},
+		{"upper-case bearer", "POST", "/api/Logs/Level", "127.0.0.1:8177", map[string]string{"Authorization": "BEARER  s3cret"}, 200, `"`},
+		{"empty bearer", "POST", "/api/Logs/Level", "127.0.0.1:8177", map[string]string{"Authorization": "Bearer "}, 401, "access token"},
+		// The router sees %2e%2e as a segment, not as "..": these are routed
+		// under /api/ and /media/, so they need the token.
+		{"escaped dot dot, get", "GET", "/api/%2e%2e/x", "127.0.0.1:8177", nil, 401, "access token"},
+		{"escaped dot dot, call", "POST", "/api/%2e%2e/x", "127.0.0.1:8177", nil, 401, "access token"},
+		{"escaped dot dot, media", "GET", "/media/%2e%2e/x", "127.0.0.1:8177", nil, 401, "access token"},
+		{"escaped dot dot, media query", "GET", "/media/%2E%2E/camera/live.jpg", "127.0.0.1:8177", nil, 401, "access token"},
+		{"escaped name", "POST", "/%61pi/%2e%2e/Logs/Level", "127.0.0.1:8177", nil, 401, "access token"},
 		{"media without token", "GET", view, "127.0.0.1:8177", nil, 401, "access token"},
 		{"media with token", "GET", view + "?token=s3cret", "127.0.0.1:8177", nil, 200, "\x89PNG"},
 		{"camera without token", "GET", "/media/camera/live.jpg?seq=1", "127.0.0.1:8177", nil, 401, "access token"},
@@ -69,6 +81,9 @@ func TestAccess(t *testing.T) {
 		srv.ServeHTTP(w, req)
 		if w.Code != c.code || !strings.Contains(w.Body.String(), c.body) {
 			t.Errorf("%s: %d %.120q, want %d %q", c.name, w.Code, w.Body.String(), c.code, c.body)
+		}
+		if c.code >= 400 && w.Header().Get("Connection") != "close" {
+			t.Errorf("%s: refused without closing the connection", c.name)
 		}
 	}
 }

@@ -58,6 +58,11 @@ func TestAPIAccess(t *testing.T) {
 		{"wrong bearer", "GET", "/v1/models", "127.0.0.1:8177", map[string]string{"Authorization": "Bearer s3cre"}, 401, api.CodeUnauthorized},
 		{"basic auth", "GET", "/v1/models", "127.0.0.1:8177", map[string]string{"Authorization": "Basic czNjcmV0"}, 401, api.CodeUnauthorized},
 		{"path trick", "GET", "/x/../v1/models", "127.0.0.1:8177", nil, 401, api.CodeUnauthorized},
+		{"escaped dot dot", "GET", "/v1/%2e%2e/x", "127.0.0.1:8177", nil, 401, api.CodeUnauthorized},
+		{"escaped dot dot, post", "POST", "/v1/%2e%2e/generate", "127.0.0.1:8177", nil, 401, api.CodeUnauthorized},
+		{"lower-case bearer", "GET", "/v1/models", "127.0.0.1:8177", map[string]string{"Authorization": "bearer s3cret"}, 200, ""},
+		{"upper-case bearer", "GET", "/v1/models", "127.0.0.1:8177", map[string]string{"Authorization": "BEARER s3cret"}, 200, ""},
+		{"token in the query", "GET", "/v1/models?token=s3cret", "127.0.0.1:8177", nil, 401, api.CodeUnauthorized},
 		{"form post", "POST", "/v1/generate", "127.0.0.1:8177", with(bearer, "Content-Type", "application/x-www-form-urlencoded"), 415, api.CodeContentType},
 		{"no model", "POST", "/v1/generate", "127.0.0.1:8177", bearer, 503, api.CodeNoModel},
 	} {

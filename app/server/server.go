@@ -19,11 +19,13 @@
 //
 // Access: every request must name an allowed host in its Host header (a DNS
 // rebinding attack names the attacker's), a request with an Origin must come
-// from this server's own origin, and every /api/, /media/ and /v1/ request
-// must carry the per-launch token (the X-Verdict-Token header, an
-// Authorization: Bearer header, or a token query parameter where a header
-// cannot be set: the event stream and <img> URLs). Under /v1/ these refusals
-// are the API's JSON errors.
+// from this server's own origin, and every request the router sends to
+// /api/, /media/ or /v1/ must carry the per-launch token (the X-Verdict-Token
+// header, an Authorization: Bearer header, or, where a header cannot be set,
+// a token query parameter: the event stream and <img> URLs only). The check
+// runs before any of the body is read; a refused request's connection is
+// closed. Under /v1/ these refusals are the API's JSON errors. HTTPServer
+// adds the connections' timeouts and their cap.
 // The token reaches the page in the fragment of the URL that `verdict serve`
 // prints (#token=...), which browsers never send to a server, so only who can
 // read that output, or the page opened from it, can drive the app.
@@ -132,6 +134,13 @@ func New(services []any, hub *Hub, assets fs.FS, log *logrus.Logger, access Acce
 	s.mux.HandleFunc("GET /", s.static)
 	return s
 }
+
+// Routes whose token may come in the query: an EventSource and an <img>
+// cannot send headers.
+const (
+	routeEvents = "GET /api/events"
+	routeMedia  = "GET /media/"
+)
 
 // HandleMedia serves uploads (POST /api/upload) into up and the media
 // previews (GET /media/) from files.
@@ -251,10 +260,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // ServeHTTP checks the host, the origin and the token, and routes the
-// request.
+// request. The checks look at the path as the router sees it (escaped,
+// cleaned, then unescaped a segment at a time) as well as at the cleaned
+// path, so /api/%2e%2e/x is as guarded as /api/x.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	v1 := underV1(r.URL.Path)
+	top := routedTop(r.URL)
+	v1 := underV1(r.URL.Path) || top == "v1"
 	if h := requestHost(r.Host); !s.hosts[h] {
+		w.Header().Set("Connection", "close")
 		s.log.WithField("host", r.Host).Warn("request for another host refused")
 		msg := fmt.Sprintf("host %q is not served here: open the address that verdict serve printed", r.Host)
 		if v1 {
@@ -265,6 +278,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sameOrigin(r) {
+		w.Header().Set("Connection", "close")
 		if v1 {
 			api.WriteError(w, http.StatusForbidden, api.CodeForbidden, "cross-origin requests are refused: the API is for programs, not other sites' pages")
 			return
@@ -275,7 +289,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if guarded(r.URL.Path) && !s.authorized(r) {
+	if !guarded(r.URL.Path) && top != "api" && top != "media" && !v1 {
+		s.mux.ServeHTTP(w, r) // the page and its assets
+		return
+	}
+	_, route := s.mux.Handler(r)
+	if !s.authorized(r, !v1 && (route == routeEvents || route == routeMedia)) {
+		// Refused before any of the body is read, and the connection with it:
+		// the body is never read.
+		w.Header().Set("Connection", "close")
 		msg := "missing or wrong access token: open the address that verdict serve printed (it ends in #token=...)"
 		if v1 {
 			api.WriteError(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing or wrong access token: send the token that verdict serve printed (after #token=) as Authorization: Bearer TOKEN or X-Verdict-Token")
@@ -284,6 +306,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, APIError{msg})
 		return
 	}
+	defer serving(r)()
 	if v1 {
 		if s.api == nil {
 			api.WriteError(w, http.StatusNotFound, api.CodeNotFound, "the API is not served here")
@@ -295,30 +318,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
+// routedTop is the first segment of u's path as http.ServeMux routes it:
+// the escaped path cleaned, then unescaped ("/api/%2e%2e/x" is under api).
+func routedTop(u *url.URL) string {
+	p := path.Clean("/" + u.EscapedPath())
+	seg, _, _ := strings.Cut(p[1:], "/")
+	if s, err := url.PathUnescape(seg); err == nil {
+		return s
+	}
+	return seg
+}
+
 // underV1 reports whether path is the programmatic API's.
 func underV1(p string) bool {
 	p = path.Clean("/" + p)
 	return p == "/v1" || strings.HasPrefix(p, "/v1/")
 }
 
-// guarded reports whether path needs the token: the API and the media. The
+// guarded reports whether the cleaned path is the API's or the media's: the
 // page and its assets hold nothing private.
 func guarded(p string) bool {
 	p = path.Clean("/" + p)
 	return p == "/api" || strings.HasPrefix(p, "/api/") || p == "/media" || strings.HasPrefix(p, "/media/") || underV1(p)
 }
 
-// authorized reports whether r carries the token, in its header (ours or
-// Authorization: Bearer) or query.
-func (s *Server) authorized(r *http.Request) bool {
+// authorized reports whether r carries the token in a header (ours or
+// Authorization: Bearer) or, where query is true, in its query.
+func (s *Server) authorized(r *http.Request, query bool) bool {
 	t := r.Header.Get(TokenHeader)
-	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && t == "" {
-		t = strings.TrimSpace(b)
-	}
 	if t == "" {
+		t = bearer(r.Header.Get("Authorization"))
+	}
+	if t == "" && query {
 		t = r.URL.Query().Get(TokenParam)
 	}
-	return subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
+	return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
+}
+
+// bearer is the credentials of an Authorization header of the Bearer scheme,
+// whose name is case-insensitive (RFC 7235), else "".
+func bearer(h string) string {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(cred)
 }
 
 // requestHost is the host name of a Host header, without port and brackets,
