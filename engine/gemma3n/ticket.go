@@ -131,3 +131,20 @@ func (m *Model) KVFree() [2]int {
 	}
 	return free
 }
+
+// Blocks reports the key/value blocks c references (shared ones included).
+func (c *Cache) Blocks() int {
+	p := c.s.m.pool
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for k := range c.s.runs {
+		for _, r := range c.s.runs[k] {
+			n += r.blocks()
+		}
+	}
+	return n
+}

@@ -8,10 +8,10 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/prefix"
 	"verdict/engine/prompt"
 	"verdict/native"
 )
@@ -23,7 +23,10 @@ type Scorer struct {
 	tok    Tokenizer
 	cache  *schemaCache
 	priors *priorCache // the reference results of corrections (normalize.go)
-	last   lastPrefix  // the latest text prefix, whose leading tokens later requests reuse
+	// prefixes keeps text prefixes across requests: a later request forks
+	// the longest it shares (a schema's instructions, a dataset's common
+	// lead) instead of computing it again.
+	prefixes *prefix.Cache
 }
 
 // CompiledSchemas is the capacity of the compiled-schema LRU.
@@ -31,7 +34,16 @@ const CompiledSchemas = 8
 
 // New returns a scorer over model m with its tokenizer.
 func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
-	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas), priors: newPriorCache(CompiledSchemas)}
+	positions, _ := m.KVPool()
+	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas), priors: newPriorCache(CompiledSchemas),
+		prefixes: prefix.New(PrefixBudget(positions))}
+}
+
+// PrefixBudget is the blocks the prefixes kept across requests may
+// reference in a pool of positions positions of each kind: a quarter of
+// its blocks.
+func PrefixBudget(positions int) int {
+	return 2 * positions / gemma3n.KVBlock / 4
 }
 
 // Options tune one request.
@@ -546,9 +558,18 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	// fork it: only its keys and values are needed (no output state).
 	t := time.Now()
 	var cache *gemma3n.Cache
-	reused := 0
+	reused, split := 0, 0
 	if md == nil {
-		cache, reused = sc.last.fork(comp.prefixIDs)
+		// The longest prefix an earlier request kept, forked; ids' last
+		// token is computed here whatever is kept.
+		cache, reused, split = sc.prefixes.Lookup(comp.prefixIDs, len(comp.prefixIDs)-1)
+		if reused < minReuse && cache != nil {
+			cache.Free()
+			cache, reused = nil, 0
+		}
+		if split < minReuse || split <= reused {
+			split = 0
+		}
 	}
 	if cache == nil {
 		cache = sc.m.NewCache()
@@ -562,27 +583,30 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	} else if err := sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0); err != nil {
 		return nil, err
 	}
-	// In chunks of the Exec's rows; after the first of several, a text
-	// prefix is kept as it stands then too: its sliding-window keys are all
-	// there still, so that later requests can fork it anywhere before.
-	var early *gemma3n.Cache
-	for lo := 0; lo < len(b.Rows); lo += x.Rows() {
-		part := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))], Embeds: b.Embeds}
+	// In chunks of the Exec's rows, cut where this prompt parts from one
+	// kept before (split): that much is kept on its own, for every later
+	// request that shares it. After the first of several chunks a text
+	// prefix is kept as it stands then too: its sliding-window keys are
+	// all there still, so that later requests can fork it anywhere before.
+	for lo := 0; lo < len(b.Rows); {
+		hi := min(lo+x.Rows(), len(b.Rows))
+		if cut := split - reused; split > 0 && lo < cut && cut < hi {
+			hi = cut
+		}
+		part := gemma3n.Batch{Rows: b.Rows[lo:hi], Embeds: b.Embeds}
 		if err := x.Run(&part, nil); err != nil {
 			cache.Free()
-			if early != nil {
-				early.Free()
-			}
 			return nil, err
 		}
-		if md == nil && lo == 0 && len(b.Rows) > x.Rows() {
-			early = cache.Clone()
+		if md == nil && hi < len(b.Rows) && (hi == split-reused || lo == 0) {
+			sc.prefixes.Keep(comp.prefixIDs[:reused+hi], cache)
 		}
+		lo = hi
 	}
 	r.cache = cache
 	cache.OnLayer(nil)
 	if md == nil {
-		sc.last.keep(comp.prefixIDs, cache, early)
+		sc.prefixes.Keep(comp.prefixIDs, cache)
 	}
 	r.timings.Prefill = Duration(time.Since(t))
 	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
@@ -759,84 +783,13 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 
 // DropKept frees the prefixes kept for later requests (the key/value pool
 // needs their blocks), reporting whether there were any.
-func (sc *Scorer) DropKept() bool {
-	l := &sc.last
-	l.mu.Lock()
-	old := l.kept
-	l.kept, l.ids = [2]*gemma3n.Cache{}, [2][]int32{}
-	l.mu.Unlock()
-	any := false
-	for _, c := range old {
-		if c != nil {
-			c.Free()
-			any = true
-		}
-	}
-	return any
-}
+func (sc *Scorer) DropKept() bool { return sc.prefixes.Drop() }
+
+// PrefixStats reports the use of the prefixes kept across requests.
+func (sc *Scorer) PrefixStats() prefix.Stats { return sc.prefixes.Stats() }
 
 // minReuse is the fewest leading tokens worth taking from an earlier prefix.
 const minReuse = 16
-
-// lastPrefix holds forks of the latest text request's prefix: whole, and
-// (for a prompt of several chunks) as it stood after its first chunk, when
-// no sliding-window key had left yet. A request whose prompt starts with
-// the same tokens forks the longer one it can and computes only the rest:
-// bit-identical to computing its whole prompt (a row's result does not
-// depend on how a prompt is cut).
-type lastPrefix struct {
-	mu   sync.Mutex
-	ids  [2][]int32
-	kept [2]*gemma3n.Cache
-}
-
-// fork returns a fork of a kept prefix at its longest common prefix with
-// ids (leaving ids' last token to be computed), or nil.
-func (l *lastPrefix) fork(ids []int32) (*gemma3n.Cache, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var best *gemma3n.Cache
-	most := 0
-	for i, c := range l.kept {
-		if c == nil {
-			continue
-		}
-		n := min(commonPrefix(l.ids[i], ids), len(ids)-1)
-		if n < minReuse || n <= most {
-			continue
-		}
-		if f, ok := c.Fork(n); ok {
-			if best != nil {
-				best.Free()
-			}
-			best, most = f, n
-		}
-	}
-	return best, most
-}
-
-// keep makes c's prefix (the tokens ids) the one later requests reuse,
-// with early (nil: none), a fork of it after its first chunk.
-func (l *lastPrefix) keep(ids []int32, c, early *gemma3n.Cache) {
-	f := c.Clone()
-	f.Bind(nil) // kept past its request: no ticket's blocks
-	if early != nil {
-		early.Bind(nil)
-	}
-	l.mu.Lock()
-	old := l.kept
-	l.kept = [2]*gemma3n.Cache{early, f}
-	l.ids = [2][]int32{nil, slices.Clone(ids)}
-	if early != nil {
-		l.ids[0] = l.ids[1][:early.Len()]
-	}
-	l.mu.Unlock()
-	for _, o := range old {
-		if o != nil {
-			o.Free()
-		}
-	}
-}
 
 // commonLead is the number of leading tokens all key rows share that no
 // decision scores (before every decision's first scored position).

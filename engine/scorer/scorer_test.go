@@ -391,3 +391,46 @@ func TestPrefixReuse(t *testing.T) {
 		t.Fatalf("with released keys: reused %d, %v", r.Timings.PrefixReused, err)
 	}
 }
+
+// TestPrefixSharedAcrossRecords: records of one schema share its
+// instructions. With the tiny model's window (16) a long kept prefix has
+// released the keys a fork at the instructions needs, so the second record
+// keeps the part where it parts from the first on its own; every later
+// record forks it. Every result is the bits of a fresh scorer's.
+func TestPrefixSharedAcrossRecords(t *testing.T) {
+	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
+	sc := scorer.New(m, tk)
+	ctx := context.Background()
+	texts := []string{"The parcel came late.", "My card was charged twice.", "Login fails after the update.",
+		"Great service, thanks!", "The box was crushed and wet.", "Where is my refund?"}
+	for i, text := range texts {
+		got, err := sc.Score(ctx, s, text, scorer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := scorer.New(m, tk).Score(ctx, s, text, scorer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i >= 2 && got.Timings.PrefixReused < 16 {
+			t.Errorf("record %d reused %d tokens of the shared instructions", i, got.Timings.PrefixReused)
+		}
+		for f := range want.Fields {
+			for d := range want.Fields[f].Decisions {
+				a, b := got.Fields[f].Decisions[d], want.Fields[f].Decisions[d]
+				for c := range b.Candidates {
+					if a.Candidates[c].LogLikelihood != b.Candidates[c].LogLikelihood {
+						t.Fatalf("record %d field %d decision %d candidate %d: %v reusing, %v whole", i, f, d, c, a.Candidates[c].LogLikelihood, b.Candidates[c].LogLikelihood)
+					}
+				}
+			}
+		}
+	}
+	st := sc.PrefixStats()
+	if st.Hits != int64(len(texts)-2) || st.Lookups != int64(len(texts)) {
+		t.Errorf("prefix cache %+v: want %d hits of %d lookups", st, len(texts)-2, len(texts))
+	}
+	if st.Blocks > st.Budget {
+		t.Errorf("kept %d blocks over the budget of %d", st.Blocks, st.Budget)
+	}
+}
