@@ -3,9 +3,9 @@ package prefix_test
 import (
 	"testing"
 
+	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
 	"verdict/engine/prefix"
-	"verdict/engine/fixture/testmodel"
 )
 
 // computed returns a sequence of m holding exactly ids.
