@@ -242,8 +242,10 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 
 // TokenizerPaths lists where a model's tokenizer.json is looked for, in order:
 // the model folder, $VERDICT_TOKENIZER, the user cache
-// (…/verdict/tokenizer.json) and .cache/tokenizer/gemma3/tokenizer.json under
-// the working directory.
+// (…/verdict/tokenizer.json), beside the executable (tokenizer.json, and
+// .cache/tokenizer/gemma3/tokenizer.json, where build/run.sh builds it in
+// the repository), and .cache/tokenizer/gemma3/tokenizer.json under the
+// working directory.
 func TokenizerPaths(modelDir string) []string {
 	var ps []string
 	if modelDir != "" {
@@ -255,7 +257,15 @@ func TokenizerPaths(modelDir string) []string {
 	if d, err := os.UserCacheDir(); err == nil {
 		ps = append(ps, filepath.Join(d, "verdict", "tokenizer.json"))
 	}
-	return append(ps, filepath.Join(".cache", "tokenizer", "gemma3", "tokenizer.json"))
+	repoCopy := filepath.Join(".cache", "tokenizer", "gemma3", "tokenizer.json")
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		d := filepath.Dir(exe)
+		ps = append(ps, filepath.Join(d, "tokenizer.json"), filepath.Join(d, repoCopy))
+	}
+	return append(ps, repoCopy)
 }
 
 // MaxConfigBytes bounds a model's config.json.

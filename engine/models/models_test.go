@@ -82,3 +82,36 @@ func TestTokenizerMissing(t *testing.T) {
 		t.Errorf("Tokenizer() = %v, want ErrNoTokenizer with a hint", err)
 	}
 }
+
+// TestTokenizerBesideExecutable: a binary started from another folder,
+// without $VERDICT_TOKENIZER or a user cache copy, finds the tokenizer.json
+// beside itself.
+func TestTokenizerBesideExecutable(t *testing.T) {
+	src := os.Getenv("VERDICT_TOKENIZER")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Skipf("no tokenizer to copy ($VERDICT_TOKENIZER): %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	beside := filepath.Join(filepath.Dir(exe), "tokenizer.json")
+	if _, err := os.Stat(beside); err == nil {
+		t.Skipf("%s exists already", beside)
+	}
+	if err := os.WriteFile(beside, b, 0o644); err != nil {
+		t.Skipf("the test binary's folder is not writable: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(beside) })
+	t.Setenv("VERDICT_TOKENIZER", filepath.Join(t.TempDir(), "none.json"))
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	if _, err := models.LoadTokenizer(""); err != nil {
+		t.Errorf("with %s: %v", beside, err)
+	}
+}
