@@ -1,12 +1,13 @@
 package weights
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"unsafe"
 
 	"verdict/engine/safefile"
 )
@@ -14,7 +15,8 @@ import (
 // OpenCheckpoint opens a Hugging Face model folder: model.safetensors.index.json
 // with the shards its weight_map names, or else a single model.safetensors.
 // Every shard the index names must exist, and every tensor it lists must be
-// in its shard.
+// in its shard. The parsed index and headers are held to HeaderBudget
+// together.
 func OpenCheckpoint(dir string) (Store, error) {
 	indexPath := filepath.Join(dir, indexFile)
 	js, err := safefile.ReadFile(indexPath, MaxJSONBytes)
@@ -28,31 +30,11 @@ func OpenCheckpoint(dir string) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
-	var index struct {
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	if err := json.Unmarshal(js, &index); err != nil {
+	mem := newBudget("index", HeaderBudget)
+	entries, shards, err := parseIndex(js, mem)
+	if err != nil {
 		return nil, fmt.Errorf("weights: %s: %w", indexPath, err)
 	}
-	if len(index.WeightMap) == 0 {
-		return nil, fmt.Errorf("weights: %s: empty weight_map", indexPath)
-	}
-	names := make([]string, 0, len(index.WeightMap))
-	for name := range index.WeightMap {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	var shards []string
-	for _, name := range names {
-		shard := index.WeightMap[name]
-		if !filepath.IsLocal(shard) {
-			return nil, fmt.Errorf("weights: %s: tensor %q: shard %q is not a file inside the folder", indexPath, name, shard)
-		}
-		if !slices.Contains(shards, shard) {
-			shards = append(shards, shard)
-		}
-	}
-	slices.Sort(shards)
 	paths := make([]string, len(shards))
 	for i, sh := range shards {
 		paths[i] = filepath.Join(dir, sh)
@@ -60,18 +42,104 @@ func OpenCheckpoint(dir string) (Store, error) {
 			return nil, fmt.Errorf("weights: %s names shard %s: %w", indexPath, sh, err)
 		}
 	}
-	st, err := OpenSafetensors(paths...)
+	s, err := openSafetensors(mem, paths...)
 	if err != nil {
 		return nil, err
 	}
-	s := st.(*stStore)
-	for _, name := range names {
-		shard := index.WeightMap[name]
-		t, ok := s.tensors[name]
-		if !ok || t.file.path != filepath.Join(dir, shard) {
+	for _, e := range entries {
+		t, ok := s.tensors[e.name]
+		if !ok || t.file.path != filepath.Join(dir, e.shard) {
 			s.Close()
-			return nil, fmt.Errorf("weights: %s: tensor %q listed in %s is not in that shard", filepath.Join(dir, shard), name, indexFile)
+			return nil, fmt.Errorf("weights: %s: tensor %q listed in %s is not in that shard", filepath.Join(dir, e.shard), e.name, indexFile)
 		}
 	}
 	return s, nil
+}
+
+// indexEntry is one tensor of a checkpoint index's weight_map.
+type indexEntry struct{ name, shard string }
+
+// indexEntryCost is the memory an index entry takes beyond its name: its
+// place in the entries.
+var indexEntryCost = int(unsafe.Sizeof(indexEntry{}))
+
+// parseIndex reads a checkpoint index's weight_map: its entries sorted by
+// tensor name and its shards sorted, each shard a file inside the folder.
+// What they take is charged to mem before it is allocated; a shard's name
+// is held once however many tensors name it.
+func parseIndex(js []byte, mem *memBudget) ([]indexEntry, []string, error) {
+	if err := checkJSON(js); err != nil {
+		return nil, nil, err
+	}
+	var wm []byte
+	err := jsonMembers(js, func(key, val []byte) error {
+		if string(key) == `"weight_map"` {
+			wm = val
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	n := 0
+	if wm != nil && string(wm) != "null" {
+		if n, err = jsonCount(wm, '{'); err != nil {
+			return nil, nil, fmt.Errorf("weight_map: %w", err)
+		}
+	}
+	if n == 0 {
+		return nil, nil, errors.New("empty weight_map")
+	}
+	if err := mem.take(int64(n)*int64(indexEntryCost), "weight_map entries", ""); err != nil {
+		return nil, nil, err
+	}
+	entries := make([]indexEntry, 0, n)
+	shardOf := map[string]string{} // interns the shard names
+	err = jsonMembers(wm, func(key, val []byte) error {
+		if err := mem.take(int64(len(key)), "weight_map entry", ""); err != nil {
+			return err
+		}
+		name, err := jsonString(key, maxTensorName, "tensor name")
+		if err != nil {
+			return err
+		}
+		if len(val) > 0 && val[0] == '"' && len(val)-2 > maxTensorName {
+			return fmt.Errorf("tensor %q: shard name of %d bytes, over the limit of %d", name, len(val)-2, maxTensorName)
+		}
+		shard, ok := shardOf[string(val)]
+		if !ok {
+			// its raw and unquoted names, its slots in shardOf and the set below
+			if err := mem.take(int64(2*len(val)+mapEntry(2*strHeader)+mapEntry(strHeader+1)), "shard", ""); err != nil {
+				return err
+			}
+			if shard, err = jsonString(val, maxTensorName, "shard"); err != nil {
+				return fmt.Errorf("tensor %q: %w", name, err)
+			}
+			if !filepath.IsLocal(shard) {
+				return fmt.Errorf("tensor %q: shard %q is not a file inside the folder", name, shard)
+			}
+			shardOf[string(val)] = shard
+		}
+		entries = append(entries, indexEntry{name, shard})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(entries, func(a, b indexEntry) int { return strings.Compare(a.name, b.name) })
+	for i := 1; i < len(entries); i++ {
+		if entries[i].name == entries[i-1].name {
+			return nil, nil, fmt.Errorf("tensor %q is listed twice in weight_map", entries[i].name)
+		}
+	}
+	seen := make(map[string]bool, len(shardOf))
+	shards := make([]string, 0, len(shardOf))
+	for _, sh := range shardOf {
+		if !seen[sh] {
+			seen[sh] = true
+			shards = append(shards, sh)
+		}
+	}
+	slices.Sort(shards)
+	return entries, shards, nil
 }

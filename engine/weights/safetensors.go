@@ -1,15 +1,13 @@
 package weights
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -28,6 +26,7 @@ type stFile struct {
 
 // stTensor is one tensor of a safetensors file.
 type stTensor struct {
+	name  string
 	file  *stFile
 	dtype string
 	shape []int
@@ -47,15 +46,27 @@ type stStore struct {
 // OpenSafetensors memory-maps one or more .safetensors files and serves
 // their tensors together; a name held by two files is an error. The header
 // of every file is validated when it opens: header length, JSON, shapes,
-// data offsets inside the file and data sizes matching shape and dtype.
+// data offsets inside the file and data sizes matching shape and dtype; what
+// the headers take parsed is held to HeaderBudget, all files together.
 // Tensors of safetensors dtypes other than F32, BF16 and F16 (F64, I64, U8,
 // ...) are listed and sized, but reading them gives an error; an unknown
 // dtype string makes the file fail to open.
 func OpenSafetensors(paths ...string) (Store, error) {
+	s, err := openSafetensors(newBudget("safetensors", HeaderBudget), paths...)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openSafetensors is OpenSafetensors within the memory budget mem.
+func openSafetensors(mem *memBudget, paths ...string) (*stStore, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("weights: OpenSafetensors: no files")
 	}
-	s := &stStore{tensors: map[string]*stTensor{}}
+	mem.format = "safetensors"
+	s := &stStore{}
+	var parts [][]*stTensor
 	for _, p := range paths {
 		f, err := mapSafetensors(p)
 		if err != nil {
@@ -63,23 +74,31 @@ func OpenSafetensors(paths ...string) (Store, error) {
 			return nil, err
 		}
 		s.files = append(s.files, f)
-		if err := s.add(f); err != nil {
+		ts, err := parseSafetensors(f, mem)
+		if err != nil {
 			s.Close()
 			return nil, err
 		}
+		parts = append(parts, ts)
 	}
-	s.finish()
+	if err := s.index(parts); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // newMemStore serves safetensors bytes held in memory (never zero-copy).
 func newMemStore(path string, data []byte) (*stStore, error) {
 	f := &stFile{path: path, data: data}
-	s := &stStore{tensors: map[string]*stTensor{}, files: []*stFile{f}}
-	if err := s.add(f); err != nil {
+	ts, err := parseSafetensors(f, newBudget("safetensors", HeaderBudget))
+	if err != nil {
 		return nil, err
 	}
-	s.finish()
+	s := &stStore{files: []*stFile{f}}
+	if err := s.index([][]*stTensor{ts}); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -103,100 +122,181 @@ func mapSafetensors(path string) (*stFile, error) {
 	return &stFile{path: path, data: data, mapped: mapped}, nil
 }
 
-// add parses f's header and adds its tensors.
-func (s *stStore) add(f *stFile) error {
-	ts, err := parseSafetensors(f)
-	if err != nil {
-		return err
+// index serves the tensors of every file's parsed header (their costs
+// charged already), refusing a name held by two files.
+func (s *stStore) index(parts [][]*stTensor) error {
+	n := 0
+	for _, ts := range parts {
+		n += len(ts)
 	}
-	for name, t := range ts {
-		if old, ok := s.tensors[name]; ok {
-			return fmt.Errorf("weights: tensor %q is in both %s and %s", name, old.file.path, f.path)
+	s.tensors = make(map[string]*stTensor, n)
+	s.names = make([]string, 0, n)
+	for _, ts := range parts {
+		for _, t := range ts {
+			if old, ok := s.tensors[t.name]; ok {
+				return fmt.Errorf("weights: tensor %q is in both %s and %s", t.name, old.file.path, t.file.path)
+			}
+			s.tensors[t.name] = t
+			s.names = append(s.names, t.name)
 		}
-		s.tensors[name] = t
 	}
+	slices.Sort(s.names)
 	return nil
 }
 
-func (s *stStore) finish() {
-	s.names = make([]string, 0, len(s.tensors))
-	for name := range s.tensors {
-		s.names = append(s.names, name)
-	}
-	slices.Sort(s.names)
-}
+// Bounds on a safetensors header's entries.
+const (
+	maxTensorName = 1 << 16 // bytes of a tensor name (as encoded)
+	maxDtypeName  = 16      // bytes of a dtype
+	maxShape      = 64      // dimensions of a shape
+)
 
-// parseSafetensors validates f's header and returns its tensors.
-func parseSafetensors(f *stFile) (map[string]*stTensor, error) {
+// stEntryCost is the memory a tensor entry takes beyond its name and shape:
+// the tensor, its place in the file's list, its span in the overlap check,
+// its slot in the store's map and its place in the store's names.
+var stEntryCost = int(unsafe.Sizeof(stTensor{})) + ptrSize + int(unsafe.Sizeof(span{})) + mapEntry(strHeader+ptrSize) + strHeader
+
+// parseSafetensors validates f's header and returns its tensors, sorted by
+// name, charging what they take to mem before allocating it.
+func parseSafetensors(f *stFile, mem *memBudget) ([]*stTensor, error) {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("weights: %s: "+format, append([]any{f.path}, a...)...)
+	}
 	data := f.data
 	if len(data) < 8 {
-		return nil, fmt.Errorf("weights: %s: file is %d bytes, too short for a safetensors header", f.path, len(data))
+		return nil, fail("file is %d bytes, too short for a safetensors header", len(data))
 	}
 	n := binary.LittleEndian.Uint64(data)
 	if n > uint64(len(data)-8) {
-		return nil, fmt.Errorf("weights: %s: header length %d exceeds the %d-byte file (truncated or not safetensors)", f.path, n, len(data))
+		return nil, fail("header length %d exceeds the %d-byte file (truncated or not safetensors)", n, len(data))
 	}
 	if n > maxHeader {
-		return nil, fmt.Errorf("weights: %s: header length %d over the %d-byte limit", f.path, n, maxHeader)
+		return nil, fail("header length %d over the %d-byte limit", n, maxHeader)
 	}
 	hdr := data[8 : 8+n]
 	body := data[8+n:]
-	var entries map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(hdr))
-	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("weights: %s: bad header: %w", f.path, err)
+	if err := checkJSON(hdr); err != nil {
+		return nil, fail("bad header: %w", err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("weights: %s: bad header: data after the JSON object", f.path)
+	count, err := jsonCount(hdr, '{')
+	if err != nil {
+		return nil, fail("bad header: %w", err)
 	}
-	if entries == nil {
-		return nil, fmt.Errorf("weights: %s: bad header: not a JSON object", f.path)
+	if err := mem.take(int64(count)*int64(stEntryCost), "tensor entries", ""); err != nil {
+		return nil, fail("%w", err)
 	}
-	out := make(map[string]*stTensor, len(entries))
-	spans := make([]span, 0, len(entries))
-	for name, raw := range entries {
-		if name == "__metadata__" {
-			continue
+	out := make([]*stTensor, 0, count)
+	spans := make([]span, 0, count)
+	err = jsonMembers(hdr, func(key, val []byte) error {
+		if err := mem.take(int64(len(key)), "tensor name", ""); err != nil {
+			return err
 		}
-		var e struct {
-			Dtype       string  `json:"dtype"`
-			Shape       []int   `json:"shape"`
-			DataOffsets []int64 `json:"data_offsets"`
+		name, err := jsonString(key, maxTensorName, "tensor name")
+		if err != nil || name == "__metadata__" {
+			return err
 		}
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return nil, fmt.Errorf("weights: %s: tensor %q: bad header entry: %w", f.path, name, err)
-		}
-		if e.Shape == nil {
-			return nil, fmt.Errorf("weights: %s: tensor %q: no shape", f.path, name)
-		}
-		if len(e.DataOffsets) != 2 {
-			return nil, fmt.Errorf("weights: %s: tensor %q: data_offsets %v is not [begin, end]", f.path, name, e.DataOffsets)
-		}
-		size, ok := dtypeSize[e.Dtype]
-		if !ok {
-			return nil, fmt.Errorf("weights: %s: tensor %q: unknown dtype %q", f.path, name, e.Dtype)
-		}
-		count, err := numel(e.Shape)
+		t, sp, err := parseEntry(name, val, int64(len(body)), mem)
 		if err != nil {
-			return nil, fmt.Errorf("weights: %s: tensor %q: %w", f.path, name, err)
+			return err
 		}
-		b, end := e.DataOffsets[0], e.DataOffsets[1]
-		if b < 0 || end < b {
-			return nil, fmt.Errorf("weights: %s: tensor %q: bad data_offsets [%d, %d]", f.path, name, b, end)
+		t.file, t.raw = f, body[sp.begin:sp.end:sp.end]
+		out = append(out, t)
+		spans = append(spans, sp)
+		return nil
+	})
+	if err != nil {
+		return nil, fail("%w", err)
+	}
+	slices.SortFunc(out, func(a, b *stTensor) int { return strings.Compare(a.name, b.name) })
+	for i := 1; i < len(out); i++ {
+		if out[i].name == out[i-1].name {
+			return nil, fail("tensor %q appears twice in the header", out[i].name)
 		}
-		if end > int64(len(body)) {
-			return nil, fmt.Errorf("weights: %s: tensor %q: data [%d, %d) beyond the %d-byte data section (file truncated?)", f.path, name, b, end, len(body))
-		}
-		if want := int64(count) * int64(size); end-b != want {
-			return nil, fmt.Errorf("weights: %s: tensor %q: %d data bytes, want %d for %s %v", f.path, name, end-b, want, e.Dtype, e.Shape)
-		}
-		out[name] = &stTensor{file: f, dtype: e.Dtype, shape: e.Shape, numel: count, raw: body[b:end:end]}
-		spans = append(spans, span{name, b, end})
 	}
 	if err := checkOverlap(spans); err != nil {
-		return nil, fmt.Errorf("weights: %s: %w", f.path, err)
+		return nil, fail("%w", err)
 	}
 	return out, nil
+}
+
+// parseEntry reads the header entry of tensor name and checks it against a
+// data section of size bytes, charging its shape to mem.
+func parseEntry(name string, entry []byte, size int64, mem *memBudget) (*stTensor, span, error) {
+	fail := func(format string, a ...any) (*stTensor, span, error) {
+		return nil, span{}, fmt.Errorf("tensor %q: "+format, append([]any{name}, a...)...)
+	}
+	var (
+		dtype    string
+		shape    []int
+		offsets  []int64
+		hasShape bool
+	)
+	err := jsonMembers(entry, func(key, v []byte) error {
+		var err error
+		switch string(key) {
+		case `"dtype"`:
+			dtype, err = jsonString(v, maxDtypeName, "dtype")
+			if k, ok := knownDtype(dtype); ok {
+				dtype = k // the table's string, not one allocated per tensor
+			}
+		case `"shape"`:
+			if hasShape = string(v) != "null"; hasShape {
+				if n, cerr := jsonCount(v, '['); cerr == nil {
+					if err = mem.take(int64(min(n, maxShape))*intSize, "tensor", name); err != nil {
+						return err
+					}
+				}
+				shape, err = jsonInts[int](v, maxShape, "shape")
+			}
+		case `"data_offsets"`:
+			if n, cerr := jsonCount(v, '['); cerr != nil || n != 2 {
+				return fmt.Errorf("data_offsets %s is not [begin, end]", excerpt(v))
+			}
+			offsets, err = jsonInts[int64](v, 2, "data_offsets")
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		var be *BudgetError
+		if errors.As(err, &be) {
+			return nil, span{}, err
+		}
+		return fail("bad header entry: %w", err)
+	case !hasShape:
+		return fail("no shape")
+	case offsets == nil:
+		return fail("data_offsets missing, want [begin, end]")
+	}
+	size1, ok := dtypeSize[dtype]
+	if !ok {
+		return fail("unknown dtype %q", dtype)
+	}
+	count, err := numel(shape)
+	if err != nil {
+		return fail("%w", err)
+	}
+	b, end := offsets[0], offsets[1]
+	if b < 0 || end < b {
+		return fail("bad data_offsets [%d, %d]", b, end)
+	}
+	if end > size {
+		return fail("data [%d, %d) beyond the %d-byte data section (file truncated?)", b, end, size)
+	}
+	if want := int64(count) * int64(size1); end-b != want {
+		return fail("%d data bytes, want %d for %s %v", end-b, want, dtype, shape)
+	}
+	return &stTensor{name: name, dtype: dtype, shape: shape, numel: count}, span{name, b, end}, nil
+}
+
+// knownDtype returns the dtypeSize key equal to dtype.
+func knownDtype(dtype string) (string, bool) {
+	for k := range dtypeSize {
+		if k == dtype {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // span is one tensor's data_offsets.
