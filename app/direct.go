@@ -1,6 +1,7 @@
 // A program's request (the browser mode's /v1 API): the loaded model held
-// for one scoring or generation that takes the run slot, outside the page's
-// run history.
+// for one scoring or generation, outside the page's run history. Program
+// requests and the page's run share the model through its scheduler: they
+// run at once, their passes merged a step at a time.
 
 package app
 
@@ -28,8 +29,7 @@ func (e *ModelMismatchError) Error() string {
 	return fmt.Sprintf("model %q is not the loaded model (%s): load it in the app first, or leave the model out", e.Want, e.Loaded)
 }
 
-// Direct is the model held for one program request; Close gives it and the
-// run slot back.
+// Direct is the model held for one program request; Close gives it back.
 type Direct struct {
 	// Session is the loaded model.
 	Session *session.Session
@@ -41,12 +41,12 @@ type Direct struct {
 	release func()
 }
 
-// Direct takes the run slot and the loaded model for one request of a
-// program, which must name the loaded model (its spec or name, or
-// "builtin") or none. It fails with ErrBusy while a run (the page's or
-// another program's) holds the slot, ErrNoModel or ErrLoading without a
-// ready model, or a *ModelMismatchError. The returned context, derived from
-// ctx, is cancelled by Close, at shutdown and when the model is replaced.
+// Direct takes the loaded model for one request of a program, which must
+// name the loaded model (its spec or name, or "builtin") or none. Any
+// number run at once, beside the page's run (the scheduler bounds how many
+// wait). It fails with ErrNoModel or ErrLoading without a ready model, or a
+// *ModelMismatchError. The returned context, derived from ctx, is
+// cancelled by Close, at shutdown and when the model is replaced.
 func (s *Runs) Direct(ctx context.Context, model string) (*Direct, context.Context, error) {
 	l, release, err := s.models.acquire()
 	if err != nil {
@@ -57,14 +57,12 @@ func (s *Runs) Direct(ctx context.Context, model string) (*Direct, context.Conte
 		return nil, nil, &ModelMismatchError{Want: model, Loaded: l.info.Spec}
 	}
 	s.mu.Lock()
-	if s.active != nil || s.direct != nil {
-		s.mu.Unlock()
-		release()
-		return nil, nil, ErrBusy
-	}
 	dctx, cancel := context.WithCancel(ctx)
 	d := &Direct{Session: l.s, Info: l.info, runs: s, cancel: cancel, release: release}
-	s.direct = d
+	if s.directs == nil {
+		s.directs = map[*Direct]struct{}{}
+	}
+	s.directs[d] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.log.WithField("model", l.info.Name).Debug("program request started")
@@ -76,11 +74,11 @@ func (s *Runs) Direct(ctx context.Context, model string) (*Direct, context.Conte
 func (d *Direct) Close() {
 	s := d.runs
 	s.mu.Lock()
-	if s.direct != d {
+	if _, ok := s.directs[d]; !ok {
 		s.mu.Unlock()
 		return
 	}
-	s.direct = nil
+	delete(s.directs, d)
 	s.mu.Unlock()
 	d.cancel()
 	d.release()
@@ -98,12 +96,15 @@ func (d *Direct) Prepare(ctx context.Context, in *media.Input) (*inputs.Prepared
 	return d.runs.prepare(ctx, d.Session, in, nil)
 }
 
-// cancelDirect cancels the program request in progress, if any.
+// cancelDirect cancels the program requests in progress.
 func (s *Runs) cancelDirect() {
 	s.mu.Lock()
-	d := s.direct
+	ds := make([]*Direct, 0, len(s.directs))
+	for d := range s.directs {
+		ds = append(ds, d)
+	}
 	s.mu.Unlock()
-	if d != nil {
+	for _, d := range ds {
 		d.cancel()
 	}
 }

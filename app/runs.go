@@ -66,7 +66,7 @@ type Runs struct {
 	mu      sync.Mutex
 	n       int
 	active  *run
-	direct  *Direct // a program's request (Direct)
+	directs map[*Direct]struct{} // programs' requests in progress (Direct)
 	history []RunRecord
 	wg      sync.WaitGroup
 }
@@ -272,7 +272,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	}
 
 	s.mu.Lock()
-	if s.active != nil || s.direct != nil {
+	if s.active != nil {
 		s.mu.Unlock()
 		release()
 		return RunStarted{}, ErrBusy

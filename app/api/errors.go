@@ -8,6 +8,7 @@ import (
 
 	"verdict/app"
 	"verdict/engine/prompt"
+	"verdict/engine/sched"
 	"verdict/engine/scorer"
 )
 
@@ -19,6 +20,7 @@ func classify(err error) *apiError {
 	var le *scorer.LimitError
 	var st *app.SettingsError
 	var mt *prompt.MediaTokenError
+	var nf *sched.NeverFitsError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -26,6 +28,10 @@ func classify(err error) *apiError {
 		return &apiError{http.StatusConflict, CodeModelNotLoaded, err.Error()}
 	case errors.Is(err, app.ErrBusy):
 		return &apiError{http.StatusServiceUnavailable, CodeBusy, "a run holds the model (the page's or another program's): retry when it has finished"}
+	case errors.Is(err, sched.ErrQueueFull):
+		return &apiError{http.StatusServiceUnavailable, CodeBusy, "the model's queue is full: retry in a moment"}
+	case errors.As(err, &nf):
+		return &apiError{http.StatusRequestEntityTooLarge, CodeLimit, "the request is too large for the model's key/value pool: " + nf.Error()}
 	case errors.Is(err, app.ErrNoModel), errors.Is(err, app.ErrLoading):
 		return &apiError{http.StatusServiceUnavailable, CodeNoModel, err.Error()}
 	case errors.As(err, &se):

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -118,4 +120,89 @@ func TestScoreImage(t *testing.T) {
 	if out.PromptTokens < 256 {
 		t.Errorf("prompt tokens %d: the image's soft tokens are missing", out.PromptTokens)
 	}
+}
+
+// TestConcurrentClients: many clients at once, scoring and generating, are
+// all served (none is told the model is busy), each with the answer it gets
+// alone: its fields' probabilities, its greedy tokens.
+func TestConcurrentClients(t *testing.T) {
+	ts, _, _ := newAPI(t, true)
+	schema, err := os.ReadFile(filepath.Join("..", "presets", "moderation.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"Buy cheap watches now!!!", "You are all idiots.", "Lovely weather today.", "Click here to win."}
+	scoreBody := func(i int) string {
+		return `{"schema":` + string(schema) + `,"input":{"text":"` + texts[i%len(texts)] + `"}}`
+	}
+	genBody := func(i int) string {
+		return fmt.Sprintf(`{"prompt":"Say %d things.","max_tokens":6,"temperature":0}`, i%3)
+	}
+	// What each request's answer is alone, one at a time.
+	strip := func(path string, b []byte) string {
+		var out map[string]any
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, b)
+		}
+		if path == "/v1/score" {
+			return fmt.Sprint(out["answer"], out["fields"] != nil, fieldsProbs(out["fields"]))
+		}
+		return fmt.Sprint(out["text"], out["tokens"], out["finish_reason"])
+	}
+	type req struct{ path, body string }
+	var reqs []req
+	for i := 0; i < 12; i++ {
+		if i%2 == 0 {
+			reqs = append(reqs, req{"/v1/score", scoreBody(i / 2)})
+		} else {
+			reqs = append(reqs, req{"/v1/generate", genBody(i / 2)})
+		}
+	}
+	alone := make([]string, len(reqs))
+	for i, r := range reqs {
+		resp, b := call(t, "POST", ts.URL+r.path, r.body, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s alone: %d %s", r.path, resp.StatusCode, b)
+		}
+		alone[i] = strip(r.path, b)
+	}
+	got := make([]string, len(reqs))
+	status := make([]int, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, b := call(t, "POST", ts.URL+r.path, r.body, nil)
+			status[i] = resp.StatusCode
+			if resp.StatusCode == 200 {
+				got[i] = strip(r.path, b)
+			} else {
+				got[i] = string(b)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range reqs {
+		if status[i] != 200 || got[i] != alone[i] {
+			t.Errorf("client %d (%s) beside %d others: %d %s\nalone: %s", i, reqs[i].path, len(reqs)-1, status[i], got[i], alone[i])
+		}
+	}
+}
+
+// fieldsProbs lists every candidate's probability of a score response's
+// fields.
+func fieldsProbs(v any) []any {
+	var out []any
+	fs, _ := v.([]any)
+	for _, f := range fs {
+		ds, _ := f.(map[string]any)["decisions"].([]any)
+		for _, d := range ds {
+			cs, _ := d.(map[string]any)["candidates"].([]any)
+			for _, c := range cs {
+				out = append(out, c.(map[string]any)["probability"], c.(map[string]any)["log_likelihood"])
+			}
+		}
+	}
+	return out
 }
