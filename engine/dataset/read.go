@@ -9,7 +9,6 @@ package dataset
 import (
 	"bufio"
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,22 +209,19 @@ func checkText(s string) string {
 }
 
 func scanCSV(r io.Reader, fn func(Item) error) error {
-	br := bufio.NewReader(r)
-	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
-		br.Discard(3)
-	}
-	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = -1
-	cr.ReuseRecord = true
-	head, err := cr.Read()
+	cr := newCSVReader(r)
+	head, err := cr.next()
 	if err == io.EOF {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("the CSV header: %w", err)
+		return err
+	}
+	if head.err != "" {
+		return fmt.Errorf("the CSV header (line %d): %s", head.line, head.err)
 	}
 	textCol, idCol := -1, -1
-	for i, h := range head {
+	for i, h := range head.fields {
 		switch strings.ToLower(strings.TrimSpace(h)) {
 		case "text":
 			textCol = i
@@ -234,37 +230,30 @@ func scanCSV(r io.Reader, fn func(Item) error) error {
 		}
 	}
 	if textCol < 0 {
-		return fmt.Errorf("the CSV header has no \"text\" column (it has %q)", head)
+		return fmt.Errorf("the CSV header has no \"text\" column (it has %q)", head.fields)
 	}
 	for index := 0; ; index++ {
-		rec, err := cr.Read()
+		rec, err := cr.next()
 		if err == io.EOF {
 			return nil
 		}
-		line, _ := cr.FieldPos(0)
-		it := Item{Index: index, Line: line}
-		var pe *csv.ParseError
-		switch {
-		case errors.As(err, &pe):
-			// encoding/csv goes on with the next record after a quoting error;
-			// the fields before the error are whole (the id may be one).
-			it.Line, it.Err = pe.StartLine, "bad CSV: "+pe.Err.Error()
-		case err != nil:
+		if err != nil {
 			return err
-		case textCol >= len(rec):
-			it.Err = fmt.Sprintf("the record has %d fields, no text column", len(rec))
-		case !utf8.ValidString(rec[textCol]):
+		}
+		it := Item{Index: index, Line: rec.line, Err: rec.err}
+		switch {
+		case it.Err != "":
+		case textCol >= len(rec.fields):
+			it.Err = fmt.Sprintf("the record has %d fields, no text column", len(rec.fields))
+		case !utf8.ValidString(rec.fields[textCol]):
 			it.Err = "the text is not valid UTF-8"
 		default:
-			it.Text = rec[textCol]
+			it.Text = rec.fields[textCol]
 			it.Err = checkText(it.Text)
-			if len(it.Text) > MaxLine {
-				it.Text, it.Err = "", fmt.Sprintf("the text is %d bytes, more than the limit of %d", len(it.Text), MaxLine)
-			}
 		}
 		it.ID = strconv.Itoa(it.Line)
-		if idCol >= 0 && idCol < len(rec) && strings.TrimSpace(rec[idCol]) != "" {
-			it.ID = rec[idCol]
+		if idCol >= 0 && idCol < len(rec.fields) && strings.TrimSpace(rec.fields[idCol]) != "" {
+			it.ID = rec.fields[idCol]
 		}
 		if e := fn(it); e != nil {
 			return e
