@@ -213,7 +213,7 @@ func (s *Media) Snapshot(cameraID string) MediaResult {
 		return failed(name, err)
 	}
 	e.item.Format = dev
-	if err := s.insert(e, false); err != nil {
+	if err := s.insert(e, nil); err != nil {
 		return failed(name, err)
 	}
 	it := s.itemOf(e)
@@ -316,7 +316,7 @@ func (s *Media) record(ctx context.Context, cancel context.CancelFunc, mic *capt
 		e := newAudioEntry(clip, "microphone "+time.Now().Format("15:04:05"), SourceMicrophone)
 		e.item.Format = mic.Device().Label
 		e.item.Note = fmt.Sprintf("recorded from %s, converted to 16 kHz mono", mic.Device().Label)
-		if ierr := s.insert(e, true); ierr != nil {
+		if ierr := s.insert(e, s.soundIDs()); ierr != nil { // the recording replaces the audio source
 			final.Error, final.Limit = ierr.Error(), limitInfo(ierr)
 		} else {
 			it := s.itemOf(e)

@@ -3,12 +3,16 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"image"
+	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,10 +121,60 @@ type MediaResult struct {
 	Error string     `json:"error,omitempty"`
 	// Limit is set when a media limit refused it.
 	Limit *LimitInfo `json:"limit,omitempty"`
+	// Replace is set when the file was refused only because items hold its
+	// place (the one audio source, the one video): Media.Replace adds it in
+	// their stead.
+	Replace *MediaReplace `json:"replace,omitempty"`
+	// Duplicate is the id of the item already in the input with the same
+	// content (what the model receives): the file was not added twice.
+	Duplicate string `json:"duplicate,omitempty"`
 }
 
+// MediaReplace offers to add a refused file in place of the items that hold
+// its place.
+type MediaReplace struct {
+	// Pending names the decoded file, kept for Media.Replace (the latest
+	// offer only).
+	Pending string `json:"pending"`
+	// IDs and Names are the items it would replace.
+	IDs   []string `json:"ids"`
+	Names []string `json:"names"`
+	// Why says what holds its place, in words.
+	Why string `json:"why"`
+}
+
+// DuplicateError refuses a file whose content (what the model receives) is
+// already in the input.
+type DuplicateError struct {
+	Name string // the file refused
+	Of   string // the item already in the input
+	ID   string
+}
+
+func (e *DuplicateError) Error() string {
+	if e.Name == e.Of {
+		return fmt.Sprintf("%s is already in the input: it is not added twice", e.Name)
+	}
+	return fmt.Sprintf("%s has the same content as %s, already in the input: it is not added twice", e.Name, e.Of)
+}
+
+// ReplaceableError is a limit that refused a file only because of items
+// that a replace would take out (the one audio source, the one video).
+type ReplaceableError struct {
+	Err     error
+	Holders []MediaItem
+}
+
+func (e *ReplaceableError) Error() string { return e.Err.Error() }
+func (e *ReplaceableError) Unwrap() error { return e.Err }
+
 func failed(name string, err error) MediaResult {
-	return MediaResult{Name: name, Error: err.Error(), Limit: limitInfo(err)}
+	r := MediaResult{Name: name, Error: err.Error(), Limit: limitInfo(err)}
+	var dup *DuplicateError
+	if errors.As(err, &dup) {
+		r.Duplicate = dup.ID
+	}
+	return r
 }
 
 // MediaLimits are the media limits and costs the page shows.
@@ -159,6 +213,9 @@ type mediaEntry struct {
 	clip  *pcm.Clip    // audio: 16 kHz mono
 	video *video.Video // video: frames as 768×768 model views, soundtrack
 	thumb []byte       // JPEG of the original
+	// digest hashes what the model receives: equal digests are the same
+	// input, whatever the files were.
+	digest [sha256.Size]byte
 
 	mu    sync.Mutex
 	cache map[string][]byte // encoded previews by file name
@@ -179,6 +236,7 @@ type Media struct {
 
 	mu      sync.Mutex
 	entries []*mediaEntry
+	offer   *mediaOffer // the latest refused file that a replace would add
 
 	availMu sync.Mutex
 	avail   *MediaAvailability
@@ -330,14 +388,16 @@ func (s *Media) Clear() {
 	s.changed()
 }
 
-// insert adds an entry if the input stays within the limits; replaceAudio
-// first drops the current audio clip (a new recording replaces it).
-func (s *Media) insert(e *mediaEntry, replaceAudio bool) error {
+// insert adds an entry if the input stays within the limits and holds no
+// item of the same content; the entries whose ids replace names are taken
+// out first (a new recording replaces the audio source).
+func (s *Media) insert(e *mediaEntry, replace []string) error {
 	id, err := newMediaID()
 	if err != nil {
 		return err
 	}
 	e.item.ID, e.item.AddedMs = id, time.Now().UnixMilli()
+	e.digest = e.digestOf()
 	base := "/media/" + id + "/"
 	if e.thumb != nil {
 		e.item.Thumb = base + "thumb.jpg"
@@ -353,28 +413,193 @@ func (s *Media) insert(e *mediaEntry, replaceAudio bool) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	entries := s.entries
-	if replaceAudio && e.clip != nil {
-		entries = nil
-		for _, x := range s.entries {
-			if x.clip == nil {
-				entries = append(entries, x)
-			}
+	var entries []*mediaEntry
+	for _, x := range s.entries {
+		if !slices.Contains(replace, x.item.ID) {
+			entries = append(entries, x)
 		}
 	}
-	in := inputOf(entries)
-	switch {
-	case e.image != nil:
-		err = in.AddImage(e.item.Name, e.image)
-	case e.clip != nil:
-		err = in.SetAudio(e.item.Name, *e.clip)
-	case e.video != nil:
-		err = in.SetVideo(e.video)
+	for _, x := range entries {
+		if x.digest == e.digest {
+			return &DuplicateError{Name: e.item.Name, Of: x.item.Name, ID: x.item.ID}
+		}
 	}
-	if err != nil {
+	if err := add(inputOf(entries), e); err != nil {
+		var le *limits.Error
+		if errors.As(err, &le) && (le.Limit == limits.AudioSources || le.Limit == limits.Videos) {
+			if hs := holders(entries, e); len(hs) > 0 {
+				img, aud := s.models.mediaTokens()
+				re := &ReplaceableError{Err: err}
+				for _, h := range hs {
+					re.Holders = append(re.Holders, h.withTokens(img, aud))
+				}
+				return re
+			}
+		}
 		return err
 	}
 	s.entries = append(entries, e)
+	return nil
+}
+
+// add puts e into in, within the limits.
+func add(in *media.Input, e *mediaEntry) error {
+	switch {
+	case e.image != nil:
+		return in.AddImage(e.item.Name, e.image)
+	case e.clip != nil:
+		return in.SetAudio(e.item.Name, *e.clip)
+	case e.video != nil:
+		return in.SetVideo(e.video)
+	}
+	return errors.New("media: an empty item")
+}
+
+// holders are the entries that hold e's place: the audio source (a clip
+// or a video with sound) when e has sound, the video when e is one.
+func holders(entries []*mediaEntry, e *mediaEntry) []*mediaEntry {
+	var out []*mediaEntry
+	for _, x := range entries {
+		if (e.hasSound() && x.hasSound()) || (e.video != nil && x.video != nil) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// hasSound reports whether the entry is an audio source.
+func (e *mediaEntry) hasSound() bool {
+	return e.clip != nil || (e.video != nil && e.video.HasSound())
+}
+
+// soundIDs are the ids of the items with sound (what a recording replaces).
+func (s *Media) soundIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for _, x := range s.entries {
+		if x.hasSound() {
+			ids = append(ids, x.item.ID)
+		}
+	}
+	return ids
+}
+
+// digestOf hashes what the model receives of the entry: the 768×768
+// pixels, the 16 kHz samples, a video's frames with their times and its
+// soundtrack.
+func (e *mediaEntry) digestOf() [sha256.Size]byte {
+	h := sha256.New()
+	var b [8]byte
+	samples := func(c *pcm.Clip) {
+		binary.LittleEndian.PutUint64(b[:], uint64(c.Rate))
+		h.Write(b[:])
+		buf := make([]byte, 0, 4096)
+		for _, v := range c.Samples {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			if len(buf) == cap(buf) {
+				h.Write(buf)
+				buf = buf[:0]
+			}
+		}
+		h.Write(buf)
+	}
+	switch {
+	case e.image != nil:
+		h.Write([]byte("image\x00"))
+		h.Write(e.image.Pix)
+	case e.clip != nil:
+		h.Write([]byte("audio\x00"))
+		samples(e.clip)
+	case e.video != nil:
+		h.Write([]byte("video\x00"))
+		for _, f := range e.video.Frames {
+			binary.LittleEndian.PutUint64(b[:], uint64(f.Time))
+			h.Write(b[:])
+			h.Write(f.Image.Pix)
+		}
+		if e.video.Soundtrack != nil {
+			samples(e.video.Soundtrack)
+		}
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// mediaOffer is a decoded file refused only because items hold its place.
+type mediaOffer struct {
+	id      string
+	e       *mediaEntry
+	replace []string // the ids it was offered to replace
+}
+
+// offerReplace keeps e for a later Replace and returns the offer; an
+// earlier offer is dropped.
+func (s *Media) offerReplace(e *mediaEntry, re *ReplaceableError) (*MediaReplace, error) {
+	id, err := newMediaID()
+	if err != nil {
+		return nil, err
+	}
+	o := &mediaOffer{id: id, e: e}
+	r := &MediaReplace{Pending: id}
+	for _, h := range re.Holders {
+		o.replace = append(o.replace, h.ID)
+		r.IDs, r.Names = append(r.IDs, h.ID), append(r.Names, h.Name)
+	}
+	var le *limits.Error
+	errors.As(re, &le)
+	switch {
+	case le != nil && le.Limit == limits.Videos:
+		r.Why = "the input takes one video"
+	case e.video != nil:
+		r.Why = "the input takes one audio source, and its soundtrack is one"
+	default:
+		r.Why = "the input takes one audio source: a clip or a video's soundtrack"
+	}
+	s.mu.Lock()
+	s.offer = o
+	s.mu.Unlock()
+	return r, nil
+}
+
+// ErrNoOffer is a Replace or Discard of an offer that is not kept (any
+// more): a later refusal replaced it, or it was used.
+var ErrNoOffer = errors.New("that file is no longer waiting to replace anything: add it again")
+
+// Replace adds the file of offer pending (MediaResult.Replace) in place of
+// the items it named.
+func (s *Media) Replace(pending string) (MediaResult, error) {
+	s.mu.Lock()
+	o := s.offer
+	if o == nil || o.id != pending {
+		s.mu.Unlock()
+		return MediaResult{}, ErrNoOffer
+	}
+	s.offer = nil
+	s.mu.Unlock()
+	name := o.e.item.Name
+	if err := s.insert(o.e, o.replace); err != nil {
+		s.log.WithError(err).WithField("file", name).Info("media not replaced")
+		return failed(name, err), nil
+	}
+	for _, id := range o.replace {
+		s.live.stopPlaybackOf(id)
+	}
+	it := s.itemOf(o.e)
+	s.log.WithFields(logrus.Fields{"file": name, "kind": it.Kind, "replaced": len(o.replace)}).Info("media replaced")
+	s.changed()
+	return MediaResult{Name: name, Item: &it}, nil
+}
+
+// Discard drops the file of offer pending: the items it would replace stay.
+func (s *Media) Discard(pending string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.offer == nil || s.offer.id != pending {
+		return ErrNoOffer
+	}
+	s.offer = nil
 	return nil
 }
 

@@ -85,9 +85,16 @@ func (s *Media) addPath(path, name, source string) MediaResult {
 		s.log.WithError(err).WithField("file", name).Info("media not added")
 		return failed(name, err)
 	}
-	if err := s.insert(e, false); err != nil {
+	if err := s.insert(e, nil); err != nil {
 		s.log.WithError(err).WithField("file", name).Info("media not added")
-		return failed(name, err)
+		res := failed(name, err)
+		var re *ReplaceableError
+		if errors.As(err, &re) {
+			if res.Replace, err = s.offerReplace(e, re); err != nil {
+				return failed(name, err)
+			}
+		}
+		return res
 	}
 	it := s.itemOf(e)
 	s.log.WithFields(logrus.Fields{"file": name, "kind": it.Kind, "source": source, "tokens": it.Tokens}).Info("media added")
@@ -173,27 +180,19 @@ func (s *Media) decodePath(path, name, source string) (*mediaEntry, error) {
 	return nil, fmt.Errorf("%s: not an image (PNG, JPEG, GIF, WebP, BMP), audio (WAV, MP3, FLAC, OGG) or video file", name)
 }
 
-// precheck refuses a file that cannot fit before decoding it.
+// precheck refuses an image that cannot fit before decoding it (a second
+// video is decoded: it may replace the first).
 func (s *Media) precheck(kind decode.Kind, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var images, videos int
+	images := 0
 	for _, e := range s.entries {
-		switch {
-		case e.image != nil:
+		if e.image != nil {
 			images++
-		case e.video != nil:
-			videos++
 		}
 	}
-	var le *limits.Error
-	switch {
-	case kind == decode.Image && images+1 > limits.MaxImages:
-		le = limits.Count(limits.Images, images+1, limits.MaxImages)
-	case kind == decode.Video && videos+1 > limits.MaxVideos:
-		le = limits.Count(limits.Videos, videos+1, limits.MaxVideos)
-	}
-	if le != nil {
+	if kind == decode.Image && images+1 > limits.MaxImages {
+		le := limits.Count(limits.Images, images+1, limits.MaxImages)
 		le.Source = name
 		return le
 	}

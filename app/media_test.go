@@ -179,9 +179,15 @@ func TestMediaUploadsAndLimits(t *testing.T) {
 		t.Errorf("waveform peak %+v", p)
 	}
 
-	// Limits: a second audio source, a ninth image, a too-long clip.
-	if r := m.Upload("again.wav", testWAV(0.5)); r.Limit == nil || r.Limit.Limit != "audio sources" || !strings.Contains(r.Error, "audio sources 2 exceeds the limit of 1") {
+	// Limits: a second audio source (which may replace the first), a ninth
+	// image, a too-long clip.
+	r := m.Upload("again.wav", testWAV(0.5))
+	if r.Limit == nil || r.Limit.Limit != "audio sources" || !strings.Contains(r.Error, "audio sources 2 exceeds the limit of 1") ||
+		r.Replace == nil || !slices.Equal(r.Replace.Names, []string{"tone.wav"}) {
 		t.Errorf("second audio: %+v", r)
+	}
+	if err := m.Discard(r.Replace.Pending); err != nil {
+		t.Error(err)
 	}
 	// Not media, or broken media: errors that say why.
 	for _, tc := range []struct{ name, data, want string }{
@@ -195,9 +201,9 @@ func TestMediaUploadsAndLimits(t *testing.T) {
 		}
 	}
 	for i := 2; i <= 8; i++ {
-		mustAdd(t, m.Upload("more.png", testPNG(t, 8, 8)))
+		mustAdd(t, m.Upload("more.png", testPNG(t, 8, i)))
 	}
-	r := m.Upload("ninth.png", testPNG(t, 8, 8))
+	r = m.Upload("ninth.png", testPNG(t, 8, 9))
 	if r.Limit == nil || r.Limit.Limit != "images" || r.Limit.Value != 9 || r.Limit.Max != 8 || r.Error != "ninth.png: images 9 exceeds the limit of 8" {
 		t.Errorf("ninth image: %+v", r)
 	}
@@ -626,8 +632,8 @@ func TestVideoUpload(t *testing.T) {
 	if r := m.Upload("tone.wav", testWAV(0.5)); r.Limit == nil || r.Limit.Limit != "audio sources" {
 		t.Errorf("audio besides a video with sound: %+v", r)
 	}
-	if r := m.Upload("again.mp4", data); r.Limit == nil || r.Limit.Limit != "videos" {
-		t.Errorf("second video: %+v", r)
+	if r := m.Upload("again.mp4", data); r.Duplicate != v.ID || r.Item != nil {
+		t.Errorf("the same video again: %+v", r)
 	}
 	// The prompt gives each frame its time, then the soundtrack.
 	pv, err := s.Scorer.PromptMedia(ticketSchema(t), "", []string{v.ID})
@@ -676,5 +682,103 @@ func TestCancelWhileTheTowersRun(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("stopping took %v", d)
+	}
+}
+
+// TestMediaDuplicatesAndReplace: the same content is not added twice (by
+// any name), and a file that only the one audio source or the one video
+// keeps out is offered to replace them.
+func TestMediaDuplicatesAndReplace(t *testing.T) {
+	s, rec := mediaServices(t, nil)
+	m := s.Media
+	img := mustAdd(t, m.Upload("photo.png", testPNG(t, 40, 30)))
+	for _, name := range []string{"photo.png", "copy.png"} {
+		r := m.Upload(name, testPNG(t, 40, 30))
+		var want string
+		if name == "photo.png" {
+			want = "photo.png is already in the input: it is not added twice"
+		} else {
+			want = "copy.png has the same content as photo.png, already in the input: it is not added twice"
+		}
+		if r.Item != nil || r.Duplicate != img.ID || r.Error != want || r.Limit != nil || r.Replace != nil {
+			t.Errorf("%s again: %+v", name, r)
+		}
+	}
+	if n := len(m.Items()); n != 1 {
+		t.Fatalf("%d items after adding the same image three times", n)
+	}
+	// Another picture is no duplicate; the same one as a second audio clip would be.
+	mustAdd(t, m.Upload("other.png", testPNG(t, 30, 40)))
+	tone := mustAdd(t, m.Upload("tone.wav", testWAV(1)))
+	if r := m.Upload("tone-copy.wav", testWAV(1)); r.Duplicate != tone.ID || r.Replace != nil {
+		t.Errorf("the same clip again: %+v", r)
+	}
+
+	// A second clip: refused with an offer to replace tone.wav.
+	r := m.Upload("voice.wav", testWAV(0.5))
+	if r.Item != nil || r.Limit == nil || r.Limit.Limit != "audio sources" || r.Replace == nil ||
+		!slices.Equal(r.Replace.IDs, []string{tone.ID}) || !slices.Equal(r.Replace.Names, []string{"tone.wav"}) || r.Replace.Why == "" {
+		t.Fatalf("second clip: %+v", r)
+	}
+	// Only the latest offer is kept.
+	first := r.Replace.Pending
+	r = m.Upload("voice2.wav", testWAV(0.75))
+	if _, err := m.Replace(first); !errors.Is(err, ErrNoOffer) {
+		t.Errorf("an older offer: %v", err)
+	}
+	n := len(rec.Events(EventMedia))
+	got, err := m.Replace(r.Replace.Pending)
+	if err != nil || got.Item == nil || got.Item.Name != "voice2.wav" || got.Item.Kind != KindAudio {
+		t.Fatalf("replace: %+v, %v", got, err)
+	}
+	var names []string
+	for _, it := range m.Items() {
+		names = append(names, it.Name)
+	}
+	if !slices.Equal(names, []string{"photo.png", "other.png", "voice2.wav"}) {
+		t.Errorf("after the replace: %v", names)
+	}
+	if len(rec.Events(EventMedia)) == n {
+		t.Error("no media:changed after the replace")
+	}
+	if _, err := m.Replace(r.Replace.Pending); !errors.Is(err, ErrNoOffer) {
+		t.Errorf("a used offer: %v", err)
+	}
+	if err := m.Discard(r.Replace.Pending); !errors.Is(err, ErrNoOffer) {
+		t.Errorf("discard of a used offer: %v", err)
+	}
+}
+
+// TestVideoReplacesTheAudio: a video with sound beside a WAV is offered to
+// replace it (the case), and a second video to replace the first.
+func TestVideoReplacesTheAudio(t *testing.T) {
+	withSound := ffmpegVideo(t, 2, true)
+	silent := ffmpegVideo(t, 3, false)
+	s, _ := mediaServices(t, nil)
+	m := s.Media
+	wav := mustAdd(t, m.Upload("tone.wav", testWAV(1)))
+	r := m.Upload("clip.mp4", withSound)
+	if r.Limit == nil || r.Limit.Limit != "audio sources" || r.Replace == nil || !slices.Equal(r.Replace.Names, []string{"tone.wav"}) ||
+		!strings.Contains(r.Replace.Why, "soundtrack") {
+		t.Fatalf("a video with sound beside a WAV: %+v", r)
+	}
+	got, err := m.Replace(r.Replace.Pending)
+	if err != nil || got.Item == nil || got.Item.Kind != KindVideo || !got.Item.Sound {
+		t.Fatalf("replace: %+v, %v", got, err)
+	}
+	if items := m.Items(); len(items) != 1 || items[0].ID == wav.ID {
+		t.Fatalf("items %+v", items)
+	}
+	r = m.Upload("silent.mp4", silent)
+	if r.Limit == nil || r.Limit.Limit != "videos" || r.Replace == nil || !slices.Equal(r.Replace.Names, []string{"clip.mp4"}) {
+		t.Fatalf("a second video: %+v", r)
+	}
+	if got, err := m.Replace(r.Replace.Pending); err != nil || got.Item == nil || got.Item.Name != "silent.mp4" {
+		t.Fatalf("replace the video: %+v, %v", got, err)
+	}
+	// A silent video leaves room for a clip.
+	mustAdd(t, m.Upload("tone.wav", testWAV(1)))
+	if n := len(m.Items()); n != 2 {
+		t.Errorf("%d items", n)
 	}
 }

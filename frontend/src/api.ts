@@ -75,6 +75,9 @@ export class Api {
   refreshMedia = () => this.t.call<MediaAvailability>('Media', 'Refresh');
   removeMedia = (id: string) => this.t.call<void>('Media', 'Remove', id);
   clearMedia = () => this.t.call<void>('Media', 'Clear');
+  /** Adds a refused file in place of the items its offer named (MediaResult.replace). */
+  replaceMedia = (pending: string) => this.t.call<MediaResult>('Media', 'Replace', pending);
+  discardMedia = (pending: string) => this.t.call<void>('Media', 'Discard', pending);
   snapshot = (camera = '') => this.t.call<MediaResult>('Media', 'Snapshot', camera);
   startCamera = (camera = '') => this.t.call<CameraState>('Media', 'StartCamera', camera);
   stopCamera = () => this.t.call<CameraState>('Media', 'StopCamera');

@@ -168,6 +168,9 @@ class App {
       play: (id) => this.mediaCall(async () => this.store.set({ playback: await this.api.play(id) })),
       stopPlayback: () => this.mediaCall(async () => this.store.set({ playback: await this.api.stopPlayback() })),
       refresh: () => this.mediaCall(async () => this.store.set({ mediaAvail: await this.api.refreshMedia() })),
+      replace: (pending) => this.mediaCall(async () => this.mediaResults([await this.api.replaceMedia(pending)])),
+      discard: (pending) => this.mediaCall(() => this.api.discardMedia(pending)),
+      mode: () => s.mode,
     });
     this.inputPanel = new InputPanel({
       input: () => s.input,
@@ -545,13 +548,15 @@ class App {
   private mediaResults(rs: MediaResult[]) {
     const s = this.store.state;
     const added = rs.filter((r) => r.item).map((r) => r.item!);
-    const bad = rs.filter((r) => r.error);
+    // A refusal that a replace would undo is offered in the media panel instead.
+    this.mediaPanel.offer(rs);
+    const bad = rs.filter((r) => r.error && !r.replace);
     const patch: Partial<State> = { media: mergeItems(s.media, added) };
     if (bad.length) {
       const lines = bad.map((r) => r.error!);
       patch.mediaError = lines.join('\n');
       toast(bad.length === 1 ? lines[0] : `${bad.length} files were not added: ${lines[0]}…`, bad.some((r) => r.limit) ? 'error' : 'info', 8000);
-    } else if (added.length) {
+    } else if (added.length || rs.some((r) => r.replace)) {
       patch.mediaError = null;
     }
     this.store.set(patch);

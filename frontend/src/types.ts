@@ -255,6 +255,18 @@ export interface MediaResult {
   item?: MediaItem;
   error?: string;
   limit?: LimitInfo;
+  /** Refused only because items hold its place: Media.Replace(pending) adds it in their stead. */
+  replace?: MediaReplace;
+  /** The id of the item with the same content already in the input (not added twice). */
+  duplicate?: string;
+}
+
+/** An offer to add a refused file in place of the items that hold its place (app.MediaReplace). */
+export interface MediaReplace {
+  pending: string;
+  ids: string[];
+  names: string[];
+  why: string;
 }
 
 export interface MediaLimits {

@@ -170,6 +170,54 @@ describe('media panel', () => {
   });
 });
 
+describe('media panel: replace, duplicates, whose list', () => {
+  it('offers to replace the WAV with a video that has sound, naming what goes', () => {
+    const wavOnly = [image, { ...audio, name: 'tone.wav', source: 'upload' as const }];
+    const h = host({ items: () => wavOnly, replace: (p) => h.calls.push(`replace ${p}`), discard: (p) => h.calls.push(`discard ${p}`) });
+    const p = new MediaPanel(h);
+    p.render();
+    expect((p.el.querySelector('#media-offer') as HTMLElement).hidden).toBe(true);
+    p.offer([{ name: 'clip.mp4', error: 'clip.mp4 (soundtrack, besides tone.wav): audio sources 2 exceeds the limit of 1', limit: { limit: 'audio sources', value: 2, max: 1 },
+      replace: { pending: 'p1', ids: ['a1'], names: ['tone.wav'], why: 'the input takes one audio source, and its soundtrack is one' } }]);
+    const offer = p.el.querySelector('#media-offer') as HTMLElement;
+    expect(offer.hidden).toBe(false);
+    expect(offer.textContent).toContain('clip.mp4 was not added: the input takes one audio source, and its soundtrack is one.');
+    expect(p.el.querySelector('#media-replace')!.textContent).toBe('Replace tone.wav with clip.mp4');
+    expect(p.el.querySelector('#media-keep')!.textContent).toBe('Keep tone.wav');
+    (p.el.querySelector('#media-replace') as HTMLButtonElement).click();
+    expect(h.calls).toEqual(['replace p1']);
+    expect(offer.hidden).toBe(true);
+    // Keep drops the offer on the server too.
+    p.offer([{ name: 'b.wav', error: 'x', replace: { pending: 'p2', ids: ['a1'], names: ['tone.wav'], why: 'w' } }]);
+    (p.el.querySelector('#media-keep') as HTMLButtonElement).click();
+    expect(h.calls).toEqual(['replace p1', 'discard p2']);
+    // Results without an offer leave the panel as it is.
+    p.offer([{ name: 'c.png', item: image }]);
+    expect(offer.hidden).toBe(true);
+  });
+
+  it('names a video that a second video or a recording would take out', () => {
+    const devices: MediaAvailability = { ...noDevices, microphone: { available: true } };
+    const h = host({ items: () => [image, video], availability: () => devices });
+    const p = new MediaPanel(h);
+    p.render();
+    p.offer([{ name: 'silent.mp4', error: 'videos 2 exceeds the limit of 1', replace: { pending: 'p3', ids: ['v1'], names: ['clip.mp4'], why: 'the input takes one video' } }]);
+    expect(p.el.querySelector('#media-replace')!.textContent).toBe('Replace clip.mp4 (the whole video) with silent.mp4');
+    (p.el.querySelector('#record') as HTMLButtonElement).click();
+    expect(p.el.querySelector('#record-confirm')!.textContent).toContain('The recording replaces clip.mp4 (the whole video).');
+    expect(h.calls).toEqual([]);
+  });
+
+  it('says whose the media list is', () => {
+    const p = new MediaPanel(host({ mode: () => 'browser' }));
+    p.render();
+    expect(p.el.querySelector('#media-shared')!.textContent).toContain('shared by every browser tab');
+    const d = new MediaPanel(host({ mode: () => 'desktop' }));
+    d.render();
+    expect(d.el.querySelector('#media-shared')!.textContent).toContain('for this window');
+  });
+});
+
 describe('runs with media', () => {
   const media = (over: Partial<RunMedia>): RunMedia => ({ status: 'preparing', done: 0, total: 2, images: 1, audio: true, soft_tokens: 444, note: 'The vision and audio towers ran once for this run.', ...over });
 

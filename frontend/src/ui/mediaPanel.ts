@@ -3,7 +3,7 @@
 // times), their token cost against the prompt limit, the camera (snapshot
 // and live feed), the microphone (recording with a countdown) and playback.
 import { budget, countdown, describe, fmtDuration, recordProgress, summary, waveformPath } from '../media';
-import type { CameraState, Feature, MediaAvailability, MediaItem, MediaLimits, PlaybackState, PromptPreview, RecordingState } from '../types';
+import type { CameraState, Feature, MediaAvailability, MediaItem, MediaLimits, MediaResult, PlaybackState, PromptPreview, RecordingState } from '../types';
 import { h, replace } from './dom';
 
 export interface MediaHost {
@@ -27,6 +27,29 @@ export interface MediaHost {
   play(id: string): void;
   stopPlayback(): void;
   refresh(): void;
+  /** Adds an offer's file in place of the items it names (MediaResult.replace). */
+  replace?(pending: string): void;
+  /** Drops an offer: the items it would replace stay. */
+  discard?(pending: string): void;
+  /** Where the page runs: the list is the server's, shared by every tab (browser) or the window's. */
+  mode?(): 'desktop' | 'browser';
+}
+
+/** Says whose the media list is: the Media service keeps one list for every page it serves. */
+export function sharedLine(mode: 'desktop' | 'browser'): string {
+  return mode === 'browser'
+    ? 'This media list is kept by the Verdict server and shared by every browser tab open on it: adding or removing media here changes it there too.'
+    : 'This media list is kept by the app for this window until it closes.';
+}
+
+/** The items a recording replaces: the audio clip, or a video with its soundtrack. */
+export function soundItems(items: MediaItem[]): MediaItem[] {
+  return items.filter((i) => i.kind === 'audio' || (i.kind === 'video' && i.sound));
+}
+
+/** "tone.wav", "clip.mp4 (the whole video)" for the items a replace takes out. */
+function replacedNames(items: MediaItem[], ids: string[], names: string[]): string {
+  return names.map((n, k) => (items.find((i) => i.id === ids[k])?.kind === 'video' ? `${n} (the whole video)` : n)).join(', ');
 }
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -76,6 +99,10 @@ export class MediaPanel {
   private shownItems = '';
   /** A recording would replace this audio file: the bar asks first. */
   private confirmReplace: string | null = null;
+  /** A refused file that could replace the items holding its place. */
+  private offerResult: MediaResult | null = null;
+  private offerEl: HTMLElement;
+  private sharedEl: HTMLElement;
 
   constructor(private host: MediaHost) {
     this.bar = h('div.media-bar');
@@ -86,9 +113,11 @@ export class MediaPanel {
     this.list = h('ul.media-items#media-items', { 'aria-label': 'Media the model receives' });
     this.budgetEl = h('div.budget#token-budget');
     this.errEl = h('div.media-error#media-error', { role: 'alert', hidden: true });
+    this.offerEl = h('div.confirm.media-offer#media-offer', { role: 'alert', hidden: true });
+    this.sharedEl = h('p.small.muted.media-shared#media-shared');
     this.devices = h('ul.devices#media-devices', { 'aria-label': 'Media devices' });
     this.viewer = h('dialog.viewer#media-viewer', { onclick: (e: Event) => { if (e.target === this.viewer) this.viewer.close(); } });
-    this.el = h('div.media#media', null, this.bar, this.errEl, this.live, this.rec, this.list, this.budgetEl, this.devices, this.viewer);
+    this.el = h('div.media#media', null, this.bar, this.offerEl, this.errEl, this.live, this.rec, this.list, this.budgetEl, this.sharedEl, this.devices, this.viewer);
   }
 
   render() {
@@ -97,9 +126,11 @@ export class MediaPanel {
     this.renderRecording();
     this.renderItems();
     this.renderBudget();
+    this.renderOffer();
     const err = this.host.error();
     this.errEl.hidden = !err;
     this.errEl.textContent = err ?? '';
+    this.sharedEl.textContent = sharedLine(this.host.mode?.() ?? 'browser');
     const a = this.host.availability();
     replace(this.devices, featureLine('camera', a?.camera), featureLine('microphone', a?.microphone), featureLine('speaker', a?.speaker),
       featureLine('video (ffmpeg)', a?.video),
@@ -145,12 +176,39 @@ export class MediaPanel {
       this.host.items().length ? h('button.btn.small.link#clear-media', { type: 'button', onclick: () => this.host.clear() }, 'Remove all media') : null);
   }
 
-  /** Records at once, or first asks when the recording would replace an audio file. */
+  /** Records at once, or first asks when the recording would replace the audio source. */
   private askRecord() {
-    const audio = this.host.items().filter((i) => i.kind === 'audio');
-    if (!audio.length) return this.startRecording();
-    this.confirmReplace = audio.map((a) => a.name).join(', ');
+    const sound = soundItems(this.host.items());
+    if (!sound.length) return this.startRecording();
+    this.confirmReplace = replacedNames(sound, sound.map((a) => a.id), sound.map((a) => a.name));
     this.renderBar();
+  }
+
+  /**
+   * Takes the outcome of adding files: a refusal that a replace would undo
+   * becomes the offer shown (the server keeps the latest one only).
+   */
+  offer(rs: MediaResult[]) {
+    const o = [...rs].reverse().find((r) => r.replace);
+    if (!o) return;
+    this.offerResult = o;
+    this.renderOffer();
+  }
+
+  private renderOffer() {
+    const o = this.offerResult;
+    this.offerEl.hidden = !o;
+    if (!o?.replace) return replace(this.offerEl);
+    const rp = o.replace;
+    const names = replacedNames(this.host.items(), rp.ids, rp.names);
+    const done = () => {
+      this.offerResult = null;
+      this.renderOffer();
+    };
+    replace(this.offerEl,
+      h('span', null, `${o.name} was not added: ${rp.why}. `),
+      h('button.btn.small.danger#media-replace', { type: 'button', onclick: () => { done(); this.host.replace?.(rp.pending); } }, `Replace ${names} with ${o.name}`),
+      h('button.btn.small#media-keep', { type: 'button', onclick: () => { done(); this.host.discard?.(rp.pending); } }, `Keep ${rp.names.join(', ')}`));
   }
 
   private startRecording() {
