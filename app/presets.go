@@ -2,6 +2,7 @@ package app
 
 import (
 	"embed"
+	"fmt"
 
 	"encoding/json"
 	"strings"
@@ -64,4 +65,15 @@ func toolsSchema() ([]byte, error) {
 	}
 	b.WriteString(`}}]}`)
 	return []byte(b.String()), nil
+}
+
+// PresetSchema is the built-in schema id's JSON ("ticket", "moderation",
+// "review", "tools"), for the commands that take one by name.
+func PresetSchema(id string) ([]byte, error) {
+	for _, p := range presets() {
+		if p.ID == id {
+			return p.Schema, nil
+		}
+	}
+	return nil, fmt.Errorf("no built-in schema %q (%s)", id, strings.Join(presetOrder, ", "))
 }

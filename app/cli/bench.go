@@ -26,6 +26,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "catalog" {
 		return benchCatalogCmd(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "serve" {
+		return benchServeCmd(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlags("bench", stderr)
 	model := fs.String("model", benchModels, "models to measure, comma-separated: synthetic-e2b, synthetic-e4b, builtin or folders")
 	wf := addWeightFlags(fs)

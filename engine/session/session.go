@@ -15,6 +15,7 @@ import (
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
+	"verdict/engine/prefix"
 	"verdict/engine/prompt"
 	"verdict/engine/sched"
 	"verdict/engine/scorer"
@@ -126,6 +127,10 @@ func (s *Session) Close() error {
 	s.sched.Close()
 	return s.m.Close()
 }
+
+// PrefixStats reports the use of the scorer's prefixes kept across
+// requests.
+func (s *Session) PrefixStats() prefix.Stats { return s.sc.PrefixStats() }
 
 // SchedStats reports the scheduler's work so far.
 func (s *Session) SchedStats() sched.Stats { return s.sched.Stats() }

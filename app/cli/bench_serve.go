@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"verdict/app"
+	"verdict/engine/bench"
+	"verdict/engine/models"
+	"verdict/engine/scorer"
+	"verdict/engine/session"
+	"verdict/native"
+)
+
+// benchServeCmd measures serving: score-file's rate on generated support
+// tickets at several concurrencies, then a mixed load of scorer and
+// generation clients.
+func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench serve", stderr)
+	model := fs.String("model", models.Builtin, "the model to serve (builtin, a synthetic preset or a folder)")
+	wf := addWeightFlags(fs)
+	schemaFlag := fs.String("schema", "ticket", "a built-in schema's name or a schema file")
+	records := fs.Int("records", 1000, "generated support tickets scored at each concurrency")
+	conc := fs.String("concurrency", "1,8,32,64", "records in flight, comma-separated")
+	clients := fs.Int("clients", 50, "concurrent clients of the mixed load (0: none)")
+	dur := fs.Duration("duration", 60*time.Second, "how long the mixed load runs")
+	genTokens := fs.Int("gen-tokens", 32, "tokens each generation client asks for")
+	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	if *records < 1 || *records > 1_000_000 {
+		return usageErr("--records must be from 1 to 1000000, got %d", *records)
+	}
+	if *clients < 0 || *clients > 4096 {
+		return usageErr("--clients must be from 0 to 4096, got %d", *clients)
+	}
+	if *genTokens < 1 || *genTokens > 4096 {
+		return usageErr("--gen-tokens must be from 1 to 4096, got %d", *genTokens)
+	}
+	if *dur <= 0 || *dur > 24*time.Hour {
+		return usageErr("--duration must be positive and at most 24h, got %v", *dur)
+	}
+	levels, err := batchSizes("--concurrency", *conc, 4096)
+	if err != nil {
+		return err
+	}
+	raw, err := app.PresetSchema(*schemaFlag)
+	if err != nil {
+		if raw, err = os.ReadFile(*schemaFlag); err != nil {
+			return usageErr("--schema %q is neither a built-in schema nor a readable file: %v", *schemaFlag, err)
+		}
+	}
+	schema, err := scorer.ParseSchema(raw)
+	if err != nil {
+		return fmt.Errorf("--schema %s: %w", *schemaFlag, err)
+	}
+	opt, err := wf.options()
+	if err != nil {
+		return err
+	}
+	native.SetThreads(*threads)
+	m, err := openModel(ctx, strings.TrimSpace(*model), opt, stderr)
+	if err != nil {
+		return err
+	}
+	s, err := session.New(m)
+	if err != nil {
+		m.Close()
+		return err
+	}
+	defer s.Close()
+	r, err := bench.Serve(ctx, s.Info().Name, s, schema, bench.ServeOptions{
+		Records: *records, Concurrency: levels, Clients: *clients, Duration: *dur, GenTokens: *genTokens,
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprint(stdout, r)
+	return nil
+}
