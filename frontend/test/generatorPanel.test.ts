@@ -5,12 +5,12 @@ import { fields, record } from './fixtures';
 
 const started = { id: 'run-1', started_ms: 0, scorer: true, generator: true, concurrent: true, model: 'm', random_weights: true };
 
-/** Counts reads of the element's layout (each forces a synchronous layout in a browser). */
-function countLayoutReads(el: HTMLElement): { reads: number } {
-  const c = { reads: 0 };
+/** Counts reads of the element's layout (each forces a synchronous layout in a browser), and writes of scrollTop. */
+function countLayoutReads(el: HTMLElement): { reads: number; scrolls: number } {
+  const c = { reads: 0, scrolls: 0 };
   for (const k of ['scrollTop', 'scrollHeight', 'clientHeight', 'offsetHeight', 'offsetTop', 'scrollWidth', 'clientWidth']) {
     let v = 0;
-    Object.defineProperty(el, k, { configurable: true, get: () => (c.reads++, v), set: (x: number) => (v = x) });
+    Object.defineProperty(el, k, { configurable: true, get: () => (c.reads++, v), set: (x: number) => (k === 'scrollTop' && c.scrolls++, v = x) });
   }
   const rect = el.getBoundingClientRect.bind(el);
   el.getBoundingClientRect = () => (c.reads++, rect());
@@ -35,6 +35,61 @@ describe('generation panel while streaming', () => {
     expect(text.querySelector('.gen-chunk')!.firstChild).toBe(first); // not replaced
     expect(c.reads).toBe(0);
     expect(g.el.querySelector('#gen-tokens')!.textContent).toBe('201 tok');
+  });
+
+  it('reads no layout on the scroll events its own scrolling causes', () => {
+    const g = new GeneratorPanel({ stop: () => {} });
+    let run: LiveRun = startRun(started);
+    g.render(run);
+    const text = g.el.querySelector('#gen-text') as HTMLElement;
+    const c = countLayoutReads(text);
+    for (let i = 0; i < 20; i++) {
+      run = applyUpdate(run, { id: 'run-1', elapsed_ms: 10 + i, generator: { status: 'decoding', delta: ` w${i}`, tokens: 1 + i } });
+      g.render(run);
+      text.dispatchEvent(new Event('scroll'));
+    }
+    expect(c.scrolls).toBe(20);
+    expect(c.reads).toBe(0);
+  });
+
+  it('follows the end while it is in view; scrolling up stops that at once', () => {
+    // jsdom has no IntersectionObserver: this one reports what the test says is in view.
+    let report: ((es: { isIntersecting: boolean }[]) => void) | null = null;
+    const observed: Element[] = [];
+    vi.stubGlobal('IntersectionObserver', class {
+      constructor(cb: (es: { isIntersecting: boolean }[]) => void) { report = cb; }
+      observe(el: Element) { observed.push(el); }
+    });
+    try {
+      const g = new GeneratorPanel({ stop: () => {} });
+      const text = g.el.querySelector('#gen-text') as HTMLElement;
+      const c = countLayoutReads(text);
+      let run: LiveRun = startRun(started);
+      let n = 0;
+      const more = () => {
+        run = applyUpdate(run, { id: 'run-1', elapsed_ms: ++n, generator: { status: 'decoding', delta: ` w${n}`, tokens: n } });
+        g.render(run);
+      };
+      more();
+      expect(observed).toEqual([text.lastElementChild]); // the end stays the text's last child
+      expect(c.scrolls).toBe(1);
+      text.dispatchEvent(new WheelEvent('wheel', { deltaY: -40 }));
+      more();
+      expect(c.scrolls).toBe(1); // scrolled up: the text stays where the user put it
+      report!([{ isIntersecting: false }]);
+      more();
+      expect(c.scrolls).toBe(1);
+      report!([{ isIntersecting: true }]); // back at the end
+      more();
+      expect(c.scrolls).toBe(2);
+      text.dispatchEvent(new Event('pointerdown'));
+      more();
+      expect(c.scrolls).toBe(2); // a press (a selection, the scroll bar) holds it too
+      expect(text.lastElementChild).toBe(observed[0]);
+      expect(c.reads).toBe(0);
+    } finally {
+      vi.unstubAllGlobals();
+    }
   });
 
   it('streams long text in blocks that end at a line break, or at a space in a long line', () => {

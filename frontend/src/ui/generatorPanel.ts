@@ -3,8 +3,8 @@
 //
 // A long generation sends thousands of updates: the panel appends only the
 // new text, keeps its header elements (a Stop button replaced under the
-// pointer would lose the click) and never reads layout while updating (the
-// auto-scroll follows a flag that the scroll handler keeps).
+// pointer would lose the click) and never reads layout (the auto-scroll
+// follows a flag that an IntersectionObserver on the text's end keeps).
 import { fmtRate } from '../format';
 import { findAnswer } from '../jsonparse';
 import type { LiveRun } from '../run';
@@ -25,6 +25,8 @@ export class GeneratorPanel {
   private rate: HTMLElement;
   private stopBtn: HTMLButtonElement;
   private text: HTMLElement;
+  /** The last child of the text: while it is in view, the text follows its end. */
+  private end: HTMLElement;
   private parsed: HTMLElement;
   /** The run and text length on screen: updates of the same run append the rest. */
   private shownRun = '';
@@ -46,12 +48,19 @@ export class GeneratorPanel {
     this.head = h('header.card-head', null,
       h('h2', null, 'Generation', this.title),
       h('div.head-actions', null, this.pill, this.tokens, this.rate, this.stopBtn));
-    this.text = h('pre.gen-text#gen-text', { 'aria-live': 'off', tabindex: 0 });
-    // Layout is read here, on the user's scrolls, never in render.
-    this.text.addEventListener('scroll', () => {
-      const t = this.text;
-      this.follow = t.scrollTop + t.clientHeight >= t.scrollHeight - 8;
-    }, { passive: true });
+    this.end = h('span.gen-end', { 'aria-hidden': 'true' });
+    this.text = h('pre.gen-text#gen-text', { 'aria-live': 'off', tabindex: 0 }, this.end);
+    // Whether the end is in view comes from the browser after its layout: no
+    // scroll, ours or the user's, reads layout. Scrolling up, or a press in
+    // the text (a selection, the scroll bar), stops following at once; the
+    // end coming back into view starts it again.
+    if (typeof IntersectionObserver === 'function') {
+      new IntersectionObserver((es) => { this.follow = es[es.length - 1].isIntersecting; }, { root: this.text }).observe(this.end);
+    }
+    const away = () => { this.follow = false; };
+    this.text.addEventListener('wheel', (e) => { if (e.deltaY < 0) away(); }, { passive: true });
+    this.text.addEventListener('keydown', (e) => { if (['ArrowUp', 'PageUp', 'Home'].includes(e.key)) away(); });
+    this.text.addEventListener('pointerdown', away);
     this.parsed = h('div.parsed#gen-parsed');
     this.el = h('section.card.side#generator-panel', { 'aria-label': 'Generation' }, this.head, this.text, this.parsed);
   }
@@ -72,7 +81,7 @@ export class GeneratorPanel {
     this.rate.hidden = !(g && t?.decode_tokens_per_second);
     if (g && t?.decode_tokens_per_second) setText(this.rate, fmtRate(t.decode_tokens_per_second));
     if (!run || !g) {
-      this.text.textContent = '';
+      this.text.replaceChildren(this.end);
       this.shownRun = '';
       this.shownLen = 0;
       this.chunk = null;
@@ -96,7 +105,7 @@ export class GeneratorPanel {
     if (id !== this.shownRun || text.length < this.shownLen) {
       this.shownRun = id;
       this.shownLen = 0;
-      this.text.textContent = '';
+      this.text.replaceChildren(this.end);
       this.chunk = null;
       this.follow = true;
     }
@@ -125,7 +134,7 @@ export class GeneratorPanel {
         if (cut >= 0) {
           this.chunk = h('div.gen-chunk');
           this.chunkLen = 0;
-          this.text.appendChild(this.chunk);
+          this.text.insertBefore(this.chunk, this.end);
           if (!s) return;
         }
       }
