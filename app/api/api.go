@@ -229,10 +229,23 @@ func jsonType(t string) string {
 	return "an object"
 }
 
+// whyNoModel adds to a no_model error why the last load failed, when it
+// did: the model's spec and the load's error.
+func (h *Handler) whyNoModel(e *apiError) *apiError {
+	info := h.svc.Models.Info()
+	if info.State != app.ModelError || info.Error == "" {
+		return e
+	}
+	return &apiError{e.status, e.code, fmt.Sprintf("%s (the load of %s failed: %s)", e.msg, info.Spec, info.Error)}
+}
+
 // fail writes err: an *apiError as it is, the app's and the engine's
 // errors with their status.
 func (h *Handler) fail(w http.ResponseWriter, err error) {
 	e := classify(err)
+	if e.code == CodeNoModel {
+		e = h.whyNoModel(e)
+	}
 	if e.status >= 500 && e.code != CodeBusy && e.code != CodeNoModel {
 		h.log.WithError(err).Error("api request failed")
 	}

@@ -19,6 +19,8 @@ type Model struct {
 	// State is the app's model state (ready, loading, error) for the model
 	// it holds; absent for the others.
 	State string `json:"state,omitempty"`
+	// Error is why the load failed, with State "error".
+	Error string `json:"error,omitempty"`
 	// Loaded is true for the model requests use when they name none.
 	Loaded bool   `json:"loaded"`
 	Path   string `json:"path,omitempty"`
@@ -57,7 +59,7 @@ func (h *Handler) known() []Model {
 	info := h.svc.Models.Info()
 	seen := map[string]bool{}
 	if info.State != app.ModelNone {
-		m := Model{ID: info.Spec, Name: info.Name, Source: models.SourceFolder, State: info.State,
+		m := Model{ID: info.Spec, Name: info.Name, Source: models.SourceFolder, State: info.State, Error: info.Error,
 			Loaded: info.State == app.ModelReady, Path: info.Path, SizeBytes: info.SizeBytes,
 			Params: info.Params, RandomWeights: info.RandomWeights}
 		if info.Builtin {

@@ -2,8 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"verdict/app"
 	"verdict/engine/models"
 )
 
@@ -53,6 +58,54 @@ func TestModels(t *testing.T) {
 			}
 		} else if loaded != 0 || m.Towers.Vision != nil {
 			t.Errorf("%s: %d loaded; towers %+v", c.name, loaded, m.Towers)
+		}
+	}
+}
+
+// TestFailedLoad: after a load fails (the built-in model without a
+// tokenizer.json anywhere), /v1/models gives the reason with the model's
+// "error" state, and /v1/score and /v1/generate say it with "no model is
+// loaded".
+func TestFailedLoad(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("VERDICT_TOKENIZER", filepath.Join(dir, "none.json"))
+	t.Setenv("XDG_CACHE_HOME", dir)
+	t.Setenv("HOME", dir)
+	for _, p := range models.TokenizerPaths("") {
+		if _, err := os.Stat(p); err == nil {
+			t.Skipf("a tokenizer is at %s", p)
+		}
+	}
+	ts, svc, _ := newAPI(t, false)
+	spec := models.Builtin
+	if _, err := svc.Models.Open(spec); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for svc.Models.Info().State == app.ModelLoading && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	info := svc.Models.Info()
+	if info.State != app.ModelError || info.Error == "" {
+		t.Fatalf("load of %s: state %q, error %q", spec, info.State, info.Error)
+	}
+	_, b := call(t, "GET", ts.URL+"/v1/models", "", nil)
+	var list ModelList
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatal(err)
+	}
+	if m := list.Models[0]; m.ID != spec || m.State != app.ModelError || m.Error != info.Error {
+		t.Errorf("first model %+v, want %s in state error with %q", m, spec, info.Error)
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/v1/score", `{"schema":` + boolSchema + `,"input":{"text":"hello"}}`},
+		{"/v1/generate", `{"prompt":"hi"}`},
+	} {
+		resp, b := call(t, "POST", ts.URL+c.path, c.body, nil)
+		e := errorOf(t, b)
+		if resp.StatusCode != 503 || e.Code != CodeNoModel || !strings.Contains(e.Message, "no model is loaded") ||
+			!strings.Contains(e.Message, info.Error) || !strings.Contains(e.Message, spec) {
+			t.Errorf("%s: %d %+v; want no_model naming %s and %q", c.path, resp.StatusCode, e, spec, info.Error)
 		}
 	}
 }
