@@ -82,11 +82,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	api := server.New(svc.Bound(), hub, frontend.Assets(), log, server.Access{Token: token, Hosts: serveHosts(*addr, tcp)})
 	api.HandleMedia(svc.Uploads(), svc.MediaFiles())
 	api.HandleAPI(v1.New(svc, log))
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return base },
-	}
+	// Header, idle, body and write timeouts and a connection cap that keeps
+	// room for requests with the token (server.DefaultLimits).
+	srv := server.NewHTTPServer(api, server.DefaultLimits)
+	srv.BaseContext = func(net.Listener) context.Context { return base }
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "Verdict is serving on %s\n", serveURL(*addr, ln.Addr(), token))

@@ -64,6 +64,21 @@ func TestServe(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"builtin"`) {
 		t.Errorf("GET /v1/models = %d %s", resp.StatusCode, b)
 	}
+	// Without the token, a path the router takes under /api/ is refused from
+	// its header and the connection closed: the announced body is not
+	// waited for.
+	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
+	raw, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	io.WriteString(raw, "POST /api/%2e%2e/x HTTP/1.1\r\nHost: "+host+"\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n[")
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(raw)
+	if err != nil || !strings.HasPrefix(string(got), "HTTP/1.1 401") || !strings.Contains(string(got), "Connection: close") {
+		t.Errorf("POST /api/%%2e%%2e/x without the token: %v %.200q", err, got)
+	}
 	// An open event stream does not hold up the shutdown.
 	ev, err := http.Get(url + "api/events?token=" + token)
 	if err != nil {
