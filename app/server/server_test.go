@@ -222,6 +222,20 @@ func pngBytes(t *testing.T, w, h int) []byte {
 	return b.Bytes()
 }
 
+// grayPNG is a w×h PNG of one gray level.
+func grayPNG(t *testing.T, w, h int, level uint8) []byte {
+	t.Helper()
+	img := image.NewGray(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = level
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 // wavBytes is a silent 16-bit mono WAV of n samples at 16 kHz.
 func wavBytes(n int) []byte {
 	var b bytes.Buffer
@@ -316,7 +330,7 @@ func TestUpload(t *testing.T) {
 	// A ninth image: the result names the limit.
 	more := map[string][]byte{}
 	for i := 2; i <= 9; i++ {
-		more[string(rune('0'+i))+".png"] = pngBytes(t, 4, 4)
+		more[string(rune('0'+i))+".png"] = grayPNG(t, 4, 4, uint8(25*i)) // each its own content: the same is added once
 	}
 	code, body = upload(t, ts.URL, more, nil)
 	json.Unmarshal([]byte(body), &res)
