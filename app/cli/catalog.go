@@ -53,9 +53,13 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *catFile == "" {
 		return usageErr("--catalog is required")
 	}
+	// A job is a request; in --batch, one whose line cannot be decoded has
+	// err set and becomes an error line of the output.
 	type job struct {
+		line int
 		text string
 		k    int
+		err  string
 	}
 	var jobs []job
 	if *batch != "" {
@@ -72,22 +76,28 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 				continue
 			}
-			var j struct {
+			jobs = append(jobs, job{line: line})
+			j := &jobs[len(jobs)-1]
+			var in struct {
 				Text *string `json:"text"`
 				K    *int    `json:"k"`
 			}
 			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(&j); err != nil {
-				return fmt.Errorf("%s line %d: %v", *batch, line, err)
+			switch err := dec.Decode(&in); {
+			case err != nil:
+				j.err = "bad JSON: " + err.Error()
+			case in.Text == nil || in.K == nil:
+				j.err = `want {"text": …, "k": …}`
+			default:
+				j.text, j.k = *in.Text, *in.K
+				if err := checkText(j.text); err != nil {
+					j.err = err.Error()
+				}
 			}
-			if j.Text == nil || j.K == nil {
-				return fmt.Errorf(`%s line %d: want {"text": …, "k": …}`, *batch, line)
-			}
-			if err := checkText(*j.Text); err != nil {
-				return fmt.Errorf("%s line %d: %v", *batch, line, err)
-			}
-			jobs = append(jobs, job{*j.Text, *j.K})
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("%s: %w", *batch, err)
 		}
 		if len(jobs) == 0 {
 			return fmt.Errorf("%s holds no requests", *batch)
@@ -110,7 +120,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := checkText(t); err != nil {
 			return usageErr("%v", err)
 		}
-		jobs = []job{{t, *k}}
+		jobs = []job{{text: t, k: *k}}
 	}
 	data, err := readInput(*catFile)
 	if err != nil {
@@ -132,16 +142,56 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%s: %w", *catFile, err)
 	}
-	reqs := make([]catalog.Request, len(jobs))
-	for i, j := range jobs {
-		if j.k < 1 || j.k > len(cat.Entries) {
-			return fmt.Errorf("request %d: k = %d, but the catalog has %d entries", i+1, j.k, len(cat.Entries))
+	// The requests that can be decoded; in --batch the others are error
+	// lines (a single request's error is the command's).
+	var reqs []catalog.Request
+	var of []int // of[i]: the job of reqs[i]
+	bad := 0
+	for i := range jobs {
+		j := &jobs[i]
+		if j.err == "" {
+			r, err := catalogRequest(tok, m.Model, cat, j.text, j.k, *raw)
+			if err == nil {
+				err = catalog.CheckRequest(m.Model, cat, i+1, r)
+			}
+			if err != nil && *batch == "" {
+				return err
+			}
+			if err != nil {
+				j.err = err.Error()
+			} else {
+				reqs, of = append(reqs, r), append(of, i)
+			}
 		}
-		ids, err := catalogPrompt(tok, m.Model, cat, j.text, j.k, *raw)
-		if err != nil {
-			return fmt.Errorf("request %d: %w", i+1, err)
+		if j.err != "" {
+			bad++
+			if *gates >= 0 {
+				return fmt.Errorf("%s line %d: %s (the gates take only requests that can be decoded)", *batch, j.line, j.err)
+			}
 		}
-		reqs[i] = catalog.Request{Prompt: ids, K: j.k}
+	}
+	// errorLines writes the error lines not yet written of the jobs before
+	// job n, which has a result (n = len(jobs): the rest).
+	next := 0
+	errorLines := func(n int) error {
+		for ; next < n; next++ {
+			if j := jobs[next]; j.err != "" {
+				if err := writeJSONLine(stdout, map[string]any{"request": next + 1, "line": j.line, "error": j.err}); err != nil {
+					return err
+				}
+			}
+		}
+		next++ // job n itself has a result
+		return nil
+	}
+	if bad > 0 {
+		fmt.Fprintf(stderr, "verdict catalog: %d of the %d requests of %s cannot be decoded: they are error lines {\"request\", \"line\", \"error\"}\n", bad, len(jobs), *batch)
+	}
+	if len(reqs) == 0 {
+		if err := errorLines(len(jobs)); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s: none of its %d requests can be decoded", *batch, len(jobs))
 	}
 	if *gates >= 0 {
 		// A second grammar for the switching gate: every other entry.
@@ -206,17 +256,23 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageErr("--loop %q: want device or host", *loop)
 	}
 	for i, res := range results {
+		if err := errorLines(of[i]); err != nil {
+			return err
+		}
 		if *asJSON {
 			out := catalogJSON(res, tok)
-			out.Request = i + 1
+			out.Request = of[i] + 1
 			if err := writeJSONLine(stdout, out); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := writeJSONLine(stdout, map[string]any{"request": i + 1, "names": res.Names}); err != nil {
+		if err := writeJSONLine(stdout, map[string]any{"request": of[i] + 1, "names": res.Names}); err != nil {
 			return err
 		}
+	}
+	if err := errorLines(len(jobs)); err != nil {
+		return err
 	}
 	if *loop != "" {
 		return nil
@@ -235,6 +291,16 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func Grammar(tok *tokenizer.Tokenizer) catalog.Grammar {
 	sep, _ := tok.Lookup("\n")
 	return catalog.Grammar{Sep: sep, SepText: "\n", Stop: tok.EndOfTurn()}
+}
+
+// catalogRequest is the request of text for k entries of cat (see
+// catalogPrompt), k checked.
+func catalogRequest(tok *tokenizer.Tokenizer, m *gemma3n.Model, cat *catalog.Catalog, text string, k int, raw bool) (catalog.Request, error) {
+	if err := cat.CheckK(k); err != nil {
+		return catalog.Request{}, err
+	}
+	ids, err := catalogPrompt(tok, m, cat, text, k, raw)
+	return catalog.Request{Prompt: ids, K: k}, err
 }
 
 // catalogPrompt builds a request's prompt ids: the catalog prompt around

@@ -143,7 +143,10 @@ func TestCatalogCommandErrors(t *testing.T) {
 		{[]string{"--catalog", file("key.json", `[{"name": "a", "desc": "x"}]`), "--k", "1", "--text", "x"}, 1, `unknown field "desc"`},
 		{[]string{"--catalog", file("ids.json", `[{"name": "a", "token_ids": [5]}]`), "--k", "1", "--text", "x"}, 1, "token_ids [5]"},
 		{[]string{"--catalog", "/dev/zero", "--k", "1", "--text", "x"}, 1, "not a regular file"},
-		{[]string{"--catalog", cat, "--batch", file("b.jsonl", `{"text": "x"}`)}, 1, `want {"text": …, "k": …}`},
+		{[]string{"--catalog", cat, "--batch", file("b.jsonl", `{"text": "x"}`)}, 1, "b.jsonl: none of its 1 requests can be decoded"},
+		{[]string{"--catalog", cat, "--batch", file("b7.jsonl", "{\"text\": \"x\", \"k\": 1}\n{\"text\": \"x\", \"k\": 0}\n"), "--gates", "1"}, 1,
+			"b7.jsonl line 2: k = 0: k must be at least 1 (the number of distinct entries to name) (the gates take only requests that can be decoded)"},
+		{[]string{"--catalog", file("blank.json", `[{"name": "a"}, {"name": " "}]`), "--k", "1", "--text", "x"}, 1, `entry 1 has an empty name: " " is only white space`},
 		{[]string{"--catalog", cat, "--batch", file("b2.jsonl", `{"text": "x", "k": 1}`), "--k", "2"}, 2, "no --text, --prompt-file or --k"},
 		{[]string{"--catalog", cat, "--k", "1", "--text", "x", "--gates", "3"}, 2, "--gates needs --batch"},
 		{[]string{"--catalog", cat, "--batch", file("b3.jsonl", `{"text": "x", "k": 1}`), "--gates", "100001"}, 2, "at most 100000"},
@@ -156,6 +159,67 @@ func TestCatalogCommandErrors(t *testing.T) {
 		code, _, errOut := run(append([]string{"catalog"}, c.args...)...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// TestCatalogBatchErrorLines: the lines of a --batch that cannot be decoded
+// are error lines in their place, with their line, and the others are
+// decoded as they would be alone.
+func TestCatalogBatchErrorLines(t *testing.T) {
+	testmodel.Tokenizer(t)
+	cat, f := writeCatalog(t)
+	req := func(c int) string {
+		b, _ := json.Marshal(map[string]any{"text": f.Cases[c].Intent, "k": f.Cases[c].K})
+		return string(b)
+	}
+	lines := []string{
+		req(0),
+		"{not json",
+		`{"text": "x"}`,
+		"",
+		`{"text": "x", "k": 0}`,
+		req(1),
+		`{"text": "x", "k": 43}`,
+		`{"text": "  ", "k": 1}`,
+		`{"text": "look: <start_of_image>", "k": 1}`,
+		req(2),
+	}
+	bf := filepath.Join(t.TempDir(), "batch.jsonl")
+	os.WriteFile(bf, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	code, out, errOut := run("catalog", "--weights", "f32", "--catalog", cat, "--batch", bf)
+	if code != 0 || !strings.Contains(errOut, "6 of the 9 requests of "+bf+" cannot be decoded") || !strings.Contains(errOut, "requests/s") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	type line struct {
+		Request int      `json:"request"`
+		Line    int      `json:"line"`
+		Names   []string `json:"names"`
+		Error   string   `json:"error"`
+	}
+	want := []line{
+		{Request: 1, Names: f.Cases[0].ExpectedNames},
+		{Request: 2, Line: 2, Error: "bad JSON: invalid character 'n' looking for beginning of object key string"},
+		{Request: 3, Line: 3, Error: `want {"text": …, "k": …}`},
+		{Request: 4, Line: 5, Error: "k = 0: k must be at least 1 (the number of distinct entries to name)"},
+		{Request: 5, Names: f.Cases[1].ExpectedNames},
+		{Request: 6, Line: 7, Error: "k = 43, but the catalog has 42 entries (k must be at most 42)"},
+		{Request: 7, Line: 8, Error: "the request is empty"},
+		{Request: 8, Line: 9, Error: "the text holds <start_of_image>, the model's start-of-image token"},
+		{Request: 9, Names: f.Cases[2].ExpectedNames},
+	}
+	outs := strings.Split(strings.TrimSpace(out), "\n")
+	if len(outs) != len(want) {
+		t.Fatalf("%d output lines, want %d:\n%s", len(outs), len(want), out)
+	}
+	for i, l := range outs {
+		var got line
+		if err := json.Unmarshal([]byte(l), &got); err != nil {
+			t.Fatal(err)
+		}
+		w := want[i]
+		if got.Request != w.Request || got.Line != w.Line || !slices.Equal(got.Names, w.Names) || !strings.HasPrefix(got.Error, w.Error) || (got.Error == "") != (w.Error == "") {
+			t.Errorf("line %d: %s, want %+v", i+1, l, w)
 		}
 	}
 }

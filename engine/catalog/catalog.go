@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // MaxEdges is the most edges (control edges included) a trie node may have:
@@ -80,7 +81,8 @@ func invalid(format string, args ...any) error {
 }
 
 // Compile tokenizes the entries' names with tok and builds the trie. It
-// refuses an empty catalog, empty or duplicate names, names whose tokens
+// refuses an empty catalog, empty names (or only white space), duplicate
+// names, names whose tokens
 // hold a control token, a separator that merges with the names around it
 // (tokens(name + SEP + name) must be tokens(name), SEP, tokens(name)),
 // given token ids that differ from the tokenizer's, and a node with more
@@ -98,8 +100,11 @@ func Compile(entries []Entry, tok Tokenizer, g Grammar) (*Catalog, error) {
 	c := &Catalog{Entries: make([]Entry, len(entries)), Grammar: g}
 	seen := make(map[string]int, len(entries))
 	for i, e := range entries {
-		if e.Name == "" {
+		switch {
+		case e.Name == "":
 			return nil, invalid("entry %d has an empty name", i)
+		case strings.TrimSpace(e.Name) == "":
+			return nil, invalid("entry %d has an empty name: %q is only white space", i, e.Name)
 		}
 		if j, dup := seen[e.Name]; dup {
 			return nil, invalid("entries %d and %d have the same name %q", j, i, e.Name)

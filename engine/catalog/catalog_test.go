@@ -60,6 +60,8 @@ func TestCompileErrors(t *testing.T) {
 	}{
 		{"empty catalog", nil, charTok{}, "no entries"},
 		{"empty name", entries("a", ""), charTok{}, "entry 1 has an empty name"},
+		{"a name of one space", entries("a", " "), charTok{}, `entry 1 has an empty name: " " is only white space`},
+		{"a name of white space", entries("\t\n ", "b"), charTok{}, `entry 0 has an empty name: "\t\n " is only white space`},
 		{"duplicate", entries("ab", "cd", "ab"), charTok{}, `entries 0 and 2 have the same name "ab"`},
 		{"merging separator", entries("x", "b"), merge, "the separator"},
 		{"control token inside", entries("a\nb"), charTok{}, "control token 107"},
@@ -78,9 +80,18 @@ func TestCompileErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []int{0, 3, -1} {
-		if _, err := cat.NewState(k, false, 0); err == nil || !strings.Contains(err.Error(), "k must be 1..2") {
-			t.Fatalf("k = %d: error %v", k, err)
+	for _, c := range []struct {
+		k    int
+		want string
+	}{
+		{0, "catalog: k = 0: k must be at least 1 (the number of distinct entries to name)"},
+		{-1, "catalog: k = -1: k must be at least 1 (the number of distinct entries to name)"},
+		{3, "catalog: k = 3, but the catalog has 2 entries (k must be at most 2)"},
+	} {
+		_, err := cat.NewState(c.k, false, 0)
+		var ke *catalog.KError
+		if !errors.As(err, &ke) || ke.K != c.k || err.Error() != c.want {
+			t.Errorf("k = %d: error %v, want %q", c.k, err, c.want)
 		}
 	}
 }

@@ -178,6 +178,14 @@ type seq struct {
 	slot   int32 // the backend step's walk slot
 }
 
+// CheckRequest returns the error that decoding r, request i of catalog c,
+// on m would stop at before its first step (nil when there is none): what
+// checkRequest refuses. A batch can leave out the requests it refuses.
+func CheckRequest(m *gemma3n.Model, c *Catalog, i int, r Request) error {
+	_, err := checkRequest(m, c, i, r)
+	return err
+}
+
 // checkRequest refuses request i of catalog c that the model cannot
 // decode (an empty prompt, k out of range, more positions than the model
 // has or its pool can ever hold, a token outside the vocabulary); else it
@@ -186,8 +194,8 @@ func checkRequest(m *gemma3n.Model, c *Catalog, i int, r Request) (int, error) {
 	if len(r.Prompt) == 0 {
 		return 0, fmt.Errorf("catalog: request %d has an empty prompt", i)
 	}
-	if r.K < 1 || r.K > len(c.Entries) {
-		return 0, fmt.Errorf("catalog: request %d: k = %d, but the catalog has %d entries (k must be 1..%d)", i, r.K, len(c.Entries), len(c.Entries))
+	if err := c.CheckK(r.K); err != nil {
+		return 0, fmt.Errorf("catalog: request %d: %w", i, err)
 	}
 	past := 0
 	if r.Cache != nil {

@@ -27,12 +27,30 @@ type State struct {
 	edges   []int32  // the current step's legal edges, parallel to its tokens
 }
 
+// KError is a k outside 1..N for a catalog of N entries.
+type KError struct{ K, N int }
+
+func (e *KError) Error() string {
+	if e.K < 1 {
+		return fmt.Sprintf("k = %d: k must be at least 1 (the number of distinct entries to name)", e.K)
+	}
+	return fmt.Sprintf("k = %d, but the catalog has %d entries (k must be at most %d)", e.K, e.N, e.N)
+}
+
+// CheckK returns a *KError unless 1 <= k <= the number of entries.
+func (c *Catalog) CheckK(k int) error {
+	if k < 1 || k > len(c.Entries) {
+		return &KError{k, len(c.Entries)}
+	}
+	return nil
+}
+
 // NewState starts a walk that must emit k distinct entries. batched picks the
 // no-repeat form (per-sequence banned set over shared masks) instead of
 // per-edge counts; seq names the sequence in errors.
 func (c *Catalog) NewState(k int, batched bool, seq int) (*State, error) {
-	if k < 1 || k > len(c.Entries) {
-		return nil, fmt.Errorf("catalog: k = %d, but the catalog has %d entries (k must be 1..%d)", k, len(c.Entries), len(c.Entries))
+	if err := c.CheckK(k); err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	s := &State{cat: c, seq: seq, k: k, spent: make([]bool, len(c.Entries)), edges: make([]int32, 0, MaxEdges)}
 	if batched {
