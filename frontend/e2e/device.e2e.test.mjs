@@ -69,7 +69,8 @@ test('settings: pick cuda without its library, see the fallback, run on the CPU'
     await page.locator('#settings[open]').waitFor();
     assert.equal(await page.locator('#settings select[name="device"]').inputValue(), 'cuda');
     const note = page.locator('#settings #device-note');
-    assert.match(await note.textContent(), /Now: cpu .*\(asked: cuda\)\. Using the CPU: cuda: no usable libverdict_cuda\.so/);
+    assert.match(await note.textContent(), /Now: cpu .*\(asked: cuda\)\. Verdict's GPU library \(libverdict_cuda\.so\) is not next to the app/);
+    assert.match(await note.locator('details code').textContent(), /^using the CPU: cuda: no usable libverdict_cuda\.so/);
     assert.match(await note.getAttribute('class'), /warn/);
     await note.scrollIntoViewIfNeeded();
     await page.screenshot({ path: join(out, 'device-settings-1024x700.png') });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ModelBar, deviceLine, deviceWarning, residentSummary } from '../src/ui/modelBar';
-import { SettingsDialog, deviceNote } from '../src/ui/settingsDialog';
+import { SettingsDialog, deviceNote, plainDeviceReason } from '../src/ui/settingsDialog';
 import type { DeviceInfo, ModelInfo, Preferences } from '../src/types';
 
 const cpu: DeviceInfo = { requested: 'cpu', backend: 'cpu', name: 'AMD EPYC', cores: 16, simd: 'avx512' };
@@ -81,8 +81,40 @@ describe('settings dialog device choice', () => {
     expect(deviceNote(cpu)).toEqual({ text: 'Now: cpu · 16 cores AVX-512.', warn: false });
     const n = deviceNote(fellBack);
     expect(n.warn).toBe(true);
-    expect(n.text).toMatch(/^Now: cpu · 16 cores AVX-512 \(asked: cuda\)\. Using the CPU: cuda: no usable libverdict_cuda\.so/);
+    expect(n.text).toBe('Now: cpu · 16 cores AVX-512 (asked: cuda). Verdict\'s GPU library (libverdict_cuda.so) is not next to the app or on the library path. The CPU runs the model.');
+    expect(n.detail).toBe(fellBack.note);
     expect(deviceNote({ ...fellBack, requested: 'auto' }).warn).toBe(false);
+    // A note no sentence rephrases is shown as it is.
+    expect(deviceNote({ ...fellBack, note: 'using the CPU: cuda: something new' })).toEqual({ text: 'Now: cpu · 16 cores AVX-512 (asked: cuda). Using the CPU: cuda: something new', warn: true });
+  });
+
+  it.each([
+    // The CUDA runtime without a driver: libcuda.so.1 does not load.
+    ['using the CPU: cuda: the driver (CUDA 0) is older than this library\'s runtime (CUDA 12040)', 'No NVIDIA GPU driver found on this machine (libcuda could not be loaded).'],
+    ['using the CPU: cuda: no CUDA device (driver version 0, runtime 12040)', 'No NVIDIA GPU driver found on this machine (libcuda could not be loaded).'],
+    ['using the CPU: cuda: no usable libverdict_cuda.so (set VERDICT_CUDA_LIB, or put it next to the executable): /opt/v/libverdict_cuda.so: libcuda.so.1: cannot open shared object file: No such file or directory',
+      'No NVIDIA GPU driver found on this machine (libcuda could not be loaded).'],
+    ['using the CPU: cuda: no usable libverdict_cuda.so (set VERDICT_CUDA_LIB, or put it next to the executable): /x/libverdict_cuda.so: no such file; libverdict_cuda.so: libverdict_cuda.so: cannot open shared object file: No such file or directory',
+      'Verdict\'s GPU library (libverdict_cuda.so) is not next to the app or on the library path.'],
+    ['using the CPU: cuda: the driver (CUDA 11080) is older than this library\'s runtime (CUDA 12040)', 'The NVIDIA driver is older than this build needs (it supports CUDA 11.8, the build CUDA 12.4): update the driver.'],
+    ['using the CPU: cuda: no CUDA device (driver version 12040, runtime 12040)', 'No NVIDIA GPU found on this machine.'],
+    ['using the CPU: cuda: no device 2 (1 present)', 'There is no GPU 2: this machine has 1.'],
+    ['using the CPU: cuda: device compute capability 7.5 is older than 8.0', 'The GPU is too old for Verdict (compute capability 7.5; it needs 8.0 or newer).'],
+    ['using the CPU: cuda: ABI mismatch: the library implements backend ABI 7, this verdict needs 8; rebuild libverdict_cuda.so', 'The GPU library is from another version of Verdict: rebuild or reinstall it.'],
+    ['using the CPU: loading on cuda failed: out of memory', 'Loading the model on the GPU failed.'],
+    ['using the CPU: cuda: something new', ''],
+  ])('says %j plainly', (note, want) => {
+    expect(plainDeviceReason(note)).toBe(want);
+  });
+
+  it('keeps the raw note behind a details disclosure', () => {
+    const d = new SettingsDialog({ prefs: () => prefs, save: async () => {}, defaults: async () => prefs, settingsPath: () => '', device: () => fellBack });
+    d.open();
+    const note = d.el.querySelector('#device-note')!;
+    expect(note.firstChild!.textContent).toMatch(/^Now: .*Verdict's GPU library/);
+    const det = note.querySelector('details')!;
+    expect(det.open).toBe(false);
+    expect(det.querySelector('code')!.textContent).toBe(fellBack.note);
   });
 
   it('offers the device and saves the choice', async () => {

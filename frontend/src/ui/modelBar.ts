@@ -27,7 +27,8 @@ export class ModelBar {
   constructor(private host: ModelHost) {
     this.chip = h('div.model-chip#model-chip', { 'aria-live': 'polite' });
     this.device = h('div.device-chip#device-chip', { hidden: true });
-    const path = h('input#model-path', { placeholder: '/path/to/gemma-3n-E2B-it', 'aria-label': 'Model folder', spellcheck: false });
+    const path = h('input#model-path', { placeholder: '/path/to/gemma-3n-E2B-it', 'aria-label': 'Model folder', spellcheck: false,
+      onkeydown: (e: KeyboardEvent) => { if (e.key === 'Escape') this.pathForm.hidden = true; } });
     this.pathForm = h('form.model-path', { hidden: true, onsubmit: (e: Event) => { e.preventDefault(); if (path.value.trim()) { this.host.loadFolder(path.value.trim()); this.pathForm.hidden = true; } } },
       path, h('button.btn.small.primary', { type: 'submit' }, 'Load'),
       h('button.btn.small', { type: 'button', onclick: () => (this.pathForm.hidden = true) }, 'Cancel'));
@@ -71,7 +72,7 @@ export class ModelBar {
           return h('span.modality', { class: `modality ${on ? 'on' : 'off'}`, dataset: { input: i.name }, title }, label);
         });
         body = [
-          h('b#model-name', { title: m.path ?? '' }, m.name ?? ''),
+          h('b#model-name', { title: [m.name, m.path].filter((x) => x).join('\n') }, m.name ?? ''),
           m.random_weights ? h('span.badge.warn#random-weights', { title: m.note ?? '' }, 'random weights') : null,
           h('span.muted', null, ` ${fmtParams(m.params)} params${m.size_bytes ? ` · ${fmtBytes(m.size_bytes)}` : ''} · ${m.layers} layers · loaded in ${fmtMs(m.load_ms)}`),
           h('span.modalities', null, inputs),
