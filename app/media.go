@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"image"
 	"math"
 	"net/http"
@@ -95,6 +96,9 @@ type MediaItem struct {
 	Waveform []preview.Peak `json:"waveform,omitempty"`
 	Note     string         `json:"note,omitempty"`
 	AddedMs  int64          `json:"added_ms"`
+	// Tower is its expected time in the loaded model's towers on this
+	// machine (nil with no model loaded).
+	Tower *TowerEstimate `json:"tower,omitempty"`
 }
 
 // LimitInfo is a media limit that was exceeded (media/limits.Error).
@@ -242,6 +246,8 @@ type Media struct {
 	avail   *MediaAvailability
 
 	live liveState // camera, microphone, playback
+
+	towers *towerStore // their speed here, what the loaded model encoded
 }
 
 // newMedia returns the media service.
@@ -255,7 +261,7 @@ func newMedia(o Options, models *Models, log *logrus.Logger) *Media {
 		drv = capture.Synthetic
 	}
 	m := &Media{emit: o.Emitter, log: log, models: models, devices: capture.Open(drv), drivers: drv,
-		check: o.CheckMedia, speaker: o.OpenSpeaker}
+		check: o.CheckMedia, speaker: o.OpenSpeaker, towers: &towerStore{speeds: newTowerSpeeds(towerSpeedsPathFor(o.SettingsPath), log)}}
 	if m.check == nil {
 		m.check = func(ctx context.Context, d *capture.Devices) availability.Report {
 			return availability.Check(ctx, d, 2*time.Second)
@@ -327,9 +333,14 @@ func (s *Media) Items() []MediaItem {
 
 func (s *Media) itemsLocked() []MediaItem {
 	img, aud := s.models.mediaTokens()
+	l := s.models.loadedNow()
 	out := make([]MediaItem, 0, len(s.entries))
 	for _, e := range s.entries {
-		out = append(out, e.withTokens(img, aud))
+		it := e.withTokens(img, aud)
+		if l != nil {
+			it.Tower = s.towers.estimate(l, e)
+		}
+		out = append(out, it)
 	}
 	return out
 }
@@ -489,39 +500,68 @@ func (s *Media) soundIDs() []string {
 // pixels, the 16 kHz samples, a video's frames with their times and its
 // soundtrack.
 func (e *mediaEntry) digestOf() [sha256.Size]byte {
-	h := sha256.New()
-	var b [8]byte
-	samples := func(c *pcm.Clip) {
-		binary.LittleEndian.PutUint64(b[:], uint64(c.Rate))
-		h.Write(b[:])
-		buf := make([]byte, 0, 4096)
-		for _, v := range c.Samples {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-			if len(buf) == cap(buf) {
-				h.Write(buf)
-				buf = buf[:0]
-			}
-		}
-		h.Write(buf)
-	}
 	switch {
 	case e.image != nil:
-		h.Write([]byte("image\x00"))
-		h.Write(e.image.Pix)
+		d, _ := imageDigest(e.image)
+		return d
 	case e.clip != nil:
-		h.Write([]byte("audio\x00"))
-		samples(e.clip)
+		return clipDigest(e.clip)
 	case e.video != nil:
-		h.Write([]byte("video\x00"))
-		for _, f := range e.video.Frames {
-			binary.LittleEndian.PutUint64(b[:], uint64(f.Time))
-			h.Write(b[:])
-			h.Write(f.Image.Pix)
-		}
-		if e.video.Soundtrack != nil {
-			samples(e.video.Soundtrack)
+		return videoDigest(e.video)
+	}
+	return [sha256.Size]byte{}
+}
+
+// imageDigest hashes a model view (false for an image that is not one).
+func imageDigest(img image.Image) ([sha256.Size]byte, bool) {
+	rgba, ok := img.(*image.RGBA)
+	if !ok {
+		return [sha256.Size]byte{}, false
+	}
+	h := sha256.New()
+	h.Write([]byte("image\x00"))
+	h.Write(rgba.Pix)
+	return sum(h), true
+}
+
+func clipDigest(c *pcm.Clip) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte("audio\x00"))
+	writeSamples(h, c)
+	return sum(h)
+}
+
+func videoDigest(v *video.Video) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte("video\x00"))
+	var b [8]byte
+	for _, f := range v.Frames {
+		binary.LittleEndian.PutUint64(b[:], uint64(f.Time))
+		h.Write(b[:])
+		h.Write(f.Image.Pix)
+	}
+	if v.Soundtrack != nil {
+		writeSamples(h, v.Soundtrack)
+	}
+	return sum(h)
+}
+
+func writeSamples(h hash.Hash, c *pcm.Clip) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(c.Rate))
+	h.Write(b[:])
+	buf := make([]byte, 0, 4096)
+	for _, v := range c.Samples {
+		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		if len(buf) == cap(buf) {
+			h.Write(buf)
+			buf = buf[:0]
 		}
 	}
+	h.Write(buf)
+}
+
+func sum(h hash.Hash) [sha256.Size]byte {
 	var d [sha256.Size]byte
 	h.Sum(d[:0])
 	return d

@@ -103,7 +103,11 @@ func (s *Media) addPath(path, name, source string) MediaResult {
 
 func (s *Media) itemOf(e *mediaEntry) MediaItem {
 	img, aud := s.models.mediaTokens()
-	return e.withTokens(img, aud)
+	it := e.withTokens(img, aud)
+	if l := s.models.loadedNow(); l != nil {
+		it.Tower = s.towers.estimate(l, e)
+	}
+	return it
 }
 
 // decodePath reads one media file: the format is recognised from its first

@@ -30,26 +30,31 @@ func (sp *sharedPrep) wait(ctx context.Context) (*inputs.Prepared, error) {
 }
 
 // prepareMedia runs the towers once, reporting each item as it starts and
-// each of its tower's steps.
-func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, inputs.Towers, *media.Input, inputs.Progress) (*inputs.Prepared, error), l *loaded, in *media.Input, sp *sharedPrep) {
+// each of its tower's steps with the share of the work done and a steady
+// estimate of the time left; it times the items for the towers' speeds.
+func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, inputs.Towers, *media.Input, inputs.Progress) (*inputs.Prepared, error), md *Media, l *loaded, in *media.Input, sp *sharedPrep) {
 	start := time.Now()
 	var item string
 	var itemStart time.Time
+	clock := newTowerClock(md.towers, l, in, start)
+	_, audioLoaded := l.s.Towers()
+	meter := newTowerMeter(audioLoaded)
+	kinds, units := planUnits(in)
 	p, err := prepare(ctx, l.s, in, func(st inputs.Step) {
 		now := time.Now()
 		if st.What != item {
 			item, itemStart = st.What, now
 		}
+		meter.see(st, now, kinds, units)
+		fraction, left := clock.step(st, now)
 		r.mu.Lock()
 		m := r.rec.Media
 		m.Done, m.Total, m.Stage = st.Done, st.Total, st.What
-		m.Loading, m.Block, m.Blocks, m.LeftMs = st.Loading, st.Block, st.Blocks, 0
+		m.Loading, m.Block, m.Blocks = st.Loading, st.Block, st.Blocks
+		m.Fraction, m.LeftMs = fraction, left
 		m.ItemMs = 0
 		if st.What != "" {
 			m.ItemMs = ms(now.Sub(itemStart))
-		}
-		if !st.Loading && st.Block > 0 && st.Blocks > st.Block {
-			m.LeftMs = m.ItemMs * float64(st.Blocks-st.Block) / float64(st.Block)
 		}
 		m.Items = mediaItems(st.Items)
 		r.mediaChanged()
@@ -66,7 +71,7 @@ func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, in
 	}
 	switch {
 	case err == nil:
-		m.Status, m.Done = StatusDone, m.Total
+		m.Status, m.Done, m.Fraction = StatusDone, m.Total, 1
 	case errors.Is(err, context.Canceled):
 		m.Status, m.Error = StatusCancelled, "stopped"
 	default:
@@ -75,6 +80,17 @@ func (r *run) prepareMedia(ctx context.Context, prepare func(context.Context, in
 	r.mediaChanged()
 	r.mu.Unlock()
 	r.th.poke()
+	if err != nil {
+		return
+	}
+	// What this pass says of the towers: their speed here, and the inputs
+	// now in the model's tower cache (the media panel's estimates change).
+	key := towerKey(l)
+	for _, res := range meter.results {
+		md.towers.speeds.record(key, res.audio, res.ms, res.profile)
+	}
+	md.towers.markEncoded(l, inputDigests(in))
+	md.changed()
 }
 
 // mediaChanged marks the media preparation for the next update (r.mu held).

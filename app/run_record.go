@@ -133,13 +133,16 @@ type RunMedia struct {
 	Error      string  `json:"error,omitempty"`
 	Note       string  `json:"note"`
 	// The item in its tower now: its tower is being loaded (Loading) or has
-	// done Block of Blocks steps, ItemMs after the item started, with about
-	// LeftMs to go (0: not known yet).
+	// done Block of Blocks steps, ItemMs after the item started.
 	Loading bool    `json:"loading,omitempty"`
 	Block   int     `json:"block,omitempty"`
 	Blocks  int     `json:"blocks,omitempty"`
 	ItemMs  float64 `json:"item_ms,omitempty"`
-	LeftMs  float64 `json:"left_ms,omitempty"`
+	// Fraction of the whole pass's work is done (items weighted by their
+	// measured time, steps by their share of an item), with about LeftMs to
+	// go for all of it at a smoothed rate (0: not known yet).
+	Fraction float64 `json:"fraction"`
+	LeftMs   float64 `json:"left_ms,omitempty"`
 	// Items are the finished items with their tower time.
 	Items []RunMediaItem `json:"items"`
 }

@@ -333,7 +333,7 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 	if prep != nil {
 		go func() {
 			defer close(prep.done)
-			r.prepareMedia(ctxP, s.prepare, l, in, prep)
+			r.prepareMedia(ctxP, s.prepare, s.media, l, in, prep)
 			s.models.towersChanged(l)
 		}()
 	}

@@ -38,6 +38,13 @@ export function fmtPrefillRate(t: PrefillCounts): string {
   return (t.prefix_reused_tokens ?? 0) > 0 && r !== '—' ? `${r} computed` : r;
 }
 
+/** A rough span of time: "about 17 s", "about 2 min". */
+export function fmtAbout(ms: number): string {
+  const s = Math.max(1, Math.round(ms / 1000));
+  if (s < 90) return `about ${s} s`;
+  return `about ${Math.round(s / 60)} min`;
+}
+
 /** A probability as a percentage: "53.2%", "<0.1%", "100%". */
 export function fmtPct(p: number | undefined | null, digits = 1): string {
   if (p == null || !isFinite(p)) return '—';

@@ -3,7 +3,7 @@ import './style.css';
 import { Api } from './api';
 import { DatasetEvent, datasetApi } from './dataset';
 import { composeInput, readFile, splitFiles } from './files';
-import { budget, mergeItems } from './media';
+import { budget, mergeItems, runProgress, towerForecast } from './media';
 import { fmtMs } from './format';
 import { applyUpdate, fromRecord, markStopping, running, startRun, stopping } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
@@ -195,12 +195,15 @@ class App {
       stopping: () => stopping(s.run),
       run: (w) => this.run(w),
       stop: () => this.stop(''),
+      progress: () => runProgress(s.run),
       inputTokensHint: () => {
         const n = composeInput(s.input, s.files).length;
         const b = budget(s.media, s.mediaLimits, s.preview);
         const parts = [];
         if (n) parts.push(`${n.toLocaleString('en-US')} characters`);
         if (b.total != null) parts.push(`${b.total.toLocaleString('en-US')} / ${b.max.toLocaleString('en-US')} tokens`);
+        const towers = towerForecast(s.media);
+        if (towers && !towers.cached) parts.push(towers.short);
         return parts.join(' · ');
       },
     });
@@ -720,6 +723,7 @@ class App {
     this.scorer.render(s.run, s.runFields);
     this.gen.render(s.run, s.runFields.map((f) => f.name));
     this.timing.render(s.run);
+    this.inputPanel.renderProgress();
     const r = s.run;
     const key = r ? `${r.id}:${!!r.record}:${r.scorer?.status}:${r.generator?.status}` : '';
     if (key !== this.shownRunKey) {

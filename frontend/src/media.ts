@@ -1,5 +1,7 @@
 // What the media panel shows, computed from the media service's state: token
 // costs against the prompt limit, waveforms, countdowns, limits.
+import { fmtAbout } from './format';
+import { isFinished, running, scorerStage, towerStage, type LiveRun } from './run';
 import type { MediaItem, MediaLimits, Peak, PromptPreview, RecordingState } from './types';
 
 export const DEFAULT_LIMITS: MediaLimits = {
@@ -122,4 +124,54 @@ export function describe(it: MediaItem): string {
 export function mergeItems(current: MediaItem[], added: MediaItem[]): MediaItem[] {
   const ids = new Set(current.map((i) => i.id));
   return current.concat(added.filter((i) => !ids.has(i.id)));
+}
+
+/** What the towers will take before a run, from their speed measured on this machine. */
+export interface TowerForecast {
+  /** Expected ms of the items not cached (0 when unmeasured or all cached). */
+  ms: number;
+  measured: boolean;
+  cached: boolean;
+  /** The line the media panel shows. */
+  text: string;
+  /** The few words the run bar shows. */
+  short: string;
+}
+
+/** The towers' expected time for the items, or null when no model says it. */
+export function towerForecast(items: MediaItem[]): TowerForecast | null {
+  const ts = items.filter((i) => i.tower);
+  if (!ts.length) return null;
+  const todo = ts.filter((i) => !i.tower!.cached);
+  const device = `this machine's ${ts[0].tower!.device}`;
+  if (!todo.length) {
+    return { ms: 0, measured: true, cached: true, text: `The towers encoded ${ts.length === 1 ? 'this item' : 'these items'} before: their output is cached, no tower time.`, short: 'towers cached' };
+  }
+  const what = todo.length === 1 ? `The ${todo[0].kind === 'audio' ? 'audio clip' : todo[0].kind}` : `The ${todo.length} items`;
+  const loads = todo.some((i) => i.tower!.loads) ? ', plus loading the tower the first time' : '';
+  if (todo.some((i) => !i.tower!.measured)) {
+    const cpu = ts[0].tower!.device === 'CPU' ? ' (on a CPU an image can take tens of seconds)' : '';
+    return { ms: 0, measured: false, cached: false, short: 'towers not timed yet',
+      text: `The towers' speed on ${device} is not measured yet: the first run times them${cpu}.` };
+  }
+  const ms = todo.reduce((n, i) => n + i.tower!.ms, 0);
+  const basis = [...new Set(todo.map((i) => i.tower!.basis).filter(Boolean))].join('; ');
+  return { ms, measured: true, cached: false, short: `towers ${fmtAbout(ms)}`,
+    text: `${what} will take ${fmtAbout(ms)} in the towers on ${device}${loads} (measured here: ${basis}).` };
+}
+
+/** The run's progress for the run bar: the towers' share done, else what a side is doing. */
+export interface RunProgress {
+  text: string;
+  /** 0..1, or null when the stage has no share to show. */
+  fraction: number | null;
+}
+
+export function runProgress(r: LiveRun | null | undefined): RunProgress | null {
+  if (!r || !running(r)) return null;
+  const m = r.media;
+  if (m && m.status === 'preparing') return { text: `Towers: ${towerStage(r)}`, fraction: m.fraction ?? null };
+  if (r.scorer && !isFinished(r.scorer.status)) return { text: `Scorer: ${scorerStage(r)}`, fraction: r.scorer.total ? r.scorer.done / r.scorer.total : null };
+  if (r.generator && !isFinished(r.generator.status)) return { text: `Generation: ${r.generator.status}, ${r.generator.tokens} tokens`, fraction: null };
+  return null;
 }

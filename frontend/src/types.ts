@@ -240,6 +240,22 @@ export interface MediaItem {
   waveform?: Peak[];
   note?: string;
   added_ms: number;
+  /** Its expected time in the loaded model's towers on this machine (absent with no model). */
+  tower?: TowerEstimate;
+}
+
+/** An item's expected tower time, from the towers' speed measured in runs here (app.TowerEstimate). */
+export interface TowerEstimate {
+  ms: number;
+  /** It went through the loaded model's towers already: its output is cached. */
+  cached?: boolean;
+  /** False while no run on this machine has timed its tower. */
+  measured: boolean;
+  /** Its tower is not loaded yet: the first item waits for the load too. */
+  loads?: boolean;
+  /** "CPU" or the GPU's name. */
+  device: string;
+  basis?: string;
 }
 
 export interface LimitInfo {
@@ -367,7 +383,10 @@ export interface RunMedia {
   block?: number;
   blocks?: number;
   item_ms?: number;
+  /** The whole pass's time left, at a smoothed rate (0 or absent: not known yet). */
   left_ms?: number;
+  /** Share of the whole pass's work done (0..1). */
+  fraction?: number;
   /** The finished items with their tower time; cached ones came from the tower cache. */
   items?: RunMediaItem[];
 }

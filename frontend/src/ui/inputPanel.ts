@@ -1,6 +1,7 @@
 // The input: typed text, and files by drag and drop or a picker. Text files
 // become part of the input; images, audio and video go to the media panel.
 import { fmtBytes } from '../format';
+import type { RunProgress } from '../media';
 import type { InputFile } from '../types';
 import { h, replace } from './dom';
 
@@ -21,6 +22,8 @@ export interface InputHost {
   run(which: 'both' | 'scorer' | 'generator'): void;
   stop(): void;
   inputTokensHint(): string;
+  /** The run's progress, shown in the run bar while it runs (null: none). */
+  progress?(): RunProgress | null;
 }
 
 export class InputPanel {
@@ -30,6 +33,10 @@ export class InputPanel {
   /** The Run and Stop buttons: the page places them in its sticky run bar. */
   readonly actions: HTMLElement;
   private picker: HTMLInputElement;
+  /** The run's progress: in the sticky run bar, so it stays in view. */
+  private progressEl: HTMLElement;
+  private progressText: HTMLElement;
+  private progressBar: HTMLProgressElement;
 
   constructor(private host: InputHost, media?: HTMLElement) {
     this.textarea = h('textarea#input-text', { rows: 3, placeholder: 'Type or paste the input — or drop text, images, audio or video here.', 'aria-label': 'Input text', spellcheck: true,
@@ -41,6 +48,9 @@ export class InputPanel {
     } });
     this.chips = h('ul.file-chips#file-chips');
     this.actions = h('div.run-actions');
+    this.progressText = h('span.run-progress-text#run-progress-text');
+    this.progressBar = h('progress#run-progress-bar', { max: 1, 'aria-label': 'run progress' });
+    this.progressEl = h('div.run-progress#run-progress', { hidden: true }, this.progressBar, this.progressText);
     const drop = h('div.dropzone', { style: '--wails-drop-target: drop' }, this.textarea, this.chips,
       h('div.drop-hint', null, 'Drop text, images, audio or video to add them'));
     // Browser drag and drop (the window delivers drops through Wails instead).
@@ -88,6 +98,19 @@ export class InputPanel {
       h('button.btn#run-generator', { type: 'button', disabled: !can.ok || running, title: 'Run generation alone', onclick: () => this.host.run('generator') }, 'Generate only'),
       // Why Run is held back is shown whole (it wraps); the token hint may be cut.
       can.ok ? h('span.muted.small.run-hint', null, this.host.inputTokensHint()) : h('span.small.run-why#run-why', { role: 'status' }, can.why),
-      h('span.kbd-hint.small.muted', null, h('kbd', null, 'Ctrl'), '+', h('kbd', null, 'Enter'), ' run · ', h('kbd', null, 'Esc'), ' stop'));
+      h('span.kbd-hint.small.muted', null, h('kbd', null, 'Ctrl'), '+', h('kbd', null, 'Enter'), ' run · ', h('kbd', null, 'Esc'), ' stop'),
+      this.progressEl);
+    this.renderProgress();
+  }
+
+  /** Updates the run's progress line (at the run's update rate, without rebuilding the buttons). */
+  renderProgress() {
+    const p = this.host.progress?.() ?? null;
+    this.progressEl.hidden = !p;
+    if (!p) return;
+    if (this.progressText.textContent !== p.text) this.progressText.textContent = p.text;
+    this.progressEl.title = p.text;
+    if (p.fraction == null) this.progressBar.removeAttribute('value');
+    else this.progressBar.value = Math.max(0, Math.min(1, p.fraction));
   }
 }

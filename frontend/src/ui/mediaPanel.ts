@@ -2,7 +2,7 @@
 // 768×768 image, the 16 kHz waveform, the sampled video frames with their
 // times), their token cost against the prompt limit, the camera (snapshot
 // and live feed), the microphone (recording with a countdown) and playback.
-import { budget, countdown, describe, fmtDuration, recordProgress, summary, waveformPath } from '../media';
+import { budget, countdown, describe, fmtDuration, recordProgress, summary, towerForecast, waveformPath } from '../media';
 import type { CameraState, Feature, MediaAvailability, MediaItem, MediaLimits, MediaResult, PlaybackState, PromptPreview, RecordingState } from '../types';
 import { h, replace } from './dom';
 
@@ -103,6 +103,7 @@ export class MediaPanel {
   private offerResult: MediaResult | null = null;
   private offerEl: HTMLElement;
   private sharedEl: HTMLElement;
+  private towerEl: HTMLElement;
 
   constructor(private host: MediaHost) {
     this.bar = h('div.media-bar');
@@ -115,9 +116,10 @@ export class MediaPanel {
     this.errEl = h('div.media-error#media-error', { role: 'alert', hidden: true });
     this.offerEl = h('div.confirm.media-offer#media-offer', { role: 'alert', hidden: true });
     this.sharedEl = h('p.small.muted.media-shared#media-shared');
+    this.towerEl = h('p.small.tower-estimate#tower-estimate', { hidden: true });
     this.devices = h('ul.devices#media-devices', { 'aria-label': 'Media devices' });
     this.viewer = h('dialog.viewer#media-viewer', { onclick: (e: Event) => { if (e.target === this.viewer) this.viewer.close(); } });
-    this.el = h('div.media#media', null, this.bar, this.offerEl, this.errEl, this.live, this.rec, this.list, this.budgetEl, this.sharedEl, this.devices, this.viewer);
+    this.el = h('div.media#media', null, this.bar, this.offerEl, this.errEl, this.live, this.rec, this.list, this.budgetEl, this.towerEl, this.sharedEl, this.devices, this.viewer);
   }
 
   render() {
@@ -131,6 +133,10 @@ export class MediaPanel {
     this.errEl.hidden = !err;
     this.errEl.textContent = err ?? '';
     this.sharedEl.textContent = sharedLine(this.host.mode?.() ?? 'browser');
+    const f = towerForecast(this.host.items());
+    this.towerEl.hidden = !f;
+    this.towerEl.textContent = f?.text ?? '';
+    this.towerEl.classList.toggle('slow', !!f && (!f.measured || f.ms >= 10000));
     const a = this.host.availability();
     replace(this.devices, featureLine('camera', a?.camera), featureLine('microphone', a?.microphone), featureLine('speaker', a?.speaker),
       featureLine('video (ffmpeg)', a?.video),
