@@ -116,7 +116,7 @@ func TestGenerateHonesty(t *testing.T) {
 		t.Errorf("long prompt: exit %d, %s", code, stderr)
 	}
 	code, _, stderr = run("generate", "--model", "builtin", "--raw", "--prompt", "look <image_soft_token>", "--max-tokens", "1")
-	if code != 1 || !strings.Contains(stderr, "--raw prompt: the text holds the end-of-image token") {
+	if code != 1 || !strings.Contains(stderr, "--raw prompt: the text holds <image_soft_token> (id 262144 in this tokenizer), which the model reads as its end-of-image token") {
 		t.Errorf("placeholder in a raw prompt: exit %d, %s", code, stderr)
 	}
 	code, _, stderr = run("generate", "--model", "builtin", "--prompt", "look <image_soft_token>", "--max-tokens", "1")

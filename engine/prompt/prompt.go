@@ -111,20 +111,22 @@ func (p Prompt) Encode(tok Tokenizer, sp gemma3n.Special) ([]int32, error) {
 
 // mediaID is one of a config's media token ids.
 type mediaID struct {
-	id   int32
-	what string
+	id    int32
+	what  string
+	usual string // its name in Gemma 3n's tokenizer
 }
 
 // mediaIDs lists sp's media ids (zero ids are unset and left out).
 func mediaIDs(sp gemma3n.Special) []mediaID {
 	var out []mediaID
 	for _, m := range []struct {
-		id   int
-		what string
-	}{{sp.BOI, "start-of-image"}, {sp.EOI, "end-of-image"}, {sp.Image, "image placeholder"},
-		{sp.BOA, "start-of-audio"}, {sp.EOA, "end-of-audio"}, {sp.Audio, "audio placeholder"}} {
+		id          int
+		what, usual string
+	}{{sp.BOI, "start-of-image", "<start_of_image>"}, {sp.EOI, "end-of-image", "<end_of_image>"},
+		{sp.Image, "image placeholder", "<image_soft_token>"}, {sp.BOA, "start-of-audio", "<start_of_audio>"},
+		{sp.EOA, "end-of-audio", "<end_of_audio>"}, {sp.Audio, "audio placeholder", "<audio_soft_token>"}} {
 		if m.id != 0 {
-			out = append(out, mediaID{int32(m.id), m.what})
+			out = append(out, mediaID{int32(m.id), m.what, m.usual})
 		}
 	}
 	return out
@@ -135,6 +137,12 @@ func mediaIDs(sp gemma3n.Special) []mediaID {
 type MediaTokenError struct {
 	Name, What string // the token as the tokenizer names it ("" unknown), what it marks
 	ID         int32
+	// Usual is the token's name in Gemma 3n's own tokenizer. Another
+	// tokenizer (the published Gemma 3 one) may give the id another name:
+	// there <image_soft_token> is 262144, Gemma 3n's end-of-image, so the
+	// error says which is which rather than call <image_soft_token> the
+	// end-of-image token.
+	Usual string
 	// Spelled: the text spells the token's name (CheckMediaText); else
 	// its tokens hold the id (CheckMediaIDs).
 	Spelled bool
@@ -142,6 +150,13 @@ type MediaTokenError struct {
 
 func (e *MediaTokenError) Error() string {
 	const why = ": images and audio are attached as media, not written as tokens"
+	if e.Name != "" && e.Usual != "" && e.Name != e.Usual {
+		how := " (id %d in this tokenizer)"
+		if e.Spelled {
+			how = ", id %d in this tokenizer"
+		}
+		return fmt.Sprintf("the text holds %s"+how+", which the model reads as its %s token (%s in Gemma 3n's own tokenizer)", e.Name, e.ID, e.What, e.Usual) + why
+	}
 	if e.Spelled {
 		return fmt.Sprintf("the text holds %s, the model's %s token (id %d)", e.Name, e.What, e.ID) + why
 	}
@@ -163,7 +178,7 @@ func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
 	}
 	for _, m := range mediaIDs(sp) {
 		if name := tt.TokenText(m.id); len(name) > 2 && strings.Contains(text, name) {
-			return &MediaTokenError{Name: name, What: m.what, ID: m.id, Spelled: true}
+			return &MediaTokenError{Name: name, What: m.what, ID: m.id, Usual: m.usual, Spelled: true}
 		}
 	}
 	return nil
@@ -173,15 +188,15 @@ func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
 // ids are unset and ignored). tok, when it has a TokenText method, names the
 // token in the error.
 func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
-	media := map[int32]string{}
+	media := map[int32]mediaID{}
 	for _, m := range mediaIDs(sp) {
-		media[m.id] = m.what
+		media[m.id] = m
 	}
 	if len(media) == 0 {
 		return nil
 	}
 	for _, id := range ids {
-		what, ok := media[id]
+		m, ok := media[id]
 		if !ok {
 			continue
 		}
@@ -189,7 +204,7 @@ func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
 		if tt, ok := tok.(interface{ TokenText(int32) string }); ok {
 			name = tt.TokenText(id)
 		}
-		return &MediaTokenError{Name: name, What: what, ID: id}
+		return &MediaTokenError{Name: name, What: m.what, ID: id, Usual: m.usual}
 	}
 	return nil
 }

@@ -44,10 +44,11 @@ func TestEncode(t *testing.T) {
 		t.Errorf("builder text: %v", got)
 	}
 	// A media placeholder coming out of text is refused: here the Gemma 3
-	// tokenizer's <image_soft_token> (262144) is Gemma 3n's end-of-image.
+	// tokenizer's <image_soft_token> (262144) is Gemma 3n's end-of-image,
+	// and the error tells the two names apart.
 	var r prompt.Prompt
 	r.Text("<bos>look: <image_soft_token>")
-	if _, err := r.Encode(tk, sp); err == nil || !strings.Contains(err.Error(), "end-of-image token <image_soft_token> (id 262144)") {
+	if _, err := r.Encode(tk, sp); err == nil || !strings.Contains(err.Error(), "the text holds <image_soft_token> (id 262144 in this tokenizer), which the model reads as its end-of-image token (<end_of_image> in Gemma 3n's own tokenizer)") {
 		t.Errorf("placeholder in text: %v", err)
 	}
 	// Spelled out in user text, a media token is refused too (the plain
@@ -66,5 +67,33 @@ func TestEncode(t *testing.T) {
 	}
 	if err := prompt.CheckMediaIDs([]int32{2, 262273}, gemma3n.Special{}, tk); err != nil {
 		t.Errorf("CheckMediaIDs without media ids: %v", err)
+	}
+}
+
+// TestMediaTokenError: the error names a media token by the tokenizer's
+// name and says what the model reads it as; where the tokenizer's name is
+// another token's in Gemma 3n (the Gemma 3 tokenizer's <image_soft_token>
+// is Gemma 3n's end-of-image id), it says so rather than call
+// <image_soft_token> the end-of-image token.
+func TestMediaTokenError(t *testing.T) {
+	const why = ": images and audio are attached as media, not written as tokens"
+	for _, c := range []struct {
+		err  prompt.MediaTokenError
+		want string
+	}{
+		{prompt.MediaTokenError{Name: "<start_of_image>", What: "start-of-image", ID: 255999, Usual: "<start_of_image>", Spelled: true},
+			"the text holds <start_of_image>, the model's start-of-image token (id 255999)"},
+		{prompt.MediaTokenError{Name: "<end_of_image>", What: "end-of-image", ID: 262144, Usual: "<end_of_image>"},
+			"the text holds the end-of-image token <end_of_image> (id 262144)"},
+		{prompt.MediaTokenError{What: "end-of-image", ID: 262144, Usual: "<end_of_image>"},
+			"the text holds the end-of-image token (id 262144)"},
+		{prompt.MediaTokenError{Name: "<image_soft_token>", What: "end-of-image", ID: 262144, Usual: "<end_of_image>"},
+			"the text holds <image_soft_token> (id 262144 in this tokenizer), which the model reads as its end-of-image token (<end_of_image> in Gemma 3n's own tokenizer)"},
+		{prompt.MediaTokenError{Name: "<image_soft_token>", What: "end-of-image", ID: 262144, Usual: "<end_of_image>", Spelled: true},
+			"the text holds <image_soft_token>, id 262144 in this tokenizer, which the model reads as its end-of-image token (<end_of_image> in Gemma 3n's own tokenizer)"},
+	} {
+		if got := c.err.Error(); got != c.want+why {
+			t.Errorf("%+v:\n%s\nwant\n%s", c.err, got, c.want+why)
+		}
 	}
 }
