@@ -203,7 +203,7 @@ class App {
         if (n) parts.push(`${n.toLocaleString('en-US')} characters`);
         if (b.total != null) parts.push(`${b.total.toLocaleString('en-US')} / ${b.max.toLocaleString('en-US')} tokens`);
         const towers = towerForecast(s.media);
-        if (towers && !towers.cached) parts.push(towers.short);
+        if (towers && !towers.cached) parts.unshift(towers.short); // first: the hint may be cut at the end
         return parts.join(' · ');
       },
     });

@@ -211,7 +211,7 @@ describe('media panel: replace, duplicates, whose list', () => {
   it('says whose the media list is', () => {
     const p = new MediaPanel(host({ mode: () => 'browser' }));
     p.render();
-    expect(p.el.querySelector('#media-shared')!.textContent).toContain('shared by every browser tab');
+    expect(p.el.querySelector('#media-shared')!.textContent).toContain('Shared by every browser tab');
     const d = new MediaPanel(host({ mode: () => 'desktop' }));
     d.render();
     expect(d.el.querySelector('#media-shared')!.textContent).toContain('for this window');

@@ -38,8 +38,8 @@ export interface MediaHost {
 /** Says whose the media list is: the Media service keeps one list for every page it serves. */
 export function sharedLine(mode: 'desktop' | 'browser'): string {
   return mode === 'browser'
-    ? 'This media list is kept by the Verdict server and shared by every browser tab open on it: adding or removing media here changes it there too.'
-    : 'This media list is kept by the app for this window until it closes.';
+    ? 'Shared by every browser tab on this server: changes here show in each.'
+    : 'Kept by the app for this window until it closes.';
 }
 
 /** The items a recording replaces: the audio clip, or a video with its soundtrack. */
@@ -133,6 +133,7 @@ export class MediaPanel {
     this.errEl.hidden = !err;
     this.errEl.textContent = err ?? '';
     this.sharedEl.textContent = sharedLine(this.host.mode?.() ?? 'browser');
+    this.sharedEl.title = 'The media list is the Verdict server\'s, not this tab\'s: every page open on it sees and runs the same images, audio and video.';
     const f = towerForecast(this.host.items());
     this.towerEl.hidden = !f;
     this.towerEl.textContent = f?.text ?? '';
