@@ -1,6 +1,9 @@
 package weights
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // HeaderBudget bounds the memory a file's parsed header may take: a GGUF's
 // metadata and tensor infos, the tensor entries of the safetensors files one
@@ -24,9 +27,19 @@ type BudgetError struct {
 func (e *BudgetError) Error() string {
 	what := e.Item
 	if e.Name != "" {
-		what = fmt.Sprintf("%s %q", e.Item, e.Name)
+		what = e.Item + " " + quoted(e.Name)
 	}
 	return fmt.Sprintf("%s: %s: the parsed header would take over %d MB of memory (the limit)", e.Format, what, e.Budget>>20)
+}
+
+// quoted is a key or tensor name quoted for an error message, cut to its
+// first 64 bytes (a hostile one may be long, and quoting binary quadruples
+// it).
+func quoted(name string) string {
+	if len(name) <= 64 {
+		return strconv.Quote(name)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", name[:64], len(name))
 }
 
 // memBudget is what is left of a header's budget. Costs are charged before
@@ -57,6 +70,19 @@ const (
 	ptrSize   = 8
 	intSize   = 8 // an int or int64 of a shape or offset
 )
+
+// heapSize bounds what an allocation of n bytes takes on the heap: Go's size
+// classes round a small one up by at most an eighth (and 16 bytes), a large
+// one to whole 8 KB pages.
+func heapSize(n int) int {
+	switch {
+	case n <= 0:
+		return 0
+	case n > 32<<10:
+		return n + 8<<10
+	}
+	return n + n/8 + 16
+}
 
 // mapEntry is the memory one entry of a map made for its full count takes,
 // for keys and values of kv bytes together: the slot and its control byte,

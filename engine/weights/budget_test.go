@@ -1,6 +1,7 @@
 package weights_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,10 +43,10 @@ func ggufKey(b []byte, key string, typ weights.GGUFType) []byte {
 	return binary.LittleEndian.AppendUint32(b, uint32(typ))
 }
 
-// allocated is the bytes the Go heap gave out while fn ran.
+// allocated is the bytes the Go heap gave out while fn ran (TotalAlloc
+// counts them whether or not they are collected).
 func allocated(fn func()) uint64 {
 	var before, after runtime.MemStats
-	runtime.GC()
 	runtime.ReadMemStats(&before)
 	fn()
 	runtime.ReadMemStats(&after)
@@ -80,8 +81,8 @@ func TestGGUFMetadataBudget(t *testing.T) {
 			}
 			return b
 		}), "metadata", "", 16 * mb},
-		{"many keys and strings", hostileGGUF(850_000, func(b []byte) []byte {
-			for i := range 850_000 {
+		{"many keys and strings", hostileGGUF(760_000, func(b []byte) []byte {
+			for i := range 760_000 {
 				b = ggufKey(b, fmt.Sprintf("%07d", i), weights.GGUFString)
 				b = append(binary.LittleEndian.AppendUint64(b, 24), "abcdefghijklmnopqrstuvwx"...)
 			}
@@ -154,5 +155,83 @@ func TestGGUFVocabularyFitsBudget(t *testing.T) {
 	}
 	if a > weights.HeaderBudget/4 {
 		t.Errorf("the vocabulary took %d bytes, over a quarter of the budget", a)
+	}
+}
+
+// The cost model bounds what parsing allocates: for headers of every kind
+// of part (metadata scalars, strings and arrays, tensor infos, safetensors
+// entries, index entries), the heap bytes a parse gives out stay within
+// what it charged (plus a few KB of fixed structures and errors), a budget
+// of exactly the charge suffices and one byte less is refused with a
+// *BudgetError.
+func TestBudgetBoundsAllocation(t *testing.T) {
+	const slack = 16 << 10
+	var kvs []ggufwrite.KV
+	for i := range 2000 {
+		kvs = append(kvs, ggufwrite.KV{Key: fmt.Sprintf("key.%d", i), Value: uint32(i)})
+	}
+	var toks []string
+	for i := range 5000 {
+		toks = append(toks, strings.Repeat("x", i%40))
+	}
+	kvs = append(kvs, ggufwrite.KVs("tokens", toks, "nested", [][]int32{{1, 2}, {}, {3}}, "s", strings.Repeat("y", 5000),
+		"scores", make([]float32, 5000))...)
+	var ts []ggufwrite.Tensor
+	for i := range 2000 {
+		ts = append(ts, ggufwrite.Tensor{Name: fmt.Sprintf("blk.%d.weight", i), Dims: []int{2, 1, 1}, Type: weights.GGMLF32, Data: make([]byte, 8)})
+	}
+	var st, index bytes.Buffer
+	st.WriteString(`{"__metadata__":{"format":"pt"}`)
+	index.WriteString(`{"metadata":{"total_size":1},"weight_map":{`)
+	for i := range 3000 {
+		fmt.Fprintf(&st, `,"model.layers.%d.weight":{"dtype":"BF16","shape":[1,2,1],"data_offsets":[%d,%d]}`, i, 4*i, 4*i+4)
+		if i > 0 {
+			index.WriteByte(',')
+		}
+		fmt.Fprintf(&index, `"model.layers.%d.weight":"model-%05d-of-00010.safetensors"`, i, i%10)
+	}
+	st.WriteString("}")
+	index.WriteString("}}")
+	stFile := binary.LittleEndian.AppendUint64(nil, uint64(st.Len()))
+	stFile = append(append(stFile, st.Bytes()...), make([]byte, 4*3000)...)
+	ggufFile := gguf(t, ggufwrite.Options{}, kvs, ts)
+
+	for _, tc := range []struct {
+		name  string
+		parse func(limit int64) (int64, error)
+	}{
+		{"gguf", func(limit int64) (int64, error) {
+			_, c, err := weights.ParseGGUFWithin(ggufFile, limit)
+			return c, err
+		}},
+		{"safetensors", func(limit int64) (int64, error) {
+			_, c, err := weights.ParseSafetensorsWithin(stFile, limit)
+			return c, err
+		}},
+		{"index", func(limit int64) (int64, error) {
+			_, _, c, err := weights.ParseIndexWithin(index.Bytes(), limit)
+			return c, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.parse(weights.HeaderBudget) // warm up what the first call sets up
+			var charged int64
+			var err error
+			n := allocated(func() { charged, err = tc.parse(weights.HeaderBudget) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("charged %d bytes, allocated %d", charged, n)
+			if int64(n) > charged+slack {
+				t.Errorf("allocated %d bytes, over the %d charged", n, charged)
+			}
+			if _, err := tc.parse(charged); err != nil {
+				t.Errorf("a budget of the %d bytes charged: %v", charged, err)
+			}
+			var be *weights.BudgetError
+			if _, err := tc.parse(charged - 1); !errors.As(err, &be) || be.Format != tc.name {
+				t.Errorf("a budget of %d bytes: %v, want a %s *BudgetError", charged-1, err, tc.name)
+			}
+		})
 	}
 }

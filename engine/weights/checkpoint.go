@@ -50,7 +50,7 @@ func OpenCheckpoint(dir string) (Store, error) {
 		t, ok := s.tensors[e.name]
 		if !ok || t.file.path != filepath.Join(dir, e.shard) {
 			s.Close()
-			return nil, fmt.Errorf("weights: %s: tensor %q listed in %s is not in that shard", filepath.Join(dir, e.shard), e.name, indexFile)
+			return nil, fmt.Errorf("weights: %s: tensor %s listed in %s is not in that shard", filepath.Join(dir, e.shard), quoted(e.name), indexFile)
 		}
 	}
 	return s, nil
@@ -90,13 +90,13 @@ func parseIndex(js []byte, mem *memBudget) ([]indexEntry, []string, error) {
 	if n == 0 {
 		return nil, nil, errors.New("empty weight_map")
 	}
-	if err := mem.take(int64(n)*int64(indexEntryCost), "weight_map entries", ""); err != nil {
+	if err := mem.take(int64(heapSize(n*indexEntryCost)), "weight_map entries", ""); err != nil {
 		return nil, nil, err
 	}
 	entries := make([]indexEntry, 0, n)
 	shardOf := map[string]string{} // interns the shard names
 	err = jsonMembers(wm, func(key, val []byte) error {
-		if err := mem.take(int64(len(key)), "weight_map entry", ""); err != nil {
+		if err := mem.take(int64(heapSize(len(key))), "weight_map entry", ""); err != nil {
 			return err
 		}
 		name, err := jsonString(key, maxTensorName, "tensor name")
@@ -104,19 +104,19 @@ func parseIndex(js []byte, mem *memBudget) ([]indexEntry, []string, error) {
 			return err
 		}
 		if len(val) > 0 && val[0] == '"' && len(val)-2 > maxTensorName {
-			return fmt.Errorf("tensor %q: shard name of %d bytes, over the limit of %d", name, len(val)-2, maxTensorName)
+			return fmt.Errorf("tensor %s: shard name of %d bytes, over the limit of %d", quoted(name), len(val)-2, maxTensorName)
 		}
 		shard, ok := shardOf[string(val)]
 		if !ok {
 			// its raw and unquoted names, its slots in shardOf and the set below
-			if err := mem.take(int64(2*len(val)+mapEntry(2*strHeader)+mapEntry(strHeader+1)), "shard", ""); err != nil {
+			if err := mem.take(int64(2*heapSize(len(val))+mapEntry(2*strHeader)+mapEntry(strHeader+1)+2*strHeader), "shard", ""); err != nil {
 				return err
 			}
 			if shard, err = jsonString(val, maxTensorName, "shard"); err != nil {
-				return fmt.Errorf("tensor %q: %w", name, err)
+				return fmt.Errorf("tensor %s: %w", quoted(name), err)
 			}
 			if !filepath.IsLocal(shard) {
-				return fmt.Errorf("tensor %q: shard %q is not a file inside the folder", name, shard)
+				return fmt.Errorf("tensor %s: shard %s is not a file inside the folder", quoted(name), quoted(shard))
 			}
 			shardOf[string(val)] = shard
 		}
@@ -129,7 +129,7 @@ func parseIndex(js []byte, mem *memBudget) ([]indexEntry, []string, error) {
 	slices.SortFunc(entries, func(a, b indexEntry) int { return strings.Compare(a.name, b.name) })
 	for i := 1; i < len(entries); i++ {
 		if entries[i].name == entries[i-1].name {
-			return nil, nil, fmt.Errorf("tensor %q is listed twice in weight_map", entries[i].name)
+			return nil, nil, fmt.Errorf("tensor %s is listed twice in weight_map", quoted(entries[i].name))
 		}
 	}
 	seen := make(map[string]bool, len(shardOf))
@@ -142,4 +142,53 @@ func parseIndex(js []byte, mem *memBudget) ([]indexEntry, []string, error) {
 	}
 	slices.Sort(shards)
 	return entries, shards, nil
+}
+
+// CheckpointNames lists the tensors of a Hugging Face model folder and its
+// weight files as OpenCheckpoint finds them, reading only the index (every
+// shard it names must exist) or else the single file's header, within
+// HeaderBudget.
+func CheckpointNames(dir string) (names, files []string, err error) {
+	indexPath := filepath.Join(dir, indexFile)
+	js, err := safefile.ReadFile(indexPath, MaxJSONBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		single := filepath.Join(dir, singleFile)
+		f, err := mapSafetensors(single)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if f.mapped {
+				unmap(f.data)
+			}
+		}()
+		ts, err := parseSafetensors(f, newBudget("safetensors", HeaderBudget))
+		if err != nil {
+			return nil, nil, err
+		}
+		names = make([]string, len(ts))
+		for i, t := range ts {
+			names[i] = t.name
+		}
+		return names, []string{single}, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("weights: %w", err)
+	}
+	entries, shards, err := parseIndex(js, newBudget("index", HeaderBudget))
+	if err != nil {
+		return nil, nil, fmt.Errorf("weights: %s: %w", indexPath, err)
+	}
+	names = make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.name
+	}
+	files = make([]string, len(shards))
+	for i, sh := range shards {
+		files[i] = filepath.Join(dir, sh)
+		if _, err := os.Stat(files[i]); err != nil {
+			return nil, nil, fmt.Errorf("weights: %s names shard %s: %w", indexPath, sh, err)
+		}
+	}
+	return names, files, nil
 }

@@ -342,7 +342,7 @@ func (r *ggufReader) fail(format string, a ...any) {
 	}
 	where := fmt.Sprintf("at byte %d: ", r.off)
 	if r.name != "" {
-		where += fmt.Sprintf("%s %q: ", r.item, r.name)
+		where += fmt.Sprintf("%s %s: ", r.item, quoted(r.name))
 	}
 	r.err = errors.New(where + fmt.Sprintf(format, a...))
 }
@@ -402,7 +402,7 @@ func (r *ggufReader) count(what string, minSize, cost int) int {
 		r.fail("%s %d is more than the %d bytes left can hold", what, n, r.left())
 		return 0
 	}
-	if !r.charge(int(n) * cost) {
+	if !r.charge(heapSize(int(n) * cost)) {
 		return 0
 	}
 	return int(n)
@@ -411,7 +411,7 @@ func (r *ggufReader) count(what string, minSize, cost int) int {
 // str reads a string of at most max bytes, charging its copy.
 func (r *ggufReader) str(what string, max int) string {
 	b := r.strBytes(what, max)
-	if b == nil || !r.charge(len(b)) {
+	if b == nil || !r.charge(heapSize(len(b))) {
 		return ""
 	}
 	return string(b)
@@ -438,7 +438,7 @@ func (r *ggufReader) named(item, what string, max int) string {
 	if r.err != nil {
 		return ""
 	}
-	if err := r.mem.take(int64(len(b)), item, ""); err != nil {
+	if err := r.mem.take(int64(heapSize(len(b))), item, ""); err != nil {
 		err.(*BudgetError).Name = string(b)
 		r.err = fmt.Errorf("at byte %d: %w", r.off, err)
 		return ""
@@ -456,7 +456,7 @@ func (r *ggufReader) named(item, what string, max int) string {
 var (
 	ggufValueCost  = int(unsafe.Sizeof(GGUFValue{}))
 	ggufKVCost     = mapEntry(strHeader+ggufValueCost) + strHeader
-	ggufTensorCost = int(unsafe.Sizeof(GGUFTensor{})) + ptrSize + mapEntry(strHeader+ptrSize) + int(unsafe.Sizeof(span{}))
+	ggufTensorCost = heapSize(int(unsafe.Sizeof(GGUFTensor{}))) + ptrSize + mapEntry(strHeader+ptrSize) + int(unsafe.Sizeof(span{}))
 )
 
 func (r *ggufReader) value(t GGUFType, depth int) GGUFValue {
@@ -555,7 +555,7 @@ func parseGGUFHeader(f *stFile, mem *memBudget) (*GGUF, error) {
 			break
 		}
 		if _, dup := g.KV[key]; dup {
-			return nil, fmt.Errorf("metadata key %q appears twice", key)
+			return nil, fmt.Errorf("metadata key %s appears twice", quoted(key))
 		}
 		g.KV[key] = v
 		g.Keys = append(g.Keys, key)
@@ -582,16 +582,16 @@ func parseGGUFHeader(f *stFile, mem *memBudget) (*GGUF, error) {
 			break
 		}
 		if nd > ggufMaxDims {
-			return nil, fmt.Errorf("tensor %q has %d dimensions, more than %d", t.Name, nd, ggufMaxDims)
+			return nil, fmt.Errorf("tensor %s has %d dimensions, more than %d", quoted(t.Name), nd, ggufMaxDims)
 		}
-		if !r.charge(int(nd) * intSize) {
+		if !r.charge(heapSize(int(nd) * intSize)) {
 			break
 		}
 		t.Dims = make([]int, nd)
 		for j := range t.Dims {
 			d := r.u64("dimension")
 			if d > 1<<53 {
-				return nil, fmt.Errorf("tensor %q: dimension %d too large", t.Name, d)
+				return nil, fmt.Errorf("tensor %s: dimension %d too large", quoted(t.Name), d)
 			}
 			t.Dims[j] = int(d)
 		}
@@ -601,11 +601,11 @@ func parseGGUFHeader(f *stFile, mem *memBudget) (*GGUF, error) {
 			break
 		}
 		if off > math.MaxInt64 {
-			return nil, fmt.Errorf("tensor %q: offset %d too large", t.Name, off)
+			return nil, fmt.Errorf("tensor %s: offset %d too large", quoted(t.Name), off)
 		}
 		t.Offset = int64(off)
 		if _, dup := g.byName[t.Name]; dup {
-			return nil, fmt.Errorf("tensor %q appears twice", t.Name)
+			return nil, fmt.Errorf("tensor %s appears twice", quoted(t.Name))
 		}
 		g.byName[t.Name] = t
 		g.Tensors = append(g.Tensors, t)
@@ -636,25 +636,25 @@ func parseGGUFHeader(f *stFile, mem *memBudget) (*GGUF, error) {
 func (t *GGUFTensor) place(body []byte, align int) error {
 	tt, ok := ggmlTypes[t.Type]
 	if !ok {
-		return fmt.Errorf("tensor %q: unknown ggml type %d", t.Name, uint32(t.Type))
+		return fmt.Errorf("tensor %s: unknown ggml type %d", quoted(t.Name), uint32(t.Type))
 	}
 	n, err := numel(t.Dims)
 	if err != nil {
-		return fmt.Errorf("tensor %q: %w", t.Name, err)
+		return fmt.Errorf("tensor %s: %w", quoted(t.Name), err)
 	}
 	t.numel = n
 	if len(t.Dims) > 0 && t.Dims[0]%tt.block != 0 {
-		return fmt.Errorf("tensor %q: row length %d is not a multiple of %s's block of %d", t.Name, t.Dims[0], tt.name, tt.block)
+		return fmt.Errorf("tensor %s: row length %d is not a multiple of %s's block of %d", quoted(t.Name), t.Dims[0], tt.name, tt.block)
 	}
 	if len(t.Dims) == 0 && tt.block != 1 {
-		return fmt.Errorf("tensor %q: a scalar of block type %s", t.Name, tt.name)
+		return fmt.Errorf("tensor %s: a scalar of block type %s", quoted(t.Name), tt.name)
 	}
 	size := int64(n/tt.block) * int64(tt.size)
 	if t.Offset%int64(align) != 0 {
-		return fmt.Errorf("tensor %q: offset %d is not a multiple of the alignment %d", t.Name, t.Offset, align)
+		return fmt.Errorf("tensor %s: offset %d is not a multiple of the alignment %d", quoted(t.Name), t.Offset, align)
 	}
 	if t.Offset > int64(len(body)) || size > int64(len(body))-t.Offset {
-		return fmt.Errorf("tensor %q: data [%d, %d) beyond the %d-byte data section (file truncated?)", t.Name, t.Offset, t.Offset+size, len(body))
+		return fmt.Errorf("tensor %s: data [%d, %d) beyond the %d-byte data section (file truncated?)", quoted(t.Name), t.Offset, t.Offset+size, len(body))
 	}
 	t.data = body[t.Offset : t.Offset+size : t.Offset+size]
 	return nil

@@ -170,8 +170,10 @@ func TestGGUFHostile(t *testing.T) {
 	}
 }
 
-// FuzzParseGGUF: any bytes parse or fail with an error, never panic, and a
-// file that parses has every readable tensor dequantise.
+// FuzzParseGGUF: any bytes parse or fail with an error, never panic, and
+// allocate no more than the budget they charged; a file that parses has
+// every readable tensor dequantise. Its seeds include the llama.cpp files
+// of testdata/gguf-llamacpp, their metadata whole, six tensors cut to a row.
 func FuzzParseGGUF(f *testing.F) {
 	x := make([]float32, 256)
 	for i := range x {
@@ -187,8 +189,15 @@ func FuzzParseGGUF(f *testing.F) {
 	}
 	f.Add(gguf(f, ggufwrite.Options{}, ggufwrite.KVs("general.architecture", "gemma3n", "a", []string{"x", "y"}), ts))
 	f.Add(start(3, 1, 0).tensor("t", 0, 0, 2).pad(64).Bytes())
+	for _, file := range tarballFiles(f, "gguf-llamacpp/micro.tar.gz", ".gguf") {
+		f.Add(shrinkGGUF(f, file, 6))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		g, err := weights.ParseGGUF("fuzz", data)
+		var g *weights.GGUF
+		var charged int64
+		var err error
+		n := allocated(func() { g, charged, err = weights.ParseGGUFWithin(data, weights.HeaderBudget) })
+		checkAlloc(t, n, charged)
 		if err != nil {
 			return
 		}

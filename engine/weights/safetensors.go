@@ -134,7 +134,7 @@ func (s *stStore) index(parts [][]*stTensor) error {
 	for _, ts := range parts {
 		for _, t := range ts {
 			if old, ok := s.tensors[t.name]; ok {
-				return fmt.Errorf("weights: tensor %q is in both %s and %s", t.name, old.file.path, t.file.path)
+				return fmt.Errorf("weights: tensor %s is in both %s and %s", quoted(t.name), old.file.path, t.file.path)
 			}
 			s.tensors[t.name] = t
 			s.names = append(s.names, t.name)
@@ -154,7 +154,7 @@ const (
 // stEntryCost is the memory a tensor entry takes beyond its name and shape:
 // the tensor, its place in the file's list, its span in the overlap check,
 // its slot in the store's map and its place in the store's names.
-var stEntryCost = int(unsafe.Sizeof(stTensor{})) + ptrSize + int(unsafe.Sizeof(span{})) + mapEntry(strHeader+ptrSize) + strHeader
+var stEntryCost = heapSize(int(unsafe.Sizeof(stTensor{}))) + ptrSize + int(unsafe.Sizeof(span{})) + mapEntry(strHeader+ptrSize) + strHeader
 
 // parseSafetensors validates f's header and returns its tensors, sorted by
 // name, charging what they take to mem before allocating it.
@@ -182,13 +182,13 @@ func parseSafetensors(f *stFile, mem *memBudget) ([]*stTensor, error) {
 	if err != nil {
 		return nil, fail("bad header: %w", err)
 	}
-	if err := mem.take(int64(count)*int64(stEntryCost), "tensor entries", ""); err != nil {
+	if err := mem.take(int64(heapSize(count*stEntryCost)), "tensor entries", ""); err != nil {
 		return nil, fail("%w", err)
 	}
 	out := make([]*stTensor, 0, count)
 	spans := make([]span, 0, count)
 	err = jsonMembers(hdr, func(key, val []byte) error {
-		if err := mem.take(int64(len(key)), "tensor name", ""); err != nil {
+		if err := mem.take(int64(heapSize(len(key))), "tensor name", ""); err != nil {
 			return err
 		}
 		name, err := jsonString(key, maxTensorName, "tensor name")
@@ -210,7 +210,7 @@ func parseSafetensors(f *stFile, mem *memBudget) ([]*stTensor, error) {
 	slices.SortFunc(out, func(a, b *stTensor) int { return strings.Compare(a.name, b.name) })
 	for i := 1; i < len(out); i++ {
 		if out[i].name == out[i-1].name {
-			return nil, fail("tensor %q appears twice in the header", out[i].name)
+			return nil, fail("tensor %s appears twice in the header", quoted(out[i].name))
 		}
 	}
 	if err := checkOverlap(spans); err != nil {
@@ -223,7 +223,7 @@ func parseSafetensors(f *stFile, mem *memBudget) ([]*stTensor, error) {
 // data section of size bytes, charging its shape to mem.
 func parseEntry(name string, entry []byte, size int64, mem *memBudget) (*stTensor, span, error) {
 	fail := func(format string, a ...any) (*stTensor, span, error) {
-		return nil, span{}, fmt.Errorf("tensor %q: "+format, append([]any{name}, a...)...)
+		return nil, span{}, fmt.Errorf("tensor %s: "+format, append([]any{quoted(name)}, a...)...)
 	}
 	var (
 		dtype    string
@@ -242,7 +242,7 @@ func parseEntry(name string, entry []byte, size int64, mem *memBudget) (*stTenso
 		case `"shape"`:
 			if hasShape = string(v) != "null"; hasShape {
 				if n, cerr := jsonCount(v, '['); cerr == nil {
-					if err = mem.take(int64(min(n, maxShape))*intSize, "tensor", name); err != nil {
+					if err = mem.take(int64(heapSize(min(n, maxShape)*intSize)), "tensor", name); err != nil {
 						return err
 					}
 				}
@@ -321,7 +321,7 @@ func checkOverlap(spans []span) error {
 			continue
 		}
 		if last != nil && s.begin < last.end {
-			return fmt.Errorf("tensors %q [%d, %d) and %q [%d, %d) overlap in the data section", last.name, last.begin, last.end, s.name, s.begin, s.end)
+			return fmt.Errorf("tensors %s [%d, %d) and %s [%d, %d) overlap in the data section", quoted(last.name), last.begin, last.end, quoted(s.name), s.begin, s.end)
 		}
 		last = s
 	}

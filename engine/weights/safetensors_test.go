@@ -33,6 +33,12 @@ func TestOpenSafetensorsErrors(t *testing.T) {
 		{"negative dim", rawST(`{"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"w"`, "negative dimension"}},
 		{"overlapping data", rawST(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}`, f32bytes(1, 2, 3)), []string{`"a" [0, 8)`, `"b" [4, 12)`, "overlap"}},
 		{"same data twice", rawST(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"a" [0, 4)`, `"b" [0, 4)`, "overlap"}},
+		{"duplicate name", rawST(`{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, f32bytes(1, 2)), []string{`"w"`, "appears twice"}},
+		{"entry not object", rawST(`{"w":[1]}`, nil), []string{`"w"`, "bad header entry", "not a JSON object"}},
+		{"shape of floats", rawST(`{"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"w"`, "shape element 1.5 is not a 64-bit integer"}},
+		{"65 dimensions", rawST(`{"w":{"dtype":"F32","shape":[`+strings.Repeat("1,", 64)+`1],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"w"`, "65 elements, more than 64"}},
+		{"no data_offsets", rawST(`{"w":{"dtype":"F32","shape":[1]}}`, f32bytes(1)), []string{`"w"`, "data_offsets missing"}},
+		{"escaped name and dtype", rawST(`{"w\u0000":{"dtype":"F\u0033\u0032","shape":[2],"data_offsets":[0,4]}}`, f32bytes(1)), []string{`"w\x00"`, "4 data bytes, want 8 for F32 [2]"}},
 		{"unknown dtype", buildST(t, 0, tspec{"w", "Q4_K", []int{4}, make([]byte, 4)}), []string{`"w"`, `unknown dtype "Q4_K"`}},
 		{"wrong data size", buildST(t, 0, tspec{"w", "F32", []int{3}, f32bytes(1, 2)}), []string{`"w"`, "8 data bytes, want 12"}},
 		{"truncated", buildST(t, 0, good, tspec{"v", "BF16", []int{4}, u16bytes(1, 2, 3, 4)})[:10+len(`{}`)], []string{"exceeds"}},
@@ -420,6 +426,12 @@ func TestCheckpointErrors(t *testing.T) {
 		{"bad index", func(t *testing.T, dir string) {
 			writeFile(t, dir, indexFile, []byte(`{"weight_map": [`))
 		}, []string{indexFile}},
+		{"tensor listed twice", func(t *testing.T, dir string) {
+			writeFile(t, dir, indexFile, []byte(`{"weight_map": {"a": "`+shard1+`", "a": "`+shard2+`"}}`))
+		}, []string{`"a" is listed twice`}},
+		{"weight_map not an object", func(t *testing.T, dir string) {
+			writeFile(t, dir, indexFile, []byte(`{"weight_map": ["a"]}`))
+		}, []string{indexFile, "weight_map: not a JSON object"}},
 		{"empty weight_map", func(t *testing.T, dir string) {
 			writeFile(t, dir, indexFile, []byte(`{"metadata": {}}`))
 		}, []string{"empty weight_map"}},
