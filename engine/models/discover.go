@@ -1,7 +1,6 @@
 package models
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"verdict/engine/hub"
 	"verdict/engine/safefile"
+	"verdict/engine/weights"
 )
 
 // Local is a Gemma 3n model found on disk.
@@ -196,59 +196,14 @@ func isGemma3n(modelType string, archs []string) bool {
 }
 
 // tensorNames lists a checkpoint's tensors (from its index, or from the
-// header of its single file) and its weight files.
+// header of its single file) and its weight files, nil when it cannot be
+// read.
 func tensorNames(dir string) (names, files []string) {
-	if b, err := safefile.ReadFile(filepath.Join(dir, "model.safetensors.index.json"), 64<<20); err == nil {
-		var idx struct {
-			WeightMap map[string]string `json:"weight_map"`
-		}
-		if json.Unmarshal(b, &idx) != nil {
-			return nil, nil
-		}
-		seen := map[string]bool{}
-		for n, f := range idx.WeightMap {
-			names = append(names, n)
-			if !seen[f] && filepath.IsLocal(f) {
-				seen[f] = true
-				files = append(files, filepath.Join(dir, f))
-			}
-		}
-		sort.Strings(files)
-		for _, f := range files {
-			if _, err := os.Stat(f); err != nil {
-				return nil, nil // a shard is missing
-			}
-		}
-		return names, files
-	}
-	single := filepath.Join(dir, "model.safetensors")
-	f, _, err := safefile.Open(single)
+	names, files, err := weights.CheckpointNames(dir)
 	if err != nil {
 		return nil, nil
 	}
-	defer f.Close()
-	var n [8]byte
-	if _, err := f.ReadAt(n[:], 0); err != nil {
-		return nil, nil
-	}
-	hl := binary.LittleEndian.Uint64(n[:])
-	if hl > 100<<20 {
-		return nil, nil
-	}
-	hdr := make([]byte, hl)
-	if _, err := f.ReadAt(hdr, 8); err != nil {
-		return nil, nil
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(hdr, &m) != nil {
-		return nil, nil
-	}
-	for k := range m {
-		if k != "__metadata__" {
-			names = append(names, k)
-		}
-	}
-	return names, []string{single}
+	return names, files
 }
 
 // ggufModel describes a GGUF file; ok is false unless its architecture is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -240,5 +241,52 @@ func TestReadGGUFHeaderBounds(t *testing.T) {
 		if got := quantFromName(name); got != want {
 			t.Errorf("quantFromName(%q) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// A checkpoint folder whose index or header would parse into more than
+// weights.HeaderBudget is not listed, and listing it allocates a bounded
+// amount (the index is read into memory; the single file's header is
+// parsed where the file is mapped).
+func TestDiscoverHostileCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		data       func() []byte
+		maxAlloc   uint64
+	}{
+		{"index of nine million entries", "model.safetensors.index.json", func() []byte {
+			return []byte(`{"weight_map":{` + strings.Repeat(`"":"s",`, 9_000_000) + `"":"s"}}`)
+		}, 2*63<<20 + 32<<20},
+		{"header of 1.3 million tensors", "model.safetensors", func() []byte {
+			var b bytes.Buffer
+			b.WriteString("{")
+			for i := range 1_300_000 {
+				fmt.Fprintf(&b, `"%07d":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},`, i)
+			}
+			b.WriteString(`"__metadata__":{}}`)
+			return append(binary.LittleEndian.AppendUint64(nil, uint64(b.Len())), b.Bytes()...)
+		}, 32 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "hostile")
+			writeCheckpoint(t, dir, "gemma3n", "bfloat16", []string{"a"}, false)
+			if err := os.WriteFile(filepath.Join(dir, tc.file), tc.data(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var got []Local
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			got = Discover(Places{Folders: []string{dir}})
+			runtime.ReadMemStats(&after)
+			n := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%.1f MB allocated", float64(n)/(1<<20))
+			if len(got) != 0 {
+				t.Errorf("listed %+v", got)
+			}
+			if n > tc.maxAlloc {
+				t.Errorf("listing allocated %d bytes, over %d", n, tc.maxAlloc)
+			}
+		})
 	}
 }
