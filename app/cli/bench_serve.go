@@ -31,6 +31,7 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	dur := fs.Duration("duration", 60*time.Second, "how long the mixed load runs")
 	genTokens := fs.Int("gen-tokens", 32, "tokens each generation client asks for")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
+	check := fs.Int("check", 24, "first check this many requests' results alone and all at once for the same bits (0: not)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -79,6 +80,13 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer s.Close()
+	if *check > 0 {
+		n, merged, err := bench.CheckMix(ctx, s, schema, *check)
+		if err != nil {
+			return fmt.Errorf("the scheduler's check: %w", err)
+		}
+		fmt.Fprintf(stderr, "the scheduler's check: %d requests (scores and generations) alone and all at once, the same bits (up to %d passes a step)\n", n, merged)
+	}
 	r, err := bench.Serve(ctx, s.Info().Name, s, schema, bench.ServeOptions{
 		Records: *records, Concurrency: levels, Clients: *clients, Duration: *dur, GenTokens: *genTokens,
 	})

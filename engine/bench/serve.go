@@ -274,3 +274,78 @@ func quantile(xs []float64, q float64) float64 {
 	i := int(q*float64(len(s))+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
 }
+
+// CheckMix is the scheduler's gate on a session: scorer requests (json and
+// cached) and generations (greedy and seeded sampling) run one at a time,
+// then all at once in a shuffled order, each with the same bits both ways
+// (every candidate's log-likelihood and probability, every token). It
+// returns the number of requests and of passes the busiest step merged.
+func CheckMix(ctx context.Context, s *session.Session, schema *scorer.Schema, n int) (requests, merged int, err error) {
+	recs := Tickets(n, 2)
+	type job struct {
+		text    string
+		backend string
+		gen     *session.Sampling
+	}
+	var jobs []job
+	for i, r := range recs {
+		switch i % 4 {
+		case 0, 1:
+			jobs = append(jobs, job{text: r, backend: []string{"json", "cached"}[i%2]})
+		case 2:
+			jobs = append(jobs, job{text: r, gen: &session.Sampling{MaxTokens: 6 + i%11}})
+		default:
+			jobs = append(jobs, job{text: r, gen: &session.Sampling{MaxTokens: 5 + i%7, Temperature: 0.9, TopK: 50, TopP: 0.95, Seed: uint64(i)}})
+		}
+	}
+	run := func(ctx context.Context, j job) (string, error) {
+		if j.gen != nil {
+			r, err := s.Generate(ctx, session.Request{Kind: session.PromptChat, Input: j.text, Sampling: *j.gen}, nil)
+			return fmt.Sprint(r.IDs), err
+		}
+		r, err := s.Score(ctx, schema, j.text, scorer.Options{Backend: j.backend})
+		if err != nil {
+			return "", err
+		}
+		var b strings.Builder
+		for _, f := range r.Fields {
+			for _, d := range f.Decisions {
+				for _, c := range d.Candidates {
+					fmt.Fprintf(&b, "%s=%x/%x ", c.Value, c.LogLikelihood, c.Probability)
+				}
+			}
+		}
+		return b.String(), nil
+	}
+	alone := make([]string, len(jobs))
+	for i, j := range jobs {
+		if alone[i], err = run(ctx, j); err != nil {
+			return 0, 0, fmt.Errorf("request %d alone: %w", i, err)
+		}
+	}
+	before := s.SchedStats().Steps
+	got := make([]string, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for _, i := range rand.New(rand.NewPCG(5, 8)).Perm(len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = run(ctx, jobs[i])
+		}()
+	}
+	wg.Wait()
+	st := s.SchedStats()
+	for i := range jobs {
+		if errs[i] != nil {
+			return len(jobs), st.MaxPasses, fmt.Errorf("request %d beside the others: %w", i, errs[i])
+		}
+		if got[i] != alone[i] {
+			return len(jobs), st.MaxPasses, fmt.Errorf("request %d (%s) differs beside the others:\n got %s\nwant %s", i, jobs[i].text, got[i], alone[i])
+		}
+	}
+	if st.Steps == before {
+		return len(jobs), st.MaxPasses, fmt.Errorf("the concurrent requests ran no step")
+	}
+	return len(jobs), st.MaxPasses, nil
+}
