@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"verdict/engine/weights"
 )
 
 // Config is the audio tower's configuration: transformers' Gemma3nAudioConfig
@@ -73,6 +75,9 @@ func ParseConfig(data []byte) (Config, error) {
 	} else if top.ModelType != "gemma3n_audio" {
 		return Config{}, fmt.Errorf("audio: config.json has no audio_config (model_type %q)", top.ModelType)
 	}
+	if err := weights.CheckJSONFields(body, listFields); err != nil {
+		return Config{}, fmt.Errorf("audio: audio_config: %w", err)
+	}
 	if err := json.Unmarshal(body, &c); err != nil {
 		return Config{}, fmt.Errorf("audio: audio_config: %w", err)
 	}
@@ -84,6 +89,11 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	return c, c.validate()
 }
+
+// listFields are the subsampling's lists (two convolutions' channels,
+// kernels and strides), bounded in bytes of JSON before they are decoded: 4
+// MB of empty lists would make encoding/json allocate about 300 MB.
+var listFields = map[string]int{"sscp_conv_channel_size": 1 << 10, "sscp_conv_kernel_size": 1 << 10, "sscp_conv_stride_size": 1 << 10}
 
 // Bounds on the sizes a config may ask for, checked before any sizes an
 // allocation; the loader then holds them to the checkpoint's tensors.

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"verdict/engine/weights"
 )
 
 // Config is the text decoder's configuration (transformers' Gemma3nTextConfig).
@@ -119,8 +121,22 @@ const (
 	defaultMaxPositions  = 32768
 )
 
+// listFields are the settings that hold lists (per layer at most) or maps,
+// bounded to maxListJSON bytes of JSON before they are decoded: 1024
+// layers' entries, indented, take under 40 KB, while 4 MB of empty ones
+// would make encoding/json allocate over 100 MB.
+var listFields = map[string]int{
+	"layer_types": maxListJSON, "activation_sparsity_pattern": maxListJSON, "intermediate_size": maxListJSON,
+	"eos_token_id": maxListJSON, "rope_parameters": maxListJSON,
+}
+
+const maxListJSON = 64 << 10
+
 func parseText(data []byte) (Config, error) {
 	var c Config
+	if err := weights.CheckJSONFields(data, listFields); err != nil {
+		return c, fmt.Errorf("text_config: %w", err)
+	}
 	if err := json.Unmarshal(data, &c); err != nil {
 		return c, fmt.Errorf("text_config: %w", err)
 	}

@@ -211,3 +211,28 @@ func excerpt(b []byte) string {
 	}
 	return string(b)
 }
+
+// CheckJSONFields refuses a JSON object (a model's config.json) whose named
+// members take more than their limit in bytes of JSON, before anything
+// decodes them: such lists are sized by the model (per layer at most), and
+// a hostile file's could make encoding/json allocate tens of times the
+// file's size. It allocates nothing; what is not a valid JSON object is
+// left for the decoder to report.
+func CheckJSONFields(obj []byte, limits map[string]int) error {
+	if !json.Valid(obj) {
+		return nil
+	}
+	err := jsonMembers(obj, func(key, val []byte) error {
+		if len(key) < 2 {
+			return nil
+		}
+		if limit, ok := limits[string(key[1:len(key)-1])]; ok && len(val) > limit {
+			return fmt.Errorf("%s is %d bytes of JSON, over the limit of %d", key[1:len(key)-1], len(val), limit)
+		}
+		return nil
+	})
+	if errors.Is(err, errNotObject) {
+		return nil
+	}
+	return err
+}
