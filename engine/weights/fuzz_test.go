@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"os"
 	"path"
@@ -175,6 +176,42 @@ func FuzzCheckpointIndex(f *testing.F) {
 		checkAlloc(t, n, charged)
 		if err == nil && (entries == 0 || shards == 0 || shards > entries) {
 			t.Fatalf("%d entries in %d shards", entries, shards)
+		}
+	})
+}
+
+// FuzzRecipe: any bytes parse as a synthetic fixture's recipe.json or fail
+// with an error, never panic, and allocate a bounded amount (nothing is
+// generated); a recipe that parses lists every tensor with its shape.
+func FuzzRecipe(f *testing.F) {
+	var r struct {
+		Prng    json.RawMessage   `json:"prng"`
+		Tensors []json.RawMessage `json:"tensors"`
+	}
+	if err := json.Unmarshal(tarballFiles(f, "gemma3n-synthetic-tiny.tar.gz", "recipe.json")["recipe.json"], &r); err != nil {
+		f.Fatal(err)
+	}
+	r.Tensors = r.Tensors[:12] // the real file's first tensors, a few KB
+	seed, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s weights.Store
+		var err error
+		n := allocated(func() { s, err = weights.NewRecipeStore(data, nil) })
+		if limit := 8*uint64(len(data)) + 64<<10; n > limit {
+			t.Fatalf("parsing %d bytes allocated %d, over %d", len(data), n, limit)
+		}
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		for _, name := range s.Names() {
+			if _, dtype, ok := s.Info(name); !ok || dtype != "F32" {
+				t.Fatalf("%q listed but Info gives %s, %v", name, dtype, ok)
+			}
 		}
 	})
 }

@@ -1,7 +1,6 @@
 package weights
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"verdict/engine/safefile"
 )
@@ -77,6 +77,11 @@ func NewRecipeStore(recipeJSON []byte, buffers []byte) (Store, error) {
 
 func newRecipeStore(tensors map[string]*recipeTensor, buffers *stStore) (*recipeStore, error) {
 	s := &recipeStore{tensors: tensors, buffers: buffers}
+	nb := 0
+	if buffers != nil {
+		nb = len(buffers.names)
+	}
+	s.names = make([]string, 0, len(tensors)+nb)
 	for name := range tensors {
 		s.names = append(s.names, name)
 	}
@@ -93,45 +98,116 @@ func newRecipeStore(tensors map[string]*recipeTensor, buffers *stStore) (*recipe
 	return s, nil
 }
 
-// parseRecipe reads recipe.json: {"tensors": [{name, shape, seed, offset, scale}]}.
+// recipeEntryCost is the memory a recipe tensor takes beyond its name and
+// shape: the tensor, its map slot and its place in the store's names.
+var recipeEntryCost = heapSize(int(unsafe.Sizeof(recipeTensor{}))) + mapEntry(strHeader+ptrSize) + strHeader
+
+// parseRecipe reads recipe.json: {"tensors": [{name, shape, seed, offset,
+// scale}]}, where it lies and within HeaderBudget (charged before it is
+// allocated).
 func parseRecipe(js []byte) (map[string]*recipeTensor, error) {
-	var r struct {
-		Tensors []struct {
-			Name   string   `json:"name"`
-			Shape  []int    `json:"shape"`
-			Seed   string   `json:"seed"`
-			Offset *float64 `json:"offset"`
-			Scale  *float64 `json:"scale"`
-		} `json:"tensors"`
-	}
-	if err := json.Unmarshal(js, &r); err != nil {
+	if err := checkJSON(js); err != nil {
 		return nil, err
 	}
-	if r.Tensors == nil {
+	var list []byte
+	if err := jsonMembers(js, func(key, val []byte) error {
+		if string(key) == `"tensors"` && string(val) != "null" {
+			list = val
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if list == nil {
 		return nil, errors.New("no tensors list")
 	}
-	out := make(map[string]*recipeTensor, len(r.Tensors))
-	for i, e := range r.Tensors {
-		if e.Name == "" {
-			return nil, fmt.Errorf("tensor #%d has no name", i)
+	n, err := jsonCount(list, '[')
+	if err != nil {
+		return nil, fmt.Errorf("tensors: %w", err)
+	}
+	mem := newBudget("recipe", HeaderBudget)
+	if err := mem.take(int64(heapSize(n*recipeEntryCost)), "tensors", ""); err != nil {
+		return nil, err
+	}
+	out := make(map[string]*recipeTensor, n)
+	i := 0
+	err = jsonElements(list, func(entry []byte) error {
+		defer func() { i++ }()
+		t, name, err := parseRecipeEntry(entry, mem)
+		switch {
+		case err != nil && name == "":
+			return fmt.Errorf("tensor #%d: %w", i, err)
+		case err != nil:
+			return fmt.Errorf("tensor %s: %w", quoted(name), err)
+		case name == "":
+			return fmt.Errorf("tensor #%d has no name", i)
 		}
-		if _, dup := out[e.Name]; dup {
-			return nil, fmt.Errorf("tensor %q listed twice", e.Name)
+		if _, dup := out[name]; dup {
+			return fmt.Errorf("tensor %s listed twice", quoted(name))
 		}
-		if e.Shape == nil || e.Offset == nil || e.Scale == nil || e.Seed == "" {
-			return nil, fmt.Errorf("tensor %q: needs shape, seed, offset and scale", e.Name)
-		}
-		seed, err := strconv.ParseUint(strings.TrimPrefix(e.Seed, "0x"), 16, 64)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: bad seed %q: %w", e.Name, e.Seed, err)
-		}
-		n, err := numel(e.Shape)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", e.Name, err)
-		}
-		out[e.Name] = &recipeTensor{shape: e.Shape, numel: n, seed: seed, offset: *e.Offset, scale: *e.Scale}
+		out[name] = t
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// parseRecipeEntry reads one tensor of a recipe, charging its name and
+// shape to mem.
+func parseRecipeEntry(entry []byte, mem *memBudget) (t *recipeTensor, name string, err error) {
+	var (
+		shape          []int
+		seed           string
+		offset, scale  float64
+		hasOff, hasScl bool
+	)
+	err = jsonMembers(entry, func(key, v []byte) error {
+		var err error
+		switch string(key) {
+		case `"name"`:
+			if err = mem.take(int64(heapSize(len(v))), "tensor name", ""); err == nil {
+				name, err = jsonString(v, maxTensorName, "name")
+			}
+		case `"shape"`:
+			if string(v) == "null" {
+				return nil
+			}
+			if n, cerr := jsonCount(v, '['); cerr == nil {
+				if err = mem.take(int64(heapSize(min(n, maxShape)*intSize)), "tensor", name); err != nil {
+					return err
+				}
+			}
+			shape, err = jsonInts[int](v, maxShape, "shape")
+		case `"seed"`:
+			seed, err = jsonString(v, 32, "seed")
+		case `"offset"`:
+			if hasOff = string(v) != "null"; hasOff {
+				offset, err = jsonNumber(v, "offset")
+			}
+		case `"scale"`:
+			if hasScl = string(v) != "null"; hasScl {
+				scale, err = jsonNumber(v, "scale")
+			}
+		}
+		return err
+	})
+	if err != nil || name == "" {
+		return nil, name, err
+	}
+	if shape == nil || !hasOff || !hasScl || seed == "" {
+		return nil, name, errors.New("needs shape, seed, offset and scale")
+	}
+	s, err := strconv.ParseUint(strings.TrimPrefix(seed, "0x"), 16, 64)
+	if err != nil {
+		return nil, name, fmt.Errorf("bad seed %q: %w", seed, err)
+	}
+	n, err := numel(shape)
+	if err != nil {
+		return nil, name, err
+	}
+	return &recipeTensor{shape: shape, numel: n, seed: s, offset: offset, scale: scale}, name, nil
 }
 
 // Info implements Store; generated tensors are F32.

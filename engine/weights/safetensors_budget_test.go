@@ -87,4 +87,17 @@ func TestSafetensorsHeaderBudget(t *testing.T) {
 			t.Errorf("parsing allocated %d bytes", n)
 		}
 	})
+	t.Run("recipe", func(t *testing.T) {
+		js := manyEntries(`{"tensors":[`, 10_000_000, func(b *bytes.Buffer, i int) { b.WriteString("{}") }, "]}")
+		var err error
+		n := heapAllocated(func() { _, err = NewRecipeStore(js, nil) })
+		t.Logf("%d-byte recipe: %.1f MB allocated; %v", len(js), float64(n)/mb, err)
+		var be *BudgetError
+		if !errors.As(err, &be) || be.Format != "recipe" {
+			t.Errorf("err = %v, want a recipe *BudgetError", err)
+		}
+		if n > 16*mb {
+			t.Errorf("parsing allocated %d bytes", n)
+		}
+	})
 }
