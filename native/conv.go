@@ -194,6 +194,7 @@ func MQAttention(out, q, k, v []float32, nq, heads, nk, d int, scale float32) {
 	C.vk_mqa(fp(out), fp(q), fp(k), fp(v), i64(nq), i64(heads), i64(nk), i64(d), C.float(scale))
 }
 
-// setConvSIMD selects the convolution kernel set (0: portable, 1: best the
-// CPU has) and reports the active one. For tests.
+// setConvSIMD selects the convolution kernel set (0: portable, 1: AVX2+FMA,
+// 2: AVX-512; the best the CPU has up to level) and reports the active one.
+// For tests.
 func setConvSIMD(level int) int { return int(C.vk_conv_set_simd(C.int(level))) }

@@ -84,15 +84,25 @@ func convClose(t *testing.T, name string, got []float32, want []float64, tol flo
 	}
 }
 
-// convBoth runs f with the portable and the best kernel set, then restores.
-func convBoth(t *testing.T, f func(t *testing.T)) {
-	defer setConvSIMD(1)
-	for _, level := range []int{0, 1} {
-		got := setConvSIMD(level)
-		if level == 1 && got == 0 {
-			continue
+// convSets are the convolution kernel sets this CPU has (0 portable, 1
+// AVX2+FMA, 2 AVX-512).
+func convSets() []int {
+	defer setConvSIMD(2)
+	var sets []int
+	for level := range 3 {
+		if setConvSIMD(level) == level {
+			sets = append(sets, level)
 		}
-		t.Run(fmt.Sprintf("simd=%d", got), f)
+	}
+	return sets
+}
+
+// convBoth runs f with every kernel set the CPU has, then restores the best.
+func convBoth(t *testing.T, f func(t *testing.T)) {
+	defer setConvSIMD(2)
+	for _, level := range convSets() {
+		setConvSIMD(level)
+		t.Run(fmt.Sprintf("simd=%d", level), f)
 	}
 }
 
@@ -346,6 +356,62 @@ func TestConvThreadInvariance(t *testing.T) {
 		for j := range got {
 			if math.Float32bits(got[j]) != math.Float32bits(one[i][j]) {
 				t.Fatalf("output %d differs at %d between 1 and %d threads", i, j, Threads())
+			}
+		}
+	}
+}
+
+// TestConvSetsAgree: the matrix products (plain A in place or packed, the
+// im2col view, several K blocks, partial micro-tiles) give the same bits in
+// every kernel set, at one thread and at all.
+func TestConvSetsAgree(t *testing.T) {
+	defer SetThreads(0)
+	sets := convSets()
+	if len(sets) < 2 {
+		t.Skip("one kernel set on this CPU")
+	}
+	defer setConvSIMD(2)
+	r := newRand(14)
+	type gemmCase struct{ n, out, in int }
+	gemms := []gemmCase{{1, 1, 1}, {13, 17, 5}, {25, 33, 320}, {30, 100, 700}, {145, 48, 64}, {150, 160, 641}, {7, 272, 9}, {300, 129, 33}}
+	type convCase struct{ h, w, cin, cout, k, s int }
+	convs := []convCase{{9, 7, 3, 5, 3, 2}, {13, 11, 16, 40, 3, 1}, {16, 16, 40, 33, 3, 2}}
+	var gx, gw [][]float32
+	for _, c := range gemms {
+		gx, gw = append(gx, convRandVec(r, c.n*c.in)), append(gw, convRandVec(r, c.out*c.in))
+	}
+	var cx, cw [][]float32
+	for _, c := range convs {
+		cx, cw = append(cx, convRandVec(r, c.h*c.w*c.cin)), append(cw, convRandVec(r, c.cout*c.cin*c.k*c.k))
+	}
+	run := func() [][]float32 {
+		var outs [][]float32
+		for i, c := range gemms {
+			y := make([]float32, c.n*c.out)
+			GemmPacked(y, gx[i], PackMatrix(gw[i], c.out, c.in), c.n)
+			outs = append(outs, y)
+		}
+		for i, c := range convs {
+			g := SameGeom(c.h, c.w, c.k, c.s)
+			y := make([]float32, g.OH*g.OW*c.cout)
+			Conv2D(y, cx[i], PackConv(cw[i], c.cout, c.cin, c.k), nil, c.cin, g)
+			outs = append(outs, y)
+		}
+		return outs
+	}
+	setConvSIMD(sets[0])
+	SetThreads(1)
+	want := run()
+	for _, level := range sets {
+		for _, threads := range []int{1, 0} {
+			setConvSIMD(level)
+			SetThreads(threads)
+			for i, got := range run() {
+				for j := range got {
+					if math.Float32bits(got[j]) != math.Float32bits(want[i][j]) {
+						t.Fatalf("set %d, %d threads: product %d differs at %d: %g, set %d's %g", level, Threads(), i, j, got[j], sets[0], want[i][j])
+					}
+				}
 			}
 		}
 	}

@@ -3,14 +3,16 @@
  * behind 1×1 and full convolutions (implicit im2col), depthwise convolution,
  * pooling, upsampling and multi-query attention, threaded on the pool of
  * cpu_pool.c. The inner loops are per SIMD level (portable here, AVX2+FMA in
- * cpu_conv_avx2.c).
+ * cpu_conv_avx2.c, AVX-512 in cpu_conv_avx512.c).
  *
  * The matrix product is the usual three-level blocking: A (pixels × input
  * channels, or the im2col view of an image) is packed MC rows × KC columns
- * at a time into 6-row micro-panels; B (the weights) is packed once, at load,
- * into 16-column panels; the 6×16 micro-kernel keeps its 12 accumulators in
- * registers. K blocks are fixed by K alone and each task owns whole output
- * tiles, so results do not depend on the thread count.
+ * at a time into micro-panels of the set's mr rows; B (the weights) is
+ * packed once, at load, into 16-column panels; the micro-kernel keeps its
+ * tile of mr rows × np panels in registers (6×16 in 12 ymm accumulators,
+ * AVX-512 12×32 in 24 zmm). K blocks are fixed by K alone and each task owns
+ * whole output tiles, so results depend on neither the thread count nor the
+ * set.
  */
 #include "cpu_internal.h"
 
@@ -24,7 +26,7 @@
 #include <xmmintrin.h>
 #endif
 
-#define MR 6
+#define MR 6 /* rows of the portable micro-tile */
 #define NR 16
 #ifndef VK_CONV_MC
 #define VK_CONV_MC 144
@@ -32,7 +34,7 @@
 #ifndef VK_CONV_KC
 #define VK_CONV_KC 320
 #endif
-#define MC VK_CONV_MC    /* rows of A per block (multiple of MR) */
+#define MC VK_CONV_MC    /* rows of A per block (multiple of every mr) */
 #define KCMAX VK_CONV_KC /* columns of A per block */
 #define DIRECT_MAX_PANELS 8
 
@@ -61,9 +63,10 @@ static inline void ftz_end(unsigned csr)
 
 /* ------------------------------------------------------------ portable */
 
-static void ukr_scalar(int64_t kc, const float *a, const float *b, float *c,
-                       int64_t ldc, int acc, int mr, int nr)
+static void ukr_scalar(int64_t kc, const float *a, const float *b, int64_t bs,
+                       float *c, int64_t ldc, int acc, int mr, int nr)
 {
+	(void)bs;
 	float t[MR][NR];
 	for (int r = 0; r < MR; r++)
 		for (int j = 0; j < NR; j++)
@@ -83,9 +86,10 @@ static void ukr_scalar(int64_t kc, const float *a, const float *b, float *c,
 }
 
 static void ukr_rows_scalar(int64_t kc, const float *a, int64_t lda,
-                            const float *b, float *c, int64_t ldc, int acc,
-                            int nr)
+                            const float *b, int64_t bs, float *c, int64_t ldc,
+                            int acc, int nr)
 {
+	(void)bs;
 	float t[MR][NR];
 	for (int r = 0; r < MR; r++)
 		for (int j = 0; j < NR; j++)
@@ -160,39 +164,58 @@ static float softmax_row_scalar(float *s, int64_t n, float scale)
 	return sum;
 }
 
-static const vk_conv_ops ops_scalar = {ukr_scalar, ukr_rows_scalar,
+static const vk_conv_ops ops_scalar = {MR, 1, ukr_scalar, ukr_rows_scalar,
                                        norm_row_scalar, dw_row_scalar,
                                        softmax_row_scalar};
 
 static const vk_conv_ops *_Atomic conv_ops = NULL;
 
-static const vk_conv_ops *best_ops(int *level)
+/* best_ops returns the best set up to level (0 portable, 1 AVX2+FMA, 2
+ * AVX-512F) that the CPU has, and sets *got to its level. */
+static const vk_conv_ops *best_ops(int level, int *got)
 {
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-		*level = 1;
-		return &vk_conv_ops_avx2;
+#if defined(VK_HAVE_AVX512_BUILD)
+	if (level >= 2 && __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+		*got = 2;
+		return &vk_conv_ops_avx512;
 	}
 #endif
-	*level = 0;
+	if (level >= 1 && __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("fma")) {
+		*got = 1;
+		return &vk_conv_ops_avx2;
+	}
+#else
+	(void)level;
+#endif
+	*got = 0;
 	return &ops_scalar;
 }
 
 int vk_conv_set_simd(int level)
 {
 	int got = 0;
-	const vk_conv_ops *o = level > 0 ? best_ops(&got) : &ops_scalar;
+	const vk_conv_ops *o = best_ops(level, &got);
 	atomic_store(&conv_ops, o);
 	return got;
 }
 
+/* The first use takes the best set, or the one VERDICT_SIMD names (avx2,
+ * portable) as the other kernels do. */
 static const vk_conv_ops *ops(void)
 {
 	const vk_conv_ops *o = atomic_load_explicit(&conv_ops, memory_order_relaxed);
 	if (!o) {
-		int level;
-		o = best_ops(&level);
+		int level = 2, got;
+		const char *e = getenv("VERDICT_SIMD");
+		if (e && !strcmp(e, "avx2"))
+			level = 1;
+		else if (e && (!strcmp(e, "portable") || !strcmp(e, "scalar")))
+			level = 0;
+		o = best_ops(level, &got);
 		atomic_store(&conv_ops, o);
 	}
 	return o;
@@ -269,15 +292,15 @@ typedef struct {
 	int k, stride, pad_t, pad_l;
 } asrc;
 
-/* pack_rows writes A[i, p0 .. p0+kc) into d[(p − p0)·MR] (one micro-panel
- * row). */
-static void pack_row(float *d, const asrc *s, int64_t i, int64_t p0,
+/* pack_row writes A[i, p0 .. p0+kc) into d[(p − p0)·mr] (one row of a
+ * micro-panel of mr rows). */
+static void pack_row(float *d, int mr, const asrc *s, int64_t i, int64_t p0,
                      int64_t kc)
 {
 	if (!s->conv) {
 		const float *src = s->x + i * s->ldx + p0;
 		for (int64_t p = 0; p < kc; p++)
-			d[p * MR] = src[p];
+			d[p * mr] = src[p];
 		return;
 	}
 	int64_t oy = i / s->ow, ox = i - oy * s->ow;
@@ -287,33 +310,33 @@ static void pack_row(float *d, const asrc *s, int64_t i, int64_t p0,
 		int64_t tap = p / c, ci = p - tap * c;
 		int64_t cnt = c - ci < p1 - p ? c - ci : p1 - p;
 		int64_t iy = iy0 + tap / s->k, ix = ix0 + tap % s->k;
-		float *dp = d + (p - p0) * MR;
+		float *dp = d + (p - p0) * mr;
 		if (iy >= 0 && iy < s->h && ix >= 0 && ix < s->w) {
 			const float *src = s->x + (iy * s->w + ix) * c + ci;
 			for (int64_t j = 0; j < cnt; j++)
-				dp[j * MR] = src[j];
+				dp[j * mr] = src[j];
 		} else {
 			for (int64_t j = 0; j < cnt; j++)
-				dp[j * MR] = 0;
+				dp[j * mr] = 0;
 		}
 		p += cnt;
 	}
 }
 
 /* pack_a packs rows [i0, i0 + mc) of A, columns [p0, p0 + kc), into
- * ceil(mc/MR) micro-panels of kc×MR; rows past m are zero. */
-static void pack_a(float *dst, const asrc *s, int64_t m, int64_t i0,
+ * ceil(mc/mr) micro-panels of kc×mr; rows past m are zero. */
+static void pack_a(float *dst, int mr, const asrc *s, int64_t m, int64_t i0,
                    int64_t mc, int64_t p0, int64_t kc)
 {
-	for (int64_t ir = 0; ir < mc; ir += MR) {
+	for (int64_t ir = 0; ir < mc; ir += mr) {
 		float *d = dst + ir * kc;
-		for (int r = 0; r < MR; r++) {
+		for (int r = 0; r < mr; r++) {
 			int64_t i = i0 + ir + r;
 			if (ir + r < mc && i < m) {
-				pack_row(d + r, s, i, p0, kc);
+				pack_row(d + r, mr, s, i, p0, kc);
 			} else {
 				for (int64_t p = 0; p < kc; p++)
-					d[p * MR + r] = 0;
+					d[p * mr + r] = 0;
 			}
 		}
 	}
@@ -328,35 +351,37 @@ static int64_t kc_step(int64_t k)
 }
 
 /* gemm_block computes y rows [i0, i0 + mc) × panels [jp0, jp1) on the
- * calling thread. */
+ * calling thread, in micro-tiles of o->mr rows × o->np panels. */
 static void gemm_block(const vk_conv_ops *o, float *y, int64_t ldy,
                        const asrc *s, int64_t m, const float *bp, int64_t n,
                        int64_t k, int64_t i0, int64_t mc, int64_t jp0,
                        int64_t jp1)
 {
-	int64_t kcs = kc_step(k);
+	const int mr = o->mr, np = o->np;
+	int64_t kcs = kc_step(k), bs = NR * k;
 	/* With few panels to share the packing, plain A is read in place by
 	 * whole micro-panels (only a last partial one is packed); otherwise A
 	 * is packed (contiguous micro-panels stream better). */
 	int direct = !s->conv && jp1 - jp0 <= DIRECT_MAX_PANELS;
-	int64_t full = direct ? mc / MR * MR : 0;
-	int64_t mcp = (mc - full + MR - 1) / MR * MR;
+	int64_t full = direct ? mc / mr * mr : 0;
+	int64_t mcp = (mc - full + mr - 1) / mr * mr;
 	float *abuf = vk_scratch(1, (size_t)(mcp * kcs) * sizeof(float));
 	for (int64_t p0 = 0; p0 < k; p0 += kcs) {
 		int64_t kc = k - p0 < kcs ? k - p0 : kcs;
 		if (mc > full)
-			pack_a(abuf, s, m, i0 + full, mc - full, p0, kc);
-		for (int64_t jp = jp0; jp < jp1; jp++) {
-			const float *b = bp + jp * NR * k + p0 * NR;
-			int nr = (int)(n - jp * NR < NR ? n - jp * NR : NR);
+			pack_a(abuf, mr, s, m, i0 + full, mc - full, p0, kc);
+		for (int64_t jp = jp0; jp < jp1; jp += np) {
+			const float *b = bp + jp * bs + p0 * NR;
+			int64_t cols = n - jp * NR, lim = (jp1 - jp < np ? jp1 - jp : np) * NR;
+			int nr = (int)(cols < lim ? cols : lim);
 			int64_t ir = 0;
-			for (; ir < full; ir += MR)
-				o->ukr_rows(kc, s->x + (i0 + ir) * s->ldx + p0, s->ldx, b,
+			for (; ir < full; ir += mr)
+				o->ukr_rows(kc, s->x + (i0 + ir) * s->ldx + p0, s->ldx, b, bs,
 				            y + (i0 + ir) * ldy + jp * NR, ldy, p0 > 0, nr);
-			for (; ir < mc; ir += MR) {
-				int mr = (int)(mc - ir < MR ? mc - ir : MR);
-				o->ukr(kc, abuf + (ir - full) * kc, b,
-				       y + (i0 + ir) * ldy + jp * NR, ldy, p0 > 0, mr, nr);
+			for (; ir < mc; ir += mr) {
+				int m_ = (int)(mc - ir < mr ? mc - ir : mr);
+				o->ukr(kc, abuf + (ir - full) * kc, b, bs,
+				       y + (i0 + ir) * ldy + jp * NR, ldy, p0 > 0, m_, nr);
 			}
 		}
 	}
@@ -398,7 +423,9 @@ static void gemm_run(float *y, int64_t ldy, const asrc *s, const float *bp,
 	int64_t maxnb = c.npan / 4 > 1 ? c.npan / 4 : 1; /* >= 4 panels a task */
 	if (nnb > maxnb)
 		nnb = maxnb;
-	c.pchunk = (c.npan + nnb - 1) / nnb;
+	/* Whole micro-tiles of o->np panels a task. */
+	int64_t np = c.o->np;
+	c.pchunk = ((c.npan + nnb - 1) / nnb + np - 1) / np * np;
 	c.nnb = (c.npan + c.pchunk - 1) / c.pchunk;
 	vk_par(nmb * c.nnb, 2.0 * (double)m * (double)n * (double)k, gemm_task,
 	       &c);
@@ -609,7 +636,7 @@ void vk_chw_to_hwc(float *y, const float *x, int64_t c, int64_t hw)
 
 /* ------------------------------------------------------------ attention */
 
-#define ARB 48 /* query rows (pixel·head) per task, multiple of MR */
+#define ARB 48 /* query rows (pixel·head) per task, multiple of every mr */
 
 typedef struct {
 	const vk_conv_ops *o;

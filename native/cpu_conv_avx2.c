@@ -15,9 +15,10 @@
 
 /* 6×16 micro-kernel: c[r·ldc + j] (+)= sum_p a[p·6 + r]·b[p·16 + j] for
  * r < mr, j < nr. a and b are packed panels of kc steps. */
-static void ukr_avx2(int64_t kc, const float *a, const float *b, float *c,
-                     int64_t ldc, int acc, int mr, int nr)
+static void ukr_avx2(int64_t kc, const float *a, const float *b, int64_t bs,
+                     float *c, int64_t ldc, int acc, int mr, int nr)
 {
+	(void)bs;
 	__m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
 	__m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
 	__m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -89,9 +90,10 @@ static void ukr_avx2(int64_t kc, const float *a, const float *b, float *c,
 
 /* The micro-kernel with A in place: six rows a + r·lda (no packing). */
 static void ukr_rows_avx2(int64_t kc, const float *a, int64_t lda,
-                          const float *b, float *c, int64_t ldc, int acc,
-                          int nr)
+                          const float *b, int64_t bs, float *c, int64_t ldc,
+                          int acc, int nr)
 {
+	(void)bs;
 	__m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
 	__m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
 	__m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -164,9 +166,9 @@ static void ukr_rows_avx2(int64_t kc, const float *a, int64_t lda,
 }
 
 /* One output row of a depthwise convolution (see vk_dwconv2d). */
-static void dw_row_avx2(float *y, const float *x, const float *wt, int64_t h,
-                        int64_t w, int64_t c, int64_t ow, int k, int stride,
-                        int pad_t, int pad_l, int64_t oy)
+void vk_conv_dw_row_avx2(float *y, const float *x, const float *wt, int64_t h,
+                         int64_t w, int64_t c, int64_t ow, int k, int stride,
+                         int pad_t, int pad_l, int64_t oy)
 {
 	int64_t iy0 = oy * stride - pad_t;
 	int ky0 = iy0 < 0 ? (int)-iy0 : 0;
@@ -246,7 +248,7 @@ static inline __m256 exp_avx2(__m256 x)
 
 /* s[j] = exp(scale·(s[j] − max s)) in place (0 below SOFTMAX_CUT); returns
  * the sum. */
-static float softmax_row_avx2(float *s, int64_t n, float scale)
+float vk_conv_softmax_row_avx2(float *s, int64_t n, float scale)
 {
 	int64_t j = 0;
 	float m = -INFINITY;
@@ -296,9 +298,9 @@ static inline __m256 gelu_avx2(__m256 x)
 	return _mm256_sub_ps(x, _mm256_div_ps(x, d));
 }
 
-static void norm_row_avx2(float *y, const float *x, const float *w,
-                          const float *gamma, const float *res, int64_t c,
-                          float eps, int gelu)
+void vk_conv_norm_row_avx2(float *y, const float *x, const float *w,
+                           const float *gamma, const float *res, int64_t c,
+                           float eps, int gelu)
 {
 	__m256 acc = _mm256_setzero_ps();
 	int64_t i = 0;
@@ -337,8 +339,13 @@ static void norm_row_avx2(float *y, const float *x, const float *w,
 	}
 }
 
-const vk_conv_ops vk_conv_ops_avx2 = {ukr_avx2, ukr_rows_avx2, norm_row_avx2,
-                                      dw_row_avx2, softmax_row_avx2};
+const vk_conv_ops vk_conv_ops_avx2 = {6,
+                                      1,
+                                      ukr_avx2,
+                                      ukr_rows_avx2,
+                                      vk_conv_norm_row_avx2,
+                                      vk_conv_dw_row_avx2,
+                                      vk_conv_softmax_row_avx2};
 
 #else
 typedef int vk_conv_no_avx2; /* not an x86 build */

@@ -5,10 +5,10 @@
  * Activations are channels-last: an image of h×w pixels and c channels is
  * [h, w, c] row-major, so a 1×1 convolution is a matrix product over pixels.
  * The matrix products run on a packed weight layout (vk_conv_pack) through a
- * register-blocked AVX2/FMA micro-kernel (portable C otherwise), threaded on
- * the pool of cpu_pool.c. Every output element is computed by one thread in
- * an order fixed by the shapes alone, so results do not depend on the thread
- * count. Denormal inputs and results are flushed to zero while these kernels
+ * register-blocked AVX-512 or AVX2/FMA micro-kernel (portable C otherwise),
+ * threaded on the pool of cpu_pool.c. Every output element is computed by
+ * one thread in an order fixed by the shapes alone, so results do not depend
+ * on the thread count. Denormal inputs and results are flushed to zero while these kernels
  * run (x86 FTZ/DAZ; the caller's floating-point mode is restored).
  */
 #ifndef VERDICT_KERNELS_CONV_H
@@ -20,8 +20,10 @@
 extern "C" {
 #endif
 
-/* vk_conv_set_simd selects the kernel set of this file: 0 portable, 1 best
- * available; it returns the active one (0 portable, 1 AVX2+FMA). */
+/* vk_conv_set_simd selects the kernel set of this file, the best the CPU
+ * has up to level (0 portable, 1 AVX2+FMA, 2 AVX-512F), and returns it. The
+ * default is the best, or the one VERDICT_SIMD caps it at (avx2,
+ * portable). The matrix products give the same bits in every set. */
 int vk_conv_set_simd(int level);
 
 /* Packed B operand: a matrix B[n, k] (PyTorch's weight layout [out, in]) as
@@ -88,13 +90,21 @@ void vk_mqa(float *out, const float *q, const float *k, const float *v,
  * largest term; keeps denormals out of the attention products). */
 #define SOFTMAX_CUT (-60.0f)
 typedef struct {
-	/* 6×16 micro-kernel: c[r·ldc + j] (+)= sum_p a[p·6 + r]·b[p·16 + j]
-	 * for r < mr, j < nr (acc: add to c, else overwrite). */
-	void (*ukr)(int64_t kc, const float *a, const float *b, float *c,
-	            int64_t ldc, int acc, int mr, int nr);
-	/* As ukr with mr = 6, but A read in place: a[r·lda + p]. */
+	/* Rows (mr) and 16-column panels (np) of one micro-tile; mr divides
+	 * MC (cpu_conv.c) and 48. A is packed in micro-panels of kc×mr. */
+	int mr, np;
+	/* Micro-kernel: c[r·ldc + j] (+)= sum_p a[p·mr + r]·B[p, j] for r < m,
+	 * j < n (n <= np·16; acc: add to c, else overwrite), where B[p, j] is
+	 * b[p·16 + j] for j < 16 and b[bs + p·16 + j − 16] after (the next
+	 * panel, read only when n > 16). Each c is the sum over p in order,
+	 * one fused multiply-add a step from 0, then added to c when acc: the
+	 * bits do not depend on the tile or the SIMD level. */
+	void (*ukr)(int64_t kc, const float *a, const float *b, int64_t bs,
+	            float *c, int64_t ldc, int acc, int m, int n);
+	/* As ukr with m = mr, but A read in place: a[r·lda + p]. */
 	void (*ukr_rows)(int64_t kc, const float *a, int64_t lda,
-	                 const float *b, float *c, int64_t ldc, int acc, int nr);
+	                 const float *b, int64_t bs, float *c, int64_t ldc,
+	                 int acc, int n);
 	/* One row of vk_rmsnorm_act. */
 	void (*norm_row)(float *y, const float *x, const float *w,
 	                 const float *gamma, const float *res, int64_t c,
@@ -107,6 +117,15 @@ typedef struct {
 	float (*softmax_row)(float *s, int64_t n, float scale);
 } vk_conv_ops;
 extern const vk_conv_ops vk_conv_ops_avx2;
+/* The AVX-512 set: its own micro-kernels, the AVX2 set's row kernels. */
+extern const vk_conv_ops vk_conv_ops_avx512;
+void vk_conv_norm_row_avx2(float *y, const float *x, const float *w,
+                           const float *gamma, const float *res, int64_t c,
+                           float eps, int gelu);
+void vk_conv_dw_row_avx2(float *y, const float *x, const float *wt, int64_t h,
+                         int64_t w, int64_t c, int64_t ow, int k, int stride,
+                         int pad_t, int pad_l, int64_t oy);
+float vk_conv_softmax_row_avx2(float *s, int64_t n, float scale);
 #endif
 
 #ifdef __cplusplus

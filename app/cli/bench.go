@@ -131,6 +131,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		t.SetPeak(ceil)
 		rep.Towers = t
 	}
 	if *asJSON {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,8 +60,31 @@ func TestBenchTowers(t *testing.T) {
 	tiny := filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz")
 	code, out, errOut = run(append(base, "--vision-model", "none", "--audio-tower", tiny, "--audio-seconds", "2.5")...)
 	if code != 0 || !strings.Contains(out, "audio tower (conformer, hidden 64, 2 layers, shared by E2B and E4B): ") ||
-		!strings.Contains(out, " ms for 2.5 s of audio on cpu (") || !strings.Contains(out, "vision tower: skipped (--vision-model none)") {
+		!strings.Contains(out, " ms for 2.5 s of audio on cpu (") || !strings.Contains(out, "vision tower: skipped (--vision-model none)") ||
+		!strings.Contains(out, " GFLOP a clip (subsampling ") || strings.Contains(out, "FMA peak") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// With the limits measured, the rate is a share of the FMA peak.
+	code, out, errOut = run("bench", "--model", "", "--tower-runs", "1", "--vision-model", "none", "--audio-tower", tiny, "--audio-seconds", "1", "--json")
+	var peak struct {
+		Limits struct {
+			FMAPeak float64 `json:"fma_peak_gflop_per_s"`
+		} `json:"limits"`
+		Towers struct {
+			Audio struct {
+				GFLOP   float64 `json:"gflop"`
+				GFLOPs  float64 `json:"gflop_per_s"`
+				Percent float64 `json:"percent_of_fma_peak"`
+			} `json:"audio"`
+		} `json:"towers"`
+	}
+	if err := json.Unmarshal([]byte(out), &peak); code != 0 || err != nil {
+		t.Fatalf("limits: exit %d, %v: %s %s", code, err, out, errOut)
+	}
+	if a := peak.Towers.Audio; a.GFLOP <= 0 || a.GFLOPs <= 0 || peak.Limits.FMAPeak <= 0 ||
+		math.Abs(a.Percent-100*a.GFLOPs/peak.Limits.FMAPeak) > 1e-9*a.Percent {
+		t.Errorf("limits: %s", out)
 	}
 
 	code, out, errOut = run("bench", "--model", "", "--limits=false", "--towers=false", "--json")

@@ -514,3 +514,52 @@ func (ly *conformerLayer) forward(s *scratch, b *boundLayer, x native.Tensor, cf
 	st.Clip(x, x, clip)
 	st.RMSNorm(x, x, b.norm, D, normEps)
 }
+
+// FLOPs is a clip's arithmetic through the encoder and the embedder's soft
+// path, by part: multiply-adds ×2 counted from the shapes (every frame
+// real); norms, activations, the softmax and the clipping are left out.
+type FLOPs struct {
+	Subsample   float64 `json:"subsample"`             // the two subsampling convolutions and the input projection
+	FeedForward float64 `json:"feed_forward"`          // both feed-forward modules of every layer
+	Projections float64 `json:"attention_projections"` // q, k, v and the attention's output projection
+	Attention   float64 `json:"attention"`             // local attention: q·k, the relative-position logits q·pos, the sums over v
+	LightConv   float64 `json:"light_conv"`            // the light convolution's two projections and its depthwise convolution
+	Embed       float64 `json:"embed"`                 // the embedder's projection of the encoder rows
+}
+
+// Total is the sum over the parts.
+func (f FLOPs) Total() float64 {
+	return f.Subsample + f.FeedForward + f.Projections + f.Attention + f.LightConv + f.Embed
+}
+
+// FLOPs counts frames feature frames (Features' rows) through Encode and
+// Embed.
+func (t *Tower) FLOPs(frames int) FLOPs {
+	var f FLOPs
+	cfg := t.Cfg
+	if frames <= 0 {
+		return f
+	}
+	tIn, fIn, cIn := frames, cfg.InputFeatSize, 1
+	for i := range t.conv {
+		c := &t.conv[i]
+		tOut, fOut := cfg.sscpOut(i, tIn, fIn)
+		f.Subsample += 2 * float64(tOut*fOut) * float64(c.out*c.kt*c.kf*cIn)
+		tIn, fIn, cIn = tOut, fOut, c.out
+	}
+	T, D := float64(tIn), float64(cfg.HiddenSize)
+	f.Subsample += 2 * T * D * float64(fIn*cIn)
+	// Keys a query sees: past before it, future after, within the clip.
+	past, future := max(0, cfg.ContextLeft-1), cfg.ContextRight
+	keys := 0.0
+	for i := range tIn {
+		keys += float64(min(tIn-1, i+future) - max(0, i-past) + 1)
+	}
+	L := float64(len(t.layers))
+	f.FeedForward = L * 2 * (2 * T * D * 4 * D * 2)
+	f.Projections = L * 4 * 2 * T * D * D
+	f.Attention = L * 3 * 2 * keys * D // per key and head: two dot products and an axpy of head_dim
+	f.LightConv = L * (2*T*D*2*D + 2*T*D*D + 2*T*D*float64(cfg.ConvKernel))
+	f.Embed = 2 * float64(cfg.NumTokens(frames)) * D * float64(t.textHidden)
+	return f
+}

@@ -1,8 +1,10 @@
 package audio_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -135,5 +137,49 @@ func TestSoftTokens(t *testing.T) {
 	wg.Wait()
 	if _, err := tw.SoftTokens(make([]float32, 100)); err == nil {
 		t.Error("SoftTokens of a 100-sample clip: no error")
+	}
+}
+
+// TestTowerFLOPs: the conformer's matrix products counted by Tower.FLOPs
+// are 2·rows·(the elements of every 2-D conformer weight in the
+// checkpoint), the attention's keys the window's, and a longer clip costs
+// more.
+func TestTowerFLOPs(t *testing.T) {
+	tw, dir := loadFixtureTower(t, "gemma3n-synthetic-tiny")
+	store, err := weights.OpenRecipe(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	elems := 0.0
+	for _, name := range store.Names() {
+		shape, _, _ := store.Info(name)
+		if strings.Contains(name, "audio_tower.conformer.") && strings.HasSuffix(name, ".weight") && len(shape) == 2 &&
+			!strings.Contains(name, "pos_proj") { // folded into pos at load
+			elems += float64(shape[0] * shape[1])
+		}
+	}
+	cfg := tw.Cfg
+	const frames = 400
+	T := 4 * cfg.NumTokens(frames) // 400 frames: 100 rows after the subsampling, 25 after the reduction
+	f := tw.FLOPs(frames)
+	D, L := float64(cfg.HiddenSize), float64(cfg.NumLayers)
+	products := f.FeedForward + f.Projections + f.LightConv - L*2*float64(T)*D*float64(cfg.ConvKernel)
+	if want := 2 * float64(T) * elems; math.Abs(products-want) > 1e-9*want {
+		t.Errorf("conformer products %.6g, want 2·%d rows·%g elements = %.6g", products, T, elems, want)
+	}
+	past := float64(cfg.ContextLeft - 1)
+	keys := (past+1)*float64(T) - past*(past+1)/2 // future 0: min(i, past)+1 keys for query i
+	if cfg.ContextRight != 0 {
+		t.Fatalf("fixture's context right %d, the count assumes 0", cfg.ContextRight)
+	}
+	if want := L * 6 * keys * D; math.Abs(f.Attention-want) > 1e-9*want {
+		t.Errorf("attention %.6g, want %.6g", f.Attention, want)
+	}
+	if f.Subsample <= 0 || f.Embed != 2*float64(cfg.NumTokens(frames))*D*float64(tw.TextHidden()) {
+		t.Errorf("subsample %g, embed %g", f.Subsample, f.Embed)
+	}
+	if long := tw.FLOPs(2 * frames); long.Total() <= f.Total() || tw.FLOPs(0).Total() != 0 {
+		t.Errorf("FLOPs(%d) = %g, FLOPs(%d) = %g, FLOPs(0) = %g", 2*frames, long.Total(), frames, f.Total(), tw.FLOPs(0).Total())
 	}
 }

@@ -45,6 +45,13 @@ type VisionReport struct {
 	MS         float64 `json:"ms_per_image"`
 	MinSeconds float64 `json:"min_seconds"`
 	SoftTokens int     `json:"soft_tokens"`
+	// FLOPs is an image's arithmetic by kind (vision.Tower.FLOPs), GFLOP
+	// its total, GFLOPs the rate of the median run and PercentOfPeak that
+	// rate over the FMA peak (0: no limits measured).
+	FLOPs         vision.FLOPs `json:"flops"`
+	GFLOP         float64      `json:"gflop"`
+	GFLOPs        float64      `json:"gflop_per_s"`
+	PercentOfPeak float64      `json:"percent_of_fma_peak,omitempty"`
 	// Backend is where the encoder ran: the backend's name, with
 	// " (fallback)" when it is not the one asked for (a GPU backend
 	// without the tower's operations hands the tower to the CPU).
@@ -65,10 +72,33 @@ type AudioReport struct {
 	FeaturesSeconds float64 `json:"features_seconds"`
 	// EncoderTokens are the encoder rows computed from real frames;
 	// SoftTokens the rows a prompt gets (padded to the clip's placeholders).
-	EncoderTokens int    `json:"encoder_tokens"`
-	SoftTokens    int    `json:"soft_tokens"`
-	Backend       string `json:"backend"`
-	Requested     string `json:"requested_backend"`
+	EncoderTokens int `json:"encoder_tokens"`
+	SoftTokens    int `json:"soft_tokens"`
+	// FLOPs is the clip's arithmetic by part (audio.Tower.FLOPs), GFLOP
+	// its total; GFLOPs is the rate over TowerSeconds, the median of the
+	// runs' time less their features', and PercentOfPeak that rate over
+	// the FMA peak (0: no limits measured).
+	FLOPs         audio.FLOPs `json:"flops"`
+	GFLOP         float64     `json:"gflop"`
+	TowerSeconds  float64     `json:"tower_seconds"`
+	GFLOPs        float64     `json:"gflop_per_s"`
+	PercentOfPeak float64     `json:"percent_of_fma_peak,omitempty"`
+	Backend       string      `json:"backend"`
+	Requested     string      `json:"requested_backend"`
+}
+
+// SetPeak fills the towers' percentages of the FMA peak from lim (nil:
+// not measured, left 0).
+func (r *TowerReport) SetPeak(lim *Limits) {
+	if lim == nil || !(lim.FMAPeak > 0) {
+		return
+	}
+	if v := r.Vision; v != nil {
+		v.PercentOfPeak = 100 * v.GFLOPs / lim.FMAPeak
+	}
+	if a := r.Audio; a != nil {
+		a.PercentOfPeak = 100 * a.GFLOPs / lim.FMAPeak
+	}
 }
 
 // ranOn labels the backend a tower ran on against the one asked for (nil:
@@ -167,6 +197,9 @@ func MeasureVision(ctx context.Context, t *vision.Tower, asked *native.Backend, 
 	}
 	r.Seconds, r.MinSeconds = median(secs)
 	r.MS = 1000 * r.Seconds
+	r.FLOPs = t.FLOPs()
+	r.GFLOP = r.FLOPs.Total() / 1e9
+	r.GFLOPs = r.GFLOP / r.Seconds
 	r.Backend = ranOn(t.Backend(), asked)
 	return r, nil
 }
@@ -188,7 +221,8 @@ func MeasureAudio(ctx context.Context, t *audio.Tower, asked *native.Backend, cl
 	if len(clip) == 0 {
 		return r, fmt.Errorf("bench: audio tower: an empty clip")
 	}
-	var secs, feat []float64
+	var secs, feat, tower []float64
+	frames := 0
 	for i := -1; i < runs; i++ {
 		start := time.Now()
 		feats, mask := audio.Features(clip)
@@ -202,9 +236,10 @@ func MeasureAudio(ctx context.Context, t *audio.Tower, asked *native.Backend, cl
 			return r, fmt.Errorf("bench: audio tower: %w", err)
 		}
 		if i >= 0 {
-			secs = append(secs, time.Since(start).Seconds())
-			feat = append(feat, f)
+			total := time.Since(start).Seconds()
+			secs, feat, tower = append(secs, total), append(feat, f), append(tower, total-f)
 		}
+		frames = len(mask)
 		r.EncoderTokens = 0
 		for _, ok := range encMask {
 			if ok {
@@ -215,7 +250,11 @@ func MeasureAudio(ctx context.Context, t *audio.Tower, asked *native.Backend, cl
 	}
 	r.Seconds, r.MinSeconds = median(secs)
 	r.FeaturesSeconds, _ = median(feat)
+	r.TowerSeconds, _ = median(tower)
 	r.MS = 1000 * r.Seconds
+	r.FLOPs = t.FLOPs(frames)
+	r.GFLOP = r.FLOPs.Total() / 1e9
+	r.GFLOPs = r.GFLOP / r.TowerSeconds
 	r.Backend = ranOn(t.Backend(), asked)
 	return r, nil
 }
@@ -255,15 +294,29 @@ func OpenAudioTower(path string, be *native.Backend) (t *audio.Tower, close func
 func (r TowerReport) String() string {
 	var b strings.Builder
 	shared := "shared by E2B and E4B"
+	rate := func(rate, pct float64) string {
+		s := fmt.Sprintf("%.1f GFLOP/s", rate)
+		if pct > 0 {
+			s += fmt.Sprintf(" = %.0f%% of the FMA peak", pct)
+		}
+		return s
+	}
 	if v := r.Vision; v != nil {
 		fmt.Fprintf(&b, "vision tower (%s, %s, %s): %.1f ms an image on %s (%d soft tokens; median of %d, best %.1f ms)\n",
 			v.Tower, v.Image, shared, v.MS, v.Backend, v.SoftTokens, r.Runs, 1000*v.MinSeconds)
+		f := v.FLOPs
+		fmt.Fprintf(&b, "  %.1f GFLOP an image (convolutions %.1f, depthwise %.1f, pointwise %.1f, attention %.1f): %s\n",
+			v.GFLOP, f.Conv/1e9, f.Depthwise/1e9, f.Pointwise/1e9, f.Attention/1e9, rate(v.GFLOPs, v.PercentOfPeak))
 	} else if r.VisionSkipped != "" {
 		fmt.Fprintf(&b, "vision tower: skipped (%s)\n", r.VisionSkipped)
 	}
 	if a := r.Audio; a != nil {
 		fmt.Fprintf(&b, "audio tower (%s, %s): %.1f ms for %g s of audio on %s (features %.1f ms; %d encoder rows, %d soft tokens; median of %d, best %.1f ms)\n",
 			a.Tower, shared, a.MS, a.AudioSeconds, a.Backend, 1000*a.FeaturesSeconds, a.EncoderTokens, a.SoftTokens, r.Runs, 1000*a.MinSeconds)
+		f := a.FLOPs
+		fmt.Fprintf(&b, "  %.1f GFLOP a clip (subsampling %.1f, feed-forward %.1f, attention projections %.1f, attention %.1f, light convolution %.1f, embedder %.1f) in %.1f ms without the features: %s\n",
+			a.GFLOP, f.Subsample/1e9, f.FeedForward/1e9, f.Projections/1e9, f.Attention/1e9, f.LightConv/1e9, f.Embed/1e9,
+			1000*a.TowerSeconds, rate(a.GFLOPs, a.PercentOfPeak))
 	} else if r.AudioSkipped != "" {
 		fmt.Fprintf(&b, "audio tower: skipped (%s)\n", r.AudioSkipped)
 	}

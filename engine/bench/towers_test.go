@@ -5,12 +5,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"verdict/engine/audio"
 	"verdict/engine/fixture"
 	"verdict/engine/vision"
 	"verdict/engine/weights"
@@ -89,6 +91,11 @@ func TestMeasureAudio(t *testing.T) {
 				r.MS != 1000*r.Seconds || r.FeaturesSeconds <= 0 || r.FeaturesSeconds >= r.Seconds || r.EncoderTokens <= 0 ||
 				r.EncoderTokens > r.SoftTokens || r.SoftTokens != tw.Cfg.SoftTokens || !strings.Contains(r.Tower, "hidden 64, 2 layers") {
 				t.Errorf("%+v", r)
+			}
+			_, frames := audio.Features(TestClip(tc.seconds))
+			if want := tw.FLOPs(len(frames)).Total(); math.Abs(r.GFLOP*1e9-want) > 0.01*want || r.TowerSeconds <= 0 ||
+				r.TowerSeconds >= r.Seconds || math.Abs(r.GFLOPs-r.GFLOP/r.TowerSeconds) > 1e-9*r.GFLOPs || r.PercentOfPeak != 0 {
+				t.Errorf("GFLOP %g (FLOPs %g), tower %gs, %g GFLOP/s, %g%% of peak", r.GFLOP, want, r.TowerSeconds, r.GFLOPs, r.PercentOfPeak)
 			}
 			if tc.be == fake && r.Requested != "cuda" {
 				t.Errorf("requested %q, want cuda", r.Requested)
@@ -177,7 +184,8 @@ func TestMeasureVisionFallback(t *testing.T) {
 	}
 	t.Logf("%+v", r)
 	if r.Backend != "cpu (fallback)" || r.Requested != "cuda" || r.Tower != "MobileNetV5-300M" || r.Image != "768x768" ||
-		r.SoftTokens != 256 || r.Seconds <= 0 || r.MinSeconds != r.Seconds || r.MS != 1000*r.Seconds {
+		r.SoftTokens != 256 || r.Seconds <= 0 || r.MinSeconds != r.Seconds || r.MS != 1000*r.Seconds ||
+		r.GFLOP != tw.FLOPs().Total()/1e9 || r.GFLOP < 800 || r.GFLOPs != r.GFLOP/r.Seconds {
 		t.Errorf("%+v", r)
 	}
 }
@@ -185,9 +193,12 @@ func TestMeasureVisionFallback(t *testing.T) {
 // The text report gives a line per tower, names the models sharing it and
 // the backend it ran on; the JSON has a top-level "towers" object.
 func TestTowerReportOutput(t *testing.T) {
-	v := &VisionReport{Tower: "MobileNetV5-300M", Image: "768x768", Seconds: 0.0621, MS: 62.1, MinSeconds: 0.06, SoftTokens: 256, Backend: "cuda", Requested: "cuda"}
+	v := &VisionReport{Tower: "MobileNetV5-300M", Image: "768x768", Seconds: 0.0621, MS: 62.1, MinSeconds: 0.06, SoftTokens: 256, Backend: "cuda", Requested: "cuda",
+		FLOPs: vision.FLOPs{Conv: 98.4e9, Depthwise: 1.9e9, Pointwise: 675.4e9, Attention: 95.8e9}, GFLOP: 871.5, GFLOPs: 14034}
 	a := &AudioReport{Tower: "conformer, hidden 1536, 12 layers", AudioSeconds: 30, Seconds: 0.5, MS: 500, MinSeconds: 0.4,
-		FeaturesSeconds: 0.1, EncoderTokens: 188, SoftTokens: 188, Backend: "cpu (fallback)", Requested: "cuda"}
+		FeaturesSeconds: 0.1, EncoderTokens: 188, SoftTokens: 188, Backend: "cpu (fallback)", Requested: "cuda",
+		FLOPs: audio.FLOPs{Subsample: 4e9, FeedForward: 650e9, Projections: 160e9, Attention: 10e9, LightConv: 125e9, Embed: 1e9}, GFLOP: 950,
+		TowerSeconds: 0.4, GFLOPs: 2375}
 	for _, tc := range []struct {
 		name string
 		r    TowerReport
@@ -198,7 +209,9 @@ func TestTowerReportOutput(t *testing.T) {
 			"vision tower (MobileNetV5-300M, 768x768, shared by E2B and E4B): 62.1 ms an image on cuda",
 			"audio tower (conformer, hidden 1536, 12 layers, shared by E2B and E4B): 500.0 ms for 30 s of audio on cpu (fallback)",
 			"median of 3",
-		}, []string{"skipped"}},
+			"871.5 GFLOP an image (convolutions 98.4, depthwise 1.9, pointwise 675.4, attention 95.8): 14034.0 GFLOP/s\n",
+			"950.0 GFLOP a clip (subsampling 4.0, feed-forward 650.0, attention projections 160.0, attention 10.0, light convolution 125.0, embedder 1.0) in 400.0 ms without the features: 2375.0 GFLOP/s\n",
+		}, []string{"skipped", "FMA peak"}},
 		{"audio skipped", TowerReport{Runs: 1, Vision: v, AudioSkipped: "no such file"}, []string{
 			"62.1 ms an image on cuda", "audio tower: skipped (no such file)",
 		}, []string{"audio tower ("}},
@@ -244,4 +257,27 @@ func TestTowerReportOutput(t *testing.T) {
 	if s := (SuiteReport{}).String(); strings.Contains(s, "tower") {
 		t.Errorf("no towers measured, report %q", s)
 	}
+}
+
+// SetPeak turns the towers' rates into percentages of the FMA peak, which
+// the text report then gives; no limits leave them out.
+func TestTowerReportPeak(t *testing.T) {
+	r := TowerReport{Runs: 1, Vision: &VisionReport{GFLOP: 800, GFLOPs: 40}, Audio: &AudioReport{GFLOP: 900, GFLOPs: 90}}
+	r.SetPeak(nil)
+	r.SetPeak(&Limits{})
+	if r.Vision.PercentOfPeak != 0 || r.Audio.PercentOfPeak != 0 {
+		t.Fatalf("no peak: %g%%, %g%%", r.Vision.PercentOfPeak, r.Audio.PercentOfPeak)
+	}
+	r.SetPeak(&Limits{FMAPeak: 200})
+	if r.Vision.PercentOfPeak != 20 || r.Audio.PercentOfPeak != 45 {
+		t.Fatalf("peak 200: %g%%, %g%%", r.Vision.PercentOfPeak, r.Audio.PercentOfPeak)
+	}
+	s := r.String()
+	for _, w := range []string{"40.0 GFLOP/s = 20% of the FMA peak", "90.0 GFLOP/s = 45% of the FMA peak"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("no %q in\n%s", w, s)
+		}
+	}
+	r2 := TowerReport{Runs: 1, VisionSkipped: "none"}
+	r2.SetPeak(&Limits{FMAPeak: 200}) // nothing measured: no panic
 }

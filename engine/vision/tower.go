@@ -734,3 +734,76 @@ func (t *Tower) shortcut(b *block, x native.Tensor) native.Tensor {
 	}
 	return x
 }
+
+// FLOPs is an image's arithmetic through the encoder and the embedder's
+// soft path (SoftTokens), by kind of operation: multiply-adds ×2, counted
+// from the shapes; norms, activations, the softmax and the pooling are left
+// out.
+type FLOPs struct {
+	Conv      float64 `json:"conv"`      // full k×k convolutions: the stem and the edge-residual expansions
+	Depthwise float64 `json:"depthwise"` // depthwise convolutions, the attention's key/value down-sampling included
+	Pointwise float64 `json:"pointwise"` // 1×1 convolutions and projections: the blocks', the attention's, the MSFA's, the embedder's
+	Attention float64 `json:"attention"` // the multi-query blocks' scores q·kᵀ and their sums over v
+}
+
+// Total is the sum over the kinds.
+func (f FLOPs) Total() float64 { return f.Conv + f.Depthwise + f.Pointwise + f.Attention }
+
+// FLOPs counts one image through SoftTokens on the tower's layers.
+func (t *Tower) FLOPs() FLOPs {
+	var f FLOPs
+	g := native.SameGeom(ImageSize, ImageSize, t.stem.k, 2)
+	f.Conv = 2 * float64(g.OH*g.OW) * float64(t.stem.out*t.stem.in*t.stem.k*t.stem.k)
+	h, w := g.OH, g.OW
+	var p2 float64 // pixels of the stage-2 output, the MSFA's resolution
+	for s, stage := range t.stages {
+		for _, b := range stage {
+			h, w = b.flops(&f, h, w)
+		}
+		if s == 2 {
+			p2 = float64(h * w)
+		}
+	}
+	for _, c := range []convLayer{t.msfa.exp, t.msfa.proj} {
+		f.Pointwise += 2 * p2 * float64(c.in*c.out)
+	}
+	f.Pointwise += 2 * float64(t.cfg.SoftTokens) * float64(t.cfg.HiddenSize*t.cfg.TextHidden)
+	return f
+}
+
+// flops adds the block's arithmetic on an h×w input to f and returns its
+// output's size.
+func (b *block) flops(f *FLOPs, h, w int) (int, int) {
+	px := func(h, w int) float64 { return float64(h * w) }
+	sp := b.spec
+	switch sp.kind {
+	case kindER:
+		g := native.SameGeom(h, w, sp.k, sp.stride)
+		p := px(g.OH, g.OW)
+		f.Conv += 2 * p * float64(b.in*b.mid*sp.k*sp.k)
+		f.Pointwise += 2 * p * float64(b.mid*b.out)
+		return g.OH, g.OW
+	case kindUIR:
+		if sp.start > 0 {
+			f.Depthwise += 2 * px(h, w) * float64(b.in*sp.start*sp.start)
+		}
+		f.Pointwise += 2 * px(h, w) * float64(b.in*b.mid)
+		if sp.k > 0 {
+			g := native.SameGeom(h, w, sp.k, sp.stride)
+			h, w = g.OH, g.OW
+			f.Depthwise += 2 * px(h, w) * float64(b.mid*sp.k*sp.k)
+		}
+		f.Pointwise += 2 * px(h, w) * float64(b.mid*b.out)
+		return h, w
+	default: // kindMQA
+		p, kp := px(h, w), px(h, w)
+		if sp.kvStride > 1 {
+			g := native.SameGeom(h, w, sp.k, sp.kvStride)
+			kp = px(g.OH, g.OW)
+			f.Depthwise += 2 * 2 * kp * float64(b.in*sp.k*sp.k) // keys and values
+		}
+		f.Pointwise += 2*p*float64(b.in*b.headsDim+b.headsDim*b.out) + 2*2*kp*float64(b.in*sp.dim)
+		f.Attention += 2 * 2 * p * float64(sp.heads) * kp * float64(sp.dim)
+		return h, w
+	}
+}

@@ -330,11 +330,13 @@ func BenchmarkTower(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(towerFlops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	b.ReportMetric(tower.FLOPs().Total()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
-// towerFlops counts the encoder's multiply-adds ×2 at 768×768 (convolutions,
-// projections and attention; norms and activations left out).
+// towerFlops counts the encoder's multiply-adds ×2 at 768×768 from the
+// architecture's block specs (convolutions, projections, the attention and
+// its key/value down-sampling; norms and activations left out): the
+// reference for Tower.FLOPs, which walks the loaded layers.
 func towerFlops() float64 {
 	h, in := ImageSize/2, stemChannels
 	total := 2.0 * float64(h*h*stemChannels*27)
@@ -355,10 +357,48 @@ func towerFlops() float64 {
 				p := h * h
 				kp := p / (b.kvStride * b.kvStride)
 				total += 4*float64(p*in*b.heads*b.dim) + 4*float64(kp*in*b.dim) + 4*float64(p*b.heads*kp*b.dim)
+				if b.kvStride > 1 {
+					total += 4 * float64(kp*in*b.k*b.k)
+				}
 			}
 			in = b.out
 		}
 	}
 	p := (ImageSize / 16) * (ImageSize / 16)
 	return total + 2*float64(p*1920*3840) + 2*float64(p*3840*2048)
+}
+
+// TestTowerFLOPs: Tower.FLOPs on the fixture's layers (shapes only, nothing
+// read) is the count from the block specs plus the embedder's projection,
+// and its kinds are each a real share.
+func TestTowerFLOPs(t *testing.T) {
+	dir := tinyDir(t)
+	store, err := weights.OpenRecipe(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg, err := ParseConfig(readFile(t, filepath.Join(dir, "config.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := build(t.Context(), store, cfg, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := tw.FLOPs()
+	th := tw.Config().TextHidden
+	if th <= 0 {
+		t.Fatalf("text hidden %d", th)
+	}
+	want := towerFlops() + 2*256*2048*float64(th)
+	if got := f.Total(); math.Abs(got-want) > 1e-9*want {
+		t.Errorf("FLOPs().Total() = %.6g, want %.6g", got, want)
+	}
+	for name, v := range map[string]float64{"conv": f.Conv, "depthwise": f.Depthwise, "pointwise": f.Pointwise, "attention": f.Attention} {
+		if v < 1e-3*want || v > want/2 && name != "pointwise" {
+			t.Errorf("%s: %.4g of %.4g", name, v, want)
+		}
+	}
+	t.Logf("%.1f GFLOP: conv %.1f, depthwise %.1f, pointwise %.1f, attention %.1f", f.Total()/1e9, f.Conv/1e9, f.Depthwise/1e9, f.Pointwise/1e9, f.Attention/1e9)
 }
