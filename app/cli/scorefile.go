@@ -14,11 +14,13 @@ import (
 
 	"verdict/engine/dataset"
 	"verdict/engine/safefile"
+	"verdict/engine/sched"
 	"verdict/engine/scorer"
 )
 
 // scoreFileCmd scores every record of a JSONL or CSV file into a result
-// log (see package dataset), one record at a time.
+// log (see package dataset), --concurrency records at once through one
+// scheduler, written in input order.
 func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("score-file", stderr)
 	f := addScoreFlags(fs)
@@ -27,8 +29,12 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	format := fs.String("format", "", "the input's format, jsonl or csv (default: from its extension)")
 	resume := fs.Bool("resume", false, "go on with an existing --output: skip the records it has, cut a torn last line")
 	shardFlag := fs.String("shard", "0/1", "score only shard I of N (0 <= I < N): the records whose position modulo N is I")
+	concurrency := fs.Int("concurrency", 0, "records in flight at once, their passes batched together (0: what the key/value pool holds, at most 64)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *concurrency < 0 || *concurrency > 4096 {
+		return usageErr("--concurrency must be from 0 to 4096, got %d", *concurrency)
 	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
@@ -107,6 +113,16 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer m.Close()
+	sch, err := sched.New(m.Model, sched.Options{Reclaim: sc.DropKept})
+	if err != nil {
+		return err
+	}
+	defer sch.Close()
+	plan.Concurrency = *concurrency
+	if plan.Concurrency == 0 {
+		positions, _ := m.KVPool()
+		plan.Concurrency = DefaultConcurrency(positions)
+	}
 	id, err := m.Identity()
 	if err != nil {
 		return fmt.Errorf("the model's content hash: %w", err)
@@ -119,7 +135,11 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err := checkInput(text, "", false); err != nil {
 			return nil, err
 		}
-		res, err := sc.Score(ctx, s, text, opt)
+		rq := sch.Begin(ctx, sched.Bulk)
+		defer rq.End()
+		o := opt
+		o.Runner, o.Admit = rq, rq.Admit
+		res, err := sc.Score(ctx, s, text, o)
 		if err != nil {
 			return nil, err
 		}
@@ -248,6 +268,13 @@ func plainProgress(w io.Writer, terminal bool, now func() time.Time) func(datase
 		last = now()
 		fmt.Fprintln(w, itemsLine(p))
 	}
+}
+
+// DefaultConcurrency is score-file's records in flight for a key/value
+// pool of positions positions: one per 2,048 (a record's prompt and
+// branches with room to spare; admission makes the rest wait), 1 to 64.
+func DefaultConcurrency(positions int) int {
+	return min(max(positions/2048, 1), 64)
 }
 
 // mergeCmd joins the result logs of several shards into one, in input

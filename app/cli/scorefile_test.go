@@ -81,6 +81,18 @@ func TestScoreFileShardsMerge(t *testing.T) {
 	if !strings.Contains(want, `"error":"the text is empty","id":"7"`) || !strings.Contains(want, `"id":"t0"`) {
 		t.Fatalf("the single run's log: %s", want)
 	}
+	// Records in flight at once, batched through one scheduler: the same
+	// log, in input order, bit for bit.
+	for _, c := range []string{"1", "4", "16"} {
+		p := filepath.Join(dir, "concurrent-"+c+".jsonl")
+		code, out, errOut := run(append(base, "--output", p, "--concurrency", c)...)
+		if code != 0 || !strings.Contains(out, "scored 11 (2 errors)") {
+			t.Fatalf("--concurrency %s: exit %d, %s %s", c, code, out, errOut)
+		}
+		if got := stable(t, p); got != want {
+			t.Errorf("--concurrency %s:\n%s\nwant (the default)\n%s", c, got, want)
+		}
+	}
 
 	var logs []string
 	for i := 0; i < 3; i++ {
@@ -265,6 +277,7 @@ func TestScoreFileUsage(t *testing.T) {
 		{append(sf, "--input", in, "--output", out, "--shard", "3/3"), 2, "--shard: shard \"3/3\": want 0 <= I < N"},
 		{append(sf, "--input", "in.txt", "--output", out), 2, "cannot tell the format"},
 		{append(sf, "--input", in, "--output", in), 2, "--output is the input file"},
+		{append(sf, "--input", in, "--output", out, "--concurrency", "-1"), 2, "--concurrency must be from 0 to 4096, got -1"},
 		{append(sf, "--input", in, "--output", out), 1, `id "a" is on line 1 and again on line 2`},
 		{append(sf, "--input", filepath.Join(dir, "none.jsonl"), "--output", out), 1, "no such file"},
 		{[]string{"merge", "--output", out}, 2, "give the result logs and --output"},

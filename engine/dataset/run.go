@@ -27,6 +27,9 @@ func (e *DuplicateError) Error() string {
 // in the log.
 type Plan struct {
 	Shard Shard
+	// Concurrency is the most records Run scores at once (0 or 1: one at
+	// a time); their results are still written in input order.
+	Concurrency int
 	// Records is the file's record count, Todo those of the shard still to
 	// score, Done those of the shard already in the log.
 	Records, Todo, Done int
@@ -102,12 +105,52 @@ func (p Progress) Left() time.Duration {
 }
 
 // Run scores the plan's records (scan is Scan over the same file) with
-// score, writing each to w (when not nil) and to onRecord (when set), and
-// tells onProgress (when set) after each. It stops at ctx's end with its
-// error, every record done before it written.
+// score, up to p.Concurrency at once (0 or 1: one at a time), writing each
+// to w (when not nil) and to onRecord (when set) in input order, and tells
+// onProgress (when set) after each. It stops at ctx's end with its error,
+// every record before the first one left unscored written: a log never
+// has a gap, so --resume goes on from where it ends. score must be safe
+// for concurrent calls when p.Concurrency > 1.
 func (p *Plan) Run(ctx context.Context, scan func(fn func(Item) error) error, score ScoreFunc, w *Writer, onRecord func(Record), onProgress func(Progress)) (Progress, error) {
 	start := time.Now()
 	pr := Progress{Total: p.Todo}
+	n := max(p.Concurrency, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Slots in input order: the writer takes each when it is scored. The
+	// channel's capacity bounds the records in flight and waiting.
+	order := make(chan *slot, n-1)
+	var werr error // the writer's, set before done closes
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stopped := false
+		for sl := range order {
+			<-sl.done
+			if stopped || sl.cancelled || ctx.Err() != nil {
+				stopped = true // nothing after a record left unscored
+				continue
+			}
+			if w != nil {
+				if err := w.Write(sl.rec); err != nil {
+					werr, stopped = err, true
+					cancel()
+					continue
+				}
+			}
+			if sl.rec.Error != "" {
+				pr.Errors++
+			}
+			pr.Done++
+			pr.Elapsed = time.Since(start)
+			if onRecord != nil {
+				onRecord(sl.rec)
+			}
+			if onProgress != nil {
+				onProgress(pr)
+			}
+		}
+	}()
 	err := scan(func(it Item) error {
 		if !p.Shard.Has(it.Index) || p.done[it.ID] {
 			return nil
@@ -115,40 +158,54 @@ func (p *Plan) Run(ctx context.Context, scan func(fn func(Item) error) error, sc
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rec := Record{ID: it.ID, Index: it.Index, Line: it.Line, Error: it.Err}
-		if it.Err == "" {
+		sl := &slot{rec: Record{ID: it.ID, Index: it.Index, Line: it.Line, Error: it.Err}, done: make(chan struct{})}
+		select {
+		case order <- sl:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if it.Err != "" {
+			close(sl.done)
+			return nil
+		}
+		go func() {
+			defer close(sl.done)
 			t := time.Now()
 			res, err := score(ctx, it.Text)
 			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-				return err
+				sl.cancelled = true
+				return
 			}
-			rec.ElapsedMS = float64(time.Since(t).Microseconds()) / 1000
+			sl.rec.ElapsedMS = float64(time.Since(t).Microseconds()) / 1000
 			if err != nil {
-				rec.Error = err.Error()
+				sl.rec.Error = err.Error()
 			} else {
-				rec.Result = res
+				sl.rec.Result = res
 			}
-		}
-		if w != nil {
-			if err := w.Write(rec); err != nil {
-				return err
-			}
-		}
-		if rec.Error != "" {
-			pr.Errors++
-		}
-		pr.Done++
-		pr.Elapsed = time.Since(start)
-		if onRecord != nil {
-			onRecord(rec)
-		}
-		if onProgress != nil {
-			onProgress(pr)
-		}
+		}()
 		return nil
 	})
+	close(order)
+	<-done
 	pr.Elapsed = time.Since(start)
+	if werr != nil {
+		return pr, werr
+	}
+	if err == nil {
+		err = ctx.Err() // a record cancelled after the scan ended
+		if err != nil && errors.Is(err, context.Canceled) && pr.Done == p.Todo {
+			err = nil
+		}
+	}
 	return pr, err
+}
+
+// slot is one record of Run in flight: done closes once it is scored (or
+// left unscored: cancelled).
+type slot struct {
+	rec       Record
+	done      chan struct{}
+	cancelled bool
 }
 
 // ScanReader adapts a reopenable source to NewPlan and Run: open is called

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fakeScore answers {"size": "short"|"long"} and fails on texts with "fail".
@@ -267,5 +269,83 @@ func TestPlanRefuses(t *testing.T) {
 	p, err := NewPlan(scanString(in), All, []Record{{ID: "a", Index: 0, Line: 1, Error: "e"}})
 	if err != nil || p.Done != 1 || p.Todo != 1 {
 		t.Errorf("a log of the first record: %+v, %v", p, err)
+	}
+}
+
+// TestConcurrentRunKeepsOrder: records scored several at once, finishing
+// in any order, are written in input order, as one at a time writes them;
+// a run stopped part way leaves a log with no gap that resumes to the same.
+func TestConcurrentRunKeepsOrder(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	dir := t.TempDir()
+	in := randomInput(rng, 60)
+	ref := filepath.Join(dir, "ref.jsonl")
+	if err := runTo(t, ref, in, All, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := strip(readLogFile(t, ref))
+	var inFlight, most atomic.Int32
+	slow := func(ctx context.Context, text string) (json.RawMessage, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-time.After(time.Duration(len(text)%7) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return fakeScore(ctx, text)
+	}
+	for _, c := range []int{2, 8} {
+		for _, stop := range []int{0, 7} {
+			out := filepath.Join(dir, fmt.Sprintf("c%d-%d.jsonl", c, stop))
+			run := func(resume bool, stopAfter int) error {
+				w, logged, err := Create(out, resume)
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				if err := w.SetHeader(testHeader); err != nil {
+					return err
+				}
+				p, err := NewPlan(scanString(in), All, logged.Records)
+				if err != nil {
+					return err
+				}
+				p.Concurrency = c
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				n := 0
+				_, err = p.Run(ctx, scanString(in), slow, w, func(Record) {
+					if n++; n == stopAfter {
+						cancel()
+					}
+				}, nil)
+				return err
+			}
+			most.Store(0)
+			if err := run(false, stop); stop > 0 != errors.Is(err, context.Canceled) {
+				t.Fatalf("concurrency %d, stop %d: %v", c, stop, err)
+			}
+			if stop > 0 {
+				got := strip(readLogFile(t, out))
+				if len(got) < stop || fmt.Sprint(got) != fmt.Sprint(want[:len(got)]) {
+					t.Fatalf("concurrency %d stopped after %d: the log is not a prefix of the whole run's:\n%v", c, stop, got)
+				}
+				if err := run(true, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := strip(readLogFile(t, out)); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("concurrency %d (stop %d):\n%v\nwant\n%v", c, stop, got, want)
+			}
+			if stop == 0 && most.Load() < 2 {
+				t.Errorf("concurrency %d: at most %d records were scored at once", c, most.Load())
+			}
+			if most.Load() > int32(c) {
+				t.Errorf("concurrency %d: %d records were scored at once", c, most.Load())
+			}
+		}
 	}
 }
