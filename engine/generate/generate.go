@@ -34,6 +34,13 @@ type Options struct {
 	// the sequence's blocks come out of it instead of a reservation of its
 	// own.
 	Ticket *gemma3n.Ticket
+	// Logprobs gives every token its log-probability and, when TopLogprobs
+	// (0..MaxTopLogprobs) is positive, that many most probable alternatives
+	// (see Logprobs). The head's logits are read back for it; the tokens
+	// chosen are the same as without (greedy runs step by step then, not in
+	// device loops).
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Need is the key/value blocks a generation of prompt tokens under opt can
@@ -56,6 +63,9 @@ func answerBound(m *gemma3n.Model, prompt int, opt Options) int {
 type Token struct {
 	Index int
 	ID    int32
+	// Logprobs are the token's log-probabilities (Options.Logprobs; nil
+	// without).
+	Logprobs *Logprobs
 }
 
 // Result summarises a finished generation.
@@ -116,6 +126,9 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 	if opt.TopK < 0 {
 		return res, fmt.Errorf("generate: top-k must be >= 0, got %d", opt.TopK)
 	}
+	if opt.TopLogprobs < 0 || opt.TopLogprobs > MaxTopLogprobs {
+		return res, fmt.Errorf("generate: top logprobs must be 0..%d, got %d", MaxTopLogprobs, opt.TopLogprobs)
+	}
 	maxPos := m.Cfg.MaxPositionEmbeddings
 	if maxPos > 0 && len(prompt) > maxPos {
 		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
@@ -137,13 +150,22 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 	input := prompt
 	// take records a chosen token and streams it; it reports whether
 	// generation ends here (a stop token) and emit's error.
+	var lp *logprober
+	if opt.Logprobs {
+		lp = newLogprober(m.Cfg.VocabSize, opt.TopLogprobs)
+	}
 	take := func(id int32) (bool, error) {
 		res.IDs = append(res.IDs, id)
 		if len(res.IDs) == 1 {
 			res.FirstToken = time.Since(start)
 		}
 		if emit != nil {
-			if err := emit(Token{Index: len(res.IDs) - 1, ID: id}); err != nil {
+			tk := Token{Index: len(res.IDs) - 1, ID: id}
+			if lp != nil {
+				l := lp.of(id)
+				tk.Logprobs = &l
+			}
+			if err := emit(tk); err != nil {
 				res.Total = time.Since(start)
 				return true, err
 			}
@@ -153,7 +175,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 		}
 		return res.Stopped, nil
 	}
-	loops := x != nil && opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
+	loops := x != nil && lp == nil && opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
 		(x.GreedyLoops() || loopsAlways && m.PLEResident())
 	busy := false
 	for len(res.IDs) < opt.MaxTokens {
@@ -213,6 +235,13 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 		err := r.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
 			if first {
 				res.Prefill = time.Since(start)
+			}
+			if lp != nil {
+				// The head computed twice: once read back, once sampled
+				// from as without logprobs.
+				if err := lp.read(x, h.Slice(h.Rows()-1, h.Rows())); err != nil {
+					return err
+				}
 			}
 			var err error
 			id, err = x.Sample(h, draw)
