@@ -208,6 +208,9 @@ const (
 	// PromptSchema is the scorer's shared prefix for the schema: the model
 	// is asked to answer it as JSON.
 	PromptSchema = "schema"
+	// PromptRaw is the input as the whole prompt (see RawPrompt): no chat
+	// format, control tokens written as text are control tokens.
+	PromptRaw = "raw"
 )
 
 // MaxInputTokens is the most prompt tokens a generation takes (the
@@ -221,14 +224,23 @@ type Sampling struct {
 	TopK        int     // 0: off
 	TopP        float64 // 0 or 1: off
 	Seed        uint64
+	// Logprobs gives each Token its log-probabilities, with TopLogprobs
+	// (0..20) alternatives (see generate.Options): the same tokens as
+	// without.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Request is one generation.
 type Request struct {
-	Kind   string         // PromptChat or PromptSchema
-	Input  string         // the user's text
-	System string         // PromptChat: an optional system message
-	Schema *scorer.Schema // PromptSchema: the schema asked
+	Kind   string // PromptChat, PromptSchema or PromptRaw
+	Input  string // the user's text (PromptRaw: the whole prompt)
+	System string // PromptChat: an optional system message
+	// History are PromptChat's earlier turns, before the user's Input (see
+	// Turn): user and model turns in alternation, from a user turn to a
+	// model turn.
+	History []Turn
+	Schema  *scorer.Schema // PromptSchema: the schema asked
 	// Media are the prepared soft tokens and captions (nil: text only).
 	Media    *scorer.Media
 	Sampling Sampling
@@ -249,6 +261,8 @@ type Token struct {
 	ID    int32
 	Piece string
 	Stop  bool // a stop token: generation ends after it
+	// Logprobs are its log-probabilities (Sampling.Logprobs; else nil).
+	Logprobs *Logprobs
 }
 
 // Result summarises a generation.
@@ -285,6 +299,10 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 	var err error
 	switch req.Kind {
 	case PromptChat:
+		if len(req.History) > 0 {
+			ids, err = s.encodeTurns(req)
+			break
+		}
 		if req.Media != nil {
 			ids, err = ChatPrompt(s.m.Special, req.Media, req.System, req.Input).Encode(s.tok, s.m.Special)
 			break
@@ -311,8 +329,13 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 			captions, audio = req.Media.Captions, req.Media.Audio != nil
 		}
 		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Special).Encode(s.tok, s.m.Special)
+	case PromptRaw:
+		if req.Media != nil {
+			return nil, errors.New("session: a raw prompt takes no media")
+		}
+		ids, err = s.RawPrompt(req.Input)
 	default:
-		return nil, fmt.Errorf("session: unknown prompt kind %q (chat or schema)", req.Kind)
+		return nil, fmt.Errorf("session: unknown prompt kind %q (chat, schema or raw)", req.Kind)
 	}
 	if err != nil {
 		return nil, err
@@ -347,6 +370,7 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 	opt := generate.Options{
 		MaxTokens: sm.MaxTokens, Temperature: sm.Temperature, TopK: sm.TopK, TopP: sm.TopP, Seed: sm.Seed,
 		Stop: s.tok.StopIDs(), Media: md, OnPrefill: req.OnPrefill,
+		Logprobs: sm.Logprobs, TopLogprobs: sm.TopLogprobs,
 	}
 	rq := s.sched.Begin(ctx, priority(ctx))
 	defer rq.End()
@@ -358,6 +382,7 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 	opt.Ticket = tk
 	res, err := generate.RunOn(ctx, rq, s.m.Model, ids, opt, func(t generate.Token) error {
 		tk := st.token(t.Index, t.ID)
+		tk.Logprobs = t.Logprobs
 		if emit != nil {
 			return emit(tk)
 		}

@@ -111,7 +111,7 @@ func TestEncodePromptKinds(t *testing.T) {
 		{"schema", Request{Kind: PromptSchema, Input: "I loved it", Schema: sc}, schemaIDs, ""},
 		{"schema with media", Request{Kind: PromptSchema, Input: "I loved it", Schema: sc, Media: media}, schemaMedia, ""},
 		{"schema without a schema", Request{Kind: PromptSchema, Input: "x"}, nil, "a schema prompt needs a schema"},
-		{"unknown kind", Request{Kind: "raw", Input: "x"}, nil, `unknown prompt kind "raw"`},
+		{"unknown kind", Request{Kind: "poem", Input: "x"}, nil, `unknown prompt kind "poem"`},
 		{"no kind", Request{Input: "x"}, nil, `unknown prompt kind ""`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
