@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,7 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	threads := fs.Int("threads", 0, "kernel threads (0: one per core)")
 	check := fs.Int("check", 24, "first check this many requests' results alone and all at once for the same bits (0: not)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	dump := fs.String("dump-rows", "", "also write each record's token rows (its prefix, and per decision each candidate's tokens) to this JSONL file, for a peer to score the same work")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -80,6 +82,11 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer s.Close()
+	if *dump != "" {
+		if err := dumpRows(*dump, s, schema, bench.Tickets(*records, 1)); err != nil {
+			return err
+		}
+	}
 	if *check > 0 {
 		n, merged, err := bench.CheckMix(ctx, s, schema, *check)
 		if err != nil {
@@ -100,4 +107,31 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fmt.Fprint(stdout, r)
 	return nil
+}
+
+// dumpRows writes each record's scoring rows to path, a JSON object a line:
+// {"prefix": [ids], "rows": [[[ids] per candidate] per decision]}.
+func dumpRows(path string, s *session.Session, schema *scorer.Schema, recs []string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i, r := range recs {
+		prefix, rows, err := s.ScoreRows(schema, r)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("--dump-rows: record %d: %w", i, err)
+		}
+		if err := enc.Encode(map[string]any{"prefix": prefix, "rows": rows}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

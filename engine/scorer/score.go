@@ -954,3 +954,22 @@ func assemble(s *Schema, fields []FieldResult) json.RawMessage {
 	b.WriteByte('}')
 	return b.Bytes()
 }
+
+// Rows are the token rows a text input's scoring reads: the shared prefix
+// and, per decision and candidate, the tokens after it (the key, any common
+// lead and the candidate). A peer that scores the same rows does the same
+// work (bench serve --dump-rows).
+func (sc *Scorer) Rows(s *Schema, input string) (prefix []int32, rows [][][]int32, err error) {
+	c, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Special), s.decisions())
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range c.decisions {
+		out := make([][]int32, len(d.cands))
+		for i, cand := range d.cands {
+			out[i] = append(append([]int32(nil), d.shared...), cand...)
+		}
+		rows = append(rows, out)
+	}
+	return c.prefixIDs, rows, nil
+}

@@ -195,6 +195,13 @@ func (s *Session) Score(ctx context.Context, schema *scorer.Schema, input string
 	return s.sc.Score(ctx, schema, input, opt)
 }
 
+// ScoreRows are the token rows scoring input against schema reads (see
+// scorer.Scorer.Rows): the shared prefix, and per decision each
+// candidate's tokens after it.
+func (s *Session) ScoreRows(schema *scorer.Schema, input string) (prefix []int32, rows [][][]int32, err error) {
+	return s.sc.Rows(schema, input)
+}
+
 // CalibrateReport fits and reports a calibration (see scorer.Scorer.CalibrateReport).
 func (s *Session) CalibrateReport(ctx context.Context, schema *scorer.Schema, examples []scorer.Example, opt scorer.Options) (*scorer.Calibration, *scorer.CalibrationReport, error) {
 	return s.sc.CalibrateReport(ctx, schema, examples, opt)
