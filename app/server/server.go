@@ -12,6 +12,7 @@
 //	                               200: {"results": [{"name", "item"|"error", "limit"?}]}
 //	GET  /media/...                previews of the input's media (app.Media.Files)
 //	/v1/...                        the programmatic API (app/api, HandleAPI)
+//	/mcp                           the MCP server, streamable HTTP (app/mcpserver, HandleMCP)
 //	GET  /...                      the built frontend
 //
 // The API mirrors Wails' bindings (window.go.app.Service.Method(args...)),
@@ -20,11 +21,11 @@
 // Access: every request must name an allowed host in its Host header (a DNS
 // rebinding attack names the attacker's), a request with an Origin must come
 // from this server's own origin, and every request the router sends to
-// /api/, /media/ or /v1/ must carry the per-launch token (the X-Verdict-Token
+// /api/, /media/, /v1/ or /mcp must carry the per-launch token (the X-Verdict-Token
 // header, an Authorization: Bearer header, or, where a header cannot be set,
 // a token query parameter: the event stream and <img> URLs only). The check
 // runs before any of the body is read; a refused request's connection is
-// closed. Under /v1/ these refusals are the API's JSON errors. HTTPServer
+// closed. Under /v1/ and /mcp these refusals are the API's JSON errors. HTTPServer
 // adds the connections' timeouts and their cap.
 // The token reaches the page in the fragment of the URL that `verdict serve`
 // prints (#token=...), which browsers never send to a server, so only who can
@@ -93,6 +94,7 @@ type Server struct {
 	methods map[string]map[string]reflect.Value
 	uploads app.Uploader
 	api     http.Handler // /v1/ (HandleAPI)
+	mcp     http.Handler // /mcp (HandleMCP)
 	hub     *Hub
 	assets  fs.FS
 	built   bool
@@ -265,7 +267,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // path, so /api/%2e%2e/x is as guarded as /api/x.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	top := routedTop(r.URL)
-	v1 := underV1(r.URL.Path) || top == "v1"
+	isMCP := underMCP(r.URL.Path) || top == "mcp"
+	v1 := underV1(r.URL.Path) || top == "v1" || isMCP // /mcp is refused as the API is
 	if h := requestHost(r.Host); !s.hosts[h] {
 		w.Header().Set("Connection", "close")
 		s.log.WithField("host", r.Host).Warn("request for another host refused")
@@ -307,6 +310,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer serving(r)()
+	if isMCP {
+		s.serveMCP(w, r)
+		return
+	}
 	if v1 {
 		if s.api == nil {
 			api.WriteError(w, http.StatusNotFound, api.CodeNotFound, "the API is not served here")
@@ -339,7 +346,7 @@ func underV1(p string) bool {
 // page and its assets hold nothing private.
 func guarded(p string) bool {
 	p = path.Clean("/" + p)
-	return p == "/api" || strings.HasPrefix(p, "/api/") || p == "/media" || strings.HasPrefix(p, "/media/") || underV1(p)
+	return p == "/api" || strings.HasPrefix(p, "/api/") || p == "/media" || strings.HasPrefix(p, "/media/") || underV1(p) || underMCP(p)
 }
 
 // authorized reports whether r carries the token in a header (ours or
