@@ -23,7 +23,8 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	model := fs.String("model", models.Builtin, "model folder, or builtin")
 	wf := weightFlags{weights: fs.String("weights", string(models.DefaultWeights), weightsHelp), group: new(int),
 		device: addDeviceFlag(fs)}
-	catFile := fs.String("catalog", "", `catalog file: a JSON list of {"name", "description"} (required)`)
+	catFile := fs.String("catalog", "", `catalog file: a JSON list of {"name", "description"} (or --from-mcp)`)
+	fromMCP := fs.String("from-mcp", "", "take the catalog from an MCP server's tools (name and description): run this command line (split as a shell would, with simple quoting) as a server over stdio and list its tools, instead of --catalog")
 	k := fs.Int("k", 0, "the number of distinct entries to emit")
 	text := fs.String("text", "", "the request")
 	promptFile := fs.String("prompt-file", "", "read the request (or, with --raw, the whole prompt) from this file")
@@ -47,11 +48,17 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *gates > 100000 {
 		return usageErr("--gates %d: at most 100000 shuffled batches", *gates)
 	}
+	if fs.NArg() != 0 && *fromMCP != "" {
+		return usageErr("unexpected arguments %v (quote --from-mcp's command line as one argument: --from-mcp 'verdict mcp')", fs.Args())
+	}
 	if fs.NArg() != 0 {
 		return usageErr("unexpected arguments %v", fs.Args())
 	}
-	if *catFile == "" {
-		return usageErr("--catalog is required")
+	if *catFile == "" && *fromMCP == "" {
+		return usageErr("--catalog is required (or --from-mcp)")
+	}
+	if *catFile != "" && *fromMCP != "" {
+		return usageErr("give one of --catalog and --from-mcp, not both")
 	}
 	// A job is a request; in --batch, one whose line cannot be decoded has
 	// err set and becomes an error line of the output.
@@ -122,13 +129,9 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		jobs = []job{{text: t, k: *k}}
 	}
-	data, err := readInput(*catFile)
+	entries, catName, err := catalogEntries(ctx, *catFile, *fromMCP, stderr)
 	if err != nil {
 		return err
-	}
-	entries, err := catalog.ParseEntries(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *catFile, err)
 	}
 	m, tok, err := wf.openTok(ctx, *model, stderr)
 	if err != nil {
@@ -140,7 +143,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	cat, err := catalog.Compile(entries, tok, Grammar(tok))
 	if err != nil {
-		return fmt.Errorf("%s: %w", *catFile, err)
+		return fmt.Errorf("%s: %w", catName, err)
 	}
 	// The requests that can be decoded; in --batch the others are error
 	// lines (a single request's error is the command's).
@@ -201,7 +204,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		other, err := catalog.Compile(half, tok, Grammar(tok))
 		if err != nil {
-			return fmt.Errorf("%s: half of it: %w", *catFile, err)
+			return fmt.Errorf("%s: half of it: %w", catName, err)
 		}
 		return catalogGates(ctx, m.Model, cat, other, reqs, *gates, *asJSON, stdout)
 	}

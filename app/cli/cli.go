@@ -40,6 +40,7 @@ func Commands() []Command {
 		{"bench", "measure prefill and decode speed", benchCmd},
 		{"window", "open the desktop window (what verdict does with no command)", windowCmd},
 		{"serve", "serve the app's user interface to a browser on localhost", serveCmd},
+		{"mcp", "serve score, select_tools and generate as MCP tools over stdio (Model Context Protocol)", mcpCmd},
 	}
 }
 

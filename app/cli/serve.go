@@ -15,6 +15,7 @@ import (
 
 	"verdict/app"
 	v1 "verdict/app/api"
+	"verdict/app/mcpserver"
 	"verdict/app/server"
 	"verdict/engine/models"
 	"verdict/frontend"
@@ -82,6 +83,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	api := server.New(svc.Bound(), hub, frontend.Assets(), log, server.Access{Token: token, Hosts: serveHosts(*addr, tcp)})
 	api.HandleMedia(svc.Uploads(), svc.MediaFiles())
 	api.HandleAPI(v1.New(svc, log))
+	api.HandleMCP(mcpserver.Handler(mcpserver.FromApp(svc)))
 	// Header, idle, body and write timeouts and a connection cap that keeps
 	// room for requests with the token (server.DefaultLimits).
 	srv := server.NewHTTPServer(api, server.DefaultLimits)
@@ -132,6 +134,8 @@ It also serves a JSON API for scripts and other programs:
   GET  /v1/models    the models the app knows
 Send the token as "Authorization: Bearer TOKEN" and POST bodies as
 application/json; see docs/api.md and docs/openapi.json.
+At /mcp it serves the same model's tools (score, select_tools, generate) to
+MCP clients over streamable HTTP, with the same token (see verdict mcp).
 
 Flags:
 `)
