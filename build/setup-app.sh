@@ -7,6 +7,7 @@
 #   test: also Debian's Chromium (end-to-end tests), Xvfb, xauth, x11-apps and
 #         ImageMagick (the window's screenshot check), g++ and perl (the CUDA
 #         sources' host emulation, build/cuda-syntax.sh)
+#         and the MCP client test's npm packages (build/clients/mcp)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 what=${VERDICT_APP_SETUP:-run}
@@ -47,4 +48,14 @@ fe="$root/frontend"
 if [ ! -d "$fe/node_modules" ] || [ "$fe/package-lock.json" -nt "$fe/node_modules/.package-lock.json" ]; then
   echo "setup-app: npm ci in frontend/" >&2
   (cd "$fe" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# The MCP client test's packages (build/clients/mcp: the official MCP
+# TypeScript SDK), for the tests only.
+if [ "$what" = test ]; then
+  mc="$root/build/clients/mcp"
+  if [ ! -d "$mc/node_modules" ] || [ "$mc/package-lock.json" -nt "$mc/node_modules/.package-lock.json" ]; then
+    echo "setup-app: npm ci in build/clients/mcp/" >&2
+    (cd "$mc" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 fi
