@@ -51,6 +51,7 @@ type Exec struct {
 	seen     map[graphKey]int // 1: seen once, -1: not recordable
 	fails    map[graphKey]int // failed recordings
 	keysArg  int              // the attention's key capacity while recording or replaying
+	entAr    *native.Arena    // the entry tensors once grown past the first arena's
 	noGraphs bool             // the backend does not record
 
 	loop loopBufs // device-driven decodes (loop.go)
@@ -73,7 +74,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	}
 	V := cfg.VocabSize
 	R := rows
-	ents := 4 * R // run entries: grown on demand
+	ents := 4 * R // run entries: grown on demand (growEntries)
 	sizes := []int{
 		R * D, 4 * R * D, 4 * R * D, 4 * R * D, R * D, R * D, R * qd, R * kd, R * kd, R * qd, R * D, R * D, R * D, R * D,
 		R * I, R * I, R * 4, R * 16, R * cfg.LaurelRank, R * P,
@@ -152,6 +153,9 @@ func (x *Exec) Release() {
 func (x *Exec) close() {
 	x.freeGraphs()
 	x.loop.close()
+	if x.entAr != nil {
+		x.entAr.Free()
+	}
 	x.ar.Free()
 	x.st.Close()
 }
@@ -186,6 +190,7 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 	}
 	st := x.st
 	if err := x.embed(b, n); err != nil {
+		x.abandon()
 		return native.Tensor{}, err
 	}
 	e := x.e.Slice(0, n)
@@ -194,6 +199,7 @@ func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 	}
 	if err := x.perLayer(n); err != nil {
 		st.Sync() // the uploads are done with the host rows
+		x.abandon()
 		return native.Tensor{}, err
 	}
 	h := x.decoder(b, e, n)
@@ -353,16 +359,14 @@ func (x *Exec) prepare(b *Batch) error {
 			}
 		}
 		if err != nil {
-			for _, c := range x.caches {
-				for kk := 0; kk <= k; kk++ {
-					c.s.trim(kk, c.s.n)
-				}
-			}
 			break
 		}
 	}
 	if err == nil {
-		err = x.entries()
+		err = x.entries(0)
+	}
+	if err != nil {
+		x.unslot() // a sequence never keeps slots past its positions
 	}
 	p.mu.Unlock()
 	if err != nil {
@@ -383,17 +387,65 @@ func (x *Exec) prepare(b *Batch) error {
 	return nil
 }
 
+// abandon gives back the slots of a prepared pass that does not run.
+func (x *Exec) abandon() {
+	p := x.m.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	x.unslot()
+}
+
+// growEntries makes room for at least n key runs in a batch: new entry
+// tensors (twice the old room, or n) in an arena of their own. The graphs
+// recorded with the old ones are dropped; the stream is idle first, so no
+// queued work reads the old ones.
+func (x *Exec) growEntries(n int) error {
+	c := max(2*x.entCap(), n)
+	if err := x.st.Sync(); err != nil {
+		return err
+	}
+	ar, err := x.m.be.NewArena(native.ArenaBytes(c, c, c))
+	if err != nil {
+		return fmt.Errorf("gemma3n: room for %d key runs: %w", c, err)
+	}
+	x.freeGraphs()
+	x.loop.freeGraphs()
+	if x.entAr != nil {
+		x.entAr.Free()
+	}
+	x.entAr = ar
+	x.entBlk, x.entPos, x.entLen = ar.Take(native.I32, 1, c), ar.Take(native.I32, 1, c), ar.Take(native.I32, 1, c)
+	x.hEnt = make([]int32, 3*c)
+	return nil
+}
+
+// unslot gives back the slots prepare gave the batch's sequences past
+// their positions, of both kinds. Called with the pool's lock held.
+func (x *Exec) unslot() {
+	for _, c := range x.caches {
+		for k := range c.s.runs {
+			c.s.trim(k, c.s.n)
+		}
+	}
+}
+
 // entries writes the batch's sequences' key runs (both kinds, sequences in
 // batch order) into the entry tensors: kind k's sequence s owns entries
-// seqEnt[k·(S+1)+s] .. seqEnt[k·(S+1)+s+1]-1.
-func (x *Exec) entries() error {
+// seqEnt[k·(S+1)+s] .. seqEnt[k·(S+1)+s+1]-1. Each sequence holds its
+// positions and the batch's rows, or steps more (a loop's) when that is more.
+func (x *Exec) entries(steps int) error {
 	S := len(x.caches)
 	total := 0
 	for _, c := range x.caches {
 		total += len(c.s.runs[0]) + len(c.s.runs[1])
 	}
-	if total > x.entCap() || 2*(S+1) > x.seqEnt.Len() {
-		return fmt.Errorf("gemma3n: the batch's sequences hold %d key runs, more than the %d an Exec describes", total, x.entCap())
+	if 2*(S+1) > x.seqEnt.Len() {
+		return fmt.Errorf("gemma3n: a batch of %d sequences, more than the %d an Exec describes", S, x.seqEnt.Len()/2-1)
+	}
+	if total > x.entCap() {
+		if err := x.growEntries(total); err != nil {
+			return err
+		}
 	}
 	blk, pos, ln := x.hEnt[:total], x.hEnt[x.entCap():x.entCap()+total], x.hEnt[2*x.entCap():2*x.entCap()+total]
 	e := 0
@@ -401,7 +453,16 @@ func (x *Exec) entries() error {
 	for k := 0; k < 2; k++ {
 		for s, c := range x.caches {
 			se[k*(S+1)+s] = int32(e)
+			end := int32(-1)
 			for _, r := range c.s.runs[k] {
+				// A query sees each position once: runs in order, apart,
+				// within the sequence (else keys would be counted twice,
+				// or another sequence's read).
+				if r.len <= 0 || r.pos < end || int(r.pos+r.len) > c.s.n+max(x.cnt[s], steps) {
+					return fmt.Errorf("gemma3n: sequence %d's %s key runs are inconsistent (a run of %d from %d after %d, %d positions)",
+						s, kindName(k), r.len, r.pos, end, c.s.n+max(x.cnt[s], steps))
+				}
+				end = r.pos + r.len
 				blk[e], pos[e], ln[e] = r.blk, r.pos, r.len
 				e++
 			}

@@ -440,3 +440,64 @@ func TestMaxPositions(t *testing.T) {
 		t.Errorf("a fork within the limit: %v", err)
 	}
 }
+
+// TestManyRuns: a batch whose sequences hold more key runs than an Exec
+// first describes (a chain of forks, a run a link, shared by every
+// sequence) grows its entry tables and gives each row its own forward
+// pass's bits.
+func TestManyRuns(t *testing.T) {
+	m := testmodel.Tiny(t)
+	D := m.Cfg.HiddenSize
+	x, err := m.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	tok := func(i int) int32 { return int32(2 + (i*7919)%260000) }
+	// A chain of depth links from a 5-token root, one token a link: each
+	// link a fork, so its tip holds a run a link.
+	depth := 4*x.Rows()/40 + 8
+	cur := m.NewCache()
+	path := []int32{tok(0), tok(1), tok(2), tok(3), tok(4)}
+	if _, err := m.Forward(cur, path, nil); err != nil {
+		t.Fatal(err)
+	}
+	for d := 0; d < depth; d++ {
+		next := cur.Clone()
+		id := tok(100 + d)
+		var b gemma3n.Batch
+		b.Add(next, []int32{id}, 0)
+		if _, err := x.Forward(&b); err != nil {
+			t.Fatal(err)
+		}
+		cur, path = next, append(path, id)
+	}
+	const n = 40
+	var b gemma3n.Batch
+	for c := 0; c < n; c++ {
+		b.Add(cur.Clone(), []int32{tok(5000 + c)}, 1)
+	}
+	for round := 0; round < 2; round++ { // grown, then at the new size
+		h, err := x.Forward(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := make([]float32, h.Len())
+		if err := x.Download(host, h); err != nil {
+			t.Fatal(err)
+		}
+		for c := 0; c < n; c++ {
+			full, err := m.Forward(nil, append(slices.Clone(path), tok(5000+c)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := maxDiff(host[c*D:(c+1)*D], full[len(full)-D:]); d != 0 {
+				t.Errorf("round %d, sequence %d: differs from its own forward pass by %g", round, c, d)
+			}
+		}
+		b.Reset()
+		for c := 0; c < n; c++ {
+			b.Add(cur.Clone(), []int32{tok(5000 + c)}, 1)
+		}
+	}
+}

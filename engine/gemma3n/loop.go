@@ -281,14 +281,10 @@ func (x *Exec) NewLoop(caches []*Cache, steps int, tokens []int32) (*Loop, error
 		}
 	}
 	if err == nil {
-		err = x.entries()
+		err = x.entries(steps)
 	}
 	if err != nil {
-		for _, c := range caches {
-			for k := range p.kinds {
-				c.s.trim(k, c.s.n)
-			}
-		}
+		x.unslot()
 	}
 	p.mu.Unlock()
 	if err != nil {
