@@ -1,14 +1,18 @@
 // Package api is the programmatic JSON API that `verdict serve` offers to
 // scripts and other programs under /v1 (docs/openapi.json describes it):
 //
-//	POST /v1/score      score an input against a schema (the result JSON of
-//	                    `verdict score`)
-//	POST /v1/generate   generate text: one JSON, or server-sent events with
-//	                    "stream": true or Accept: text/event-stream
-//	GET  /v1/models     the models the app knows
+//	POST /v1/verdict/score     score an input against a schema (the result
+//	                           JSON of `verdict score`)
+//	POST /v1/verdict/generate  generate text: one JSON, or server-sent events
+//	                           with "stream": true or Accept: text/event-stream
+//	GET  /v1/verdict/models    the models the app knows
 //
-// Every error is {"error": {"code": CODE, "message": TEXT}} with its HTTP
-// status. app/server mounts the handler behind its access checks (host,
+// and OpenAI's routes (openai.go): POST /v1/chat/completions, POST
+// /v1/completions, GET /v1/models and GET /v1/models/{id}. /v1/score and
+// /v1/generate are the first two's earlier paths (Aliases).
+//
+// Every error of Verdict's routes is {"error": {"code": CODE, "message":
+// TEXT}} with its HTTP status; OpenAI's routes give OpenAI's shape. app/server mounts the handler behind its access checks (host,
 // origin, token); the handler itself refuses requests a browser marks as
 // another site's, POST bodies that are not application/json, and bodies
 // over MaxBody.
@@ -19,9 +23,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -35,8 +42,12 @@ const MaxBody = 32 << 20
 const Prefix = "/v1/"
 
 // Routes are the API's routes, "METHOD PATH" (docs/openapi.json lists the
-// same).
-var Routes = []string{"POST /v1/score", "POST /v1/generate", "GET /v1/models"}
+// same, and Aliases as deprecated).
+var Routes = []string{"POST /v1/verdict/score", "POST /v1/verdict/generate", "GET /v1/verdict/models",
+	RouteChat, RouteCompletions, RouteModels, RouteModel}
+
+// Aliases are earlier paths of routes, still served: alias → route.
+var Aliases = map[string]string{"POST /v1/score": "POST /v1/verdict/score", "POST /v1/generate": "POST /v1/verdict/generate"}
 
 // Error codes.
 const (
@@ -108,14 +119,21 @@ type Handler struct {
 	svc *app.Services
 	log *logrus.Logger
 	mux *http.ServeMux
+	// started is the models' "created" time on the OpenAI routes.
+	started time.Time
 }
 
 // New serves svc's models, scorer and generator.
 func New(svc *app.Services, log *logrus.Logger) *Handler {
-	h := &Handler{svc: svc, log: log, mux: http.NewServeMux()}
-	handlers := map[string]http.HandlerFunc{"POST /v1/score": h.score, "POST /v1/generate": h.generate, "GET /v1/models": h.models}
+	h := &Handler{svc: svc, log: log, mux: http.NewServeMux(), started: time.Now()}
+	handlers := map[string]http.HandlerFunc{"POST /v1/verdict/score": h.score, "POST /v1/verdict/generate": h.generate,
+		"GET /v1/verdict/models": h.models, RouteChat: h.chat, RouteCompletions: h.completions,
+		RouteModels: h.listModels, RouteModel: h.getModel}
 	for _, rt := range Routes {
-		h.mux.HandleFunc(rt, handlers[rt])
+		h.mux.HandleFunc(strings.Replace(rt, "{id}", "{id...}", 1), handlers[rt])
+	}
+	for alias, rt := range Aliases {
+		h.mux.HandleFunc(alias, handlers[rt])
 	}
 	return h
 }
@@ -126,18 +144,18 @@ func New(svc *app.Services, log *logrus.Logger) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "cross-site", "same-site":
-		WriteError(w, http.StatusForbidden, CodeForbidden, "the API is for programs: requests from another site's page are refused")
+		WriteErrorFor(w, r.URL.Path, http.StatusForbidden, CodeForbidden, "the API is for programs: requests from another site's page are refused")
 		return
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		allowed := h.allowed(r.URL.Path)
 		if len(allowed) == 0 {
-			WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s: the API serves %s", r.URL.Path, strings.Join(Routes, ", ")))
+			WriteErrorFor(w, r.URL.Path, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s: the API serves %s", r.URL.Path, strings.Join(Routes, ", ")))
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		WriteError(w, http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, strings.Join(allowed, ", "), r.Method))
+		WriteErrorFor(w, r.URL.Path, http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, strings.Join(allowed, ", "), r.Method))
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -146,9 +164,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // allowed lists the methods of the routes at path.
 func (h *Handler) allowed(path string) []string {
 	var out []string
-	for _, rt := range Routes {
+	for _, rt := range append(slices.Collect(maps.Keys(Aliases)), Routes...) {
 		m, p, _ := strings.Cut(rt, " ")
-		if p == path {
+		if p == path || strings.HasSuffix(p, "/{id}") && strings.HasPrefix(path, strings.TrimSuffix(p, "{id}")) {
 			out = append(out, m)
 		}
 	}
@@ -191,9 +209,12 @@ func jsonError(err error) *apiError {
 	var mbe *http.MaxBytesError
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	var ae *apiError
 	switch {
 	case errors.As(err, &mbe):
 		return tooLarge()
+	case errors.As(err, &ae): // a field's own UnmarshalJSON refused it
+		return ae
 	case errors.As(err, &te):
 		if te.Field == "" {
 			return bad(CodeBadJSON, "the body must be a JSON object, not %s", te.Value)

@@ -158,7 +158,7 @@ func TestErrors(t *testing.T) {
 		{"unknown model, generate", "POST", "/v1/generate", `{"prompt":"hi","model":"nope"}`, nil, 404, CodeUnknownModel, `GET /v1/models`, ""},
 		{"unknown route", "POST", "/v1/chat", `{}`, nil, 404, CodeNotFound, `no route /v1/chat`, ""},
 		{"wrong method", "GET", "/v1/score", "", nil, 405, CodeMethod, `takes POST`, ""},
-		{"wrong method, models", "POST", "/v1/models", `{}`, nil, 405, CodeMethod, `takes GET`, ""},
+		{"wrong method, models", "POST", "/v1/verdict/models", `{}`, nil, 405, CodeMethod, `takes GET`, ""},
 		{"text/plain", "POST", "/v1/score", score(""), map[string]string{"Content-Type": "text/plain"}, 415, CodeContentType, `application/json`, ""},
 		{"form", "POST", "/v1/generate", `prompt=hi`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, CodeContentType, `application/json`, ""},
 		{"json prefix trick", "POST", "/v1/generate", `{"prompt":"hi"}`, map[string]string{"Content-Type": "application/jsonp"}, 415, CodeContentType, `application/json`, ""},

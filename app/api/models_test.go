@@ -24,7 +24,7 @@ func TestModels(t *testing.T) {
 		{"nothing loaded", bare.URL, false},
 		{"built-in loaded", ready.URL, true},
 	} {
-		resp, b := call(t, "GET", c.url+"/v1/models", "", nil)
+		resp, b := call(t, "GET", c.url+"/v1/verdict/models", "", nil)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", c.name, resp.StatusCode, b)
 		}
@@ -63,7 +63,7 @@ func TestModels(t *testing.T) {
 }
 
 // TestFailedLoad: after a load fails (the built-in model without a
-// tokenizer.json anywhere), /v1/models gives the reason with the model's
+// tokenizer.json anywhere), /v1/verdict/models gives the reason with the model's
 // "error" state, and /v1/score and /v1/generate say it with "no model is
 // loaded".
 func TestFailedLoad(t *testing.T) {
@@ -89,7 +89,7 @@ func TestFailedLoad(t *testing.T) {
 	if info.State != app.ModelError || info.Error == "" {
 		t.Fatalf("load of %s: state %q, error %q", spec, info.State, info.Error)
 	}
-	_, b := call(t, "GET", ts.URL+"/v1/models", "", nil)
+	_, b := call(t, "GET", ts.URL+"/v1/verdict/models", "", nil)
 	var list ModelList
 	if err := json.Unmarshal(b, &list); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,8 @@ func readOpenAPI(t *testing.T) (openAPI, []byte) {
 }
 
 // TestOpenAPIRoutes: docs/openapi.json is OpenAPI 3.1 and lists exactly the
-// routes the handler serves; every route it lists is served.
+// routes the handler serves, the earlier paths (Aliases) as deprecated;
+// every route it lists is served.
 func TestOpenAPIRoutes(t *testing.T) {
 	doc, raw := readOpenAPI(t)
 	if !strings.HasPrefix(doc.OpenAPI, "3.1.") {
@@ -55,6 +56,16 @@ func TestOpenAPIRoutes(t *testing.T) {
 		}
 	}
 	served := slices.Clone(Routes)
+	for alias := range Aliases {
+		served = append(served, alias)
+		m, p, _ := strings.Cut(alias, " ")
+		var op struct {
+			Deprecated bool `json:"deprecated"`
+		}
+		if json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op); !op.Deprecated {
+			t.Errorf("%s is documented as current: it is an earlier path of %s", alias, Aliases[alias])
+		}
+	}
 	sort.Strings(documented)
 	sort.Strings(served)
 	if !slices.Equal(documented, served) {
@@ -64,6 +75,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	h := New(svc, logrus.New())
 	for _, rt := range documented {
 		m, p, _ := strings.Cut(rt, " ")
+		p = strings.Replace(p, "{id}", "builtin", 1)
 		req := httptest.NewRequest(m, p, strings.NewReader("{}"))
 		req.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
@@ -115,6 +127,16 @@ func TestOpenAPISchemas(t *testing.T) {
 		"GenerateRequest": GenerateRequest{}, "Message": Message{}, "GenerateResponse": GenerateResponse{},
 		"Done": Done{}, "Piece": Piece{}, "Timings": Timings{},
 		"ModelList": ModelList{}, "Model": Model{}, "Towers": Towers{}, "Error": ErrorBody{}, "ErrorInfo": ErrorInfo{},
+		"ChatRequest": ChatRequest{}, "ChatOptions": ChatOptions{}, "StreamOptions": StreamOptions{}, "ChatMessage": ChatMessage{},
+		"ContentPart": ContentPart{}, "ImageURL": ImageURL{}, "InputAudio": InputAudio{}, "ResponseFormat": ResponseFormat{},
+		"JSONSchema": JSONSchema{}, "Tool": Tool{}, "ToolFunction": ToolFunction{}, "ChatCompletion": ChatCompletion{},
+		"ChatChoice": ChatChoice{}, "AssistantReply": AssistantReply{}, "ToolCall": ToolCall{}, "ToolCallFunction": ToolCallFunction{},
+		"ChatLogprobs": ChatLogprobs{}, "TokenLogprob": TokenLogprob{}, "TopLogprob": TopLogprob{}, "VerdictInfo": VerdictInfo{},
+		"GenerationInfo": GenerationInfo{}, "ChatChunk": ChatChunk{}, "ChunkChoice": ChunkChoice{}, "ChunkDelta": ChunkDelta{},
+		"Usage": Usage{}, "CompletionRequest": CompletionRequest{}, "Completion": Completion{}, "CompletionChoice": CompletionChoice{},
+		"CompletionLogprobs": CompletionLogprobs{}, "OpenAIModelList": OpenAIModelList{}, "OpenAIModel": OpenAIModel{},
+		"OpenAIError": OpenAIErrorBody{}, "OpenAIErrorInfo": OpenAIErrorInfo{}, "ToolSelection": ToolSelection{},
+		"SelectionStep": SelectionStep{}, "TokenProb": scorer.TokenProb{}, "SelectionTimings": SelectionTimings{},
 	} {
 		s, ok := doc.Components.Schemas[name]
 		if !ok {
@@ -141,6 +163,13 @@ func TestOpenAPISchemas(t *testing.T) {
 	sort.Strings(want)
 	if !slices.Equal(code.Enum, want) {
 		t.Errorf("documented codes %v, the handler's %v", code.Enum, want)
+	}
+	var typ struct {
+		Enum []string `json:"enum"`
+	}
+	json.Unmarshal(doc.Components.Schemas["OpenAIErrorInfo"].Properties["type"], &typ)
+	if !slices.Equal(typ.Enum, openAITypes) {
+		t.Errorf("documented OpenAI error types %v, the handler's %v", typ.Enum, openAITypes)
 	}
 }
 

@@ -104,15 +104,25 @@ func TestAPIDocCommands(t *testing.T) {
 		switch code := b[1]; {
 		case strings.Contains(code, "verdict serve"):
 			continue
+		case strings.Contains(code, "/v1/chat/completions") && strings.Contains(code, `"n": 2`):
+			want = `"type":"invalid_request_error","param":"n"`
+		case strings.Contains(code, "/v1/chat/completions") && strings.Contains(code, "json_schema"):
+			want = `"verdict":{"score":`
+		case strings.Contains(code, "/v1/chat/completions") && strings.Contains(code, "select_tools"):
+			want = `"finish_reason":"tool_calls"`
+		case strings.Contains(code, "/v1/chat/completions"):
+			want = `"object":"chat.completion"`
+		case strings.Contains(code, "/v1/completions"):
+			want = `"token_logprobs":[null,`
 		case strings.Contains(code, `"max_token"`):
 			want = `"code":"invalid_request"`
 		case strings.Contains(code, `"stream": true`):
 			want = "event: done"
-		case strings.Contains(code, "/v1/score"):
+		case strings.Contains(code, "/v1/verdict/score"):
 			want = `"answer":`
-		case strings.Contains(code, "/v1/generate"):
+		case strings.Contains(code, "/v1/verdict/generate"):
 			want = `"text":`
-		case strings.Contains(code, "/v1/models"):
+		case strings.Contains(code, "/v1/verdict/models"):
 			want = `"state":"ready"`
 		default:
 			t.Errorf("block %d: no check for\n%s", i+1, code)
@@ -123,7 +133,7 @@ func TestAPIDocCommands(t *testing.T) {
 			t.Errorf("block %d answers %.300q, want %q in it; the block:\n%s", i+1, got, want, b[1])
 		}
 	}
-	if checked < 5 {
+	if checked < 10 {
 		t.Errorf("%d blocks checked", checked)
 	}
 }

@@ -129,9 +129,13 @@ Serves the app's user interface to a browser, on a loopback address unless
 it ends in #token=TOKEN, the per-launch access token.
 
 It also serves a JSON API for scripts and other programs:
-  POST /v1/score     score an input against a schema (verdict score's JSON)
-  POST /v1/generate  generate text; server-sent events with "stream": true
-  GET  /v1/models    the models the app knows
+  POST /v1/verdict/score     score an input against a schema (verdict score's JSON)
+  POST /v1/verdict/generate  generate text; server-sent events with "stream": true
+  GET  /v1/verdict/models    the models the app knows
+and OpenAI's routes, for OpenAI's clients (base URL http://ADDR/v1, the token
+as the API key): POST /v1/chat/completions (generation, json_schema answered
+by the scorer, tools chosen by the catalog decoder), POST /v1/completions,
+GET /v1/models.
 Send the token as "Authorization: Bearer TOKEN" and POST bodies as
 application/json; see docs/api.md and docs/openapi.json.
 At /mcp it serves the same model's tools (score, select_tools, generate) to

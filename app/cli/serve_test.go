@@ -126,7 +126,7 @@ func TestServeHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("serve --help: %v", err)
 	}
-	for _, want := range []string{"POST /v1/score", "POST /v1/generate", "GET  /v1/models", "Authorization: Bearer", "docs/api.md", "docs/openapi.json", "-allow-remote"} {
+	for _, want := range []string{"POST /v1/verdict/score", "POST /v1/verdict/generate", "GET  /v1/verdict/models", "POST /v1/chat/completions", "Authorization: Bearer", "docs/api.md", "docs/openapi.json", "-allow-remote"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve --help lacks %q:\n%s", want, out.String())
 		}

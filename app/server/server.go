@@ -274,7 +274,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.WithField("host", r.Host).Warn("request for another host refused")
 		msg := fmt.Sprintf("host %q is not served here: open the address that verdict serve printed", r.Host)
 		if v1 {
-			api.WriteError(w, http.StatusMisdirectedRequest, api.CodeMisdirected, msg)
+			api.WriteErrorFor(w, r.URL.Path, http.StatusMisdirectedRequest, api.CodeMisdirected, msg)
 			return
 		}
 		http.Error(w, msg, http.StatusMisdirectedRequest)
@@ -283,7 +283,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		w.Header().Set("Connection", "close")
 		if v1 {
-			api.WriteError(w, http.StatusForbidden, api.CodeForbidden, "cross-origin requests are refused: the API is for programs, not other sites' pages")
+			api.WriteErrorFor(w, r.URL.Path, http.StatusForbidden, api.CodeForbidden, "cross-origin requests are refused: the API is for programs, not other sites' pages")
 			return
 		}
 		http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
@@ -303,7 +303,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		msg := "missing or wrong access token: open the address that verdict serve printed (it ends in #token=...)"
 		if v1 {
-			api.WriteError(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing or wrong access token: send the token that verdict serve printed (after #token=) as Authorization: Bearer TOKEN or X-Verdict-Token")
+			api.WriteErrorFor(w, r.URL.Path, http.StatusUnauthorized, api.CodeUnauthorized, "missing or wrong access token: send the token that verdict serve printed (after #token=) as Authorization: Bearer TOKEN or X-Verdict-Token")
 			return
 		}
 		writeJSON(w, http.StatusUnauthorized, APIError{msg})
@@ -316,7 +316,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if v1 {
 		if s.api == nil {
-			api.WriteError(w, http.StatusNotFound, api.CodeNotFound, "the API is not served here")
+			api.WriteErrorFor(w, r.URL.Path, http.StatusNotFound, api.CodeNotFound, "the API is not served here")
 			return
 		}
 		s.api.ServeHTTP(w, r)
