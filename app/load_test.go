@@ -93,7 +93,11 @@ func TestOpenCancelsTheLoadInProgress(t *testing.T) {
 }
 
 // TestCancelDuringTheVisionTower: stopping a run while the built-in
-// model's vision tower encodes an image ends the run within a second.
+// model's vision tower encodes an image ends the run inside the tower: its
+// last reported block is short of the tower's end and no image finished
+// (the tower checks the cancel after every block). The time from the
+// cancel to the run's end is a figure in the log, not a pass/fail bound: it
+// is a block's time on this machine, however loaded.
 func TestCancelDuringTheVisionTower(t *testing.T) {
 	s, rec := readyServices(t)
 	img := mustAdd(t, s.Media.Upload("photo.png", testPNG(t, 40, 30)))
@@ -115,8 +119,21 @@ func TestCancelDuringTheVisionTower(t *testing.T) {
 	if _, ok := rec.Wait(EventRunDone, 30*time.Second, func(b json.RawMessage) bool { return strings.Contains(string(b), started.ID) }); !ok {
 		t.Fatal("no run:done")
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the run ended %v after the cancel", d)
+	t.Logf("the run ended %v after the cancel", time.Since(start))
+	// The last tower step any update reported, and the items finished.
+	block, blocks, items := 0, 0, 0
+	for _, e := range rec.Events(EventRunUpdate) {
+		var u RunUpdate
+		json.Unmarshal(e.JSON, &u)
+		if u.Media != nil && !u.Media.Loading && u.Media.Blocks > 0 { // the encoder's steps, not its load's
+			block, blocks = max(block, u.Media.Block), u.Media.Blocks
+		}
+		if u.Media != nil {
+			items = max(items, len(u.Media.Items))
+		}
+	}
+	if blocks == 0 || block >= blocks || items != 0 {
+		t.Errorf("the tower was not stopped inside: block %d of %d reported, %d items done", block, blocks, items)
 	}
 	done, _ := s.Runs.Get(started.ID)
 	if done.Media.Status != StatusCancelled || done.Scorer.Status != StatusCancelled || done.Generator.Status != StatusCancelled {

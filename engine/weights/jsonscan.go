@@ -22,6 +22,9 @@ const maxNumber = 64
 // checkJSON validates b as one JSON value (whitespace around it allowed),
 // with the syntax error encoding/json gives when it is not.
 func checkJSON(b []byte) error {
+	if err := checkDepth(b); err != nil {
+		return err
+	}
 	if json.Valid(b) {
 		return nil
 	}
@@ -35,6 +38,30 @@ func checkJSON(b []byte) error {
 		return err
 	}
 	return errors.New("invalid JSON")
+}
+
+// maxJSONDepth bounds the nesting of the JSON files read here (the deepest
+// real one, a safetensors header, nests 3 levels): the standard parser's
+// state grows with the depth, twice for a file that fails.
+const maxJSONDepth = 64
+
+// checkDepth refuses JSON nested deeper than maxJSONDepth, in one pass
+// that allocates nothing.
+func checkDepth(b []byte) error {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i) - 1
+		case '{', '[':
+			if depth++; depth > maxJSONDepth {
+				return fmt.Errorf("JSON nested deeper than %d levels (at byte %d)", maxJSONDepth, i)
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
 }
 
 func skipSpace(b []byte, i int) int {
