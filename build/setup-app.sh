@@ -8,6 +8,7 @@
 #         ImageMagick (the window's screenshot check), g++ and perl (the CUDA
 #         sources' host emulation, build/cuda-syntax.sh)
 #         and the MCP client test's npm packages (build/clients/mcp)
+#         and the OpenAI client test's (build/clients/openai)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 what=${VERDICT_APP_SETUP:-run}
@@ -57,5 +58,12 @@ if [ "$what" = test ]; then
   if [ ! -d "$mc/node_modules" ] || [ "$mc/package-lock.json" -nt "$mc/node_modules/.package-lock.json" ]; then
     echo "setup-app: npm ci in build/clients/mcp/" >&2
     (cd "$mc" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  # The OpenAI client test's packages (build/clients/openai: openai and the
+  # Vercel AI SDK's OpenAI-compatible provider).
+  oc="$root/build/clients/openai"
+  if [ ! -d "$oc/node_modules" ] || [ "$oc/package-lock.json" -nt "$oc/node_modules/.package-lock.json" ]; then
+    echo "setup-app: npm ci in build/clients/openai/" >&2
+    (cd "$oc" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi

@@ -30,6 +30,8 @@ bash build/cuda-syntax.sh run
 # under Xvfb (screenshots in build/bin/test/).
 mkdir -p build/bin/test
 (cd frontend && VERDICT_BIN="$root/verdict" E2E_OUT="$root/build/bin/test" node --test e2e/)
+# The OpenAI-compatible routes through OpenAI's openai package and the Vercel AI SDK (and docs/api.md's examples).
+(cd build/clients/openai && VERDICT_BIN="$root/verdict" node --test openai.test.mjs)
 # The MCP server through the official MCP TypeScript SDK: verdict mcp over stdio, serve's /mcp over HTTP.
 (cd build/clients/mcp && VERDICT_BIN="$root/verdict" node --test mcp.test.mjs)
 bash build/desktop-check.sh
