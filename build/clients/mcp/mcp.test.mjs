@@ -139,7 +139,7 @@ test('verdict serve /mcp over streamable HTTP', { timeout: 180_000 }, async () =
     // The model loads in the background.
     const auth = { Authorization: `Bearer ${srv.token}` };
     for (let i = 0; ; i++) {
-      const r = await (await fetch(`${srv.base}/v1/models`, { headers: auth })).json();
+      const r = await (await fetch(`${srv.base}/v1/verdict/models`, { headers: auth })).json();
       const state = r.models[0]?.state;
       if (state === 'ready') break;
       assert.notEqual(state, 'error', JSON.stringify(r));
