@@ -50,7 +50,7 @@ if [ -s "$OUT/rows.jsonl" ]; then
 	say "== transformers on the same records' rows"
 	ROWS=$OUT/rows.jsonl N=${PEER_N:-128} timeout "${PEER_TIMEOUT:-150}" python3 build/peer_score_hf.py >"$OUT/peer.txt" 2>"$OUT/peer.err"
 	say "exit $?"
-	grep RESULT "$OUT/peer.txt" | tee -a "$log" || tail -3 "$OUT/peer.txt" "$OUT/peer.err" | tee -a "$log"
+	grep RESULT "$OUT/peer.txt" | tee -a "$log" || { tail -n 2 "$OUT/peer.txt"; tail -n 3 "$OUT/peer.err"; } | tee -a "$log"
 fi
 
 if [ "${CPU_RECORDS:-48}" != 0 ]; then

@@ -8,7 +8,9 @@
 #   prefix: a record's prefix once with its key/value cache, then all its
 #           candidate rows in one padded batch over copies of that cache.
 # Prints one JSON line per measurement and a RESULT line with the best.
-# Env: ROWS (the dump), N (records, default 256), DT (bf16|f32), ATTN (sdpa).
+# Env: ROWS (the dump), N (records, default 256), PREFIX_N (records of the
+# prefix way, 64), BATCHES (records a padded batch, 4,16,32), DT (bf16|f32),
+# ATTN (sdpa).
 import os, time, json, copy
 import torch
 from transformers import Gemma3nTextConfig, Gemma3nForCausalLM
@@ -97,8 +99,8 @@ def measure(name, fn, groups):
     print(json.dumps(res), flush=True)
 
 
-for B in [int(b) for b in os.environ.get("BATCHES", "1,4,16,32").split(",")]:
+measure("prefix_records_per_s", prefix, recs[:min(len(recs), int(os.environ.get("PREFIX_N", 64)))])
+for B in [int(b) for b in os.environ.get("BATCHES", "4,16,32").split(",")]:
     measure(f"padded_b{B}_records_per_s", padded, [recs[i:i + B] for i in range(0, len(recs), B)])
-measure("prefix_records_per_s", prefix, recs[:min(len(recs), 128)])
 res["best"], res["best_records_per_s"] = best[0], round(best[1], 2)
 print("RESULT " + json.dumps(res), flush=True)

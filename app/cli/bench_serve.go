@@ -26,6 +26,7 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	model := fs.String("model", models.Builtin, "the model to serve (builtin, a synthetic preset or a folder)")
 	wf := addWeightFlags(fs)
 	schemaFlag := fs.String("schema", "ticket", "a built-in schema's name or a schema file")
+	layout := fs.String("layout", "", "the prompt's layout in place of the schema's: input-first or fields-first")
 	records := fs.Int("records", 1000, "generated support tickets scored at each concurrency")
 	conc := fs.String("concurrency", "1,8,32,64", "records in flight, comma-separated")
 	clients := fs.Int("clients", 50, "concurrent clients of the mixed load (0: none)")
@@ -66,6 +67,12 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	schema, err := scorer.ParseSchema(raw)
 	if err != nil {
 		return fmt.Errorf("--schema %s: %w", *schemaFlag, err)
+	}
+	if err := scorer.CheckLayout(*layout); err != nil {
+		return usageErr("--%v", err)
+	}
+	if *layout == scorer.LayoutFieldsFirst {
+		schema.Layout = scorer.LayoutFieldsFirst
 	}
 	opt, err := wf.options()
 	if err != nil {

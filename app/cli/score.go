@@ -21,6 +21,7 @@ import (
 type scoreFlags struct {
 	weights                                        weightFlags
 	model, schema, backend, calibration, normalize *string
+	layout                                         *string
 	batch                                          *int
 	temperature                                    *float64
 }
@@ -39,6 +40,7 @@ func addScoreFlags(fs interface {
 		calibration: fs.String("calibration", "", "apply the fitted temperatures of this calibration file"),
 		batch:       fs.Int("branch-batch", 0, "branch rows per batch (1..64; 0: 8 on the CPU, 64 on a GPU)"),
 		temperature: fs.Float64("temperature", 1, "temperature for normalising likelihoods"),
+		layout:      fs.String("layout", "", "the prompt's layout, in place of the schema's: input-first (the default: instructions, input, questions) or fields-first (the questions before the input, so a dataset's records share every token before their input)"),
 	}
 }
 
@@ -110,13 +112,9 @@ func (f scoreFlags) open(ctx context.Context, stderr io.Writer) (*models.Model, 
 	if scorer.CheckNormalize(*f.normalize) != nil {
 		return nil, nil, nil, usageErr("--normalize %q is not one of %s", *f.normalize, strings.Join(scorer.Normalizations, ", "))
 	}
-	b, err := readInput(*f.schema)
+	s, err := f.readSchema()
 	if err != nil {
 		return nil, nil, nil, err
-	}
-	s, err := scorer.ParseSchema(b)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w", *f.schema, err)
 	}
 	m, err := f.weights.open(ctx, *f.model, stderr)
 	if err != nil {

@@ -195,10 +195,13 @@ func scoreOptions(fs *flag.FlagSet, f scoreFlags, stderr io.Writer) (scorer.Opti
 	return opt, nil
 }
 
-// readSchema reads and parses --schema.
+// readSchema reads and parses --schema, with --layout's layout when given.
 func (f scoreFlags) readSchema() (*scorer.Schema, error) {
 	if *f.schema == "" {
 		return nil, usageErr("--schema is required")
+	}
+	if err := scorer.CheckLayout(*f.layout); err != nil {
+		return nil, usageErr("--%v", err)
 	}
 	b, err := readInput(*f.schema)
 	if err != nil {
@@ -207,6 +210,12 @@ func (f scoreFlags) readSchema() (*scorer.Schema, error) {
 	s, err := scorer.ParseSchema(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", *f.schema, err)
+	}
+	switch *f.layout {
+	case scorer.LayoutFieldsFirst:
+		s.Layout = scorer.LayoutFieldsFirst
+	case scorer.LayoutInputFirst:
+		s.Layout = ""
 	}
 	return s, nil
 }

@@ -81,6 +81,18 @@ func TestScoreFileShardsMerge(t *testing.T) {
 	if !strings.Contains(want, `"error":"the text is empty","id":"7"`) || !strings.Contains(want, `"id":"t0"`) {
 		t.Fatalf("the single run's log: %s", want)
 	}
+	// Fields first: another prompt, every record's answer, the header says so.
+	ff := filepath.Join(dir, "fields-first.jsonl")
+	if code, out, errOut := run(append(base, "--output", ff, "--layout", "fields-first", "--concurrency", "4")...); code != 0 ||
+		!strings.Contains(out, "scored 11 (2 errors)") {
+		t.Fatalf("--layout fields-first: exit %d, %s %s", code, out, errOut)
+	}
+	if b, _ := os.ReadFile(ff); !strings.Contains(strings.SplitN(string(b), "\n", 2)[0], `"layout":"fields-first"`) {
+		t.Errorf("--layout fields-first: header %s", strings.SplitN(string(b), "\n", 2)[0])
+	}
+	if got := stable(t, ff); got == want || strings.Count(got, `"answer"`) != 9 {
+		t.Errorf("--layout fields-first: %d answers, the same log as input first: %v", strings.Count(got, `"answer"`), got == want)
+	}
 	// Records in flight at once, batched through one scheduler: the same
 	// log, in input order, bit for bit.
 	for _, c := range []string{"1", "4", "16"} {
@@ -159,6 +171,7 @@ func TestScoreFileShardsMerge(t *testing.T) {
 		{[]string{"--normalize", "pmi"}, "was scored with --normalize none, this run with --normalize pmi"},
 		{[]string{"--weights", "f32"}, "was scored with --weights q4, this run with --weights f32"},
 		{[]string{"--group", "32"}, "was scored with --group 64, this run with --group 32"},
+		{[]string{"--layout", "fields-first"}, "was scored with --layout input-first, this run with --layout fields-first"},
 	} {
 		code, _, errOut = run(append(append(base, "--output", crashed, "--resume"), c.flags...)...)
 		if code != 1 || !strings.Contains(errOut, c.want) {
@@ -184,7 +197,7 @@ func TestScoreFileShardsMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	if head["verdict_result_log"] != 1.0 || head["model"] != "built-in tiny Gemma 3n (random weights)" || !strings.HasPrefix(head["model_hash"].(string), "sha256:") ||
-		head["weights"] != "q4" || head["group"] != 64.0 || head["backend"] != "json" || head["temperature"] != 1.0 || head["normalize"] != "none" || head["calibration"] != "" {
+		head["weights"] != "q4" || head["group"] != 64.0 || head["backend"] != "json" || head["layout"] != "input-first" || head["temperature"] != 1.0 || head["normalize"] != "none" || head["calibration"] != "" {
 		t.Errorf("header %s", lines[0])
 	}
 	hot := filepath.Join(dir, "hot-1.jsonl")

@@ -30,8 +30,9 @@ type Header struct {
 	Group     int    `json:"group"`   // the q4 group size (0 for f32)
 	Backend   string `json:"backend"`
 	// SchemaHash and Calibration hash what was parsed (Hash), not the
-	// files' bytes: layout does not count. Calibration is "" without one.
+	// files' bytes: their formatting does not count. Calibration is "" without one.
 	SchemaHash  string  `json:"schema_hash"`
+	Layout      string  `json:"layout"` // the prompt's (scorer.LayoutInputFirst, ...)
 	Temperature float64 `json:"temperature"`
 	Calibration string  `json:"calibration"`
 	Normalize   string  `json:"normalize"`
@@ -60,6 +61,10 @@ func NewHeader(s Scoring) (Header, error) {
 	}
 	if h.Normalize == "" {
 		h.Normalize = scorer.NormalizeNone
+	}
+	h.Layout = scorer.LayoutInputFirst
+	if s.Schema.FieldsFirst() {
+		h.Layout = scorer.LayoutFieldsFirst
 	}
 	var err error
 	if h.SchemaHash, err = Hash(s.Schema); err != nil {
@@ -127,6 +132,7 @@ func (h Header) fields() []struct{ key, what, value, show string } {
 		{"weights", "--weights", h.Weights, h.Weights},
 		{"group", "--group", strconv.Itoa(h.Group), strconv.Itoa(h.Group)},
 		{"backend", "--backend", h.Backend, h.Backend},
+		{"layout", "--layout", h.Layout, h.Layout},
 		{"schema_hash", "--schema", h.SchemaHash, "of hash " + h.SchemaHash},
 		{"temperature", "--temperature", temp, temp},
 		{"calibration", "--calibration", h.Calibration, orNone(h.Calibration)},

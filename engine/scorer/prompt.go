@@ -32,7 +32,8 @@ func jsonString(s string) string {
 
 // Prompt builds the shared prefix for an input: the instructions, the input
 // (media placeholders, then text), every question with its criteria, and the
-// model turn header.
+// model turn header; with the fields-first layout the questions come before
+// the input.
 func (s *Schema) Prompt(input string) string {
 	return s.MediaPrompt(input, nil, false, gemma3n.Special{}).String()
 }
@@ -57,9 +58,19 @@ func (s *Schema) promptWith(input string, captions []string, audio bool, sp gemm
 	// Only the chat markup is the builder's: the schema's instructions,
 	// labels, questions and option names, the captions and the input are
 	// the user's, their special tokens tokenized as text.
+	var fields strings.Builder
+	fields.WriteString("Fields:")
+	for i := range s.Fields {
+		f := &s.Fields[i]
+		fmt.Fprintf(&fields, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), criteria(f))
+	}
 	var p prompt.Prompt
 	p.Text(userTurn)
-	p.User(fmt.Sprintf("%s\n\n%s:\n", strings.TrimSpace(instr), label))
+	if s.FieldsFirst() {
+		p.User(fmt.Sprintf("%s\n\n%s\n\n%s:\n", strings.TrimSpace(instr), fields.String(), label))
+	} else {
+		p.User(fmt.Sprintf("%s\n\n%s:\n", strings.TrimSpace(instr), label))
+	}
 	for i, c := range captions {
 		if c != "" {
 			p.User(c)
@@ -69,13 +80,11 @@ func (s *Schema) promptWith(input string, captions []string, audio bool, sp gemm
 	if audio {
 		p.Audio(sp, "audio")
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nFields:", strings.TrimSpace(input))
-	for i := range s.Fields {
-		f := &s.Fields[i]
-		fmt.Fprintf(&b, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), criteria(f))
+	if s.FieldsFirst() {
+		p.User(strings.TrimSpace(input))
+	} else {
+		p.User(strings.TrimSpace(input) + "\n\n" + fields.String())
 	}
-	p.User(b.String())
 	p.Text(modelTurn)
 	return p
 }

@@ -62,7 +62,31 @@ type Schema struct {
 	Instructions string
 	InputLabel   string
 	Fields       []Field
+	// Layout orders the prompt (LayoutInputFirst when empty).
+	Layout string
 }
+
+// Prompt layouts. Input first: the instructions, the input, then the
+// fields' questions. Fields first: the instructions and the questions, then
+// the input, so that every input of a dataset shares all of the prompt
+// before it (its keys and values computed once, see package prefix). The
+// two are different prompts: their scores differ.
+const (
+	LayoutInputFirst  = "input-first"
+	LayoutFieldsFirst = "fields-first"
+)
+
+// CheckLayout reports whether l names a layout ("" is the default).
+func CheckLayout(l string) error {
+	switch l {
+	case "", LayoutInputFirst, LayoutFieldsFirst:
+		return nil
+	}
+	return fmt.Errorf("layout %q: want %s or %s", l, LayoutInputFirst, LayoutFieldsFirst)
+}
+
+// FieldsFirst reports whether the questions come before the input.
+func (s *Schema) FieldsFirst() bool { return s.Layout == LayoutFieldsFirst }
 
 // Default prompt wording.
 const (
@@ -192,7 +216,7 @@ func (s *Schema) Validate() error {
 
 // ParseSchema reads a schema from JSON:
 //
-//	{"instructions": "...", "input_label": "Ticket", "fields": [
+//	{"instructions": "...", "input_label": "Ticket", "layout": "input-first", "fields": [
 //	  {"name": "priority", "question": "How urgent?", "type": "choice",
 //	   "options": {"low": "can wait", "high": "today"}},
 //	  {"name": "issues", "question": "Which problems?", "type": "independent",
@@ -210,6 +234,7 @@ func ParseSchema(data []byte) (*Schema, error) {
 	var raw struct {
 		Instructions string `json:"instructions"`
 		InputLabel   string `json:"input_label"`
+		Layout       string `json:"layout"`
 		Fields       []struct {
 			Name     string          `json:"name"`
 			Question string          `json:"question"`
@@ -233,7 +258,13 @@ func ParseSchema(data []byte) (*Schema, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, &SchemaError{Msg: "invalid JSON: " + err.Error()}
 	}
+	if err := CheckLayout(raw.Layout); err != nil {
+		return nil, &SchemaError{Msg: err.Error()}
+	}
 	s := &Schema{Instructions: raw.Instructions, InputLabel: raw.InputLabel}
+	if raw.Layout == LayoutFieldsFirst {
+		s.Layout = LayoutFieldsFirst // the default is written as ""
+	}
 	for _, rf := range raw.Fields {
 		f := Field{Name: rf.Name, Question: rf.Question, Kind: rf.Type, K: rf.K}
 		if rf.Type != Catalog && rf.K != 0 {

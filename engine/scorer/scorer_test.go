@@ -45,6 +45,28 @@ func TestPromptMatchesReference(t *testing.T) {
 	if got := ticketSchema(t).Prompt(ticket); got != ref.PromptText {
 		t.Errorf("prompt differs from the reference:\n got %q\nwant %q", got, ref.PromptText)
 	}
+	// Fields first: the same parts, the input moved after the questions.
+	s := ticketSchema(t)
+	s.Layout = scorer.LayoutFieldsFirst
+	got := s.Prompt(ticket)
+	i, f, e := strings.Index(ref.PromptText, "\n\nTicket:\n"), strings.Index(ref.PromptText, "\n\nFields:"), strings.Index(ref.PromptText, "<end_of_turn>")
+	if i < 0 || f < 0 || e < 0 {
+		t.Fatalf("the reference prompt's parts: %q", ref.PromptText)
+	}
+	want := ref.PromptText[:i] + ref.PromptText[f:e] + ref.PromptText[i:f-len(ticket)] + ticket + ref.PromptText[e:]
+	if got != want {
+		t.Errorf("fields-first prompt:\n got %q\nwant %q", got, want)
+	}
+	for _, c := range []struct{ js, want string }{
+		{`{"layout": "fields-first", "fields": [{"name": "a", "question": "q", "type": "bool"}]}`, ""},
+		{`{"layout": "input-first", "fields": [{"name": "a", "question": "q", "type": "bool"}]}`, ""},
+		{`{"layout": "sideways", "fields": [{"name": "a", "question": "q", "type": "bool"}]}`, `layout "sideways": want input-first or fields-first`},
+	} {
+		_, err := scorer.ParseSchema([]byte(c.js))
+		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.js, err, c.want)
+		}
+	}
 }
 
 func distributions(r *scorer.Result) [][]float64 {
@@ -105,8 +127,16 @@ func TestExecutionShapes(t *testing.T) {
 
 // TestBranchesEqualFullPasses: every candidate's log-likelihood equals the
 // one computed with its own full forward pass over prompt + key + value.
+// Both layouts.
 func TestBranchesEqualFullPasses(t *testing.T) {
+	for _, layout := range []string{scorer.LayoutInputFirst, scorer.LayoutFieldsFirst} {
+		t.Run(layout, func(t *testing.T) { testBranchesEqualFullPasses(t, layout) })
+	}
+}
+
+func testBranchesEqualFullPasses(t *testing.T, layout string) {
 	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
+	s.Layout = layout
 	sc := scorer.New(m, tk)
 	r, err := sc.Score(context.Background(), s, ticket, scorer.Options{TokenLogprobs: true})
 	if err != nil {
@@ -349,7 +379,14 @@ func TestUntrustedTextIsText(t *testing.T) {
 // model view has a window wider than its prompts, so the kept prefix still
 // holds every key a fork needs.
 func TestPrefixReuse(t *testing.T) {
+	for _, layout := range []string{scorer.LayoutInputFirst, scorer.LayoutFieldsFirst} {
+		t.Run(layout, func(t *testing.T) { testPrefixReuse(t, layout) })
+	}
+}
+
+func testPrefixReuse(t *testing.T, layout string) {
 	base, tk, s := *testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
+	s.Layout = layout
 	base.Cfg.SlidingWindow = 1 << 12
 	m, err := base.WithKVPositions(1 << 13)
 	if err != nil {
@@ -372,6 +409,10 @@ func TestPrefixReuse(t *testing.T) {
 	if got.Timings.PrefixReused < 16 || want.Timings.PrefixReused != 0 {
 		t.Fatalf("reused %d tokens (a fresh scorer %d)", got.Timings.PrefixReused, want.Timings.PrefixReused)
 	}
+	// Fields first, every token before the input is shared.
+	if shared := len(tk.Encode(s.Prompt(""))) - 6; layout == scorer.LayoutFieldsFirst && got.Timings.PrefixReused < shared {
+		t.Errorf("fields first: reused %d tokens, the questions take %d", got.Timings.PrefixReused, shared)
+	}
 	for f := range want.Fields {
 		for d := range want.Fields[f].Decisions {
 			a, b := got.Fields[f].Decisions[d], want.Fields[f].Decisions[d]
@@ -387,7 +428,7 @@ func TestPrefixReuse(t *testing.T) {
 	sc = scorer.New(testmodel.Tiny(t), tk)
 	sc.Score(ctx, s, "The parcel came late.", scorer.Options{})
 	r, err := sc.Score(ctx, s, second, scorer.Options{})
-	if err != nil || r.Timings.PrefixReused != 0 {
+	if err != nil || (layout == scorer.LayoutInputFirst && r.Timings.PrefixReused != 0) {
 		t.Fatalf("with released keys: reused %d, %v", r.Timings.PrefixReused, err)
 	}
 }
