@@ -53,9 +53,13 @@ export class GeneratorPanel {
     // Whether the end is in view comes from the browser after its layout: no
     // scroll, ours or the user's, reads layout. Scrolling up, or a press in
     // the text (a selection, the scroll bar), stops following at once; the
-    // end coming back into view starts it again.
+    // end coming back into view starts it again. "In view" reaches half the
+    // box below its bottom edge: a scroll back down aims at the end as it was
+    // when the scroll began, and the text that arrives while it glides must
+    // not leave the end just out of reach.
     if (typeof IntersectionObserver === 'function') {
-      new IntersectionObserver((es) => { this.follow = es[es.length - 1].isIntersecting; }, { root: this.text }).observe(this.end);
+      new IntersectionObserver((es) => { this.follow = es[es.length - 1].isIntersecting; },
+        { root: this.text, rootMargin: '0px 0px 50% 0px' }).observe(this.end);
     }
     const away = () => { this.follow = false; };
     this.text.addEventListener('wheel', (e) => { if (e.deltaY < 0) away(); }, { passive: true });
