@@ -8,7 +8,8 @@
 # (build/peer_score_hf.py), and a shorter `bench serve` on the CPU cores.
 # Results under $OUT (default /tmp/gpu-serve); CARRY as for gpu-check.sh.
 # MODEL (synthetic-e2b), RECORDS (1000), CLIENTS (50), DURATION (60s),
-# PEER_N (records the peer scores, 128), CPU_RECORDS (48; 0 skips the CPU).
+# LAYOUT (input-first), PEER_N (records the peer scores, 128), CPU_RECORDS
+# (48; 0 skips the CPU).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -40,7 +41,7 @@ export VERDICT_PACKED_CACHE=/tmp/verdict-packed
 say "== bench serve --device cuda $MODEL"
 t0=$(date +%s)
 timeout "${SERVE_TIMEOUT:-330}" "$bin/verdict" bench serve --device cuda --model "$MODEL" --records "${RECORDS:-1000}" \
-	--concurrency "${LEVELS:-1,8,32,64}" --clients "${CLIENTS:-50}" --duration "${DURATION:-60s}" \
+	--concurrency "${LEVELS:-1,8,32,64}" --clients "${CLIENTS:-50}" --duration "${DURATION:-60s}" --layout "${LAYOUT:-input-first}" \
 	--dump-rows "$OUT/rows.jsonl" >"$OUT/serve-cuda.txt" 2>"$OUT/serve-cuda.err"
 say "exit $? in $(($(date +%s) - t0)) s"
 grep -v ALSA "$OUT/serve-cuda.err" | tail -5 | tee -a "$log"
