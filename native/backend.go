@@ -52,7 +52,7 @@ func (b *Backend) Alloc(bytes int) (*Buffer, error) {
 	}
 	p := C.vdc_alloc(b.t, C.size_t(bytes))
 	if p == nil {
-		return nil, fmt.Errorf("native: %s: out of memory allocating %d bytes", b.Name(), bytes)
+		return nil, deviceErrorf("native: %s: out of memory allocating %d bytes", b.Name(), bytes)
 	}
 	return &Buffer{be: b, p: p, size: bytes, alive: true}, nil
 }
@@ -178,7 +178,7 @@ type Stream struct {
 func (b *Backend) NewStream() (*Stream, error) {
 	s := C.vdc_stream_new(b.t)
 	if s == nil {
-		return nil, fmt.Errorf("native: %s: cannot create a stream", b.Name())
+		return nil, deviceErrorf("native: %s: cannot create a stream", b.Name())
 	}
 	return &Stream{be: b, s: s}, nil
 }
@@ -199,12 +199,28 @@ func (s *Stream) Close() {
 // run on another backend (Default).
 var ErrUnimplemented = errors.New("an operation the backend does not implement yet")
 
+// ErrDevice is matched (errors.Is) by the errors of a device that failed:
+// memory it could not allocate, a stream it could not create, a stream
+// that failed. The work may succeed on another device; the messages are
+// those the backend always gave.
+var ErrDevice = errors.New("native: the device failed")
+
+// deviceError is an ErrDevice with its own message.
+type deviceError struct{ msg string }
+
+func (e *deviceError) Error() string        { return e.msg }
+func (e *deviceError) Is(target error) bool { return target == ErrDevice }
+
+func deviceErrorf(format string, a ...any) error {
+	return &deviceError{fmt.Sprintf(format, a...)}
+}
+
 // Sync waits until the stream has run everything enqueued.
 func (s *Stream) Sync() error {
 	if rc := C.vdc_sync(s.be.t, s.s); rc == C.VD_EUNIMPL {
 		return fmt.Errorf("native: %s: stream failed: %w", s.be.Name(), ErrUnimplemented)
 	} else if rc != 0 {
-		return fmt.Errorf("native: %s: stream failed (error %d)", s.be.Name(), int(rc))
+		return deviceErrorf("native: %s: stream failed (error %d)", s.be.Name(), int(rc))
 	}
 	return nil
 }

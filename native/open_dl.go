@@ -9,11 +9,13 @@ package native
 #include "backend.h"
 
 typedef vd_backend *(*vdl_open_fn)(int, char *, size_t);
+typedef int (*vdl_count_fn)(char *, size_t);
 
 static void *vdl_open(const char *path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
 static const char *vdl_error(void) { const char *e = dlerror(); return e ? e : "unknown error"; }
 static void *vdl_sym(void *h, const char *name) { dlerror(); return dlsym(h, name); }
 static vd_backend *vdl_call(void *fn, int dev, char *err, size_t n) { return ((vdl_open_fn)fn)(dev, err, n); }
+static int vdl_count(void *fn, char *err, size_t n) { return ((vdl_count_fn)fn)(err, n); }
 
 // vdl_missing returns the 1-based index of the table's first NULL
 // function, 0 when there is none.
@@ -55,7 +57,9 @@ func cudaCandidates() []string {
 	return append(c, CUDALibrary) // the system's library path
 }
 
-func loadCUDA(dev int) (*Backend, error) {
+// cudaLib opens the CUDA library (dlopen keeps one handle however often it
+// is opened).
+func cudaLib() (unsafe.Pointer, error) {
 	var h unsafe.Pointer
 	var tried []string
 	for _, p := range cudaCandidates() {
@@ -76,6 +80,50 @@ func loadCUDA(dev int) (*Backend, error) {
 	if h == nil {
 		return nil, fmt.Errorf("cuda: no usable %s (set VERDICT_CUDA_LIB, or put it next to the executable): %s",
 			CUDALibrary, strings.Join(tried, "; "))
+	}
+	return h, nil
+}
+
+// cudaCount asks the library how many devices it sees (its
+// vd_cuda_device_count): 0 with the reason when there is none. A library
+// built before it had the function is asked for device after device
+// instead, until one does not open.
+func cudaCount() (int, error) {
+	h, err := cudaLib()
+	if err != nil {
+		return 0, err
+	}
+	sym := C.CString("vd_cuda_device_count")
+	fn := C.vdl_sym(h, sym)
+	C.free(unsafe.Pointer(sym))
+	if fn == nil {
+		n := 0
+		for ; n < maxCUDADevices; n++ {
+			if _, err = openCUDA(n); err != nil {
+				break
+			}
+		}
+		if n == 0 {
+			return 0, err
+		}
+		return n, nil
+	}
+	var msg [512]C.char
+	n := int(C.vdl_count(fn, &msg[0], C.size_t(len(msg))))
+	if n <= 0 {
+		m := C.GoString(&msg[0])
+		if m == "" {
+			m = "cuda: no CUDA device"
+		}
+		return 0, errors.New(m)
+	}
+	return n, nil
+}
+
+func loadCUDA(dev int) (*Backend, error) {
+	h, err := cudaLib()
+	if err != nil {
+		return nil, err
 	}
 	sym := C.CString("vd_cuda_backend")
 	fn := C.vdl_sym(h, sym)

@@ -106,3 +106,82 @@ func TestOpenCUDA(t *testing.T) {
 	}
 	resetCUDA()
 }
+
+func TestCUDADevices(t *testing.T) {
+	counted := fakeLib(t, fake("VD_ABI", "0")+`
+int vd_cuda_device_count(char *err, size_t n) { return 3; }
+`)
+	none := fakeLib(t, fake("VD_ABI", "0")+`
+int vd_cuda_device_count(char *err, size_t n) { snprintf(err, n, "cuda: no CUDA device (fake count)"); return 0; }
+`)
+	probed := fakeLib(t, fake("VD_ABI", "0")) // no count: devices 0..6 open, 7 does not
+	missing := filepath.Join(t.TempDir(), CUDALibrary)
+	for _, tc := range []struct {
+		name, lib string
+		want      int
+		reason    string
+	}{
+		{"counted", counted, 3, ""},
+		{"none", none, 0, "no CUDA device (fake count)"},
+		{"probed", probed, 7, ""},
+		{"missing library", missing, 0, "no usable libverdict_cuda.so"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resetCUDA()
+			t.Setenv("VERDICT_CUDA_LIB", tc.lib)
+			n, err := CUDADevices()
+			if n != tc.want {
+				t.Errorf("CUDADevices() = %d, want %d (%v)", n, tc.want, err)
+			}
+			if tc.reason != "" && (err == nil || !strings.Contains(err.Error(), tc.reason)) {
+				t.Errorf("error %v, want %q", err, tc.reason)
+			}
+			if tc.reason == "" && err != nil {
+				t.Errorf("error %v", err)
+			}
+		})
+	}
+	resetCUDA()
+}
+
+func TestParseDevices(t *testing.T) {
+	counted := fakeLib(t, fake("VD_ABI", "0")+`
+int vd_cuda_device_count(char *err, size_t n) { return 2; }
+`)
+	missing := filepath.Join(t.TempDir(), CUDALibrary)
+	for _, tc := range []struct {
+		lib, list string
+		want      string // the devices joined by commas
+		note, err string // substrings; "" for none
+	}{
+		{counted, "all", "cuda:0,cuda:1", "", ""},
+		{missing, "all", "cpu", "using the CPU: cuda: no usable", ""},
+		{missing, " cuda:1, CUDA:0 ", "cuda:1,cuda:0", "", ""},
+		{missing, "cuda,cuda:2", "cuda:0,cuda:2", "", ""},
+		{missing, "cpu,cpu,cpu", "cpu,cpu,cpu", "", ""},
+		{missing, "auto", "auto", "", ""},
+		{missing, "cuda,cuda:0", "", "", "cuda:0 twice"},
+		{missing, "cuda:1,all", "", "", "all stands alone"},
+		{missing, "cuda:x", "", "", "want cuda:N"},
+		{missing, "cuda:64", "", "", "want cuda:N"},
+		{missing, "gpu", "", "", "unknown device"},
+		{missing, "cpu,", "", "", "an empty name"},
+	} {
+		resetCUDA()
+		t.Setenv("VERDICT_CUDA_LIB", tc.lib)
+		got, note, err := ParseDevices(tc.list)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseDevices(%q) = %v, %v, want an error with %q", tc.list, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, ",") != tc.want {
+			t.Errorf("ParseDevices(%q) = %v, %v, want %s", tc.list, got, err, tc.want)
+		}
+		if !strings.Contains(note, tc.note) || (tc.note == "" && note != "") {
+			t.Errorf("ParseDevices(%q): note %q, want %q", tc.list, note, tc.note)
+		}
+	}
+	resetCUDA()
+}

@@ -27,6 +27,15 @@ type Selection struct {
 // answer, or when the queue is full); the decode then runs its own forward
 // passes beside the scheduler's steps, as the scorer's catalog fields do.
 func (s *Session) Select(ctx context.Context, entries []catalog.Entry, request string, k int) (Selection, error) {
+	if s.set != nil {
+		var sel Selection
+		err := s.set.do(ctx, func(p *Session) error {
+			var err error
+			sel, err = p.Select(ctx, entries, request, k)
+			return err
+		})
+		return sel, err
+	}
 	sep, ok := s.tok.Lookup("\n")
 	if !ok {
 		return Selection{}, errors.New("session: the tokenizer has no single-token line break for catalog decoding")
@@ -56,6 +65,9 @@ func (s *Session) Select(ctx context.Context, entries []catalog.Entry, request s
 		return Selection{}, err
 	}
 	tk.Release()
+	if err := s.checkFault(); err != nil {
+		return Selection{}, err
+	}
 	res, err := catalog.Decode(ctx, s.m.Model, cat, req, catalog.Options{})
 	if err != nil {
 		return Selection{}, err

@@ -153,6 +153,9 @@ func (s *Session) RawPrompt(text string) ([]int32, error) {
 // first its log-probability given those before it, with the top (0..20)
 // most probable alternatives (generate.PromptLogprobs).
 func (s *Session) PromptLogprobs(ctx context.Context, req Request, top int) ([]int32, []Logprobs, error) {
+	if s.set != nil {
+		return s.set.promptLogprobs(ctx, req, top)
+	}
 	if req.Media != nil {
 		return nil, nil, errors.New("session: prompt logprobs are for text prompts")
 	}
@@ -170,6 +173,6 @@ func (s *Session) PromptLogprobs(ctx context.Context, req Request, top int) ([]i
 		return ids, nil, fmt.Errorf("prompt logprobs: %w", err)
 	}
 	defer tk.Release()
-	lps, err := generate.PromptLogprobs(ctx, rq, s.m.Model, ids, top, tk)
+	lps, err := generate.PromptLogprobs(ctx, s.runner(rq), s.m.Model, ids, top, tk)
 	return ids, lps, err
 }

@@ -34,6 +34,12 @@ type Session struct {
 	info  Info
 	// vision and audio are set once the tower has encoded an input.
 	vision, audio atomic.Bool
+	// set, when not nil, are the replicas of a session joined over several
+	// devices (Join): the methods that run the model run on one of them
+	// (sched is nil; m, tok, sc and info are the first replica's).
+	set *replicaSet
+	// fault, when set (tests), fails passes (see runner).
+	fault atomic.Pointer[fault]
 }
 
 // Info describes the opened model.
@@ -124,16 +130,29 @@ func New(m *models.Model) (*Session, error) {
 
 // Close stops the scheduler and releases the model.
 func (s *Session) Close() error {
+	if s.set != nil {
+		return s.set.close()
+	}
 	s.sched.Close()
 	return s.m.Close()
 }
 
 // PrefixStats reports the use of the scorer's prefixes kept across
 // requests.
-func (s *Session) PrefixStats() prefix.Stats { return s.sc.PrefixStats() }
+func (s *Session) PrefixStats() prefix.Stats {
+	if s.set != nil {
+		return s.set.prefixStats()
+	}
+	return s.sc.PrefixStats()
+}
 
 // SchedStats reports the scheduler's work so far.
-func (s *Session) SchedStats() sched.Stats { return s.sched.Stats() }
+func (s *Session) SchedStats() sched.Stats {
+	if s.set != nil {
+		return s.set.schedStats()
+	}
+	return s.sched.Stats()
+}
 
 // WithPriority marks ctx's requests as of priority p (sched.Interactive
 // unless marked: the app's runs and API calls; sched.Bulk for datasets).
@@ -159,13 +178,21 @@ func (s *Session) Identity() (models.Identity, error) { return s.m.Identity() }
 
 // Towers reports whether the vision and the audio tower are loaded: a tower
 // loads with the first input it encodes.
-func (s *Session) Towers() (vision, audio bool) { return s.vision.Load(), s.audio.Load() }
+func (s *Session) Towers() (vision, audio bool) {
+	if s.set != nil {
+		return s.set.towers()
+	}
+	return s.vision.Load(), s.audio.Load()
+}
 
 // Tokenizer is the model's tokenizer.
 func (s *Session) Tokenizer() *tokenizer.Tokenizer { return s.tok }
 
 // ImageTokens runs the vision tower on one image (see models.Model.ImageTokens).
 func (s *Session) ImageTokens(ctx context.Context, img image.Image, progress TowerProgress) ([]float32, bool, error) {
+	if s.set != nil {
+		return s.set.imageTokens(ctx, img, progress)
+	}
 	soft, cached, err := s.m.ImageTokens(ctx, img, progress)
 	if err == nil {
 		s.vision.Store(true)
@@ -175,6 +202,9 @@ func (s *Session) ImageTokens(ctx context.Context, img image.Image, progress Tow
 
 // AudioTokens runs the audio tower on 16 kHz mono samples (see models.Model.AudioTokens).
 func (s *Session) AudioTokens(ctx context.Context, pcm []float32, progress TowerProgress) ([]float32, bool, error) {
+	if s.set != nil {
+		return s.set.audioTokens(ctx, pcm, progress)
+	}
 	soft, cached, err := s.m.AudioTokens(ctx, pcm, progress)
 	if err == nil {
 		s.audio.Store(true)
@@ -183,15 +213,23 @@ func (s *Session) AudioTokens(ctx context.Context, pcm []float32, progress Tower
 }
 
 // HardEmbed is a token's embedding row, for the multimodal merge.
-func (s *Session) HardEmbed(id int32) ([]float32, error) { return s.m.HardEmbed(id) }
+func (s *Session) HardEmbed(id int32) ([]float32, error) {
+	if s.set != nil {
+		return s.set.hardEmbed(id)
+	}
+	return s.m.HardEmbed(id)
+}
 
 // Score runs the scorer on input (see scorer.Scorer.Score) as a request of
 // the scheduler: admitted once the pool holds its branches, its passes
 // merged with other requests'. A Runner or Admit in opt is replaced.
 func (s *Session) Score(ctx context.Context, schema *scorer.Schema, input string, opt scorer.Options) (*scorer.Result, error) {
+	if s.set != nil {
+		return s.set.score(ctx, schema, input, opt)
+	}
 	rq := s.sched.Begin(ctx, priority(ctx))
 	defer rq.End()
-	opt.Runner, opt.Admit = rq, rq.Admit
+	opt.Runner, opt.Admit = s.runner(rq), rq.Admit
 	return s.sc.Score(ctx, schema, input, opt)
 }
 
@@ -204,6 +242,9 @@ func (s *Session) ScoreRows(schema *scorer.Schema, input string) (prefix []int32
 
 // CalibrateReport fits and reports a calibration (see scorer.Scorer.CalibrateReport).
 func (s *Session) CalibrateReport(ctx context.Context, schema *scorer.Schema, examples []scorer.Example, opt scorer.Options) (*scorer.Calibration, *scorer.CalibrationReport, error) {
+	if s.set != nil {
+		return s.set.calibrate(ctx, schema, examples, opt)
+	}
 	return s.sc.CalibrateReport(ctx, schema, examples, opt)
 }
 
@@ -358,6 +399,9 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 // after a stop token (end of turn, end of text), when emit returns an error,
 // or when ctx is done (returning ctx's error with what was generated so far).
 func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) error) (Result, error) {
+	if s.set != nil {
+		return s.set.generate(ctx, req, emit)
+	}
 	ids, err := s.Encode(req)
 	if err != nil {
 		return Result{}, err
@@ -387,7 +431,7 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 	}
 	defer tk.Release()
 	opt.Ticket = tk
-	res, err := generate.RunOn(ctx, rq, s.m.Model, ids, opt, func(t generate.Token) error {
+	res, err := generate.RunOn(ctx, s.runner(rq), s.m.Model, ids, opt, func(t generate.Token) error {
 		tk := st.token(t.Index, t.ID)
 		tk.Logprobs = t.Logprobs
 		if emit != nil {

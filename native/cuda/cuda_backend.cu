@@ -3392,6 +3392,43 @@ bool cuda_pdl_device(int dev)
 	return dev >= 0 && dev < MAXDEV && opened[dev] && st_of(opened[dev])->pdl;
 }
 
+/* count_devices returns the number of CUDA devices; 0 when there is none
+ * and -1 when they cannot be counted (a driver older than this build's
+ * runtime, a failed query), with the reason in err. */
+static int count_devices(char *err, size_t errlen)
+{
+	int drv = 0, rt = 0;
+	cudaDriverGetVersion(&drv);
+	cudaRuntimeGetVersion(&rt);
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e == cudaErrorInsufficientDriver || (drv > 0 && drv < rt)) {
+		say(err, errlen, "cuda: the driver (CUDA %d) is older than this library's runtime (CUDA %d)%s", drv, rt, "");
+		return -1;
+	}
+	if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0) || drv == 0) {
+		say(err, errlen, "cuda: no CUDA device (driver version %d, runtime %d)%s", drv, rt, "");
+		return 0;
+	}
+	if (e != cudaSuccess) {
+		say(err, errlen, "cuda: cannot count devices (error %d, runtime %d): %s", (int)e, rt, cudaGetErrorString(e));
+		return -1;
+	}
+	return count < MAXDEV ? count : MAXDEV;
+}
+
+/* vd_cuda_device_count returns the number of CUDA devices this library can
+ * open as cuda:0 .. cuda:N-1 (at most MAXDEV): 0 when there is none, -1
+ * when they cannot be counted, with the reason in err in both cases.
+ * Whether each one opens (its compute capability, its memory) is known
+ * when vd_cuda_backend opens it. */
+extern "C" __attribute__((visibility("default"))) int
+vd_cuda_device_count(char *err, size_t errlen)
+{
+	std::lock_guard<std::mutex> lock(open_mu);
+	return count_devices(err, errlen);
+}
+
 /* vd_cuda_backend returns the backend of CUDA device device, or NULL with
  * the reason in err (no device, a driver older than this build's runtime,
  * a device older than compute capability 8.0, a failed start). */
@@ -3405,23 +3442,10 @@ vd_cuda_backend(int device, char *err, size_t errlen)
 	}
 	if (opened[device])
 		return opened[device];
-	int drv = 0, rt = 0;
-	cudaDriverGetVersion(&drv);
-	cudaRuntimeGetVersion(&rt);
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e == cudaErrorInsufficientDriver || (drv > 0 && drv < rt)) {
-		say(err, errlen, "cuda: the driver (CUDA %d) is older than this library's runtime (CUDA %d)%s", drv, rt, "");
+	int count = count_devices(err, errlen);
+	if (count <= 0)
 		return nullptr;
-	}
-	if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0) || drv == 0) {
-		say(err, errlen, "cuda: no CUDA device (driver version %d, runtime %d)%s", drv, rt, "");
-		return nullptr;
-	}
-	if (e != cudaSuccess) {
-		say(err, errlen, "cuda: cannot count devices (error %d, runtime %d): %s", (int)e, rt, cudaGetErrorString(e));
-		return nullptr;
-	}
+	cudaError_t e;
 	if (device >= count) {
 		say(err, errlen, "cuda: no device %d (%d present)%s", device, count, "");
 		return nullptr;
