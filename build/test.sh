@@ -20,6 +20,10 @@ go vet ./...
 go vet -tags desktop,production,webkit2_41 ./app/desktop/
 go build -o verdict .
 go test -count=1 -timeout 45m ./...
+# The parsers of untrusted files (GGUF, safetensors headers and indexes,
+# recipes, configs, tokenizers) fuzzed for a short time each; a crasher is
+# kept under testdata/fuzz/ as a test (build/fuzz.sh).
+VERDICT_FUZZTIME="${VERDICT_FUZZTIME:-10s}" bash build/fuzz.sh
 ./verdict verify-fixture testdata/gemma3n-synthetic-tiny.tar.gz
 ./verdict verify-fixture testdata/gemma3n-micro-bf16.tar.gz
 # The CUDA sources without nvcc or a GPU: compiled by g++ against the stub
