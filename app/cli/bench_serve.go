@@ -99,7 +99,7 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return fmt.Errorf("the scheduler's check: %w", err)
 		}
-		fmt.Fprintf(stderr, "the scheduler's check: %d requests (scores and generations) alone and all at once, the same bits (up to %d passes a step)\n", n, merged)
+		fmt.Fprintf(stderr, "the scheduler's check: %d requests (scores, generations and tool choices) alone and all at once, the same bits (up to %d passes a step)\n", n, merged)
 	}
 	r, err := bench.Serve(ctx, s.Info().Name, s, schema, bench.ServeOptions{
 		Records: *records, Concurrency: levels, Clients: *clients, Duration: *dur, GenTokens: *genTokens,

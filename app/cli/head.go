@@ -37,9 +37,10 @@ func headOption(fs *flag.FlagSet, backend, file string, media bool, opt *scorer.
 
 func trainHeadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train-head", stderr)
-	json, none := scorer.BackendJSON, scorer.NormalizeNone
+	json, none, layout := scorer.BackendJSON, scorer.NormalizeNone, "" // the schema's own layout
 	f := scoreFlags{
 		normalize: &none,
+		layout:    &layout,
 		weights:   addWeightFlags(fs),
 		model:     fs.String("model", models.Builtin, "model folder, or builtin"),
 		schema:    fs.String("schema", "", "schema JSON file (required)"),

@@ -200,7 +200,11 @@ func (f scoreFlags) readSchema() (*scorer.Schema, error) {
 	if *f.schema == "" {
 		return nil, usageErr("--schema is required")
 	}
-	if err := scorer.CheckLayout(*f.layout); err != nil {
+	layout := ""
+	if f.layout != nil {
+		layout = *f.layout
+	}
+	if err := scorer.CheckLayout(layout); err != nil {
 		return nil, usageErr("--%v", err)
 	}
 	b, err := readInput(*f.schema)
@@ -211,7 +215,7 @@ func (f scoreFlags) readSchema() (*scorer.Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", *f.schema, err)
 	}
-	switch *f.layout {
+	switch layout {
 	case scorer.LayoutFieldsFirst:
 		s.Layout = scorer.LayoutFieldsFirst
 	case scorer.LayoutInputFirst:

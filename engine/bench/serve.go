@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"verdict/engine/catalog"
 	"verdict/engine/prefix"
 	"verdict/engine/sched"
 	"verdict/engine/scorer"
@@ -275,8 +276,9 @@ func quantile(xs []float64, q float64) float64 {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
-// CheckMix is the scheduler's gate on a session: scorer requests (json and
-// cached) and generations (greedy and seeded sampling) run one at a time,
+// CheckMix is the scheduler's gate on a session: scorer requests (json,
+// cached and catalog), generations (greedy and seeded sampling) and tool
+// choices (Select: the catalog decoder) run one at a time,
 // then all at once in a shuffled order, each with the same bits both ways
 // (every candidate's log-likelihood and probability, every token). It
 // returns the number of requests and of passes the busiest step merged.
@@ -286,12 +288,17 @@ func CheckMix(ctx context.Context, s *session.Session, schema *scorer.Schema, n 
 		text    string
 		backend string
 		gen     *session.Sampling
+		k       int // tools chosen from catalog.Tools (Select)
 	}
 	var jobs []job
 	for i, r := range recs {
-		switch i % 4 {
+		switch i % 6 {
 		case 0, 1:
 			jobs = append(jobs, job{text: r, backend: []string{"json", "cached"}[i%2]})
+		case 4:
+			jobs = append(jobs, job{text: r, backend: "catalog"})
+		case 5:
+			jobs = append(jobs, job{text: r, k: 1 + i%3})
 		case 2:
 			jobs = append(jobs, job{text: r, gen: &session.Sampling{MaxTokens: 6 + i%11}})
 		default:
@@ -299,6 +306,17 @@ func CheckMix(ctx context.Context, s *session.Session, schema *scorer.Schema, n 
 		}
 	}
 	run := func(ctx context.Context, j job) (string, error) {
+		if j.k > 0 {
+			sel, err := s.Select(ctx, catalog.Tools(), j.text, j.k)
+			if err != nil {
+				return "", err
+			}
+			var b strings.Builder
+			for _, st := range sel.Steps {
+				fmt.Fprintf(&b, "%d:%x ", st.Chosen, st.Logits)
+			}
+			return fmt.Sprint(sel.Names) + b.String(), nil
+		}
 		if j.gen != nil {
 			r, err := s.Generate(ctx, session.Request{Kind: session.PromptChat, Input: j.text, Sampling: *j.gen}, nil)
 			return fmt.Sprint(r.IDs), err

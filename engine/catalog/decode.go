@@ -53,6 +53,11 @@ type Options struct {
 	// OnDone, when set, receives each request's result as soon as it ends.
 	OnDone func(req int, r Result)
 
+	// Runner, when set, runs the decode's forward passes (a scheduler's
+	// request, so that they join its steps beside other requests'); nil:
+	// an Exec of the decode's own. The results are the same bits.
+	Runner gemma3n.Runner
+
 	rows int // the tests' bound on a forward pass's rows (0: the Exec's)
 }
 
@@ -162,20 +167,21 @@ func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reque
 
 // seq is one running request.
 type seq struct {
-	req    int
-	st     *State
-	cache  *gemma3n.Cache
-	own    bool    // the decoder made the cache (and frees it)
-	outs   int     // the sequence's output rows this pass
-	row    int     // the first of them in the pass's hidden states
-	feed   []int32 // decoding: the tokens fed this pass (the last chosen, then a forced run)
-	ahead  forcedRun
-	fed    int // prompt tokens fed so far
-	next   int32
-	start  time.Time
-	legal  []int32
-	logits []float32
-	slot   int32 // the backend step's walk slot
+	req     int
+	st      *State
+	cache   *gemma3n.Cache
+	own     bool    // the decoder made the cache (and frees it)
+	outs    int     // the sequence's output rows this pass
+	row     int     // the first of them in the pass's hidden states
+	feed    []int32 // decoding: the tokens fed this pass (the last chosen, then a forced run)
+	ahead   forcedRun
+	fed     int // prompt tokens fed so far
+	next    int32
+	start   time.Time
+	legal   []int32
+	logits  []float32
+	slot    int32 // the backend step's walk slot
+	slotted bool  // slot is taken
 }
 
 // CheckRequest returns the error that decoding r, request i of catalog c,
@@ -242,14 +248,21 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			return nil, stats, err
 		}
 	}
-	x, err := m.Acquire()
-	if err != nil {
-		return nil, stats, err
+	rn := opt.Runner
+	if rn == nil {
+		x, err := m.Acquire()
+		if err != nil {
+			return nil, stats, err
+		}
+		defer x.Release()
+		rn = x
 	}
-	defer x.Release()
-	rows := x.Rows()
+	rows := rn.Rows()
 	if opt.rows > 0 {
 		rows = min(rows, opt.rows)
+	}
+	if opt.MaxBatch <= 0 {
+		maxBatch = min(maxBatch, rows) // a runner of few rows a step (a scheduler's budget)
 	}
 	if maxBatch > rows {
 		return nil, stats, fmt.Errorf("catalog: a batch of %d sequences exceeds the %d rows of a forward pass", maxBatch, rows)
@@ -257,7 +270,8 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	var shared *gemma3n.Cache
 	if batched && !opt.NoSharedPrefix {
 		t0 := time.Now()
-		if shared, stats.SharedPrefix, err = sharedPrefix(x, m, reqs); err != nil {
+		var err error
+		if shared, stats.SharedPrefix, err = sharedPrefix(rn, m, reqs); err != nil {
 			return nil, stats, err
 		}
 		if shared != nil {
@@ -265,12 +279,36 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 		}
 		stats.Prefix = time.Since(t0)
 	}
+	// The backend step's state lives on the Exec that runs the passes: it
+	// is made, and sequences take their walk slots, inside a pass's head
+	// (where the Exec is this decode's, even when it is a scheduler's).
 	var dev *devSteps
-	if opt.Head == SparseHead && opt.Step == BackendStep {
-		if st, w, sc := x.CatalogHead(); st.Backend().HasCatalogStep() {
-			dev = newDevSteps(st, w, sc, maxBatch, !batched)
-			defer dev.close()
+	wantDev := opt.Head == SparseHead && opt.Step == BackendStep
+	defer func() {
+		if dev != nil {
+			dev.close()
 		}
+	}()
+	slotted := func(x *gemma3n.Exec, running []*seq) error {
+		if wantDev {
+			wantDev = false
+			if st, w, sc := x.CatalogHead(); st.Backend().HasCatalogStep() {
+				dev = newDevSteps(st, w, sc, maxBatch, !batched)
+			}
+		}
+		if dev == nil {
+			return nil
+		}
+		for _, s := range running {
+			if !s.slotted {
+				var err error
+				if s.slot, err = dev.admit(s.st.cat, reqs[s.req].K); err != nil {
+					return err
+				}
+				s.slotted = true
+			}
+		}
+		return nil
 	}
 	out := make([]Result, len(reqs))
 	var running []*seq
@@ -318,14 +356,6 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 				return nil, stats, fmt.Errorf("catalog: request %d: %w", nextReq, err)
 			}
 			sq := &seq{req: nextReq, st: st, cache: cache, own: own, fed: fed, start: time.Now()}
-			if dev != nil {
-				if sq.slot, err = dev.admit(cats[nextReq], reqs[nextReq].K); err != nil {
-					if own {
-						cache.Free()
-					}
-					return nil, stats, err
-				}
-			}
 			running = append(running, sq)
 			out[nextReq].Prompt = len(reqs[nextReq].Prompt)
 			nextReq++
@@ -389,35 +419,43 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			}
 		}
 		t0 := time.Now()
-		h, err := x.Forward(&b)
+		err := rn.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+			stats.Forward += time.Since(t0)
+			if err := slotted(x, running); err != nil {
+				return err
+			}
+			// The sequences with outputs this pass, their rows of h
+			// contiguous and in batch order.
+			row := 0
+			for _, s := range running {
+				if s.outs == 0 {
+					continue
+				}
+				s.row = row
+				row += s.outs
+				act = append(act, s)
+			}
+			if len(act) > 0 {
+				return step(x, m, act, h, opt, &stats, out, dev)
+			}
+			return nil
+		})
 		if err != nil {
+			for _, s := range running {
+				if s.own {
+					s.cache.Free()
+				}
+			}
 			return nil, stats, err
 		}
-		stats.Forward += time.Since(t0)
 		stats.Steps++
-		// The sequences with outputs this pass, their rows of h contiguous
-		// and in batch order.
-		row := 0
-		for _, s := range running {
-			if s.outs == 0 {
-				continue
-			}
-			s.row = row
-			row += s.outs
-			act = append(act, s)
-		}
-		if len(act) > 0 {
-			if err := step(x, m, act, h, opt, &stats, out, dev); err != nil {
-				return nil, stats, err
-			}
-		}
 		kept := running[:0]
 		for _, s := range running {
 			if s.st.Done() {
 				if s.own {
 					s.cache.Free()
 				}
-				if dev != nil {
+				if dev != nil && s.slotted {
 					dev.release(s)
 				}
 				r := &out[s.req]
@@ -448,7 +486,7 @@ const minSharedPrefix = 16
 // minSharedPrefix tokens. A fork of the returned cache continues any of them
 // exactly as a prefill of its whole prompt would (rows and attention do not
 // depend on how a prompt is cut).
-func sharedPrefix(x *gemma3n.Exec, m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error) {
+func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error) {
 	var first []int32
 	n, count := -1, 0
 	for _, r := range reqs {
@@ -472,7 +510,7 @@ func sharedPrefix(x *gemma3n.Exec, m *gemma3n.Model, reqs []Request) (*gemma3n.C
 	c := m.NewCache()
 	var b gemma3n.Batch
 	b.Add(c, first[:n], 0)
-	if _, err := x.Prefill(&b); err != nil {
+	if err := gemma3n.RunAll(rn, &b); err != nil {
 		c.Free()
 		return nil, 0, err
 	}

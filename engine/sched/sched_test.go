@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"verdict/engine/catalog"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
@@ -58,12 +60,14 @@ func open(t *testing.T) (*models.Model, *tokenizer.Tokenizer, *scorer.Schema) {
 	return builtin, tok, ticketSc
 }
 
-// job is one request of a mix: a scorer request or a generation.
+// job is one request of a mix: a scorer request, a generation or a
+// catalog decode.
 type job struct {
 	text    string
-	backend string // scorer: json or cached
+	backend string // scorer: json, cached or catalog
 	gen     bool
 	opt     generate.Options
+	k       int // a catalog decode of k tools
 }
 
 // outcome is a job's result as compared: the scorer's fields without their
@@ -110,12 +114,60 @@ func mix(tk *tokenizer.Tokenizer) []job {
 	for i, o := range gens {
 		jobs = append(jobs, job{text: texts[(i*5+1)%len(texts)], gen: true, opt: o})
 	}
+	// The catalog decoder through the scheduler: a scorer request whose
+	// choice fields are decoded through their tries, and tool choices.
+	jobs = append(jobs, job{text: texts[4], backend: "catalog"})
+	for i, k := range []int{1, 3, 2} {
+		jobs = append(jobs, job{text: texts[(i*2+1)%len(texts)], k: k})
+	}
 	return jobs
+}
+
+// decodeTools decodes k tools of engine/catalog/tools.json for text as
+// `verdict catalog` does, on rq's steps (nil: alone).
+func decodeTools(ctx context.Context, m *models.Model, tk *tokenizer.Tokenizer, text string, k int, rq *Request) (string, error) {
+	raw, err := os.ReadFile("../catalog/tools.json")
+	if err != nil {
+		return "", err
+	}
+	entries, err := catalog.ParseEntries(raw)
+	if err != nil {
+		return "", err
+	}
+	sep, _ := tk.Lookup("\n")
+	cat, err := catalog.Compile(entries, tk, catalog.Grammar{Sep: sep, SepText: "\n", Stop: tk.EndOfTurn()})
+	if err != nil {
+		return "", err
+	}
+	ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tk, m.Special)
+	if err != nil {
+		return "", err
+	}
+	opt := catalog.Options{}
+	if rq != nil {
+		tkt, err := rq.Admit(m.Need(len(ids) + cat.MaxAnswer(k)))
+		if err != nil {
+			return "", err
+		}
+		tkt.Release()
+		opt.Runner = rq
+	}
+	res, err := catalog.Decode(ctx, m.Model, cat, catalog.Request{Prompt: ids, K: k}, opt)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(res.Steps)
+	return fmt.Sprint(res.Names, res.Tokens) + string(b), err
 }
 
 // runJob runs j on runner r (nil: alone, on an Exec of its own), admitted
 // through rq when set.
 func runJob(ctx context.Context, m *models.Model, sc *scorer.Scorer, tk *tokenizer.Tokenizer, sch *scorer.Schema, j job, rq *Request) outcome {
+	if j.k > 0 {
+		var o outcome
+		o.fields, o.err = decodeTools(ctx, m, tk, j.text, j.k, rq)
+		return o
+	}
 	if j.gen {
 		ids := tk.EncodeChat([]tokenizer.Turn{{Role: "user", Content: j.text}}, true)
 		opt := j.opt

@@ -105,7 +105,7 @@ func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, pref
 	for i, df := range fs {
 		reqs[i] = catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone(), Catalog: df.cat}
 	}
-	copt := catalog.Options{CheckDense: opt.CatalogCheckDense}
+	copt := catalog.Options{CheckDense: opt.CatalogCheckDense, Runner: opt.Runner}
 	names := make([][]string, len(fs))
 	copt.OnStep = func(req int, st catalog.Step) error {
 		df := fs[req]

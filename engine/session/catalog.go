@@ -24,8 +24,9 @@ type Selection struct {
 //
 // The request waits for admission in the scheduler's queue like any other
 // (refused at once when the pool could never hold its prompt and longest
-// answer, or when the queue is full); the decode then runs its own forward
-// passes beside the scheduler's steps, as the scorer's catalog fields do.
+// answer, or when the queue is full); the decode's forward passes then join
+// the scheduler's steps beside other requests', as the scorer's catalog
+// fields' do (the same bits as a decode alone).
 func (s *Session) Select(ctx context.Context, entries []catalog.Entry, request string, k int) (Selection, error) {
 	if s.set != nil {
 		var sel Selection
@@ -68,7 +69,7 @@ func (s *Session) Select(ctx context.Context, entries []catalog.Entry, request s
 	if err := s.checkFault(); err != nil {
 		return Selection{}, err
 	}
-	res, err := catalog.Decode(ctx, s.m.Model, cat, req, catalog.Options{})
+	res, err := catalog.Decode(ctx, s.m.Model, cat, req, catalog.Options{Runner: rq})
 	if err != nil {
 		return Selection{}, err
 	}
