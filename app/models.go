@@ -68,6 +68,10 @@ type ModelInfo struct {
 	Device *DeviceInfo `json:"device,omitempty"`
 	// Resident is what the ready model keeps in the backend's memory.
 	Resident *ResidentInfo `json:"resident,omitempty"`
+	// Replicas are the model's replicas when it runs on several devices
+	// (serve --devices): one a device, requests spread over them; Device
+	// is then the first one's.
+	Replicas []ReplicaInfo `json:"replicas,omitempty"`
 }
 
 // loaded is an opened model session with what runs need; refs counts the
@@ -76,6 +80,7 @@ type loaded struct {
 	s    *session.Session
 	info ModelInfo
 	refs sync.WaitGroup
+	devs []DeviceInfo // its replicas' devices (several devices)
 }
 
 // OpenFunc opens a model session on the backend be: it stops when ctx is
@@ -102,6 +107,10 @@ type Models struct {
 	backend func(device string) (*native.Backend, DeviceInfo)
 	emit    Emitter
 	log     *logrus.Logger
+
+	// devices, when set (serve --devices), are the devices a load opens a
+	// replica on each, in place of the device setting.
+	devices []string
 
 	mu     sync.Mutex
 	device string // the device setting (auto, cpu, cuda, cuda:N)
@@ -135,8 +144,8 @@ func (s *Models) setDevice(device string) error {
 	s.device = device
 	st, spec := s.info.State, s.info.Spec
 	s.mu.Unlock()
-	if !changed || spec == "" || (st != ModelReady && st != ModelLoading && st != ModelError) {
-		return nil
+	if !changed || spec == "" || (st != ModelReady && st != ModelLoading && st != ModelError) || len(s.devices) > 0 {
+		return nil // with devices, the setting waits for a run without them
 	}
 	s.log.WithFields(logrus.Fields{"model": spec, "device": device}).Info("device changed: loading the model again")
 	_, err := s.Open(spec)
@@ -187,6 +196,7 @@ func (s *Models) Info() ModelInfo {
 	defer s.mu.Unlock()
 	if s.cur != nil && s.info.State == ModelReady {
 		s.info.Resident = residentOf(s.cur.s)
+		s.info.Replicas = replicasOf(s.cur)
 	}
 	return s.info
 }
@@ -313,9 +323,18 @@ func (s *Models) progress(gen int, stage string, done, total int64) {
 }
 
 func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device string) {
-	be, dev := s.backend(device)
-	if dev.Fallback {
-		s.log.WithField("device", device).Warn(dev.Note)
+	var be *native.Backend
+	var dev DeviceInfo
+	var backends []*native.Backend
+	var devs []DeviceInfo
+	if len(s.devices) > 0 {
+		backends, devs = s.devicesBackends()
+		dev = devs[0]
+	} else {
+		be, dev = s.backend(device)
+		if dev.Fallback {
+			s.log.WithField("device", device).Warn(dev.Note)
+		}
 	}
 	info.Device = s.reportDevice(gen, dev)
 	if ctx.Err() != nil { // replaced while the previous load stopped
@@ -346,8 +365,17 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device strin
 		}
 	}()
 	progress := func(stage string, done, total int64) { s.progress(gen, stage, done, total) }
-	m, err := s.open(ctx, info.Spec, be, progress)
-	if err != nil {
+	var m *session.Session
+	var err error
+	if backends != nil {
+		m, devs, err = s.openReplicas(ctx, info.Spec, backends, devs, progress)
+		if err == nil {
+			info.Device = s.reportDevice(gen, devs[0])
+		}
+	} else {
+		m, err = s.open(ctx, info.Spec, be, progress)
+	}
+	if err != nil && backends == nil {
 		if cpu, retry := afterFailedLoad(dev, err, ctx.Err() != nil); retry {
 			s.log.WithError(err).WithField("device", dev.Backend).Warn("model failed to load on the GPU: loading it on the CPU")
 			dev = cpu
@@ -386,6 +414,11 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device strin
 		info.Note = "random weights: its output is noise, not language; it exercises the whole pipeline"
 	}
 	l := &loaded{s: m, info: info}
+	if backends != nil && m.Replicas() != nil {
+		l.devs = devs
+		info.Replicas = replicasOf(l)
+		l.info = info
+	}
 	old := s.cur
 	s.cur, s.info = l, info
 	swap := s.onSwap
@@ -393,7 +426,7 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device strin
 	if old != nil {
 		s.retire(old, swap)
 	}
-	s.log.WithFields(logrus.Fields{"model": info.Name, "params": info.Params, "load_ms": int(info.LoadMs), "backend": dev.Backend}).Info("model ready")
+	s.log.WithFields(logrus.Fields{"model": info.Name, "params": info.Params, "load_ms": int(info.LoadMs), "backend": info.Device.Backend, "replicas": max(len(info.Replicas), 1)}).Info("model ready")
 	s.emit.Emit(EventModel, info)
 }
 

@@ -42,6 +42,10 @@ type Options struct {
 	// OnFrontendReady runs (on its own goroutine) each time a page reports
 	// that it is ready.
 	OnFrontendReady func()
+	// Devices, when set (serve --devices), are the devices a model loads
+	// on, one replica each with requests spread over them, in place of the
+	// device setting.
+	Devices []string
 }
 
 // Services are every bound service, wired together.
@@ -78,6 +82,7 @@ func New(o Options) *Services {
 	s.Library = NewLibrary(o.Emitter, log, recentPathFor(o.SettingsPath))
 	s.Models = NewModels(o.Open, s.Library.watch(o.Emitter), log)
 	s.Models.device = s.Settings.Get().Device
+	s.Models.devices = o.Devices
 	s.Settings.onDevice = s.Models.setDevice
 	s.Media = newMedia(o, s.Models, log)
 	s.Runs = NewRuns(s.Models, s.Settings, o.Emitter, log)

@@ -242,7 +242,7 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 			fmt.Fprintf(stderr, "%s: measuring\n", spec)
 			r, err := bench.Catalog(ctx, spec, m.Model, cat, tok, opt)
-			r.Device = *wf.device
+			r.Device = wf.deviceName()
 			return r, err
 		}()
 		if err != nil {

@@ -74,18 +74,11 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *layout == scorer.LayoutFieldsFirst {
 		schema.Layout = scorer.LayoutFieldsFirst
 	}
-	opt, err := wf.options()
-	if err != nil {
-		return err
-	}
 	native.SetThreads(*threads)
-	m, err := openModel(ctx, strings.TrimSpace(*model), opt, stderr)
+	// One session: on --device, or a replica on each of --devices, the
+	// requests spread over them.
+	s, err := wf.openSession(ctx, strings.TrimSpace(*model), stderr)
 	if err != nil {
-		return err
-	}
-	s, err := session.New(m)
-	if err != nil {
-		m.Close()
 		return err
 	}
 	defer s.Close()

@@ -22,7 +22,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlags("catalog", stderr)
 	model := fs.String("model", models.Builtin, "model folder, or builtin")
 	wf := weightFlags{weights: fs.String("weights", string(models.DefaultWeights), weightsHelp), group: new(int),
-		device: addDeviceFlag(fs)}
+		device: addDeviceFlag(fs), devices: fs.String("devices", "", devicesHelp), fs: fs}
 	catFile := fs.String("catalog", "", `catalog file: a JSON list of {"name", "description"} (or --from-mcp)`)
 	fromMCP := fs.String("from-mcp", "", "take the catalog from an MCP server's tools (name and description): run this command line (split as a shell would, with simple quoting) as a server over stdio and list its tools, instead of --catalog")
 	k := fs.Int("k", 0, "the number of distinct entries to emit")

@@ -16,6 +16,7 @@ import (
 	"verdict/engine/safefile"
 	"verdict/engine/sched"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 )
 
 // scoreFileCmd scores every record of a JSONL or CSV file into a result
@@ -108,22 +109,21 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "%s: %d records, shard %s: nothing left to score (%d in %s)\n", *input, plan.Records, shard, plan.Done, *output)
 		return nil
 	}
-	m, sc, s, err := f.open(ctx, stderr)
+	if err := f.checkScoring(); err != nil {
+		return err
+	}
+	// One session: on --device, or a replica on each of --devices, the
+	// records spread over them.
+	sess, err := f.weights.openSession(ctx, *f.model, stderr)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	sch, err := sched.New(m.Model, sched.Options{Reclaim: sc.DropKept})
-	if err != nil {
-		return err
-	}
-	defer sch.Close()
+	defer sess.Close()
 	plan.Concurrency = *concurrency
 	if plan.Concurrency == 0 {
-		positions, _ := m.KVPool()
-		plan.Concurrency = DefaultConcurrency(positions)
+		plan.Concurrency = sessionConcurrency(sess)
 	}
-	id, err := m.Identity()
+	id, err := sess.Identity()
 	if err != nil {
 		return fmt.Errorf("the model's content hash: %w", err)
 	}
@@ -131,20 +131,18 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := w.SetHeader(head); err != nil {
 		return err
 	}
+	info := sess.Info()
 	score := func(ctx context.Context, text string) (json.RawMessage, error) {
 		if err := checkInput(text, "", false); err != nil {
 			return nil, err
 		}
-		rq := sch.Begin(ctx, sched.Bulk)
-		defer rq.End()
-		o := opt
-		o.Runner, o.Admit = rq, rq.Admit
-		res, err := sc.Score(ctx, s, text, o)
+		res, err := sess.Score(session.WithPriority(ctx, sched.Bulk), schema, text, opt)
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(scored{m.Name, m.Builtin, *f.backend, res})
+		return json.Marshal(scored{info.Name, info.Builtin, *f.backend, res})
 	}
+	defer replicaSummary(stderr, sess)
 	b := newBar(stderr)
 	plain := plainProgress(stderr, b.on, time.Now)
 	pr, err := plan.Run(ctx, scan, score, w, nil, func(p dataset.Progress) {

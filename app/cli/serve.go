@@ -46,11 +46,17 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	var devices []string // --devices: a replica on each, in place of the device setting
+	if isSet(fs, "devices") {
+		if devices, err = wf.deviceList(stderr); err != nil {
+			return err
+		}
+	}
 	log := logrus.New()
 	log.SetOutput(stderr)
 	hub := server.NewHub(log)
 	svc := app.New(app.Options{Emitter: hub, Logger: log, SettingsPath: *settings, Mode: "browser",
-		Open: app.OpenWith(mopt)})
+		Open: app.OpenWith(mopt), Devices: devices})
 	if *level != "" {
 		if err := svc.Logs.SetLevel(*level); err != nil {
 			return usageErr("%v", err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,8 @@ type weightFlags struct {
 	weights *string
 	group   *int
 	device  *string
+	devices *string       // --devices: a replica on each (see openSession)
+	fs      *flag.FlagSet // to tell a --device given from its default
 }
 
 func addWeightFlags(fs interface {
@@ -30,6 +33,8 @@ func addWeightFlags(fs interface {
 		weights: fs.String("weights", string(models.DefaultWeights), weightsHelp),
 		group:   fs.Int("group", 0, "q4 group size: columns sharing a scale and offset (32, 64, 128, ...; 0: the default, 64)"),
 		device:  addDeviceFlag(fs),
+		devices: fs.String("devices", "", devicesHelp),
+		fs:      flagSet(fs),
 	}
 }
 
@@ -39,7 +44,11 @@ func (w weightFlags) options() (models.Options, error) {
 	if err != nil {
 		return o, err
 	}
-	if o.Backend, err = openDevice(w.device, os.Stderr); err != nil {
+	d, err := w.oneDevice(os.Stderr)
+	if err != nil {
+		return models.Options{}, err
+	}
+	if o.Backend, err = w.backend(d, os.Stderr); err != nil {
 		return models.Options{}, err
 	}
 	return o, nil

@@ -33,6 +33,53 @@ type ServeLevel struct {
 	Speedup       float64 `json:"speedup"` // over the first level
 	Steps         int64   `json:"steps"`   // the scheduler's forward passes
 	MaxMerged     int     `json:"max_merged"`
+	// Devices are each replica's part of the records (several devices);
+	// RecordsPerSec is their sum.
+	Devices []DeviceShare `json:"devices,omitempty"`
+}
+
+// DeviceShare is one replica's part of a measurement on several devices.
+type DeviceShare struct {
+	Replica  int     `json:"replica"`
+	Device   string  `json:"device"`
+	Requests int64   `json:"requests"` // records, or the mixed load's requests
+	Share    float64 `json:"share"`    // of all the requests
+	PerSec   float64 `json:"per_sec"`  // its requests a second
+	Steps    int64   `json:"steps"`
+	Up       bool    `json:"up"`
+}
+
+// shares are each replica's requests between two Replicas reports, over
+// sec seconds; nil for one device.
+func shares(before, after []session.ReplicaInfo, sec float64) []DeviceShare {
+	if len(after) == 0 || len(before) != len(after) {
+		return nil
+	}
+	total := int64(0)
+	for i := range after {
+		total += after[i].Requests - before[i].Requests
+	}
+	out := make([]DeviceShare, len(after))
+	for i, a := range after {
+		n := a.Requests - before[i].Requests
+		out[i] = DeviceShare{Replica: a.Index, Device: a.Device, Requests: n, Share: float64(n) / float64(max(total, 1)),
+			PerSec: float64(n) / sec, Steps: a.Sched.Steps - before[i].Sched.Steps, Up: a.Up}
+	}
+	return out
+}
+
+// writeShares writes each replica's line of a measurement and their sum.
+func writeShares(b *strings.Builder, ds []DeviceShare, unit string) {
+	sum := 0.0
+	for _, d := range ds {
+		out := ""
+		if !d.Up {
+			out = ", taken out"
+		}
+		fmt.Fprintf(b, "    replica %d (%s): %8.1f %s/s  (%.1f%% of them, %d steps%s)\n", d.Replica, d.Device, d.PerSec, unit, 100*d.Share, d.Steps, out)
+		sum += d.PerSec
+	}
+	fmt.Fprintf(b, "    sum of %d devices: %8.1f %s/s\n", len(ds), sum, unit)
 }
 
 // MixedReport is the mixed client load: scorer and generation clients at
@@ -50,6 +97,8 @@ type MixedReport struct {
 	GenP99Ms     float64 `json:"generate_p99_ms"`
 	TokensPerSec float64 `json:"tokens_per_sec"` // generated and prompt tokens of every request
 	PeakRSSMB    float64 `json:"peak_rss_mb"`
+	// Devices are each replica's part of the requests (several devices).
+	Devices []DeviceShare `json:"devices,omitempty"`
 }
 
 // ServeReport is `verdict bench serve`'s result for one model.
@@ -62,6 +111,8 @@ type ServeReport struct {
 	Notes  []string     `json:"notes,omitempty"`
 	Memory Memory       `json:"memory"`
 	Tokens int          `json:"prompt_tokens"` // of one record
+	// Replicas are the replicas at the end (several devices).
+	Replicas []session.ReplicaInfo `json:"replicas,omitempty"`
 }
 
 func (r ServeReport) String() string {
@@ -70,6 +121,9 @@ func (r ServeReport) String() string {
 	for _, l := range r.Levels {
 		fmt.Fprintf(&b, "  concurrency %3d: %8.1f records/s  (%.2fx, %d steps, up to %d passes a step)\n",
 			l.Concurrency, l.RecordsPerSec, l.Speedup, l.Steps, l.MaxMerged)
+		if len(l.Devices) > 0 {
+			writeShares(&b, l.Devices, "records")
+		}
 	}
 	fmt.Fprintf(&b, "  prefix cache: %d of %d lookups hit (%.1f%%), %d of %d prompt tokens forked\n",
 		r.Prefix.Hits, r.Prefix.Lookups, 100*r.Prefix.HitRate(), r.Prefix.TokensFound, r.Prefix.TokensAsked)
@@ -78,6 +132,9 @@ func (r ServeReport) String() string {
 			m.Clients, m.Seconds, m.Scores, m.Generations, m.Refused, m.TokensPerSec)
 		fmt.Fprintf(&b, "    score p50 %.1f ms, p99 %.1f ms (%.1fx its %.1f ms alone); generate p50 %.1f ms, p99 %.1f ms; peak RSS %.0f MB\n",
 			m.ScoreP50Ms, m.ScoreP99Ms, m.ScoreP99Ms/max(m.ScoreAloneMs, 1e-9), m.ScoreAloneMs, m.GenP50Ms, m.GenP99Ms, m.PeakRSSMB)
+		if len(m.Devices) > 0 {
+			writeShares(&b, m.Devices, "requests")
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
@@ -127,15 +184,18 @@ func Serve(ctx context.Context, name string, s *session.Session, schema *scorer.
 		rep.Tokens = n
 	}
 	bulk := session.WithPriority(ctx, sched.Bulk)
-	// Warm: the schema compiled, its instructions kept.
-	if _, err := s.Score(bulk, schema, recs[0], scorer.Options{}); err != nil {
-		return rep, err
+	// Warm: the schema compiled, its instructions kept (on every replica:
+	// requests one at a time go round them).
+	for range max(len(s.Replicas()), 1) {
+		if _, err := s.Score(bulk, schema, recs[0], scorer.Options{}); err != nil {
+			return rep, err
+		}
 	}
 	for _, c := range opt.Concurrency {
 		if c < 1 {
 			return rep, fmt.Errorf("bench serve: concurrency %d", c)
 		}
-		before := s.SchedStats()
+		before, repsBefore := s.SchedStats(), s.Replicas()
 		t0 := time.Now()
 		if err := scoreAll(bulk, s, schema, recs, c); err != nil {
 			return rep, err
@@ -143,7 +203,7 @@ func Serve(ctx context.Context, name string, s *session.Session, schema *scorer.
 		sec := time.Since(t0).Seconds()
 		after := s.SchedStats()
 		l := ServeLevel{Concurrency: c, Seconds: sec, RecordsPerSec: float64(len(recs)) / sec,
-			Steps: after.Steps - before.Steps, MaxMerged: after.MaxPasses}
+			Steps: after.Steps - before.Steps, MaxMerged: after.MaxPasses, Devices: shares(repsBefore, s.Replicas(), sec)}
 		if len(rep.Levels) > 0 {
 			l.Speedup = l.RecordsPerSec / rep.Levels[0].RecordsPerSec
 		} else {
@@ -161,6 +221,7 @@ func Serve(ctx context.Context, name string, s *session.Session, schema *scorer.
 	}
 	rep.Sched = s.SchedStats()
 	rep.Memory = ReadMemory()
+	rep.Replicas = s.Replicas()
 	return rep, nil
 }
 
@@ -212,6 +273,7 @@ func mixed(ctx context.Context, s *session.Session, schema *scorer.Schema, recs 
 	}
 	rep.ScoreAloneMs = float64(time.Since(t0).Microseconds()) / 1000
 	ResetPeakMemory()
+	repsBefore := s.Replicas()
 	var mu sync.Mutex
 	var scoreMs, genMs []float64
 	tokens := 0
@@ -263,6 +325,7 @@ func mixed(ctx context.Context, s *session.Session, schema *scorer.Schema, recs 
 	rep.GenP50Ms, rep.GenP99Ms = quantile(genMs, 0.5), quantile(genMs, 0.99)
 	rep.TokensPerSec = float64(tokens) / rep.Seconds
 	rep.PeakRSSMB = float64(ReadMemory().HWM) / (1 << 20)
+	rep.Devices = shares(repsBefore, s.Replicas(), rep.Seconds)
 	return rep, ctx.Err()
 }
 

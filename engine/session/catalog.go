@@ -66,10 +66,7 @@ func (s *Session) Select(ctx context.Context, entries []catalog.Entry, request s
 		return Selection{}, err
 	}
 	tk.Release()
-	if err := s.checkFault(); err != nil {
-		return Selection{}, err
-	}
-	res, err := catalog.Decode(ctx, s.m.Model, cat, req, catalog.Options{Runner: rq})
+	res, err := catalog.Decode(ctx, s.m.Model, cat, req, catalog.Options{Runner: s.runner(rq)})
 	if err != nil {
 		return Selection{}, err
 	}

@@ -70,6 +70,8 @@ type ReplicaInfo struct {
 	Requests int64       `json:"requests"`
 	Retried  int64       `json:"retried,omitempty"`
 	Sched    sched.Stats `json:"scheduler"`
+	// KVPositions is its key/value pool (a device's memory sizes it).
+	KVPositions int `json:"kv_positions"`
 }
 
 // OpenDevices opens spec once on each backend (one replica a device,
@@ -156,7 +158,7 @@ func (s *Session) Replicas() []ReplicaInfo {
 	out := make([]ReplicaInfo, len(rs.parts))
 	for i, r := range rs.parts {
 		out[i] = ReplicaInfo{Index: r.index, Device: r.device, Backend: r.s.m.Backend().Name(), Up: r.down == nil,
-			Requests: r.served, Retried: r.retried, Sched: r.s.sched.Stats()}
+			Requests: r.served, Retried: r.retried, Sched: r.s.sched.Stats(), KVPositions: r.s.info.Resident.KVPositions}
 		if r.down != nil {
 			out[i].Error = r.down.Error()
 		}
@@ -195,10 +197,11 @@ func (rs *replicaSet) pick() (*replica, error) {
 	return best, nil
 }
 
-// failed reports whether err, returned by replica r for a request whose
-// context is ctx, is the replica's failure rather than the request's: a
-// device error, or any error of a replica taken out meanwhile.
-func failed(ctx context.Context, r *replica, err error, down bool) bool {
+// failed reports whether err, returned by a replica (down: taken out
+// meanwhile) for a request whose context is ctx, is the replica's failure
+// rather than the request's: a device error, or any error of a replica
+// taken out.
+func failed(ctx context.Context, err error, down bool) bool {
 	return err != nil && ctx.Err() == nil && (errors.Is(err, native.ErrDevice) || down)
 }
 
@@ -206,22 +209,22 @@ func failed(ctx context.Context, r *replica, err error, down bool) bool {
 // replica fails (failed), it takes it out and runs the request again on
 // another, until one answers or none is left.
 func (rs *replicaSet) do(ctx context.Context, run func(*Session) error) error {
-	return rs.doFinal(ctx, func(p *Session) (error, bool) { return run(p), false })
+	return rs.doFinal(ctx, func(p *Session) (bool, error) { return false, run(p) })
 }
 
 // doFinal is do for a run that can say its error is final: the caller's
 // own (a generation's emit), never run again.
-func (rs *replicaSet) doFinal(ctx context.Context, run func(*Session) (err error, final bool)) error {
+func (rs *replicaSet) doFinal(ctx context.Context, run func(*Session) (final bool, err error)) error {
 	for {
 		r, err := rs.pick()
 		if err != nil {
 			return err
 		}
-		err, final := run(r.s)
+		final, err := run(r.s)
 		rs.mu.Lock()
 		r.inflight--
 		r.served++
-		retry := !final && failed(ctx, r, err, r.down != nil)
+		retry := !final && failed(ctx, err, r.down != nil)
 		if retry {
 			r.retried++
 			if r.down == nil {
@@ -233,7 +236,7 @@ func (rs *replicaSet) doFinal(ctx context.Context, run func(*Session) (err error
 					}
 				}
 				rs.mu.Unlock()
-				rs.logf(fmt.Sprintf("replica %d (%s) taken out of service: %v; its requests run again on the %d replicas left",
+				rs.logf(fmt.Sprintf("replica %d (%s) taken out of service: %v; its requests run again on the other replicas (%d left)",
 					r.index, r.device, err, left))
 				continue
 			}
@@ -355,7 +358,7 @@ func (rs *replicaSet) generate(ctx context.Context, req Request, emit func(Token
 	var prompted atomic.Bool
 	onPrompt := req.OnPrompt
 	var res Result
-	err := rs.doFinal(ctx, func(p *Session) (error, bool) {
+	err := rs.doFinal(ctx, func(p *Session) (bool, error) {
 		r := req
 		if onPrompt != nil {
 			r.OnPrompt = func(n int) {
@@ -379,7 +382,7 @@ func (rs *replicaSet) generate(ctx context.Context, req Request, emit func(Token
 			}
 			return own
 		})
-		return err, own != nil
+		return own != nil, err
 	})
 	return res, err
 }
@@ -449,15 +452,6 @@ func (s *Session) runner(rq *sched.Request) gemma3n.GreedyLooper {
 		return faultRunner{rq, *f}
 	}
 	return rq
-}
-
-// checkFault is the fault's error before work that runs no pass of the
-// scheduler's (a catalog decode); nil without a fault.
-func (s *Session) checkFault() error {
-	if f := s.fault.Load(); f != nil {
-		return (*f)()
-	}
-	return nil
 }
 
 // faultRunner is a scheduler's request whose passes first ask fault.

@@ -263,7 +263,7 @@ func TestReplicaFails(t *testing.T) {
 	}
 	l := logs()
 	if len(l) != 1 || !strings.Contains(l[0], "replica 1 (cpu) taken out of service") || !strings.Contains(l[0], "error 700") ||
-		!strings.Contains(l[0], "2 replicas left") {
+		!strings.Contains(l[0], "its requests run again on the other replicas (2 left)") {
 		t.Errorf("log %q, want one line naming replica 1 and its error", l)
 	}
 	t.Logf("%s; requests a replica: %d (%d retried), %d, %d", l, reps[1].Requests, reps[1].Retried, reps[0].Requests, reps[2].Requests)

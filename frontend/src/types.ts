@@ -33,6 +33,20 @@ export interface ModelInfo {
   device?: DeviceInfo;
   /** What the ready model keeps in the backend's memory (app.ResidentInfo). */
   resident?: ResidentInfo;
+  /** The replicas of a model on several devices (serve --devices), one a
+   * device, requests spread over them; device is then the first one's
+   * (app.ReplicaInfo). Absent for one device. */
+  replicas?: ReplicaInfo[];
+}
+
+export interface ReplicaInfo {
+  device: DeviceInfo;
+  /** False once its device failed (error says how): its requests ran again on the others. */
+  up: boolean;
+  error?: string;
+  /** Requests it answered, and those it runs now. */
+  requests: number;
+  running: number;
 }
 
 /** A device setting: auto (the GPU when it opens, else the CPU), cpu, cuda or cuda:N. */
