@@ -137,7 +137,7 @@ func (r *run) generatorSide(ctx context.Context, l *loaded, schema *scorer.Schem
 	}
 	req := session.Request{
 		Kind: session.PromptSchema, Input: input, Schema: schema,
-		Sampling: session.Sampling{MaxTokens: set.MaxTokens, Temperature: set.Temperature, TopK: set.TopK, TopP: set.TopP, Seed: set.Seed},
+		Sampling: set.Sampling(),
 	}
 	if set.Prompt == PromptChat {
 		req.Kind = session.PromptChat

@@ -14,6 +14,7 @@ import (
 
 	"verdict/engine/safefile"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 )
 
 // GenerationSettings tune the generation side of a run.
@@ -26,6 +27,30 @@ type GenerationSettings struct {
 	// Prompt is "schema" (the scorer's prompt: the model writes the JSON
 	// answer) or "chat" (the input alone as the user's message).
 	Prompt string `json:"prompt"`
+}
+
+// Override replaces the settings a request gives (nil: kept).
+func (g *GenerationSettings) Override(maxTokens *int, temperature *float64, topK *int, topP *float64, seed *uint64) {
+	if maxTokens != nil {
+		g.MaxTokens = *maxTokens
+	}
+	if temperature != nil {
+		g.Temperature = *temperature
+	}
+	if topK != nil {
+		g.TopK = *topK
+	}
+	if topP != nil {
+		g.TopP = *topP
+	}
+	if seed != nil {
+		g.Seed = *seed
+	}
+}
+
+// Sampling is g as the session's sampling settings.
+func (g GenerationSettings) Sampling() session.Sampling {
+	return session.Sampling{MaxTokens: g.MaxTokens, Temperature: g.Temperature, TopK: g.TopK, TopP: g.TopP, Seed: g.Seed}
 }
 
 // ScorerSettings tune the scorer side of a run.

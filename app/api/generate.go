@@ -190,25 +190,11 @@ func (req *GenerateRequest) check() (session.Request, *apiError) {
 	}
 	set := app.DefaultPreferences().Run
 	g := &set.Generation
-	if req.MaxTokens != nil {
-		g.MaxTokens = *req.MaxTokens
-	}
-	if req.Temperature != nil {
-		g.Temperature = *req.Temperature
-	}
-	if req.TopK != nil {
-		g.TopK = *req.TopK
-	}
-	if req.TopP != nil {
-		g.TopP = *req.TopP
-	}
-	if req.Seed != nil {
-		g.Seed = *req.Seed
-	}
+	g.Override(req.MaxTokens, req.Temperature, req.TopK, req.TopP, req.Seed)
 	if err := set.Validate(); err != nil {
 		return sr, classify(err)
 	}
-	sr.Sampling = session.Sampling{MaxTokens: g.MaxTokens, Temperature: g.Temperature, TopK: g.TopK, TopP: g.TopP, Seed: g.Seed}
+	sr.Sampling = g.Sampling()
 	return sr, nil
 }
 

@@ -242,18 +242,7 @@ func (p samplingParams) check(maxTokens int) (app.GenerationSettings, error) {
 	if len(p.logitBias) > 0 {
 		return *g, badParam("logit_bias", "not supported")
 	}
-	if p.maxTokens != nil {
-		g.MaxTokens = *p.maxTokens
-	}
-	if p.temperature != nil {
-		g.Temperature = *p.temperature
-	}
-	if p.topP != nil {
-		g.TopP = *p.topP
-	}
-	if p.topK != nil {
-		g.TopK = *p.topK
-	}
+	g.Override(p.maxTokens, p.temperature, p.topK, p.topP, nil)
 	if p.seed != nil {
 		g.Seed = uint64(*p.seed)
 	} else {

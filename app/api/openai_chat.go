@@ -654,7 +654,7 @@ func (h *Handler) chatGenerate(w http.ResponseWriter, r *http.Request, req *Chat
 		return
 	}
 	sreq := session.Request{Kind: session.PromptChat, Input: in.user, System: in.system, History: in.history,
-		Sampling: session.Sampling{MaxTokens: g.MaxTokens, Temperature: g.Temperature, TopK: g.TopK, TopP: g.TopP, Seed: g.Seed}}
+		Sampling: g.Sampling()}
 	if req.Logprobs != nil && *req.Logprobs {
 		sreq.Sampling.Logprobs = true
 		if req.TopLogprobs != nil {

@@ -182,7 +182,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sreq := session.Request{Kind: session.PromptRaw, Input: string(req.Prompt),
-		Sampling: session.Sampling{MaxTokens: g.MaxTokens, Temperature: g.Temperature, TopK: g.TopK, TopP: g.TopP, Seed: g.Seed}}
+		Sampling: g.Sampling()}
 	top := 0
 	if req.Logprobs != nil {
 		top = *req.Logprobs

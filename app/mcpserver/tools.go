@@ -505,21 +505,7 @@ func (t *tools) generate(ctx context.Context, _ *mcp.CallToolRequest, in generat
 	}
 	set := app.DefaultPreferences().Run
 	g := &set.Generation
-	if in.MaxTokens != nil {
-		g.MaxTokens = *in.MaxTokens
-	}
-	if in.Temperature != nil {
-		g.Temperature = *in.Temperature
-	}
-	if in.TopK != nil {
-		g.TopK = *in.TopK
-	}
-	if in.TopP != nil {
-		g.TopP = *in.TopP
-	}
-	if in.Seed != nil {
-		g.Seed = *in.Seed
-	}
+	g.Override(in.MaxTokens, in.Temperature, in.TopK, in.TopP, in.Seed)
 	if err := set.Validate(); err != nil {
 		return nil, nil, settingError(err)
 	}
@@ -529,7 +515,7 @@ func (t *tools) generate(ctx context.Context, _ *mcp.CallToolRequest, in generat
 	}
 	defer release()
 	req := session.Request{Kind: session.PromptChat, Input: in.Prompt, System: in.System,
-		Sampling: session.Sampling{MaxTokens: g.MaxTokens, Temperature: g.Temperature, TopK: g.TopK, TopP: g.TopP, Seed: g.Seed}}
+		Sampling: g.Sampling()}
 	var text strings.Builder
 	res, err := m.Session.Generate(ctx, req, func(tk session.Token) error {
 		text.WriteString(tk.Piece)
