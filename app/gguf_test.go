@@ -7,6 +7,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/gemma3n/gguf"
 	"verdict/engine/weights"
 	"verdict/engine/weights/ggufwrite"
 )
@@ -26,7 +27,7 @@ func TestModelOpenGGUF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kvs, ts, err := ggufwrite.Gemma3n(st, "model.language_model.", cfg, ggufwrite.Gemma3nOptions{Type: weights.GGMLQ8_0, PadPLE: true})
+	kvs, ts, err := gguf.Layout(st, "model.language_model.", cfg, gguf.LayoutOptions{Type: weights.GGMLQ8_0, PadPLE: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -432,7 +432,7 @@ type synthModel struct {
 // synthModels are the -from presets.
 var synthModels = map[string]synthModel{
 	// synthetic-deep: small, but of the shape llama.cpp's gemma3n code
-	// fixes (ggufwrite.LlamaCppDifferences): Laurel rank 64, per-layer
+	// fixes (gguf.LlamaCppDifferences): Laurel rank 64, per-layer
 	// input 256, a full-attention layer every fifth, KV shared from layer
 	// 20 (21 layers), sparsity on layers 0-9; a 35 MB float32 checkpoint.
 	"synthetic-deep": deepModel(),

@@ -8,6 +8,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/gemma3n/gguf"
 	"verdict/engine/weights"
 	"verdict/engine/weights/ggufwrite"
 )
@@ -37,7 +38,7 @@ func TestVerifyGGUF(t *testing.T) {
 	}
 	files := map[weights.GGMLType]string{}
 	for _, typ := range []weights.GGMLType{weights.GGMLF32, weights.GGMLQ4_0} {
-		kvs, ts, err := ggufwrite.Gemma3n(st, "model.language_model.", cfg, ggufwrite.Gemma3nOptions{Type: typ, PadPLE: true})
+		kvs, ts, err := gguf.Layout(st, "model.language_model.", cfg, gguf.LayoutOptions{Type: typ, PadPLE: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestVerifyGGUF(t *testing.T) {
 	if code != 0 || strings.Count(out, "weights PASS") != 2 || !strings.Contains(out, "F32 ×") || !strings.Contains(out, "Q4_0 ") {
 		t.Errorf("-weights: exit %d\n%s%s", code, out, errOut)
 	}
-	kvs, ts, err := ggufwrite.Gemma3n(st, "model.language_model.", cfg, ggufwrite.Gemma3nOptions{Type: weights.GGMLQ4_0, PadPLE: true})
+	kvs, ts, err := gguf.Layout(st, "model.language_model.", cfg, gguf.LayoutOptions{Type: weights.GGMLQ4_0, PadPLE: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/gemma3n/gguf"
 	"verdict/engine/models"
 	"verdict/engine/tokenizer"
 	"verdict/engine/weights"
@@ -78,7 +79,7 @@ func writeGGUF(from, out, typ, tokPath string, stdout io.Writer) error {
 	if dir != "" {
 		name = filepath.Base(filepath.Clean(dir))
 	}
-	kvs, ts, err := ggufwrite.LlamaCpp(st, prefix, js, ggufwrite.LlamaCppOptions{Type: typ, Name: name, Vocab: vocab})
+	kvs, ts, err := gguf.LlamaCpp(st, prefix, js, gguf.LlamaCppOptions{Type: typ, Name: name, Vocab: vocab})
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func writeGGUF(from, out, typ, tokPath string, stdout io.Writer) error {
 		parts = append(parts, fmt.Sprintf("%s×%d", k, counts[k]))
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d tensors [%s], %d bytes in %.1fs (%.0f MB/s)\n", out, len(ts), strings.Join(parts, ", "), n, secs, float64(n)/1e6/max(secs, 1e-9))
-	for _, d := range ggufwrite.LlamaCppDifferences(cfg) {
+	for _, d := range gguf.LlamaCppDifferences(cfg) {
 		fmt.Fprintf(stdout, "note: llama.cpp will not run this model as written: %s\n", d)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/gemma3n/gguf"
 	"verdict/engine/models"
 	"verdict/engine/weights"
 	"verdict/engine/weights/ggufwrite"
@@ -215,11 +216,11 @@ func TestWriteGGUFLayoutFullSize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := ggufwrite.LlamaCppDifferences(cfg); len(d) != 0 {
+		if d := gguf.LlamaCppDifferences(cfg); len(d) != 0 {
 			t.Errorf("%s: %v", tc.spec, d)
 		}
 		vocab, _ := ggufwrite.ByteVocab(cfg.VocabSize, cfg.PAD, 1, cfg.BOS)
-		kvs, ts, err := ggufwrite.LlamaCpp(st, "model.language_model.", js, ggufwrite.LlamaCppOptions{Type: "q4_0", Name: tc.spec, Vocab: vocab})
+		kvs, ts, err := gguf.LlamaCpp(st, "model.language_model.", js, gguf.LlamaCppOptions{Type: "q4_0", Name: tc.spec, Vocab: vocab})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/gemma3n/gguf"
 	"verdict/engine/models"
 	"verdict/engine/weights"
 	"verdict/engine/weights/ggufwrite"
@@ -18,7 +19,7 @@ import (
 
 // writeGGUF lays the text decoder of the model folder dir out as the
 // converter would and writes it to path.
-func writeGGUF(t *testing.T, dir, path string, opt ggufwrite.Gemma3nOptions) {
+func writeGGUF(t *testing.T, dir, path string, opt gguf.LayoutOptions) {
 	t.Helper()
 	st, err := weights.Open(dir)
 	if err != nil {
@@ -33,7 +34,7 @@ func writeGGUF(t *testing.T, dir, path string, opt ggufwrite.Gemma3nOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kvs, ts, err := ggufwrite.Gemma3n(st, "model.language_model.", cfg, opt)
+	kvs, ts, err := gguf.Layout(st, "model.language_model.", cfg, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestGGUFTinyLogits(t *testing.T) {
 	} {
 		t.Run(tc.typ.String(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "tiny-"+tc.typ.String()+".gguf")
-			writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: tc.typ, PadPLE: true})
+			writeGGUF(t, dir, path, gguf.LayoutOptions{Type: tc.typ, PadPLE: true})
 			m := openF32(t, path)
 			if m.Cfg.VocabSizePerLayer != 262144 || m.Cfg.VocabSize != 262400 {
 				t.Fatalf("vocab %d, per layer %d: want 262400 and the padding dropped (262144)", m.Cfg.VocabSize, m.Cfg.VocabSizePerLayer)
@@ -229,7 +230,7 @@ func TestGGUFMidLogits(t *testing.T) {
 			if keep := os.Getenv("VERDICT_GGUF_KEEP"); keep != "" { // for reading them with other tools
 				path = filepath.Join(keep, "mid-"+tc.typ.String()+".gguf")
 			}
-			writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: tc.typ})
+			writeGGUF(t, dir, path, gguf.LayoutOptions{Type: tc.typ})
 			m := openF32(t, path)
 			if m.Cfg.VocabSizePerLayer != 768 {
 				t.Fatalf("per-layer vocab %d, want 768", m.Cfg.VocabSizePerLayer)
@@ -260,7 +261,7 @@ func TestGGUFOllamaMetadata(t *testing.T) {
 	dir := midModel(t)
 	ref := openF32(t, dir)
 	path := filepath.Join(t.TempDir(), "ollama.gguf")
-	writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: weights.GGMLF32, Ollama: true})
+	writeGGUF(t, dir, path, gguf.LayoutOptions{Type: weights.GGMLF32, Ollama: true})
 	m := openF32(t, path)
 	ids := []int32{2, 105, 7, 300, 767, 1000, 1, 42, 42, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	if d := maxAbsDiff(allLogits(t, ref, ids), allLogits(t, m, ids)); d != 0 {
@@ -276,7 +277,7 @@ func TestGGUFOllamaMetadata(t *testing.T) {
 func TestGGUFQ4PackSame(t *testing.T) {
 	dir := midModel(t)
 	path := filepath.Join(t.TempDir(), "mid.gguf")
-	writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: weights.GGMLF32})
+	writeGGUF(t, dir, path, gguf.LayoutOptions{Type: weights.GGMLF32})
 	open := func(spec string) *models.Model {
 		m, err := models.OpenWith(spec, models.Options{Weights: gemma3n.WeightsQ4, CacheDir: "off"})
 		if err != nil {
@@ -298,7 +299,7 @@ func TestGGUFPaths(t *testing.T) {
 	dir := midModel(t)
 	folder := t.TempDir()
 	path := filepath.Join(folder, "mid-Q8_0.gguf")
-	writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: weights.GGMLQ8_0})
+	writeGGUF(t, dir, path, gguf.LayoutOptions{Type: weights.GGMLQ8_0})
 	for _, spec := range []string{path, folder} {
 		m := openF32(t, spec)
 		if m.Name != "mid-Q8_0" {
@@ -334,7 +335,7 @@ func TestGGUFPaths(t *testing.T) {
 func TestGGUFTokenizerHint(t *testing.T) {
 	dir := midModel(t)
 	path := filepath.Join(t.TempDir(), "m.gguf")
-	writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: weights.GGMLF16})
+	writeGGUF(t, dir, path, gguf.LayoutOptions{Type: weights.GGMLF16})
 	t.Setenv("VERDICT_TOKENIZER", filepath.Join(t.TempDir(), "none.json"))
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv("HOME", t.TempDir())
@@ -368,7 +369,7 @@ func TestGGUFVocabCheck(t *testing.T) {
 			toks[tc.change] = "<something else>"
 		}
 		path := filepath.Join(t.TempDir(), "m.gguf")
-		writeGGUF(t, dir, path, ggufwrite.Gemma3nOptions{Type: weights.GGMLQ8_0, PadPLE: true, Tokens: toks})
+		writeGGUF(t, dir, path, gguf.LayoutOptions{Type: weights.GGMLQ8_0, PadPLE: true, Tokens: toks})
 		m := openF32(t, path)
 		_, err := m.Tokenizer()
 		switch {

@@ -3,10 +3,10 @@
 // cores with bounded memory, for files of any size), ggml encoders for F32,
 // F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K (simple quantisers, not llama.cpp's
 // optimising ones: any valid encoding reads back through the same
-// dequantisers), Gemma3n, which lays out a Hugging Face Gemma 3n text
-// decoder in memory for tests, and LlamaCpp, which lays it out for
-// WriteStream with the exact metadata, names, shapes and types of
-// llama.cpp's converter and quantiser (verdict verify-gguf -write-gguf).
+// dequantisers), llama.cpp's file types and "llama" vocabularies (Gemma's
+// tokenizer's, or bytes). It knows no model: a model's layout (the names,
+// shapes, types and metadata of its tensors) is the model's own, such as
+// engine/gemma3n/gguf's for Gemma 3n.
 package ggufwrite
 
 import (

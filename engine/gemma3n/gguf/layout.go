@@ -1,4 +1,14 @@
-package ggufwrite
+// Package gguf is Gemma 3n's side of GGUF writing: the mapping of a Hugging
+// Face Gemma 3n text decoder (its config and tensor names) onto llama.cpp's
+// gemma3n GGUF — metadata keys, tensor names, shapes and the types
+// llama.cpp's tools give them. Layout lays a decoder out in memory for
+// tests; LlamaCpp lays it out for ggufwrite.WriteStream with the exact
+// metadata, names, shapes and types of llama.cpp's converter and quantiser
+// (verdict verify-gguf -write-gguf, through engine/convert);
+// LlamaCppDifferences names where a config departs from what llama.cpp's
+// gemma3n code fixes. The container and the encoders are engine/weights/
+// ggufwrite's, which knows no model.
+package gguf
 
 import (
 	"fmt"
@@ -8,6 +18,7 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/weights"
+	"verdict/engine/weights/ggufwrite"
 )
 
 // The converter's names, from the Hugging Face side: llama.cpp's
@@ -48,8 +59,8 @@ var blockNames = [][2]string{
 	{"post_per_layer_input_norm.weight", "post_norm.weight"},
 }
 
-// Gemma3nOptions choose how Gemma3n lays a model out.
-type Gemma3nOptions struct {
+// LayoutOptions choose how Layout lays a model out.
+type LayoutOptions struct {
 	// Type is the type of 2-D tensors whose rows are whole blocks of it;
 	// others fall back to Q8_0 (rows of 32) or F16, as llama-quantize
 	// does. 1-D tensors stay F32.
@@ -65,10 +76,11 @@ type Gemma3nOptions struct {
 	Tokens []string
 }
 
-// Gemma3n lays out the text decoder of store (Hugging Face names under
+// Layout lays out the text decoder of store (Hugging Face names under
 // prefix, configuration cfg) as convert_hf_to_gguf.py writes a gemma3n
-// GGUF: its metadata and tensors.
-func Gemma3n(store weights.Store, prefix string, cfg gemma3n.Config, opt Gemma3nOptions) ([]KV, []Tensor, error) {
+// GGUF, in memory (for tests; write it with ggufwrite.Write): its metadata
+// and tensors.
+func Layout(store weights.Store, prefix string, cfg gemma3n.Config, opt LayoutOptions) ([]ggufwrite.KV, []ggufwrite.Tensor, error) {
 	L := cfg.NumLayers
 	ff := make([]int32, L)
 	for i, n := range cfg.IntermediateSize {
@@ -91,34 +103,34 @@ func Gemma3n(store weights.Store, prefix string, cfg gemma3n.Config, opt Gemma3n
 	if len(cfg.EOS) > 0 {
 		eos = int32(cfg.EOS[0])
 	}
-	kvs := []KV{
-		{"general.architecture", "gemma3n"},
-		{"general.name", "synthetic gemma3n"},
-		{"gemma3n.context_length", uint32(cfg.MaxPositionEmbeddings)},
-		{"gemma3n.embedding_length", uint32(cfg.HiddenSize)},
-		{"gemma3n.block_count", uint32(L)},
-		{"gemma3n.feed_forward_length", ff},
-		{"gemma3n.attention.head_count", uint32(cfg.NumHeads)},
-		{"gemma3n.attention.head_count_kv", uint32(cfg.NumKVHeads)},
-		{"gemma3n.attention.layer_norm_rms_epsilon", float32(cfg.RMSNormEps)},
-		{"gemma3n.attention.key_length", uint32(cfg.HeadDim)},
-		{"gemma3n.attention.value_length", uint32(cfg.HeadDim)},
-		{"gemma3n.rope.freq_base", float32(cfg.RopeTheta["full_attention"])},
-		{"gemma3n.final_logit_softcapping", float32(cfg.FinalLogitSoftcap)},
-		{"gemma3n.attention.sliding_window", uint32(cfg.SlidingWindow)},
-		{"gemma3n.altup.active_idx", uint32(cfg.AltUpActiveIdx)},
-		{"gemma3n.altup.num_inputs", uint32(cfg.AltUpNumInputs)},
-		{"gemma3n.embedding_length_per_layer_input", uint32(cfg.PerLayerSize)},
-		{"gemma3n.attention.shared_kv_layers", uint32(cfg.NumKVSharedLayers)},
-		{"gemma3n.activation_sparsity_scale", sparsity},
-		{"gemma3n.attention.sliding_window_pattern", pattern},
-		{"tokenizer.ggml.model", "llama"},
-		{"tokenizer.ggml.bos_token_id", uint32(cfg.BOS)},
-		{"tokenizer.ggml.eos_token_id", uint32(eos)},
-		{"tokenizer.ggml.padding_token_id", uint32(cfg.PAD)},
+	kvs := []ggufwrite.KV{
+		{Key: "general.architecture", Value: "gemma3n"},
+		{Key: "general.name", Value: "synthetic gemma3n"},
+		{Key: "gemma3n.context_length", Value: uint32(cfg.MaxPositionEmbeddings)},
+		{Key: "gemma3n.embedding_length", Value: uint32(cfg.HiddenSize)},
+		{Key: "gemma3n.block_count", Value: uint32(L)},
+		{Key: "gemma3n.feed_forward_length", Value: ff},
+		{Key: "gemma3n.attention.head_count", Value: uint32(cfg.NumHeads)},
+		{Key: "gemma3n.attention.head_count_kv", Value: uint32(cfg.NumKVHeads)},
+		{Key: "gemma3n.attention.layer_norm_rms_epsilon", Value: float32(cfg.RMSNormEps)},
+		{Key: "gemma3n.attention.key_length", Value: uint32(cfg.HeadDim)},
+		{Key: "gemma3n.attention.value_length", Value: uint32(cfg.HeadDim)},
+		{Key: "gemma3n.rope.freq_base", Value: float32(cfg.RopeTheta["full_attention"])},
+		{Key: "gemma3n.final_logit_softcapping", Value: float32(cfg.FinalLogitSoftcap)},
+		{Key: "gemma3n.attention.sliding_window", Value: uint32(cfg.SlidingWindow)},
+		{Key: "gemma3n.altup.active_idx", Value: uint32(cfg.AltUpActiveIdx)},
+		{Key: "gemma3n.altup.num_inputs", Value: uint32(cfg.AltUpNumInputs)},
+		{Key: "gemma3n.embedding_length_per_layer_input", Value: uint32(cfg.PerLayerSize)},
+		{Key: "gemma3n.attention.shared_kv_layers", Value: uint32(cfg.NumKVSharedLayers)},
+		{Key: "gemma3n.activation_sparsity_scale", Value: sparsity},
+		{Key: "gemma3n.attention.sliding_window_pattern", Value: pattern},
+		{Key: "tokenizer.ggml.model", Value: "llama"},
+		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(cfg.BOS)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(eos)},
+		{Key: "tokenizer.ggml.padding_token_id", Value: uint32(cfg.PAD)},
 	}
 	if opt.Tokens != nil {
-		kvs = append(kvs, KV{"tokenizer.ggml.tokens", opt.Tokens})
+		kvs = append(kvs, ggufwrite.KV{Key: "tokenizer.ggml.tokens", Value: opt.Tokens})
 	}
 	if th := cfg.RopeTheta["sliding_attention"]; opt.Ollama {
 		for i, kv := range kvs {
@@ -129,12 +141,12 @@ func Gemma3n(store weights.Store, prefix string, cfg gemma3n.Config, opt Gemma3n
 				kvs[i].Value = uint32(ff[0])
 			}
 		}
-		kvs = append(kvs, KV{"gemma3n.rope.freq_base_local", float32(th)}, KV{"gemma3n.altup.correct_scale", cfg.AltUpCorrectScale})
+		kvs = append(kvs, ggufwrite.KV{Key: "gemma3n.rope.freq_base_local", Value: float32(th)}, ggufwrite.KV{Key: "gemma3n.altup.correct_scale", Value: cfg.AltUpCorrectScale})
 	} else if th != 10000 {
-		kvs = append(kvs, KV{"gemma3n.rope.freq_base_swa", float32(th)})
+		kvs = append(kvs, ggufwrite.KV{Key: "gemma3n.rope.freq_base_swa", Value: float32(th)})
 	}
 
-	var tensors []Tensor
+	var tensors []ggufwrite.Tensor
 	add := func(gname string, shape []int, x []float32) error {
 		dims := slices.Clone(shape)
 		slices.Reverse(dims)
@@ -142,11 +154,11 @@ func Gemma3n(store weights.Store, prefix string, cfg gemma3n.Config, opt Gemma3n
 		if len(dims) > 1 {
 			t = pick(opt.Type, dims[0])
 		}
-		data, err := Encode(t, x)
+		data, err := ggufwrite.Encode(t, x)
 		if err != nil {
 			return fmt.Errorf("%s: %w", gname, err)
 		}
-		tensors = append(tensors, Tensor{Name: gname, Dims: dims, Type: t, Data: data})
+		tensors = append(tensors, ggufwrite.Tensor{Name: gname, Dims: dims, Type: t, Data: data})
 		return nil
 	}
 	read := func(name string) ([]int, []float32, error) {

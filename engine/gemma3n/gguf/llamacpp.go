@@ -1,4 +1,4 @@
-package ggufwrite
+package gguf
 
 import (
 	"encoding/json"
@@ -9,44 +9,14 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/weights"
+	"verdict/engine/weights/ggufwrite"
 )
-
-// FileTypes are the file types LlamaCpp makes: F32, F16, BF16 and Q8_0 as
-// convert_hf_to_gguf.py's --outtype writes them; Q4_0 and Q4_K as
-// llama-quantize makes them from the converter's F16 file (the tensors it
-// quantises in that type, the token embeddings in Q6_K as for tied
-// embeddings, the others kept as the F16 file has them; Q4_K without the
-// Q5_K and Q6_K promotions of llama-quantize's Q4_K_S and Q4_K_M mixes).
-// The value is llama.cpp's general.file_type.
-var FileTypes = map[string]uint32{"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_k": 14}
-
-// Token types of tokenizer.ggml.token_type (SentencePiece's, as gguf-py numbers them).
-const (
-	TokenNormal      = 1
-	TokenUnknown     = 2
-	TokenControl     = 3
-	TokenUserDefined = 4
-	TokenUnused      = 5
-	TokenByte        = 6
-)
-
-// Vocab is the tokenizer metadata of a llama.cpp "llama" (SentencePiece)
-// vocabulary: one entry per id of the model's vocabulary, all texts distinct.
-type Vocab struct {
-	Tokens []string
-	Scores []float32
-	Types  []int32
-	// UNK is written as tokenizer.ggml.unknown_token_id when >= 0.
-	UNK int
-	// AddBOS and AddEOS, when set, are written as add_bos_token and add_eos_token.
-	AddBOS, AddEOS *bool
-}
 
 // LlamaCppOptions choose what LlamaCpp writes.
 type LlamaCppOptions struct {
-	Type  string // a FileTypes key
+	Type  string // a ggufwrite.FileTypes key
 	Name  string // general.name
-	Vocab Vocab
+	Vocab ggufwrite.Vocab
 }
 
 // hfOrder lists a Gemma 3n text decoder's tensors by Hugging Face name
@@ -137,8 +107,8 @@ func tensorType(ft, name string, dims []int) weights.GGMLType {
 // at a time (the per-layer embedding table padded with zero rows to the
 // vocabulary, AltUp's three projections stacked). Pass the result to
 // WriteStream.
-func LlamaCpp(store weights.Store, prefix string, cfgJSON []byte, opt LlamaCppOptions) ([]KV, []Source, error) {
-	ftype, ok := FileTypes[opt.Type]
+func LlamaCpp(store weights.Store, prefix string, cfgJSON []byte, opt LlamaCppOptions) ([]ggufwrite.KV, []ggufwrite.Source, error) {
+	ftype, ok := ggufwrite.FileTypes[opt.Type]
 	if !ok {
 		return nil, nil, fmt.Errorf("ggufwrite: file type %q: want one of f32, f16, bf16, q8_0, q4_0, q4_k", opt.Type)
 	}
@@ -158,7 +128,7 @@ func LlamaCpp(store weights.Store, prefix string, cfgJSON []byte, opt LlamaCppOp
 		seen[t] = id
 	}
 
-	var ts []Source
+	var ts []ggufwrite.Source
 	var params int64
 	for _, hf := range hfOrder(cfg) {
 		name := ggufName(hf)
@@ -176,7 +146,7 @@ func LlamaCpp(store weights.Store, prefix string, cfgJSON []byte, opt LlamaCppOp
 			n *= int64(d)
 		}
 		params += n
-		ts = append(ts, Source{Name: name, Dims: dims, Type: tensorType(opt.Type, name, dims), Rows: src})
+		ts = append(ts, ggufwrite.Source{Name: name, Dims: dims, Type: tensorType(opt.Type, name, dims), Rows: src})
 	}
 
 	ff := make([]int32, cfg.NumLayers)
@@ -207,61 +177,61 @@ func LlamaCpp(store weights.Store, prefix string, cfgJSON []byte, opt LlamaCppOp
 		eos = cfg.EOS[0]
 	}
 	quantized := opt.Type == "q4_0" || opt.Type == "q4_k"
-	kvs := []KV{
-		{"general.architecture", "gemma3n"},
-		{"general.type", "model"},
-		{"general.name", opt.Name},
-		{"general.size_label", SizeLabel(params)},
-		{"gemma3n.block_count", uint32(cfg.NumLayers)},
-		{"gemma3n.context_length", uint32(cfg.MaxPositionEmbeddings)},
-		{"gemma3n.embedding_length", uint32(cfg.HiddenSize)},
-		{"gemma3n.feed_forward_length", ffKV},
-		{"gemma3n.attention.head_count", uint32(cfg.NumHeads)},
-		{"gemma3n.attention.head_count_kv", uint32(cfg.NumKVHeads)},
-		{"gemma3n.rope.freq_base", float32(cfg.RopeTheta["full_attention"])},
-		{"gemma3n.rope.freq_base_swa", float32(cfg.RopeTheta["sliding_attention"])},
-		{"gemma3n.attention.layer_norm_rms_epsilon", float32(cfg.RMSNormEps)},
-		{"gemma3n.attention.key_length", uint32(cfg.HeadDim)},
-		{"gemma3n.attention.value_length", uint32(cfg.HeadDim)},
+	kvs := []ggufwrite.KV{
+		{Key: "general.architecture", Value: "gemma3n"},
+		{Key: "general.type", Value: "model"},
+		{Key: "general.name", Value: opt.Name},
+		{Key: "general.size_label", Value: ggufwrite.SizeLabel(params)},
+		{Key: "gemma3n.block_count", Value: uint32(cfg.NumLayers)},
+		{Key: "gemma3n.context_length", Value: uint32(cfg.MaxPositionEmbeddings)},
+		{Key: "gemma3n.embedding_length", Value: uint32(cfg.HiddenSize)},
+		{Key: "gemma3n.feed_forward_length", Value: ffKV},
+		{Key: "gemma3n.attention.head_count", Value: uint32(cfg.NumHeads)},
+		{Key: "gemma3n.attention.head_count_kv", Value: uint32(cfg.NumKVHeads)},
+		{Key: "gemma3n.rope.freq_base", Value: float32(cfg.RopeTheta["full_attention"])},
+		{Key: "gemma3n.rope.freq_base_swa", Value: float32(cfg.RopeTheta["sliding_attention"])},
+		{Key: "gemma3n.attention.layer_norm_rms_epsilon", Value: float32(cfg.RMSNormEps)},
+		{Key: "gemma3n.attention.key_length", Value: uint32(cfg.HeadDim)},
+		{Key: "gemma3n.attention.value_length", Value: uint32(cfg.HeadDim)},
 	}
 	if !quantized {
-		kvs = append(kvs, KV{"general.file_type", ftype})
+		kvs = append(kvs, ggufwrite.KV{Key: "general.file_type", Value: ftype})
 	}
 	kvs = append(kvs,
-		KV{"gemma3n.final_logit_softcapping", float32(cfg.FinalLogitSoftcap)},
-		KV{"gemma3n.attention.sliding_window", uint32(cfg.SlidingWindow)},
-		KV{"gemma3n.altup.active_idx", uint32(cfg.AltUpActiveIdx)},
-		KV{"gemma3n.altup.num_inputs", uint32(cfg.AltUpNumInputs)},
-		KV{"gemma3n.embedding_length_per_layer_input", uint32(cfg.PerLayerSize)},
-		KV{"gemma3n.attention.shared_kv_layers", uint32(cfg.NumKVSharedLayers)},
-		KV{"gemma3n.activation_sparsity_scale", sparsity},
-		KV{"gemma3n.attention.sliding_window_pattern", pattern},
+		ggufwrite.KV{Key: "gemma3n.final_logit_softcapping", Value: float32(cfg.FinalLogitSoftcap)},
+		ggufwrite.KV{Key: "gemma3n.attention.sliding_window", Value: uint32(cfg.SlidingWindow)},
+		ggufwrite.KV{Key: "gemma3n.altup.active_idx", Value: uint32(cfg.AltUpActiveIdx)},
+		ggufwrite.KV{Key: "gemma3n.altup.num_inputs", Value: uint32(cfg.AltUpNumInputs)},
+		ggufwrite.KV{Key: "gemma3n.embedding_length_per_layer_input", Value: uint32(cfg.PerLayerSize)},
+		ggufwrite.KV{Key: "gemma3n.attention.shared_kv_layers", Value: uint32(cfg.NumKVSharedLayers)},
+		ggufwrite.KV{Key: "gemma3n.activation_sparsity_scale", Value: sparsity},
+		ggufwrite.KV{Key: "gemma3n.attention.sliding_window_pattern", Value: pattern},
 	)
 	if !quantized {
-		kvs = append(kvs, KV{"general.quantization_version", uint32(2)})
+		kvs = append(kvs, ggufwrite.KV{Key: "general.quantization_version", Value: uint32(2)})
 	}
 	kvs = append(kvs,
-		KV{"tokenizer.ggml.model", "llama"},
-		KV{"tokenizer.ggml.pre", "default"},
-		KV{"tokenizer.ggml.tokens", opt.Vocab.Tokens},
-		KV{"tokenizer.ggml.scores", opt.Vocab.Scores},
-		KV{"tokenizer.ggml.token_type", opt.Vocab.Types},
-		KV{"tokenizer.ggml.bos_token_id", uint32(cfg.BOS)},
-		KV{"tokenizer.ggml.eos_token_id", uint32(eos)},
+		ggufwrite.KV{Key: "tokenizer.ggml.model", Value: "llama"},
+		ggufwrite.KV{Key: "tokenizer.ggml.pre", Value: "default"},
+		ggufwrite.KV{Key: "tokenizer.ggml.tokens", Value: opt.Vocab.Tokens},
+		ggufwrite.KV{Key: "tokenizer.ggml.scores", Value: opt.Vocab.Scores},
+		ggufwrite.KV{Key: "tokenizer.ggml.token_type", Value: opt.Vocab.Types},
+		ggufwrite.KV{Key: "tokenizer.ggml.bos_token_id", Value: uint32(cfg.BOS)},
+		ggufwrite.KV{Key: "tokenizer.ggml.eos_token_id", Value: uint32(eos)},
 	)
 	if opt.Vocab.UNK >= 0 {
-		kvs = append(kvs, KV{"tokenizer.ggml.unknown_token_id", uint32(opt.Vocab.UNK)})
+		kvs = append(kvs, ggufwrite.KV{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(opt.Vocab.UNK)})
 	}
-	kvs = append(kvs, KV{"tokenizer.ggml.padding_token_id", uint32(cfg.PAD)})
+	kvs = append(kvs, ggufwrite.KV{Key: "tokenizer.ggml.padding_token_id", Value: uint32(cfg.PAD)})
 	if opt.Vocab.AddBOS != nil {
-		kvs = append(kvs, KV{"tokenizer.ggml.add_bos_token", *opt.Vocab.AddBOS})
+		kvs = append(kvs, ggufwrite.KV{Key: "tokenizer.ggml.add_bos_token", Value: *opt.Vocab.AddBOS})
 	}
 	if opt.Vocab.AddEOS != nil {
-		kvs = append(kvs, KV{"tokenizer.ggml.add_eos_token", *opt.Vocab.AddEOS})
+		kvs = append(kvs, ggufwrite.KV{Key: "tokenizer.ggml.add_eos_token", Value: *opt.Vocab.AddEOS})
 	}
-	kvs = append(kvs, KV{"tokenizer.ggml.add_space_prefix", false})
+	kvs = append(kvs, ggufwrite.KV{Key: "tokenizer.ggml.add_space_prefix", Value: false})
 	if quantized { // llama-quantize writes these two last
-		kvs = append(kvs, KV{"general.quantization_version", uint32(2)}, KV{"general.file_type", ftype})
+		kvs = append(kvs, ggufwrite.KV{Key: "general.quantization_version", Value: uint32(2)}, ggufwrite.KV{Key: "general.file_type", Value: ftype})
 	}
 	return kvs, ts, nil
 }
@@ -362,22 +332,6 @@ func rowSource(store weights.Store, prefix, hf string, cfg gemma3n.Config) (func
 		clear(dst[have*cols:]) // the zero rows past the table
 		return nil
 	}, out, nil
-}
-
-// SizeLabel is gguf-py's general.size_label of a parameter count: "541K",
-// "5.4B" (two significant digits at least).
-func SizeLabel(n int64) string {
-	x, suffix := float64(n)*1e-3, "K"
-	switch {
-	case float64(n) > 1e12:
-		x, suffix = float64(n)*1e-12, "T"
-	case float64(n) > 1e9:
-		x, suffix = float64(n)*1e-9, "B"
-	case float64(n) > 1e6:
-		x, suffix = float64(n)*1e-6, "M"
-	}
-	digits := len(strings.TrimLeft(fmt.Sprint(int64(math.RoundToEven(x))), "0"))
-	return fmt.Sprintf("%.*f%s", max(2-digits, 0), x, suffix)
 }
 
 // LlamaCppDifferences lists where a model departs from what llama.cpp's
