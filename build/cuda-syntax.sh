@@ -38,7 +38,7 @@ for f in native/cuda/*.cu; do
 done
 [ "$fail" = 0 ] || exit 1
 mkdir -p "$tmp/c"
-for f in native/cpu_*.c; do
+for f in native/cpu/cpu_*.c; do
 	"$CC" -O2 -std=c11 -pthread -fPIC -c "$f" -o "$tmp/c/$(basename "$f" .c).o"
 done
 for h in ops_check catalog_check tower_check; do

@@ -56,7 +56,7 @@ harness=${HARNESS:-1} # HARNESS=0: the library only
 harch=${HARNESS_ARCH:-sm_90}
 if [ "$harness" != 0 ]; then
 	mkdir -p "$obj/h" "$obj/c"
-	for f in native/cpu_*.c; do
+	for f in native/cpu/cpu_*.c; do
 		"$CC" -O2 -std=c11 -pthread -fPIC -c "$f" -o "$obj/c/$(basename "$f" .c).o" &
 		pids+=($!)
 	done

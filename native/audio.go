@@ -1,13 +1,13 @@
 package native
 
 /*
-#include "kernels_audio.h"
+#include "cpu/kernels_audio.h"
 */
 import "C"
 
 import "unsafe"
 
-// Kernels of Gemma 3n's audio tower (engine/audio), in cpu_audio.c.
+// Kernels of Gemma 3n's audio tower (engine/audio), in cpu/cpu_audio.c.
 
 // AudioIm2Col gathers the patches of a 2-D convolution over a channels-last
 // image src [tIn, fIn, c]: dst is [tOut·fOut, kt·kf·c], row to·fOut+fo,

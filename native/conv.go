@@ -1,7 +1,7 @@
 package native
 
 /*
-#include "kernels_conv.h"
+#include "cpu/kernels_conv.h"
 */
 import "C"
 

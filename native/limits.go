@@ -1,6 +1,6 @@
 package native
 
-// #include "kernels.h"
+// #include "cpu/kernels.h"
 import "C"
 
 // ReadBandwidth measures the machine's streaming read bandwidth in GB/s:

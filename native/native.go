@@ -3,9 +3,10 @@
 // doc comment says otherwise. Callers own all memory; kernels never allocate
 // on the hot path and never keep a slice after they return.
 //
-// The kernels are C (kernels.h, cpu_*.c), one cgo call per operation, run
-// on a persistent thread pool (SetThreads) with AVX2+FMA, NEON or portable
-// code picked at run time; the three give bit-identical results.
+// The kernels are C (cpu/kernels.h, cpu/cpu_*.c: package native/cpu), one
+// cgo call per operation, run on a persistent thread pool (SetThreads) with
+// AVX2+FMA, NEON or portable code picked at run time; the three give
+// bit-identical results.
 //
 // Results do not depend on the number of threads: each output element is
 // computed by exactly one thread in a fixed order.

@@ -3,16 +3,18 @@ package native
 /*
 #cgo CFLAGS: -O3 -std=c11 -pthread
 #cgo LDFLAGS: -lm -pthread
-#include "kernels.h"
+#include "cpu/kernels.h"
 */
 import "C"
 
 import (
 	"runtime"
 	"unsafe"
+
+	_ "verdict/native/cpu" // the CPU backend's C (cpu/kernels.h, vd_cpu_backend)
 )
 
-// The kernels are C (cpu_*.c, see kernels.h), one cgo call per operation.
+// The kernels are C (cpu/cpu_*.c, see cpu/kernels.h), one cgo call per operation.
 // Slices are passed as pointers to their first element; C never keeps them.
 
 func init() { C.vk_init(C.int(runtime.NumCPU())) }

@@ -30,7 +30,7 @@
  */
 #include "../backend.h"
 #include "../catalog_walk.h"
-#include "../kernels.h"
+#include "../cpu/kernels.h"
 
 #include <cuda_runtime.h>
 

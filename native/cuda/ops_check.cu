@@ -14,7 +14,7 @@
  * Outputs are poisoned (NaN) before each op: an unwritten element fails.
  */
 #include "../backend.h"
-#include "../kernels.h"
+#include "../cpu/kernels.h"
 
 #include <cuda_runtime.h>
 

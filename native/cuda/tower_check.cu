@@ -17,8 +17,8 @@
  * sticky error.
  */
 #include "../backend.h"
-#include "../kernels.h"
-#include "../kernels_conv.h"
+#include "../cpu/kernels.h"
+#include "../cpu/kernels_conv.h"
 
 #include <cuda_runtime.h>
 

@@ -3,7 +3,7 @@
 #ifndef VERDICT_CPU_TOWER_H
 #define VERDICT_CPU_TOWER_H
 
-#include "backend.h"
+#include "../backend.h"
 
 void vd_cpu_pointwise(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w);
 void vd_cpu_conv2d(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,

@@ -16,7 +16,7 @@
  */
 #include "cpu_internal.h"
 
-#include "backend.h"
+#include "../backend.h"
 #include "cpu_tower.h"
 
 #include <math.h>

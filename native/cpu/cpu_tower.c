@@ -6,7 +6,7 @@
  */
 #include "cpu_internal.h"
 
-#include "backend.h"
+#include "../backend.h"
 #include "kernels_audio.h"
 #include "kernels_conv.h"
 

@@ -8,8 +8,8 @@
  * largest logit, the walk's advance. engine/catalog's State and Pick are
  * the reference; its tests compare the two on every step.
  */
-#include "backend.h"
-#include "catalog_walk.h"
+#include "../backend.h"
+#include "../catalog_walk.h"
 
 #include <stdlib.h>
 #include <string.h>
