@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // Device settings: which compute backend runs the model.
@@ -54,12 +53,12 @@ type DeviceInfo struct {
 // openBackend opens device's backend. A GPU that does not open (no
 // library, no GPU, an old driver, another ABI) gives the CPU, with the
 // reason in the report's Note; an unknown name too.
-func openBackend(device string) (*native.Backend, DeviceInfo) {
-	be, err := native.Open(device)
+func openBackend(device string) (*session.Backend, DeviceInfo) {
+	be, err := session.OpenBackend(device)
 	note := ""
 	switch {
 	case err != nil:
-		be, note = native.Default(), "using the CPU: "+err.Error()
+		be, note = session.DefaultBackend(), "using the CPU: "+err.Error()
 	default:
 		note = be.Note()
 	}
@@ -67,11 +66,11 @@ func openBackend(device string) (*native.Backend, DeviceInfo) {
 }
 
 // describe reports be as the backend for the device setting requested.
-func describe(requested string, be *native.Backend, note string) DeviceInfo {
+func describe(requested string, be *session.Backend, note string) DeviceInfo {
 	d := DeviceInfo{Requested: requested, Backend: be.Name(), Note: note}
 	if d.Backend == DeviceCPU {
 		d.Fallback = requested != DeviceCPU
-		d.Name, d.Cores, d.SIMD = native.HostProcessor(), native.HostCores(), native.SIMD()
+		d.Name, d.Cores, d.SIMD = session.HostProcessor(), session.HostCores(), session.SIMD()
 	} else if gi, ok := be.Info(); ok {
 		d.Name, d.MemoryBytes, d.FreeBytes = gi.Name, gi.MemTotal, gi.MemFree
 	}
@@ -86,7 +85,7 @@ func afterFailedLoad(dev DeviceInfo, err error, cancelled bool) (DeviceInfo, boo
 	if cancelled || dev.Backend == DeviceCPU {
 		return dev, false
 	}
-	return describe(dev.Requested, native.Default(), fmt.Sprintf("using the CPU: loading on %s failed: %v", dev.Backend, err)), true
+	return describe(dev.Requested, session.DefaultBackend(), fmt.Sprintf("using the CPU: loading on %s failed: %v", dev.Backend, err)), true
 }
 
 // ResidentInfo is what the loaded model keeps in its backend's memory.

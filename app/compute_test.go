@@ -13,7 +13,6 @@ import (
 
 	"verdict/engine/models"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 func TestCheckDevice(t *testing.T) {
@@ -115,7 +114,7 @@ func TestAfterFailedLoad(t *testing.T) {
 // TestOpenBackendFallsBack: a GPU that cannot be opened gives the CPU and
 // says why; cpu never falls back.
 func TestOpenBackendFallsBack(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), native.CUDALibrary)
+	missing := filepath.Join(t.TempDir(), session.CUDALibrary)
 	t.Setenv("VERDICT_CUDA_LIB", missing)
 	for _, tc := range []struct {
 		device   string
@@ -135,7 +134,7 @@ func TestOpenBackendFallsBack(t *testing.T) {
 			if !strings.Contains(d.Note, tc.note) || (tc.note == "" && d.Note != "") || (tc.fallback && !strings.HasPrefix(d.Note, "using the CPU: ")) {
 				t.Errorf("note %q, want one with %q", d.Note, tc.note)
 			}
-			if d.Cores != native.HostCores() || d.SIMD == "" || d.Name == "" {
+			if d.Cores != session.HostCores() || d.SIMD == "" || d.Name == "" {
 				t.Errorf("the CPU is not described: %+v", d)
 			}
 		})
@@ -147,11 +146,11 @@ func TestOpenBackendFallsBack(t *testing.T) {
 // ready, its resident memory reported.
 func TestDeviceChangeReloads(t *testing.T) {
 	needTokenizer(t)
-	t.Setenv("VERDICT_CUDA_LIB", filepath.Join(t.TempDir(), native.CUDALibrary))
+	t.Setenv("VERDICT_CUDA_LIB", filepath.Join(t.TempDir(), session.CUDALibrary))
 	rec := NewRecorder()
 	var mu sync.Mutex
 	var backends []string
-	open := func(ctx context.Context, spec string, be *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
+	open := func(ctx context.Context, spec string, be *session.Backend, progress func(string, int64, int64)) (*session.Session, error) {
 		mu.Lock()
 		backends = append(backends, be.Name())
 		mu.Unlock()
@@ -230,7 +229,7 @@ func TestLoadFailureOnGPUFallsBack(t *testing.T) {
 	rec := NewRecorder()
 	var mu sync.Mutex
 	loads := 0
-	open := func(ctx context.Context, spec string, be *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
+	open := func(ctx context.Context, spec string, be *session.Backend, progress func(string, int64, int64)) (*session.Session, error) {
 		mu.Lock()
 		loads++
 		first := loads == 1
@@ -243,8 +242,8 @@ func TestLoadFailureOnGPUFallsBack(t *testing.T) {
 	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: open})
 	defer s.Shutdown()
 	// A stand-in for a GPU that opens: the CPU's table reported as cuda.
-	s.Models.backend = func(device string) (*native.Backend, DeviceInfo) {
-		return native.Default(), DeviceInfo{Requested: device, Backend: "cuda", Name: "fake GPU"}
+	s.Models.backend = func(device string) (*session.Backend, DeviceInfo) {
+		return session.DefaultBackend(), DeviceInfo{Requested: device, Backend: "cuda", Name: "fake GPU"}
 	}
 	if _, err := s.Settings.SetDevice("cuda"); err != nil {
 		t.Fatal(err)

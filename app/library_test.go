@@ -15,7 +15,6 @@ import (
 	"verdict/engine/hub/hubtest"
 	"verdict/engine/models"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // emptySafetensors is the header of a safetensors file with no tensors.
@@ -43,7 +42,7 @@ func libraryServices(t *testing.T) (*Services, *Recorder, *hubtest.Hub, string, 
 	opened := make(chan string, 4)
 	rec := NewRecorder()
 	s := New(Options{Emitter: rec, Logger: quietLogger(), SettingsPath: filepath.Join(t.TempDir(), "settings.json"),
-		Open: func(ctx context.Context, spec string, _ *native.Backend, _ func(string, int64, int64)) (*session.Session, error) {
+		Open: func(ctx context.Context, spec string, _ *session.Backend, _ func(string, int64, int64)) (*session.Session, error) {
 			opened <- spec
 			return nil, errors.New("not opened in this test")
 		}})

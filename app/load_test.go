@@ -11,7 +11,6 @@ import (
 
 	"verdict/engine/models"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // TestOpenCancelsTheLoadInProgress: eight quick Opens run one load at a
@@ -23,7 +22,7 @@ func TestOpenCancelsTheLoadInProgress(t *testing.T) {
 	var mu sync.Mutex
 	active, most, calls, cancelled := 0, 0, 0, 0
 	final := false // every Open has been made: the load that starts now is the last
-	open := func(ctx context.Context, spec string, _ *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
+	open := func(ctx context.Context, spec string, _ *session.Backend, progress func(string, int64, int64)) (*session.Session, error) {
 		mu.Lock()
 		calls++
 		active++

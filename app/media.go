@@ -22,7 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/scorer"
-	"verdict/engine/vision"
+	"verdict/engine/session"
 	"verdict/media"
 	"verdict/media/availability"
 	"verdict/media/capture"
@@ -50,7 +50,7 @@ const (
 )
 
 // ModelImageSide is the side of the square image the vision tower receives.
-const ModelImageSide = vision.ImageSize
+const ModelImageSide = session.ImageSize
 
 // WaveformBuckets is the resolution of an audio item's waveform.
 const WaveformBuckets = 240

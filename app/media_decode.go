@@ -16,7 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/safefile"
-	"verdict/engine/vision"
+	"verdict/engine/session"
 	_ "verdict/media/capture/hardware"  // V4L2 cameras, miniaudio microphones
 	_ "verdict/media/capture/synthetic" // VideoTest and AudioTest, selected by VERDICT_CAPTURE=synthetic
 	"verdict/media/decode"
@@ -262,7 +262,7 @@ func newAudioEntry(clip pcm.Clip, name, source string) *mediaEntry {
 // RGB stretched to 768×768, values k/255) back to an image. The vision tower
 // receives exactly this image: Preprocess of it gives the same pixels.
 func ModelView(img image.Image) *image.RGBA {
-	px := vision.Preprocess(img)
+	px := session.PreprocessImage(img)
 	const n = ModelImageSide * ModelImageSide
 	out := image.NewRGBA(image.Rect(0, 0, ModelImageSide, ModelImageSide))
 	for p := range n {

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"verdict/app/inputs"
-	"verdict/engine/vision"
+	"verdict/engine/session"
 	"verdict/media"
 	"verdict/media/availability"
 	"verdict/media/capture"
@@ -143,7 +143,7 @@ func TestModelViewIsWhatTheTowerReceives(t *testing.T) {
 	if v.Rect != image.Rect(0, 0, 768, 768) {
 		t.Fatalf("model view %v", v.Rect)
 	}
-	if !slices.Equal(vision.Preprocess(v), vision.Preprocess(img)) {
+	if !slices.Equal(session.PreprocessImage(v), session.PreprocessImage(img)) {
 		t.Error("the model view does not preprocess to the same pixels as the original")
 	}
 }

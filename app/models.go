@@ -17,7 +17,6 @@ import (
 	"verdict/engine/models"
 	"verdict/engine/session"
 	"verdict/media/limits"
-	"verdict/native"
 )
 
 // Model states.
@@ -85,12 +84,12 @@ type loaded struct {
 
 // OpenFunc opens a model session on the backend be: it stops when ctx is
 // done (returning its error) and tells progress, when set, its slow stages.
-type OpenFunc func(ctx context.Context, spec string, be *native.Backend, progress func(stage string, done, total int64)) (*session.Session, error)
+type OpenFunc func(ctx context.Context, spec string, be *session.Backend, progress func(stage string, done, total int64)) (*session.Session, error)
 
 // OpenWith is the OpenFunc of session.Open with opt (its Backend replaced
 // by the one the device setting gives).
 func OpenWith(opt models.Options) OpenFunc {
-	return func(ctx context.Context, spec string, be *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
+	return func(ctx context.Context, spec string, be *session.Backend, progress func(string, int64, int64)) (*session.Session, error) {
 		o := opt
 		o.Progress, o.Backend = progress, be
 		return session.Open(ctx, spec, o)
@@ -104,7 +103,7 @@ type Models struct {
 	open OpenFunc
 	// backend opens a device setting's backend (openBackend unless a test
 	// replaces it).
-	backend func(device string) (*native.Backend, DeviceInfo)
+	backend func(device string) (*session.Backend, DeviceInfo)
 	emit    Emitter
 	log     *logrus.Logger
 
@@ -323,9 +322,9 @@ func (s *Models) progress(gen int, stage string, done, total int64) {
 }
 
 func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device string) {
-	var be *native.Backend
+	var be *session.Backend
 	var dev DeviceInfo
-	var backends []*native.Backend
+	var backends []*session.Backend
 	var devs []DeviceInfo
 	if len(s.devices) > 0 {
 		backends, devs = s.devicesBackends()
@@ -380,7 +379,7 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device strin
 			s.log.WithError(err).WithField("device", dev.Backend).Warn("model failed to load on the GPU: loading it on the CPU")
 			dev = cpu
 			info.Device = s.reportDevice(gen, dev)
-			m, err = s.open(ctx, info.Spec, native.Default(), progress)
+			m, err = s.open(ctx, info.Spec, session.DefaultBackend(), progress)
 		}
 	}
 	close(done)

@@ -9,7 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // ReplicaInfo is one replica of a model loaded on several devices: its
@@ -28,8 +27,8 @@ type ReplicaInfo struct {
 // devicesBackends opens the backend of each device of s.devices, with its
 // report; a GPU that does not open is the CPU, as for the device setting
 // (openReplicas leaves such a device out when others open).
-func (s *Models) devicesBackends() ([]*native.Backend, []DeviceInfo) {
-	bes := make([]*native.Backend, len(s.devices))
+func (s *Models) devicesBackends() ([]*session.Backend, []DeviceInfo) {
+	bes := make([]*session.Backend, len(s.devices))
 	devs := make([]DeviceInfo, len(s.devices))
 	for i, d := range s.devices {
 		bes[i], devs[i] = s.backend(d)
@@ -42,7 +41,7 @@ func (s *Models) devicesBackends() ([]*native.Backend, []DeviceInfo) {
 // that gave the CPU in place of its GPU, or whose load failed, is left
 // out with a warning while another one loads; the replicas loaded and
 // their devices are returned.
-func (s *Models) openReplicas(ctx context.Context, spec string, bes []*native.Backend, devs []DeviceInfo, progress func(string, int64, int64)) (*session.Session, []DeviceInfo, error) {
+func (s *Models) openReplicas(ctx context.Context, spec string, bes []*session.Backend, devs []DeviceInfo, progress func(string, int64, int64)) (*session.Session, []DeviceInfo, error) {
 	var parts []*session.Session
 	var names []string
 	var loaded []DeviceInfo

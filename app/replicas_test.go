@@ -10,7 +10,6 @@ import (
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // TestDevicesReplicas: with Options.Devices a load opens one replica on
@@ -22,7 +21,7 @@ func TestDevicesReplicas(t *testing.T) {
 	rec := NewRecorder()
 	var mu sync.Mutex
 	loads := 0
-	open := func(ctx context.Context, spec string, be *native.Backend, progress func(string, int64, int64)) (*session.Session, error) {
+	open := func(ctx context.Context, spec string, be *session.Backend, progress func(string, int64, int64)) (*session.Session, error) {
 		mu.Lock()
 		loads++
 		n := loads
@@ -35,8 +34,8 @@ func TestDevicesReplicas(t *testing.T) {
 	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: open, Devices: []string{"cuda:0", "cuda:1", "cuda:2"}})
 	defer s.Shutdown()
 	// Stand-ins for GPUs that open: the CPU's table reported as cuda.
-	s.Models.backend = func(device string) (*native.Backend, DeviceInfo) {
-		return native.Default(), DeviceInfo{Requested: device, Backend: "cuda", Name: "fake GPU " + device}
+	s.Models.backend = func(device string) (*session.Backend, DeviceInfo) {
+		return session.DefaultBackend(), DeviceInfo{Requested: device, Backend: "cuda", Name: "fake GPU " + device}
 	}
 	if _, err := s.Models.Open("builtin"); err != nil {
 		t.Fatal(err)
@@ -82,7 +81,7 @@ func TestDevicesReplicas(t *testing.T) {
 	// None loads: the model's error names the devices.
 	rec2 := NewRecorder()
 	s2 := New(Options{Emitter: rec2, Logger: quietLogger(), Devices: []string{"cuda:0", "cuda:1"},
-		Open: func(context.Context, string, *native.Backend, func(string, int64, int64)) (*session.Session, error) {
+		Open: func(context.Context, string, *session.Backend, func(string, int64, int64)) (*session.Session, error) {
 			return nil, errors.New("cuda: out of memory")
 		}})
 	defer s2.Shutdown()

@@ -13,7 +13,6 @@ import (
 
 	"verdict/engine/scorer"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 func TestModelOpenErrors(t *testing.T) {
@@ -44,7 +43,7 @@ func TestModelOpenErrors(t *testing.T) {
 
 func TestModelLoadFailureIsReported(t *testing.T) {
 	rec := NewRecorder()
-	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: func(context.Context, string, *native.Backend, func(string, int64, int64)) (*session.Session, error) {
+	s := New(Options{Emitter: rec, Logger: quietLogger(), Open: func(context.Context, string, *session.Backend, func(string, int64, int64)) (*session.Session, error) {
 		time.Sleep(2 * ProgressInterval)
 		return nil, errors.New("tensor model.embed has shape [1] not [262400 2048]")
 	}})

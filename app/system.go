@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"verdict/engine/safefile"
-	"verdict/native"
+	"verdict/engine/session"
 
 	"github.com/sirupsen/logrus"
 )
@@ -179,7 +179,7 @@ func (s *System) FrontendReady(agent string) {
 func (s *System) Info() SystemInfo {
 	return SystemInfo{
 		Mode: s.mode, Dialogs: s.dialogs != nil, OS: runtime.GOOS, Arch: runtime.GOARCH,
-		Cores: native.HostCores(), Go: runtime.Version(), SettingsPath: s.settings.Path(),
+		Cores: session.HostCores(), Go: runtime.Version(), SettingsPath: s.settings.Path(),
 	}
 }
 

@@ -18,10 +18,9 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"verdict/app"
-	"verdict/engine/gemma3n"
 	"verdict/engine/models"
-	"verdict/engine/sched"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 	"verdict/media/availability"
 	"verdict/media/capture"
 )
@@ -222,8 +221,8 @@ func TestClassify(t *testing.T) {
 		code   string
 	}{
 		{app.ErrBusy, 503, CodeBusy},
-		{fmt.Errorf("score: %w", sched.ErrQueueFull), 503, CodeBusy},
-		{&sched.NeverFitsError{KV: &gemma3n.KVError{Need: 9, Free: 8, Kind: "global"}}, 413, CodeLimit},
+		{fmt.Errorf("score: %w", session.ErrQueueFull), 503, CodeBusy},
+		{&session.NeverFitsError{KV: &session.KVError{Need: 9, Free: 8, Kind: "global"}}, 413, CodeLimit},
 		{fmt.Errorf("start: %w", app.ErrBusy), 503, CodeBusy},
 		{app.ErrNoModel, 503, CodeNoModel},
 		{app.ErrLoading, 503, CodeNoModel},

@@ -8,8 +8,8 @@ import (
 
 	"verdict/app"
 	"verdict/engine/prompt"
-	"verdict/engine/sched"
 	"verdict/engine/scorer"
+	"verdict/engine/session"
 )
 
 // classify gives an error its status and code.
@@ -20,7 +20,7 @@ func classify(err error) *apiError {
 	var le *scorer.LimitError
 	var st *app.SettingsError
 	var mt *prompt.MediaTokenError
-	var nf *sched.NeverFitsError
+	var nf *session.NeverFitsError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -28,7 +28,7 @@ func classify(err error) *apiError {
 		return &apiError{http.StatusConflict, CodeModelNotLoaded, err.Error()}
 	case errors.Is(err, app.ErrBusy):
 		return &apiError{http.StatusServiceUnavailable, CodeBusy, "a run holds the model (the page's or another program's): retry when it has finished"}
-	case errors.Is(err, sched.ErrQueueFull):
+	case errors.Is(err, session.ErrQueueFull):
 		return &apiError{http.StatusServiceUnavailable, CodeBusy, "the model's queue is full: retry in a moment"}
 	case errors.As(err, &nf):
 		return &apiError{http.StatusRequestEntityTooLarge, CodeLimit, "the request is too large for the model's key/value pool: " + nf.Error()}

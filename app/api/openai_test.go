@@ -21,7 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/catalog"
-	"verdict/engine/sched"
+	"verdict/engine/session"
 )
 
 // chatResp is a chat completion as a test reads it: the verdict field's
@@ -381,7 +381,7 @@ func manyBools(n int) string {
 func TestBusy(t *testing.T) {
 	h := &Handler{log: logrus.New()}
 	w := httptest.NewRecorder()
-	h.failOpenAI(w, errors.Join(errors.New("x"), sched.ErrQueueFull))
+	h.failOpenAI(w, errors.Join(errors.New("x"), session.ErrQueueFull))
 	e := openAIErrorOf(t, w.Body.Bytes())
 	if w.Code != 503 || w.Header().Get("Retry-After") != "1" || e.Code != CodeBusy || e.Type != "server_error" {
 		t.Errorf("%d %v %s", w.Code, w.Header(), w.Body)

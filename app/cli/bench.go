@@ -12,7 +12,7 @@ import (
 	"verdict/engine/catalog"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
-	"verdict/native"
+	"verdict/engine/session"
 )
 
 // benchModels are the models verdict bench measures unless told otherwise:
@@ -60,13 +60,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	native.SetThreads(*threads)
+	session.SetThreads(*threads)
 	progress := func(format string, a ...any) {
 		if *asJSON {
 			fmt.Fprintf(stderr, format+"\n", a...)
 		}
 	}
-	rep := bench.SuiteReport{Machine: bench.ThisMachine(), Device: native.Default().Name()}
+	rep := bench.SuiteReport{Machine: bench.ThisMachine(), Device: session.DefaultBackend().Name()}
 	if opt.Backend != nil {
 		rep.Device = opt.Backend.Name()
 	}
@@ -171,7 +171,7 @@ func benchScorerCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	native.SetThreads(*threads)
+	session.SetThreads(*threads)
 	m, tok, err := wf.openTok(ctx, *model, stderr)
 	if err != nil {
 		return err
@@ -222,7 +222,7 @@ func benchCatalogCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(sizes) == 0 {
 		return usageErr("--batches: no batch sizes")
 	}
-	native.SetThreads(*threads)
+	session.SetThreads(*threads)
 	opt := bench.CatalogOptions{PerToken: *requests, Sweep: *sweep, Batches: sizes, Prefill: *prefill}
 	var reps []bench.CatalogReport
 	for _, spec := range strings.Split(*model, ",") {

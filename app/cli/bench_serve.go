@@ -15,7 +15,6 @@ import (
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // benchServeCmd measures serving: score-file's rate on generated support
@@ -74,7 +73,7 @@ func benchServeCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *layout == scorer.LayoutFieldsFirst {
 		schema.Layout = scorer.LayoutFieldsFirst
 	}
-	native.SetThreads(*threads)
+	session.SetThreads(*threads)
 	// One session: on --device, or a replica on each of --devices, the
 	// requests spread over them.
 	s, err := wf.openSession(ctx, strings.TrimSpace(*model), stderr)

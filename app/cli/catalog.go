@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 
 	"verdict/engine/catalog"
-	"verdict/engine/gemma3n"
 	"verdict/engine/models"
 	"verdict/engine/prompt"
+	"verdict/engine/session"
 	"verdict/engine/tokenizer"
 )
 
@@ -153,7 +153,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for i := range jobs {
 		j := &jobs[i]
 		if j.err == "" {
-			r, err := catalogRequest(tok, m.Model, cat, j.text, j.k, *raw)
+			r, err := catalogRequest(tok, m, cat, j.text, j.k, *raw)
 			if err == nil {
 				err = catalog.CheckRequest(m.Model, cat, i+1, r)
 			}
@@ -206,7 +206,7 @@ func catalogCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return fmt.Errorf("%s: half of it: %w", catName, err)
 		}
-		return catalogGates(ctx, m.Model, cat, other, reqs, *gates, *asJSON, stdout)
+		return catalogGates(ctx, m, cat, other, reqs, *gates, *asJSON, stdout)
 	}
 	if *maxBatch < 0 || (*maxBatch > 0 && (*batch == "" || *loop != "" || *gates >= 0)) {
 		return usageErr("--max-batch %d: want a positive count, with --batch and without --loop or --gates", *maxBatch)
@@ -298,7 +298,7 @@ func Grammar(tok *tokenizer.Tokenizer) catalog.Grammar {
 
 // catalogRequest is the request of text for k entries of cat (see
 // catalogPrompt), k checked.
-func catalogRequest(tok *tokenizer.Tokenizer, m *gemma3n.Model, cat *catalog.Catalog, text string, k int, raw bool) (catalog.Request, error) {
+func catalogRequest(tok *tokenizer.Tokenizer, m *models.Model, cat *catalog.Catalog, text string, k int, raw bool) (catalog.Request, error) {
 	if err := cat.CheckK(k); err != nil {
 		return catalog.Request{}, err
 	}
@@ -309,7 +309,7 @@ func catalogRequest(tok *tokenizer.Tokenizer, m *gemma3n.Model, cat *catalog.Cat
 // catalogPrompt builds a request's prompt ids: the catalog prompt around
 // the request, or with raw the text as the whole prompt (special tokens
 // written as text become ids; media tokens are refused either way).
-func catalogPrompt(tok *tokenizer.Tokenizer, m *gemma3n.Model, cat *catalog.Catalog, text string, k int, raw bool) ([]int32, error) {
+func catalogPrompt(tok *tokenizer.Tokenizer, m *models.Model, cat *catalog.Catalog, text string, k int, raw bool) ([]int32, error) {
 	if !raw {
 		return catalog.Prompt(cat.Entries, k, text).Encode(tok, m.Special)
 	}
@@ -393,13 +393,13 @@ func writeJSONLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(
 
 // catalogGates runs the decoder's gates and prints each one's count; an
 // error (exit 1) when a gate fails.
-func catalogGates(ctx context.Context, m *gemma3n.Model, cat, other *catalog.Catalog, reqs []catalog.Request, shuffles int,
+func catalogGates(ctx context.Context, m *models.Model, cat, other *catalog.Catalog, reqs []catalog.Request, shuffles int,
 	asJSON bool, stdout io.Writer) error {
-	gs, err := catalog.Gates(ctx, m, cat, reqs, shuffles, 1)
+	gs, err := catalog.Gates(ctx, m.Model, cat, reqs, shuffles, 1)
 	if err != nil {
 		return err
 	}
-	sw, err := catalog.SwitchGate(ctx, m, cat, other, reqs)
+	sw, err := catalog.SwitchGate(ctx, m.Model, cat, other, reqs)
 	if err != nil {
 		return err
 	}
@@ -424,10 +424,10 @@ func catalogFixtureCmd(ctx context.Context, fs *flag.FlagSet, path, model string
 	}
 	weightsSet := false
 	fs.Visit(func(f *flag.Flag) { weightsSet = weightsSet || f.Name == "weights" })
-	if weightsSet && *wf.weights != string(gemma3n.WeightsF32) {
+	if weightsSet && *wf.weights != string(session.WeightsF32) {
 		return usageErr("--fixture records f32 decodes: --weights %s cannot match them", *wf.weights)
 	}
-	*wf.weights = string(gemma3n.WeightsF32)
+	*wf.weights = string(session.WeightsF32)
 	data, err := readInput(path)
 	if err != nil {
 		return err
@@ -443,7 +443,7 @@ func catalogFixtureCmd(ctx context.Context, fs *flag.FlagSet, path, model string
 	defer m.Close()
 	cpu := m.Model
 	if *wf.device != "cpu" {
-		c, err := openModel(ctx, model, models.Options{Weights: gemma3n.WeightsF32}, stderr)
+		c, err := openModel(ctx, model, models.Options{Weights: session.WeightsF32}, stderr)
 		if err != nil {
 			return fmt.Errorf("the CPU copy: %w", err)
 		}

@@ -9,11 +9,10 @@ import (
 
 	"verdict/engine/scorer"
 	"verdict/engine/session"
-	"verdict/native"
 )
 
 // devicesHelp is --devices' help.
-const devicesHelp = "run one model replica on each device, requests spread over them (serve, score-file and bench serve; the other commands take one): " + native.DevicesHelp
+const devicesHelp = "run one model replica on each device, requests spread over them (serve, score-file and bench serve; the other commands take one): " + session.DevicesHelp
 
 // multiDevice names the commands that spread requests over several
 // devices, for the refusal of the others.
@@ -31,7 +30,7 @@ func (w weightFlags) deviceList(stderr io.Writer) ([]string, error) {
 	if w.fs != nil && isSet(w.fs, "device") {
 		return nil, usageErr("give --device or --devices, not both")
 	}
-	ds, note, err := native.ParseDevices(*w.devices)
+	ds, note, err := session.ParseDevices(*w.devices)
 	if err != nil {
 		return nil, usageErr("--devices: %v", err)
 	}
@@ -56,12 +55,12 @@ func (w weightFlags) oneDevice(stderr io.Writer) (string, error) {
 
 // backend opens device d of --devices, or of --device when --devices is
 // not given; an "auto" that falls back to the CPU says why on stderr.
-func (w weightFlags) backend(d string, stderr io.Writer) (*native.Backend, error) {
+func (w weightFlags) backend(d string, stderr io.Writer) (*session.Backend, error) {
 	name := "--devices"
 	if w.devices == nil || strings.TrimSpace(*w.devices) == "" {
 		name = "--device"
 	}
-	be, err := native.Open(d)
+	be, err := session.OpenBackend(d)
 	if err != nil {
 		return nil, usageErr("%s %s: %v", name, d, err)
 	}
@@ -84,7 +83,7 @@ func (w weightFlags) openSession(ctx context.Context, spec string, stderr io.Wri
 	if err != nil {
 		return nil, err
 	}
-	backends := make([]*native.Backend, len(ds))
+	backends := make([]*session.Backend, len(ds))
 	for i, d := range ds {
 		if backends[i], err = w.backend(d, stderr); err != nil {
 			return nil, err

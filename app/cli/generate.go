@@ -8,10 +8,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"verdict/engine/gemma3n"
-	"verdict/engine/generate"
 	"verdict/engine/models"
 	promptpkg "verdict/engine/prompt"
+	"verdict/engine/scorer"
 	"verdict/engine/session"
 	"verdict/engine/tokenizer"
 )
@@ -50,7 +49,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stderr, "model: %s — its output is noise, not language\n", m.Name)
 	}
 	var ids []int32
-	var media *gemma3n.Media
+	var media *scorer.Media
 	if mf.any() {
 		if *raw {
 			return usageErr("--raw takes no media")
@@ -62,7 +61,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if ids, err = session.ChatPrompt(m.Special, &p.Media, *system, *prompt).Encode(tok, m.Special); err != nil {
 			return err
 		}
-		media = &p.Media.Media
+		media = &p.Media
 	} else if *raw {
 		// --raw sends the text as written, control tokens included; media
 		// placeholders without media are refused.
@@ -83,17 +82,14 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		turns = append(turns, tokenizer.Turn{Role: "user", Content: *prompt})
 		ids = tok.EncodeChat(turns, true)
 	}
-	opt := generate.Options{
-		MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed,
-		Stop: []int32{int32(tok.EOS()), int32(tok.EndOfTurn())}, Media: media,
-		OnPrefill: prefillProgress(newBar(stderr)),
-	}
+	sm := session.Sampling{MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
+	stop := []int32{int32(tok.EOS()), int32(tok.EndOfTurn())}
 	dec := tok.NewStreamDecoder()
-	res, err := generate.Run(ctx, m.Model, ids, opt, func(t generate.Token) error {
-		if t.ID == int32(tok.EndOfTurn()) || t.ID == int32(tok.EOS()) {
+	res, err := session.GenerateOn(ctx, m, ids, media, sm, stop, prefillProgress(newBar(stderr)), func(id int32) error {
+		if id == int32(tok.EndOfTurn()) || id == int32(tok.EOS()) {
 			return nil
 		}
-		_, werr := io.WriteString(stdout, dec.Add(t.ID))
+		_, werr := io.WriteString(stdout, dec.Add(id))
 		return werr
 	})
 	interrupted := err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
@@ -108,6 +104,6 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	fmt.Fprintf(stderr, "prompt %d tokens, prefill %.1f tokens/s, first token %.0f ms, %d tokens at %.1f tokens/s\n",
-		res.PromptLen, res.PrefillTokensPerSec(), res.FirstToken.Seconds()*1000, len(res.IDs), res.DecodeTokensPerSec())
+		res.PromptTokens, res.PrefillTokensPerSec(), res.FirstToken.Seconds()*1000, len(res.IDs), res.DecodeTokensPerSec())
 	return nil
 }

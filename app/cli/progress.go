@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"verdict/app/inputs"
-	"verdict/engine/gemma3n"
 	"verdict/engine/models"
+	"verdict/engine/session"
 )
 
 // bar draws one line of progress on a terminal, redrawn in place; on
@@ -113,9 +113,9 @@ func loadProgress(b *bar) func(stage string, done, total int64) {
 	return func(stage string, done, total int64) {
 		unit := ""
 		switch stage {
-		case gemma3n.StagePacking:
+		case session.StagePacking:
 			unit = "weights"
-		case gemma3n.StageChecking:
+		case session.StageChecking:
 			unit = "bytes"
 		}
 		b.show("loading: "+stage, done, total, unit)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"verdict/app/inputs"
-	"verdict/engine/gemma3n"
+	"verdict/engine/session"
 )
 
 // TestProgressBar: the bar draws nothing off a terminal; on one it redraws
@@ -16,7 +16,7 @@ import (
 func TestProgressBar(t *testing.T) {
 	var off bytes.Buffer
 	b := newBar(&off)
-	loadProgress(b)(gemma3n.StagePacking, 5, 10)
+	loadProgress(b)(session.StagePacking, 5, 10)
 	towerProgress(b)(inputs.Step{What: "image 1", Total: 1, Block: 3, Blocks: 10})
 	b.clear()
 	r, w, err := os.Pipe()
@@ -33,11 +33,11 @@ func TestProgressBar(t *testing.T) {
 	now := time.Unix(1000, 0)
 	b = &bar{w: &on, on: true, now: func() time.Time { return now }}
 	p := loadProgress(b)
-	p(gemma3n.StagePacking, 0, 4_000_000_000)
+	p(session.StagePacking, 0, 4_000_000_000)
 	now = now.Add(50 * time.Millisecond)
-	p(gemma3n.StagePacking, 1_000_000_000, 4_000_000_000) // too soon: not drawn
+	p(session.StagePacking, 1_000_000_000, 4_000_000_000) // too soon: not drawn
 	now = now.Add(10 * time.Second)
-	p(gemma3n.StagePacking, 1_000_000_000, 4_000_000_000)
+	p(session.StagePacking, 1_000_000_000, 4_000_000_000)
 	lines := strings.Split(on.String(), "\r")
 	if len(lines) != 3 {
 		t.Fatalf("drew %d lines, want 2: %q", len(lines)-1, on.String())

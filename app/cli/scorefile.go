@@ -14,7 +14,6 @@ import (
 
 	"verdict/engine/dataset"
 	"verdict/engine/safefile"
-	"verdict/engine/sched"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
 )
@@ -136,7 +135,7 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err := checkInput(text, "", false); err != nil {
 			return nil, err
 		}
-		res, err := sess.Score(session.WithPriority(ctx, sched.Bulk), schema, text, opt)
+		res, err := sess.Score(session.WithPriority(ctx, session.Bulk), schema, text, opt)
 		if err != nil {
 			return nil, err
 		}

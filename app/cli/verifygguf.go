@@ -17,6 +17,7 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/models"
+	"verdict/engine/session"
 	"verdict/engine/weights"
 )
 
@@ -72,7 +73,7 @@ func verifyGGUFCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	open := func(spec string) (*models.Model, error) {
-		return models.OpenContext(ctx, spec, models.Options{Weights: gemma3n.WeightsF32, CacheDir: "off", Backend: be})
+		return models.OpenContext(ctx, spec, models.Options{Weights: session.WeightsF32, CacheDir: "off", Backend: be})
 	}
 	rm, err := open(*ref)
 	if err != nil {

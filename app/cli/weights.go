@@ -7,10 +7,9 @@ import (
 	"io"
 	"os"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/models"
+	"verdict/engine/session"
 	"verdict/engine/tokenizer"
-	"verdict/native"
 )
 
 const weightsHelp = "weight format: q4 (packed to 4 bits at load, cached on disk; the default) or f32 (as the checkpoint stores them, exact)"
@@ -57,7 +56,7 @@ func (w weightFlags) options() (models.Options, error) {
 // formatOptions are the model options of --weights and --group alone (the
 // app picks the backend of each load from its device setting).
 func (w weightFlags) formatOptions() (models.Options, error) {
-	f, err := gemma3n.ParseWeights(*w.weights)
+	f, err := session.ParseWeights(*w.weights)
 	if err != nil {
 		return models.Options{}, usageErr("--weights: %v", err)
 	}
@@ -68,23 +67,23 @@ func (w weightFlags) formatOptions() (models.Options, error) {
 }
 
 // appDeviceHelp is --device's help in the app's commands (serve, window).
-const appDeviceHelp = "compute device, kept as the app's device setting: " + native.Devices +
+const appDeviceHelp = "compute device, kept as the app's device setting: " + session.Devices +
 	"; a GPU that does not open is the CPU, with the reason in the model bar (default: the saved setting, auto at first)"
 
 // addDeviceFlag adds --device, the compute backend.
 func addDeviceFlag(fs interface {
 	String(string, string, string) *string
 }) *string {
-	return fs.String("device", "cpu", "compute device: "+native.Devices)
+	return fs.String("device", "cpu", "compute device: "+session.Devices)
 }
 
 // openDevice opens the backend named by --device (nil flag: the CPU); an
 // "auto" that falls back to the CPU says why on stderr.
-func openDevice(device *string, stderr io.Writer) (*native.Backend, error) {
+func openDevice(device *string, stderr io.Writer) (*session.Backend, error) {
 	if device == nil {
 		return nil, nil
 	}
-	be, err := native.Open(*device)
+	be, err := session.OpenBackend(*device)
 	if err != nil {
 		return nil, usageErr("--device %s: %v", *device, err)
 	}

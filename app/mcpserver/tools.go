@@ -17,7 +17,6 @@ import (
 	"verdict/app/inputs"
 	"verdict/engine/catalog"
 	"verdict/engine/prompt"
-	"verdict/engine/sched"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
 	"verdict/media"
@@ -50,9 +49,9 @@ func (t *tools) take(ctx context.Context) (Model, context.Context, func(), error
 
 // callError words an engine or app error for a tool result.
 func callError(err error) error {
-	var nf *sched.NeverFitsError
+	var nf *session.NeverFitsError
 	switch {
-	case errors.Is(err, sched.ErrQueueFull):
+	case errors.Is(err, session.ErrQueueFull):
 		return errors.New("the model's queue is full: retry in a moment")
 	case errors.As(err, &nf):
 		return fmt.Errorf("the request is too large for the model's key/value pool: %v", nf)
