@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"verdict/native/nativetest"
+	"verdict/engine/session/sessiontest"
 )
 
 // TestBenchTowersFallback: under --device naming a GPU backend without the
@@ -17,7 +17,7 @@ func TestBenchTowersFallback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two full-size vision forwards; skipped in -short")
 	}
-	nativetest.Unimplemented(t) // opened as cuda:3
+	sessiontest.UnimplementedGPU(t) // opened as cuda:3
 	tiny := filepath.Join("..", "..", "testdata", "gemma3n-synthetic-tiny.tar.gz")
 	code, out, errOut := run("bench", "--model", "", "--limits=false", "--device", "cuda:3", "--tower-runs", "1",
 		"--audio-tower", tiny, "--audio-seconds", "1", "--json")
