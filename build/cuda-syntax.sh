@@ -41,8 +41,14 @@ mkdir -p "$tmp/c"
 for f in native/cpu/cpu_*.c; do
 	"$CC" -O2 -std=c11 -pthread -fPIC -c "$f" -o "$tmp/c/$(basename "$f" .c).o"
 done
+# The library's objects: every .cu but the harnesses (*_check.cu).
+lib=()
+for f in native/cuda/*.cu; do
+	b=$(basename "$f" .cu)
+	[[ $b == *_check ]] || lib+=("$tmp/$b.o")
+done
 for h in ops_check catalog_check tower_check; do
-	"$CXX" -pthread -o "$tmp/$h" "$tmp/$h.o" "$tmp/cuda_backend.o" "$tmp/catalog.o" "$tmp/tower.o" "$tmp/q4_mma.o" "$tmp"/c/*.o -lm
+	"$CXX" -pthread -o "$tmp/$h" "$tmp/$h.o" "${lib[@]}" "$tmp"/c/*.o -lm
 	echo "linked $h"
 done
 "$CXX" -pthread -o "$tmp/q4_check" "$tmp/q4_check.o" "$tmp/q4_mma.o" -lm

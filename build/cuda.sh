@@ -31,9 +31,17 @@ if [ -n "${CUDA_ARCH:-}" ]; then
 fi
 # -fmad=false: only the fmaf calls fuse (the CPU kernels' arithmetic).
 flags=(-O3 -std=c++17 -fmad=false -lineinfo -Xcompiler -fPIC -Xptxas -warn-spills)
-libsrc=(cuda_backend catalog tower q4_mma)
 harnesses=(ops_check catalog_check tower_check q4_check)
 cd "$root"
+# The library's sources: every native/cuda/*.cu but the harnesses
+# (*_check.cu): cuda_backend.cu (the table and its core), a file an op
+# family (linear, q4_linear, sparse_mlp, norm, elementwise, rope,
+# attention, gather, sampling, limits), catalog, tower and q4_mma.
+libsrc=()
+for f in native/cuda/*.cu; do
+	b=$(basename "$f" .cu)
+	[[ $b == *_check ]] || libsrc+=("$b")
+done
 obj=$(mktemp -d)
 trap 'rm -rf "$obj"' EXIT
 

@@ -1,0 +1,244 @@
+/*
+ * attention.cu: paged attention over the key/value pool (k_attn_part,
+ * k_attn_combine), in chunks of keys combined in chunk order.
+ */
+#include "common.cuh"
+
+/* Paged attention in chunks of AC keys. A query's visible keys (in
+ * position order, across its sequence's entries) are cut at fixed key
+ * counts, AC each: block (query·head, c) takes chunk c, its scores (a warp a
+ * key: lanes over d, the shuffle tree; times scale), their max m_c, e_j =
+ * exp(s_j − m_c), l_c = Σ e_j and o_c = Σ e_j·v_j (a thread per output
+ * element, keys in order), written as partials; a second kernel combines
+ * them in chunk order: M = max m_c, w_c = exp(m_c − M), out = Σ w_c·o_c /
+ * Σ w_c·l_c. Chunks past a query's keys are empty and add exact zeros, so
+ * the result depends on the query's own keys only, never on the batch or
+ * the grid (max_keys fixes only the number of chunk blocks launched). */
+#define AB 256
+#define AC 64
+
+__device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
+                                             int64_t *e1_out)
+{
+	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
+	const int32_t *sent = (const int32_t *)a.seq_ent.data;
+	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
+	int64_t pos = qpos[i], lo = 0, s = qseq[i];
+	if (a.window > 0 && pos - a.window + 1 > lo)
+		lo = pos - a.window + 1;
+	int64_t e0 = sent[s], e1 = sent[s + 1], nkeys = 0;
+	for (int64_t e = e0; e < e1; e++) {
+		int64_t p0 = epos[e], p1 = p0 + elen[e];
+		int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
+		if (last > first)
+			nkeys += last - first;
+	}
+	*lo_out = lo, *e0_out = e0, *e1_out = e1;
+	return nkeys;
+}
+
+/* block_scan: the inclusive prefix sum of v over the block's AB threads
+ * (integers: any order is exact). */
+__device__ int block_scan(int v, int *ws)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	for (int o = 1; o < 32; o <<= 1) {
+		int u = __shfl_up_sync(0xffffffffu, v, o);
+		if (lane >= o)
+			v += u;
+	}
+	if (lane == 31)
+		ws[w] = v;
+	__syncthreads();
+	int before = 0;
+	for (int k = 0; k < w; k++)
+		before += ws[k];
+	__syncthreads();
+	return v + before;
+}
+
+/* k_attn_part: chunk blockIdx.y of GH query heads (of one key/value
+ * group) of query i: block x = i·(hq/GH) + h0/GH. The chunk's key rows
+ * are found in parallel (a scan of the entries' visible keys, then each
+ * key's entry by bisection), every key row serves the GH heads, and each
+ * head's scores, softmax and sums are those of a head alone. */
+template <int GH>
+__global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_t nch, int *err)
+{
+	__shared__ float sc[GH][AC];
+	__shared__ int64_t krow[AC];
+	__shared__ float red[32];
+	__shared__ int ecum[AB], ws[AB / 32];
+	__shared__ float smx[GH], sl[GH];
+	pdl_wait();
+	pdl_launch();
+	int64_t per = a.hq / GH, bq = blockIdx.x, ch = blockIdx.y;
+	int64_t i = bq / per, h0 = (bq % per) * GH;
+	int64_t d = a.d, G = a.hq / a.hkv, g = h0 / G, ldk = a.hkv * d;
+	int64_t lo, e0, e1;
+	int64_t nkeys = attn_keys(a, i, &lo, &e0, &e1);
+	if (nkeys > a.max_keys) {
+		if (threadIdx.x == 0 && ch == 0)
+			atomicExch(err, VDC_EKEYS);
+		nkeys = 0;
+	}
+	auto pp = [&](int hh) { return part + ((i * a.hq + h0 + hh) * nch + ch) * (d + 2); };
+	int64_t cs = ch * AC, ce = cs + AC < nkeys ? cs + AC : nkeys;
+	if (cs >= ce) { /* empty: neutral in the combination */
+		if (threadIdx.x < GH)
+			pp(threadIdx.x)[0] = -INFINITY, pp(threadIdx.x)[1] = 0.0f;
+		return;
+	}
+	{ /* the chunk's key rows in the pool, in key order */
+		const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
+		const int32_t *elen = (const int32_t *)a.ent_len.data;
+		int64_t pos = ((const int32_t *)a.qpos.data)[i], base = 0;
+		for (int64_t t0 = e0; t0 < e1 && base < ce; t0 += AB) {
+			int64_t e = t0 + threadIdx.x;
+			int vis = 0;
+			if (e < e1) {
+				int64_t p0 = epos[e], p1 = p0 + elen[e];
+				int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
+				vis = last > first ? (int)(last - first) : 0;
+			}
+			int incl = block_scan(vis, ws);
+			ecum[threadIdx.x] = incl;
+			__syncthreads();
+			int total = ecum[AB - 1];
+			int64_t kk = cs + threadIdx.x;
+			if (threadIdx.x < AC && kk < ce && kk >= base && kk < base + total) {
+				int r = (int)(kk - base), l0 = 0, l1 = AB - 1; /* the first entry with ecum > r */
+				while (l0 < l1) {
+					int mid = (l0 + l1) / 2;
+					if (ecum[mid] > r)
+						l1 = mid;
+					else
+						l0 = mid + 1;
+				}
+				int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
+				krow[threadIdx.x] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
+			}
+			base += total;
+			__syncthreads();
+		}
+	}
+	int cnt = (int)(ce - cs);
+	const float *K = (const float *)a.k.data, *V = (const float *)a.v.data;
+	const float *q = (const float *)a.q.data + (i * a.hq + h0) * d;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
+	for (int pj = w; pj < GH * cnt; pj += nw) {
+		int hh = pj / cnt, j = pj % cnt;
+		const float *kr = K + krow[j] * ldk + g * d, *qh = q + hh * d;
+		float acc = 0.0f;
+		for (int64_t c = lane; c < d; c += 32)
+			acc = fmaf(qh[c], kr[c], acc);
+		acc = warp_sum(acc);
+		if (lane == 0)
+			sc[hh][j] = acc * a.scale;
+	}
+	__syncthreads();
+#pragma unroll
+	for (int hh = 0; hh < GH; hh++) {
+		float m = threadIdx.x < cnt ? sc[hh][threadIdx.x] : -INFINITY;
+		float mx = block_max(m, red);
+		float ev = threadIdx.x < cnt ? d_exp(sc[hh][threadIdx.x] - mx) : 0.0f;
+		__syncthreads();
+		if (threadIdx.x < cnt)
+			sc[hh][threadIdx.x] = ev;
+		float l = block_sum(ev, red);
+		if (threadIdx.x == 0)
+			smx[hh] = mx, sl[hh] = l;
+		__syncthreads();
+	}
+	for (int64_t c = threadIdx.x; c < d; c += AB) {
+		float acc[GH];
+#pragma unroll
+		for (int hh = 0; hh < GH; hh++)
+			acc[hh] = 0.0f;
+		for (int j = 0; j < cnt; j++) {
+			float v = V[krow[j] * ldk + g * d + c];
+#pragma unroll
+			for (int hh = 0; hh < GH; hh++)
+				acc[hh] = fmaf(sc[hh][j], v, acc[hh]);
+		}
+#pragma unroll
+		for (int hh = 0; hh < GH; hh++)
+			pp(hh)[2 + c] = acc[hh];
+	}
+	if (threadIdx.x < GH)
+		pp(threadIdx.x)[0] = smx[threadIdx.x], pp(threadIdx.x)[1] = sl[threadIdx.x];
+}
+
+__global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
+{
+	pdl_wait();
+	pdl_launch();
+	int64_t bq = blockIdx.x, d = a.d;
+	const float *pp = part + bq * nch * (d + 2);
+	float *o = (float *)a.out.data + bq * d;
+	float M = -INFINITY;
+	for (int64_t c = 0; c < nch; c++)
+		if (pp[c * (d + 2) + 1] > 0.0f)
+			M = fmaxf(M, pp[c * (d + 2)]);
+	float L = 0.0f;
+	for (int64_t c = 0; c < nch; c++)
+		if (pp[c * (d + 2) + 1] > 0.0f)
+			L = fmaf(d_exp(pp[c * (d + 2)] - M), pp[c * (d + 2) + 1], L);
+	for (int64_t e = threadIdx.x; e < d; e += AB) {
+		if (!(L > 0.0f)) { /* no keys */
+			o[e] = 0.0f;
+			continue;
+		}
+		float acc = 0.0f;
+		for (int64_t c = 0; c < nch; c++)
+			if (pp[c * (d + 2) + 1] > 0.0f)
+				acc = fmaf(d_exp(pp[c * (d + 2)] - M), pp[c * (d + 2) + 2 + e], acc);
+		o[e] = acc / L;
+	}
+}
+
+/* c_attention: the chunked kernels over the stream's partials buffer,
+ * queries in groups whose partials fit in APART_MAX bytes (a group's bits
+ * are each query's own). The buffer grows between recordings only, and
+ * an outgrown one lives on for the graphs recorded with it. */
+#define APART_MAX ((size_t)256 << 20)
+
+void c_attention(vd_stream *s, const vd_attn *a)
+{
+	ENTER(s);
+	int64_t nq = a->q.rows;
+	if (nq <= 0 || a->hq <= 0)
+		return;
+	int64_t mk = a->max_keys > 0 ? a->max_keys : 1;
+	int64_t nch = (mk + AC - 1) / AC;
+	size_t per = (size_t)a->hq * (size_t)nch * (size_t)(a->d + 2) * sizeof(float); /* one query's partials */
+	int64_t group = (int64_t)(APART_MAX / per);
+	if (group < 1)
+		group = 1;
+	if (group > nq)
+		group = nq;
+	size_t need = per * (size_t)group;
+	if (!grow_scratch(s, &s->apart, &s->apart_n, need, APART_MAX))
+		return;
+	cuda_state *cs = st_of(s->b);
+	for (int64_t q0 = 0; q0 < nq; q0 += group) {
+		int64_t g = nq - q0 < group ? nq - q0 : group;
+		vd_attn c = *a;
+		c.max_keys = mk;
+		c.q.data = (float *)a->q.data + q0 * a->hq * a->d;
+		c.out.data = (float *)a->out.data + q0 * a->hq * a->d;
+		c.qpos.data = (int32_t *)a->qpos.data + q0;
+		c.qseq.data = (int32_t *)a->qseq.data + q0;
+		/* the query heads of a key/value group in one block (up to 8)
+		 * once there are queries enough to fill the device; a head a
+		 * block for a few (decode steps: more blocks, shorter ones) */
+		int64_t G = a->hkv > 0 && a->hq % a->hkv == 0 && g >= 16 ? a->hq / a->hkv : 1;
+		auto kp = G == 8 ? k_attn_part<8> : G == 4 ? k_attn_part<4> : G == 2 ? k_attn_part<2> : k_attn_part<1>;
+		int64_t gh = G == 8 || G == 4 || G == 2 ? G : 1;
+		launch(s, kp, dim3((unsigned)(g * (a->hq / gh)), (unsigned)nch), AB, 0, c, (float *)s->apart, nch,
+		       cs->dev_err);
+		launch(s, k_attn_combine, (unsigned)(g * a->hq), AB, 0, c, (const float *)s->apart, nch);
+		launched(s);
+	}
+}
+

@@ -1,0 +1,445 @@
+/*
+ * norm.cu: the row operations: rmsnorm, row_rms, scale_rows and mul_rows,
+ * the fused norm_add, and AltUp's router (a norm, a scale, a product of
+ * few rows, tanh) with its coefficients after it (router_coef), in one
+ * launch where they fit and as the operations they stand for otherwise.
+ */
+#include "common.cuh"
+__global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
+                          float eps)
+{
+	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
+	int64_t r = blockIdx.x;
+	const float *xr = x + r * dim;
+	float *yr = y + r * dim;
+	float v[RN], wv[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+	}
+	float a = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		a = fmaf(xr[i], xr[i], a);
+	float ss = block_sum(a, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		if (i < dim)
+			yr[i] = w ? (v[u] * inv) * wv[u] : v[u] * inv;
+	}
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+}
+
+__global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
+{
+	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
+	int64_t r = blockIdx.x;
+	const float *xr = x + r * dim;
+	float v[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
+	float a = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		a = fmaf(xr[i], xr[i], a);
+	float m = block_sum(a, red) / (float)dim;
+	if (m < floor)
+		m = floor;
+	if (threadIdx.x == 0)
+		out[r] = (float)sqrt((double)m);
+}
+
+/* k_norm_add: k_rmsnorm of x (written back), then y = a + x and, with b,
+ * y = (y + b)·c: the separate kernels' arithmetic in one launch. */
+__global__ void k_norm_add(float *y, float *x, const float *w, const float *a, const float *b, int64_t dim,
+                           float eps, float c)
+{
+	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
+	int64_t r = blockIdx.x;
+	float *xr = x + r * dim, *yr = y + r * dim;
+	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
+	float v[RN], wv[RN], av[RN], bv[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* every load of the first RN columns at once (y may be a: read first) */
+		int64_t i = i0 + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+		av[u] = i < dim ? ar[i] : 0.0f;
+		bv[u] = br && i < dim ? br[i] : 0.0f;
+	}
+	float acc = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			acc = fmaf(v[u], v[u], acc);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		acc = fmaf(xr[i], xr[i], acc);
+	float ss = block_sum(acc, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		if (i < dim) {
+			float xn = w ? (v[u] * inv) * wv[u] : v[u] * inv;
+			xr[i] = xn;
+			float o = av[u] + xn;
+			if (br)
+				o = (o + bv[u]) * c;
+			yr[i] = o;
+		}
+	}
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
+		float xn = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+		xr[i] = xn;
+		float o = ar[i] + xn;
+		if (br)
+			o = (o + br[i]) * c;
+		yr[i] = o;
+	}
+}
+
+/* router_out: a router block's outputs from each lane's accumulators acc
+ * (one an output): each warp's sum by the shuffle tree, then thread r adds
+ * output r's warp sums in warp order and writes tanh of it to y[r]. */
+template <int NO>
+__device__ __forceinline__ void router_out(float *y, const float *acc, float (*wsum)[LW], int64_t nout)
+{
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+#pragma unroll
+	for (int r = 0; r < NO; r++)
+		if (r < nout) { /* nout is the block's: every lane shuffles */
+			float sr = warp_sum(acc[r]);
+			if (lane == 0)
+				wsum[r][wi] = sr;
+		}
+	__syncthreads();
+	if (threadIdx.x < nout) {
+		int r = threadIdx.x;
+		float sum = 0.0f;
+		for (int k = 0; k < LW; k++)
+			sum += wsum[r][k];
+		y[r] = d_tanh(sum);
+	}
+}
+
+/* coef_tail: AltUp's coefficients from the router's outputs yr [nout] of
+ * a block's token (after every thread's write): cy[j] = yr · cw[j] as
+ * k_linear sums it (lane l's column l from 0, the shuffle tree), then
+ * + cadd when hasadd (ew add_const), warp w taking rows w, w + LW, ... */
+__device__ __forceinline__ void coef_tail(const float *yr, int64_t nout, const float *cw, float *cy, int64_t ncoef,
+                                          float cadd, int hasadd)
+{
+	__syncthreads();
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	float m = lane < nout ? yr[lane] : 0.0f;
+	for (int64_t j = wi; j < ncoef; j += blockDim.x >> 5) {
+		float acc = lane < nout ? fmaf(m, __ldg(cw + j * nout + lane), 0.0f) : 0.0f;
+		acc = warp_sum(acc);
+		if (lane == 0)
+			cy[j] = hasadd ? acc + cadd : acc;
+	}
+}
+
+/* k_router: AltUp's router for one token a block: the row normalised
+ * (k_rmsnorm) and scaled in shared memory, then each of the nout outputs
+ * summed as k_linear_small sums (warp w the w-th eighth of the columns,
+ * lane order, the shuffle tree, warp order), then tanh. Up to ROUT_MAX
+ * outputs in one pass over the columns (each lane keeps one accumulator
+ * an output, every one with the same operations in the same order as a
+ * row alone), one barrier, then thread r adds output r's warp sums;
+ * more outputs take them a row at a time. */
+#define ROUT_MAX 8
+
+__global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const float *nw, const float *w,
+                                               int64_t nout, int64_t dim, float eps, float scale, const float *cw,
+                                               float *cy, int64_t ncoef, float cadd, int hasadd)
+{
+	extern __shared__ float fx[];
+	__shared__ float red[32];
+	__shared__ float wsum[ROUT_MAX][LW];
+	/* The router's matrix (a weight) towards L2 while the kernel before
+	 * drains: a line a thread, 32 KiB a pass. */
+	for (int64_t o = 32 * (int64_t)threadIdx.x; o < nout * dim; o += 32 * RB)
+		pdl_prefetch_l2(w + o);
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.x;
+	const float *xr = x + t * dim;
+	float v[RN];
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
+	float a = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		if (i < dim) {
+			fx[i] = v[u];
+			a = fmaf(v[u], v[u], a);
+		}
+	}
+	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+		float x1 = xr[i];
+		fx[i] = x1;
+		a = fmaf(x1, x1, a);
+	}
+	float ss = block_sum(a, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	for (int64_t i = threadIdx.x; i < dim; i += RB)
+		fx[i] = (nw ? (fx[i] * inv) * nw[i] : fx[i] * inv) * scale;
+	__syncthreads();
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	if (nout <= ROUT_MAX) {
+		float acc[ROUT_MAX];
+#pragma unroll
+		for (int r = 0; r < ROUT_MAX; r++)
+			acc[r] = 0.0f;
+#pragma unroll 4
+		for (int64_t c = lo + lane; c < hi; c += 32) {
+			float xv = fx[c];
+#pragma unroll
+			for (int r = 0; r < ROUT_MAX; r++)
+				if (r < nout)
+					acc[r] = fmaf(xv, __ldg(w + r * dim + c), acc[r]);
+		}
+		router_out<ROUT_MAX>(y + t * nout, acc, wsum, nout);
+		if (cw)
+			coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
+		return;
+	}
+	for (int64_t r = 0; r < nout; r++) {
+		const float *wr = w + r * dim;
+		float acc = 0.0f;
+#pragma unroll 8
+		for (int64_t c = lo + lane; c < hi; c += 32)
+			acc = fmaf(fx[c], __ldg(wr + c), acc);
+		acc = warp_sum(acc);
+		__syncthreads();
+		if (lane == 0)
+			red[wi] = acc;
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			float v = 0.0f;
+			for (int k = 0; k < LW; k++)
+				v += red[k];
+			y[t * nout + r] = d_tanh(v);
+		}
+	}
+	if (cw)
+		coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
+}
+
+/* k_router_reg: k_router for at most RR_OUT outputs and rows of at most
+ * RR_J·32 columns a warp: each lane's weights (and norm weights) are
+ * loaded into registers before pdl_wait, its columns' x read at once with
+ * the norm's, so no shared row and no dependent weight loads; the same
+ * operations in the same order as k_router. */
+#define RR_OUT 4
+#define RR_J 12
+
+__global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
+                                                   int64_t nout, int64_t dim, float eps, float scale, const float *cw,
+                                                   float *cy, int64_t ncoef, float cadd, int hasadd)
+{
+	__shared__ float red[32];
+	__shared__ float wsum[RR_OUT][LW];
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	float wr[RR_J][RR_OUT], nv[RR_J], xc[RR_J];
+#pragma unroll
+	for (int j = 0; j < RR_J; j++) {
+		int64_t c = lo + lane + 32 * j;
+		bool on = c < hi;
+		nv[j] = on && nw ? __ldg(nw + c) : 1.0f;
+#pragma unroll
+		for (int r = 0; r < RR_OUT; r++)
+			wr[j][r] = on && r < nout ? __ldg(w + r * dim + c) : 0.0f;
+	}
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.x;
+	const float *xr = x + t * dim;
+	float v[RN];
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
+#pragma unroll
+	for (int j = 0; j < RR_J; j++) {
+		int64_t c = lo + lane + 32 * j;
+		xc[j] = c < hi ? xr[c] : 0.0f;
+	}
+	float a = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (threadIdx.x + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB)
+		a = fmaf(xr[i], xr[i], a);
+	float ss = block_sum(a, red);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float acc[RR_OUT];
+#pragma unroll
+	for (int r = 0; r < RR_OUT; r++)
+		acc[r] = 0.0f;
+#pragma unroll
+	for (int j = 0; j < RR_J; j++)
+		if (lo + lane + 32 * j < hi) {
+			float xv = (nw ? (xc[j] * inv) * nv[j] : xc[j] * inv) * scale;
+#pragma unroll
+			for (int r = 0; r < RR_OUT; r++)
+				if (r < nout)
+					acc[r] = fmaf(xv, wr[j][r], acc[r]);
+		}
+	router_out<RR_OUT>(y + t * nout, acc, wsum, nout);
+	if (cw)
+		coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
+}
+
+/* k_scale_rows: x[r, i] *= sc[r] (sc) or w[i] (w). */
+__global__ void k_scale_rows(float *x, const float *sc, const float *w,
+                             int64_t rows, int64_t dim)
+{
+	pdl_wait();
+	pdl_launch();
+	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (e >= rows * dim)
+		return;
+	x[e] = x[e] * (w ? w[e % dim] : sc[e / dim]);
+}
+
+void c_rmsnorm(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+                      int64_t dim, float eps)
+{
+	ENTER(s);
+	int64_t rows = elems(x) / dim;
+	if (rows <= 0)
+		return;
+	launch(s, k_rmsnorm, (unsigned)rows, RB, 0, (float *)y.data, (const float *)x.data, (const float *)w.data, dim, eps);
+	launched(s);
+}
+
+void c_row_rms(vd_stream *s, vd_tensor out, vd_tensor x, int64_t dim,
+                      float floor)
+{
+	ENTER(s);
+	int64_t rows = elems(out);
+	if (rows <= 0)
+		return;
+	launch(s, k_row_rms, (unsigned)rows, RB, 0, (float *)out.data, (const float *)x.data, dim, floor);
+	launched(s);
+}
+
+void c_scale_rows(vd_stream *s, vd_tensor x, vd_tensor sc, int64_t dim)
+{
+	ENTER(s);
+	int64_t rows = elems(sc);
+	if (rows * dim <= 0)
+		return;
+	launch(s, k_scale_rows, blocks_for(rows * dim, EW), EW, 0, (float *)x.data, (const float *)sc.data, nullptr, rows, dim);
+	launched(s);
+}
+
+void c_mul_rows(vd_stream *s, vd_tensor x, vd_tensor w)
+{
+	ENTER(s);
+	int64_t dim = elems(w), rows = dim ? elems(x) / dim : 0;
+	if (rows * dim <= 0)
+		return;
+	launch(s, k_scale_rows, blocks_for(rows * dim, EW), EW, 0, (float *)x.data, nullptr, (const float *)w.data, rows, dim);
+	launched(s);
+}
+
+void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
+                       float eps, float c)
+{
+	ENTER(s);
+	int64_t rows = elems(x) / dim;
+	if (rows <= 0)
+		return;
+	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
+	                                             (const float *)a.data, (const float *)b.data, dim, eps, c);
+	launched(s);
+}
+
+/* c_router: one launch for an f32 router of at most SMALL_ROWS rows whose
+ * row fits in shared memory; the four operations otherwise. */
+/* router_one: the router in one launch where it fits (and, cw given, its
+ * coefficients after it); false where it does not. */
+static bool router_one(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps,
+                       float scale, const float *cw, float *cy, int64_t ncoef, float cadd, int hasadd)
+{
+	int64_t n = x.rows;
+	bool reg = w.rows <= RR_OUT && ((dim + LW - 1) / LW + 31) / 32 <= RR_J;
+	if (!(w.dtype == VD_F32 && w.rows <= SMALL_ROWS && dim >= 32 * LW && dim * 4 <= 48 * 1024 && n <= 65535))
+		return false;
+	launch(s, reg ? k_router_reg : k_router, (unsigned)n, RB, (size_t)dim * sizeof(float), (float *)y.data,
+	       (const float *)x.data, (const float *)nw.data, (const float *)w.data, w.rows, dim, eps, scale, cw, cy, ncoef,
+	       cadd, hasadd);
+	launched(s);
+	return true;
+}
+
+void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
+                     float eps, float scale)
+{
+	ENTER(s);
+	if (x.rows <= 0)
+		return;
+	if (router_one(s, y, x, nw, w, dim, eps, scale, nullptr, nullptr, 0, 0.0f, 0))
+		return;
+	c_rmsnorm(s, f, x, nw, dim, eps);
+	c_ew(s, VD_EW_SCALE, f, f, vd_tensor{}, scale);
+	c_linear(s, y, f, w);
+	c_ew(s, VD_EW_TANH, y, y, vd_tensor{}, 0);
+}
+
+void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
+                          float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add)
+{
+	ENTER(s);
+	if (x.rows <= 0)
+		return;
+	/* VERDICT_ROUTER_COEF=0: the three operations apart, for comparisons */
+	static const bool fuse = [] {
+		const char *e = getenv("VERDICT_ROUTER_COEF");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	if (fuse && cw.dtype == VD_F32 && cw.cols == w.rows && w.rows <= 32 &&
+	    router_one(s, y, x, nw, w, dim, eps, scale, (const float *)cw.data, (float *)cy.data, cw.rows, add, has_add))
+		return;
+	c_router(s, y, f, x, nw, w, dim, eps, scale);
+	c_linear(s, cy, y, cw);
+	if (has_add)
+		c_ew(s, VD_EW_ADD_CONST, cy, cy, vd_tensor{}, add);
+}
+

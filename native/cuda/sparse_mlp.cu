@@ -1,0 +1,253 @@
+/*
+ * sparse_mlp.cu: Gemma 3n's activation-sparse MLP (k_sp_select, k_sp_up,
+ * k_sp_down: the table's sparse_mlp) and the sparse GELU product the
+ * unfused path takes (sparse_gelu_mul).
+ */
+#include "common.cuh"
+
+/* ---- sparse MLP ---- */
+
+#define SPB 1024 /* threads of a select block: 8 chunks of E2B's 8,192 gates */
+#define SPD 32   /* warps of a down block: the survivors' sum split 32 ways */
+
+/* k_sp_select: one block a token. cut = mean + std·z of g_t; survivors i
+ * (g_i − cut > 0) compacted in increasing i: idx[k] = i, g[k] = g_i − cut;
+ * cnt[t] their number. */
+__global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
+                            float z)
+{
+	__shared__ float red[32];
+	__shared__ int wc[SPB / 32];
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.x;
+	float *gr = g + t * inter;
+	int32_t *ir = idx + t * inter;
+	float a = 0.0f;
+#pragma unroll 8
+	for (int64_t i = threadIdx.x; i < inter; i += SPB)
+		a += gr[i];
+	float mu = block_sum(a, red) / (float)inter;
+	a = 0.0f;
+#pragma unroll 8
+	for (int64_t i = threadIdx.x; i < inter; i += SPB) {
+		float d = gr[i] - mu;
+		a = fmaf(d, d, a);
+	}
+	float var = block_sum(a, red) / (float)inter;
+	float cut = mu + (float)sqrt((double)var) * z;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	int base = 0;
+	for (int64_t i0 = 0; i0 < inter; i0 += SPB) {
+		int64_t i = i0 + threadIdx.x;
+		float v = i < inter ? gr[i] - cut : 0.0f;
+		bool keep = i < inter && v > 0;
+		unsigned m = __ballot_sync(0xffffffffu, keep);
+		__syncthreads(); /* every g of this chunk read before any write */
+		if (lane == 0)
+			wc[w] = __popc(m);
+		__syncthreads();
+		int before = base;
+		for (int k = 0; k < w; k++)
+			before += wc[k];
+		int total = 0;
+		for (int k = 0; k < SPB / 32; k++)
+			total += wc[k];
+		if (keep) {
+			int at = before + __popc(m & ((1u << lane) - 1u));
+			ir[at] = (int32_t)i;
+			gr[at] = v;
+		}
+		base += total;
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		cnt[t] = base;
+}
+
+/* k_sp_up: h[k] = gelu(g[k])·(x_t · up[idx[k]]) for the survivors, one
+ * warp a survivor, the dot product exactly Linear's (q4_sums, then the
+ * shuffle tree), x_t read from shared memory: staged once a block with a
+ * word of padding every 32, so that the lanes' 32-column blocks fall in
+ * distinct banks. */
+__global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
+                        const int32_t *cnt, const float *x, const void *uq,
+                        const float *uso, int64_t inter, int64_t d, int lg)
+{
+	extern __shared__ float xs[]; /* [d + d/32] */
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.y;
+	int lane = threadIdx.x & 31;
+	int64_t nk = cnt[t];
+	if ((int64_t)blockIdx.x * LW >= nk)
+		return; /* no survivor for this block: the whole block leaves */
+	for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+		xs[c + (c >> 5)] = x[t * d + c];
+	__syncthreads();
+	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk;
+	     k += (int64_t)gridDim.x * LW) {
+		float acc[LT];
+#pragma unroll
+		for (int u = 0; u < LT; u++)
+			acc[u] = 0.0f;
+		q4_sums<LT>(acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso,
+		            idx[t * inter + k], d, lg, lane);
+		acc[0] = warp_sum(acc[0]);
+		if (lane == 0)
+			h[t * inter + k] = d_gelu(g[t * inter + k]) * acc[0];
+	}
+}
+
+/* k_sp_down: y[t, c] = Σ_k h_k·downᵀ[idx_k, c]: survivor class w (k ≡ w
+ * mod SPD) sums its survivors in increasing k, one fma each on the
+ * weight fmaf(sc, nib, off), and the SPD partial sums add in class order:
+ * an order fixed by the token's survivors alone. A block is SPD_COLS
+ * columns of one token and SPD warps, warp w class w; lane l takes the
+ * 4-byte word l of the block's slice of a row (columns 4q..4q + 3 and
+ * 16 + 4q.. of its 32-column run, q = l & 3: eight columns, one group),
+ * its survivors SPK at a time (their indices and h, then their words and
+ * scales, all requested before the sums). */
+#define SPD_COLS 256
+#define SPK 8
+
+__global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, const int32_t *idx,
+                                                      const int32_t *cnt, const uint8_t *dq, const float *dso,
+                                                      int64_t inter, int64_t d, int lg)
+{
+	__shared__ float part[SPD][SPD_COLS];
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.y;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	int64_t c0 = (int64_t)blockIdx.x * SPD_COLS;
+	int64_t word = c0 / 8 + lane;                 /* the lane's 4-byte word of a row */
+	int64_t run = (word * 8) & ~(int64_t)31;      /* its 32-column run */
+	int64_t ca = run + 4 * (lane & 3), cb = ca + 16; /* its columns ca.., cb.. */
+	bool on = ca < d;
+	int64_t nk = cnt[t], ldw = d / 8, ldso = (d >> lg) * 2, so = (ca >> lg) * 2;
+	const int32_t *ir = idx + t * inter;
+	const float *hr = h + t * inter;
+	const uint32_t *dw = (const uint32_t *)dq;
+	float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	for (int64_t k0 = w; k0 < nk; k0 += (int64_t)SPK * SPD) {
+		int64_t ii[SPK];
+		float hv[SPK];
+#pragma unroll
+		for (int j = 0; j < SPK; j++) {
+			int64_t k = k0 + (int64_t)j * SPD;
+			ii[j] = k < nk ? ir[k] : -1;
+			hv[j] = k < nk ? hr[k] : 0.0f;
+		}
+		uint32_t v[SPK];
+		float sc[SPK], of[SPK];
+#pragma unroll
+		for (int j = 0; j < SPK; j++) {
+			bool live = ii[j] >= 0 && on;
+			v[j] = live ? __ldg(dw + ii[j] * ldw + word) : 0u;
+			sc[j] = live ? __ldg(dso + ii[j] * ldso + so) : 0.0f;
+			of[j] = live ? __ldg(dso + ii[j] * ldso + so + 1) : 0.0f;
+		}
+#pragma unroll
+		for (int j = 0; j < SPK; j++) {
+			if (ii[j] < 0)
+				break;
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float lo = (float)((v[j] >> (8 * e)) & 15u), hi = (float)((v[j] >> (8 * e + 4)) & 15u);
+				acc[e] = fmaf(hv[j], fmaf(sc[j], lo, of[j]), acc[e]);
+				acc[4 + e] = fmaf(hv[j], fmaf(sc[j], hi, of[j]), acc[4 + e]);
+			}
+		}
+	}
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		part[w][ca - c0 + e] = acc[e];
+		part[w][cb - c0 + e] = acc[4 + e];
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < SPD_COLS; i += 32 * SPD) {
+		int64_t c = c0 + i;
+		if (c >= d)
+			continue;
+		float sum = part[0][i];
+		for (int k = 1; k < SPD; k++)
+			sum += part[k][i];
+		y[t * d + c] = sum;
+	}
+}
+
+__global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z)
+{
+	__shared__ float red[32];
+	pdl_wait();
+	pdl_launch();
+	int64_t r = blockIdx.x;
+	float *gr = g + r * dim;
+	const float *ur = u + r * dim;
+	float a = 0.0f;
+	for (int64_t i = threadIdx.x; i < dim; i += RB)
+		a += gr[i];
+	float mu = block_sum(a, red) / (float)dim;
+	a = 0.0f;
+	for (int64_t i = threadIdx.x; i < dim; i += RB) {
+		float d = gr[i] - mu;
+		a = fmaf(d, d, a);
+	}
+	float cut = mu + (float)sqrt((double)(block_sum(a, red) / (float)dim)) * z;
+	for (int64_t i = threadIdx.x; i < dim; i += RB) {
+		float v = gr[i] - cut;
+		if (v < 0)
+			v = 0.0f;
+		gr[i] = d_gelu(v) * ur[i];
+	}
+}
+
+void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
+                         vd_tensor idx, vd_tensor x, vd_tensor up, vd_tensor dt,
+                         float z)
+{
+	ENTER(s);
+	int64_t n = x.rows, inter = up.rows, d = up.cols;
+	if (up.dtype != VD_Q4 || dt.dtype != VD_Q4 || d % 32 != 0) {
+		fail(s, VDC_EDTYPE);
+		return;
+	}
+	int32_t *cnt = (int32_t *)scratch(s, (size_t)n * sizeof(int32_t));
+	if (!cnt)
+		return;
+	int lg = lg2(up.group);
+	launch(s, k_sp_select, (unsigned)n, SPB, 0, (float *)g.data, (int32_t *)idx.data, cnt, inter, z);
+	launched(s);
+	/* Blocks a token: enough warps for every survivor of one token; for
+	 * many tokens fewer, each warp taking several (any warp computes a
+	 * survivor's product the same way). */
+	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? 32 : 128;
+	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
+	size_t xs = (size_t)(d + d / 32) * sizeof(float);
+	if (xs > 48 * 1024 && (xs > (size_t)st_of(s->b)->smem_optin ||
+	                       cudaFuncSetAttribute(k_sp_up, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
+	                           cudaSuccess)) {
+		cudaGetLastError();
+		fail(s, VDC_ESHAPE); /* a row of x past shared memory */
+		return;
+	}
+	launch(s, k_sp_up, ug, 32 * LW, xs, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
+	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
+	launched(s);
+	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
+	launch(s, k_sp_down, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
+	                                 (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
+	launched(s);
+}
+
+void c_sparse_gelu_mul(vd_stream *s, vd_tensor g, vd_tensor u,
+                              int64_t dim, float z)
+{
+	ENTER(s);
+	int64_t rows = elems(g) / dim;
+	if (rows <= 0)
+		return;
+	launch(s, k_sparse_gelu_mul, (unsigned)rows, RB, 0, (float *)g.data, (const float *)u.data, dim, z);
+	launched(s);
+}
