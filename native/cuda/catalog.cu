@@ -261,11 +261,17 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head_mma(Args a, int S)
 	const float *x = a.h + (a.hrow ? a.hrow[i] : i) * cols;
 	q4mma::Rows<1> rw; /* the slots' rows: the legal list's tokens */
 	q4mma::rows_at<1>(rw, (const uint8_t *)a.w, a.wso, a.legal + sl * 2 * VD_CAT_MAX_EDGES, j0, nl, cols, a.lg);
-	bool waited = true;
-	float P1[1][4];
-	q4mma::slice_rows<1>(P1, rw, x + q4mma::xcol(t), g == 0, ((uintptr_t)x & 15) == 0, s * G / S, (s + 1) * G / S,
-	                     a.lg, waited);
-	float *P = P1[0];
+	bool waited = true, vec = ((uintptr_t)x & 15) == 0;
+	const float *xr = x + q4mma::xcol(t);
+	float P1[1][1][4];
+	/* the hidden row quantised in registers, as q4_mma's pre-pass does */
+	auto bload = [&](q4mma::Bq &b, int, int64_t ch) {
+		float4 xv[4];
+		q4mma::load_x(xv, xr + ch * 64, g == 0, vec);
+		q4mma::quant(b, xv);
+	};
+	q4mma::slice<1, 1, 4>(P1, rw, bload, s * G / S, (s + 1) * G / S, a.lg, waited);
+	float *P = P1[0][0];
 #pragma unroll
 	for (int e = 0; e < 4; e++)
 		red[w][e][lane] = P[e];

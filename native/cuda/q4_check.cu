@@ -32,19 +32,29 @@ template <class T> static T *dev(const std::vector<T> &v)
 static std::vector<float> run(const float *x, const uint8_t *q, const float *so, const int32_t *ids, int64_t n,
                               int64_t nout, int64_t cols, int lg, bool whole = false)
 {
-	float *y = nullptr, *part = nullptr;
+	float *y = nullptr;
+	void *scratch = nullptr;
 	cudaMalloc(&y, (size_t)(n * nout) * sizeof(float));
-	size_t pb = whole ? 0 : q4_mma_part_bytes(n, nout, cols);
-	if (pb)
-		cudaMalloc(&part, pb);
-	q4_mma(nullptr, false, y, x, q, so, ids, n, nout, cols, lg, part);
+	size_t sb = q4_mma_scratch_bytes(n, nout, cols, whole);
+	cudaMalloc(&scratch, sb);
+	if (q4_mma(nullptr, false, y, x, q, so, ids, n, nout, cols, lg, scratch, sb) != cudaSuccess)
+		printf("q4_mma: launch failed\n");
 	cudaDeviceSynchronize();
 	std::vector<float> h((size_t)(n * nout));
 	cudaMemcpy(h.data(), y, h.size() * sizeof(float), cudaMemcpyDeviceToHost);
 	cudaFree(y);
-	if (part)
-		cudaFree(part);
+	cudaFree(scratch);
 	return h;
+}
+
+/* scratch_for: a scratch buffer for every product of up to n tokens of
+ * those shapes. */
+static void *scratch_for(int64_t n, int64_t nout, int64_t cols, size_t *bytes)
+{
+	void *p = nullptr;
+	*bytes = q4_mma_scratch_bytes(n, nout, cols, false);
+	cudaMalloc(&p, *bytes);
+	return p;
 }
 
 /* bench: the E2B decode's q4 shapes at 1 and 8 tokens, timed (a graph of
@@ -79,6 +89,8 @@ static int bench()
 		float *X = dev(x), *SO = dev(so), *Y = nullptr;
 		uint8_t *Q = dev(q);
 		cudaMalloc(&Y, (size_t)(8 * b.nout) * sizeof(float));
+		size_t sbytes = 0;
+		void *SC = scratch_for(8, b.nout, b.cols, &sbytes);
 		double bytes = (double)q.size() + 4.0 * (double)so.size();
 		for (int64_t n : {1, 8}) {
 			{
@@ -86,7 +98,7 @@ static int bench()
 				cudaGraphExec_t ge;
 				cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
 				for (int i = 0; i < 20; i++)
-					q4_mma(st, true, Y, X, Q, SO, nullptr, n, b.nout, b.cols, 6, nullptr);
+					q4_mma(st, true, Y, X, Q, SO, nullptr, n, b.nout, b.cols, 6, SC, sbytes);
 				cudaStreamEndCapture(st, &g);
 				if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
 					printf("bench %s: no graph\n", b.name);
@@ -108,7 +120,7 @@ static int bench()
 				cudaGraphDestroy(g);
 			}
 		}
-		cudaFree(X), cudaFree(SO), cudaFree(Q), cudaFree(Y);
+		cudaFree(X), cudaFree(SO), cudaFree(Q), cudaFree(Y), cudaFree(SC);
 	}
 	printf("q4_check bench: %d failure(s)\n", failures);
 	return failures != 0;
@@ -125,14 +137,18 @@ int main(int argc, char **argv)
 		float *X = dev(x), *SO = dev(so), *Y = nullptr;
 		uint8_t *Q = dev(q);
 		cudaMalloc(&Y, (size_t)(n * nout) * sizeof(float));
+		size_t sbytes = 0;
+		void *SC = scratch_for(n, nout, cols, &sbytes);
 		for (int i = 0; i < 3; i++)
-			q4_mma(nullptr, false, Y, X, Q, SO, nullptr, n, nout, cols, 6, nullptr);
+			q4_mma(nullptr, false, Y, X, Q, SO, nullptr, n, nout, cols, 6, SC, sbytes);
 		return cudaDeviceSynchronize() != cudaSuccess;
 	}
 	struct S {
 		int64_t n, rows, cols;
 		int group;
 		bool ids;
+		int xk; /* x: 0 uniform in ±2; 1 magnitudes from 1e-6 to 1e3 in every chunk; 2 as 0 with token 0's
+		           column 70 NaN and a chunk of zeros */
 	} shapes[] = {
 	    {1, 16, 2048, 64, false},   /* few, one row tile, 8 slices of 4 chunks */
 	    {3, 20, 576, 64, false},    /* 9 chunks in 8 uneven slices */
@@ -145,6 +161,9 @@ int main(int argc, char **argv)
 	    {260, 2060, 64, 64, true},  /* the staged kernel 64 tokens a block, ids */
 	    {12, 66000, 64, 64, false}, /* 2 row tiles and two token tiles a warp */
 	    {1, 262200, 64, 64, true},  /* 4 row tiles a warp, ids */
+	    {3, 40, 2048, 64, false, 1}, /* wide magnitudes within a chunk */
+	    {70, 1030, 256, 64, false, 1},
+	    {4, 40, 512, 64, false, 2},  /* a NaN: token 0 NaN, the others finite */
 	};
 	int failures = 0;
 	for (S s : shapes) {
@@ -162,8 +181,14 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < so.size(); i += 2)
 			so[i] = sc(rng), so[i + 1] = off(rng);
 		std::vector<float> x((size_t)(s.n * s.cols));
+		std::uniform_real_distribution<float> ex(-6.0f, 3.0f);
 		for (auto &v : x)
-			v = xd(rng);
+			v = s.xk == 1 ? std::copysign(std::pow(10.0f, ex(rng)), xd(rng)) : xd(rng);
+		if (s.xk == 2) {
+			x[70] = NAN;
+			for (int64_t c = 128; c < 192; c++)
+				x[(size_t)(s.cols + c)] = 0.0f;
+		}
 		int64_t nout = s.ids ? s.rows / 2 : s.rows;
 		std::vector<int32_t> ids((size_t)nout);
 		for (auto &i : ids)
@@ -176,7 +201,16 @@ int main(int argc, char **argv)
 		int32_t *ID = s.ids ? dev(ids) : nullptr;
 		std::vector<float> y = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
 		double md = 0, mx = 0;
-		for (int64_t t = 0; t < s.n; t++)
+		if (s.xk == 2) { /* token 0 all NaN, the rest finite */
+			size_t bad = 0;
+			for (int64_t t = 0; t < s.n; t++)
+				for (int64_t i = 0; i < nout; i++)
+					bad += std::isnan(y[(size_t)(t * nout + i)]) != (t == 0);
+			printf("q4 n=%lld %lldx%lld: a NaN in token 0: %zu outputs wrong %s\n", (long long)s.n, (long long)nout,
+			       (long long)s.cols, bad, bad ? "FAIL" : "ok");
+			failures += bad != 0;
+		}
+		for (int64_t t = s.xk == 2 ? 1 : 0; t < s.n; t++)
 			for (int64_t i = 0; i < nout; i++) {
 				int64_t r = s.ids ? ids[(size_t)i] : i;
 				double acc = 0;
@@ -195,7 +229,7 @@ int main(int argc, char **argv)
 		       (long long)s.cols, s.group, s.ids ? " ids" : "", md, mx, ok ? "ok" : "FAIL");
 		failures += !ok;
 		/* a split product = the same product whole */
-		if (q4_mma_part_bytes(s.n, nout, s.cols) > 0) {
+		if (q4_mma_scratch_bytes(s.n, nout, s.cols, false) > q4_mma_scratch_bytes(s.n, nout, s.cols, true)) {
 			std::vector<float> w = run(X, Q, SO, ID, s.n, nout, s.cols, lg, true);
 			bool same = memcmp(w.data(), y.data(), y.size() * sizeof(float)) == 0;
 			printf("q4 n=%lld %lldx%lld: split by slices = whole, bit for bit %s\n", (long long)s.n,
@@ -211,6 +245,19 @@ int main(int argc, char **argv)
 		printf("q4 n=%lld %lldx%lld: tokens alone = in batch: %zu of 3 differ %s\n", (long long)s.n, (long long)nout,
 		       (long long)s.cols, differ, differ ? "FAIL" : "ok");
 		failures += differ != 0;
+		/* x quantised in the warps = by the pre-pass, for products of up to 8 tokens */
+		if (s.n <= 8) {
+			q4_mma_set_inline_max(0);
+			std::vector<float> pre = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_mma_set_inline_max((int64_t)1 << 40);
+			std::vector<float> inl = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_mma_set_inline_max(512);
+			bool same = memcmp(pre.data(), inl.data(), pre.size() * sizeof(float)) == 0 &&
+			            memcmp(pre.data(), y.data(), pre.size() * sizeof(float)) == 0;
+			printf("q4 n=%lld %lldx%lld: x quantised in the warps = by the pre-pass, bit for bit %s\n",
+			       (long long)s.n, (long long)nout, (long long)s.cols, same ? "ok" : "FAIL");
+			failures += !same;
+		}
 		cudaFree(X), cudaFree(SO), cudaFree(Q);
 		if (ID)
 			cudaFree(ID);

@@ -352,11 +352,11 @@ void linear_q4(vd_stream *s, float *yd, const float *xd, vd_tensor w, const int3
 		return;
 	}
 	if (q4_mma_fits(w.data, cols, w.group)) {
-		size_t pb = q4_mma_part_bytes(n, nout, cols);
-		if (pb && !grow_scratch(s, &s->qpart, &s->qpart_n, pb, pb))
+		size_t pb = q4_mma_scratch_bytes(n, nout, cols, false);
+		if (!grow_scratch(s, &s->qpart, &s->qpart_n, pb, (size_t)256 << 20))
 			return;
 		check(s, q4_mma(s->st, pdl_of(s), yd, xd, (const uint8_t *)w.data, (const float *)w.aux, ids, n, nout,
-		                cols, lg2(w.group), pb ? (float *)s->qpart : nullptr));
+		                cols, lg2(w.group), s->qpart, s->qpart_n));
 		return;
 	}
 	if (n > QT) {

@@ -8,6 +8,7 @@
 
 #include "pdl.cuh"
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(VERDICT_CUDA_STUB_H)
@@ -18,77 +19,158 @@
 
 namespace q4mma {
 
-/* bf2: lo and hi rounded to bf16 (to nearest, ties to even), lo in the
- * low half. */
-static __device__ __forceinline__ uint32_t bf2(float lo, float hi)
+/* The arithmetic (q4_mma.cu says why): a chunk of 64 columns of one
+ * token's x is held as integers X = rint(x·2^(22−e)), e the exponent of
+ * the chunk's largest |x| (2^(e−1) ≤ max < 2^e, so |X| ≤ 2^22), cut into
+ * three byte limbs X = b0 + 2^8·b1 + 2^16·b2 (b0, b1 unsigned, b2 signed).
+ * A chunk's sums of nib·limb are integers, exact in any order (8-bit
+ * tensor-core products, int32 sums); D = fmaf(D2, 2^16, fmaf(D1, 2^8, D0))
+ * scaled by xs = 2^(e−22) is its sum of nib·x, Sx = float(ΣX)·xs its sum
+ * of x. */
+
+/* pow2f: 2^k as a float (0 below the subnormals). */
+static __device__ __forceinline__ float pow2f(int k)
+{
+	if (k > 127)
+		return __int_as_float(0x7f800000);
+	if (k >= -126)
+		return __int_as_float((k + 127) << 23);
+	if (k >= -149)
+		return __int_as_float(1 << (k + 149));
+	return 0.0f;
+}
+
+static __device__ __forceinline__ int rint_i(float v)
 {
 #if defined(__CUDA_ARCH__)
-	uint32_t r;
-	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-	return r;
-#elif Q4_STUB
-	auto rn = [](float f) {
-		uint32_t u = __float_as_uint(f);
-		return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-	};
-	return rn(lo) | rn(hi) << 16;
+	return __float2int_rn(v);
 #else
-	return 0;
+	return (int)lrintf(v);
 #endif
 }
 
-/* split3: the three bf16 parts of two columns' values (a in the low
- * halves): hi = bf16(v), mid = bf16(v − hi), lo = bf16(v − hi − mid). */
-static __device__ __forceinline__ void split3(float a, float b, uint32_t &h, uint32_t &m, uint32_t &l)
+/* pack: byte L of each of four integers, in order, as one word. */
+static __device__ __forceinline__ uint32_t pack(int a, int b, int c, int d, int L)
 {
-	h = bf2(a, b);
-	float ra = a - __uint_as_float(h << 16), rb = b - __uint_as_float(h & 0xffff0000u);
-	m = bf2(ra, rb);
-	float sa = ra - __uint_as_float(m << 16), sb = rb - __uint_as_float(m & 0xffff0000u);
-	l = bf2(sa, sb);
+	int s = 8 * L;
+	return ((uint32_t)a >> s & 255u) | ((uint32_t)b >> s & 255u) << 8 | ((uint32_t)c >> s & 255u) << 16 |
+	       ((uint32_t)d >> s & 255u) << 24;
 }
 
-/* nib2: the nibbles in bytes 0 and 1 (sel 0) or 2 and 3 (sel 1) of v
- * (one nibble a byte) as two bf16, exactly: (128 + n)·1 − 128. */
-static __device__ __forceinline__ uint32_t nib2(uint32_t v, int sel)
+/* Bq: the B side of a chunk for this lane: the limbs of token g's columns
+ * as the k32 steps' fragments (b[limb][step][register]), and xs, Sx of
+ * the lane's output tokens 2t (xs0, sx0) and 2t + 1 (xs1, sx1). */
+struct Bq {
+	uint32_t b[3][2][2];
+	float xs0, sx0, xs1, sx1;
+};
+
+/* quant: Bq from this lane's 16 values of token g's chunk, xv[u] the
+ * columns xcol(t) + 16(u >> 1) + 4(u & 1) + 0..3 (the four lanes of a
+ * group hold the chunk); own gets the token's xs and Sx. Any column that
+ * is not finite makes xs NaN (the chunk's sums NaN). */
+static __device__ __forceinline__ void quant(Bq &o, const float4 *xv, float *own = nullptr)
+{
+	int t = threadIdx.x & 3;
+	float m = 0.0f;
+	bool bad = false;
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		float v[4] = {xv[u].x, xv[u].y, xv[u].z, xv[u].w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float a = fabsf(v[i]);
+			bad |= !(a <= 3.402823466e38f);
+			m = fmaxf(m, a);
+		}
+	}
+	m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+	m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+	int nb = bad;
+	nb |= __shfl_xor_sync(0xffffffffu, nb, 1);
+	nb |= __shfl_xor_sync(0xffffffffu, nb, 2);
+	int e = 0;
+	if (m > 0.0f && !nb) {
+		int eb = (__float_as_int(m) >> 23) & 255;
+		if (eb > 0)
+			e = eb - 126;
+		else
+			frexpf(m, &e);
+	}
+	/* 2^(22 − e) in two factors, each a float (e from −148 to 128). */
+	int k = 22 - e, k1 = k > 127 ? k - 64 : k < -126 ? k + 64 : k, k2 = k - k1;
+	float s1 = pow2f(k1), s2 = pow2f(k2);
+	int X[4][4], sum = 0;
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		float v[4] = {xv[u].x, xv[u].y, xv[u].z, xv[u].w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			X[u][i] = nb ? 0 : rint_i(v[i] * s1 * s2);
+			sum += X[u][i];
+		}
+	}
+	sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+	sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+#pragma unroll
+	for (int L = 0; L < 3; L++) {
+		/* step 0: columns +0..3 (b0), +16..19 (b1); step 1: +4..7, +20..23 */
+		o.b[L][0][0] = pack(X[0][0], X[0][1], X[0][2], X[0][3], L);
+		o.b[L][0][1] = pack(X[2][0], X[2][1], X[2][2], X[2][3], L);
+		o.b[L][1][0] = pack(X[1][0], X[1][1], X[1][2], X[1][3], L);
+		o.b[L][1][1] = pack(X[3][0], X[3][1], X[3][2], X[3][3], L);
+	}
+	float xs = nb ? __int_as_float(0x7fc00000) : pow2f(e - 22), sx = (float)sum * xs;
+	if (own)
+		own[0] = xs, own[1] = sx;
+	o.xs0 = __shfl_sync(0xffffffffu, xs, 8 * t);
+	o.sx0 = __shfl_sync(0xffffffffu, sx, 8 * t);
+	o.xs1 = __shfl_sync(0xffffffffu, xs, 8 * t + 4);
+	o.sx1 = __shfl_sync(0xffffffffu, sx, 8 * t + 4);
+}
+
+/* The quantised x of q4_mma's pre-pass (k_q4_quant), for n8 tokens (n
+ * rounded up to 8; the tokens past n are zeros) and G chunks: fragments
+ * [token][chunk][limb][t] as uint4 (step 0's b0, b1, step 1's b0, b1),
+ * then (xs, Sx) pairs [chunk][token]. */
+struct Xq {
+	const uint4 *frag;
+	const float2 *xsx;
+	int64_t n8, G;
+};
+
+/* load_bq: Bq of chunk ch for token tile tok0 (tok0 + g this lane's B
+ * token) from the pre-pass's buffer (after pdl_wait). */
+static __device__ __forceinline__ void load_bq(Bq &o, const Xq &xq, int64_t tok0, int64_t ch)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint4 *f = xq.frag + ((tok0 + g) * xq.G + ch) * 12 + t;
+#pragma unroll
+	for (int L = 0; L < 3; L++) {
+		uint4 v = f[4 * L];
+		o.b[L][0][0] = v.x, o.b[L][0][1] = v.y, o.b[L][1][0] = v.z, o.b[L][1][1] = v.w;
+	}
+	float4 s = *(const float4 *)(xq.xsx + ch * xq.n8 + tok0 + 2 * t);
+	o.xs0 = s.x, o.sx0 = s.y, o.xs1 = s.z, o.sx1 = s.w;
+}
+
+/* imma: d += a·b, m16n8k32, u8 A (the nibbles), B u8 (sgn false) or s8,
+ * int32 sums: exact. */
+static __device__ __forceinline__ void imma(int *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool sgn)
 {
 #if defined(__CUDA_ARCH__)
-	uint32_t p = __byte_perm(v, 0, sel ? 0x4342 : 0x4140) | 0x43004300u, r;
-	asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(p), "r"(0x3f803f80u), "r"(0xc300c300u));
-	return r;
+	if (sgn)
+		asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		    "{%0,%1,%2,%3};"
+		    : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+	else
+		asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		    "{%0,%1,%2,%3};"
+		    : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #elif Q4_STUB
-	uint32_t n0 = (v >> (sel ? 16 : 0)) & 15u, n1 = (v >> (sel ? 24 : 8)) & 15u;
-	return bf2((float)n0, (float)n1);
-#else
-	return 0;
-#endif
-}
-
-/* afrag: the A fragment of k16 step s (0..3) of a chunk from the 8 bytes
- * of rows g (wa) and g + 8 (wb): step s takes word s & 1, nibble half
- * s >> 1. */
-static __device__ __forceinline__ void afrag(uint32_t *a, uint2 wa, uint2 wb, int s)
-{
-	int sh = 4 * (s >> 1);
-	uint32_t va = (((s & 1) ? wa.y : wa.x) >> sh) & 0x0f0f0f0fu;
-	uint32_t vb = (((s & 1) ? wb.y : wb.x) >> sh) & 0x0f0f0f0fu;
-	a[0] = nib2(va, 0);
-	a[1] = nib2(vb, 0);
-	a[2] = nib2(va, 1);
-	a[3] = nib2(vb, 1);
-}
-
-/* mma: d += a·b, m16n8k16, bf16 in, float32 accumulation. */
-static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__)
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-	    "{%0,%1,%2,%3};"
-	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#elif Q4_STUB
-	/* The stub: the warp's fragments through shared memory, summed in k
-	 * order. */
+	/* The stub: the warp's fragments through shared memory. */
 	static uint32_t ex[32][32][6];
 	unsigned wi = threadIdx.x >> 5, me = threadIdx.x & 31;
 	for (int k = 0; k < 4; k++)
@@ -96,71 +178,56 @@ static __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t
 	ex[wi][me][4] = b0;
 	ex[wi][me][5] = b1;
 	__syncwarp();
-	auto val = [](uint32_t r, int e) { return __uint_as_float(e ? (r & 0xffff0000u) : (r << 16)); };
-	float A[16][16], B[16][8];
+	auto ub = [](uint32_t r, int e) { return (int)(r >> (8 * e) & 255u); };
+	auto sb = [](uint32_t r, int e) { return (int)(int8_t)(r >> (8 * e) & 255u); };
+	int A[16][32], B[32][8];
 	for (unsigned L = 0; L < 32; L++) {
 		const uint32_t *r = ex[wi][L];
 		unsigned g = L >> 2, t = L & 3;
-		for (int e = 0; e < 2; e++) {
-			A[g][2 * t + e] = val(r[0], e);
-			A[g + 8][2 * t + e] = val(r[1], e);
-			A[g][2 * t + 8 + e] = val(r[2], e);
-			A[g + 8][2 * t + 8 + e] = val(r[3], e);
-			B[2 * t + e][g] = val(r[4], e);
-			B[2 * t + 8 + e][g] = val(r[5], e);
+		for (int e = 0; e < 4; e++) {
+			A[g][4 * t + e] = ub(r[0], e);
+			A[g + 8][4 * t + e] = ub(r[1], e);
+			A[g][16 + 4 * t + e] = ub(r[2], e);
+			A[g + 8][16 + 4 * t + e] = ub(r[3], e);
+			B[4 * t + e][g] = sgn ? sb(r[4], e) : ub(r[4], e);
+			B[16 + 4 * t + e][g] = sgn ? sb(r[5], e) : ub(r[5], e);
 		}
 	}
 	__syncwarp();
 	unsigned lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	for (int i = 0; i < 4; i++) {
 		unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-		float acc = d[i];
-		for (int k = 0; k < 16; k++)
+		int acc = d[i];
+		for (int k = 0; k < 32; k++)
 			acc += A[row][k] * B[k][col];
 		d[i] = acc;
 	}
 #endif
 }
 
-/* chunk_mma_a: d = a chunk's sum of nib·x over rows g, g + 8 from its A
- * fragments a[step] and the B fragments b[part][step][2]: two chains from
- * 0, one a column half (its steps 2h, 2h + 1), each taking the parts lo,
- * mid, hi, each part its two steps; d = half 0 + half 1. */
-static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)[4], const uint32_t (*b)[4][2])
+/* afrags: a chunk's A fragments (k32 steps 0, 1) from the 8 bytes of rows
+ * g (wa) and g + 8 (wb): step s takes word s, low nibbles then high. */
+static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 wb)
 {
-	float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	const uint32_t M = 0x0f0f0f0fu;
+	a[0][0] = wa.x & M, a[0][1] = wb.x & M, a[0][2] = wa.x >> 4 & M, a[0][3] = wb.x >> 4 & M;
+	a[1][0] = wa.y & M, a[1][1] = wb.y & M, a[1][2] = wa.y >> 4 & M, a[1][3] = wb.y >> 4 & M;
+}
+
+/* chunk_mma_a: d = a chunk's sum of nib·x for rows g, g + 8 (d[0], d[1]
+ * tokens 2t, 2t + 1 of row g; d[2], d[3] of row g + 8). */
+static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)[4], const Bq &b)
+{
+	int D[3][4] = {};
 #pragma unroll
-	for (int p = 0; p < 3; p++) {
-		mma(e0, a[0], b[p][0][0], b[p][0][1]);
-		mma(e1, a[2], b[p][2][0], b[p][2][1]);
-		mma(e0, a[1], b[p][1][0], b[p][1][1]);
-		mma(e1, a[3], b[p][3][0], b[p][3][1]);
+	for (int L = 0; L < 3; L++) {
+		imma(D[L], a[0], b.b[L][0][0], b.b[L][0][1], L == 2);
+		imma(D[L], a[1], b.b[L][1][0], b.b[L][1][1], L == 2);
 	}
 #pragma unroll
 	for (int i = 0; i < 4; i++)
-		d[i] = e0[i] + e1[i];
-}
-
-/* afrags: a chunk's four A fragments from the 8 bytes of rows g (wa) and
- * g + 8 (wb). */
-static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 wb)
-{
-#pragma unroll
-	for (int k = 0; k < 4; k++)
-		afrag(a[k], wa, wb, k);
-}
-
-/* chunk_mma: chunk_mma_a from the rows' bytes wa, wb. */
-static __device__ __forceinline__ void chunk_mma(float *d, uint2 wa, uint2 wb, const uint32_t (*b)[4][2])
-{
-	uint32_t a[4][4];
-	afrags(a, wa, wb);
-	chunk_mma_a(d, a, b);
-}
-
-static __device__ __forceinline__ float sum8(float4 p, float4 q)
-{
-	return ((((((p.x + p.y) + p.z) + p.w) + q.x) + q.y) + q.z) + q.w;
+		d[i] = fmaf((float)D[2][i], 65536.0f, fmaf((float)D[1][i], 256.0f, (float)D[0][i])) *
+		       ((i & 1) ? b.xs1 : b.xs0);
 }
 
 static __device__ __forceinline__ float4 ld4(const float *p)
@@ -178,14 +245,8 @@ static __host__ __device__ __forceinline__ int slices(int64_t G)
 /* xcol: this lane's first column of a chunk (base_t). */
 static __device__ __forceinline__ int64_t xcol(int t) { return 32 * (t >> 1) + 8 * (t & 1); }
 
-/* The B side of a chunk for this lane's token: its 16 values (four float4,
- * steps 0..3), their parts as B fragments and the chunk's Sx for the
- * lane's output tokens 2t (sx0) and 2t + 1 (sx1). */
-struct Bside {
-	uint32_t b[3][4][2];
-	float sx0, sx1;
-};
-
+/* load_x: this lane's 16 values of a chunk from xr (its first column), or
+ * zeros when not xl; vec: 16-byte loads. */
 static __device__ __forceinline__ void load_x(float4 *xv, const float *xr, bool xl, bool vec)
 {
 #pragma unroll
@@ -198,21 +259,6 @@ static __device__ __forceinline__ void load_x(float4 *xv, const float *xr, bool 
 		else
 			xv[u] = ld4(p);
 	}
-}
-
-static __device__ __forceinline__ void bside(Bside &o, const float4 *xv)
-{
-	int t = threadIdx.x & 3;
-#pragma unroll
-	for (int u = 0; u < 4; u++) {
-		split3(xv[u].x, xv[u].y, o.b[2][u][0], o.b[1][u][0], o.b[0][u][0]);
-		split3(xv[u].z, xv[u].w, o.b[2][u][1], o.b[1][u][1], o.b[0][u][1]);
-	}
-	float sx = sum8(xv[0], xv[1]) + sum8(xv[2], xv[3]);
-	sx = sx + __shfl_xor_sync(0xffffffffu, sx, 1);
-	sx = sx + __shfl_xor_sync(0xffffffffu, sx, 2);
-	o.sx0 = __shfl_sync(0xffffffffu, sx, 8 * t);
-	o.sx1 = __shfl_sync(0xffffffffu, sx, 8 * t + 4);
 }
 
 /* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of
@@ -258,122 +304,70 @@ static __device__ __forceinline__ void load_w(Wchunk<R> &o, const Rows<R> &r, in
 	for (int k = 0; k < R; k++) {
 		o.wa[k] = __ldg((const uint2 *)(r.qa[k] + ch * 32));
 		o.wb[k] = __ldg((const uint2 *)(r.qb[k] + ch * 32));
-		o.sca[k] = __ldg(r.sa[k] + gi), o.ofa[k] = __ldg(r.sa[k] + gi + 1);
-		o.scb[k] = __ldg(r.sb[k] + gi), o.ofb[k] = __ldg(r.sb[k] + gi + 1);
+		float2 sa = __ldg((const float2 *)(r.sa[k] + gi)), sb = __ldg((const float2 *)(r.sb[k] + gi));
+		o.sca[k] = sa.x, o.ofa[k] = sa.y, o.scb[k] = sb.x, o.ofb[k] = sb.y;
 	}
 }
 
 /* combine: tile k's chunk sum d into its partials p (rows g, g + 8 ×
  * tokens 2t, 2t + 1): p = fmaf(sc, d, fmaf(off, Sx, p)). */
 template <int R>
-static __device__ __forceinline__ void combine(float *p, const Wchunk<R> &w, int k, const float *d, float sx0,
-                                               float sx1)
+static __device__ __forceinline__ void combine(float *p, const Wchunk<R> &w, int k, const float *d, const Bq &b)
 {
-	p[0] = fmaf(w.sca[k], d[0], fmaf(w.ofa[k], sx0, p[0]));
-	p[1] = fmaf(w.sca[k], d[1], fmaf(w.ofa[k], sx1, p[1]));
-	p[2] = fmaf(w.scb[k], d[2], fmaf(w.ofb[k], sx0, p[2]));
-	p[3] = fmaf(w.scb[k], d[3], fmaf(w.ofb[k], sx1, p[3]));
+	p[0] = fmaf(w.sca[k], d[0], fmaf(w.ofa[k], b.sx0, p[0]));
+	p[1] = fmaf(w.sca[k], d[1], fmaf(w.ofa[k], b.sx1, p[1]));
+	p[2] = fmaf(w.scb[k], d[2], fmaf(w.ofb[k], b.sx0, p[2]));
+	p[3] = fmaf(w.scb[k], d[3], fmaf(w.ofb[k], b.sx1, p[3]));
 }
 
-/* chunks: FB chunks from ch on (their loads all issued before any is
- * used, so a warp waits one memory latency a batch), into P in chunk
- * order. */
-template <int R, int FB>
-static __device__ __forceinline__ void chunks(float (*P)[4], const Rows<R> &r, const float *xr, bool xl, bool vec,
-                                              int64_t ch, int lg, bool &waited)
-{
-	Wchunk<R> wc[FB];
-	float4 xv[FB][4];
-#pragma unroll
-	for (int i = 0; i < FB; i++)
-		load_w(wc[i], r, ch + i, lg);
-	if (!waited) { /* the first weights are on their way */
-		pdl_wait();
-		pdl_launch();
-		waited = true;
-	}
-#pragma unroll
-	for (int i = 0; i < FB; i++)
-		load_x(xv[i], xr + (ch + i) * 64, xl, vec);
-#pragma unroll
-	for (int i = 0; i < FB; i++) {
-		Bside bs;
-		bside(bs, xv[i]);
-#pragma unroll
-		for (int k = 0; k < R; k++) {
-			float d[4];
-			chunk_mma(d, wc[i].wa[k], wc[i].wb[k], bs.b);
-			combine(P[k], wc[i], k, d, bs.sx0, bs.sx1);
-		}
-	}
-}
-
-/* slice_rows: a warp's partials P[k][0..3] over chunks [c0, c1) for its R
- * row tiles and the token whose x row (at this lane's first column) is
- * xr, live for this lane when xl: P[k][0], P[k][1] row g, tokens 2t and
- * 2t + 1; P[k][2], P[k][3] row g + 8. Batches of four chunks (R = 1) or
- * two, then single chunks; the first batch's weights are requested
- * before pdl_wait. */
-template <int R>
-static __device__ __forceinline__ void slice_rows(float (*P)[4], const Rows<R> &r, const float *xr, bool xl,
-                                                  bool vec, int64_t c0, int64_t c1, int lg, bool &waited)
-{
-	constexpr int FB = R == 1 ? 4 : 2;
-#pragma unroll
-	for (int k = 0; k < R; k++)
-		P[k][0] = P[k][1] = P[k][2] = P[k][3] = 0.0f;
-	int64_t ch = c0;
-	for (; ch + FB <= c1; ch += FB)
-		chunks<R, FB>(P, r, xr, xl, vec, ch, lg, waited);
-	for (; ch < c1; ch++)
-		chunks<R, 1>(P, r, xr, xl, vec, ch, lg, waited);
-}
-
-/* slice_tiles: slice_rows for NT token tiles at once (tile j's x row
- * xr[j], live xl[j]): a chunk at a time, the next chunk's weights
- * requested before this one's products, its A fragments converted once
- * for every tile; P[k][j] as slice_rows' P[k] for tile j. The first
- * chunk's weights are requested before pdl_wait. */
-template <int R, int NT>
-static __device__ __forceinline__ void slice_tiles(float (*P)[NT][4], const Rows<R> &r, const float *const *xr,
-                                                   const bool *xl, bool vec, int64_t c0, int64_t c1, int lg,
-                                                   bool &waited)
+/* slice: a warp's partials over chunks [c0, c1) for its R row tiles and NT
+ * token tiles (P[k][j] as combine's p for row tile k, token tile j), the
+ * B side of chunk ch, tile j from bload(Bq &, j, ch) (after pdl_wait).
+ * FB chunks' weights are requested at once (the first batch before
+ * pdl_wait), so that a warp waits one memory latency a batch. (Loading a
+ * batch's B sides before its products, ahead of the interleaved order
+ * here, measured slower on the H200: more registers, fewer warps.) */
+template <int R, int NT, int FB, class BL>
+static __device__ __forceinline__ void slice(float (*P)[NT][4], const Rows<R> &r, BL bload, int64_t c0, int64_t c1,
+                                             int lg, bool &waited)
 {
 #pragma unroll
 	for (int k = 0; k < R; k++)
 #pragma unroll
 		for (int j = 0; j < NT; j++)
 			P[k][j][0] = P[k][j][1] = P[k][j][2] = P[k][j][3] = 0.0f;
-	Wchunk<R> wc, wn;
-	load_w(wc, r, c0, lg);
-	if (!waited) {
-		pdl_wait();
-		pdl_launch();
-		waited = true;
-	}
-	for (int64_t ch = c0; ch < c1; ch++) {
-		float4 xv[NT][4];
+	for (int64_t ch = c0; ch < c1; ch += FB) {
+		int nb = c1 - ch < FB ? (int)(c1 - ch) : FB;
+		Wchunk<R> wc[FB];
 #pragma unroll
-		for (int j = 0; j < NT; j++)
-			load_x(xv[j], xr[j] + ch * 64, xl[j], vec);
-		if (ch + 1 < c1)
-			load_w(wn, r, ch + 1, lg);
-		uint32_t a[R][4][4];
+		for (int i = 0; i < FB; i++)
+			if (i < nb)
+				load_w(wc[i], r, ch + i, lg);
+		if (!waited) { /* the first weights are on their way */
+			pdl_wait();
+			pdl_launch();
+			waited = true;
+		}
 #pragma unroll
-		for (int k = 0; k < R; k++)
-			afrags(a[k], wc.wa[k], wc.wb[k]);
+		for (int i = 0; i < FB; i++) {
+			if (i >= nb)
+				break;
+			uint32_t a[R][2][4];
 #pragma unroll
-		for (int j = 0; j < NT; j++) {
-			Bside bs;
-			bside(bs, xv[j]);
+			for (int k = 0; k < R; k++)
+				afrags(a[k], wc[i].wa[k], wc[i].wb[k]);
 #pragma unroll
-			for (int k = 0; k < R; k++) {
-				float d[4];
-				chunk_mma_a(d, a[k], bs.b);
-				combine(P[k][j], wc, k, d, bs.sx0, bs.sx1);
+			for (int j = 0; j < NT; j++) {
+				Bq bq;
+				bload(bq, j, ch + i);
+#pragma unroll
+				for (int k = 0; k < R; k++) {
+					float d[4];
+					chunk_mma_a(d, a[k], bq);
+					combine(P[k][j], wc[i], k, d, bq);
+				}
 			}
 		}
-		wc = wn;
 	}
 }
 

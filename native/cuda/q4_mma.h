@@ -1,5 +1,6 @@
 /*
- * q4_mma.h: the q4 product on tensor cores at float32 accuracy
+ * q4_mma.h: the q4 product on tensor cores at float32 accuracy, exact
+ * integer sums inside a chunk
  * (q4_mma.cu), for cuda_backend.cu's linear.
  */
 #ifndef VERDICT_CUDA_Q4_MMA_H
@@ -16,19 +17,27 @@
  * never on the batch, so every batch of one matrix gets one arithmetic. */
 bool q4_mma_fits(const void *q, int64_t cols, int64_t group);
 
-/* q4_mma_part_bytes: the device scratch q4_mma takes to split a product
- * of n tokens and nout rows of cols columns by slices (a block a slice,
- * the parts then added in slice order: the same bits), or 0 when it does
- * not split one of that shape (from 9 to 64 tokens; VERDICT_Q4_SPLIT=N
- * from N, 0 never, for comparisons). */
-size_t q4_mma_part_bytes(int64_t n, int64_t nout, int64_t cols);
+/* q4_mma_scratch_bytes: the device scratch q4_mma takes for a product of
+ * n tokens and nout rows of cols columns: its pre-pass's quantised x and,
+ * unless whole, the slice parts of a product it splits (from 9 to 64
+ * tokens, a block a slice, the parts then added in slice order: the same
+ * bits; VERDICT_Q4_SPLIT=N from N, 0 never, for comparisons). */
+size_t q4_mma_scratch_bytes(int64_t n, int64_t nout, int64_t cols, bool whole);
 
 /* q4_mma enqueues y[t, i] = sum_c w[ids[i] (or i), c] * x[t, c] for the n
  * tokens of x (rows of cols floats) on st, for a matrix q4_mma_fits took
- * (lg = log2 of its group); pdl sets programmatic stream serialisation
- * (sm_90). part, when not null, is q4_mma_part_bytes of scratch for a
- * split product. It returns the launch's error. */
+ * (lg = log2 of its group): a pre-pass that quantises x into scratch, then
+ * the product; pdl sets programmatic stream serialisation (sm_90).
+ * scratch holds scratch_bytes (at least q4_mma_scratch_bytes(.., true);
+ * the product is split when it holds the parts too). It returns the
+ * launch's error (cudaErrorInvalidValue for too little scratch). */
 cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const uint8_t *q, const float *so,
-                   const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, float *part);
+                   const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, void *scratch,
+                   size_t scratch_bytes);
+
+/* q4_mma_set_inline_max: the most columns of a matrix whose product of up
+ * to 8 tokens quantises x in its warps (no pre-pass); for the harness's
+ * comparisons (both give the same bits). */
+void q4_mma_set_inline_max(int64_t cols);
 
 #endif
