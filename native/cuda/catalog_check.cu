@@ -28,35 +28,17 @@
  *              counted;
  *   determinism  one configuration run twice: identical bits.
  */
-#include "../backend.h"
+#include "check_common.cuh"
 #include "../catalog_walk.h"
-#include "../cpu/kernels.h"
 
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdarg>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
-#include <random>
 #include <set>
-#include <string>
-#include <vector>
 
-extern "C" vd_backend *vd_cuda_backend(int device, char *err, size_t errlen);
 int cat_cuda_step(cudaStream_t st, vd_gram *g, const vd_cat_step *c);
 int cat_cuda_resident(const vd_gram *g);
 long cat_cuda_stale(const vd_gram *g);
 long cat_cuda_rebinds(void);
 
-static vd_backend *CPU, *GPU;
-static vd_stream *CS, *GS;
-static std::mt19937_64 rng(20261201);
-static int failures = 0, checks = 0;
 /* CATALOG_CHECK_QUICK=1: fewer batch sizes and steps (a slow emulation). */
 static bool quick = getenv("CATALOG_CHECK_QUICK") != nullptr;
 static std::vector<int64_t> batches()
@@ -66,83 +48,12 @@ static std::vector<int64_t> batches()
 	return {1, 2, 7, 32, 64};
 }
 
-static void verdict(bool ok, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	printf("%-86s %s\n", buf, ok ? "ok" : "FAIL");
-	checks++;
-	if (!ok)
-		failures++;
-}
-
-/* ---- memory on both sides ---- */
-
-struct Buf {
-	void *c = nullptr, *g = nullptr;
-	size_t n = 0;
-};
-static std::vector<Buf> live_bufs;
-
-static Buf buf(size_t bytes)
-{
-	Buf b;
-	b.n = bytes ? bytes : 4;
-	b.c = calloc(1, b.n);
-	/* The backend's streams do not wait for the legacy default stream that
-	 * cudaMemset and cudaMemcpy use: wait here. */
-	if (cudaMalloc(&b.g, b.n) != cudaSuccess || cudaMemset(b.g, 0, b.n) != cudaSuccess ||
-	    cudaDeviceSynchronize() != cudaSuccess) {
-		fprintf(stderr, "catalog_check: cudaMalloc failed\n");
-		exit(3);
-	}
-	live_bufs.push_back(b);
-	return b;
-}
-static void put(Buf &b, const void *host, size_t bytes)
-{
-	memcpy(b.c, host, bytes);
-	cudaMemcpy(b.g, host, bytes, cudaMemcpyHostToDevice);
-	cudaDeviceSynchronize();
-}
-template <class T> static Buf buf_of(const std::vector<T> &v)
-{
-	Buf b = buf(v.size() * sizeof(T));
-	put(b, v.data(), v.size() * sizeof(T));
-	return b;
-}
-static std::vector<uint8_t> gpu_bytes(const Buf &b)
+/* gpu_bytes: b's device side. */
+static std::vector<uint8_t> gpu_bytes(const Pair &b)
 {
 	std::vector<uint8_t> v(b.n);
 	cudaMemcpy(v.data(), b.g, b.n, cudaMemcpyDeviceToHost);
 	return v;
-}
-static void free_bufs()
-{
-	for (Buf &b : live_bufs) {
-		free(b.c);
-		cudaFree(b.g);
-	}
-	live_bufs.clear();
-}
-static vd_tensor T(const Buf &b, bool g, int dt, int64_t r, int64_t c)
-{
-	vd_tensor t;
-	memset(&t, 0, sizeof t);
-	t.data = g ? b.g : b.c;
-	t.dtype = dt;
-	t.rows = r;
-	t.cols = c;
-	return t;
-}
-static vd_tensor NIL()
-{
-	vd_tensor t;
-	memset(&t, 0, sizeof t);
-	return t;
 }
 
 /* ---- tries, built as engine/catalog's Compile builds them ---- */
@@ -266,7 +177,7 @@ static const int64_t V = 1000, D = 256;
 
 struct Head {
 	int dt;
-	Buf w, so;
+	Pair w, so;
 	vd_tensor t(bool g) const
 	{
 		vd_tensor x = T(w, g, dt, V, D);
@@ -277,15 +188,6 @@ struct Head {
 		return x;
 	}
 };
-
-static const char *dtname(int dt) { return dt == VD_F32 ? "f32" : dt == VD_BF16 ? "bf16" : "q4"; }
-
-static uint16_t bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return (uint16_t)(u >> 16);
-}
 
 /* make_head: exact (weights k/8, k in -8..8, or q4 with scale 1/8 and
  * offset -1: every product and sum exact) or random. Rows 10 and 11 copy
@@ -303,12 +205,12 @@ static Head make_head(int dt, bool exact)
 		f[(size_t)(11 * D + c)] = f[(size_t)(21 * D + c)];
 	}
 	if (dt == VD_F32) {
-		h.w = buf_of(f);
+		h.w = in(f);
 	} else if (dt == VD_BF16) {
 		std::vector<uint16_t> b(f.size());
 		for (size_t i = 0; i < f.size(); i++)
 			b[i] = bf16(f[i]);
-		h.w = buf_of(b);
+		h.w = in(b);
 	} else {
 		std::vector<uint8_t> q((size_t)(V * D / 2));
 		for (auto &x : q)
@@ -323,8 +225,8 @@ static Head make_head(int dt, bool exact)
 			memcpy(&q[(size_t)(r * D / 2)], &q[(size_t)((r + 10) * D / 2)], (size_t)(D / 2));
 			memcpy(&so[(size_t)(r * (D / 64) * 2)], &so[(size_t)((r + 10) * (D / 64) * 2)], (size_t)(D / 64) * 2 * 4);
 		}
-		h.w = buf_of(q);
-		h.so = buf_of(so);
+		h.w = in(q);
+		h.so = in(so);
 	}
 	return h;
 }
@@ -343,7 +245,7 @@ static std::vector<float> hidden(int64_t n, bool exact)
 struct Walks {
 	int64_t slots, kmax, edges, words;
 	bool counts;
-	Buf seq, banned, live, emitted, legal, logits, next, k;
+	Pair seq, banned, live, emitted, legal, logits, next, k;
 };
 
 static Walks walks(const Trie &t, int64_t slots, bool counts)
@@ -354,18 +256,18 @@ static Walks walks(const Trie &t, int64_t slots, bool counts)
 	w.edges = (int64_t)t.token.size();
 	w.words = t.words;
 	w.counts = counts;
-	w.seq = buf((size_t)(slots * VD_SEQ_FIELDS * 4));
-	w.banned = buf((size_t)(slots * 2 * w.words * 4));
-	w.live = buf((size_t)(slots * w.edges * 4));
-	w.emitted = buf((size_t)(slots * w.kmax * 4));
-	w.legal = buf((size_t)(slots * 2 * VD_CAT_MAX_EDGES * 4));
-	w.logits = buf((size_t)(slots * VD_CAT_MAX_EDGES * 4));
-	w.next = buf((size_t)(slots * 4));
-	w.k = buf((size_t)(slots * 4));
+	w.seq = zeros((size_t)(slots * VD_SEQ_FIELDS * 4));
+	w.banned = zeros((size_t)(slots * 2 * w.words * 4));
+	w.live = zeros((size_t)(slots * w.edges * 4));
+	w.emitted = zeros((size_t)(slots * w.kmax * 4));
+	w.legal = zeros((size_t)(slots * 2 * VD_CAT_MAX_EDGES * 4));
+	w.logits = zeros((size_t)(slots * VD_CAT_MAX_EDGES * 4));
+	w.next = zeros((size_t)(slots * 4));
+	w.k = zeros((size_t)(slots * 4));
 	return w;
 }
 
-static vd_cat_step desc(const Walks &w, bool g, int64_t n, const Buf *h, const Head *hd, float cap)
+static vd_cat_step desc(const Walks &w, bool g, int64_t n, const Pair *h, const Head *hd, float cap)
 {
 	vd_cat_step c;
 	memset(&c, 0, sizeof c);
@@ -393,7 +295,7 @@ static vd_cat_step desc(const Walks &w, bool g, int64_t n, const Buf *h, const H
  * says which differs first. */
 static std::string same_walks(const Walks &w)
 {
-	const Buf *bs[] = {&w.seq, &w.banned, &w.live, &w.emitted, &w.legal, &w.logits, &w.next};
+	const Pair *bs[] = {&w.seq, &w.banned, &w.live, &w.emitted, &w.legal, &w.logits, &w.next};
 	const char *nm[] = {"walk fields", "banned sets", "live counts", "emitted", "legal sets", "logits", "chosen tokens"};
 	for (int i = 0; i < 7; i++) {
 		std::vector<uint8_t> g = gpu_bytes(*bs[i]);
@@ -441,7 +343,7 @@ static void init_both(Walks &w, Bound &b, int64_t n, int kcap)
 
 /* step_both runs one step on both sides with fresh hidden rows; returns
  * "" or what differs, or the GPU's error. */
-static std::string step_both(Walks &w, Bound &b, const Head &hd, int64_t n, float cap, bool exact, Buf &h)
+static std::string step_both(Walks &w, Bound &b, const Head &hd, int64_t n, float cap, bool exact, Pair &h)
 {
 	std::vector<float> x = hidden(n, exact);
 	put(h, x.data(), x.size() * 4);
@@ -479,7 +381,7 @@ static bool exactly_k(const Walks &w, int64_t n)
  * run, or -1 after printing the first difference. */
 static int lockstep(Walks &w, Bound &b, const Head &hd, int64_t n, float cap, bool exact, const std::string &name)
 {
-	Buf h = buf((size_t)(n * D * 4));
+	Pair h = zeros((size_t)(n * D * 4));
 	int steps = 0;
 	for (; steps < 200 && !all_stopped(w, n); steps++) {
 		std::string d = step_both(w, b, hd, n, cap, exact, h);
@@ -517,7 +419,7 @@ static void check_walks()
 					if (steps >= 0)
 						verdict(exactly_k(w, n), "%s: %d steps identical, exactly k distinct", nm, steps);
 				}
-			free_bufs();
+			free_all();
 		}
 		unbind(b);
 	}
@@ -536,7 +438,7 @@ static void check_dense()
 			float cap = 30.0f;
 			Walks w = walks(t, n, 0);
 			init_both(w, b, n, 4);
-			Buf h = buf((size_t)(n * D * 4)), dense = buf((size_t)(n * V * 4));
+			Pair h = zeros((size_t)(n * D * 4)), dense = zeros((size_t)(n * V * 4));
 			size_t bad_bits[2] = {0, 0}, bad_win[2] = {0, 0}, cand = 0;
 			double maxrel = 0;
 			for (int s = 0; s < 12; s++) {
@@ -596,7 +498,7 @@ static void check_dense()
 			        (long long)n, bad_bits[1], bad_win[1]);
 			verdict(maxrel <= 2e-5, "dense %s n=%lld: gpu logits vs cpu max rel %.3e (tol 2e-5)", dtname(dt), (long long)n, maxrel);
 		}
-		free_bufs(); /* the head's too */
+		free_all(); /* the head's too */
 	}
 	unbind(b);
 }
@@ -629,7 +531,7 @@ static void check_broken()
 			verdict(empty > 0 && other == 0, "broken trie (%s): %d of %lld walks stop with VD_CAT_EEMPTY, same step and node on both",
 			        counts ? "counts" : "mask", empty, (long long)n);
 	}
-	free_bufs();
+	free_all();
 	unbind(b);
 	/* Refused at bind time: a node of 257 edges, a child out of range. */
 	std::vector<std::vector<int32_t>> wide;
@@ -664,7 +566,7 @@ static void check_switch()
 	init_both(wa, a, n, 5);
 	init_both(wb, b, n, 5);
 	init_both(wc, c, n, 5);
-	Buf h = buf((size_t)(n * D * 4));
+	Pair h = zeros((size_t)(n * D * 4));
 	long r0 = cat_cuda_rebinds();
 	int steps = 0;
 	std::string diff;
@@ -739,7 +641,7 @@ static void check_switch()
 	if (graph)
 		cudaGraphDestroy(graph);
 	cudaStreamDestroy(cs);
-	free_bufs();
+	free_all();
 	unbind(a);
 	unbind(c);
 	unbind(d);
@@ -762,7 +664,7 @@ static void check_determinism()
 		put(w.k, ks.data(), ks.size() * 4);
 		vd_cat_step ci = desc(w, true, n, nullptr, nullptr, 0);
 		GPU->catalog_init(GS, b.g, &ci);
-		Buf h = buf((size_t)(n * D * 4));
+		Pair h = zeros((size_t)(n * D * 4));
 		std::vector<uint8_t> all;
 		marks.clear();
 		for (int s = 0; s < 40; s++) {
@@ -771,14 +673,14 @@ static void check_determinism()
 			vd_cat_step c = desc(w, true, n, &h, &hd, 30.0f);
 			GPU->catalog_step(GS, b.g, &c);
 			GPU->sync(GS);
-			for (const Buf *bb : {&w.seq, &w.legal, &w.logits, &w.next, &w.emitted}) {
+			for (const Pair *bb : {&w.seq, &w.legal, &w.logits, &w.next, &w.emitted}) {
 				marks.push_back(all.size());
 				std::vector<uint8_t> v = gpu_bytes(*bb);
 				all.insert(all.end(), v.begin(), v.end());
 			}
 		}
 		runs.push_back(all);
-		free_bufs();
+		free_all();
 		rng = keep;
 	}
 	size_t at = 0;
@@ -798,19 +700,7 @@ static void check_determinism()
 
 int main()
 {
-	setvbuf(stdout, nullptr, _IOLBF, 0);
-	char err[512] = "";
-	GPU = vd_cuda_backend(0, err, sizeof err);
-	if (!GPU) {
-		fprintf(stderr, "catalog_check: %s\n", err);
-		return 2;
-	}
-	vk_init(8);
-	CPU = vd_cpu_backend();
-	CS = CPU->stream_new(CPU);
-	GS = GPU->stream_new(GPU);
-	cudaDeviceProp prop;
-	cudaGetDeviceProperties(&prop, 0);
+	cudaDeviceProp prop = check_open("catalog_check", 20261201, 86);
 	printf("catalog_check: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 	check_walks();
 	check_dense();

@@ -13,126 +13,8 @@
  *                  sample, and a row's result alone vs. in a batch (GPU).
  * Outputs are poisoned (NaN) before each op: an unwritten element fails.
  */
-#include "../backend.h"
-#include "../cpu/kernels.h"
+#include "check_common.cuh"
 
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <random>
-#include <string>
-#include <vector>
-
-extern "C" vd_backend *vd_cuda_backend(int device, char *err, size_t errlen);
-
-static const double TOL_DOT = 2e-5, TOL_EW = 1e-6;
-
-static vd_backend *CPU, *GPU;
-static vd_stream *CS, *GS;
-static std::mt19937_64 rng(12345);
-static int failures = 0;
-
-/* A buffer on both sides: c on the host (the CPU backend's memory), g on
- * the device. */
-struct Pair {
-	void *c = nullptr, *g = nullptr;
-	size_t n = 0;
-};
-static std::vector<Pair> live;
-
-static Pair in(const void *host, size_t bytes)
-{
-	Pair p;
-	p.n = bytes;
-	p.c = malloc(bytes ? bytes : 4);
-	memcpy(p.c, host, bytes);
-	p.g = GPU->bind(GPU, (void *)host, bytes);
-	if (!p.g) {
-		fprintf(stderr, "bind failed\n");
-		exit(3);
-	}
-	live.push_back(p);
-	return p;
-}
-template <class T> static Pair in(const std::vector<T> &v) { return in(v.data(), v.size() * sizeof(T)); }
-
-static Pair out(size_t bytes)
-{
-	Pair p;
-	p.n = bytes;
-	p.c = malloc(bytes ? bytes : 4);
-	memset(p.c, 0xff, bytes);
-	p.g = GPU->alloc(GPU, bytes);
-	cudaMemset(p.g, 0xff, bytes);
-	live.push_back(p);
-	return p;
-}
-
-static void free_all()
-{
-	for (Pair &p : live) {
-		free(p.c);
-		GPU->release(GPU, p.g, p.n);
-	}
-	live.clear();
-}
-
-static vd_tensor T(const Pair &p, bool g, int dt, int64_t r, int64_t c)
-{
-	vd_tensor t;
-	memset(&t, 0, sizeof t);
-	t.data = g ? p.g : p.c;
-	t.dtype = dt;
-	t.rows = r;
-	t.cols = c;
-	return t;
-}
-static vd_tensor Q(const Pair &q, const Pair &so, bool g, int64_t r, int64_t c, int group)
-{
-	vd_tensor t = T(q, g, VD_Q4, r, c);
-	t.aux = g ? so.g : so.c;
-	t.group = group;
-	return t;
-}
-static vd_tensor NIL()
-{
-	vd_tensor t;
-	memset(&t, 0, sizeof t);
-	return t;
-}
-
-static std::vector<float> randf(size_t n, float lo = -1, float hi = 1)
-{
-	std::uniform_real_distribution<float> d(lo, hi);
-	std::vector<float> v(n);
-	for (auto &x : v)
-		x = d(rng);
-	return v;
-}
-static std::vector<int32_t> randi(size_t n, int32_t lo, int32_t hi)
-{
-	std::uniform_int_distribution<int32_t> d(lo, hi);
-	std::vector<int32_t> v(n);
-	for (auto &x : v)
-		x = d(rng);
-	return v;
-}
-static std::vector<uint16_t> bf16_of(const std::vector<float> &f)
-{
-	std::vector<uint16_t> b(f.size());
-	for (size_t i = 0; i < f.size(); i++) {
-		uint32_t u;
-		memcpy(&u, &f[i], 4);
-		b[i] = (uint16_t)(u >> 16);
-	}
-	return b;
-}
 /* A random q4 matrix: nibbles and per-group scales and offsets. */
 struct Q4 {
 	Pair q, so;
@@ -149,53 +31,6 @@ static Q4 randq4(int64_t rows, int64_t cols, int group)
 		so[i + 1] = off(rng);
 	}
 	return Q4{in(q), in(so)};
-}
-
-/* run calls op on the CPU then the GPU and syncs both. */
-static bool run(const char *name, const std::function<void(vd_backend *, vd_stream *, bool)> &op)
-{
-	op(CPU, CS, false);
-	op(GPU, GS, true);
-	int rc = GPU->sync(GS);
-	if (rc) {
-		printf("%-34s GPU ERROR %d\n", name, rc);
-		failures++;
-		return false;
-	}
-	return true;
-}
-
-static std::vector<float> down_f(const Pair &p, size_t n)
-{
-	std::vector<float> v(n);
-	cudaMemcpy(v.data(), p.g, n * 4, cudaMemcpyDeviceToHost);
-	return v;
-}
-
-/* cmp compares n floats of p (GPU against CPU) and prints a line. */
-static void cmp(const std::string &name, const Pair &p, size_t n, double tol)
-{
-	std::vector<float> g = down_f(p, n);
-	const float *c = (const float *)p.c;
-	double mabs = 0, mref = 0;
-	bool bad = false;
-	for (size_t i = 0; i < n; i++) {
-		if (std::isnan(c[i]) != std::isnan(g[i])) {
-			bad = true;
-			continue;
-		}
-		if (std::isnan(c[i]))
-			continue;
-		double e = fabs((double)g[i] - (double)c[i]);
-		mabs = std::max(mabs, e);
-		mref = std::max(mref, fabs((double)c[i]));
-	}
-	double rel = mref > 0 ? mabs / mref : mabs;
-	bool fail = bad || rel > tol || (tol == 0 && mabs != 0);
-	printf("%-44s n=%-8zu maxabs %.3e  rel %.3e  tol %.0e %s\n", name.c_str(), n, mabs, rel, tol,
-	       fail ? (bad ? "FAIL (NaN/unwritten)" : "FAIL") : "ok");
-	if (fail)
-		failures++;
 }
 
 /* cmp_scaled is cmp with the error measured against scale (the size of
@@ -215,37 +50,12 @@ static void cmp_scaled(const std::string &name, const Pair &p, size_t n, double 
 	}
 	double rel = scale > 0 ? mabs / scale : mabs;
 	bool fail = bad || rel > tol;
-	printf("%-44s n=%-8zu maxabs %.3e  rel %.3e of the terms' %.3e  tol %.0e %s\n", name.c_str(), n, mabs, rel,
-	       scale, tol, fail ? (bad ? "FAIL (NaN)" : "FAIL") : "ok");
+	checks++;
+	printf("%-*s n=%-9zu maxabs %.3e rel %.3e of the terms' %.3e tol %.0e %s\n", check_col, name.c_str(), n, mabs,
+	       rel, scale, tol, fail ? (bad ? "FAIL (NaN)" : "FAIL") : "ok");
 	if (fail)
 		failures++;
 }
-
-static void cmp_i(const std::string &name, const Pair &p, size_t n)
-{
-	std::vector<int32_t> g(n);
-	cudaMemcpy(g.data(), p.g, n * 4, cudaMemcpyDeviceToHost);
-	const int32_t *c = (const int32_t *)p.c;
-	size_t diff = 0;
-	for (size_t i = 0; i < n; i++)
-		diff += g[i] != c[i];
-	printf("%-44s n=%-8zu mismatches %zu  (exact) %s\n", name.c_str(), n, diff, diff ? "FAIL" : "ok");
-	if (diff)
-		failures++;
-}
-
-/* same checks that the GPU's values a and b are identical bits. */
-static void same(const std::string &name, const std::vector<float> &a, const std::vector<float> &b)
-{
-	size_t diff = 0;
-	for (size_t i = 0; i < a.size(); i++)
-		diff += memcmp(&a[i], &b[i], 4) != 0;
-	printf("%-44s n=%-8zu differing %zu  (exact) %s\n", name.c_str(), a.size(), diff, diff ? "FAIL" : "ok");
-	if (diff)
-		failures++;
-}
-
-static const char *dtname(int dt) { return dt == VD_F32 ? "f32" : dt == VD_BF16 ? "bf16" : "q4"; }
 
 static void check_linear()
 {
@@ -989,22 +799,9 @@ static void check_loop()
 	}
 }
 
-int main(int argc, char **argv)
+int main()
 {
-	(void)argc;
-	(void)argv;
-	char err[512] = "";
-	GPU = vd_cuda_backend(0, err, sizeof err);
-	if (!GPU) {
-		fprintf(stderr, "ops_check: %s\n", err);
-		return 2;
-	}
-	vk_init(8);
-	CPU = vd_cpu_backend();
-	CS = CPU->stream_new(CPU);
-	GS = GPU->stream_new(GPU);
-	cudaDeviceProp prop;
-	cudaGetDeviceProperties(&prop, 0);
+	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
 	printf("ops_check: %s (sm_%d%d), CPU reference kernels set %d\n", prop.name, prop.major, prop.minor, vk_simd_active());
 	check_linear();
 	check_linear_alone();
@@ -1023,11 +820,9 @@ int main(int argc, char **argv)
 		vd_tensor w = T(X, true, 99, 8, 8);
 		GPU->linear(GS, T(Y, true, VD_F32, 1, 8), T(X, true, VD_F32, 1, 8), w);
 		int rc1 = GPU->sync(GS), rc2 = GPU->sync(GS);
-		printf("%-44s sync -> %d, then %d %s\n", "sticky error (bad dtype)", rc1, rc2, rc1 && rc1 == rc2 ? "ok" : "FAIL");
-		if (!(rc1 && rc1 == rc2))
-			failures++;
+		verdict(rc1 && rc1 == rc2, "%-44s sync -> %d, then %d", "sticky error (bad dtype)", rc1, rc2);
 		free_all();
 	}
-	printf("ops_check: %d failure(s)\n", failures);
+	printf("ops_check: %d checks, %d failure(s)\n", checks, failures);
 	return failures ? 1 : 0;
 }

@@ -16,112 +16,13 @@
  * alone must give its bits in the batch, and bad calls set the stream's
  * sticky error.
  */
-#include "../backend.h"
-#include "../cpu/kernels.h"
+#include "check_common.cuh"
 #include "../cpu/kernels_conv.h"
 
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdarg>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <random>
-#include <string>
-#include <vector>
-
-extern "C" vd_backend *vd_cuda_backend(int device, char *err, size_t errlen);
-
-static const double TOL_DOT = 2e-5, TOL_EW = 1e-6, EXACT = 0;
-
-static vd_backend *CPU, *GPU;
-static vd_stream *CS, *GS;
-static std::mt19937_64 rng(4242);
-static int checks = 0, failures = 0;
 static bool small_only; /* -small: the small shapes only (the host emulation of build/cuda-syntax.sh) */
 
 /* skip: a check of n output elements is left out under -small. */
 static bool skip(int64_t n) { return small_only && n > 20000; }
-
-/* A buffer on both sides: c on the host (the CPU backend's memory), g on
- * the device. */
-struct Pair {
-	void *c = nullptr, *g = nullptr;
-	size_t n = 0;
-};
-static std::vector<Pair> live;
-
-static Pair in(const void *host, size_t bytes)
-{
-	Pair p;
-	p.n = bytes;
-	p.c = malloc(bytes ? bytes : 4);
-	memcpy(p.c, host, bytes);
-	p.g = GPU->alloc(GPU, bytes ? bytes : 4);
-	if (!p.c || !p.g) {
-		fprintf(stderr, "tower_check: out of memory (%zu bytes)\n", bytes);
-		exit(3);
-	}
-	cudaMemcpy(p.g, host, bytes, cudaMemcpyHostToDevice);
-	live.push_back(p);
-	return p;
-}
-template <class T> static Pair in(const std::vector<T> &v) { return in(v.data(), v.size() * sizeof(T)); }
-
-static Pair out(size_t bytes)
-{
-	Pair p;
-	p.n = bytes;
-	p.c = malloc(bytes ? bytes : 4);
-	p.g = GPU->alloc(GPU, bytes ? bytes : 4);
-	if (!p.c || !p.g) {
-		fprintf(stderr, "tower_check: out of memory (%zu bytes)\n", bytes);
-		exit(3);
-	}
-	memset(p.c, 0xff, bytes);
-	cudaMemset(p.g, 0xff, bytes);
-	live.push_back(p);
-	return p;
-}
-
-static void free_all()
-{
-	for (Pair &p : live) {
-		free(p.c);
-		GPU->release(GPU, p.g, p.n ? p.n : 4);
-	}
-	live.clear();
-}
-
-static vd_tensor T(const Pair &p, bool g, int64_t r, int64_t c, int dt = VD_F32)
-{
-	vd_tensor t;
-	memset(&t, 0, sizeof t);
-	t.data = g ? p.g : p.c;
-	t.dtype = dt;
-	t.rows = r;
-	t.cols = c;
-	return t;
-}
-static vd_tensor NIL()
-{
-	vd_tensor t;
-	memset(&t, 0, sizeof t);
-	return t;
-}
-
-static std::vector<float> randf(size_t n, float lo = -1, float hi = 1)
-{
-	std::uniform_real_distribution<float> d(lo, hi);
-	std::vector<float> v(n);
-	for (auto &x : v)
-		x = d(rng);
-	return v;
-}
 
 /* packed: a random weight [n, k] in the panel layout (vk_conv_pack). */
 static std::vector<float> packed(int64_t n, int64_t k, float lim)
@@ -130,80 +31,6 @@ static std::vector<float> packed(int64_t n, int64_t k, float lim)
 	std::vector<float> p((size_t)vk_conv_packed_len(n, k));
 	vk_conv_pack(p.data(), w.data(), n, k);
 	return p;
-}
-
-/* run calls op on the CPU then the GPU and syncs both; a GPU error is a
- * failed check. */
-static bool run(const std::string &name, const std::function<void(vd_backend *, vd_stream *, bool)> &op)
-{
-	op(CPU, CS, false);
-	CPU->sync(CS);
-	op(GPU, GS, true);
-	int rc = GPU->sync(GS);
-	if (rc) {
-		checks++;
-		failures++;
-		printf("%-58s GPU ERROR %d FAIL\n", name.c_str(), rc);
-		return false;
-	}
-	return true;
-}
-
-static std::vector<float> down_f(const Pair &p, size_t n)
-{
-	std::vector<float> v(n);
-	cudaMemcpy(v.data(), p.g, n * 4, cudaMemcpyDeviceToHost);
-	return v;
-}
-
-/* cmp compares n floats of p (GPU against CPU) and prints a line. */
-static void cmp(const std::string &name, const Pair &p, size_t n, double tol)
-{
-	std::vector<float> g = down_f(p, n);
-	const float *c = (const float *)p.c;
-	double mabs = 0, mref = 0;
-	size_t bits = 0;
-	bool bad = false;
-	for (size_t i = 0; i < n; i++) {
-		bits += memcmp(&c[i], &g[i], 4) != 0;
-		if (std::isnan(c[i]) || std::isnan(g[i])) {
-			bad = true;
-			continue;
-		}
-		double e = fabs((double)g[i] - (double)c[i]);
-		mabs = std::max(mabs, e);
-		mref = std::max(mref, fabs((double)c[i]));
-	}
-	double rel = mref > 0 ? mabs / mref : mabs;
-	bool fail = bad || rel > tol || (tol == 0 && bits != 0);
-	checks++;
-	printf("%-58s n=%-9zu maxabs %.3e rel %.3e bits≠ %-8zu tol %.0e %s\n", name.c_str(), n, mabs, rel, bits, tol,
-	       fail ? (bad ? "FAIL (NaN/unwritten)" : "FAIL") : "ok");
-	if (fail)
-		failures++;
-}
-
-/* same checks that the GPU's values a and b are identical bits. */
-static void same(const std::string &name, const float *a, const float *b, size_t n)
-{
-	size_t diff = 0;
-	for (size_t i = 0; i < n; i++)
-		diff += memcmp(&a[i], &b[i], 4) != 0;
-	checks++;
-	printf("%-58s n=%-9zu differing %zu (exact) %s\n", name.c_str(), n, diff, diff ? "FAIL" : "ok");
-	if (diff)
-		failures++;
-}
-
-static std::string fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static std::string fmt(const char *f, ...)
-{
-	char b[160];
-	va_list ap;
-	va_start(ap, f);
-	vsnprintf(b, sizeof b, f, ap);
-	va_end(ap);
-	return b;
 }
 
 static vd_conv geom(int64_t h, int64_t w, int64_t c, int k, int stride, int pt, int pl)
@@ -247,15 +74,15 @@ static void check_pointwise()
 		Pair X = in(randf((size_t)(s.m * s.k))), W = in(packed(s.n, s.k, 0.2f)), Y = out((size_t)(s.m * s.n * 4));
 		std::string nm = fmt("pointwise m=%lld k=%lld n=%lld", (long long)s.m, (long long)s.k, (long long)s.n);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->pointwise(st, T(Y, g, s.m, s.n), T(X, g, s.m, s.k), T(W, g, s.n, s.k));
+			    b->pointwise(st, F(Y, g, s.m, s.n), F(X, g, s.m, s.k), F(W, g, s.n, s.k));
 		    }))
 			cmp(nm, Y, (size_t)(s.m * s.n), TOL_DOT);
 		if (s.m > 3) { /* rows 1..3 alone: their bits in the batch */
 			std::vector<float> all = down_f(Y, (size_t)(s.m * s.n));
 			Pair Y1 = out((size_t)(3 * s.n * 4));
-			vd_tensor x1 = T(X, true, 3, s.k);
+			vd_tensor x1 = F(X, true, 3, s.k);
 			x1.data = (float *)X.g + s.k;
-			GPU->pointwise(GS, T(Y1, true, 3, s.n), x1, T(W, true, s.n, s.k));
+			GPU->pointwise(GS, F(Y1, true, 3, s.n), x1, F(W, true, s.n, s.k));
 			if (GPU->sync(GS) == 0) {
 				std::vector<float> one = down_f(Y1, (size_t)(3 * s.n));
 				same(nm + " rows 1..3 alone", one.data(), all.data() + s.n, (size_t)(3 * s.n));
@@ -285,8 +112,8 @@ static void check_conv2d()
 		std::string nm = fmt("conv2d %lldx%lldx%lld->%lld k%d s%d p%d,%d%s", (long long)s.h, (long long)s.w,
 		                     (long long)s.c, (long long)s.cout, s.k, s.stride, s.pt, s.pl, s.bias ? " bias" : "");
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
-			    b->conv2d(st, T(Y, gp, m, s.cout), T(X, gp, s.h * s.w, s.c), T(W, gp, s.cout, kk),
-			              s.bias ? T(B, gp, 1, s.cout) : NIL(), &g);
+			    b->conv2d(st, F(Y, gp, m, s.cout), F(X, gp, s.h * s.w, s.c), F(W, gp, s.cout, kk),
+			              s.bias ? F(B, gp, 1, s.cout) : NIL(), &g);
 		    }))
 			cmp(nm, Y, (size_t)(m * s.cout), TOL_DOT);
 		free_all();
@@ -311,7 +138,7 @@ static void check_dwconv2d()
 		std::string nm = fmt("dwconv2d %lldx%lldx%lld k%d s%d p%d,%d", (long long)s.h, (long long)s.w,
 		                     (long long)s.c, s.k, s.stride, s.pt, s.pl);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
-			    b->dwconv2d(st, T(Y, gp, m, s.c), T(X, gp, s.h * s.w, s.c), T(W, gp, s.k * s.k, s.c), &g);
+			    b->dwconv2d(st, F(Y, gp, m, s.c), F(X, gp, s.h * s.w, s.c), F(W, gp, s.k * s.k, s.c), &g);
 		    }))
 			cmp(nm, Y, (size_t)(m * s.c), TOL_DOT);
 		free_all();
@@ -336,8 +163,8 @@ static void check_norm_act()
 		std::string nm = fmt("norm_act %lldx%lld%s%s%s%s", (long long)s.rows, (long long)s.dim, s.gelu ? " gelu" : "",
 		                     s.gamma ? " gamma" : "", s.res ? " res" : "", s.alias ? " y=x" : "");
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->norm_act(st, T(Y, g, s.rows, s.dim), T(X, g, s.rows, s.dim), T(W, g, 1, s.dim),
-			                s.gamma ? T(G, g, 1, s.dim) : NIL(), s.res ? T(R, g, s.rows, s.dim) : NIL(), s.dim,
+			    b->norm_act(st, F(Y, g, s.rows, s.dim), F(X, g, s.rows, s.dim), F(W, g, 1, s.dim),
+			                s.gamma ? F(G, g, 1, s.dim) : NIL(), s.res ? F(R, g, s.rows, s.dim) : NIL(), s.dim,
 			                1e-6f, s.gelu);
 		    }))
 			cmp(nm, Y, (size_t)n, TOL_DOT);
@@ -358,7 +185,7 @@ static void check_memory()
 		std::string nm = fmt("avgpool2d %lldx%lldx%lld k%lld", (long long)p.h, (long long)p.w, (long long)p.c,
 		                     (long long)p.k);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->avgpool2d(st, T(Y, g, oh * ow, p.c), T(X, g, p.h * p.w, p.c), p.h, p.w, p.c, p.k);
+			    b->avgpool2d(st, F(Y, g, oh * ow, p.c), F(X, g, p.h * p.w, p.c), p.h, p.w, p.c, p.k);
 		    }))
 			cmp(nm, Y, (size_t)(oh * ow * p.c), EXACT);
 		free_all();
@@ -374,8 +201,8 @@ static void check_memory()
 		std::string nm = fmt("upsample_concat %lldx%lldx%lld + %lldx%lldx%lld", (long long)u.h, (long long)u.w,
 		                     (long long)u.ca, (long long)u.bh, (long long)u.bw, (long long)u.cb);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->upsample_concat(st, T(Y, g, u.h * u.w, u.ca + u.cb), T(A, g, u.h * u.w, u.ca),
-			                       T(B, g, u.bh * u.bw, u.cb), u.h, u.w, u.bh, u.bw);
+			    b->upsample_concat(st, F(Y, g, u.h * u.w, u.ca + u.cb), F(A, g, u.h * u.w, u.ca),
+			                       F(B, g, u.bh * u.bw, u.cb), u.h, u.w, u.bh, u.bw);
 		    }))
 			cmp(nm, Y, (size_t)n, EXACT);
 		free_all();
@@ -389,7 +216,7 @@ static void check_memory()
 		Pair X = in(randf((size_t)(r.rows * r.cols))), Y = out((size_t)(r.rows * r.cols * 4));
 		std::string nm = fmt("transpose %lldx%lld", (long long)r.rows, (long long)r.cols);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->transpose(st, T(Y, g, r.cols, r.rows), T(X, g, r.rows, r.cols));
+			    b->transpose(st, F(Y, g, r.cols, r.rows), F(X, g, r.rows, r.cols));
 		    }))
 			cmp(nm, Y, (size_t)(r.rows * r.cols), EXACT);
 		free_all();
@@ -412,16 +239,16 @@ static void check_mqa()
 		std::string nm = fmt("mqa nq=%lld heads=%lld nk=%lld d=%lld", (long long)s.nq, (long long)s.heads,
 		                     (long long)s.nk, (long long)s.d);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->mqa(st, T(O, g, s.nq, hd), T(Q, g, s.nq, hd), T(K, g, s.nk, s.d), T(V, g, s.nk, s.d), s.heads,
+			    b->mqa(st, F(O, g, s.nq, hd), F(Q, g, s.nq, hd), F(K, g, s.nk, s.d), F(V, g, s.nk, s.d), s.heads,
 			           scale);
 		    }))
 			cmp(nm, O, (size_t)(s.nq * hd), TOL_DOT);
 		if (s.nq > 2) { /* query 1 alone: its bits in the batch */
 			std::vector<float> all = down_f(O, (size_t)(s.nq * hd));
 			Pair O1 = out((size_t)hd * 4);
-			vd_tensor q1 = T(Q, true, 1, hd);
+			vd_tensor q1 = F(Q, true, 1, hd);
 			q1.data = (float *)Q.g + hd;
-			GPU->mqa(GS, T(O1, true, 1, hd), q1, T(K, true, s.nk, s.d), T(V, true, s.nk, s.d), s.heads, scale);
+			GPU->mqa(GS, F(O1, true, 1, hd), q1, F(K, true, s.nk, s.d), F(V, true, s.nk, s.d), s.heads, scale);
 			if (GPU->sync(GS) == 0) {
 				std::vector<float> one = down_f(O1, (size_t)hd);
 				same(nm + " query 1 alone", one.data(), all.data() + hd, (size_t)hd);
@@ -458,7 +285,7 @@ static void check_im2col()
 		                     (long long)s.w, (long long)s.c, (long long)s.kh, (long long)s.kw, (long long)s.st,
 		                     (long long)s.sw, (long long)s.pt, (long long)s.pl);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
-			    b->im2col(st, T(Y, gp, g.oh * g.ow, row), T(X, gp, s.h * s.w, s.c), &g, s.kh, s.kw, s.sw);
+			    b->im2col(st, F(Y, gp, g.oh * g.ow, row), F(X, gp, s.h * s.w, s.c), &g, s.kh, s.kw, s.sw);
 		    }))
 			cmp(nm, Y, (size_t)n, EXACT);
 		free_all();
@@ -478,7 +305,7 @@ static void check_cgn()
 		std::string nm = fmt("cum_group_norm_relu t=%lld fc=%lld c=%lld", (long long)s.t, (long long)s.fc,
 		                     (long long)s.c);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->cum_group_norm_relu(st, T(X, g, s.t, s.fc), T(W, g, 1, s.c), 1e-3f);
+			    b->cum_group_norm_relu(st, F(X, g, s.t, s.fc), F(W, g, 1, s.c), 1e-3f);
 		    }))
 			cmp(nm, X, (size_t)(s.t * s.fc), TOL_DOT);
 		free_all();
@@ -510,8 +337,8 @@ static void check_local_attention()
 		                     (long long)s.t, (long long)s.heads, (long long)s.d, (long long)s.past,
 		                     (long long)s.future, s.invalid);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->local_attention(st, T(O, g, s.t, hd), T(Q, g, s.t, hd), T(K, g, s.t, hd), T(V, g, s.t, hd),
-			                       T(P, g, f, hd), T(M, g, 1, s.t, VD_I32), s.heads, s.past, s.future, 50.0f);
+			    b->local_attention(st, F(O, g, s.t, hd), F(Q, g, s.t, hd), F(K, g, s.t, hd), F(V, g, s.t, hd),
+			                       F(P, g, f, hd), T(M, g, VD_I32, 1, s.t), s.heads, s.past, s.future, 50.0f);
 		    }))
 			cmp(nm, O, (size_t)(s.t * hd), TOL_DOT);
 		free_all();
@@ -529,7 +356,7 @@ static void check_audio_rows()
 		Pair X = in(randf((size_t)(c.t * c.d))), W = in(randf((size_t)(c.d * c.k))), Y = out((size_t)(c.t * c.d * 4));
 		std::string nm = fmt("dwconv_causal t=%lld d=%lld k=%lld", (long long)c.t, (long long)c.d, (long long)c.k);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->dwconv_causal(st, T(Y, g, c.t, c.d), T(X, g, c.t, c.d), T(W, g, c.d, c.k));
+			    b->dwconv_causal(st, F(Y, g, c.t, c.d), F(X, g, c.t, c.d), F(W, g, c.d, c.k));
 		    }))
 			cmp(nm, Y, (size_t)(c.t * c.d), TOL_DOT);
 		free_all();
@@ -544,7 +371,7 @@ static void check_audio_rows()
 		Pair X = in(randf((size_t)(2 * n), -8, 8)), Y = out((size_t)n * 4);
 		std::string nm = fmt("glu %lldx%lld", (long long)r.rows, (long long)r.d);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->glu(st, T(Y, g, r.rows, r.d), T(X, g, r.rows, 2 * r.d));
+			    b->glu(st, F(Y, g, r.rows, r.d), F(X, g, r.rows, 2 * r.d));
 		    }))
 			cmp(nm, Y, (size_t)n, TOL_EW);
 		free_all();
@@ -552,7 +379,7 @@ static void check_audio_rows()
 			Pair A = in(randf((size_t)n, -12, 12)), B = inplace ? A : out((size_t)n * 4);
 			nm = fmt("silu %lldx%lld%s", (long long)r.rows, (long long)r.d, inplace ? " in place" : "");
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->silu(st, T(B, g, r.rows, r.d), T(A, g, r.rows, r.d));
+				    b->silu(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d));
 			    }))
 				cmp(nm, B, (size_t)n, TOL_EW);
 			free_all();
@@ -560,7 +387,7 @@ static void check_audio_rows()
 			B = inplace ? A : out((size_t)n * 4);
 			nm = fmt("clip %lldx%lld%s", (long long)r.rows, (long long)r.d, inplace ? " in place" : "");
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->clip(st, T(B, g, r.rows, r.d), T(A, g, r.rows, r.d), 3.5f);
+				    b->clip(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d), 3.5f);
 			    }))
 				cmp(nm, B, (size_t)n, EXACT);
 			free_all();
@@ -578,19 +405,15 @@ static void check_errors()
 		std::function<void()> op;
 	} cases[] = {
 	    {"sticky error: pointwise over bf16 x",
-	     [&] { GPU->pointwise(GS, T(Y, true, 4, 8), T(X, true, 4, 8, VD_BF16), T(W, true, 8, 8)); }},
-	    {"sticky error: silu over i32", [&] { GPU->silu(GS, T(Y, true, 4, 8), T(X, true, 4, 8, VD_I32)); }},
+	     [&] { GPU->pointwise(GS, F(Y, true, 4, 8), T(X, true, VD_BF16, 4, 8), F(W, true, 8, 8)); }},
+	    {"sticky error: silu over i32", [&] { GPU->silu(GS, F(Y, true, 4, 8), T(X, true, VD_I32, 4, 8)); }},
 	    {"sticky error: mqa d=129", [&] {
-		     GPU->mqa(GS, T(Y, true, 2, 129), T(X, true, 2, 129), T(X, true, 3, 129), T(X, true, 3, 129), 1, 1.0f);
+		     GPU->mqa(GS, F(Y, true, 2, 129), F(X, true, 2, 129), F(X, true, 3, 129), F(X, true, 3, 129), 1, 1.0f);
 	     }}};
 	for (E &e : cases) {
 		e.op();
 		int rc1 = GPU->sync(GS), rc2 = GPU->sync(GS);
-		checks++;
-		bool ok = rc1 && rc1 == rc2;
-		printf("%-58s sync -> %d, then %d %s\n", e.name, rc1, rc2, ok ? "ok" : "FAIL");
-		if (!ok)
-			failures++;
+		verdict(rc1 && rc1 == rc2, "%-58s sync -> %d, then %d", e.name, rc1, rc2);
 		/* The sticky error stays: a fresh stream for what follows. */
 		GPU->stream_free(GS);
 		GS = GPU->stream_new(GPU);
@@ -608,18 +431,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	char err[512] = "";
-	GPU = vd_cuda_backend(0, err, sizeof err);
-	if (!GPU) {
-		fprintf(stderr, "tower_check: %s\n", err);
-		return 2;
-	}
-	vk_init(8);
-	CPU = vd_cpu_backend();
-	CS = CPU->stream_new(CPU);
-	GS = GPU->stream_new(GPU);
-	cudaDeviceProp prop;
-	cudaGetDeviceProperties(&prop, 0);
+	cudaDeviceProp prop = check_open("tower_check", 4242, 58);
 	printf("tower_check: %s (sm_%d%d), CPU reference kernels set %d, conv set %d\n", prop.name, prop.major,
 	       prop.minor, vk_simd_active(), vk_conv_set_simd(1));
 	check_pointwise();
