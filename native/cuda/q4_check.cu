@@ -245,16 +245,15 @@ int main(int argc, char **argv)
 		printf("q4 n=%lld %lldx%lld: tokens alone = in batch: %zu of 3 differ %s\n", (long long)s.n, (long long)nout,
 		       (long long)s.cols, differ, differ ? "FAIL" : "ok");
 		failures += differ != 0;
-		/* x quantised in the warps = by the pre-pass, for products of up to 8 tokens */
+		/* x quantised in the blocks = by the pre-pass, for products of up to 8 tokens */
 		if (s.n <= 8) {
-			q4_mma_set_inline_max(0);
+			q4_mma_set_own_max(0);
 			std::vector<float> pre = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
-			q4_mma_set_inline_max((int64_t)1 << 40);
+			q4_mma_set_own_max(40 << 10);
 			std::vector<float> inl = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
-			q4_mma_set_inline_max(512);
 			bool same = memcmp(pre.data(), inl.data(), pre.size() * sizeof(float)) == 0 &&
 			            memcmp(pre.data(), y.data(), pre.size() * sizeof(float)) == 0;
-			printf("q4 n=%lld %lldx%lld: x quantised in the warps = by the pre-pass, bit for bit %s\n",
+			printf("q4 n=%lld %lldx%lld: x quantised in the blocks = by the pre-pass, bit for bit %s\n",
 			       (long long)s.n, (long long)nout, (long long)s.cols, same ? "ok" : "FAIL");
 			failures += !same;
 		}

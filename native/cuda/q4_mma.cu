@@ -42,11 +42,12 @@ namespace {
 
 constexpr int MW = 8;           /* warps a block */
 constexpr int64_t FEW_MAX = 64; /* tokens beyond which large matrices take k_q4_mma_many */
-/* INL_MAX: the most columns of a matrix whose product of up to 8 tokens
- * quantises x in its warps (a chunk a warp) rather than in a pre-pass
- * (VERDICT_Q4_INL); for wider ones the pre-pass's launch costs less than
- * quantising several chunks in turn in every warp (measured). */
-constexpr int64_t INL_MAX = 512;
+/* OWN_MAX: the most shared memory (bytes) a product of up to 8 tokens
+ * takes to quantise x in its blocks (every block all of x, no pre-pass
+ * launch), and OWN_BLOCKS the most blocks it does that in (two waves of
+ * an H200's 132 multiprocessors); VERDICT_Q4_OWN=0 always takes the
+ * pre-pass, for comparisons. */
+constexpr int64_t OWN_MAX = 40 << 10, OWN_BLOCKS = 264;
 
 /* k_q4_quant: the pre-pass: warp w of block (bx, by) quantises chunk
  * 8·bx + w of the tokens of tile by (lane (g, t): token 8·by + g, its
@@ -57,21 +58,10 @@ __global__ void __launch_bounds__(32 * MW) k_q4_quant(uint4 *frag, float2 *xsx, 
 {
 	pdl_wait();
 	pdl_launch();
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2;
 	int64_t G = cols >> 6, ch = (int64_t)blockIdx.x * MW + w, tok = (int64_t)blockIdx.y * 8 + g;
-	if (ch >= G)
-		return;
-	float4 xv[4];
-	load_x(xv, x + (tok < n ? tok : 0) * cols + ch * 64 + xcol(t), tok < n, vec);
-	Bq b;
-	float own[2];
-	quant(b, xv, own);
-	uint4 *f = frag + (tok * G + ch) * 12 + t;
-#pragma unroll
-	for (int L = 0; L < 3; L++)
-		f[4 * L] = uint4{b.b[L][0][0], b.b[L][0][1], b.b[L][1][0], b.b[L][1][1]};
-	if (t == 0)
-		xsx[ch * n8 + tok] = float2{own[0], own[1]};
+	if (ch < G)
+		quant_pair(frag, xsx, x, tok, ch, true, n, n8, G, cols, vec);
 }
 
 /* k_q4_mma_few: 8·NT tokens a block row (grid.y, striding), a warp per
@@ -80,7 +70,7 @@ __global__ void __launch_bounds__(32 * MW) k_q4_quant(uint4 *frag, float2 *xsx, 
  * each tile and, as the mma's B, token g of each of the NT token tiles
  * (NT > 1: one chunk's weights serve every tile); the slices' partials
  * meet in shared memory and warp w/S·S adds them in slice order. */
-template <int R, int MINB, int NT, bool INL>
+template <int R, int MINB, int NT, bool OWN>
 __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, const float *x, const uint8_t *q,
                                                            const float *so, const int32_t *ids, int64_t n,
                                                            int64_t nout, int64_t cols, int lg, int S, bool vec)
@@ -96,17 +86,33 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, c
 	Rows<R> rw;
 	rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
 	bool waited = false;
+	if (OWN) {
+		/* x quantised by this block (up to 8 tokens), as the pre-pass
+		 * would, into shared memory: a pair (token, chunk) a lane group;
+		 * the warp's first weights are asked into L2 before the wait. */
+		extern __shared__ __align__(16) uint4 xsm[];
+		for (int k = 0; k < R; k++)
+			for (int64_t ch = c0 + t * 4; ch < c1; ch += 16) {
+				pdl_prefetch_l2(rw.qa[k] + ch * 32);
+				pdl_prefetch_l2(rw.qb[k] + ch * 32);
+			}
+		pdl_wait();
+		pdl_launch();
+		waited = true;
+		int64_t pairs = n * G;
+		float2 *xsx = (float2 *)(xsm + pairs * 12);
+		for (int64_t base = w * 8; base < pairs; base += MW * 8) {
+			int64_t p = base + g;
+			quant_pair(xsm, xsx, x, p / G, p % G, p < pairs, n, 8, G, cols, vec);
+		}
+		__syncthreads();
+		xq.frag = xsm, xq.xsx = xsx, xq.n8 = 8, xq.G = G, xq.nlive = n;
+	}
 	for (int64_t tile = blockIdx.y; tile * 8 * NT < n; tile += gridDim.y) {
 		float P[R][NT][4];
 		auto bload = [&](Bq &b, int j, int64_t ch) {
 			int64_t tok0 = (tile * NT + j) * 8;
-			if (INL) { /* quantised here, as the pre-pass would */
-				int64_t tok = tok0 + g;
-				float4 xv[4];
-				load_x(xv, x + (tok < n ? tok : 0) * cols + ch * 64 + xcol(t), tok < n, vec);
-				quant(b, xv);
-			} else
-				load_bq(b, xq, tok0 < xq.n8 ? tok0 : 0, ch);
+			load_bq(b, xq, tok0 < xq.n8 ? tok0 : 0, ch);
 		};
 		slice<R, NT, FB>(P, rw, bload, c0, c1, lg, waited);
 		__syncthreads();
@@ -306,14 +312,14 @@ static int64_t split_bytes(int64_t n, int64_t nout, int64_t cols)
 	return b;
 }
 
-/* inl_max: INL_MAX, or VERDICT_Q4_INL's columns (0: always the pre-pass),
- * or q4_mma_set_inline_max's. */
-static int64_t inl_max = [] {
-	const char *e = getenv("VERDICT_Q4_INL");
-	return e ? (int64_t)atoll(e) : INL_MAX;
+/* own_max: OWN_MAX, or VERDICT_Q4_OWN's bytes (0: always the pre-pass),
+ * or q4_mma_set_own_max's. */
+static int64_t own_max = [] {
+	const char *e = getenv("VERDICT_Q4_OWN");
+	return e ? (int64_t)atoll(e) : OWN_MAX;
 }();
 
-void q4_mma_set_inline_max(int64_t cols) { inl_max = cols; }
+void q4_mma_set_own_max(int64_t bytes) { own_max = bytes; }
 
 size_t q4_mma_scratch_bytes(int64_t n, int64_t nout, int64_t cols, bool whole)
 {
@@ -334,17 +340,23 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G;
+	xq.n8 = n8, xq.G = G, xq.nlive = n8;
 	bool vec = ((uintptr_t)x & 15) == 0;
 	int S = slices(G);
 	int64_t sb = split_bytes(n, nout, cols);
 	float *part = sb > 0 && (int64_t)scratch_bytes >= xb + sb ? (float *)((char *)scratch + xb) : nullptr;
 	bool big = part || (n > FEW_MAX && nout >= 1024 && (n + 31) / 32 <= 65535);
-	/* The pre-pass for products whose kernels would quantise x many times
-	 * over (k_q4_mma_many; k_q4_mma_few on large matrices or tokens); a
-	 * small one quantises in its warps, saving a launch: the same bits. */
-	bool inl = !big && n <= 8 && cols <= inl_max;
-	if (!inl) {
+	int64_t tiles = (nout + 15) / 16, per = MW / S;
+	/* Row tiles a warp: more for tall matrices, so that the grid is a few
+	 * waves. */
+	int R = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
+	int64_t blocks = (tiles + per * R - 1) / (per * R);
+	/* x quantised in the product's blocks (no pre-pass launch) for up to
+	 * 8 tokens when it fits their shared memory and the grid is at most
+	 * two waves; else the pre-pass. The same bits either way. */
+	int64_t own_smem = n * G * 12 * 16 + G * 8 * 8;
+	bool own = !big && n <= 8 && own_smem <= own_max && blocks <= OWN_BLOCKS;
+	if (!own) {
 		cudaError_t e = launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)),
 		                           dim3(32 * MW), 0, st, (uint4 *)xq.frag, (float2 *)xq.xsx, x, n, n8, cols, vec);
 		if (e != cudaSuccess)
@@ -362,18 +374,14 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 			return many<4>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S);
 		return many<2>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S);
 	}
-	int64_t tiles = (nout + 15) / 16, per = MW / S;
-	/* Row tiles a warp: more for tall matrices, so that the grid is a few
-	 * waves. */
-	int R = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
 	/* Token tiles a warp (R ≤ 2): up to four, so that a chunk's weights
 	 * serve up to 32 tokens. */
-	int NT = R == 4 ? 1 : n > 16 ? 4 : n > 8 ? 2 : 1;
+	int NT = R == 4 || own ? 1 : n > 16 ? 4 : n > 8 ? 2 : 1;
 	int64_t ty = (n + 8 * NT - 1) / (8 * NT);
-	dim3 grid((unsigned)((tiles + per * R - 1) / (per * R)), (unsigned)(ty < 65535 ? ty : 65535));
+	dim3 grid((unsigned)blocks, (unsigned)(ty < 65535 ? ty : 65535));
 	void (*k)(float *, Xq, const float *, const uint8_t *, const float *, const int32_t *, int64_t, int64_t, int64_t,
 	          int, int, bool);
-	if (inl)
+	if (own)
 		k = R == 4 ? k_q4_mma_few<4, 2, 1, true> : R == 2 ? k_q4_mma_few<2, 2, 1, true> : k_q4_mma_few<1, 1, 1, true>;
 	else if (R == 4)
 		k = k_q4_mma_few<4, 2, 1, false>;
@@ -381,5 +389,6 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		k = NT == 4 ? k_q4_mma_few<2, 1, 4, false> : NT == 2 ? k_q4_mma_few<2, 1, 2, false> : k_q4_mma_few<2, 2, 1, false>;
 	else
 		k = NT == 4 ? k_q4_mma_few<1, 1, 4, false> : NT == 2 ? k_q4_mma_few<1, 1, 2, false> : k_q4_mma_few<1, 1, 1, false>;
-	return launch_pdl(pdl, k, grid, dim3(32 * MW), 0, st, y, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
+	return launch_pdl(pdl, k, grid, dim3(32 * MW), own ? (size_t)own_smem : 0, st, y, xq, x, q, so, ids, n, nout, cols,
+	                  lg, S, vec);
 }

@@ -57,6 +57,37 @@ static __device__ __forceinline__ uint32_t pack(int a, int b, int c, int d, int 
 	       ((uint32_t)d >> s & 255u) << 24;
 }
 
+static __device__ __forceinline__ float4 ld4(const float *p)
+{
+	float4 v = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
+	return v;
+}
+
+/* slices: the S of a matrix of G chunks. */
+static __host__ __device__ __forceinline__ int slices(int64_t G)
+{
+	return G >= 8 ? 8 : G >= 4 ? 4 : G >= 2 ? 2 : 1;
+}
+
+/* xcol: this lane's first column of a chunk (base_t). */
+static __device__ __forceinline__ int64_t xcol(int t) { return 32 * (t >> 1) + 8 * (t & 1); }
+
+/* load_x: this lane's 16 values of a chunk from xr (its first column), or
+ * zeros when not xl; vec: 16-byte loads. */
+static __device__ __forceinline__ void load_x(float4 *xv, const float *xr, bool xl, bool vec)
+{
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const float *p = xr + 16 * (u >> 1) + 4 * (u & 1);
+		if (!xl)
+			xv[u].x = xv[u].y = xv[u].z = xv[u].w = 0.0f;
+		else if (vec)
+			xv[u] = __ldg((const float4 *)p);
+		else
+			xv[u] = ld4(p);
+	}
+}
+
 /* Bq: the B side of a chunk for this lane: the limbs of token g's columns
  * as the k32 steps' fragments (b[limb][step][register]), and xs, Sx of
  * the lane's output tokens 2t (xs0, sx0) and 2t + 1 (xs1, sx1). */
@@ -129,26 +160,58 @@ static __device__ __forceinline__ void quant(Bq &o, const float4 *xv, float *own
 	o.sx1 = __shfl_sync(0xffffffffu, sx, 8 * t + 4);
 }
 
-/* The quantised x of q4_mma's pre-pass (k_q4_quant), for n8 tokens (n
- * rounded up to 8; the tokens past n are zeros) and G chunks: fragments
- * [token][chunk][limb][t] as uint4 (step 0's b0, b1, step 1's b0, b1),
- * then (xs, Sx) pairs [chunk][token]. */
+/* The quantised x of q4_mma: fragments [token][chunk][limb][t] as uint4
+ * (step 0's b0, b1, step 1's b0, b1), then (xs, Sx) pairs [chunk][token]
+ * for n8 tokens (a multiple of 8) and G chunks; the fragments of tokens
+ * from nlive on are zeros (not stored). In global memory from the
+ * pre-pass (k_q4_quant; nlive = n8, the tokens past n quantised zeros),
+ * or in a block's shared memory (k_q4_mma_few's own quantisation; nlive
+ * = n). */
 struct Xq {
 	const uint4 *frag;
 	const float2 *xsx;
-	int64_t n8, G;
+	int64_t n8, G, nlive;
 };
 
+/* quant_pair: quantises chunk ch of token tok of x (rows of cols) with
+ * this lane's group (live: a real pair; tokens ≥ n are zeros), writing
+ * its fragments and (xs, Sx) into frag and xsx laid out as Xq's. */
+static __device__ __forceinline__ void quant_pair(uint4 *frag, float2 *xsx, const float *x, int64_t tok, int64_t ch,
+                                                  bool live, int64_t n, int64_t n8, int64_t G, int64_t cols, bool vec)
+{
+	int t = threadIdx.x & 3;
+	float4 xv[4];
+	bool xl = live && tok < n;
+	load_x(xv, x + (xl ? tok : 0) * cols + ch * 64 + xcol(t), xl, vec);
+	Bq b;
+	float own[2];
+	quant(b, xv, own);
+	if (!live)
+		return;
+	uint4 *f = frag + (tok * G + ch) * 12 + t;
+#pragma unroll
+	for (int L = 0; L < 3; L++)
+		f[4 * L] = uint4{b.b[L][0][0], b.b[L][0][1], b.b[L][1][0], b.b[L][1][1]};
+	if (t == 0)
+		xsx[ch * n8 + tok] = float2{own[0], own[1]};
+}
+
 /* load_bq: Bq of chunk ch for token tile tok0 (tok0 + g this lane's B
- * token) from the pre-pass's buffer (after pdl_wait). */
+ * token) from xq (after pdl_wait, or the block's barrier). */
 static __device__ __forceinline__ void load_bq(Bq &o, const Xq &xq, int64_t tok0, int64_t ch)
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	const uint4 *f = xq.frag + ((tok0 + g) * xq.G + ch) * 12 + t;
+	if (tok0 + g < xq.nlive) {
+		const uint4 *f = xq.frag + ((tok0 + g) * xq.G + ch) * 12 + t;
 #pragma unroll
-	for (int L = 0; L < 3; L++) {
-		uint4 v = f[4 * L];
-		o.b[L][0][0] = v.x, o.b[L][0][1] = v.y, o.b[L][1][0] = v.z, o.b[L][1][1] = v.w;
+		for (int L = 0; L < 3; L++) {
+			uint4 v = f[4 * L];
+			o.b[L][0][0] = v.x, o.b[L][0][1] = v.y, o.b[L][1][0] = v.z, o.b[L][1][1] = v.w;
+		}
+	} else {
+#pragma unroll
+		for (int L = 0; L < 3; L++)
+			o.b[L][0][0] = o.b[L][0][1] = o.b[L][1][0] = o.b[L][1][1] = 0u;
 	}
 	float4 s = *(const float4 *)(xq.xsx + ch * xq.n8 + tok0 + 2 * t);
 	o.xs0 = s.x, o.sx0 = s.y, o.xs1 = s.z, o.sx1 = s.w;
@@ -228,37 +291,6 @@ static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)
 	for (int i = 0; i < 4; i++)
 		d[i] = fmaf((float)D[2][i], 65536.0f, fmaf((float)D[1][i], 256.0f, (float)D[0][i])) *
 		       ((i & 1) ? b.xs1 : b.xs0);
-}
-
-static __device__ __forceinline__ float4 ld4(const float *p)
-{
-	float4 v = {__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)};
-	return v;
-}
-
-/* slices: the S of a matrix of G chunks. */
-static __host__ __device__ __forceinline__ int slices(int64_t G)
-{
-	return G >= 8 ? 8 : G >= 4 ? 4 : G >= 2 ? 2 : 1;
-}
-
-/* xcol: this lane's first column of a chunk (base_t). */
-static __device__ __forceinline__ int64_t xcol(int t) { return 32 * (t >> 1) + 8 * (t & 1); }
-
-/* load_x: this lane's 16 values of a chunk from xr (its first column), or
- * zeros when not xl; vec: 16-byte loads. */
-static __device__ __forceinline__ void load_x(float4 *xv, const float *xr, bool xl, bool vec)
-{
-#pragma unroll
-	for (int u = 0; u < 4; u++) {
-		const float *p = xr + 16 * (u >> 1) + 4 * (u & 1);
-		if (!xl)
-			xv[u].x = xv[u].y = xv[u].z = xv[u].w = 0.0f;
-		else if (vec)
-			xv[u] = __ldg((const float4 *)p);
-		else
-			xv[u] = ld4(p);
-	}
 }
 
 /* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of

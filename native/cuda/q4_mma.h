@@ -35,9 +35,10 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
                    const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, void *scratch,
                    size_t scratch_bytes);
 
-/* q4_mma_set_inline_max: the most columns of a matrix whose product of up
- * to 8 tokens quantises x in its warps (no pre-pass); for the harness's
- * comparisons (both give the same bits). */
-void q4_mma_set_inline_max(int64_t cols);
+/* q4_mma_set_own_max: the most shared memory (bytes) a product of up to 8
+ * tokens may take to quantise x in its own blocks rather than in a
+ * pre-pass launch (0: always the pre-pass); for the harness's comparisons
+ * (both give the same bits). */
+void q4_mma_set_own_max(int64_t bytes);
 
 #endif
