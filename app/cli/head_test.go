@@ -67,6 +67,28 @@ func TestTrainHead(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Backend != "head" || !strings.HasPrefix(res.Source, "decision head") {
 		t.Errorf("score --backend head: backend %q, source %q (%v)", res.Backend, res.Source, err)
 	}
+	// score-file with the head: its log's header names the head, and a
+	// resume without it is refused.
+	in, log := filepath.Join(dir, "notes.jsonl"), filepath.Join(dir, "notes.log.jsonl")
+	os.WriteFile(in, []byte(`{"id": "a", "text": "the old station said now zebra."}`+"\n"+`{"id": "b", "text": "later violin."}`+"\n"), 0o644)
+	code, _, stderr = run("score-file", "--weights", "f32", "--schema", schema, "--backend", "head", "--head", out, "--input", in, "--output", log)
+	if code != 0 {
+		t.Fatalf("score-file --backend head: exit %d\n%s", code, stderr)
+	}
+	logged, _ := os.ReadFile(log)
+	lines := strings.Split(strings.TrimSpace(string(logged)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"head":"sha256:`) || !strings.Contains(lines[0], `"backend":"head"`) {
+		t.Errorf("score-file --backend head: want a header naming the head and 2 records, got:\n%s", logged)
+	}
+	for _, l := range lines[1:] {
+		if !strings.Contains(l, `"probability_source":"decision head`) || strings.Contains(l, `"error"`) {
+			t.Errorf("score-file --backend head: record not scored by the head: %s", l)
+		}
+	}
+	code, _, stderr = run("score-file", "--weights", "f32", "--schema", schema, "--input", in, "--output", log, "--resume")
+	if code == 0 || !strings.Contains(stderr, "--backend") {
+		t.Errorf("score-file --resume without the head: exit %d, stderr %q; want a refusal naming --backend", code, stderr)
+	}
 	ticket := filepath.Join("..", "..", "engine", "scorer", "testdata", "ticket.json")
 	for _, c := range []struct {
 		args []string

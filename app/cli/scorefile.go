@@ -29,6 +29,7 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	format := fs.String("format", "", "the input's format, jsonl or csv (default: from its extension)")
 	resume := fs.Bool("resume", false, "go on with an existing --output: skip the records it has, cut a torn last line")
 	shardFlag := fs.String("shard", "0/1", "score only shard I of N (0 <= I < N): the records whose position modulo N is I")
+	headFile := fs.String("head", "", "the decision head file of --backend head (from verdict train-head)")
 	concurrency := fs.Int("concurrency", 0, "records in flight at once, their passes batched together (0: what the key/value pool holds, at most 64)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -61,6 +62,9 @@ func scoreFileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	opt, err := scoreOptions(fs, f, stderr)
 	if err != nil {
+		return err
+	}
+	if err := headOption(fs, *f.backend, *headFile, false, &opt); err != nil {
 		return err
 	}
 	if sameFile(*input, *output) {

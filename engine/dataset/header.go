@@ -36,6 +36,9 @@ type Header struct {
 	Temperature float64 `json:"temperature"`
 	Calibration string  `json:"calibration"`
 	Normalize   string  `json:"normalize"`
+	// Head hashes the decision head of --backend head (its parameters as
+	// JSON), "" without one.
+	Head string `json:"head,omitempty"`
 }
 
 // Scoring is what NewHeader describes: the model, the schema and the
@@ -69,6 +72,11 @@ func NewHeader(s Scoring) (Header, error) {
 	var err error
 	if h.SchemaHash, err = Hash(s.Schema); err != nil {
 		return Header{}, err
+	}
+	if s.Options.Head != nil {
+		if h.Head, err = Hash(s.Options.Head); err != nil {
+			return Header{}, err
+		}
 	}
 	if c := s.Options.Calibration; c != nil {
 		// The fitted temperatures, not what the fit saw.
@@ -137,6 +145,7 @@ func (h Header) fields() []struct{ key, what, value, show string } {
 		{"temperature", "--temperature", temp, temp},
 		{"calibration", "--calibration", h.Calibration, orNone(h.Calibration)},
 		{"normalize", "--normalize", h.Normalize, h.Normalize},
+		{"head", "--head", h.Head, orNone(h.Head)},
 	}
 }
 
