@@ -67,7 +67,7 @@ const (
 )
 
 // DefaultGroup is the q4 group size (columns per scale and offset), chosen
-// by measurement: see README.md.
+// by measurement: see docs/architecture.md (Weights).
 const DefaultGroup = 64
 
 // ParseWeights reads a --weights value: "f32" or "q4".
