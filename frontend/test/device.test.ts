@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ModelBar, deviceLine, deviceWarning, residentSummary } from '../src/ui/modelBar';
+import { ModelBar, deviceLine, deviceWarning, replicaLines, residentSummary } from '../src/ui/modelBar';
 import { SettingsDialog, deviceNote, plainDeviceReason } from '../src/ui/settingsDialog';
-import type { DeviceInfo, ModelInfo, Preferences } from '../src/types';
+import type { DeviceInfo, ModelInfo, Preferences, ReplicaInfo } from '../src/types';
 
 const cpu: DeviceInfo = { requested: 'cpu', backend: 'cpu', name: 'AMD EPYC', cores: 16, simd: 'avx512' };
 const fellBack: DeviceInfo = {
@@ -139,5 +139,36 @@ describe('settings dialog device choice', () => {
     const sel = d.el.querySelector<HTMLSelectElement>('select[name="device"]')!;
     expect(sel.value).toBe('cuda:1');
     expect(d.el.querySelector('#device-note')!.textContent).toBe('Chosen when a model loads.');
+  });
+});
+
+describe('model bar replicas (serve --devices)', () => {
+  const g0: DeviceInfo = { ...gpu, requested: 'cuda:0' }, g1: DeviceInfo = { ...gpu, requested: 'cuda:1' };
+  const reps: ReplicaInfo[] = [
+    { device: g0, up: true, requests: 120, running: 3 },
+    { device: g1, up: true, requests: 118, running: 2 },
+  ];
+
+  it('shows how many devices share the requests, and each in the title', () => {
+    const el = bar({ ...model(g0), replicas: reps });
+    expect(el.querySelector('#device-replicas')!.textContent).toBe(' × 2 devices');
+    expect(el.querySelector('#replicas-down')).toBeNull();
+    const title = el.querySelector<HTMLElement>('#device-chip')!.title;
+    expect(title).toContain('cuda:0 · cuda · H200 · 141 GB: 120 answered, 3 running');
+    expect(title).toContain('cuda:1 · cuda · H200 · 141 GB: 118 answered, 2 running');
+  });
+
+  it('warns when a device is down, with its error', () => {
+    const down = [reps[0], { ...reps[1], up: false, error: 'cuda: stream failed (error 700)' }];
+    const el = bar({ ...model(g0), replicas: down });
+    const badge = el.querySelector<HTMLElement>('#replicas-down')!;
+    expect(badge.textContent).toBe('1 of 2 down');
+    expect(badge.title).toBe('cuda:1: cuda: stream failed (error 700)');
+    expect(replicaLines(down)[1]).toBe('cuda:1 · cuda · H200 · 141 GB: down — cuda: stream failed (error 700); its requests ran again on the others');
+  });
+
+  it('shows nothing for one device', () => {
+    const el = bar({ ...model(g0), replicas: [reps[0]] });
+    expect(el.querySelector('#device-replicas')).toBeNull();
   });
 });

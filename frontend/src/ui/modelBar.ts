@@ -1,7 +1,7 @@
 // The model: what is loaded, its size and inputs, load progress and errors,
 // and loading another (the built-in model or a Gemma 3n folder).
 import { fmtBytes, fmtMs, fmtParams } from '../format';
-import type { DeviceInfo, MediaAvailability, ModelInfo } from '../types';
+import type { DeviceInfo, MediaAvailability, ModelInfo, ReplicaInfo } from '../types';
 import { h, replace } from './dom';
 
 export interface ModelHost {
@@ -92,13 +92,30 @@ export class ModelBar {
     if (!d || m.state === 'none') return;
     const warn = deviceWarning(d);
     const res = m.state === 'ready' ? residentSummary(m) : '';
-    const title = [deviceLine(d), res && `resident: ${res}`, d.note].filter((x) => x).join('\n');
+    const reps = m.replicas && m.replicas.length > 1 ? m.replicas : null;
+    const title = [deviceLine(d), res && `resident: ${res}`, d.note, ...(reps ? replicaLines(reps) : [])].filter((x) => x).join('\n');
     this.device.title = title;
+    const down = reps ? reps.filter((r) => !r.up).length : 0;
     replace(this.device,
       h('span#device-name', null, deviceLine(d)),
+      reps ? h('span#device-replicas', { title: replicaLines(reps).join('\n') }, ` × ${reps.length} devices`) : null,
       res ? h('span.muted#device-resident', null, ` · ${res}`) : null,
-      warn ? h('span#device-fallback', { class: `badge ${warn.level}`, title: d.note ?? '' }, warn.text) : null);
+      warn ? h('span#device-fallback', { class: `badge ${warn.level}`, title: d.note ?? '' }, warn.text) : null,
+      down ? h('span.badge.warn#replicas-down', { title: reps!.filter((r) => !r.up).map((r) => `${r.device.requested}: ${r.error ?? 'failed'}`).join('\n') },
+        `${down} of ${reps!.length} down`) : null);
   }
+}
+
+/**
+ * One line a replica (serve --devices): "cuda:1 · cuda · H200 · 141 GB: 120
+ * answered, 3 running", or its error once its device failed.
+ */
+export function replicaLines(reps: ReplicaInfo[]): string[] {
+  return reps.map((r) => {
+    const name = `${r.device.requested} · ${deviceLine(r.device)}`;
+    if (!r.up) return `${name}: down — ${r.error ?? 'its device failed'}; its requests ran again on the others`;
+    return `${name}: ${r.requests} answered, ${r.running} running`;
+  });
 }
 
 /**
