@@ -14,10 +14,10 @@ const here = new URL('.', import.meta.url).pathname;
 export const out = resolve(process.env.E2E_OUT ?? mkdtempSync(join(tmpdir(), 'verdict-e2e-')));
 mkdirSync(out, { recursive: true });
 
-/** Starts `verdict serve` (no model, no settings file); resolves to its URL and a stop function. */
-export async function serve() {
+/** Starts `verdict serve` (no model, no settings file, then extra's flags); resolves to its URL and a stop function. */
+export async function serve(extra = []) {
   const bin = resolve(process.env.VERDICT_BIN ?? join(here, '..', '..', 'verdict'));
-  const server = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--model', 'none', '--settings='], {
+  const server = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--model', 'none', '--settings=', ...extra], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, VERDICT_CAPTURE: 'synthetic' },
   });
