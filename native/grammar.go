@@ -71,7 +71,7 @@ type Grammar struct {
 
 // HasCatalogStep reports whether the backend implements the catalog step.
 func (b *Backend) HasCatalogStep() bool {
-	return b.t.grammar_bind != nil && b.t.catalog_step != nil && b.t.catalog_init != nil && b.t.grammar_free != nil
+	return b.Supports(OpGrammarBind) && b.Supports(OpCatalogStep) && b.Supports(OpCatalogInit) && b.Supports(OpGrammarFree)
 }
 
 // BindGrammar checks sp's shape and copies it into the backend.

@@ -17,16 +17,6 @@ static void *vdl_sym(void *h, const char *name) { dlerror(); return dlsym(h, nam
 static vd_backend *vdl_call(void *fn, int dev, char *err, size_t n) { return ((vdl_open_fn)fn)(dev, err, n); }
 static int vdl_count(void *fn, char *err, size_t n) { return ((vdl_count_fn)fn)(err, n); }
 
-// vdl_missing returns the 1-based index of the table's first NULL
-// function, 0 when there is none.
-static int vdl_missing(vd_backend *b) {
-	void *const *f = (void *const *)&b->alloc;
-	int n = (int)((sizeof(vd_backend) - offsetof(vd_backend, alloc)) / sizeof(void *));
-	for (int i = 0; i < n; i++)
-		if (!f[i])
-			return i + 1;
-	return 0;
-}
 */
 import "C"
 
@@ -144,8 +134,9 @@ func loadCUDA(dev int) (*Backend, error) {
 		return nil, fmt.Errorf("cuda: ABI mismatch: the library implements backend ABI %d, this verdict needs %d; rebuild %s",
 			int(t.abi), int(C.VD_ABI), CUDALibrary)
 	}
-	if i := C.vdl_missing(t); i != 0 {
-		return nil, fmt.Errorf("cuda: the library's table lacks function %d", int(i))
+	if i := int(C.vd_required_missing(t)); i != 0 {
+		return nil, fmt.Errorf("cuda: the library's table lacks %s (its device, buffer and stream parts are required)",
+			requiredNames[i-1])
 	}
 	return &Backend{t: t}, nil
 }

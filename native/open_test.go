@@ -39,11 +39,12 @@ static void nop(void) {}
 static vd_backend t;
 vd_backend *vd_cuda_backend(int dev, char *err, size_t n) {
 	if (dev == 7) { snprintf(err, n, "cuda: no CUDA device (fake)"); return 0; }
-	void **f = (void **)&t.alloc;
-	for (size_t i = 0; i < (sizeof t - offsetof(vd_backend, alloc)) / sizeof(void *); i++)
+	void **f = (void **)&t.device;
+	for (size_t i = 0; i < (sizeof t - offsetof(vd_backend, device)) / sizeof(void *); i++)
 		f[i] = (void *)nop;
 	t.abi = ABI; t.name = "cuda";
-	if (HOLE) t.sample = 0;
+	if (HOLE == 1) t.op.sample = 0;     /* an operation it leaves to the CPU */
+	if (HOLE == 2) t.stream.sync = 0;   /* a required entry */
 	return &t;
 }
 `
@@ -62,6 +63,7 @@ func TestOpenCUDA(t *testing.T) {
 	wrongABI := fakeLib(t, fake("(VD_ABI + 1)", "0"))
 	good := fakeLib(t, fake("VD_ABI", "0"))
 	holed := fakeLib(t, fake("VD_ABI", "1"))
+	broken := fakeLib(t, fake("VD_ABI", "2"))
 	noSym := fakeLib(t, "int something_else(void) { return 1; }\n")
 	missing := filepath.Join(t.TempDir(), CUDALibrary)
 	for _, tc := range []struct {
@@ -75,7 +77,8 @@ func TestOpenCUDA(t *testing.T) {
 		{"abi mismatch, auto", wrongABI, "auto", "", "cpu", "ABI mismatch"},
 		{"no symbol", noSym, "cuda", "no vd_cuda_backend", "", ""},
 		{"no device", good, "cuda:7", "no CUDA device (fake)", "", ""},
-		{"table with a hole", holed, "cuda", "lacks function", "", ""},
+		{"table without sync", broken, "cuda", "lacks sync (its device, buffer and stream parts are required)", "", ""},
+		{"table without sample", holed, "cuda", "", "cuda", ""},
 		{"folder of the library", filepath.Dir(good), "cuda", "", "cuda", ""},
 		{"good", good, "cuda", "", "cuda", ""},
 		{"good, auto", good, "auto", "", "cuda", ""},

@@ -155,9 +155,9 @@ void vd_cpu_catalog_step(vd_stream *s, vd_gram *g, const vd_cat_step *c)
 		x.data = (float *)c->h.data + hr * D;
 		x.rows = 1;
 		vd_tensor ids = {tok, NULL, VD_I32, 0, 1, nl};
-		b->linear_rows(s, y, x, c->w, ids);
+		b->op.linear_rows(s, y, x, c->w, ids);
 		if (c->softcap > 0)
-			b->ew(s, VD_EW_SOFTCAP, y, y, y, c->softcap);
+			b->op.ew(s, VD_EW_SOFTCAP, y, y, y, c->softcap);
 		int32_t best = 0, nan = 0;
 		for (int32_t j = 0; j < nl; j++) {
 			nan |= lg[j] != lg[j];

@@ -315,7 +315,7 @@ static Bound bind(const Trie &t)
 {
 	Bound b;
 	vd_grammar x = t.g();
-	int rc = CPU->grammar_bind(CPU, &x, &b.c), rg = GPU->grammar_bind(GPU, &x, &b.g);
+	int rc = CPU->op.grammar_bind(CPU, &x, &b.c), rg = GPU->op.grammar_bind(GPU, &x, &b.g);
 	if (rc || rg) {
 		fprintf(stderr, "catalog_check: bind failed (cpu %d, gpu %d)\n", rc, rg);
 		exit(3);
@@ -324,8 +324,8 @@ static Bound bind(const Trie &t)
 }
 static void unbind(Bound &b)
 {
-	CPU->grammar_free(CPU, b.c);
-	GPU->grammar_free(GPU, b.g);
+	CPU->op.grammar_free(CPU, b.c);
+	GPU->op.grammar_free(GPU, b.g);
 }
 
 /* init_both starts n walks with random k in 1..kcap on both sides. */
@@ -336,9 +336,9 @@ static void init_both(Walks &w, Bound &b, int64_t n, int kcap)
 		k = 1 + (int32_t)(rng() % (uint64_t)std::min<int64_t>(kcap, w.kmax));
 	put(w.k, ks.data(), ks.size() * 4);
 	vd_cat_step cc = desc(w, false, n, nullptr, nullptr, 0), cg = desc(w, true, n, nullptr, nullptr, 0);
-	CPU->catalog_init(CS, b.c, &cc);
-	GPU->catalog_init(GS, b.g, &cg);
-	GPU->sync(GS);
+	CPU->op.catalog_init(CS, b.c, &cc);
+	GPU->op.catalog_init(GS, b.g, &cg);
+	GPU->stream.sync(GS);
 }
 
 /* step_both runs one step on both sides with fresh hidden rows; returns
@@ -348,9 +348,9 @@ static std::string step_both(Walks &w, Bound &b, const Head &hd, int64_t n, floa
 	std::vector<float> x = hidden(n, exact);
 	put(h, x.data(), x.size() * 4);
 	vd_cat_step cc = desc(w, false, n, &h, &hd, cap), cg = desc(w, true, n, &h, &hd, cap);
-	CPU->catalog_step(CS, b.c, &cc);
-	GPU->catalog_step(GS, b.g, &cg);
-	if (int rc = GPU->sync(GS))
+	CPU->op.catalog_step(CS, b.c, &cc);
+	GPU->op.catalog_step(GS, b.g, &cg);
+	if (int rc = GPU->stream.sync(GS))
 		return "GPU error " + std::to_string(rc);
 	return same_walks(w);
 }
@@ -450,10 +450,10 @@ static void check_dense()
 					vd_stream *st = g ? GS : CS;
 					std::vector<uint8_t> pre = g ? gpu_bytes(w.seq) : std::vector<uint8_t>((uint8_t *)w.seq.c, (uint8_t *)w.seq.c + w.seq.n);
 					vd_cat_step c = desc(w, g, n, &h, &hd, cap);
-					be->catalog_step(st, g ? b.g : b.c, &c);
-					be->linear(st, T(dense, g, VD_F32, n, V), T(h, g, VD_F32, n, D), hd.t(g));
-					be->ew(st, VD_EW_SOFTCAP, T(dense, g, VD_F32, n, V), T(dense, g, VD_F32, n, V), NIL(), cap);
-					be->sync(st);
+					be->op.catalog_step(st, g ? b.g : b.c, &c);
+					be->op.linear(st, T(dense, g, VD_F32, n, V), T(h, g, VD_F32, n, D), hd.t(g));
+					be->op.ew(st, VD_EW_SOFTCAP, T(dense, g, VD_F32, n, V), T(dense, g, VD_F32, n, V), NIL(), cap);
+					be->stream.sync(st);
 					std::vector<uint8_t> sq = g ? gpu_bytes(w.seq) : std::vector<uint8_t>((uint8_t *)w.seq.c, (uint8_t *)w.seq.c + w.seq.n);
 					std::vector<uint8_t> lg = g ? gpu_bytes(w.legal) : std::vector<uint8_t>((uint8_t *)w.legal.c, (uint8_t *)w.legal.c + w.legal.n);
 					std::vector<uint8_t> lo = g ? gpu_bytes(w.logits) : std::vector<uint8_t>((uint8_t *)w.logits.c, (uint8_t *)w.logits.c + w.logits.n);
@@ -543,7 +543,7 @@ static void check_broken()
 	for (auto *tr : {&w, &oob}) {
 		vd_grammar x = tr->g();
 		vd_gram *c = nullptr, *g = nullptr;
-		int rc = CPU->grammar_bind(CPU, &x, &c), rg = GPU->grammar_bind(GPU, &x, &g);
+		int rc = CPU->op.grammar_bind(CPU, &x, &c), rg = GPU->op.grammar_bind(GPU, &x, &g);
 		int want = tr == &w ? VD_CAT_ESHAPE : VD_CAT_ETRIE;
 		verdict(rc == want && rg == want && !c && !g, "bind refuses %s: cpu %d, gpu %d (want %d)",
 		        tr == &w ? "a node of 257 edges" : "a child out of range", rc, rg, want);
@@ -629,7 +629,7 @@ static void check_switch()
 		std::vector<float> xa = hidden(n, true);
 		put(h, xa.data(), xa.size() * 4);
 		vd_cat_step ca = desc(wa, false, n, &h, &hd, 0);
-		CPU->catalog_step(CS, a.c, &ca);
+		CPU->op.catalog_step(CS, a.c, &ca);
 		if (cudaGraphLaunch(exec, cs) != cudaSuccess || cudaStreamSynchronize(cs) != cudaSuccess || !same_walks(wa).empty())
 			same = false;
 	}
@@ -663,7 +663,7 @@ static void check_determinism()
 		std::vector<int32_t> ks((size_t)n, 3);
 		put(w.k, ks.data(), ks.size() * 4);
 		vd_cat_step ci = desc(w, true, n, nullptr, nullptr, 0);
-		GPU->catalog_init(GS, b.g, &ci);
+		GPU->op.catalog_init(GS, b.g, &ci);
 		Pair h = zeros((size_t)(n * D * 4));
 		std::vector<uint8_t> all;
 		marks.clear();
@@ -671,8 +671,8 @@ static void check_determinism()
 			std::vector<float> x = hidden(n, false);
 			put(h, x.data(), x.size() * 4);
 			vd_cat_step c = desc(w, true, n, &h, &hd, 30.0f);
-			GPU->catalog_step(GS, b.g, &c);
-			GPU->sync(GS);
+			GPU->op.catalog_step(GS, b.g, &c);
+			GPU->stream.sync(GS);
 			for (const Pair *bb : {&w.seq, &w.legal, &w.logits, &w.next, &w.emitted}) {
 				marks.push_back(all.size());
 				std::vector<uint8_t> v = gpu_bytes(*bb);

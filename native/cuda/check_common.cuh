@@ -73,8 +73,8 @@ static cudaDeviceProp check_open(const char *prog, uint64_t seed, int col)
 	}
 	vk_init(8);
 	CPU = vd_cpu_backend();
-	CS = CPU->stream_new(CPU);
-	GS = GPU->stream_new(GPU);
+	CS = CPU->stream.stream_new(CPU);
+	GS = GPU->stream.stream_new(GPU);
 	cudaDeviceProp prop;
 	cudaGetDeviceProperties(&prop, 0);
 	return prop;
@@ -123,7 +123,7 @@ static Pair pair(size_t bytes, int v)
 	Pair p;
 	p.n = bytes ? bytes : 4;
 	p.c = malloc(p.n);
-	p.g = GPU->alloc(GPU, p.n);
+	p.g = GPU->buffer.alloc(GPU, p.n);
 	if (!p.c || !p.g) {
 		fprintf(stderr, "%s: out of memory (%zu bytes)\n", check_prog, bytes);
 		exit(3);
@@ -161,7 +161,7 @@ static void free_all()
 {
 	for (Pair &p : live_pairs) {
 		free(p.c);
-		GPU->release(GPU, p.g, p.n);
+		GPU->buffer.release(GPU, p.g, p.n);
 	}
 	live_pairs.clear();
 }
@@ -245,9 +245,9 @@ static std::vector<uint16_t> bf16_of(const std::vector<float> &f)
 static bool run(const std::string &name, const std::function<void(vd_backend *, vd_stream *, bool)> &op)
 {
 	op(CPU, CS, false);
-	CPU->sync(CS);
+	CPU->stream.sync(CS);
 	op(GPU, GS, true);
-	int rc = GPU->sync(GS);
+	int rc = GPU->stream.sync(GS);
 	if (rc) {
 		checks++;
 		failures++;

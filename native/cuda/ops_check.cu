@@ -84,7 +84,7 @@ static void check_linear()
 			snprintf(nm, sizeof nm, "linear %s n=%lld %lldx%lld", dtname(dt), (long long)s.n, (long long)s.rows,
 			         (long long)s.cols);
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->linear(st, T(Y, g, VD_F32, s.n, s.rows), T(X, g, VD_F32, s.n, s.cols), wt(g));
+				    b->op.linear(st, T(Y, g, VD_F32, s.n, s.rows), T(X, g, VD_F32, s.n, s.cols), wt(g));
 			    }))
 				cmp(nm, Y, (size_t)(s.n * s.rows), TOL_DOT);
 			/* The last row alone, on the GPU: the same bits as in the batch. */
@@ -93,8 +93,8 @@ static void check_linear()
 				Pair Y1 = out((size_t)(s.rows * 4));
 				vd_tensor x1 = T(X, true, VD_F32, 1, s.cols);
 				x1.data = (float *)X.g + (s.n - 1) * s.cols;
-				GPU->linear(GS, T(Y1, true, VD_F32, 1, s.rows), x1, wt(true));
-				GPU->sync(GS);
+				GPU->op.linear(GS, T(Y1, true, VD_F32, 1, s.rows), x1, wt(true));
+				GPU->stream.sync(GS);
 				std::vector<float> one = down_f(Y1, (size_t)s.rows);
 				std::vector<float> last(all.end() - s.rows, all.end());
 				same(std::string(nm) + " row alone = in batch", one, last);
@@ -105,7 +105,7 @@ static void check_linear()
 			Pair YR = out((size_t)(s.n * k * 4));
 			std::string nr = std::string("linear_rows ") + (nm + 7);
 			if (run(nr.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->linear_rows(st, T(YR, g, VD_F32, s.n, k), T(X, g, VD_F32, s.n, s.cols), wt(g),
+				    b->op.linear_rows(st, T(YR, g, VD_F32, s.n, k), T(X, g, VD_F32, s.n, s.cols), wt(g),
 				                   T(ID, g, VD_I32, 1, k));
 			    }))
 				cmp(nr, YR, (size_t)(s.n * k), TOL_DOT);
@@ -130,14 +130,14 @@ static void check_linear_alone()
 		Q4 q = randq4(s.rows, s.cols, s.group);
 		vd_tensor w = Q(q.q, q.so, true, s.rows, s.cols, s.group);
 		Pair Y = out((size_t)(s.n * s.rows * 4)), Y1 = out((size_t)(s.rows * 4)), YR = out((size_t)(s.n * s.rows * 4));
-		GPU->linear(GS, T(Y, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), w);
-		GPU->sync(GS);
+		GPU->op.linear(GS, T(Y, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), w);
+		GPU->stream.sync(GS);
 		std::vector<float> all = down_f(Y, (size_t)(s.n * s.rows)), alone;
 		for (int64_t t = 0; t < s.n; t++) {
 			vd_tensor x1 = T(X, true, VD_F32, 1, s.cols);
 			x1.data = (float *)X.g + t * s.cols;
-			GPU->linear(GS, T(Y1, true, VD_F32, 1, s.rows), x1, w);
-			GPU->sync(GS);
+			GPU->op.linear(GS, T(Y1, true, VD_F32, 1, s.rows), x1, w);
+			GPU->stream.sync(GS);
 			std::vector<float> one = down_f(Y1, (size_t)s.rows);
 			alone.insert(alone.end(), one.begin(), one.end());
 		}
@@ -149,9 +149,9 @@ static void check_linear_alone()
 		for (int64_t i = 0; i < s.rows; i++)
 			rev[(size_t)i] = (int32_t)(s.rows - 1 - i);
 		Pair ID = in(rev);
-		GPU->linear_rows(GS, T(YR, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), w,
+		GPU->op.linear_rows(GS, T(YR, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), w,
 		                 T(ID, true, VD_I32, 1, s.rows));
-		GPU->sync(GS);
+		GPU->stream.sync(GS);
 		std::vector<float> rr = down_f(YR, (size_t)(s.n * s.rows)), back(rr.size());
 		for (int64_t t = 0; t < s.n; t++)
 			for (int64_t i = 0; i < s.rows; i++)
@@ -173,7 +173,7 @@ static void check_router()
 			Pair Y = out((size_t)(n * nout * 4));
 			std::string nm = "router n=" + std::to_string(n) + " dim=" + std::to_string(dim);
 			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->router(st, T(Y, g, VD_F32, n, nout), T(F, g, VD_F32, n, dim), T(X, g, VD_F32, n, dim),
+				    b->op.router(st, T(Y, g, VD_F32, n, nout), T(F, g, VD_F32, n, dim), T(X, g, VD_F32, n, dim),
 				              T(NW, g, VD_F32, 1, dim), T(WR, g, VD_F32, nout, dim), dim, 1e-6f, 1.0f / dim);
 			    }))
 				cmp(nm, Y, (size_t)(n * nout), TOL_DOT);
@@ -182,9 +182,9 @@ static void check_router()
 				Pair Y1 = out((size_t)(nout * 4));
 				vd_tensor x1 = T(X, true, VD_F32, 1, dim);
 				x1.data = (float *)X.g + (n - 1) * dim;
-				GPU->router(GS, T(Y1, true, VD_F32, 1, nout), T(F, true, VD_F32, 1, dim), x1, T(NW, true, VD_F32, 1, dim),
+				GPU->op.router(GS, T(Y1, true, VD_F32, 1, nout), T(F, true, VD_F32, 1, dim), x1, T(NW, true, VD_F32, 1, dim),
 				            T(WR, true, VD_F32, nout, dim), dim, 1e-6f, 1.0f / dim);
-				GPU->sync(GS);
+				GPU->stream.sync(GS);
 				std::vector<float> one = down_f(Y1, (size_t)nout);
 				same(nm + " row alone = in batch", one, std::vector<float>(all.end() - nout, all.end()));
 				/* five outputs take k_router, four k_router_reg: the
@@ -192,9 +192,9 @@ static void check_router()
 				std::vector<float> w5 = down_f(WR, (size_t)(nout * dim)), more = randf((size_t)dim, -0.2f, 0.2f);
 				w5.insert(w5.end(), more.begin(), more.end());
 				Pair W5 = in(w5), Y5 = out((size_t)(n * 5 * 4));
-				GPU->router(GS, T(Y5, true, VD_F32, n, 5), T(F, true, VD_F32, n, dim), T(X, true, VD_F32, n, dim),
+				GPU->op.router(GS, T(Y5, true, VD_F32, n, 5), T(F, true, VD_F32, n, dim), T(X, true, VD_F32, n, dim),
 				            T(NW, true, VD_F32, 1, dim), T(W5, true, VD_F32, 5, dim), dim, 1e-6f, 1.0f / dim);
-				GPU->sync(GS);
+				GPU->stream.sync(GS);
 				std::vector<float> y5 = down_f(Y5, (size_t)(n * 5)), first4;
 				for (int64_t t = 0; t < n; t++)
 					first4.insert(first4.end(), y5.begin() + t * 5, y5.begin() + t * 5 + 4);
@@ -212,19 +212,19 @@ static void check_router()
 					     CB = out((size_t)(n * nc * 4));
 					std::string nc_nm = nm + " router_coef " + std::to_string(no) + "x" + std::to_string(nc) + (plus ? " +1" : "");
 					if (run(nc_nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-						    b->router_coef(st, T(YA, g, VD_F32, n, no), T(F, g, VD_F32, n, dim), T(X, g, VD_F32, n, dim),
+						    b->op.router_coef(st, T(YA, g, VD_F32, n, no), T(F, g, VD_F32, n, dim), T(X, g, VD_F32, n, dim),
 						                   T(NW, g, VD_F32, 1, dim), T(WR2, g, VD_F32, no, dim), dim, 1e-6f, 1.0f / dim,
 						                   T(CW, g, VD_F32, nc, no), T(CA, g, VD_F32, n, nc), 1.0f, plus);
 					    })) {
 						cmp(nc_nm + " (router)", YA, (size_t)(n * no), TOL_DOT);
 						cmp(nc_nm + " (coefficients)", CA, (size_t)(n * nc), TOL_DOT);
 					}
-					GPU->router(GS, T(YB, true, VD_F32, n, no), T(F, true, VD_F32, n, dim), T(X, true, VD_F32, n, dim),
+					GPU->op.router(GS, T(YB, true, VD_F32, n, no), T(F, true, VD_F32, n, dim), T(X, true, VD_F32, n, dim),
 					            T(NW, true, VD_F32, 1, dim), T(WR2, true, VD_F32, no, dim), dim, 1e-6f, 1.0f / dim);
-					GPU->linear(GS, T(CB, true, VD_F32, n, nc), T(YB, true, VD_F32, n, no), T(CW, true, VD_F32, nc, no));
+					GPU->op.linear(GS, T(CB, true, VD_F32, n, nc), T(YB, true, VD_F32, n, no), T(CW, true, VD_F32, nc, no));
 					if (plus)
-						GPU->ew(GS, VD_EW_ADD_CONST, T(CB, true, VD_F32, n, nc), T(CB, true, VD_F32, n, nc), NIL(), 1.0f);
-					GPU->sync(GS);
+						GPU->op.ew(GS, VD_EW_ADD_CONST, T(CB, true, VD_F32, n, nc), T(CB, true, VD_F32, n, nc), NIL(), 1.0f);
+					GPU->stream.sync(GS);
 					same(nc_nm + " = router, linear, add_const", down_f(CA, (size_t)(n * nc)), down_f(CB, (size_t)(n * nc)));
 				}
 			}
@@ -314,7 +314,7 @@ static void check_sparse_mlp()
 		snprintf(nm, sizeof nm, "sparse_mlp n=%lld inter=%lld d=%lld g=%d", (long long)s.n, (long long)s.inter,
 		         (long long)s.d, s.group);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->sparse_mlp(st, T(Y, g, VD_F32, s.n, s.d), T(G, g, VD_F32, s.n, s.inter),
+			    b->op.sparse_mlp(st, T(Y, g, VD_F32, s.n, s.d), T(G, g, VD_F32, s.n, s.inter),
 			                  T(H, g, VD_F32, s.n, s.inter), T(I, g, VD_I32, s.n, s.inter),
 			                  T(X, g, VD_F32, s.n, s.d), Q(up.q, up.so, g, s.inter, s.d, s.group),
 			                  Q(dt.q, dt.so, g, s.inter, s.d, s.group), 1.6448536f);
@@ -327,11 +327,11 @@ static void check_sparse_mlp()
 			Pair G1 = in(g1), H1 = out((size_t)s.inter * 4), I1 = out((size_t)s.inter * 4), Y1 = out((size_t)s.d * 4);
 			vd_tensor x1 = T(X, true, VD_F32, 1, s.d);
 			x1.data = (float *)X.g + (s.n - 1) * s.d;
-			GPU->sparse_mlp(GS, T(Y1, true, VD_F32, 1, s.d), T(G1, true, VD_F32, 1, s.inter),
+			GPU->op.sparse_mlp(GS, T(Y1, true, VD_F32, 1, s.d), T(G1, true, VD_F32, 1, s.inter),
 			                T(H1, true, VD_F32, 1, s.inter), T(I1, true, VD_I32, 1, s.inter), x1,
 			                Q(up.q, up.so, true, s.inter, s.d, s.group), Q(dt.q, dt.so, true, s.inter, s.d, s.group),
 			                1.6448536f);
-			GPU->sync(GS);
+			GPU->stream.sync(GS);
 			same(std::string(nm) + " token alone = in batch", down_f(Y1, (size_t)s.d),
 			     std::vector<float>(all.end() - s.d, all.end()));
 		}
@@ -350,37 +350,37 @@ static void check_rows()
 			Pair Y = out(n * 4);
 			std::string nm = std::string("rmsnorm") + (withw ? " w" : " no-w") + sfx;
 			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->rmsnorm(st, T(Y, g, VD_F32, rows, dim), T(X, g, VD_F32, rows, dim),
+				    b->op.rmsnorm(st, T(Y, g, VD_F32, rows, dim), T(X, g, VD_F32, rows, dim),
 				               withw ? T(W, g, VD_F32, 1, dim) : NIL(), dim, 1e-6f);
 			    }))
 				cmp(nm, Y, n, TOL_DOT);
 		}
 		Pair R = out((size_t)rows * 4);
 		if (run("row_rms", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->row_rms(st, T(R, g, VD_F32, rows, 1), T(X, g, VD_F32, rows, dim), dim, 1e-3f);
+			    b->op.row_rms(st, T(R, g, VD_F32, rows, 1), T(X, g, VD_F32, rows, dim), dim, 1e-3f);
 		    }))
 			cmp("row_rms" + sfx, R, (size_t)rows, TOL_DOT);
 		Pair SC = in(randf((size_t)rows)), X2 = in(randf(n));
 		if (run("scale_rows", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->scale_rows(st, T(X2, g, VD_F32, rows, dim), T(SC, g, VD_F32, rows, 1), dim);
+			    b->op.scale_rows(st, T(X2, g, VD_F32, rows, dim), T(SC, g, VD_F32, rows, 1), dim);
 		    }))
 			cmp("scale_rows" + sfx, X2, n, TOL_EW);
 		Pair X3 = in(randf(n));
 		if (run("mul_rows", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->mul_rows(st, T(X3, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim));
+			    b->op.mul_rows(st, T(X3, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim));
 		    }))
 			cmp("mul_rows" + sfx, X3, n, TOL_EW);
 		Pair G = in(randf(n, -2, 2)), U = in(randf(n));
 		if (run("sparse_gelu_mul", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->sparse_gelu_mul(st, T(G, g, VD_F32, rows, dim), T(U, g, VD_F32, rows, dim), dim, 1.6448536f);
+			    b->op.sparse_gelu_mul(st, T(G, g, VD_F32, rows, dim), T(U, g, VD_F32, rows, dim), dim, 1.6448536f);
 		    }))
 			cmp("sparse_gelu_mul" + sfx, G, n, TOL_DOT);
 		/* norm_add: in place (y = a) without b, and with b. */
 		Pair NX = in(randf(n, -3, 3)), NA = in(randf(n)), NB = in(randf(n)), NY = out(n * 4);
 		if (run("norm_add", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->norm_add(st, T(NA, g, VD_F32, rows, dim), T(NX, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim),
+			    b->op.norm_add(st, T(NA, g, VD_F32, rows, dim), T(NX, g, VD_F32, rows, dim), T(W, g, VD_F32, 1, dim),
 			                T(NA, g, VD_F32, rows, dim), vd_tensor{}, dim, 1e-6f, 0);
-			    b->norm_add(st, T(NY, g, VD_F32, rows, dim), T(NX, g, VD_F32, rows, dim), vd_tensor{},
+			    b->op.norm_add(st, T(NY, g, VD_F32, rows, dim), T(NX, g, VD_F32, rows, dim), vd_tensor{},
 			                T(NA, g, VD_F32, rows, dim), T(NB, g, VD_F32, rows, dim), dim, 1e-6f, 0.7071f);
 		    })) {
 			cmp("norm_add in place" + sfx, NA, n, TOL_DOT);
@@ -389,7 +389,7 @@ static void check_rows()
 		Pair L = out((size_t)rows * 4);
 		Pair XL = in(randf(n, -20, 20));
 		if (run("logsumexp", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->logsumexp(st, T(L, g, VD_F32, rows, 1), T(XL, g, VD_F32, rows, dim));
+			    b->op.logsumexp(st, T(L, g, VD_F32, rows, 1), T(XL, g, VD_F32, rows, dim));
 		    }))
 			cmp("logsumexp" + sfx, L, (size_t)rows, TOL_DOT);
 		/* argmax with a planted tie in some rows: the lowest index wins. */
@@ -400,7 +400,7 @@ static void check_rows()
 		}
 		Pair XA = in(xa), A = out((size_t)rows * 4);
 		if (run("argmax", [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->argmax(st, T(A, g, VD_I32, rows, 1), T(XA, g, VD_F32, rows, dim));
+			    b->op.argmax(st, T(A, g, VD_I32, rows, 1), T(XA, g, VD_F32, rows, dim));
 		    }))
 			cmp_i("argmax (ties: lowest)" + sfx, A, (size_t)rows);
 		free_all();
@@ -417,7 +417,7 @@ static void check_rows()
 		Pair XA = in(xa), A = out(4);
 		std::string nm = "argmax one row of 262144, case " + std::to_string(c);
 		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->argmax(st, T(A, g, VD_I32, 1, 1), T(XA, g, VD_F32, 1, dim));
+			    b->op.argmax(st, T(A, g, VD_I32, 1, 1), T(XA, g, VD_F32, 1, dim));
 		    }))
 			cmp_i(nm, A, 1);
 		free_all();
@@ -434,13 +434,13 @@ static void check_ew()
 		float c = op == VD_EW_SOFTCAP ? 30.0f : 0.37f;
 		std::string nm = std::string("ew ") + names[op];
 		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->ew(st, op, T(Y, g, VD_F32, 1, (int64_t)n), T(A, g, VD_F32, 1, (int64_t)n),
+			    b->op.ew(st, op, T(Y, g, VD_F32, 1, (int64_t)n), T(A, g, VD_F32, 1, (int64_t)n),
 			          T(B, g, VD_F32, 1, (int64_t)n), c);
 		    }))
 			cmp(nm, Y, n, TOL_EW);
 		/* in place: y = a */
 		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->ew(st, op, T(A, g, VD_F32, 1, (int64_t)n), T(A, g, VD_F32, 1, (int64_t)n),
+			    b->op.ew(st, op, T(A, g, VD_F32, 1, (int64_t)n), T(A, g, VD_F32, 1, (int64_t)n),
 			          T(B, g, VD_F32, 1, (int64_t)n), c);
 		    }))
 			cmp(nm + " (in place)", A, n, TOL_EW);
@@ -452,7 +452,7 @@ static void check_ew()
 		Pair A = in(randf((size_t)(rows * d), -3, 3)), B = in(randf((size_t)d, 0.2f, 3.0f)), Y = out((size_t)(rows * d) * 4);
 		std::string nm = op == VD_EW_ADD_REP ? "ew add_rep" : "ew mul_rep";
 		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->ew(st, op, T(Y, g, VD_F32, rows, d), T(A, g, VD_F32, rows, d), T(B, g, VD_F32, 1, d), 0);
+			    b->op.ew(st, op, T(Y, g, VD_F32, rows, d), T(A, g, VD_F32, rows, d), T(B, g, VD_F32, 1, d), 0);
 		    }))
 			cmp(nm, Y, (size_t)(rows * d), 0);
 		free_all();
@@ -470,7 +470,7 @@ static void check_rope_altup()
 		Pair X = in(randf(m)), P = in(randi((size_t)n, 0, 8000)), F = in(inv);
 		std::string nm = "rope hd=" + std::to_string(hd);
 		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->rope(st, T(X, g, VD_F32, n, heads * hd), T(P, g, VD_I32, 1, n), heads, hd, T(F, g, VD_F32, 1, hd / 2));
+			    b->op.rope(st, T(X, g, VD_F32, n, heads * hd), T(P, g, VD_I32, 1, n), heads, hd, T(F, g, VD_F32, 1, hd / 2));
 		    }))
 			cmp(nm, X, m, TOL_EW);
 		/* norm_rope = rmsnorm then rope: against the CPU, and on the GPU
@@ -482,15 +482,15 @@ static void check_rope_altup()
 			cudaMemcpy(NX.g, x0.data(), m * 4, cudaMemcpyHostToDevice);
 			memcpy(NX.c, x0.data(), m * 4);
 			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->norm_rope(st, NIL(), NIL(), T(NX, g, VD_F32, n, heads * hd), wn ? T(NW, g, VD_F32, 1, hd) : NIL(),
+				    b->op.norm_rope(st, NIL(), NIL(), T(NX, g, VD_F32, n, heads * hd), wn ? T(NW, g, VD_F32, 1, hd) : NIL(),
 				                 1e-6f, T(P, g, VD_I32, 1, n), heads, hd, T(F, g, VD_F32, 1, hd / 2));
 			    }))
 				cmp(nm, NX, m, TOL_DOT);
 			cudaMemcpy(RX.g, x0.data(), m * 4, cudaMemcpyHostToDevice);
 			vd_tensor rx = T(RX, true, VD_F32, n, heads * hd);
-			GPU->rmsnorm(GS, rx, rx, wn ? T(NW, true, VD_F32, 1, hd) : NIL(), hd, 1e-6f);
-			GPU->rope(GS, rx, T(P, true, VD_I32, 1, n), heads, hd, T(F, true, VD_F32, 1, hd / 2));
-			GPU->sync(GS);
+			GPU->op.rmsnorm(GS, rx, rx, wn ? T(NW, true, VD_F32, 1, hd) : NIL(), hd, 1e-6f);
+			GPU->op.rope(GS, rx, T(P, true, VD_I32, 1, n), heads, hd, T(F, true, VD_F32, 1, hd / 2));
+			GPU->stream.sync(GS);
 			same(nm + " = rmsnorm, rope", down_f(NX, m), down_f(RX, m));
 		}
 		/* with the scatter to a pool's rows, rotated or not */
@@ -503,7 +503,7 @@ static void check_rope_altup()
 			Pair SX = in(x0), SL = in(slots), POOL = in(randf((size_t)(3 * n * heads * hd)));
 			nm = std::string("norm_rope hd=") + std::to_string(hd) + (rot ? " scatter" : " scatter, not rotated");
 			if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->norm_rope(st, T(POOL, g, VD_F32, 3 * n, heads * hd), T(SL, g, VD_I32, 1, n),
+				    b->op.norm_rope(st, T(POOL, g, VD_F32, 3 * n, heads * hd), T(SL, g, VD_I32, 1, n),
 				                 T(SX, g, VD_F32, n, heads * hd), T(NW, g, VD_F32, 1, hd), 1e-6f, T(P, g, VD_I32, 1, n),
 				                 heads, hd, rot ? T(F, g, VD_F32, 1, hd / 2) : NIL());
 			    })) {
@@ -517,17 +517,17 @@ static void check_rope_altup()
 	size_t m = (size_t)(4 * n * d);
 	Pair H = in(randf(m)), C = in(randf((size_t)(16 * n))), PR = out(m * 4);
 	if (run("altup_predict", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->altup_predict(st, T(PR, g, VD_F32, 4 * n, d), T(H, g, VD_F32, 4 * n, d), T(C, g, VD_F32, n, 16), n, d);
+		    b->op.altup_predict(st, T(PR, g, VD_F32, 4 * n, d), T(H, g, VD_F32, 4 * n, d), T(C, g, VD_F32, n, 16), n, d);
 	    }))
 		cmp("altup_predict n=6 d=2048", PR, m, TOL_EW);
 	Pair PD = in(randf(m)), ACT = in(randf((size_t)(n * d))), CF = in(randf((size_t)(4 * n))), O = out(m * 4);
 	if (run("altup_correct", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->altup_correct(st, T(O, g, VD_F32, 4 * n, d), T(PD, g, VD_F32, 4 * n, d), T(ACT, g, VD_F32, n, d),
+		    b->op.altup_correct(st, T(O, g, VD_F32, 4 * n, d), T(PD, g, VD_F32, 4 * n, d), T(ACT, g, VD_F32, n, d),
 		                     T(CF, g, VD_F32, n, 4), n, d);
 	    }))
 		cmp("altup_correct n=6 d=2048", O, m, TOL_EW);
 	if (run("altup_correct in place", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->altup_correct(st, T(PD, g, VD_F32, 4 * n, d), T(PD, g, VD_F32, 4 * n, d), T(ACT, g, VD_F32, n, d),
+		    b->op.altup_correct(st, T(PD, g, VD_F32, 4 * n, d), T(PD, g, VD_F32, 4 * n, d), T(ACT, g, VD_F32, n, d),
 		                     T(CF, g, VD_F32, n, 4), n, d);
 	    }))
 		cmp("altup_correct in place", PD, m, TOL_EW);
@@ -610,7 +610,7 @@ static void check_attention()
 		         (long long)s.hkv, (long long)s.d, (long long)s.block, (long long)s.window, (long long)nq);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
 			    vd_attn a = attn(g, O, Qp, 0, nq);
-			    b->attention(st, &a);
+			    b->op.attention(st, &a);
 		    })) {
 			cmp(nm, O, qn, TOL_DOT);
 			/* every query alone on the GPU: the same bits */
@@ -618,9 +618,9 @@ static void check_attention()
 			Pair O1 = out(qn * 4);
 			for (int64_t i = 0; i < nq; i++) {
 				vd_attn a = attn(true, O1, Qp, i, 1);
-				GPU->attention(GS, &a);
+				GPU->op.attention(GS, &a);
 			}
-			GPU->sync(GS);
+			GPU->stream.sync(GS);
 			same(std::string(nm) + " alone = batched", down_f(O1, qn), all);
 		}
 		free_all();
@@ -646,14 +646,14 @@ static void check_memory()
 		std::string nm = std::string("embed ") + dtname(dt);
 		if (run(nm.c_str(), [&](vd_backend *b, vd_stream *st, bool g) {
 			    vd_tensor t = dt == VD_Q4 ? Q(W, SO, g, V, C, 64) : T(W, g, dt, V, C);
-			    b->embed(st, T(Y, g, VD_F32, (int64_t)ids.size(), C), t, T(ID, g, VD_I32, 1, (int64_t)ids.size()), 45.25f);
+			    b->op.embed(st, T(Y, g, VD_F32, (int64_t)ids.size(), C), t, T(ID, g, VD_I32, 1, (int64_t)ids.size()), 45.25f);
 		    }))
 			cmp(nm, Y, ids.size() * C, TOL_EW);
 		free_all();
 	}
 	Pair X = in(randf((size_t)(V * C))), ID = in(ids), Y = out((size_t)(ids.size() * C * 4));
 	if (run("gather", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->gather(st, T(Y, g, VD_F32, (int64_t)ids.size(), C), T(X, g, VD_F32, V, C), T(ID, g, VD_I32, 1, (int64_t)ids.size()));
+		    b->op.gather(st, T(Y, g, VD_F32, (int64_t)ids.size(), C), T(X, g, VD_F32, V, C), T(ID, g, VD_I32, 1, (int64_t)ids.size()));
 	    }))
 		cmp("gather", Y, ids.size() * C, 0);
 	std::vector<int32_t> perm((size_t)V);
@@ -663,27 +663,27 @@ static void check_memory()
 	perm.resize(50);
 	Pair PI = in(perm), XS = in(randf((size_t)(50 * C))), YS = in(randf((size_t)(V * C)));
 	if (run("scatter", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->scatter(st, T(YS, g, VD_F32, V, C), T(XS, g, VD_F32, 50, C), T(PI, g, VD_I32, 1, 50));
+		    b->op.scatter(st, T(YS, g, VD_F32, V, C), T(XS, g, VD_F32, 50, C), T(PI, g, VD_I32, 1, 50));
 	    }))
 		cmp("scatter", YS, (size_t)(V * C), 0);
 	Pair YC = in(randf((size_t)(V * C)));
 	if (run("copy2d", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->copy2d(st, T(YC, g, VD_F32, V, C), C, T(X, g, VD_F32, V, C), C + 3, 40, C - 7);
+		    b->op.copy2d(st, T(YC, g, VD_F32, V, C), C, T(X, g, VD_F32, V, C), C + 3, 40, C - 7);
 	    }))
 		cmp("copy2d", YC, (size_t)(V * C), 0);
 	Pair R = in(randi(77, 0, (int32_t)V - 1)), CO = in(randi(77, 0, (int32_t)C - 1)), O = out(77 * 4);
 	if (run("select", [&](vd_backend *b, vd_stream *st, bool g) {
-		    b->select(st, T(O, g, VD_F32, 1, 77), T(X, g, VD_F32, V, C), T(R, g, VD_I32, 1, 77), T(CO, g, VD_I32, 1, 77));
+		    b->op.select(st, T(O, g, VD_F32, 1, 77), T(X, g, VD_F32, V, C), T(R, g, VD_I32, 1, 77), T(CO, g, VD_I32, 1, 77));
 	    }))
 		cmp("select", O, 77, 0);
 	/* transfers: upload, copy, download */
 	auto h = randf(1000);
 	Pair A = out(4000), B = out(4000);
-	GPU->upload(GS, A.g, h.data(), 4000);
-	GPU->copy(GS, B.g, A.g, 4000);
+	GPU->stream.upload(GS, A.g, h.data(), 4000);
+	GPU->stream.copy(GS, B.g, A.g, 4000);
 	std::vector<float> back(1000);
-	GPU->download(GS, back.data(), B.g, 4000);
-	int rc = GPU->sync(GS);
+	GPU->stream.download(GS, back.data(), B.g, 4000);
+	int rc = GPU->stream.sync(GS);
 	same("upload, copy, download", h, back);
 	if (rc)
 		failures++;
@@ -712,7 +712,7 @@ static void check_sample()
 			char nm[96];
 			snprintf(nm, sizeof nm, "sample T^-1=%.2f k=%lld p=%.2f u=%.3f", p.inv_temp, (long long)p.top_k, p.top_p, sp.u);
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->sample(st, T(O, g, VD_I32, 1, 1), T(X, g, VD_F32, 1, V), sp);
+				    b->op.sample(st, T(O, g, VD_I32, 1, 1), T(X, g, VD_F32, 1, V), sp);
 			    }))
 				cmp_i(nm, O, 1);
 			free_all();
@@ -742,7 +742,7 @@ static void check_sample()
 			snprintf(nm, sizeof nm, "sample V=%lld T^-1=%.2f k=%lld p=%.2f u=%.3f", (long long)V, p.inv_temp,
 			         (long long)p.top_k, p.top_p, sp.u);
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->sample(st, T(O, g, VD_I32, 1, 1), T(X, g, VD_F32, 1, V), sp);
+				    b->op.sample(st, T(O, g, VD_I32, 1, 1), T(X, g, VD_F32, 1, V), sp);
 			    }))
 				cmp_i(nm, O, 1);
 			free_all();
@@ -771,7 +771,7 @@ static void check_loop()
 			    r.row = T(ROW, g, VD_I32, 1, n), r.pos0 = T(P0, g, VD_I32, 1, n), r.pos = T(POS, g, VD_I32, 1, n);
 			    r.slots0 = T(S0, g, VD_I32, 1, n * steps), r.slots1 = T(S1, g, VD_I32, 1, n * steps);
 			    r.slot0 = T(D0, g, VD_I32, 1, n), r.slot1 = T(D1, g, VD_I32, 1, n);
-			    b->loop_rows(st, &r);
+			    b->op.loop_rows(st, &r);
 		    })) {
 			cmp_i(std::string(nm) + " row", ROW, (size_t)n);
 			cmp_i(std::string(nm) + " pos", POS, (size_t)n);
@@ -789,7 +789,7 @@ static void check_loop()
 			    e.iter = T(IT2, g, VD_I32, 1, 1), e.ids = T(ID, g, VD_I32, 1, n);
 			    e.stop = T(ST, g, VD_I32, 1, (int64_t)stop.size()), e.out = T(O, g, VD_I32, 1, n * steps);
 			    e.done = T(DN, g, VD_I32, 1, n), e.cond = T(CD, g, VD_I32, 1, 1);
-			    b->loop_emit(st, &e);
+			    b->op.loop_emit(st, &e);
 		    })) {
 			cmp_i(std::string(nm) + " out", O, (size_t)(n * steps));
 			cmp_i(std::string(nm) + " done", DN, (size_t)n);
@@ -818,8 +818,8 @@ int main()
 	{
 		Pair X = in(randf(64)), Y = out(64 * 4);
 		vd_tensor w = T(X, true, 99, 8, 8);
-		GPU->linear(GS, T(Y, true, VD_F32, 1, 8), T(X, true, VD_F32, 1, 8), w);
-		int rc1 = GPU->sync(GS), rc2 = GPU->sync(GS);
+		GPU->op.linear(GS, T(Y, true, VD_F32, 1, 8), T(X, true, VD_F32, 1, 8), w);
+		int rc1 = GPU->stream.sync(GS), rc2 = GPU->stream.sync(GS);
 		verdict(rc1 && rc1 == rc2, "%-44s sync -> %d, then %d", "sticky error (bad dtype)", rc1, rc2);
 		free_all();
 	}

@@ -74,7 +74,7 @@ static void check_pointwise()
 		Pair X = in(randf((size_t)(s.m * s.k))), W = in(packed(s.n, s.k, 0.2f)), Y = out((size_t)(s.m * s.n * 4));
 		std::string nm = fmt("pointwise m=%lld k=%lld n=%lld", (long long)s.m, (long long)s.k, (long long)s.n);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->pointwise(st, F(Y, g, s.m, s.n), F(X, g, s.m, s.k), F(W, g, s.n, s.k));
+			    b->op.pointwise(st, F(Y, g, s.m, s.n), F(X, g, s.m, s.k), F(W, g, s.n, s.k));
 		    }))
 			cmp(nm, Y, (size_t)(s.m * s.n), TOL_DOT);
 		if (s.m > 3) { /* rows 1..3 alone: their bits in the batch */
@@ -82,8 +82,8 @@ static void check_pointwise()
 			Pair Y1 = out((size_t)(3 * s.n * 4));
 			vd_tensor x1 = F(X, true, 3, s.k);
 			x1.data = (float *)X.g + s.k;
-			GPU->pointwise(GS, F(Y1, true, 3, s.n), x1, F(W, true, s.n, s.k));
-			if (GPU->sync(GS) == 0) {
+			GPU->op.pointwise(GS, F(Y1, true, 3, s.n), x1, F(W, true, s.n, s.k));
+			if (GPU->stream.sync(GS) == 0) {
 				std::vector<float> one = down_f(Y1, (size_t)(3 * s.n));
 				same(nm + " rows 1..3 alone", one.data(), all.data() + s.n, (size_t)(3 * s.n));
 			}
@@ -112,7 +112,7 @@ static void check_conv2d()
 		std::string nm = fmt("conv2d %lldx%lldx%lld->%lld k%d s%d p%d,%d%s", (long long)s.h, (long long)s.w,
 		                     (long long)s.c, (long long)s.cout, s.k, s.stride, s.pt, s.pl, s.bias ? " bias" : "");
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
-			    b->conv2d(st, F(Y, gp, m, s.cout), F(X, gp, s.h * s.w, s.c), F(W, gp, s.cout, kk),
+			    b->op.conv2d(st, F(Y, gp, m, s.cout), F(X, gp, s.h * s.w, s.c), F(W, gp, s.cout, kk),
 			              s.bias ? F(B, gp, 1, s.cout) : NIL(), &g);
 		    }))
 			cmp(nm, Y, (size_t)(m * s.cout), TOL_DOT);
@@ -138,7 +138,7 @@ static void check_dwconv2d()
 		std::string nm = fmt("dwconv2d %lldx%lldx%lld k%d s%d p%d,%d", (long long)s.h, (long long)s.w,
 		                     (long long)s.c, s.k, s.stride, s.pt, s.pl);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
-			    b->dwconv2d(st, F(Y, gp, m, s.c), F(X, gp, s.h * s.w, s.c), F(W, gp, s.k * s.k, s.c), &g);
+			    b->op.dwconv2d(st, F(Y, gp, m, s.c), F(X, gp, s.h * s.w, s.c), F(W, gp, s.k * s.k, s.c), &g);
 		    }))
 			cmp(nm, Y, (size_t)(m * s.c), TOL_DOT);
 		free_all();
@@ -163,7 +163,7 @@ static void check_norm_act()
 		std::string nm = fmt("norm_act %lldx%lld%s%s%s%s", (long long)s.rows, (long long)s.dim, s.gelu ? " gelu" : "",
 		                     s.gamma ? " gamma" : "", s.res ? " res" : "", s.alias ? " y=x" : "");
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->norm_act(st, F(Y, g, s.rows, s.dim), F(X, g, s.rows, s.dim), F(W, g, 1, s.dim),
+			    b->op.norm_act(st, F(Y, g, s.rows, s.dim), F(X, g, s.rows, s.dim), F(W, g, 1, s.dim),
 			                s.gamma ? F(G, g, 1, s.dim) : NIL(), s.res ? F(R, g, s.rows, s.dim) : NIL(), s.dim,
 			                1e-6f, s.gelu);
 		    }))
@@ -185,7 +185,7 @@ static void check_memory()
 		std::string nm = fmt("avgpool2d %lldx%lldx%lld k%lld", (long long)p.h, (long long)p.w, (long long)p.c,
 		                     (long long)p.k);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->avgpool2d(st, F(Y, g, oh * ow, p.c), F(X, g, p.h * p.w, p.c), p.h, p.w, p.c, p.k);
+			    b->op.avgpool2d(st, F(Y, g, oh * ow, p.c), F(X, g, p.h * p.w, p.c), p.h, p.w, p.c, p.k);
 		    }))
 			cmp(nm, Y, (size_t)(oh * ow * p.c), EXACT);
 		free_all();
@@ -201,7 +201,7 @@ static void check_memory()
 		std::string nm = fmt("upsample_concat %lldx%lldx%lld + %lldx%lldx%lld", (long long)u.h, (long long)u.w,
 		                     (long long)u.ca, (long long)u.bh, (long long)u.bw, (long long)u.cb);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->upsample_concat(st, F(Y, g, u.h * u.w, u.ca + u.cb), F(A, g, u.h * u.w, u.ca),
+			    b->op.upsample_concat(st, F(Y, g, u.h * u.w, u.ca + u.cb), F(A, g, u.h * u.w, u.ca),
 			                       F(B, g, u.bh * u.bw, u.cb), u.h, u.w, u.bh, u.bw);
 		    }))
 			cmp(nm, Y, (size_t)n, EXACT);
@@ -216,7 +216,7 @@ static void check_memory()
 		Pair X = in(randf((size_t)(r.rows * r.cols))), Y = out((size_t)(r.rows * r.cols * 4));
 		std::string nm = fmt("transpose %lldx%lld", (long long)r.rows, (long long)r.cols);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->transpose(st, F(Y, g, r.cols, r.rows), F(X, g, r.rows, r.cols));
+			    b->op.transpose(st, F(Y, g, r.cols, r.rows), F(X, g, r.rows, r.cols));
 		    }))
 			cmp(nm, Y, (size_t)(r.rows * r.cols), EXACT);
 		free_all();
@@ -239,7 +239,7 @@ static void check_mqa()
 		std::string nm = fmt("mqa nq=%lld heads=%lld nk=%lld d=%lld", (long long)s.nq, (long long)s.heads,
 		                     (long long)s.nk, (long long)s.d);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->mqa(st, F(O, g, s.nq, hd), F(Q, g, s.nq, hd), F(K, g, s.nk, s.d), F(V, g, s.nk, s.d), s.heads,
+			    b->op.mqa(st, F(O, g, s.nq, hd), F(Q, g, s.nq, hd), F(K, g, s.nk, s.d), F(V, g, s.nk, s.d), s.heads,
 			           scale);
 		    }))
 			cmp(nm, O, (size_t)(s.nq * hd), TOL_DOT);
@@ -248,8 +248,8 @@ static void check_mqa()
 			Pair O1 = out((size_t)hd * 4);
 			vd_tensor q1 = F(Q, true, 1, hd);
 			q1.data = (float *)Q.g + hd;
-			GPU->mqa(GS, F(O1, true, 1, hd), q1, F(K, true, s.nk, s.d), F(V, true, s.nk, s.d), s.heads, scale);
-			if (GPU->sync(GS) == 0) {
+			GPU->op.mqa(GS, F(O1, true, 1, hd), q1, F(K, true, s.nk, s.d), F(V, true, s.nk, s.d), s.heads, scale);
+			if (GPU->stream.sync(GS) == 0) {
 				std::vector<float> one = down_f(O1, (size_t)hd);
 				same(nm + " query 1 alone", one.data(), all.data() + hd, (size_t)hd);
 			}
@@ -285,7 +285,7 @@ static void check_im2col()
 		                     (long long)s.w, (long long)s.c, (long long)s.kh, (long long)s.kw, (long long)s.st,
 		                     (long long)s.sw, (long long)s.pt, (long long)s.pl);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
-			    b->im2col(st, F(Y, gp, g.oh * g.ow, row), F(X, gp, s.h * s.w, s.c), &g, s.kh, s.kw, s.sw);
+			    b->op.im2col(st, F(Y, gp, g.oh * g.ow, row), F(X, gp, s.h * s.w, s.c), &g, s.kh, s.kw, s.sw);
 		    }))
 			cmp(nm, Y, (size_t)n, EXACT);
 		free_all();
@@ -305,7 +305,7 @@ static void check_cgn()
 		std::string nm = fmt("cum_group_norm_relu t=%lld fc=%lld c=%lld", (long long)s.t, (long long)s.fc,
 		                     (long long)s.c);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->cum_group_norm_relu(st, F(X, g, s.t, s.fc), F(W, g, 1, s.c), 1e-3f);
+			    b->op.cum_group_norm_relu(st, F(X, g, s.t, s.fc), F(W, g, 1, s.c), 1e-3f);
 		    }))
 			cmp(nm, X, (size_t)(s.t * s.fc), TOL_DOT);
 		free_all();
@@ -337,7 +337,7 @@ static void check_local_attention()
 		                     (long long)s.t, (long long)s.heads, (long long)s.d, (long long)s.past,
 		                     (long long)s.future, s.invalid);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->local_attention(st, F(O, g, s.t, hd), F(Q, g, s.t, hd), F(K, g, s.t, hd), F(V, g, s.t, hd),
+			    b->op.local_attention(st, F(O, g, s.t, hd), F(Q, g, s.t, hd), F(K, g, s.t, hd), F(V, g, s.t, hd),
 			                       F(P, g, f, hd), T(M, g, VD_I32, 1, s.t), s.heads, s.past, s.future, 50.0f);
 		    }))
 			cmp(nm, O, (size_t)(s.t * hd), TOL_DOT);
@@ -356,7 +356,7 @@ static void check_audio_rows()
 		Pair X = in(randf((size_t)(c.t * c.d))), W = in(randf((size_t)(c.d * c.k))), Y = out((size_t)(c.t * c.d * 4));
 		std::string nm = fmt("dwconv_causal t=%lld d=%lld k=%lld", (long long)c.t, (long long)c.d, (long long)c.k);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->dwconv_causal(st, F(Y, g, c.t, c.d), F(X, g, c.t, c.d), F(W, g, c.d, c.k));
+			    b->op.dwconv_causal(st, F(Y, g, c.t, c.d), F(X, g, c.t, c.d), F(W, g, c.d, c.k));
 		    }))
 			cmp(nm, Y, (size_t)(c.t * c.d), TOL_DOT);
 		free_all();
@@ -371,7 +371,7 @@ static void check_audio_rows()
 		Pair X = in(randf((size_t)(2 * n), -8, 8)), Y = out((size_t)n * 4);
 		std::string nm = fmt("glu %lldx%lld", (long long)r.rows, (long long)r.d);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-			    b->glu(st, F(Y, g, r.rows, r.d), F(X, g, r.rows, 2 * r.d));
+			    b->op.glu(st, F(Y, g, r.rows, r.d), F(X, g, r.rows, 2 * r.d));
 		    }))
 			cmp(nm, Y, (size_t)n, TOL_EW);
 		free_all();
@@ -379,7 +379,7 @@ static void check_audio_rows()
 			Pair A = in(randf((size_t)n, -12, 12)), B = inplace ? A : out((size_t)n * 4);
 			nm = fmt("silu %lldx%lld%s", (long long)r.rows, (long long)r.d, inplace ? " in place" : "");
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->silu(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d));
+				    b->op.silu(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d));
 			    }))
 				cmp(nm, B, (size_t)n, TOL_EW);
 			free_all();
@@ -387,7 +387,7 @@ static void check_audio_rows()
 			B = inplace ? A : out((size_t)n * 4);
 			nm = fmt("clip %lldx%lld%s", (long long)r.rows, (long long)r.d, inplace ? " in place" : "");
 			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-				    b->clip(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d), 3.5f);
+				    b->op.clip(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d), 3.5f);
 			    }))
 				cmp(nm, B, (size_t)n, EXACT);
 			free_all();
@@ -405,18 +405,18 @@ static void check_errors()
 		std::function<void()> op;
 	} cases[] = {
 	    {"sticky error: pointwise over bf16 x",
-	     [&] { GPU->pointwise(GS, F(Y, true, 4, 8), T(X, true, VD_BF16, 4, 8), F(W, true, 8, 8)); }},
-	    {"sticky error: silu over i32", [&] { GPU->silu(GS, F(Y, true, 4, 8), T(X, true, VD_I32, 4, 8)); }},
+	     [&] { GPU->op.pointwise(GS, F(Y, true, 4, 8), T(X, true, VD_BF16, 4, 8), F(W, true, 8, 8)); }},
+	    {"sticky error: silu over i32", [&] { GPU->op.silu(GS, F(Y, true, 4, 8), T(X, true, VD_I32, 4, 8)); }},
 	    {"sticky error: mqa d=129", [&] {
-		     GPU->mqa(GS, F(Y, true, 2, 129), F(X, true, 2, 129), F(X, true, 3, 129), F(X, true, 3, 129), 1, 1.0f);
+		     GPU->op.mqa(GS, F(Y, true, 2, 129), F(X, true, 2, 129), F(X, true, 3, 129), F(X, true, 3, 129), 1, 1.0f);
 	     }}};
 	for (E &e : cases) {
 		e.op();
-		int rc1 = GPU->sync(GS), rc2 = GPU->sync(GS);
+		int rc1 = GPU->stream.sync(GS), rc2 = GPU->stream.sync(GS);
 		verdict(rc1 && rc1 == rc2, "%-58s sync -> %d, then %d", e.name, rc1, rc2);
 		/* The sticky error stays: a fresh stream for what follows. */
-		GPU->stream_free(GS);
-		GS = GPU->stream_new(GPU);
+		GPU->stream.stream_free(GS);
+		GS = GPU->stream.stream_new(GPU);
 	}
 	free_all();
 }

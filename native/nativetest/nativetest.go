@@ -38,12 +38,12 @@ static int h_sync(vd_stream *s) { (void)s; return VD_EUNIMPL; }
 static vd_backend t;
 vd_backend *vd_cuda_backend(int dev, char *err, size_t n) {
 	(void)dev; (void)err; (void)n;
-	void **f = (void **)&t.alloc;
-	for (size_t i = 0; i < (sizeof t - offsetof(vd_backend, alloc)) / sizeof(void *); i++)
+	void **f = (void **)&t.device;
+	for (size_t i = 0; i < (sizeof t - offsetof(vd_backend, device)) / sizeof(void *); i++)
 		f[i] = (void *)nop;
 	t.abi = VD_ABI; t.name = "cuda";
-	t.alloc = h_alloc; t.release = h_release; t.bind = h_bind; t.unbind = h_unbind; t.info = h_info;
-	t.stream_new = h_stream_new; t.stream_free = h_stream_free; t.sync = h_sync;
+	t.buffer.alloc = h_alloc; t.buffer.release = h_release; t.buffer.bind = h_bind; t.buffer.unbind = h_unbind; t.device.info = h_info;
+	t.stream.stream_new = h_stream_new; t.stream.stream_free = h_stream_free; t.stream.sync = h_sync;
 	return &t;
 }
 `
