@@ -10,6 +10,7 @@ import (
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -127,7 +128,7 @@ func DecodeBatch(ctx context.Context, m *gemma3n.Model, promptTokens, decodeToke
 	if _, err := x.Prefill(&b); err != nil {
 		return 0, 0, err
 	}
-	cs := make([]*gemma3n.Cache, seqs)
+	cs := make([]model.Cache, seqs)
 	next := make([]int32, seqs)
 	for i := range cs {
 		cs[i] = prompt.Clone()

@@ -10,6 +10,7 @@ import (
 	"verdict/engine/catalog"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 
@@ -351,8 +352,8 @@ func catalogPrefill(m *gemma3n.Model, reqs []catalog.Request) (CatalogPrefill, e
 	}
 	defer x.Release()
 	D := m.Cfg.HiddenSize
-	var caches []*gemma3n.Cache
-	fresh := func() *gemma3n.Cache { c := m.NewCache(); caches = append(caches, c); return c }
+	var caches []model.Cache
+	fresh := func() model.Cache { c := m.NewCache(); caches = append(caches, c); return c }
 	freeAll := func() {
 		for _, c := range caches {
 			c.Free()

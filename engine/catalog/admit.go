@@ -105,7 +105,13 @@ func admissionGate(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Req
 		}
 		return kv.Need, nil
 	}
-	view := func(blocks int) (*gemma3n.Model, error) { return m.WithKVPositions(blocks * gemma3n.KVBlock) }
+	view := func(blocks int) (*gemma3n.Model, error) {
+		v, err := m.WithKVPositions(blocks * gemma3n.KVBlock)
+		if err != nil {
+			return nil, err
+		}
+		return v.(*gemma3n.Model), nil
+	}
 	decode := func(v *gemma3n.Model, which []int, opt Options) ([]Result, Stats, int, error) {
 		rs := make([]Request, len(which))
 		for j, i := range which {

@@ -65,7 +65,7 @@ func view(t *testing.T, m *gemma3n.Model, blocks int) *gemma3n.Model {
 		t.Fatal(err)
 	}
 	t.Cleanup(v.CloseView)
-	return v
+	return v.(*gemma3n.Model)
 }
 
 // TestRefusedAtAdmission: a request the whole pool cannot hold is refused

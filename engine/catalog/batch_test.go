@@ -120,10 +120,11 @@ func TestBatchMatchesAlone(t *testing.T) {
 // error naming it.
 func TestAdmission(t *testing.T) {
 	base := testmodel.Tiny(t)
-	m, err := base.WithKVPositions(40 * gemma3n.KVBlock)
+	v, err := base.WithKVPositions(40 * gemma3n.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := v.(*gemma3n.Model)
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
 	cat, err := catalog.Compile(f.Catalog, tok, grammar(tok))
@@ -152,7 +153,7 @@ func TestAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := catalog.DecodeBatch(context.Background(), tiny, cat, reqs[:1], catalog.Options{}); err == nil || !strings.Contains(err.Error(), "request 0") {
+	if _, _, err := catalog.DecodeBatch(context.Background(), tiny.(*gemma3n.Model), cat, reqs[:1], catalog.Options{}); err == nil || !strings.Contains(err.Error(), "request 0") {
 		t.Errorf("a request beyond the whole pool: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -68,7 +69,7 @@ type Request struct {
 	K      int
 	// Cache, when set, holds positions already processed (a forked shared
 	// prefix) that Prompt continues; the decode extends it.
-	Cache *gemma3n.Cache
+	Cache model.Cache
 	// Catalog, when set, is this request's catalog instead of the batch's
 	// (several catalogs decoded in one batch).
 	Catalog *Catalog
@@ -169,7 +170,7 @@ func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reque
 type seq struct {
 	req     int
 	st      *State
-	cache   *gemma3n.Cache
+	cache   model.Cache
 	own     bool    // the decoder made the cache (and frees it)
 	outs    int     // the sequence's output rows this pass
 	row     int     // the first of them in the pass's hidden states
@@ -267,7 +268,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	if maxBatch > rows {
 		return nil, stats, fmt.Errorf("catalog: a batch of %d sequences exceeds the %d rows of a forward pass", maxBatch, rows)
 	}
-	var shared *gemma3n.Cache
+	var shared model.Cache
 	if batched && !opt.NoSharedPrefix {
 		t0 := time.Now()
 		var err error
@@ -289,7 +290,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			dev.close()
 		}
 	}()
-	slotted := func(x *gemma3n.Exec, running []*seq) error {
+	slotted := func(x model.Exec, running []*seq) error {
 		if wantDev {
 			wantDev = false
 			if st, w, sc := x.CatalogHead(); st.Backend().HasCatalogStep() {
@@ -419,7 +420,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 			}
 		}
 		t0 := time.Now()
-		err := rn.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+		err := rn.Run(&b, func(x model.Exec, h native.Tensor) error {
 			stats.Forward += time.Since(t0)
 			if err := slotted(x, running); err != nil {
 				return err
@@ -486,7 +487,7 @@ const minSharedPrefix = 16
 // minSharedPrefix tokens. A fork of the returned cache continues any of them
 // exactly as a prefill of its whole prompt would (rows and attention do not
 // depend on how a prompt is cut).
-func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (*gemma3n.Cache, int, error) {
+func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (model.Cache, int, error) {
 	var first []int32
 	n, count := -1, 0
 	for _, r := range reqs {
@@ -529,7 +530,7 @@ func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (*gemma3n
 // depend on how a sequence's tokens are cut into passes (what the prompt
 // chunks rely on too), and a forced run holds exactly the tokens the walk
 // would choose, so each row sees the context a pass of its own would.
-func step(x *gemma3n.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result, dev *devSteps) error {
+func step(x model.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result, dev *devSteps) error {
 	V := m.Cfg.VocabSize
 	rows, rounds := 0, 0
 	for _, s := range act {

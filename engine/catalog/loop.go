@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -55,7 +56,7 @@ func (s *loopState) Close() error {
 
 type loopKey struct{ c *Catalog }
 
-func stateFor(x *gemma3n.Exec, c *Catalog) (*loopState, error) {
+func stateFor(x model.Exec, c *Catalog) (*loopState, error) {
 	k := loopKey{c}
 	if v, ok := x.Kept(k).(*loopState); ok {
 		return v, nil
@@ -138,7 +139,7 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 	if shared != nil {
 		defer shared.Free()
 	}
-	caches := make([]*gemma3n.Cache, n)
+	caches := make([]model.Cache, n)
 	defer func() {
 		for _, c := range caches {
 			if c != nil {

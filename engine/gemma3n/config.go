@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 
+	"verdict/engine/model"
 	"verdict/engine/weights"
 )
 
@@ -43,11 +44,8 @@ type Config struct {
 }
 
 // Special token ids of a Gemma 3n conditional-generation config (zero when the
-// config is text only).
-type Special struct {
-	BOI, EOI, Image, BOA, EOA, Audio int
-	VisionTokens, AudioTokens        int
-}
+// config is text only): the engine's media tokens (model.Special).
+type Special = model.Special
 
 // ParseConfig reads a Hugging Face config.json: either a conditional-generation
 // config (text settings under "text_config") or a text-only one.
@@ -67,7 +65,7 @@ func ParseConfig(data []byte) (Config, Special, error) {
 	if err := json.Unmarshal(data, &top); err != nil {
 		return Config{}, Special{}, fmt.Errorf("config.json: %w", err)
 	}
-	sp := Special{top.BOI, top.EOI, top.Image, top.BOA, top.EOA, top.Audio, top.VisionN, top.AudioN}
+	sp := Special{BOI: top.BOI, EOI: top.EOI, Image: top.Image, BOA: top.BOA, EOA: top.EOA, Audio: top.Audio, VisionTokens: top.VisionN, AudioTokens: top.AudioN}
 	text := data
 	if len(top.TextConfig) > 0 {
 		text = top.TextConfig
@@ -78,7 +76,7 @@ func ParseConfig(data []byte) (Config, Special, error) {
 	if err != nil {
 		return c, sp, err
 	}
-	return c, sp, sp.validate()
+	return c, sp, validateSpecial(sp)
 }
 
 // Bounds on what a config may ask for, checked before anything is sized by
@@ -92,7 +90,7 @@ const (
 
 // validate checks the multimodal token ids (they may lie past the text
 // vocabulary: the vision and audio embedders hold them) and counts.
-func (sp Special) validate() error {
+func validateSpecial(sp Special) error {
 	for _, f := range []struct {
 		name string
 		id   int

@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"slices"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
-// MaxStops bounds the stop tokens of a greedy loop.
-const MaxStops = 64
+// MaxStops bounds the stop tokens of a greedy loop (model.MaxStops).
+const MaxStops = model.MaxStops
 
-// GreedyChunk is the tokens a greedy device loop decodes a run, for its
-// callers (generation, the benchmarks) to share one recorded shape.
-const GreedyChunk = 16
+// GreedyChunk is model.GreedyChunk.
+const GreedyChunk = model.GreedyChunk
 
 // greedyBody names the greedy loop's body among the recorded loops.
 type greedyBody struct{}
@@ -36,7 +36,7 @@ func (x *Exec) GreedyLoops() bool {
 // give Forward and Greedy's tokens. It returns each row's chosen tokens,
 // the last a stop token where one ended it; each cache has then taken in
 // the tokens it fed: next[i] and every chosen token but the last.
-func (x *Exec) DecodeGreedy(caches []*Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
+func (x *Exec) DecodeGreedy(caches []model.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
 	n := len(caches)
 	switch {
 	case len(next) != n:
@@ -52,7 +52,7 @@ func (x *Exec) DecodeGreedy(caches []*Cache, next []int32, steps int, stop []int
 			return nil, fmt.Errorf("gemma3n: DecodeGreedy: token id %d outside the vocabulary of %d", id, V)
 		}
 	}
-	l, err := x.NewLoop(caches, steps, nil)
+	l, err := x.newLoop(caches, steps, nil)
 	if err != nil {
 		return nil, err
 	}

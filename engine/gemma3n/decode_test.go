@@ -9,11 +9,12 @@ import (
 	"verdict/engine/fixture"
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // greedyRef decodes steps tokens of a sequence alone with Forward and
 // Greedy from prompt, returning the chosen tokens and the cache.
-func greedyRef(t *testing.T, x *gemma3n.Exec, m *gemma3n.Model, prompt []int32, steps int) ([]int32, *gemma3n.Cache) {
+func greedyRef(t *testing.T, x model.Exec, m *gemma3n.Model, prompt []int32, steps int) ([]int32, model.Cache) {
 	t.Helper()
 	c := m.NewCache()
 	var b gemma3n.Batch
@@ -54,13 +55,13 @@ func TestDecodeGreedy(t *testing.T) {
 	prompts := [][]int32{randTokens(r, 23), randTokens(r, 9)}
 	ref := make([][]int32, 2)
 	for s, p := range prompts {
-		var c *gemma3n.Cache
+		var c model.Cache
 		ref[s], c = greedyRef(t, x, m, p, steps+1)
 		c.Free()
 	}
 	stop := []int32{ref[0][6], 7}
 	free0 := m.FreeBlocks()
-	caches := make([]*gemma3n.Cache, 2)
+	caches := make([]model.Cache, 2)
 	next := make([]int32, 2)
 	for s, p := range prompts {
 		caches[s] = m.NewCache()
@@ -141,7 +142,7 @@ func TestPLEPlace(t *testing.T) {
 	if x.GreedyLoops() {
 		t.Error("GreedyLoops without a resident table")
 	}
-	if _, err := x.DecodeGreedy([]*gemma3n.Cache{c}, []int32{2}, 4, nil); err == nil || !strings.Contains(err.Error(), "per-layer table on the device") {
+	if _, err := x.DecodeGreedy([]model.Cache{c}, []int32{2}, 4, nil); err == nil || !strings.Contains(err.Error(), "per-layer table on the device") {
 		t.Errorf("DecodeGreedy with the table on the host: %v", err)
 	}
 	t.Setenv("VERDICT_PLE", "gpu")

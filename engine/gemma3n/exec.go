@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -119,7 +120,15 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 }
 
 // Acquire returns an Exec of m for the caller's exclusive use.
-func (m *Model) Acquire() (*Exec, error) {
+func (m *Model) Acquire() (model.Exec, error) {
+	x, err := m.acquire()
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+func (m *Model) acquire() (*Exec, error) {
 	p := m.execs
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
@@ -284,7 +293,7 @@ func (x *Exec) prepare(b *Batch) error {
 	D := cfg.HiddenSize
 	x.caches, x.cnt, x.ocnt, x.outRows = x.caches[:0], x.cnt[:0], x.ocnt[:0], x.outRows[:0]
 	for r, row := range b.Rows {
-		c := row.Cache
+		c := own(row.Cache)
 		if c == nil || c.s.m.pool != m.pool {
 			return fmt.Errorf("gemma3n: row %d has no cache of this model", r)
 		}

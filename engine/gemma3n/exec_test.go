@@ -8,6 +8,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -37,8 +38,8 @@ func TestBatchMixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Release()
-	alone := make([]*gemma3n.Cache, 3)
-	batch := make([]*gemma3n.Cache, 3)
+	alone := make([]model.Cache, 3)
+	batch := make([]model.Cache, 3)
 	for s := range alone {
 		alone[s], batch[s] = m.NewCache(), m.NewCache()
 	}
@@ -174,10 +175,11 @@ func TestHeads(t *testing.T) {
 // fails with a KVError leaving every cache as it was.
 func TestKVPool(t *testing.T) {
 	base := testmodel.Tiny(t)
-	m, err := base.WithKVPositions(64 * gemma3n.KVBlock)
+	v, err := base.WithKVPositions(64 * gemma3n.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := v.(*gemma3n.Model)
 	r := rand.New(rand.NewPCG(1, 2))
 	free0 := m.FreeBlocks()
 	c := m.NewCache()
@@ -189,7 +191,7 @@ func TestKVPool(t *testing.T) {
 	if u[0] != 3 { // 40 positions: 3 blocks of 16
 		t.Fatalf("a 40-position prefill holds %d global blocks, want 3", u[0])
 	}
-	var forks []*gemma3n.Cache
+	var forks []model.Cache
 	for i := 0; i < 10; i++ {
 		f := c.Clone()
 		if _, err := m.Forward(f, randTokens(r, 3), nil); err != nil {
@@ -328,10 +330,11 @@ func TestOutputsWithoutGather(t *testing.T) {
 	m := testmodel.Tiny(t)
 	flat := *m
 	flat.Cfg.NumKVSharedLayers = 0
-	v, err := flat.WithKVPositions(1 << 12)
+	view, err := flat.WithKVPositions(1 << 12)
 	if err != nil {
 		t.Fatal(err)
 	}
+	v := view.(*gemma3n.Model)
 	ids := randTokens(rand.New(rand.NewPCG(5, 6)), 21)
 	get := func(m *gemma3n.Model) []float32 {
 		x, err := m.Acquire()

@@ -12,6 +12,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/weights"
 )
 
@@ -302,9 +303,9 @@ func TestForks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Release()
-	run := func(bs []branch, parents []*gemma3n.Cache, all bool) ([][]float32, []*gemma3n.Cache) {
+	run := func(bs []branch, parents []model.Cache, all bool) ([][]float32, []model.Cache) {
 		var b gemma3n.Batch
-		seqs := make([]*gemma3n.Cache, len(bs))
+		seqs := make([]model.Cache, len(bs))
 		for i, r := range bs {
 			seqs[i] = parents[i].Clone()
 			outs := r.outs
@@ -334,7 +335,7 @@ func TestForks(t *testing.T) {
 		return out, seqs
 	}
 	for _, all := range []bool{false, true} {
-		parents := []*gemma3n.Cache{c, c, c, c}
+		parents := []model.Cache{c, c, c, c}
 		got, seqs := run(rows, parents, all)
 		if c.Len() != len(prefix) {
 			t.Fatalf("forks changed the prefix: length %d", c.Len())
@@ -348,7 +349,7 @@ func TestForks(t *testing.T) {
 				t.Errorf("all=%v row %d: differs from its own forward pass by %g", all, r, d)
 			}
 		}
-		ps := make([]*gemma3n.Cache, len(children))
+		ps := make([]model.Cache, len(children))
 		for i, ch := range children {
 			ps[i] = seqs[ch.parent]
 		}

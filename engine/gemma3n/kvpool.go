@@ -5,11 +5,13 @@ import (
 	"runtime"
 	"sync"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
-// KVBlock is the number of positions a key/value block holds.
-const KVBlock = 16
+// KVBlock is the number of positions a key/value block holds
+// (model.KVBlock).
+const KVBlock = model.KVBlock
 
 // pool is a model's paged key/value memory: for each attention kind (global
 // and sliding window), blocks of KVBlock positions in every layer of that
@@ -35,22 +37,11 @@ type kvKind struct {
 	cursor   int     // where the search for a free block starts
 }
 
-// KVError reports that the key/value pool has no room for a sequence.
-type KVError struct {
-	Need, Free int
-	Kind       string
-}
+// KVError reports that the key/value pool has no room for a sequence
+// (model.KVError).
+type KVError = model.KVError
 
-func (e *KVError) Error() string {
-	return fmt.Sprintf("gemma3n: the key/value pool has %d free %s blocks of %d positions, %d needed", e.Free, e.Kind, KVBlock, e.Need)
-}
-
-func kindName(k int) string {
-	if k == 1 {
-		return "sliding-window"
-	}
-	return "global"
-}
+func kindName(k int) string { return model.KindName(k) }
 
 // newPool reserves blocks for positions positions of each kind in the
 // backend's memory (the built-in backend commits pages only when written).
@@ -156,6 +147,12 @@ type Cache struct {
 	progress func(done, total int)
 }
 
+// own is c as a Cache of this package (nil: nil, or another model's).
+func own(c model.Cache) *Cache {
+	d, _ := c.(*Cache)
+	return d
+}
+
 // seq is a Cache's state, apart from the Cache so that a cleanup can free
 // it when the Cache is collected.
 type seq struct {
@@ -172,7 +169,9 @@ type seq struct {
 func (c *Cache) OnLayer(f func(done, total int)) { c.progress = f }
 
 // NewCache returns an empty sequence of m's pool.
-func (m *Model) NewCache() *Cache {
+func (m *Model) NewCache() model.Cache { return m.newCache() }
+
+func (m *Model) newCache() *Cache {
 	c := &Cache{s: &seq{m: m}}
 	runtime.AddCleanup(c, func(s *seq) { s.free() }, c.s)
 	return c
@@ -184,9 +183,9 @@ func (c *Cache) Len() int { return c.s.n }
 // Clone returns a fork of c: a sequence with c's positions, sharing c's
 // blocks by reference. Either may grow afterwards without changing the
 // other.
-func (c *Cache) Clone() *Cache {
+func (c *Cache) Clone() model.Cache {
 	s := c.s
-	d := s.m.NewCache()
+	d := s.m.newCache()
 	d.s.n = s.n
 	p := s.m.pool
 	p.mu.Lock()
@@ -209,7 +208,7 @@ func (c *Cache) Clone() *Cache {
 // Fork returns a fork of c's first n positions (0 <= n <= c.Len()), sharing
 // their blocks by reference, or false when c no longer holds keys a later
 // position n would see (a sliding-window layer released them).
-func (c *Cache) Fork(n int) (*Cache, bool) {
+func (c *Cache) Fork(n int) (model.Cache, bool) {
 	s := c.s
 	if n < 0 || n > s.n {
 		return nil, false
@@ -426,7 +425,7 @@ func (s *seq) release() {
 // pool of its own of the given size in positions per attention kind: a
 // separate budget for one kind of work. Caches of one view do not mix with
 // another's.
-func (m *Model) WithKVPositions(n int) (*Model, error) {
+func (m *Model) WithKVPositions(n int) (model.Model, error) {
 	if n <= 0 || n > 1<<24 {
 		return nil, fmt.Errorf("gemma3n: a key/value pool of %d positions: want 1 to %d", n, 1<<24)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -222,7 +223,19 @@ func (b *loopBufs) rowsOf(x *Exec) native.Tensor {
 // the device: Model.PLEResident): it reserves the steps' key/value slots (a *KVError when the
 // pool cannot give them) and uploads the loop's tables. The first tokens
 // go into IDs before a run. Close ends the loop.
-func (x *Exec) NewLoop(caches []*Cache, steps int, tokens []int32) (*Loop, error) {
+func (x *Exec) NewLoop(caches []model.Cache, steps int, tokens []int32) (model.Loop, error) {
+	l, err := x.newLoop(caches, steps, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (x *Exec) newLoop(seqs []model.Cache, steps int, tokens []int32) (*Loop, error) {
+	caches := make([]*Cache, len(seqs))
+	for i, c := range seqs {
+		caches[i] = own(c)
+	}
 	n := len(caches)
 	m := x.m
 	switch {
@@ -251,7 +264,7 @@ func (x *Exec) NewLoop(caches []*Cache, steps int, tokens []int32) (*Loop, error
 	if err := b.setTable(x, tokens); err != nil {
 		return nil, err
 	}
-	l := &Loop{x: x, caches: slices.Clone(caches), base: make([]int, n), steps: steps}
+	l := &Loop{x: x, caches: caches, base: make([]int, n), steps: steps}
 	x.caches, x.cnt, x.ocnt, x.outRows = x.caches[:0], x.cnt[:0], x.ocnt[:0], x.outRows[:0]
 	x.maxKeys = 0
 	for i, c := range caches {

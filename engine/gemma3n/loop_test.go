@@ -8,6 +8,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -33,7 +34,7 @@ func TestLoopMatchesForward(t *testing.T) {
 	sched := [][]int32{randTokens(r, steps), randTokens(r, steps)}
 	var tokens []int32
 	ref := make([][][]float32, 2) // [sequence][step] hidden state
-	loopC := make([]*gemma3n.Cache, 2)
+	loopC := make([]model.Cache, 2)
 	for s := range prompts {
 		tokens = append(tokens, sched[s]...)
 		alone := m.NewCache()
@@ -138,15 +139,15 @@ func TestLoopRefuses(t *testing.T) {
 	defer c.Free()
 	for _, tc := range []struct {
 		name   string
-		caches []*gemma3n.Cache
+		caches []model.Cache
 		steps  int
 		want   string
 	}{
 		{"none", nil, 4, "no sequences"},
-		{"no steps", []*gemma3n.Cache{c}, 0, "0 steps"},
-		{"repeated", []*gemma3n.Cache{c, c}, 4, "repeats a cache"},
-		{"nil cache", []*gemma3n.Cache{nil}, 4, "no cache of this model"},
-		{"too many", make([]*gemma3n.Cache, 65), 4, "exceeds"},
+		{"no steps", []model.Cache{c}, 0, "0 steps"},
+		{"repeated", []model.Cache{c, c}, 4, "repeats a cache"},
+		{"nil cache", []model.Cache{nil}, 4, "no cache of this model"},
+		{"too many", make([]model.Cache, 65), 4, "exceeds"},
 	} {
 		if _, err := x.NewLoop(tc.caches, tc.steps, []int32{5}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"verdict/engine/model"
 	"verdict/engine/weights"
 	"verdict/engine/weights/load"
 	"verdict/native"
@@ -51,33 +52,28 @@ type execPool struct {
 	idle []*Exec
 }
 
-// Weights selects how Load keeps the decoder's large matrices.
-type Weights string
+// Weights selects how Load keeps the decoder's large matrices
+// (model.Weights).
+type Weights = model.Weights
 
 const (
 	// WeightsF32 keeps the matrices as the checkpoint stores them (float32,
 	// or bfloat16 widened on the fly), computing in float32: the exact path
 	// the reference fixtures are checked with.
-	WeightsF32 Weights = "f32"
+	WeightsF32 = model.WeightsF32
 	// WeightsQ4 packs every large matrix (attention, MLP, AltUp and
 	// per-layer projections, Laurel, the tied embedding and output head) to
 	// 4 bits at load: groups of Group columns share a float32 scale and
 	// offset. Activations and small parameters stay float32.
-	WeightsQ4 Weights = "q4"
+	WeightsQ4 = model.WeightsQ4
 )
 
 // DefaultGroup is the q4 group size (columns per scale and offset), chosen
 // by measurement: see docs/architecture.md (Weights).
 const DefaultGroup = 64
 
-// ParseWeights reads a --weights value: "f32" or "q4".
-func ParseWeights(s string) (Weights, error) {
-	switch Weights(s) {
-	case WeightsF32, WeightsQ4:
-		return Weights(s), nil
-	}
-	return "", fmt.Errorf("weights %q: want f32 or q4", s)
-}
+// ParseWeights reads a --weights value: "f32" or "q4" (model.ParseWeights).
+func ParseWeights(s string) (Weights, error) { return model.ParseWeights(s) }
 
 // LoadOptions are Load's settings.
 type LoadOptions struct {

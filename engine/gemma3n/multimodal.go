@@ -1,25 +1,21 @@
 package gemma3n
 
-import "fmt"
+import (
+	"fmt"
 
-// Media holds the embeddings of a prompt's multimodal positions.
-type Media struct {
-	// Image holds the soft tokens of every image, in prompt order:
-	// [images·VisionTokens, D].
-	Image []float32
-	// Audio holds the audio soft tokens [AudioTokens, D] (nil: no audio).
-	Audio []float32
-	// Hard embeds a multimodal control token (ids at or above the text
-	// vocabulary of the per-layer table, e.g. <end_of_image>).
-	Hard func(id int32) ([]float32, error)
-}
+	"verdict/engine/model"
+)
+
+// Media holds the embeddings of a prompt's multimodal positions; Hard
+// embeds the ids at or above the per-layer table's text vocabulary.
+type Media = model.Media
 
 // AddMultimodal appends a prompt with media to b as rows of cache c, the
 // last outs wanted, merged as transformers merges them: text ids take their
 // scaled token embeddings, ids from the vision and audio vocabularies their
 // hard embeddings, and the image and audio soft-token positions the media
 // rows in order (given embeddings, set over their rows).
-func (m *Model) AddMultimodal(b *Batch, c *Cache, ids []int32, md Media, outs int) error {
+func (m *Model) AddMultimodal(b *Batch, c model.Cache, ids []int32, md Media, outs int) error {
 	D, sp := m.Cfg.HiddenSize, m.Special
 	first := int32(m.Cfg.VocabSizePerLayer) // the multimodal vocabularies start here
 	start := len(b.Rows)

@@ -3,6 +3,7 @@ package gemma3n
 import (
 	"fmt"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -52,8 +53,8 @@ func (x *Exec) Upload(h []float32) (native.Tensor, error) {
 // freed after) and returns the final normalised hidden states of every
 // position [len(ids), D] on the host; a hook sees every layer. A
 // convenience over Exec.Forward for tests, checks and tools.
-func (m *Model) Forward(c *Cache, ids []int32, hook Hook) ([]float32, error) {
-	x, err := m.Acquire()
+func (m *Model) Forward(c model.Cache, ids []int32, hook Hook) ([]float32, error) {
+	x, err := m.acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func (m *Model) Forward(c *Cache, ids []int32, hook Hook) ([]float32, error) {
 // Logits computes the soft-capped output logits [n, vocab] of host hidden
 // states h [n, D]: a convenience over Exec.Logits.
 func (m *Model) Logits(h []float32, n int) ([]float32, error) {
-	x, err := m.Acquire()
+	x, err := m.acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func (m *Model) Embed(ids []int32) ([]float32, error) {
 			return nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, m.Cfg.VocabSize)
 		}
 	}
-	x, err := m.Acquire()
+	x, err := m.acquire()
 	if err != nil {
 		return nil, err
 	}

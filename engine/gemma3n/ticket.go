@@ -1,6 +1,10 @@
 package gemma3n
 
-import "fmt"
+import (
+	"fmt"
+
+	"verdict/engine/model"
+)
 
 // A Ticket is a request's promise of key/value blocks (Model.Admit), shared
 // by the caches bound to it: the blocks they take come out of it first, so
@@ -49,7 +53,7 @@ func (m *Model) AdmitFits(need [2]int) error {
 
 // Admit promises need blocks of each kind (Need) to a new ticket, or fails
 // with a *KVError when the pool's unpromised free blocks are too few now.
-func (m *Model) Admit(need [2]int) (*Ticket, error) {
+func (m *Model) Admit(need [2]int) (model.Ticket, error) {
 	p := m.pool
 	if p == nil {
 		return nil, fmt.Errorf("gemma3n: the model is closed")
@@ -96,14 +100,18 @@ func (t *Ticket) Left() [2]int {
 }
 
 // Bind makes c's later blocks come out of t first (nil: out of the pool's
-// free blocks only).
-func (c *Cache) Bind(t *Ticket) {
+// free blocks only); t is a ticket of c's model.
+func (c *Cache) Bind(t model.Ticket) {
+	tk, ok := t.(*Ticket)
+	if t != nil && !ok {
+		panic("gemma3n: Cache.Bind: a ticket of another model")
+	}
 	p := c.s.m.pool
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
-	c.s.tk = t
+	c.s.tk = tk
 	p.mu.Unlock()
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -33,7 +34,7 @@ type Options struct {
 	// Ticket, when set, is the request's admission (Model.Admit of Need):
 	// the sequence's blocks come out of it instead of a reservation of its
 	// own.
-	Ticket *gemma3n.Ticket
+	Ticket model.Ticket
 	// Logprobs gives every token its log-probability and, when TopLogprobs
 	// (0..MaxTopLogprobs) is positive, that many most probable alternatives
 	// (see Logprobs). The head's logits are read back for it; the tokens
@@ -186,7 +187,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 				res.Total = time.Since(start)
 				return res, err
 			}
-			toks, err := x.DecodeGreedy([]*gemma3n.Cache{c}, input, loopSteps, opt.Stop)
+			toks, err := x.DecodeGreedy([]model.Cache{c}, input, loopSteps, opt.Stop)
 			if errors.Is(err, gemma3n.ErrBusy) {
 				busy = true // others share the runner: this token in a pass merged with theirs
 				continue
@@ -232,7 +233,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 		var id int32
 		draw := s.draw()
 		first := len(res.IDs) == 0
-		err := r.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+		err := r.Run(&b, func(x model.Exec, h native.Tensor) error {
 			if first {
 				res.Prefill = time.Since(start)
 			}

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -41,7 +42,7 @@ func newLogprober(vocab, top int) *logprober {
 
 // read computes the logits of the one row h [1, D] on x and their
 // log-sum-exp.
-func (p *logprober) read(x *gemma3n.Exec, h native.Tensor) error {
+func (p *logprober) read(x model.Exec, h native.Tensor) error {
 	if err := x.Logits(p.logits, h); err != nil {
 		return err
 	}
@@ -91,7 +92,7 @@ func (p *logprober) of(id int32) Logprobs {
 // it with the top most probable alternatives (0..MaxTopLogprobs): out[i]
 // is prompt[i+1]'s. The key/value blocks come out of tk when set (an
 // admission of m.Need(len(prompt))), else out of a reservation of its own.
-func PromptLogprobs(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int32, top int, tk *gemma3n.Ticket) ([]Logprobs, error) {
+func PromptLogprobs(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int32, top int, tk model.Ticket) ([]Logprobs, error) {
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("generate: empty prompt")
 	}
@@ -126,9 +127,9 @@ func PromptLogprobs(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, pro
 				outs++
 			}
 		}
-		var then func(x *gemma3n.Exec, h native.Tensor) error
+		var then func(x model.Exec, h native.Tensor) error
 		if outs > 0 {
-			then = func(x *gemma3n.Exec, h native.Tensor) error {
+			then = func(x model.Exec, h native.Tensor) error {
 				for j := 0; j < outs; j++ {
 					if err := lp.read(x, h.Slice(j, j+1)); err != nil {
 						return err

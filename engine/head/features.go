@@ -13,6 +13,7 @@ import (
 	"math"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/scorer"
 )
 
@@ -74,7 +75,7 @@ func Features(ctx context.Context, sc *scorer.Scorer, s *scorer.Schema, input st
 		// Each decision's key runs in a fork of the prefix; one output
 		// (the key's last position) each.
 		b.Reset()
-		forks := make([]*gemma3n.Cache, len(part))
+		forks := make([]model.Cache, len(part))
 		for i, d := range part {
 			forks[i] = cache.Clone()
 			b.Add(forks[i], d.Shared[:d.Key], 1)

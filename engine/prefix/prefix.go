@@ -14,7 +14,7 @@ import (
 	"slices"
 	"sync"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // Stats describe a cache's use.
@@ -54,7 +54,7 @@ type node struct {
 	edge   []int32
 	depth  int
 	kids   map[int32]*node
-	seq    *gemma3n.Cache
+	seq    model.Cache
 	blocks int
 	used   uint64
 }
@@ -90,7 +90,7 @@ func (c *Cache) match(ids []int32) (*node, int) {
 // tokens (nil when none is kept), its length, and split: the most tokens
 // ids shares with any kept sequence (at most max), where keeping a
 // sequence of exactly ids[:split] would serve the requests that share it.
-func (c *Cache) Lookup(ids []int32, max int) (seq *gemma3n.Cache, n, split int) {
+func (c *Cache) Lookup(ids []int32, max int) (seq model.Cache, n, split int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Lookups++
@@ -157,7 +157,7 @@ func collect(n *node, out *[]*node) {
 // requests (replacing one kept for the same ids), then evicts the least
 // recently used entries beyond the budget. A sequence larger than the
 // whole budget is not kept.
-func (c *Cache) Keep(ids []int32, seq *gemma3n.Cache) {
+func (c *Cache) Keep(ids []int32, seq model.Cache) {
 	if len(ids) == 0 || seq.Len() != len(ids) {
 		return
 	}
@@ -178,7 +178,7 @@ func (c *Cache) Keep(ids []int32, seq *gemma3n.Cache) {
 	n.seq, n.blocks, n.used = f, blocks, c.clock
 	c.stats.Blocks += blocks
 	c.stats.Entries++
-	var evicted []*gemma3n.Cache
+	var evicted []model.Cache
 	for c.stats.Blocks > c.budget {
 		e := c.oldest(c.root, n)
 		if e == nil {
@@ -238,7 +238,7 @@ func (c *Cache) oldest(n, keep *node) *node {
 
 // remove drops n's entry and prunes the nodes left with neither an entry
 // nor children; it returns the sequence to free.
-func (c *Cache) remove(n *node) *gemma3n.Cache {
+func (c *Cache) remove(n *node) model.Cache {
 	s := n.seq
 	n.seq = nil
 	c.stats.Blocks -= n.blocks
@@ -257,7 +257,7 @@ func (c *Cache) Drop() bool {
 	c.mu.Lock()
 	var all []*node
 	collect(c.root, &all)
-	var seqs []*gemma3n.Cache
+	var seqs []model.Cache
 	for _, e := range all {
 		seqs = append(seqs, c.remove(e))
 	}

@@ -5,11 +5,12 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/prefix"
 )
 
 // computed returns a sequence of m holding exactly ids.
-func computed(t *testing.T, m *gemma3n.Model, ids []int32) *gemma3n.Cache {
+func computed(t *testing.T, m *gemma3n.Model, ids []int32) model.Cache {
 	t.Helper()
 	c := m.NewCache()
 	var b gemma3n.Batch
@@ -36,11 +37,12 @@ func seq(from, n int) []int32 {
 func TestLookupSplitAndEvict(t *testing.T) {
 	base := *testmodel.Tiny(t)
 	base.Cfg.SlidingWindow = 1 << 10 // wide: every fork point holds its keys
-	m, err := base.WithKVPositions(1 << 12)
+	v, err := base.WithKVPositions(1 << 12)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.CloseView()
+	defer v.CloseView()
+	m := v.(*gemma3n.Model)
 	shared := seq(10, 40)
 	a := append(append([]int32{}, shared...), seq(100, 20)...)
 	b := append(append([]int32{}, shared...), seq(200, 25)...)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -85,7 +86,7 @@ type Stats struct {
 // one batch a step. It is safe for concurrent use.
 type Scheduler struct {
 	m    *gemma3n.Model
-	x    *gemma3n.Exec
+	x    model.Exec
 	opt  Options
 	rows int
 
@@ -103,8 +104,8 @@ type Scheduler struct {
 // step (a device loop) that has the Exec to itself.
 type pass struct {
 	b     *gemma3n.Batch
-	then  func(x *gemma3n.Exec, h native.Tensor) error
-	solo  func(x *gemma3n.Exec) error
+	then  func(x model.Exec, h native.Tensor) error
+	solo  func(x model.Exec) error
 	err   chan error
 	taken bool
 }
@@ -124,7 +125,7 @@ func (p *pass) rows() int {
 type waiter struct {
 	need  [2]int
 	first bool // the request's first admission: it starts running
-	tk    chan *gemma3n.Ticket
+	tk    chan model.Ticket
 	err   chan error
 }
 
@@ -221,7 +222,7 @@ func (r *Request) Rows() int { return r.s.rows }
 // so is one beyond the admission queue's bound (ErrQueueFull). A request
 // may admit again once it has released its ticket (a scorer request that
 // scores reference inputs first).
-func (r *Request) Admit(need [2]int) (*gemma3n.Ticket, error) {
+func (r *Request) Admit(need [2]int) (model.Ticket, error) {
 	s := r.s
 	if err := s.m.AdmitFits(need); err != nil {
 		var kv *gemma3n.KVError
@@ -260,7 +261,7 @@ func (r *Request) Admit(need [2]int) (*gemma3n.Ticket, error) {
 		s.mu.Unlock()
 		return nil, ErrQueueFull
 	}
-	w := &waiter{need: need, first: !r.admitted, tk: make(chan *gemma3n.Ticket, 1), err: make(chan error, 1)}
+	w := &waiter{need: need, first: !r.admitted, tk: make(chan model.Ticket, 1), err: make(chan error, 1)}
 	r.admitted = true // counted as running once its ticket comes
 	s.waiting[r.prio] = append(s.waiting[r.prio], w)
 	s.mu.Unlock()
@@ -337,7 +338,7 @@ func (r *Request) GreedyLoops() bool { return r.s.x.GreedyLoops() }
 // step of its own while r is the only request running; with others it
 // answers gemma3n.ErrBusy, so that the caller's tokens join the shared
 // steps instead.
-func (r *Request) DecodeGreedy(caches []*gemma3n.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
+func (r *Request) DecodeGreedy(caches []model.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
 	s := r.s
 	s.mu.Lock()
 	busy := s.running > 1 || len(s.waiting[Interactive])+len(s.waiting[Bulk]) > 0
@@ -346,7 +347,7 @@ func (r *Request) DecodeGreedy(caches []*gemma3n.Cache, next []int32, steps int,
 		return nil, gemma3n.ErrBusy
 	}
 	var out [][]int32
-	err := r.queue(&pass{solo: func(x *gemma3n.Exec) error {
+	err := r.queue(&pass{solo: func(x model.Exec) error {
 		var err error
 		out, err = x.DecodeGreedy(caches, next, steps, stop)
 		return err
@@ -357,7 +358,7 @@ func (r *Request) DecodeGreedy(caches []*gemma3n.Cache, next []int32, steps int,
 // Run queues b for the next step with room and waits for it; then runs on
 // the scheduler's Exec with b's outputs. A pass still queued when the
 // request's context ends is dropped, and Run returns the context's error.
-func (r *Request) Run(b *gemma3n.Batch, then func(x *gemma3n.Exec, h native.Tensor) error) error {
+func (r *Request) Run(b *gemma3n.Batch, then func(x model.Exec, h native.Tensor) error) error {
 	s := r.s
 	if len(b.Rows) == 0 {
 		return errors.New("sched: an empty batch")
@@ -522,7 +523,7 @@ func (s *Scheduler) run(merged *gemma3n.Batch, step []*pass) {
 		}
 	}
 	s.count(step, len(merged.Rows))
-	lens := map[*gemma3n.Cache]int{}
+	lens := map[model.Cache]int{}
 	for _, r := range merged.Rows {
 		lens[r.Cache] = r.Cache.Len()
 	}

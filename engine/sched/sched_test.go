@@ -15,6 +15,7 @@ import (
 	"verdict/engine/catalog"
 	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
+	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"
@@ -176,7 +177,7 @@ func runJob(ctx context.Context, m *models.Model, sc *scorer.Scorer, tk *tokeniz
 		if rq == nil {
 			res, err = generate.Run(ctx, m.Model, ids, opt, nil)
 		} else {
-			var tkt *gemma3n.Ticket
+			var tkt model.Ticket
 			tkt, err = rq.Admit(generate.Need(m.Model, len(ids), opt))
 			if err != nil {
 				return outcome{err: err}
@@ -277,7 +278,8 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.CloseView()
-	s, err := New(v, Options{})
+	vm := v.(*gemma3n.Model)
+	s, err := New(vm, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,7 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 			defer wg.Done()
 			rq := s.Begin(ctx, Bulk)
 			defer rq.End()
-			tkt, err := rq.Admit(generate.Need(v, len(ids), opt))
+			tkt, err := rq.Admit(generate.Need(vm, len(ids), opt))
 			if err != nil {
 				errs[i] = err
 				return
@@ -299,7 +301,7 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 			defer tkt.Release()
 			o := opt
 			o.Ticket = tkt
-			res, err := generate.RunOn(ctx, rq, v, ids, o, nil)
+			res, err := generate.RunOn(ctx, rq, vm, ids, o, nil)
 			outs[i], errs[i] = res.IDs, err
 		}()
 	}
@@ -333,7 +335,7 @@ func TestQueueBoundAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.CloseView()
-	s, err := New(v, Options{MaxWaiting: 1})
+	s, err := New(v.(*gemma3n.Model), Options{MaxWaiting: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,8 +389,9 @@ func TestCancelFreesBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.CloseView()
+	vm := v.(*gemma3n.Model)
 	before := v.KVFree()
-	s, err := New(v, Options{})
+	s, err := New(vm, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +407,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 			defer cancel()
 			rq := s.Begin(cctx, Interactive)
 			defer rq.End()
-			tkt, err := rq.Admit(generate.Need(v, len(ids), opt))
+			tkt, err := rq.Admit(generate.Need(vm, len(ids), opt))
 			if err != nil {
 				errs[i] = err
 				return
@@ -412,7 +415,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 			defer tkt.Release()
 			o := opt
 			o.Ticket = tkt
-			res[i], errs[i] = generate.RunOn(cctx, rq, v, ids, o, func(tk generate.Token) error {
+			res[i], errs[i] = generate.RunOn(cctx, rq, vm, ids, o, func(tk generate.Token) error {
 				if i%2 == 1 && tk.Index == 3 {
 					cancel()
 				}
@@ -500,14 +503,14 @@ func TestDecodeGreedySolo(t *testing.T) {
 	var first int32
 	b := gemma3n.Batch{}
 	b.Add(c, ids, 1)
-	if err := rq.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+	if err := rq.Run(&b, func(x model.Exec, h native.Tensor) error {
 		var err error
 		first, err = x.Sample(h, native.Sampling{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	toks, err := rq.DecodeGreedy([]*gemma3n.Cache{c}, []int32{first}, 16, nil)
+	toks, err := rq.DecodeGreedy([]model.Cache{c}, []int32{first}, 16, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +522,7 @@ func TestDecodeGreedySolo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rq.DecodeGreedy([]*gemma3n.Cache{c}, []int32{toks[0][15]}, 16, nil); !errors.Is(err, gemma3n.ErrBusy) {
+	if _, err := rq.DecodeGreedy([]model.Cache{c}, []int32{toks[0][15]}, 16, nil); !errors.Is(err, gemma3n.ErrBusy) {
 		t.Errorf("a loop beside another request: %v, want ErrBusy", err)
 	}
 	otk.Release()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -222,7 +223,7 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	if err != nil {
 		return nil, err
 	}
-	defer tk.Release()
+	defer releaseTicket(tk)
 	x, release, err := sc.runner(opt)
 	if err != nil {
 		return nil, err
@@ -304,7 +305,7 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 // prefix), and returns the log-probability of each code token at the
 // suffix's last position. The tokens all suffixes begin with join a fork of
 // the prefix first.
-func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache *gemma3n.Cache, ds []codedDecision, batch int, onBatch func(time.Duration)) ([][]float64, error) {
+func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache model.Cache, ds []codedDecision, batch int, onBatch func(time.Duration)) ([][]float64, error) {
 	out := make([][]float64, len(ds))
 	if len(ds) == 0 {
 		return out, nil
@@ -331,7 +332,7 @@ func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache *gem
 		t := time.Now()
 		part := ds[lo:min(lo+batch, len(ds))]
 		b.Reset()
-		forks := make([]*gemma3n.Cache, len(part))
+		forks := make([]model.Cache, len(part))
 		row, col = row[:0], col[:0]
 		for i, d := range part {
 			forks[i] = base.Clone()
@@ -350,7 +351,7 @@ func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache *gem
 				return fmt.Errorf("scorer: %d suffix tokens in one batch exceed the %d rows of a forward pass", len(b.Rows), x.Rows())
 			}
 			sel, lse := make([]float32, len(row)), make([]float32, len(part))
-			err := x.Run(&b, func(x *gemma3n.Exec, h native.Tensor) error {
+			err := x.Run(&b, func(x model.Exec, h native.Tensor) error {
 				return x.SelectLogprobs(sel, lse, h, row, col)
 			})
 			if err != nil {

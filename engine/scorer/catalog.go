@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"verdict/engine/catalog"
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // Backends of the scorer.
@@ -100,7 +100,7 @@ func (sc *Scorer) decodedFields(s *Schema, backend string, after func(string) ([
 
 // decode answers the decoded fields in one batch, each from its own fork of
 // the prefix cache (bit-identical to decoding each alone).
-func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix *gemma3n.Cache, res *Result, opt Options, onField func(*FieldResult)) error {
+func (sc *Scorer) decode(ctx context.Context, s *Schema, fs []decodedField, prefix model.Cache, res *Result, opt Options, onField func(*FieldResult)) error {
 	reqs := make([]catalog.Request, len(fs))
 	for i, df := range fs {
 		reqs[i] = catalog.Request{Prompt: df.key, K: df.k, Cache: prefix.Clone(), Catalog: df.cat}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/prefix"
 	"verdict/engine/prompt"
 	"verdict/native"
@@ -98,15 +99,22 @@ type Options struct {
 	// first forward pass: a scheduler waits there until the pool can promise
 	// them. Its sequences' blocks come out of the ticket, released when the
 	// request ends.
-	Admit func(need [2]int) (*gemma3n.Ticket, error)
+	Admit func(need [2]int) (model.Ticket, error)
 }
 
 // admit is opt.Admit of need, or no ticket.
-func admit(opt Options, need [2]int) (*gemma3n.Ticket, error) {
+func admit(opt Options, need [2]int) (model.Ticket, error) {
 	if opt.Admit == nil {
 		return nil, nil
 	}
 	return opt.Admit(need)
+}
+
+// releaseTicket gives back tk (nil: no ticket).
+func releaseTicket(tk model.Ticket) {
+	if tk != nil {
+		tk.Release()
+	}
 }
 
 // runner is the request's Runner and what gives it back.
@@ -501,9 +509,9 @@ func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool
 
 // run is one execution's raw scores.
 type run struct {
-	cache   *gemma3n.Cache // the shared prefix (and the key rows' common lead)
-	scores  [][]float64    // per decision, per candidate: s(c)
-	tokLP   [][][]float64  // per decision, per candidate: each scored token
+	cache   model.Cache   // the shared prefix (and the key rows' common lead)
+	scores  [][]float64   // per decision, per candidate: s(c)
+	tokLP   [][][]float64 // per decision, per candidate: each scored token
 	timings Timings
 	rows    int
 	batch   int
@@ -547,7 +555,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	if err != nil {
 		return nil, err
 	}
-	defer tk.Release()
+	defer releaseTicket(tk)
 	x, release, err := sc.runner(opt)
 	if err != nil {
 		return nil, err
@@ -557,7 +565,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	// The shared prefix, computed once and only read by the branches, which
 	// fork it: only its keys and values are needed (no output state).
 	t := time.Now()
-	var cache *gemma3n.Cache
+	var cache model.Cache
 	reused, split := 0, 0
 	if md == nil {
 		// The longest prefix an earlier request kept, forked; ids' last
@@ -639,12 +647,12 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	// rows' sequences.
 	var wantRow, wantCol []int32
 	var sel, lse []float32
-	forward := func(part []row, parents []*gemma3n.Cache) ([]*gemma3n.Cache, error) {
+	forward := func(part []row, parents []model.Cache) ([]model.Cache, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		t := time.Now()
-		seqs := make([]*gemma3n.Cache, len(part))
+		seqs := make([]model.Cache, len(part))
 		b.Reset()
 		for i, rw := range part {
 			seqs[i] = parents[i].Clone()
@@ -681,7 +689,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		for lo := 0; lo < len(b.Rows); lo += x.Rows() {
 			chunk := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))]}
 			k := 0
-			err := x.Run(&chunk, func(x *gemma3n.Exec, h native.Tensor) error {
+			err := x.Run(&chunk, func(x model.Exec, h native.Tensor) error {
 				k = h.Rows()
 				if k == 0 {
 					return nil
@@ -731,7 +739,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 			done(r, dec)
 		}
 	}
-	free := func(cs []*gemma3n.Cache) {
+	free := func(cs []model.Cache) {
 		for _, c := range cs {
 			c.Free()
 		}
@@ -740,7 +748,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	// their candidate rows, batch rows at a time, extending the key rows.
 	for lo := 0; lo < len(keys); lo += batch {
 		group := keys[lo:min(lo+batch, len(keys))]
-		parents := make([]*gemma3n.Cache, len(group))
+		parents := make([]model.Cache, len(group))
 		for i := range parents {
 			parents[i] = base
 		}
@@ -749,7 +757,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 			return nil, err
 		}
 		var pending []row
-		var from []*gemma3n.Cache
+		var from []model.Cache
 		for g, k := range group {
 			if len(cands[k.dec]) == 0 {
 				finish(k.dec)

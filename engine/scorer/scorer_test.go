@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/gemma3n"
 	"verdict/engine/scorer"
 )
 
@@ -392,7 +393,7 @@ func testPrefixReuse(t *testing.T, layout string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scorer.New(m, tk)
+	sc := scorer.New(m.(*gemma3n.Model), tk)
 	ctx := context.Background()
 	if _, err := sc.Score(ctx, s, "The parcel came late.", scorer.Options{}); err != nil {
 		t.Fatal(err)
@@ -402,7 +403,7 @@ func testPrefixReuse(t *testing.T, layout string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := scorer.New(m, tk).Score(ctx, s, second, scorer.Options{})
+	want, err := scorer.New(m.(*gemma3n.Model), tk).Score(ctx, s, second, scorer.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/prefix"
 	"verdict/engine/sched"
@@ -460,14 +461,14 @@ type faultRunner struct {
 	fault fault
 }
 
-func (f faultRunner) Run(b *gemma3n.Batch, then func(x *gemma3n.Exec, h native.Tensor) error) error {
+func (f faultRunner) Run(b *gemma3n.Batch, then func(x model.Exec, h native.Tensor) error) error {
 	if err := f.fault(); err != nil {
 		return err
 	}
 	return f.Request.Run(b, then)
 }
 
-func (f faultRunner) DecodeGreedy(caches []*gemma3n.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
+func (f faultRunner) DecodeGreedy(caches []model.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
 	if err := f.fault(); err != nil {
 		return nil, err
 	}
