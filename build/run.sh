@@ -22,7 +22,7 @@ go build -tags desktop,production,webkit2_41 -o verdict .
 # The CUDA backend, next to the binary, where nvcc is: built when missing or
 # older than its sources (the binary itself needs no CUDA).
 if command -v nvcc >/dev/null 2>&1; then
-  if [ ! -f libverdict_cuda.so ] || [ -n "$(find native/cuda native/backend.h -newer libverdict_cuda.so -print -quit)" ]; then
+  if [ ! -f libverdict_cuda.so ] || [ -n "$(find native/cuda native/backend*.h -newer libverdict_cuda.so -print -quit)" ]; then
     echo "run: building the CUDA backend (nvcc is here)" >&2
     HARNESS=0 bash build/cuda.sh . >&2 || echo "run: the CUDA backend did not build; the CPU runs everything" >&2
   fi

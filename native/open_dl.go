@@ -24,35 +24,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"unsafe"
 )
 
-// CUDALibrary is the CUDA backend's file name.
-const CUDALibrary = "libverdict_cuda.so"
-
-// cudaCandidates lists where the library is looked for, in order.
-func cudaCandidates() []string {
-	if p := os.Getenv("VERDICT_CUDA_LIB"); p != "" {
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			p = filepath.Join(p, CUDALibrary)
-		}
-		return []string{p}
-	}
-	var c []string
-	if exe, err := os.Executable(); err == nil {
-		c = append(c, filepath.Join(filepath.Dir(exe), CUDALibrary))
-	}
-	return append(c, CUDALibrary) // the system's library path
-}
-
-// cudaLib opens the CUDA library (dlopen keeps one handle however often it
-// is opened).
-func cudaLib() (unsafe.Pointer, error) {
+// handle opens the library (dlopen keeps one handle however often it is
+// opened).
+func (l *Library) handle() (unsafe.Pointer, error) {
 	var h unsafe.Pointer
 	var tried []string
-	for _, p := range cudaCandidates() {
+	for _, p := range l.candidates() {
 		if strings.ContainsRune(p, '/') {
 			if _, err := os.Stat(p); err != nil {
 				tried = append(tried, p+": no such file")
@@ -68,28 +49,34 @@ func cudaLib() (unsafe.Pointer, error) {
 		tried = append(tried, p+": "+C.GoString(C.vdl_error()))
 	}
 	if h == nil {
-		return nil, fmt.Errorf("cuda: no usable %s (set VERDICT_CUDA_LIB, or put it next to the executable): %s",
-			CUDALibrary, strings.Join(tried, "; "))
+		return nil, errors.New(l.noLibrary(tried))
 	}
 	return h, nil
 }
 
-// cudaCount asks the library how many devices it sees (its
-// vd_cuda_device_count): 0 with the reason when there is none. A library
-// built before it had the function is asked for device after device
-// instead, until one does not open.
-func cudaCount() (int, error) {
-	h, err := cudaLib()
+func sym(h unsafe.Pointer, name string) unsafe.Pointer {
+	if name == "" {
+		return nil
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return C.vdl_sym(h, cs)
+}
+
+// count asks the library how many devices it sees (its CountSym): 0 with
+// the reason when there is none. A library without the function (one
+// built before it had it) is asked for device after device instead, until
+// one does not open.
+func (l *Library) count() (int, error) {
+	h, err := l.handle()
 	if err != nil {
 		return 0, err
 	}
-	sym := C.CString("vd_cuda_device_count")
-	fn := C.vdl_sym(h, sym)
-	C.free(unsafe.Pointer(sym))
+	fn := sym(h, l.CountSym)
 	if fn == nil {
 		n := 0
-		for ; n < maxCUDADevices; n++ {
-			if _, err = openCUDA(n); err != nil {
+		for ; n < l.Max; n++ {
+			if _, err = l.open(n); err != nil {
 				break
 			}
 		}
@@ -103,40 +90,40 @@ func cudaCount() (int, error) {
 	if n <= 0 {
 		m := C.GoString(&msg[0])
 		if m == "" {
-			m = "cuda: no CUDA device"
+			m = l.noDevice()
 		}
 		return 0, errors.New(m)
 	}
 	return n, nil
 }
 
-func loadCUDA(dev int) (*Backend, error) {
-	h, err := cudaLib()
+// load opens device dev's table and checks it: this build's ABI, every
+// required entry.
+func (l *Library) load(dev int) (*Backend, error) {
+	h, err := l.handle()
 	if err != nil {
 		return nil, err
 	}
-	sym := C.CString("vd_cuda_backend")
-	fn := C.vdl_sym(h, sym)
-	C.free(unsafe.Pointer(sym))
+	fn := sym(h, l.OpenSym)
 	if fn == nil {
-		return nil, errors.New("cuda: the library has no vd_cuda_backend: " + C.GoString(C.vdl_error()))
+		return nil, errors.New(l.Name + ": the library has no " + l.OpenSym + ": " + C.GoString(C.vdl_error()))
 	}
 	var msg [512]C.char
 	t := C.vdl_call(fn, C.int(dev), &msg[0], C.size_t(len(msg)))
 	if t == nil {
 		m := C.GoString(&msg[0])
 		if m == "" {
-			m = "cuda: the backend did not start (no reason given)"
+			m = l.Name + ": the backend did not start (no reason given)"
 		}
 		return nil, errors.New(m)
 	}
 	if t.abi != C.VD_ABI {
-		return nil, fmt.Errorf("cuda: ABI mismatch: the library implements backend ABI %d, this verdict needs %d; rebuild %s",
-			int(t.abi), int(C.VD_ABI), CUDALibrary)
+		return nil, fmt.Errorf("%s: ABI mismatch: the library implements backend ABI %d, this verdict needs %d; rebuild %s",
+			l.Name, int(t.abi), int(C.VD_ABI), l.File)
 	}
 	if i := int(C.vd_required_missing(t)); i != 0 {
-		return nil, fmt.Errorf("cuda: the library's table lacks %s (its device, buffer and stream parts are required)",
-			requiredNames[i-1])
+		return nil, fmt.Errorf("%s: the library's table lacks %s (its device, buffer and stream parts are required)",
+			l.Name, requiredNames[i-1])
 	}
 	return &Backend{t: t}, nil
 }

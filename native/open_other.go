@@ -4,13 +4,10 @@ package native
 
 import "errors"
 
-// CUDALibrary is the CUDA backend's file name.
-const CUDALibrary = "libverdict_cuda.so"
-
-func loadCUDA(dev int) (*Backend, error) {
-	return nil, errors.New("cuda: not supported on this operating system")
+func (l *Library) load(dev int) (*Backend, error) {
+	return nil, errors.New(l.Name + ": not supported on this operating system")
 }
 
-func cudaCount() (int, error) {
-	return 0, errors.New("cuda: not supported on this operating system")
+func (l *Library) count() (int, error) {
+	return 0, errors.New(l.Name + ": not supported on this operating system")
 }

@@ -53,11 +53,7 @@ func fake(abi, hole string) string {
 	return "#define ABI " + abi + "\n#define HOLE " + hole + "\n" + fakeTable
 }
 
-func resetCUDA() {
-	cudaMu.Lock()
-	cudaOpened = map[int]*Backend{}
-	cudaMu.Unlock()
-}
+func resetCUDA() { cudaLibrary.forget() }
 
 func TestOpenCUDA(t *testing.T) {
 	wrongABI := fakeLib(t, fake("(VD_ABI + 1)", "0"))
@@ -187,4 +183,81 @@ int vd_cuda_device_count(char *err, size_t n) { return 2; }
 		}
 	}
 	resetCUDA()
+}
+
+// register adds d to the registry for the test's length.
+func register(t *testing.T, d Driver) {
+	t.Helper()
+	Register(d)
+	t.Cleanup(func() {
+		driversMu.Lock()
+		defer driversMu.Unlock()
+		for i, o := range drivers {
+			if o.Name == d.Name {
+				drivers = append(drivers[:i], drivers[i+1:]...)
+				return
+			}
+		}
+	})
+}
+
+// TestRegistry: a backend library registered under a name of its own (as
+// a ROCm or Metal one would be) is opened, listed and parsed through the
+// registry, beside the CPU and CUDA, with CUDA's errors for its own.
+func TestRegistry(t *testing.T) {
+	good := fakeLib(t, fake("VD_ABI", "0")+`
+int fake_count(char *err, size_t n) { return 4; }
+`)
+	lib := &Library{Name: "fakegpu", Kind: "fake", File: CUDALibrary, Env: "VERDICT_FAKEGPU_LIB",
+		OpenSym: "vd_cuda_backend", CountSym: "fake_count", Max: 4}
+	d := lib.Driver()
+	d.Auto = false // "auto" and "all" keep to CUDA here
+	register(t, d)
+	if got := strings.Join(Drivers(), ","); got != "cpu,cuda,fakegpu" {
+		t.Errorf("Drivers() = %s", got)
+	}
+	t.Setenv("VERDICT_FAKEGPU_LIB", good)
+	b, err := Open("fakegpu:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2, _ := Open("FAKEGPU:2"); b2 != b {
+		t.Errorf("a device opened twice gave two backends")
+	}
+	if n, err := d.Count(); n != 4 || err != nil {
+		t.Errorf("Count() = %d, %v", n, err)
+	}
+	for _, tc := range []struct{ device, want string }{
+		{"fakegpu:4", "want fakegpu:N with N a GPU number (0..3)"},
+		{"fakegpu:x", "want fakegpu:N"},
+		{"fakegpu:7", "want fakegpu:N"},
+		{"cpu:1", "cpu takes no number"},
+		{"gpu", "want cpu, cuda, cuda:N, fakegpu, fakegpu:N or auto"},
+	} {
+		if _, err := Open(tc.device); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v, want an error with %q", tc.device, err, tc.want)
+		}
+	}
+	got, _, err := ParseDevices("fakegpu, fakegpu:3,cpu")
+	if err != nil || strings.Join(got, ",") != "fakegpu:0,fakegpu:3,cpu" {
+		t.Errorf("ParseDevices = %v, %v", got, err)
+	}
+	if _, _, err := ParseDevices("tpu"); err == nil || !strings.Contains(err.Error(), "want cpu, cuda, cuda:N, fakegpu or fakegpu:N, or all") {
+		t.Errorf("ParseDevices(tpu): %v", err)
+	}
+	t.Setenv("VERDICT_FAKEGPU_LIB", filepath.Join(t.TempDir(), "none.so"))
+	lib.forget()
+	if _, err := Open("fakegpu"); err == nil || !strings.Contains(err.Error(), "fakegpu: no usable "+CUDALibrary+" (set VERDICT_FAKEGPU_LIB") {
+		t.Errorf("Open(fakegpu) without its library: %v", err)
+	}
+	for _, bad := range []Driver{{Name: "cuda", Open: d.Open}, {Name: "auto", Open: d.Open}, {Name: "a:b", Open: d.Open}, {Name: "x"}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", bad.Name)
+				}
+			}()
+			Register(bad)
+		}()
+	}
 }
