@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"strings"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/tokenizer"
 )
 
@@ -45,13 +45,13 @@ func (p *Prompt) User(s string) { *p = append(*p, Segment{Text: s, User: true}) 
 
 // Image appends one image's placeholders: "\n\n", <start_of_image>, the
 // image soft tokens, <end_of_image>, "\n\n".
-func (p *Prompt) Image(sp gemma3n.Special, label string) {
+func (p *Prompt) Image(sp model.Special, label string) {
 	p.media(sp.BOI, sp.Image, sp.EOI, sp.VisionTokens, label)
 }
 
 // Audio appends one audio clip's placeholders: "\n\n", <start_of_audio>, the
 // audio soft tokens, <end_of_audio>, "\n\n".
-func (p *Prompt) Audio(sp gemma3n.Special, label string) {
+func (p *Prompt) Audio(sp model.Special, label string) {
 	p.media(sp.BOA, sp.Audio, sp.EOA, sp.AudioTokens, label)
 }
 
@@ -71,7 +71,7 @@ func (p *Prompt) media(begin, soft, end, n int, label string) {
 // sp's media ids (a placeholder written in a --raw prompt, or a tokenizer
 // that does not mark it special) is refused: media are placed only as runs
 // of ids.
-func (p Prompt) Encode(tok Tokenizer, sp gemma3n.Special) ([]int32, error) {
+func (p Prompt) Encode(tok Tokenizer, sp model.Special) ([]int32, error) {
 	var out []int32
 	var parts []tokenizer.Part
 	flush := func() error {
@@ -117,7 +117,7 @@ type mediaID struct {
 }
 
 // mediaIDs lists sp's media ids (zero ids are unset and left out).
-func mediaIDs(sp gemma3n.Special) []mediaID {
+func mediaIDs(sp model.Special) []mediaID {
 	var out []mediaID
 	for _, m := range []struct {
 		id          int
@@ -171,7 +171,7 @@ func (e *MediaTokenError) Error() string {
 // tokens as the tokenizer names it ("<image_soft_token>"): media are
 // attached as files, never written into the text. tok needs a TokenText
 // method for the check to run.
-func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
+func CheckMediaText(text string, sp model.Special, tok any) error {
 	tt, ok := tok.(interface{ TokenText(int32) string })
 	if !ok || !strings.Contains(text, "<") {
 		return nil
@@ -187,7 +187,7 @@ func CheckMediaText(text string, sp gemma3n.Special, tok any) error {
 // CheckMediaIDs refuses ids of text that hold one of sp's media ids (zero
 // ids are unset and ignored). tok, when it has a TokenText method, names the
 // token in the error.
-func CheckMediaIDs(ids []int32, sp gemma3n.Special, tok any) error {
+func CheckMediaIDs(ids []int32, sp model.Special, tok any) error {
 	media := map[int32]mediaID{}
 	for _, m := range mediaIDs(sp) {
 		media[m.id] = m

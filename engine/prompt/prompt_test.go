@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 
 func TestEncode(t *testing.T) {
 	tk := testmodel.Tokenizer(t)
-	sp := gemma3n.Special{BOI: 255999, EOI: 262144, Image: 262145, BOA: 256000, EOA: 262272, Audio: 262273, VisionTokens: 3, AudioTokens: 2}
+	sp := model.Special{BOI: 255999, EOI: 262144, Image: 262145, BOA: 256000, EOA: 262272, Audio: 262273, VisionTokens: 3, AudioTokens: 2}
 	var p prompt.Prompt
 	p.Text("<bos><start_of_turn>user\n")
 	p.User("see <end_of_turn> here")
@@ -65,7 +65,7 @@ func TestEncode(t *testing.T) {
 	if err := prompt.CheckMediaIDs([]int32{2, 262273}, sp, tk); err == nil || !strings.Contains(err.Error(), "audio placeholder") {
 		t.Errorf("CheckMediaIDs: %v", err)
 	}
-	if err := prompt.CheckMediaIDs([]int32{2, 262273}, gemma3n.Special{}, tk); err != nil {
+	if err := prompt.CheckMediaIDs([]int32{2, 262273}, model.Special{}, tk); err != nil {
 		t.Errorf("CheckMediaIDs without media ids: %v", err)
 	}
 }
