@@ -23,9 +23,12 @@ var (
 func (m *Model) Config() model.Config {
 	return model.Config{
 		Vocab: m.Cfg.VocabSize, Hidden: m.Cfg.HiddenSize, Layers: m.Cfg.NumLayers,
-		MaxPositions: m.Cfg.MaxPositionEmbeddings, Params: m.Cfg.Params(),
+		MaxPositions: m.Cfg.MaxPositionEmbeddings,
 	}
 }
+
+// Params counts the decoder's parameters (Config.Params).
+func (m *Model) Params() int64 { return m.Cfg.Params() }
 
 // Chat reports Gemma's chat format and the config's media tokens.
 func (m *Model) Chat() model.Chat {

@@ -146,6 +146,8 @@ type Costs interface {
 	Weights() Weights
 	// Group reports the q4 group size (0 for f32 weights).
 	Group() int
+	// Params counts the decoder's parameters (for display).
+	Params() int64
 	// WeightBytes reports the memory the decoder's weights take.
 	WeightBytes() int64
 	// ResidentBytes reports the device memory of tables the model keeps
@@ -177,8 +179,6 @@ type Config struct {
 	// MaxPositions is the most positions a sequence may hold (0: no
 	// limit).
 	MaxPositions int
-	// Params counts the decoder's parameters (for display).
-	Params int64
 }
 
 // Chat is a model's chat format: the markers its prompts are written with

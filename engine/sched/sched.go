@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -41,11 +40,11 @@ var ErrQueueFull = errors.New("sched: the queue is full")
 var ErrClosed = errors.New("sched: the scheduler is closed")
 
 // NeverFitsError refuses a request whose blocks exceed the whole pool.
-type NeverFitsError struct{ KV *gemma3n.KVError }
+type NeverFitsError struct{ KV *model.KVError }
 
 func (e *NeverFitsError) Error() string {
 	return fmt.Sprintf("sched: the request needs %d %s key/value blocks of %d positions, the whole pool holds %d",
-		e.KV.Need, e.KV.Kind, gemma3n.KVBlock, e.KV.Free)
+		e.KV.Need, e.KV.Kind, model.KVBlock, e.KV.Free)
 }
 
 func (e *NeverFitsError) Unwrap() error { return e.KV }
@@ -85,7 +84,7 @@ type Stats struct {
 // Scheduler runs many requests' forward passes on one model, merged into
 // one batch a step. It is safe for concurrent use.
 type Scheduler struct {
-	m    *gemma3n.Model
+	m    model.Model
 	x    model.Exec
 	opt  Options
 	rows int
@@ -103,7 +102,7 @@ type Scheduler struct {
 // pass is one Run of a request, waiting for or in a step; or a solo
 // step (a device loop) that has the Exec to itself.
 type pass struct {
-	b     *gemma3n.Batch
+	b     *model.Batch
 	then  func(x model.Exec, h native.Tensor) error
 	solo  func(x model.Exec) error
 	err   chan error
@@ -130,7 +129,7 @@ type waiter struct {
 }
 
 // New starts a scheduler on m with an Exec of its own; Close stops it.
-func New(m *gemma3n.Model, opt Options) (*Scheduler, error) {
+func New(m model.Model, opt Options) (*Scheduler, error) {
 	x, err := m.Acquire()
 	if err != nil {
 		return nil, err
@@ -171,7 +170,7 @@ func (s *Scheduler) Close() {
 }
 
 // Model is the model the scheduler runs.
-func (s *Scheduler) Model() *gemma3n.Model { return s.m }
+func (s *Scheduler) Model() model.Model { return s.m }
 
 // Stats reports the scheduler's work so far.
 func (s *Scheduler) Stats() Stats {
@@ -193,7 +192,7 @@ func (s *Scheduler) signal() {
 	}
 }
 
-// Request is one request's handle: a gemma3n.Runner whose passes join the
+// Request is one request's handle: a model.Runner whose passes join the
 // scheduler's steps, and its admission. A request runs its passes one at a
 // time (a Runner's Run returns before the next); End ends it.
 type Request struct {
@@ -216,7 +215,7 @@ func (s *Scheduler) Begin(ctx context.Context, prio Priority) *Request {
 // Rows reports the most rows one Run takes: the step's budget.
 func (r *Request) Rows() int { return r.s.rows }
 
-// Admit waits until the pool can promise need blocks (gemma3n.Model.Need)
+// Admit waits until the pool can promise need blocks (model.KV.Need)
 // and returns the ticket that holds them; the caller releases it. A request
 // the whole pool could not hold is refused at once (*NeverFitsError), and
 // so is one beyond the admission queue's bound (ErrQueueFull). A request
@@ -225,7 +224,7 @@ func (r *Request) Rows() int { return r.s.rows }
 func (r *Request) Admit(need [2]int) (model.Ticket, error) {
 	s := r.s
 	if err := s.m.AdmitFits(need); err != nil {
-		var kv *gemma3n.KVError
+		var kv *model.KVError
 		if errors.As(err, &kv) {
 			err = &NeverFitsError{kv}
 		}
@@ -331,12 +330,12 @@ func (r *Request) End() {
 }
 
 // GreedyLoops reports whether the scheduler's Exec decodes greedy tokens
-// in device loops (gemma3n.Exec.GreedyLoops).
+// in device loops (model.Exec.GreedyLoops).
 func (r *Request) GreedyLoops() bool { return r.s.x.GreedyLoops() }
 
-// DecodeGreedy runs a greedy device loop (gemma3n.Exec.DecodeGreedy) as a
+// DecodeGreedy runs a greedy device loop (model.Exec.DecodeGreedy) as a
 // step of its own while r is the only request running; with others it
-// answers gemma3n.ErrBusy, so that the caller's tokens join the shared
+// answers model.ErrBusy, so that the caller's tokens join the shared
 // steps instead.
 func (r *Request) DecodeGreedy(caches []model.Cache, next []int32, steps int, stop []int32) ([][]int32, error) {
 	s := r.s
@@ -344,7 +343,7 @@ func (r *Request) DecodeGreedy(caches []model.Cache, next []int32, steps int, st
 	busy := s.running > 1 || len(s.waiting[Interactive])+len(s.waiting[Bulk]) > 0
 	s.mu.Unlock()
 	if busy {
-		return nil, gemma3n.ErrBusy
+		return nil, model.ErrBusy
 	}
 	var out [][]int32
 	err := r.queue(&pass{solo: func(x model.Exec) error {
@@ -358,7 +357,7 @@ func (r *Request) DecodeGreedy(caches []model.Cache, next []int32, steps int, st
 // Run queues b for the next step with room and waits for it; then runs on
 // the scheduler's Exec with b's outputs. A pass still queued when the
 // request's context ends is dropped, and Run returns the context's error.
-func (r *Request) Run(b *gemma3n.Batch, then func(x model.Exec, h native.Tensor) error) error {
+func (r *Request) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) error) error {
 	s := r.s
 	if len(b.Rows) == 0 {
 		return errors.New("sched: an empty batch")
@@ -408,7 +407,7 @@ func (r *Request) queue(p *pass) error {
 // come free.
 func (s *Scheduler) loop() {
 	defer close(s.done)
-	var merged gemma3n.Batch
+	var merged model.Batch
 	for {
 		s.mu.Lock()
 		s.admitWaiting()
@@ -492,7 +491,7 @@ func (s *Scheduler) take() []*pass {
 // run runs one step: the passes merged into one batch, their outputs handed
 // to each pass's head in turn. When the merged pass fails, each pass runs
 // alone, so that one request's bad input fails only that request.
-func (s *Scheduler) run(merged *gemma3n.Batch, step []*pass) {
+func (s *Scheduler) run(merged *model.Batch, step []*pass) {
 	x := s.x
 	if p := step[0]; len(step) == 1 {
 		s.count(step, p.rows())
@@ -505,7 +504,7 @@ func (s *Scheduler) run(merged *gemma3n.Batch, step []*pass) {
 	}
 	merged.Reset()
 	outs := make([]int, len(step))
-	D := s.m.Cfg.HiddenSize
+	D := s.m.Config().Hidden
 	for i, p := range step {
 		lo, hi := embedRange(p.b)
 		base := int32(len(merged.Embeds) / D)
@@ -559,7 +558,7 @@ func (s *Scheduler) run(merged *gemma3n.Batch, step []*pass) {
 }
 
 // embedRange is the rows of b.Embeds its rows take: [lo, hi).
-func embedRange(b *gemma3n.Batch) (lo, hi int32) {
+func embedRange(b *model.Batch) (lo, hi int32) {
 	lo, hi = -1, -1
 	for _, r := range b.Rows {
 		if r.Embed < 0 {

@@ -273,7 +273,7 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 	// A pool of one request's global blocks: four requests run one at a
 	// time, each waiting for the one before.
 	blocks := max(need[0], need[1])
-	v, err := m.Model.WithKVPositions(blocks * gemma3n.KVBlock)
+	v, err := m.Model.WithKVPositions(blocks * model.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,12 +330,12 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 func TestQueueBoundAndCancel(t *testing.T) {
 	m, _, _ := open(t)
 	ctx := context.Background()
-	v, err := m.Model.WithKVPositions(4 * gemma3n.KVBlock)
+	v, err := m.Model.WithKVPositions(4 * model.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.CloseView()
-	s, err := New(v.(*gemma3n.Model), Options{MaxWaiting: 1})
+	s, err := New(v, Options{MaxWaiting: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 func TestTakeOrdersByPriority(t *testing.T) {
 	s := &Scheduler{rows: 10}
 	mk := func(n int, hook bool) *pass {
-		b := &gemma3n.Batch{Rows: make([]gemma3n.Row, n)}
+		b := &model.Batch{Rows: make([]model.Row, n)}
 		if hook {
 			b.Hook = func(int, []float32) {}
 		}
@@ -501,7 +501,7 @@ func TestDecodeGreedySolo(t *testing.T) {
 	defer c.Free()
 	c.Bind(tkt)
 	var first int32
-	b := gemma3n.Batch{}
+	b := model.Batch{}
 	b.Add(c, ids, 1)
 	if err := rq.Run(&b, func(x model.Exec, h native.Tensor) error {
 		var err error
@@ -522,7 +522,7 @@ func TestDecodeGreedySolo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rq.DecodeGreedy([]model.Cache{c}, []int32{toks[0][15]}, 16, nil); !errors.Is(err, gemma3n.ErrBusy) {
+	if _, err := rq.DecodeGreedy([]model.Cache{c}, []int32{toks[0][15]}, 16, nil); !errors.Is(err, model.ErrBusy) {
 		t.Errorf("a loop beside another request: %v, want ErrBusy", err)
 	}
 	otk.Release()
