@@ -4,23 +4,22 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/engine/prefix"
 )
 
 // computed returns a sequence of m holding exactly ids.
-func computed(t *testing.T, m *gemma3n.Model, ids []int32) model.Cache {
+func computed(t *testing.T, m model.Model, ids []int32) model.Cache {
 	t.Helper()
 	c := m.NewCache()
-	var b gemma3n.Batch
+	var b model.Batch
 	b.Add(c, ids, 0)
 	x, err := m.Acquire()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer x.Release()
-	if err := gemma3n.RunAll(x, &b); err != nil {
+	if err := model.RunAll(x, &b); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -37,12 +36,11 @@ func seq(from, n int) []int32 {
 func TestLookupSplitAndEvict(t *testing.T) {
 	base := *testmodel.Tiny(t)
 	base.Cfg.SlidingWindow = 1 << 10 // wide: every fork point holds its keys
-	v, err := base.WithKVPositions(1 << 12)
+	m, err := base.WithKVPositions(1 << 12)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v.CloseView()
-	m := v.(*gemma3n.Model)
+	defer m.CloseView()
 	shared := seq(10, 40)
 	a := append(append([]int32{}, shared...), seq(100, 20)...)
 	b := append(append([]int32{}, shared...), seq(200, 25)...)
