@@ -12,7 +12,6 @@ import (
 	"os"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -27,7 +26,7 @@ type Options struct {
 	Stop        []int32 // generation ends after emitting one of these
 	// Media holds the soft tokens of the prompt's image and audio
 	// placeholders (nil: a text-only prompt).
-	Media *gemma3n.Media
+	Media *model.Media
 	// OnPrefill, when set, hears the prompt's prefill: decoder layers done
 	// of those it runs, after each.
 	OnPrefill func(done, total int)
@@ -46,15 +45,15 @@ type Options struct {
 
 // Need is the key/value blocks a generation of prompt tokens under opt can
 // take (what Run reserves): the prompt and its longest answer.
-func Need(m *gemma3n.Model, prompt int, opt Options) [2]int {
+func Need(m model.Model, prompt int, opt Options) [2]int {
 	return m.Need(prompt + answerBound(m, prompt, opt))
 }
 
 // answerBound is the most tokens a generation can add after prompt tokens:
 // MaxTokens, or fewer where the model's positions end.
-func answerBound(m *gemma3n.Model, prompt int, opt Options) int {
+func answerBound(m model.Model, prompt int, opt Options) int {
 	answer := opt.MaxTokens
-	if maxPos := m.Cfg.MaxPositionEmbeddings; maxPos > 0 {
+	if maxPos := m.Config().MaxPositions; maxPos > 0 {
 		answer = min(answer, maxPos-prompt+1)
 	}
 	return answer
@@ -98,7 +97,7 @@ func rate(n int, d time.Duration) float64 {
 // the model's max_position_embeddings, when emit returns an error, or when
 // ctx is done (returning ctx.Err() with what was generated so far). A prompt
 // longer than max_position_embeddings is refused.
-func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
+func Run(ctx context.Context, m model.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
 	x, err := m.Acquire()
 	if err != nil {
 		return Result{PromptLen: len(prompt)}, err
@@ -110,7 +109,7 @@ func Run(ctx context.Context, m *gemma3n.Model, prompt []int32, opt Options, emi
 // RunOn is Run with its forward passes on r (an Exec of the caller's, or a
 // scheduler's request): the same tokens whatever r merges them with.
 // Greedy device loops run where r is a GreedyLooper that is not busy.
-func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
+func RunOn(ctx context.Context, r model.Runner, m model.Model, prompt []int32, opt Options, emit func(Token) error) (Result, error) {
 	res := Result{PromptLen: len(prompt)}
 	if len(prompt) == 0 {
 		return res, fmt.Errorf("generate: empty prompt")
@@ -130,7 +129,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 	if opt.TopLogprobs < 0 || opt.TopLogprobs > MaxTopLogprobs {
 		return res, fmt.Errorf("generate: top logprobs must be 0..%d, got %d", MaxTopLogprobs, opt.TopLogprobs)
 	}
-	maxPos := m.Cfg.MaxPositionEmbeddings
+	maxPos := m.Config().MaxPositions
 	if maxPos > 0 && len(prompt) > maxPos {
 		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
 	}
@@ -145,15 +144,15 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 	} else if err := c.Reserve(len(prompt) + answerBound(m, len(prompt), opt)); err != nil {
 		return res, fmt.Errorf("generate: %w", err)
 	}
-	x, _ := r.(gemma3n.GreedyLooper) // device loops: an Exec, or a request running alone
+	x, _ := r.(model.GreedyLooper) // device loops: an Exec, or a request running alone
 	c.OnLayer(opt.OnPrefill)
-	var b gemma3n.Batch
+	var b model.Batch
 	input := prompt
 	// take records a chosen token and streams it; it reports whether
 	// generation ends here (a stop token) and emit's error.
 	var lp *logprober
 	if opt.Logprobs {
-		lp = newLogprober(m.Cfg.VocabSize, opt.TopLogprobs)
+		lp = newLogprober(m.Config().Vocab, opt.TopLogprobs)
 	}
 	take := func(id int32) (bool, error) {
 		res.IDs = append(res.IDs, id)
@@ -176,8 +175,8 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 		}
 		return res.Stopped, nil
 	}
-	loops := x != nil && lp == nil && opt.Temperature == 0 && len(opt.Stop) <= gemma3n.MaxStops && !loopsOff &&
-		(x.GreedyLoops() || loopsAlways && m.PLEResident())
+	loops := x != nil && lp == nil && opt.Temperature == 0 && len(opt.Stop) <= model.MaxStops && !loopsOff &&
+		(x.GreedyLoops() || loopsAlways && m.InputsResident())
 	busy := false
 	for len(res.IDs) < opt.MaxTokens {
 		if loops && !busy && len(res.IDs) > 0 && opt.MaxTokens-len(res.IDs) >= loopSteps && (maxPos <= 0 || c.Len()+loopSteps <= maxPos) {
@@ -188,7 +187,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 				return res, err
 			}
 			toks, err := x.DecodeGreedy([]model.Cache{c}, input, loopSteps, opt.Stop)
-			if errors.Is(err, gemma3n.ErrBusy) {
+			if errors.Is(err, model.ErrBusy) {
 				busy = true // others share the runner: this token in a pass merged with theirs
 				continue
 			}
@@ -224,7 +223,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 			b.Add(c, input, 1) // only the last position's state is needed
 		}
 		for len(b.Rows) > r.Rows() { // a long prompt: its leading rows first
-			head := gemma3n.Batch{Rows: b.Rows[:r.Rows()], Embeds: b.Embeds}
+			head := model.Batch{Rows: b.Rows[:r.Rows()], Embeds: b.Embeds}
 			if err := r.Run(&head, nil); err != nil {
 				return res, err
 			}
@@ -271,7 +270,7 @@ func RunOn(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int
 
 // loopSteps is the greedy tokens one device loop decodes; fewer left are
 // decoded a token a pass.
-const loopSteps = gemma3n.GreedyChunk
+const loopSteps = model.GreedyChunk
 
 // loopsOff (VERDICT_GEN_LOOP=0) decodes every token a pass, for
 // comparisons; loopsAlways (tests) takes the loop path on any backend.

@@ -6,15 +6,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"verdict/engine/model"
 
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 )
 
 var prompt = []int32{2, 105, 2364, 107, 6190, 506, 1894, 106, 107, 105, 4368, 107}
 
-func run(t *testing.T, m *gemma3n.Model, opt generate.Options) []int32 {
+func run(t *testing.T, m model.Model, opt generate.Options) []int32 {
 	t.Helper()
 	var streamed []int32
 	res, err := generate.Run(context.Background(), m, prompt, opt, func(tk generate.Token) error {

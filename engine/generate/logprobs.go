@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -92,14 +91,14 @@ func (p *logprober) of(id int32) Logprobs {
 // it with the top most probable alternatives (0..MaxTopLogprobs): out[i]
 // is prompt[i+1]'s. The key/value blocks come out of tk when set (an
 // admission of m.Need(len(prompt))), else out of a reservation of its own.
-func PromptLogprobs(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, prompt []int32, top int, tk model.Ticket) ([]Logprobs, error) {
+func PromptLogprobs(ctx context.Context, r model.Runner, m model.Model, prompt []int32, top int, tk model.Ticket) ([]Logprobs, error) {
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("generate: empty prompt")
 	}
 	if top < 0 || top > MaxTopLogprobs {
 		return nil, fmt.Errorf("generate: top logprobs must be 0..%d, got %d", MaxTopLogprobs, top)
 	}
-	if maxPos := m.Cfg.MaxPositionEmbeddings; maxPos > 0 && len(prompt) > maxPos {
+	if maxPos := m.Config().MaxPositions; maxPos > 0 && len(prompt) > maxPos {
 		return nil, fmt.Errorf("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
 	}
 	c := m.NewCache()
@@ -109,9 +108,9 @@ func PromptLogprobs(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, pro
 	} else if err := c.Reserve(len(prompt)); err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	lp := newLogprober(m.Cfg.VocabSize, top)
+	lp := newLogprober(m.Config().Vocab, top)
 	out := make([]Logprobs, len(prompt)-1)
-	var b gemma3n.Batch
+	var b model.Batch
 	for lo := 0; lo < len(prompt); lo += r.Rows() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -122,7 +121,7 @@ func PromptLogprobs(ctx context.Context, r gemma3n.Runner, m *gemma3n.Model, pro
 		for p := lo; p < hi; p++ {
 			// Every position but the last predicts the next token.
 			want := p+1 < len(prompt)
-			b.Rows = append(b.Rows, gemma3n.Row{Cache: c, Token: prompt[p], Embed: -1, Out: want})
+			b.Rows = append(b.Rows, model.Row{Cache: c, Token: prompt[p], Embed: -1, Out: want})
 			if want {
 				outs++
 			}

@@ -15,7 +15,7 @@ import (
 // stops between chunks when cancelled.
 func TestLoopPath(t *testing.T) {
 	m := testmodel.Tiny(t)
-	if !m.PLEResident() {
+	if !m.InputsResident() {
 		t.Fatal("the tiny model's per-layer table is not resident")
 	}
 	n := 2*generate.LoopSteps + 5

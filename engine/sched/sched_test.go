@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"verdict/engine/catalog"
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/model"
 	"verdict/engine/models"
@@ -278,8 +277,7 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.CloseView()
-	vm := v.(*gemma3n.Model)
-	s, err := New(vm, Options{})
+	s, err := New(v, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +291,7 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 			defer wg.Done()
 			rq := s.Begin(ctx, Bulk)
 			defer rq.End()
-			tkt, err := rq.Admit(generate.Need(vm, len(ids), opt))
+			tkt, err := rq.Admit(generate.Need(v, len(ids), opt))
 			if err != nil {
 				errs[i] = err
 				return
@@ -301,7 +299,7 @@ func TestAdmissionWaitsAndRefuses(t *testing.T) {
 			defer tkt.Release()
 			o := opt
 			o.Ticket = tkt
-			res, err := generate.RunOn(ctx, rq, vm, ids, o, nil)
+			res, err := generate.RunOn(ctx, rq, v, ids, o, nil)
 			outs[i], errs[i] = res.IDs, err
 		}()
 	}
@@ -389,9 +387,8 @@ func TestCancelFreesBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.CloseView()
-	vm := v.(*gemma3n.Model)
 	before := v.KVFree()
-	s, err := New(vm, Options{})
+	s, err := New(v, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +404,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 			defer cancel()
 			rq := s.Begin(cctx, Interactive)
 			defer rq.End()
-			tkt, err := rq.Admit(generate.Need(vm, len(ids), opt))
+			tkt, err := rq.Admit(generate.Need(v, len(ids), opt))
 			if err != nil {
 				errs[i] = err
 				return
@@ -415,7 +412,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 			defer tkt.Release()
 			o := opt
 			o.Ticket = tkt
-			res[i], errs[i] = generate.RunOn(cctx, rq, vm, ids, o, func(tk generate.Token) error {
+			res[i], errs[i] = generate.RunOn(cctx, rq, v, ids, o, func(tk generate.Token) error {
 				if i%2 == 1 && tk.Index == 3 {
 					cancel()
 				}
