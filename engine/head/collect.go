@@ -3,8 +3,8 @@ package head
 import (
 	"context"
 	"fmt"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/scorer"
 )
 
@@ -46,7 +46,7 @@ func Collect(ctx context.Context, sc *scorer.Scorer, s *scorer.Schema, examples 
 
 // NewMeta is the identity of a head for model m (called name) and schema
 // s, with the model's fingerprint.
-func NewMeta(m *gemma3n.Model, name string, s *scorer.Schema) (Meta, []float32, error) {
+func NewMeta(m model.Model, name string, s *scorer.Schema) (Meta, []float32, error) {
 	fp, err := fingerprint(m)
 	if err != nil {
 		return Meta{}, nil, err

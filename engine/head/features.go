@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"math"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/engine/scorer"
 )
@@ -61,7 +60,7 @@ func Features(ctx context.Context, sc *scorer.Scorer, s *scorer.Schema, input st
 	defer x.Release()
 	cache := m.NewCache()
 	defer cache.Free()
-	var b gemma3n.Batch
+	var b model.Batch
 	b.Add(cache, prefix, 0)
 	if _, err := x.Prefill(&b); err != nil {
 		return nil, fmt.Errorf("head: prefix: %w", err)
@@ -87,7 +86,7 @@ func Features(ctx context.Context, sc *scorer.Scorer, s *scorer.Schema, input st
 		if err != nil {
 			return nil, fmt.Errorf("head: answer positions: %w", err)
 		}
-		D := m.Cfg.HiddenSize
+		D := m.Config().Hidden
 		hs := make([][]float32, len(part))
 		for i := range part {
 			hs[i] = flat[i*D : (i+1)*D : (i+1)*D]
@@ -113,7 +112,7 @@ func Features(ctx context.Context, sc *scorer.Scorer, s *scorer.Schema, input st
 
 // candidateFeature is the mean of a candidate's token embeddings, scaled to
 // unit RMS (the embedding scale is the same for every token).
-func candidateFeature(m *gemma3n.Model, ids []int32) ([]float32, error) {
+func candidateFeature(m model.Model, ids []int32) ([]float32, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("head: a candidate without tokens")
 	}
@@ -121,7 +120,7 @@ func candidateFeature(m *gemma3n.Model, ids []int32) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	D := m.Cfg.HiddenSize
+	D := m.Config().Hidden
 	mean := make([]float32, D)
 	for t := range ids {
 		for k := 0; k < D; k++ {

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/scorer"
 )
 
@@ -62,8 +62,8 @@ type Meta struct {
 const Format = "verdict-decision-head/1"
 
 // ModelHash identifies a model's configuration.
-func ModelHash(m *gemma3n.Model) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("%+v|%+v", m.Cfg, m.Special)))
+func ModelHash(m model.Model) string {
+	h := sha256.Sum256([]byte(m.ConfigText()))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -81,8 +81,8 @@ func fingerprintIDs(vocab int) []int32 {
 	return []int32{int32(vocab / 5), int32(2 * vocab / 5), int32(3 * vocab / 5), int32(4 * vocab / 5)}
 }
 
-func fingerprint(m *gemma3n.Model) ([]float32, error) {
-	return m.Embed(fingerprintIDs(m.Cfg.VocabSize))
+func fingerprint(m model.Model) ([]float32, error) {
+	return m.Embed(fingerprintIDs(m.Config().Vocab))
 }
 
 // minFingerprintCosine is the least cosine between a head's fingerprint rows
@@ -105,7 +105,7 @@ func (h *Head) Check(sc *scorer.Scorer, s *scorer.Schema) error {
 	if err != nil {
 		return err
 	}
-	D := m.Cfg.HiddenSize
+	D := m.Config().Hidden
 	if len(h.Fingerprint) != len(fp) {
 		return fmt.Errorf("head: fingerprint of %d values, the model has %d", len(h.Fingerprint), len(fp))
 	}

@@ -247,3 +247,13 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("its own schema: %v", err)
 	}
 }
+
+// TestModelHashPinned: a model's configuration hash, which every trained
+// head records, is the one heads were trained with before the model
+// interface (sha256 of Gemma 3n's "%+v|%+v" of its text config and media
+// tokens): heads trained then still load.
+func TestModelHashPinned(t *testing.T) {
+	if got, want := head.ModelHash(testmodel.Tiny(t)), "7b5713b032571690"; got != want {
+		t.Errorf("the tiny model's hash is %s, heads were trained with %s", got, want)
+	}
+}
