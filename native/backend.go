@@ -23,11 +23,24 @@ import (
 // (Linear, Attention, ...): 16-lane sums with fresh lane sums per 512
 // columns and a fixed tree, independent of threads, SIMD level and batch.
 type Backend struct {
-	t    *C.vd_backend
-	note string // why Open chose it (Note)
+	t     *C.vd_backend
+	note  string           // why Open chose it (Note)
+	lacks [opCount]bool    // operations it leaves to the CPU (fallback.go)
+	fb    fallbackCounters // their count
+	bound boundSet         // host memory bound to it, where some operation is left to the CPU
 }
 
-var defaultBackend = sync.OnceValue(func() *Backend { return &Backend{t: C.vd_cpu_backend()} })
+var defaultBackend = sync.OnceValue(func() *Backend { return newBackend(C.vd_cpu_backend()) })
+
+// partial reports whether the backend leaves any operation to the CPU.
+func (b *Backend) partial() bool {
+	for _, l := range b.lacks {
+		if l {
+			return true
+		}
+	}
+	return false
+}
 
 // Default returns the backend compiled into the binary.
 func Default() *Backend { return defaultBackend() }
@@ -66,6 +79,9 @@ func (b *Backend) Bind(host unsafe.Pointer, bytes int) (*Buffer, error) {
 	if p == nil && bytes > 0 {
 		return nil, fmt.Errorf("native: %s: cannot bind %d bytes", b.Name(), bytes)
 	}
+	if p != nil && b.partial() {
+		b.bound.add(p, bytes, host) // operations on the CPU read it there
+	}
 	return &Buffer{be: b, p: p, size: bytes, host: host, alive: true}, nil
 }
 
@@ -76,6 +92,7 @@ func (m *Buffer) Free() {
 	}
 	m.alive = false
 	if m.host != nil {
+		m.be.bound.remove(m.p)
 		C.vdc_unbind(m.be.t, m.p, m.host, C.size_t(m.size))
 	} else {
 		C.vdc_release(m.be.t, m.p, C.size_t(m.size))
@@ -172,6 +189,13 @@ func (b *Backend) hostTensor(x []float32, rows, cols int) Tensor {
 type Stream struct {
 	be *Backend
 	s  *C.vd_stream
+
+	// Operations its backend leaves to the CPU (fallback.go).
+	cpu       *Stream          // the CPU backend's stream that runs them
+	fb        fallbackCounters // their count
+	fbErr     error            // the first failure of one (sticky: Sync returns it)
+	recording bool             // between BeginGraph or BeginLoop and EndGraph
+	spoiled   bool             // an operation on the CPU was asked while recording
 }
 
 // NewStream returns a stream of the backend.
@@ -191,6 +215,10 @@ func (s *Stream) Close() {
 	if s.s != nil {
 		C.vdc_stream_free(s.be.t, s.s)
 		s.s = nil
+	}
+	if s.cpu != nil {
+		s.cpu.Close()
+		s.cpu = nil
 	}
 }
 
@@ -217,6 +245,13 @@ func deviceErrorf(format string, a ...any) error {
 
 // Sync waits until the stream has run everything enqueued.
 func (s *Stream) Sync() error {
+	if err := s.syncBackend(); err != nil {
+		return err
+	}
+	return s.fbErr
+}
+
+func (s *Stream) syncBackend() error {
 	if rc := C.vdc_sync(s.be.t, s.s); rc == C.VD_EUNIMPL {
 		return fmt.Errorf("native: %s: stream failed: %w", s.be.Name(), ErrUnimplemented)
 	} else if rc != 0 {

@@ -43,6 +43,10 @@ func (s *Stream) Pointwise(y, x, w Tensor) {
 		return
 	}
 	check(w.DType() == F32 && x.Cols() == w.Cols() && y.Rows() == x.Rows() && y.Cols() == w.Rows(), "Stream.Pointwise: shapes differ")
+	if s.be.lacks[OpPointwise] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.Pointwise(h[0], h[1], h[2]) }, y, x, w)
+		return
+	}
 	C.vdc_pointwise(s.be.t, s.s, y.t, x.t, w.t)
 }
 
@@ -55,6 +59,10 @@ func (s *Stream) Conv2D(y, x, w, bias Tensor, g ConvGeom) {
 	check(cin > 0 && x.Rows() == g.H*g.W && w.Cols() == cin*g.K*g.K, "Stream.Conv2D: weight does not match the input's channels and the kernel")
 	check(y.Rows() == g.OH*g.OW && y.Cols() == w.Rows(), "Stream.Conv2D: output shape")
 	check(bias.Nil() || bias.Len() >= w.Rows(), "Stream.Conv2D: bias too short")
+	if s.be.lacks[OpConv2D] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.Conv2D(h[0], h[1], h[2], h[3], g) }, y, x, w, bias)
+		return
+	}
 	C.vdc_conv2d(s.be.t, s.s, y.t, x.t, w.t, bias.t, g.c(cin))
 }
 
@@ -65,6 +73,10 @@ func (s *Stream) DepthwiseConv2D(y, x, w Tensor, g ConvGeom) {
 	c := x.Cols()
 	check(c > 0 && x.Rows() == g.H*g.W && y.Rows() == g.OH*g.OW && y.Cols() == c, "Stream.DepthwiseConv2D: shapes differ")
 	check(w.Len() >= g.K*g.K*c, "Stream.DepthwiseConv2D: w too short")
+	if s.be.lacks[OpDWConv2D] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.DepthwiseConv2D(h[0], h[1], h[2], g) }, y, x, w)
+		return
+	}
 	C.vdc_dwconv2d(s.be.t, s.s, y.t, x.t, w.t, g.c(c))
 }
 
@@ -81,6 +93,10 @@ func (s *Stream) NormAct(y, x, w, gamma, res Tensor, dim int, eps float32, gelu 
 	if gelu {
 		ge = 1
 	}
+	if s.be.lacks[OpNormAct] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.NormAct(h[0], h[1], h[2], h[3], h[4], dim, eps, gelu) }, y, x, w, gamma, res)
+		return
+	}
 	C.vdc_norm_act(s.be.t, s.s, y.t, x.t, w.t, gamma.t, res.t, C.int64_t(dim), C.float(eps), ge)
 }
 
@@ -89,6 +105,11 @@ func (s *Stream) AvgPool2D(y, x Tensor, h, w, k int) {
 	c := x.Cols()
 	check(h > 0 && w > 0 && c > 0 && k > 0 && h%k == 0 && w%k == 0, "Stream.AvgPool2D: bad shape")
 	check(x.Rows() == h*w && y.Rows() == h/k*(w/k) && y.Cols() == c, "Stream.AvgPool2D: shapes differ")
+	if s.be.lacks[OpAvgPool2D] {
+		hh := h
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.AvgPool2D(h[0], h[1], hh, w, k) }, y, x)
+		return
+	}
 	C.vdc_avgpool2d(s.be.t, s.s, y.t, x.t, C.int64_t(h), C.int64_t(w), C.int64_t(c), C.int64_t(k))
 }
 
@@ -97,6 +118,11 @@ func (s *Stream) AvgPool2D(y, x Tensor, h, w, k int) {
 func (s *Stream) UpsampleConcat(y, a, b Tensor, h, w, bh, bw int) {
 	check(h > 0 && w > 0 && bh > 0 && bw > 0, "Stream.UpsampleConcat: bad shape")
 	check(a.Rows() == h*w && b.Rows() == bh*bw && y.Rows() == h*w && y.Cols() == a.Cols()+b.Cols(), "Stream.UpsampleConcat: shapes differ")
+	if s.be.lacks[OpUpsampleConcat] {
+		hh := h
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.UpsampleConcat(h[0], h[1], h[2], hh, w, bh, bw) }, y, a, b)
+		return
+	}
 	C.vdc_upsample_concat(s.be.t, s.s, y.t, a.t, b.t, C.int64_t(h), C.int64_t(w), C.int64_t(bh), C.int64_t(bw))
 }
 
@@ -106,6 +132,10 @@ func (s *Stream) Transpose(y, x Tensor) {
 		return
 	}
 	check(x.DType() == F32 && y.Rows() == x.Cols() && y.Cols() == x.Rows(), "Stream.Transpose: shapes differ")
+	if s.be.lacks[OpTranspose] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.Transpose(h[0], h[1]) }, y, x)
+		return
+	}
 	C.vdc_transpose(s.be.t, s.s, y.t, x.t)
 }
 
@@ -119,6 +149,10 @@ func (s *Stream) MQAttention(out, q, k, v Tensor, heads int, scale float32) {
 	check(heads > 0 && d > 0 && k.Rows() > 0, "Stream.MQAttention: bad shape")
 	check(q.Cols() == heads*d && out.Rows() == q.Rows() && out.Cols() == q.Cols(), "Stream.MQAttention: q or out")
 	check(v.Rows() == k.Rows() && v.Cols() == d, "Stream.MQAttention: k and v differ")
+	if s.be.lacks[OpMQA] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.MQAttention(h[0], h[1], h[2], h[3], heads, scale) }, out, q, k, v)
+		return
+	}
 	C.vdc_mqa(s.be.t, s.s, out.t, q.t, k.t, v.t, C.int64_t(heads), C.float(scale))
 }
 
@@ -135,6 +169,10 @@ func (s *Stream) Im2Col(y, x Tensor, tIn, fIn, tOut, fOut, kt, kf, st, sf, padT,
 	check(x.Rows() == tIn*fIn && y.Rows() == tOut*fOut && y.Cols() == kt*kf*c, "Stream.Im2Col: shapes differ")
 	g := C.vd_conv{h: C.int64_t(tIn), w: C.int64_t(fIn), c: C.int64_t(c), oh: C.int64_t(tOut), ow: C.int64_t(fOut),
 		stride: C.int32_t(st), pad_t: C.int32_t(padT), pad_l: C.int32_t(padF)}
+	if s.be.lacks[OpIm2Col] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.Im2Col(h[0], h[1], tIn, fIn, tOut, fOut, kt, kf, st, sf, padT, padF) }, y, x)
+		return
+	}
 	C.vdc_im2col(s.be.t, s.s, y.t, x.t, g, C.int64_t(kt), C.int64_t(kf), C.int64_t(sf))
 }
 
@@ -145,6 +183,10 @@ func (s *Stream) CumGroupNormReLU(x, w Tensor, eps float32) {
 		return
 	}
 	check(w.Len() > 0 && x.Cols() > 0 && x.Cols()%w.Len() == 0, "Stream.CumGroupNormReLU: x's width is not a multiple of w's")
+	if s.be.lacks[OpCumGroupNormReLU] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.CumGroupNormReLU(h[0], h[1], eps) }, x, w)
+		return
+	}
 	C.vdc_cum_group_norm_relu(s.be.t, s.s, x.t, w.t, C.float(eps))
 }
 
@@ -161,6 +203,12 @@ func (s *Stream) LocalAttention(out, q, k, v, pos, valid Tensor, heads, past, fu
 		"Stream.LocalAttention: q, k, v or out")
 	check(pos.Rows() == past+future+1 && pos.Cols() == q.Cols(), "Stream.LocalAttention: pos")
 	check(valid.DType() == I32 && valid.Len() == t, "Stream.LocalAttention: valid")
+	if s.be.lacks[OpLocalAttention] {
+		s.onCPU(1, func(c *Stream, h []Tensor) {
+			c.LocalAttention(h[0], h[1], h[2], h[3], h[4], h[5], heads, past, future, softcap)
+		}, out, q, k, v, pos, valid)
+		return
+	}
 	C.vdc_local_attention(s.be.t, s.s, out.t, q.t, k.t, v.t, pos.t, valid.t, C.int64_t(heads), C.int64_t(past),
 		C.int64_t(future), C.float(softcap))
 }
@@ -172,6 +220,10 @@ func (s *Stream) DepthwiseConvCausal(y, x, w Tensor) {
 		return
 	}
 	check(y.Rows() == x.Rows() && y.Cols() == x.Cols() && w.Rows() == x.Cols() && w.Cols() > 0, "Stream.DepthwiseConvCausal: shapes differ")
+	if s.be.lacks[OpDWConvCausal] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.DepthwiseConvCausal(h[0], h[1], h[2]) }, y, x, w)
+		return
+	}
 	C.vdc_dwconv_causal(s.be.t, s.s, y.t, x.t, w.t)
 }
 
@@ -181,6 +233,10 @@ func (s *Stream) GLU(y, x Tensor) {
 		return
 	}
 	check(x.Rows() == y.Rows() && x.Cols() == 2*y.Cols(), "Stream.GLU: shapes differ")
+	if s.be.lacks[OpGLU] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.GLU(h[0], h[1]) }, y, x)
+		return
+	}
 	C.vdc_glu(s.be.t, s.s, y.t, x.t)
 }
 
@@ -190,6 +246,10 @@ func (s *Stream) SiLU(y, x Tensor) {
 		return
 	}
 	check(x.Len() == y.Len(), "Stream.SiLU: shapes differ")
+	if s.be.lacks[OpSiLU] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.SiLU(h[0], h[1]) }, y, x)
+		return
+	}
 	C.vdc_silu(s.be.t, s.s, y.t, x.t)
 }
 
@@ -199,5 +259,9 @@ func (s *Stream) Clip(y, x Tensor, lim float32) {
 		return
 	}
 	check(x.Len() == y.Len(), "Stream.Clip: shapes differ")
+	if s.be.lacks[OpClip] {
+		s.onCPU(1, func(c *Stream, h []Tensor) { c.Clip(h[0], h[1], lim) }, y, x)
+		return
+	}
 	C.vdc_clip(s.be.t, s.s, y.t, x.t, C.float(lim))
 }

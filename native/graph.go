@@ -19,7 +19,8 @@ type Graph struct {
 // BeginGraph starts recording the stream's operations instead of running
 // them; false where the backend does not record (nothing changes then).
 func (s *Stream) BeginGraph() bool {
-	return C.vdc_graph_begin(s.be.t, s.s) == 0
+	s.recording = C.vdc_graph_begin(s.be.t, s.s) == 0
+	return s.recording
 }
 
 // EndGraph stops recording and returns the recording, or nil when it
@@ -27,6 +28,14 @@ func (s *Stream) BeginGraph() bool {
 // operations again.
 func (s *Stream) EndGraph() *Graph {
 	g := C.vdc_graph_end(s.be.t, s.s)
+	s.recording = false
+	if s.spoiled { // an operation left to the CPU: run them directly
+		s.spoiled = false
+		if g != nil {
+			C.vdc_graph_free(s.be.t, g)
+		}
+		return nil
+	}
 	if g == nil {
 		return nil
 	}

@@ -15,7 +15,8 @@ import "C"
 // BeginLoop starts recording a loop's body instead of running the
 // stream's operations; false where the backend does not record loops.
 func (s *Stream) BeginLoop() bool {
-	return C.vdc_loop_begin(s.be.t, s.s) == 0
+	s.recording = C.vdc_loop_begin(s.be.t, s.s) == 0
+	return s.recording
 }
 
 // LoopWhile ends a loop's body: a run of the loop runs the body again
@@ -50,6 +51,14 @@ func (s *Stream) LoopRows(r *LoopRows) {
 		check(t.Len() >= r.N, "Stream.LoopRows: a row tensor shorter than N")
 	}
 	check(r.Slots0.Len() >= r.N*r.Steps && r.Slots1.Len() >= r.N*r.Steps && r.Iter.Len() >= 1, "Stream.LoopRows: slots shorter than N·Steps")
+	if s.be.lacks[OpLoopRows] {
+		s.onCPU(5, func(c *Stream, h []Tensor) {
+			q := *r
+			q.Iter, q.Row, q.Pos, q.Slot0, q.Slot1, q.IDs, q.LUT, q.Pos0, q.Slots0, q.Slots1 = h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
+			c.LoopRows(&q)
+		}, r.Iter, r.Row, r.Pos, r.Slot0, r.Slot1, r.IDs, r.LUT, r.Pos0, r.Slots0, r.Slots1)
+		return
+	}
 	C.vdc_loop_rows(s.be.t, s.s, C.vd_loop_rows{n: C.int64_t(r.N), steps: C.int64_t(r.Steps),
 		iter: r.Iter.t, ids: r.IDs.t, lut: r.LUT.t, row: r.Row.t, pos0: r.Pos0.t, pos: r.Pos.t,
 		slots0: r.Slots0.t, slots1: r.Slots1.t, slot0: r.Slot0.t, slot1: r.Slot1.t})
@@ -76,6 +85,14 @@ func (s *Stream) LoopEmit(e *LoopEmit) {
 	}
 	check(e.IDs.Len() >= e.N && e.Done.Len() >= e.N && e.Out.Len() >= e.N*e.Steps && e.Iter.Len() >= 1 && e.Cond.Len() >= 1,
 		"Stream.LoopEmit: a tensor shorter than its rows")
+	if s.be.lacks[OpLoopEmit] {
+		s.onCPU(3, func(c *Stream, h []Tensor) {
+			q := *e
+			q.Out, q.Done, q.Cond, q.Iter, q.IDs, q.Stop = h[0], h[1], h[2], h[3], h[4], h[5]
+			c.LoopEmit(&q)
+		}, e.Out, e.Done, e.Cond, e.Iter, e.IDs, e.Stop)
+		return
+	}
 	C.vdc_loop_emit(s.be.t, s.s, C.vd_loop_emit{n: C.int64_t(e.N), steps: C.int64_t(e.Steps),
 		iter: e.Iter.t, ids: e.IDs.t, stop: e.Stop.t, out: e.Out.t, done: e.Done.t, cond: e.Cond.t})
 }

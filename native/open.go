@@ -141,7 +141,9 @@ func Open(device string) (*Backend, error) {
 		if first == nil {
 			return Default(), nil
 		}
-		return &Backend{t: Default().t, note: "using the CPU: " + first.Error()}, nil
+		b := newBackend(Default().t)
+		b.note = "using the CPU: " + first.Error()
+		return b, nil
 	}
 	dr, n, err := parseDevice(d)
 	if err == errUnknown {

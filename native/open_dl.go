@@ -125,5 +125,5 @@ func (l *Library) load(dev int) (*Backend, error) {
 		return nil, fmt.Errorf("%s: the library's table lacks %s (its device, buffer and stream parts are required)",
 			l.Name, requiredNames[i-1])
 	}
-	return &Backend{t: t}, nil
+	return newBackend(t), nil
 }
