@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // answerBounds returns, for every k from 0 to the number of entries, the
@@ -44,25 +43,25 @@ var ErrNeverFits = errors.New("never fits in the key/value pool")
 
 // checkFits refuses request i (past positions already cached, prompt
 // tokens to feed, up to answer answer tokens) when the pool could not hold
-// it even empty. The error wraps ErrNeverFits and the *gemma3n.KVError
+// it even empty. The error wraps ErrNeverFits and the *model.KVError
 // naming the blocks.
-func checkFits(m *gemma3n.Model, i, past, prompt, answer int) error {
+func checkFits(m model.Model, i, past, prompt, answer int) error {
 	err := m.KVFits(past + prompt + answer)
 	if err == nil {
 		return nil
 	}
-	var kv *gemma3n.KVError
+	var kv *model.KVError
 	if !errors.As(err, &kv) {
 		return fmt.Errorf("catalog: request %d: %w", i, err)
 	}
 	return &neverFits{fmt.Sprintf("catalog: request %d %v: %d prompt tokens and up to %d answer tokens need %d %s key/value blocks of %d positions, the pool holds %d",
-		i, ErrNeverFits, past+prompt, answer, kv.Need, kv.Kind, gemma3n.KVBlock, kv.Free), kv}
+		i, ErrNeverFits, past+prompt, answer, kv.Need, kv.Kind, model.KVBlock, kv.Free), kv}
 }
 
 // neverFits is checkFits's error: ErrNeverFits and the pool's KVError.
 type neverFits struct {
 	msg string
-	kv  *gemma3n.KVError
+	kv  *model.KVError
 }
 
 func (e *neverFits) Error() string   { return e.msg }
@@ -75,7 +74,7 @@ func (e *neverFits) Unwrap() []error { return []error{ErrNeverFits, e.kv} }
 // pool only as large as its largest request, where requests must wait for
 // earlier ones to end, gives every reference, with and without the shared
 // prefix.
-func admissionGate(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, ref []Result, g *Gate) error {
+func admissionGate(ctx context.Context, m model.Model, c *Catalog, reqs []Request, ref []Result, g *Gate) error {
 	var idx []int // the requests without a cache of their own (of m's pool)
 	for i, r := range reqs {
 		if r.Cache == nil {
@@ -99,20 +98,14 @@ func admissionGate(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Req
 	// need is the pool size, in blocks, request i needs alone.
 	need := func(i int) (int, error) {
 		err := probe.KVFits(len(reqs[i].Prompt) + cat(i).MaxAnswer(reqs[i].K))
-		var kv *gemma3n.KVError
+		var kv *model.KVError
 		if !errors.As(err, &kv) {
 			return 0, fmt.Errorf("catalog: gates: request %d in a pool of one block: %v", i, err)
 		}
 		return kv.Need, nil
 	}
-	view := func(blocks int) (*gemma3n.Model, error) {
-		v, err := m.WithKVPositions(blocks * gemma3n.KVBlock)
-		if err != nil {
-			return nil, err
-		}
-		return v.(*gemma3n.Model), nil
-	}
-	decode := func(v *gemma3n.Model, which []int, opt Options) ([]Result, Stats, int, error) {
+	view := func(blocks int) (model.Model, error) { return m.WithKVPositions(blocks * model.KVBlock) }
+	decode := func(v model.Model, which []int, opt Options) ([]Result, Stats, int, error) {
 		rs := make([]Request, len(which))
 		for j, i := range which {
 			rs[j] = reqs[i]

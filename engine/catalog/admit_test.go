@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 )
 
 // TestMaxAnswer: the longest answer of k entries is the k longest names'
@@ -29,7 +29,7 @@ func TestMaxAnswer(t *testing.T) {
 
 // admissionSetup is the tiny model, the fixture's catalog and requests,
 // and a probe view for pool sizes.
-func admissionSetup(t *testing.T) (*gemma3n.Model, *catalog.Catalog, []catalog.Request, func(catalog.Request) int) {
+func admissionSetup(t *testing.T) (model.Model, *catalog.Catalog, []catalog.Request, func(catalog.Request) int) {
 	t.Helper()
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
@@ -49,7 +49,7 @@ func admissionSetup(t *testing.T) (*gemma3n.Model, *catalog.Catalog, []catalog.R
 	t.Cleanup(probe.CloseView)
 	// need: the blocks a request needs in an empty pool.
 	need := func(r catalog.Request) int {
-		var kv *gemma3n.KVError
+		var kv *model.KVError
 		if err := probe.KVFits(len(r.Prompt) + cat.MaxAnswer(r.K)); !errors.As(err, &kv) {
 			t.Fatalf("a request in a pool of one block: %v", err)
 		}
@@ -58,14 +58,14 @@ func admissionSetup(t *testing.T) (*gemma3n.Model, *catalog.Catalog, []catalog.R
 	return m, cat, reqs, need
 }
 
-func view(t *testing.T, m *gemma3n.Model, blocks int) *gemma3n.Model {
+func view(t *testing.T, m model.Model, blocks int) model.Model {
 	t.Helper()
-	v, err := m.WithKVPositions(blocks * gemma3n.KVBlock)
+	v, err := m.WithKVPositions(blocks * model.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(v.CloseView)
-	return v.(*gemma3n.Model)
+	return v
 }
 
 // TestRefusedAtAdmission: a request the whole pool cannot hold is refused
@@ -90,7 +90,7 @@ func TestRefusedAtAdmission(t *testing.T) {
 			steps := 0
 			_, st, err := catalog.DecodeBatch(context.Background(), small, cat, tc.reqs,
 				catalog.Options{OnStep: func(int, catalog.Step) error { steps++; return nil }})
-			var kv *gemma3n.KVError
+			var kv *model.KVError
 			if !errors.Is(err, catalog.ErrNeverFits) || !errors.As(err, &kv) {
 				t.Fatalf("want a refusal at admission, got %v", err)
 			}
@@ -167,8 +167,8 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestSharedPrefixTooBig(t *testing.T) {
 	m, cat, reqs, need := admissionSetup(t)
 	for i, r := range reqs {
-		a, b := (len(r.Prompt)-1)%gemma3n.KVBlock, (1+cat.MaxAnswer(r.K))%gemma3n.KVBlock
-		if a == 0 || b == 0 || a+b > gemma3n.KVBlock {
+		a, b := (len(r.Prompt)-1)%model.KVBlock, (1+cat.MaxAnswer(r.K))%model.KVBlock
+		if a == 0 || b == 0 || a+b > model.KVBlock {
 			continue // the fork costs no extra block
 		}
 		pool := view(t, m, need(r))

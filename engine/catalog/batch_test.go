@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 )
 
 // TestBatchMatchesAlone: batched decoding (the masked no-repeat form, prompt
@@ -53,7 +53,7 @@ func TestBatchMatchesAlone(t *testing.T) {
 	}
 	// Every intent again with another k, so that batches mix lengths.
 	for i, c := range f.Cases {
-		ids, err := catalog.Prompt(main.Entries, 1+i%6, c.Intent).Encode(tok, gemma3n.Special{})
+		ids, err := catalog.Prompt(main.Entries, 1+i%6, c.Intent).Encode(tok, model.Special{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,11 +120,10 @@ func TestBatchMatchesAlone(t *testing.T) {
 // error naming it.
 func TestAdmission(t *testing.T) {
 	base := testmodel.Tiny(t)
-	v, err := base.WithKVPositions(40 * gemma3n.KVBlock)
+	m, err := base.WithKVPositions(40 * model.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := v.(*gemma3n.Model)
 	f := loadFixture(t)
 	tok := testmodel.Tokenizer(t)
 	cat, err := catalog.Compile(f.Catalog, tok, grammar(tok))
@@ -149,11 +148,11 @@ func TestAdmission(t *testing.T) {
 			t.Fatalf("request %d: %v, alone %v", i, got[i].Names, alone.Names)
 		}
 	}
-	tiny, err := base.WithKVPositions(2 * gemma3n.KVBlock)
+	tiny, err := base.WithKVPositions(2 * model.KVBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := catalog.DecodeBatch(context.Background(), tiny.(*gemma3n.Model), cat, reqs[:1], catalog.Options{}); err == nil || !strings.Contains(err.Error(), "request 0") {
+	if _, _, err := catalog.DecodeBatch(context.Background(), tiny, cat, reqs[:1], catalog.Options{}); err == nil || !strings.Contains(err.Error(), "request 0") {
 		t.Errorf("a request beyond the whole pool: %v", err)
 	}
 }

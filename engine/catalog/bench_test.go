@@ -3,10 +3,10 @@ package catalog_test
 import (
 	"context"
 	"testing"
+	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	q := catalog.ToolRequests[3]
-	ids, err := catalog.Prompt(cat.Entries, q.K, q.Text).Encode(tok, gemma3n.Special{})
+	ids, err := catalog.Prompt(cat.Entries, q.K, q.Text).Encode(tok, model.Special{})
 	if err != nil {
 		b.Fatal(err)
 	}

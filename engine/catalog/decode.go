@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -57,7 +56,7 @@ type Options struct {
 	// Runner, when set, runs the decode's forward passes (a scheduler's
 	// request, so that they join its steps beside other requests'); nil:
 	// an Exec of the decode's own. The results are the same bits.
-	Runner gemma3n.Runner
+	Runner model.Runner
 
 	rows int // the tests' bound on a forward pass's rows (0: the Exec's)
 }
@@ -139,13 +138,13 @@ type Stats struct {
 
 // Decode runs one request alone, with the serial no-repeat form (per-edge
 // counts).
-func Decode(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt Options) (Result, error) {
+func Decode(ctx context.Context, m model.Model, c *Catalog, req Request, opt Options) (Result, error) {
 	res, _, err := decodeAlone(ctx, m, c, req, opt)
 	return res, err
 }
 
 // decodeAlone is Decode with the run's Stats.
-func decodeAlone(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request, opt Options) (Result, Stats, error) {
+func decodeAlone(ctx context.Context, m model.Model, c *Catalog, req Request, opt Options) (Result, Stats, error) {
 	opt.MaxBatch = 1
 	res, st, err := run(ctx, m, c, []Request{req}, opt, false)
 	if err != nil {
@@ -162,7 +161,7 @@ func decodeAlone(ctx context.Context, m *gemma3n.Model, c *Catalog, req Request,
 // The prompt tokens every request without a Cache starts with are computed
 // once and forked (unless NoSharedPrefix). Each result is bit-identical to
 // Decode on that request alone.
-func DecodeBatch(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options) ([]Result, Stats, error) {
+func DecodeBatch(ctx context.Context, m model.Model, c *Catalog, reqs []Request, opt Options) ([]Result, Stats, error) {
 	return run(ctx, m, c, reqs, opt, true)
 }
 
@@ -188,7 +187,7 @@ type seq struct {
 // CheckRequest returns the error that decoding r, request i of catalog c,
 // on m would stop at before its first step (nil when there is none): what
 // checkRequest refuses. A batch can leave out the requests it refuses.
-func CheckRequest(m *gemma3n.Model, c *Catalog, i int, r Request) error {
+func CheckRequest(m model.Model, c *Catalog, i int, r Request) error {
 	_, err := checkRequest(m, c, i, r)
 	return err
 }
@@ -197,7 +196,7 @@ func CheckRequest(m *gemma3n.Model, c *Catalog, i int, r Request) error {
 // decode (an empty prompt, k out of range, more positions than the model
 // has or its pool can ever hold, a token outside the vocabulary); else it
 // returns the most answer tokens the request can take.
-func checkRequest(m *gemma3n.Model, c *Catalog, i int, r Request) (int, error) {
+func checkRequest(m model.Model, c *Catalog, i int, r Request) (int, error) {
 	if len(r.Prompt) == 0 {
 		return 0, fmt.Errorf("catalog: request %d has an empty prompt", i)
 	}
@@ -209,21 +208,21 @@ func checkRequest(m *gemma3n.Model, c *Catalog, i int, r Request) (int, error) {
 		past = r.Cache.Len()
 	}
 	answer := c.MaxAnswer(r.K)
-	if n, limit := past+len(r.Prompt)+answer, m.Cfg.MaxPositionEmbeddings; limit > 0 && n > limit {
+	if n, limit := past+len(r.Prompt)+answer, m.Config().MaxPositions; limit > 0 && n > limit {
 		return 0, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), answer, limit)
 	}
 	if err := checkFits(m, i, past, len(r.Prompt), answer); err != nil {
 		return 0, err
 	}
 	for _, id := range r.Prompt {
-		if id < 0 || int(id) >= m.Cfg.VocabSize {
-			return 0, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Cfg.VocabSize)
+		if id < 0 || int(id) >= m.Config().Vocab {
+			return 0, fmt.Errorf("catalog: request %d: token id %d outside the vocabulary of %d", i, id, m.Config().Vocab)
 		}
 	}
 	return answer, nil
 }
 
-func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt Options, batched bool) ([]Result, Stats, error) {
+func run(ctx context.Context, m model.Model, c *Catalog, reqs []Request, opt Options, batched bool) ([]Result, Stats, error) {
 	start := time.Now()
 	var stats Stats
 	maxBatch, chunk := opt.MaxBatch, opt.PrefillChunk
@@ -314,7 +313,7 @@ func run(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, opt 
 	out := make([]Result, len(reqs))
 	var running []*seq
 	nextReq, waiting := 0, -1
-	var b gemma3n.Batch
+	var b model.Batch
 	for nextReq < len(reqs) || len(running) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, stats, err
@@ -487,7 +486,7 @@ const minSharedPrefix = 16
 // minSharedPrefix tokens. A fork of the returned cache continues any of them
 // exactly as a prefill of its whole prompt would (rows and attention do not
 // depend on how a prompt is cut).
-func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (model.Cache, int, error) {
+func sharedPrefix(rn model.Runner, m model.Model, reqs []Request) (model.Cache, int, error) {
 	var first []int32
 	n, count := -1, 0
 	for _, r := range reqs {
@@ -509,9 +508,9 @@ func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (model.Ca
 		return nil, 0, nil
 	}
 	c := m.NewCache()
-	var b gemma3n.Batch
+	var b model.Batch
 	b.Add(c, first[:n], 0)
-	if err := gemma3n.RunAll(rn, &b); err != nil {
+	if err := model.RunAll(rn, &b); err != nil {
 		c.Free()
 		return nil, 0, err
 	}
@@ -530,8 +529,8 @@ func sharedPrefix(rn gemma3n.Runner, m *gemma3n.Model, reqs []Request) (model.Ca
 // depend on how a sequence's tokens are cut into passes (what the prompt
 // chunks rely on too), and a forced run holds exactly the tokens the walk
 // would choose, so each row sees the context a pass of its own would.
-func step(x model.Exec, m *gemma3n.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result, dev *devSteps) error {
-	V := m.Cfg.VocabSize
+func step(x model.Exec, m model.Model, act []*seq, h native.Tensor, opt Options, stats *Stats, out []Result, dev *devSteps) error {
+	V := m.Config().Vocab
 	rows, rounds := 0, 0
 	for _, s := range act {
 		rows += s.outs

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
 )
 
@@ -111,7 +111,7 @@ type FixtureTokenizer interface {
 // and each catalog's cases in one batch. With cpu (the same weights on the
 // CPU backend) it checks too that the CPU decoder gives the names and
 // tokens m gives on every case.
-func CheckFixture(ctx context.Context, f *Fixture, tok FixtureTokenizer, m, cpu *gemma3n.Model) ([]Gate, error) {
+func CheckFixture(ctx context.Context, f *Fixture, tok FixtureTokenizer, m, cpu model.Model) ([]Gate, error) {
 	sets, err := f.sets(tok)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func CheckFixture(ctx context.Context, f *Fixture, tok FixtureTokenizer, m, cpu 
 	for _, s := range sets {
 		g.check(s.cat.Nodes() == s.nodes, "%s: %d trie nodes, recorded %d", s.name, s.cat.Nodes(), s.nodes)
 		for i, c := range s.cases {
-			ids, err := Prompt(s.cat.Entries, c.K, c.Intent).Encode(tok, gemma3n.Special{})
+			ids, err := Prompt(s.cat.Entries, c.K, c.Intent).Encode(tok, model.Special{})
 			if err != nil {
 				return gates, err
 			}

@@ -5,10 +5,10 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 	"verdict/engine/tokenizer"
 )
 
@@ -75,7 +75,7 @@ func TestFixture(t *testing.T) {
 	}
 	for _, set := range sets {
 		for i, fc := range set.cases {
-			ids, err := catalog.Prompt(set.cat.Entries, fc.K, fc.Intent).Encode(tok, gemma3n.Special{})
+			ids, err := catalog.Prompt(set.cat.Entries, fc.K, fc.Intent).Encode(tok, model.Special{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,17 +6,17 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 )
 
 // forcedSetup gives the tiny model, a catalog of tool-like names over the
 // one-token-a-character tokenizer (long forced runs after the first
 // letters) and n requests of random prompt ids (a common prefix of 24, so
 // that batches share it) with k of 1..4.
-func forcedSetup(t *testing.T, n int) (*gemma3n.Model, *catalog.Catalog, []catalog.Request) {
+func forcedSetup(t *testing.T, n int) (model.Model, *catalog.Catalog, []catalog.Request) {
 	m := testmodel.Tiny(t)
 	cat, err := catalog.Compile(entries("get_weather", "get_time", "send_email", "send_message", "search_web", "search_files",
 		"read_file", "write_file", "list_calendar_events", "create_calendar_event", "translate", "calculator"), charTok{}, testGrammar)
@@ -170,7 +170,7 @@ func TestForcedRunsFixture(t *testing.T) {
 }
 
 // decodeMode decodes reqs in one DecodeBatch or each alone.
-func decodeMode(t *testing.T, m *gemma3n.Model, c *catalog.Catalog, reqs []catalog.Request, opt catalog.Options, batched bool) ([]catalog.Result, catalog.Stats) {
+func decodeMode(t *testing.T, m model.Model, c *catalog.Catalog, reqs []catalog.Request, opt catalog.Options, batched bool) ([]catalog.Result, catalog.Stats) {
 	t.Helper()
 	if batched {
 		out, st, err := catalog.DecodeBatch(context.Background(), m, c, reqs, opt)

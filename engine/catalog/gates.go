@@ -6,8 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // Gate is one of the decoder's checks (Gates) and how many of its cases
@@ -40,7 +39,7 @@ func (g *Gate) check(ok bool, format string, args ...any) {
 // key/value pool is refused at admission, before any step, and requests
 // that do not fit at once wait and decode to their results; and the whole
 // set decoded twice gives the same bits.
-func Gates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, shuffles int, seed uint64) ([]Gate, error) {
+func Gates(ctx context.Context, m model.Model, c *Catalog, reqs []Request, shuffles int, seed uint64) ([]Gate, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("catalog: gates need requests")
 	}

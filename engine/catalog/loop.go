@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -101,7 +100,7 @@ func (c *Catalog) tokens() []int32 {
 // step on the device. Each result's entries and tokens are Decode's; its
 // Steps holds the last step only (its legal set, chosen token and
 // logits). Every request must fit the key/value pool at once.
-func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, mode LoopMode) ([]Result, LoopStats, error) {
+func DecodeLoop(ctx context.Context, m model.Model, c *Catalog, reqs []Request, mode LoopMode) ([]Result, LoopStats, error) {
 	start := time.Now()
 	var ls LoopStats
 	n := len(reqs)
@@ -159,9 +158,9 @@ func DecodeLoop(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Reques
 	}
 	// The prompts, as many at once as a pass takes; each request's last
 	// prompt row gives its first step's hidden state.
-	D := m.Cfg.HiddenSize
+	D := m.Config().Hidden
 	hs := make([]float32, n*D)
-	var b gemma3n.Batch
+	var b model.Batch
 	var who []int
 	flush := func() error {
 		if len(b.Rows) == 0 {
@@ -284,7 +283,7 @@ var loopSizes = []int{1, 2, 7, 32, 64}
 // against the reference (ref[i] decodes reqs[i] alone), the device loop
 // against the host loop bit for bit, and a recorded loop run again
 // against its first run.
-func loopGates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request, ref []Result, add func(string) *Gate) error {
+func loopGates(ctx context.Context, m model.Model, c *Catalog, reqs []Request, ref []Result, add func(string) *Gate) error {
 	batch := func(n, off int) ([]Request, []int) {
 		rs, idx := make([]Request, n), make([]int, n)
 		for j := range rs {
@@ -333,7 +332,7 @@ func loopGates(ctx context.Context, m *gemma3n.Model, c *Catalog, reqs []Request
 // SwitchGate alternates device loops of two catalogs (so each replay of a
 // recorded loop finds the other grammar bound last) and checks every run
 // against the host loop of the same catalog.
-func SwitchGate(ctx context.Context, m *gemma3n.Model, a, b *Catalog, reqs []Request) (Gate, error) {
+func SwitchGate(ctx context.Context, m model.Model, a, b *Catalog, reqs []Request) (Gate, error) {
 	g := Gate{Name: "grammars switched between device loops and inside replays = host loop"}
 	rs := slices.Clone(reqs[:min(len(reqs), 7)])
 	for i := range rs {
