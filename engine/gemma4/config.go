@@ -229,11 +229,12 @@ func (r *rawConfig) resolve() (*Config, error) {
 	}
 	c.KEqV = optBool(r.KEqV, false)
 
-	// Layer types (HF default: 5 sliding, 1 full, the last forced to full).
+	// Layer types. As transformers does: absent, 5 sliding then 1 full; and
+	// the last layer is forced to full whatever the config says.
+	c.LayerTypes = make([]LayerType, c.Layers)
 	if r.LayerTypes == nil {
-		c.LayerTypes = make([]LayerType, c.Layers)
 		for i := range c.LayerTypes {
-			if (i+1)%6 == 0 || i == c.Layers-1 {
+			if (i+1)%6 == 0 {
 				c.LayerTypes[i] = Full
 			}
 		}
@@ -241,7 +242,6 @@ func (r *rawConfig) resolve() (*Config, error) {
 		if len(r.LayerTypes) != c.Layers {
 			return nil, field("layer_types", "%d entries for %d layers", len(r.LayerTypes), c.Layers)
 		}
-		c.LayerTypes = make([]LayerType, c.Layers)
 		for i, s := range r.LayerTypes {
 			switch s {
 			case "sliding_attention":
@@ -253,6 +253,7 @@ func (r *rawConfig) resolve() (*Config, error) {
 			}
 		}
 	}
+	c.LayerTypes[c.Layers-1] = Full
 	hasFull := false
 	hasSliding := false
 	for _, t := range c.LayerTypes {
@@ -447,7 +448,16 @@ func (r *rawConfig) perLayerConfig(c *Config) (headDim, kvHeads int, err error) 
 	return headDim, kvHeads, nil
 }
 
+// defaultRope is transformers' rope_parameters when the config has none.
+var defaultRope = map[string]map[string]any{
+	"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+	"full_attention":    {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0},
+}
+
 func (r *rawConfig) rope(c *Config, hasSliding, hasFull bool) error {
+	if r.RopeParameters == nil {
+		r.RopeParameters = defaultRope
+	}
 	for _, t := range []LayerType{Sliding, Full} {
 		name := "rope_parameters." + t.String()
 		m, ok := r.RopeParameters[t.String()]
