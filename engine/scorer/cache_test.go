@@ -3,8 +3,8 @@ package scorer
 import (
 	"fmt"
 	"testing"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
 )
 
@@ -34,7 +34,7 @@ func TestSchemaCacheLRU(t *testing.T) {
 	// text that renders like it, are different prompts.
 	var user, media, text prompt.Prompt
 	user.User("<end_of_turn>")
-	media.Image(gemma3n.Special{BOI: 1, Image: 2, EOI: 3, VisionTokens: 2}, "image 1")
+	media.Image(model.Special{BOI: 1, Image: 2, EOI: 3, VisionTokens: 2}, "image 1")
 	text.User("\n\n<image 1>\n\n")
 	if cacheKey(user, d) == cacheKey(textPrompt("<end_of_turn>"), d) || media.String() != text.String() || cacheKey(media, d) == cacheKey(text, d) {
 		t.Error("user text shares a cache key with builder text or a media run")

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -191,8 +190,8 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	if err != nil {
 		return nil, err
 	}
-	p := s.promptWith(input, captions, md != nil && md.Audio != nil, sc.m.Special, codedCriteria(codes, s))
-	comp, err := compile(sc.tok, p, nil, sc.m.Special)
+	p := s.promptWith(input, captions, md != nil && md.Audio != nil, sc.m.Chat().Media, codedCriteria(codes, s))
+	comp, err := compile(sc.tok, p, nil, sc.m.Chat().Media)
 	if err != nil {
 		return nil, err
 	}
@@ -233,14 +232,14 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	defer cache.Free()
 	cache.Bind(tk)
 	cache.OnLayer(opt.OnPrefill)
-	var b gemma3n.Batch
+	var b model.Batch
 	if md == nil {
 		b.Add(cache, comp.prefixIDs, 0)
 	} else {
 		err = sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0)
 	}
 	if err == nil {
-		err = gemma3n.RunAll(x, &b)
+		err = model.RunAll(x, &b)
 	}
 	cache.OnLayer(nil)
 	if err != nil {
@@ -305,7 +304,7 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 // prefix), and returns the log-probability of each code token at the
 // suffix's last position. The tokens all suffixes begin with join a fork of
 // the prefix first.
-func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache model.Cache, ds []codedDecision, batch int, onBatch func(time.Duration)) ([][]float64, error) {
+func (sc *Scorer) cachedScores(ctx context.Context, x model.Runner, cache model.Cache, ds []codedDecision, batch int, onBatch func(time.Duration)) ([][]float64, error) {
 	out := make([][]float64, len(ds))
 	if len(ds) == 0 {
 		return out, nil
@@ -314,13 +313,13 @@ func (sc *Scorer) cachedScores(ctx context.Context, x gemma3n.Runner, cache mode
 	for _, d := range ds {
 		lead = min(lead, len(d.suffix)-1, commonPrefix(d.suffix, ds[0].suffix))
 	}
-	var b gemma3n.Batch
+	var b model.Batch
 	base := cache
 	if lead > 0 {
 		base = cache.Clone()
 		defer base.Free()
 		b.Add(base, ds[0].suffix[:lead], 0)
-		if err := gemma3n.RunAll(x, &b); err != nil {
+		if err := model.RunAll(x, &b); err != nil {
 			return nil, err
 		}
 	}

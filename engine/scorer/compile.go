@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
 	"verdict/engine/tokenizer"
 )
@@ -57,7 +57,7 @@ func after(tok Tokenizer, text string) ([]int32, bool) {
 
 // compile tokenizes the prompt and every decision, checking the boundaries.
 // Answers are plain text: a field or option name cannot end the model's turn.
-func compile(tok Tokenizer, p prompt.Prompt, ds []decision, sp gemma3n.Special) (*compiled, error) {
+func compile(tok Tokenizer, p prompt.Prompt, ds []decision, sp model.Special) (*compiled, error) {
 	ids, err := p.Encode(tok, sp)
 	if err != nil {
 		return nil, fmt.Errorf("scorer: %w", err)

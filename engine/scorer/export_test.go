@@ -1,6 +1,6 @@
 package scorer
 
-import "verdict/engine/gemma3n"
+import "verdict/engine/model"
 
 // CachedCodes exposes the cached backend's answer codes per field index.
 func (sc *Scorer) CachedCodes(s *Schema) (map[int][]string, error) { return sc.cachedCodes(s) }
@@ -12,7 +12,7 @@ func (sc *Scorer) CodeTokens(suffix string, codes []string) ([]int32, []int32, e
 
 // CachedPrompt is the cached backend's prompt text for input.
 func CachedPrompt(s *Schema, input string, codes map[int][]string) string {
-	return s.promptWith(input, nil, false, gemma3n.Special{}, codedCriteria(codes, s)).String()
+	return s.promptWith(input, nil, false, model.Special{}, codedCriteria(codes, s)).String()
 }
 
 // PriorsCached is the number of corrections whose reference results are kept.

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // BackendHead scores with a trained decision head (package head): the json
@@ -30,7 +29,7 @@ type DecisionHead interface {
 var ErrNoHead = errors.New("scorer: the head backend needs a trained decision head (verdict train-head, then --head FILE)")
 
 // Model returns the scorer's model.
-func (sc *Scorer) Model() *gemma3n.Model { return sc.m }
+func (sc *Scorer) Model() model.Model { return sc.m }
 
 // DecisionTokens is one likelihood-scored decision as the json backend
 // compiles it: the tokens every candidate shares after the prompt (its JSON
@@ -52,7 +51,7 @@ func (sc *Scorer) Tokens(s *Schema, input string) ([]int32, []DecisionTokens, er
 	if err := s.Validate(); err != nil {
 		return nil, nil, err
 	}
-	comp, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Special), s.decisions())
+	comp, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Chat().Media), s.decisions())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/prompt"
 )
 
@@ -35,19 +35,19 @@ func jsonString(s string) string {
 // model turn header; with the fields-first layout the questions come before
 // the input.
 func (s *Schema) Prompt(input string) string {
-	return s.MediaPrompt(input, nil, false, gemma3n.Special{}).String()
+	return s.MediaPrompt(input, nil, false, model.Special{}).String()
 }
 
 // MediaPrompt is Prompt with media placeholders under the input label: one
 // per image, each after its caption when it has one (video frames carry
 // their time), then the audio clip, then the text.
-func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp gemma3n.Special) prompt.Prompt {
+func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp model.Special) prompt.Prompt {
 	return s.promptWith(input, captions, audio, sp, (*Field).criteria)
 }
 
 // promptWith is MediaPrompt with each field's allowed answers described by
 // criteria (the cached backend lists answer codes).
-func (s *Schema) promptWith(input string, captions []string, audio bool, sp gemma3n.Special, criteria func(*Field) string) prompt.Prompt {
+func (s *Schema) promptWith(input string, captions []string, audio bool, sp model.Special, criteria func(*Field) string) prompt.Prompt {
 	instr, label := s.Instructions, s.InputLabel
 	if instr == "" {
 		instr = DefaultInstructions

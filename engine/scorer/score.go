@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/engine/prefix"
 	"verdict/engine/prompt"
@@ -20,7 +19,7 @@ import (
 // Scorer scores schemas on inputs with one model. It is safe for concurrent
 // use; every request has its own prefix cache.
 type Scorer struct {
-	m      *gemma3n.Model
+	m      model.Model
 	tok    Tokenizer
 	cache  *schemaCache
 	priors *priorCache // the reference results of corrections (normalize.go)
@@ -34,7 +33,7 @@ type Scorer struct {
 const CompiledSchemas = 8
 
 // New returns a scorer over model m with its tokenizer.
-func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
+func New(m model.Model, tok Tokenizer) *Scorer {
 	positions, _ := m.KVPool()
 	return &Scorer{m: m, tok: tok, cache: newSchemaCache(CompiledSchemas), priors: newPriorCache(CompiledSchemas),
 		prefixes: prefix.New(PrefixBudget(positions))}
@@ -44,7 +43,7 @@ func New(m *gemma3n.Model, tok Tokenizer) *Scorer {
 // reference in a pool of positions positions of each kind: a quarter of
 // its blocks.
 func PrefixBudget(positions int) int {
-	return 2 * positions / gemma3n.KVBlock / 4
+	return 2 * positions / model.KVBlock / 4
 }
 
 // Options tune one request.
@@ -93,9 +92,9 @@ type Options struct {
 	// Runner, when set, runs the request's forward passes (a scheduler's
 	// request; nil: an Exec of the request's own). The results are the same
 	// bits either way.
-	Runner gemma3n.Runner
+	Runner model.Runner
 	// Admit, when set, admits the request once it knows the key/value
-	// blocks it can take (gemma3n.Model.Need of its sequences), before its
+	// blocks it can take (model.KV.Need of its sequences), before its
 	// first forward pass: a scheduler waits there until the pool can promise
 	// them. Its sequences' blocks come out of the ticket, released when the
 	// request ends.
@@ -118,7 +117,7 @@ func releaseTicket(tk model.Ticket) {
 }
 
 // runner is the request's Runner and what gives it back.
-func (sc *Scorer) runner(opt Options) (gemma3n.Runner, func(), error) {
+func (sc *Scorer) runner(opt Options) (model.Runner, func(), error) {
 	if opt.Runner != nil {
 		return opt.Runner, func() {}, nil
 	}
@@ -132,7 +131,7 @@ func (sc *Scorer) runner(opt Options) (gemma3n.Runner, func(), error) {
 // Media is a request's media: the soft tokens the decoder merges, and a
 // caption for each image ("" for none).
 type Media struct {
-	gemma3n.Media
+	model.Media
 	Captions []string
 }
 
@@ -145,7 +144,7 @@ const DefaultBranchBatch = 8
 const MaxBranchBatch = 64
 
 // BranchBatchFor returns the default branch batch of a model's device.
-func BranchBatchFor(m *gemma3n.Model) int {
+func BranchBatchFor(m model.Model) int {
 	if m.Backend().Name() != "cpu" {
 		return MaxBranchBatch
 	}
@@ -352,7 +351,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	default:
 		return nil, fmt.Errorf("scorer: unknown backend %q (json, catalog or head)", opt.Backend)
 	}
-	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Special)
+	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Chat().Media)
 	decoded, err := sc.decodedFields(s, opt.Backend, func(text string) ([]int32, bool) { return after(sc.tok, text) })
 	if err != nil {
 		return nil, err
@@ -418,7 +417,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 
 // media computes a request's media (opt.Media; nil, nil without) and checks
 // its image soft tokens against its captions.
-func (sc *Scorer) media(opt Options) (*gemma3n.Media, []string, error) {
+func (sc *Scorer) media(opt Options) (*model.Media, []string, error) {
 	if opt.Media == nil {
 		return nil, nil, nil
 	}
@@ -427,7 +426,7 @@ func (sc *Scorer) media(opt Options) (*gemma3n.Media, []string, error) {
 		return nil, nil, err
 	}
 	md := &in.Media
-	if per := sc.m.Special.VisionTokens * sc.m.Cfg.HiddenSize; len(md.Image) != per*len(in.Captions) {
+	if per := sc.m.Chat().Media.VisionTokens * sc.m.Config().Hidden; len(md.Image) != per*len(in.Captions) {
 		return nil, nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(in.Captions))
 	}
 	return md, in.Captions, nil
@@ -499,7 +498,7 @@ func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool
 	if c, ok := sc.cache.get(key); ok {
 		return c, true, nil
 	}
-	c, err := compile(sc.tok, p, ds, sc.m.Special)
+	c, err := compile(sc.tok, p, ds, sc.m.Chat().Media)
 	if err != nil {
 		return nil, false, err
 	}
@@ -519,7 +518,7 @@ type run struct {
 
 // execute computes the prefix once and runs every decision's branch rows in
 // batches, calling done(dec) as each decision completes.
-func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
+func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
 	batch := opt.BranchBatch
 	if batch == 0 {
 		batch = BranchBatchFor(sc.m)
@@ -585,7 +584,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 	cache.Bind(tk)
 	r.timings.PrefixReused = reused
 	cache.OnLayer(opt.OnPrefill)
-	var b gemma3n.Batch
+	var b model.Batch
 	if md == nil {
 		b.Add(cache, comp.prefixIDs[reused:], 0)
 	} else if err := sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0); err != nil {
@@ -601,7 +600,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		if cut := split - reused; split > 0 && lo < cut && cut < hi {
 			hi = cut
 		}
-		part := gemma3n.Batch{Rows: b.Rows[lo:hi], Embeds: b.Embeds}
+		part := model.Batch{Rows: b.Rows[lo:hi], Embeds: b.Embeds}
 		if err := x.Run(&part, nil); err != nil {
 			cache.Free()
 			return nil, err
@@ -634,7 +633,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 		defer base.Free()
 		b.Reset()
 		b.Add(base, keys[0].b.IDs[:lead], 0)
-		if err := gemma3n.RunAll(x, &b); err != nil {
+		if err := model.RunAll(x, &b); err != nil {
 			return nil, err
 		}
 		for i := range keys {
@@ -687,7 +686,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *gemma3n.Media
 			return nil, 0, false
 		}
 		for lo := 0; lo < len(b.Rows); lo += x.Rows() {
-			chunk := gemma3n.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))]}
+			chunk := model.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))]}
 			k := 0
 			err := x.Run(&chunk, func(x model.Exec, h native.Tensor) error {
 				k = h.Rows()
@@ -968,7 +967,7 @@ func assemble(s *Schema, fields []FieldResult) json.RawMessage {
 // lead and the candidate). A peer that scores the same rows does the same
 // work (bench serve --dump-rows).
 func (sc *Scorer) Rows(s *Schema, input string) (prefix []int32, rows [][][]int32, err error) {
-	c, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Special), s.decisions())
+	c, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Chat().Media), s.decisions())
 	if err != nil {
 		return nil, nil, err
 	}

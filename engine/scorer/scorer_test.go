@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
 	"verdict/engine/scorer"
 )
 
@@ -393,7 +392,7 @@ func testPrefixReuse(t *testing.T, layout string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scorer.New(m.(*gemma3n.Model), tk)
+	sc := scorer.New(m, tk)
 	ctx := context.Background()
 	if _, err := sc.Score(ctx, s, "The parcel came late.", scorer.Options{}); err != nil {
 		t.Fatal(err)
@@ -403,7 +402,7 @@ func testPrefixReuse(t *testing.T, layout string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := scorer.New(m.(*gemma3n.Model), tk).Score(ctx, s, second, scorer.Options{})
+	want, err := scorer.New(m, tk).Score(ctx, s, second, scorer.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
