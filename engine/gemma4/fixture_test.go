@@ -161,6 +161,16 @@ type fixtureData struct {
 	meta  meta
 	exp   map[string]tensor
 	store weights.Store
+	// scoring is scoring_ids.json.
+	scoring struct {
+		Prefix []int `json:"prefix_ids"`
+		Fields []struct {
+			Name        string    `json:"name"`
+			FieldIDs    []int     `json:"field_ids"`
+			Candidates  [][]int   `json:"candidate_ids"`
+			LogprobSums []float64 `json:"logprob_sums"`
+		} `json:"fields"`
+	}
 }
 
 func loadFixture(t testing.TB, name string) *fixtureData {
@@ -188,6 +198,16 @@ func loadFixture(t testing.TB, name string) *fixtureData {
 	fx.meta = raw.meta
 	fx.meta.Tolerances = raw.Tol
 	fx.exp = readExpected(t, filepath.Join(dir, "expected.safetensors"))
+	sj, err := os.ReadFile(filepath.Join(dir, "scoring_ids.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(sj, &fx.scoring); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.scoring.Fields) == 0 {
+		t.Fatalf("%s: scoring_ids.json has no fields", name)
+	}
 	st, err := weights.OpenSafetensors(filepath.Join(dir, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)

@@ -205,6 +205,31 @@ func runChecks(fx *fixtureData, m *Model) ([]check, error) {
 		}
 		add(x.Name+"_greedy_8", float64(mismatches(g, x.Greedy8)), 0, fmt.Sprint(g))
 	}
+	// scoring_ids.json: log-likelihood sums of candidate id sequences after
+	// a prefix and a field, in float64 from the float32 logits.
+	for _, f := range fx.scoring.Fields {
+		worst := 0.0
+		for ci, cand := range f.Candidates {
+			seq := append(append(append([]int(nil), fx.scoring.Prefix...), f.FieldIDs...), cand...)
+			lg, err := m.Forward(seq, nil, nil)
+			if err != nil {
+				return nil, err
+			}
+			start := len(seq) - len(cand)
+			var sum float64
+			for k, tok := range cand {
+				row := lg[(start+k-1)*V : (start+k)*V]
+				mx := maxOf(row)
+				var z float64
+				for _, v := range row {
+					z += math.Exp(float64(v) - mx)
+				}
+				sum += float64(row[tok]) - mx - math.Log(z)
+			}
+			worst = math.Max(worst, math.Abs(sum-f.LogprobSums[ci]))
+		}
+		add("scoring_ids."+f.Name, worst, fx.tolerance("scoring_ids.logprob_sums"), fmt.Sprintf("%d candidates", len(f.Candidates)))
+	}
 	return out, nil
 }
 
@@ -232,7 +257,8 @@ func TestForward(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := []string{"logits", "logsumexp_all", "argmax_all", "hidden_states", "logits_decode", "decode_vs_prefill", "greedy_8",
-				"extra1_logits", "extra1_greedy_8", "extra2_logits", "extra2_greedy_8"}
+				"extra1_logits", "extra1_greedy_8", "extra2_logits", "extra2_greedy_8",
+				"scoring_ids.priority", "scoring_ids.refund_requested", "scoring_ids.anger"}
 			if fx.cfg.PerLayerInput > 0 {
 				want = append(want, "per_layer_inputs")
 			}
@@ -247,7 +273,7 @@ func TestForward(t *testing.T) {
 					status = "FAIL"
 					t.Errorf("%s: max error %.3g > tolerance %.3g (%s)", c.name, c.err, c.tol, c.note)
 				}
-				t.Logf("%-4s %-18s max error %-9.3g tolerance %-9.3g %s", status, c.name, c.err, c.tol, c.note)
+				t.Logf("%-4s %-28s max error %-9.3g tolerance %-9.3g %s", status, c.name, c.err, c.tol, c.note)
 			}
 			for _, w := range want {
 				if !seen[w] {
@@ -271,7 +297,7 @@ func TestChecksCanFail(t *testing.T) {
 		mustFail []string
 	}{
 		{"gemma4-synthetic-tiny", "layer 2's layer_scalar × 1.01", func(m *Model) { m.Layers[2].Scalar *= 1.01 },
-			[]string{"logits", "hidden_states", "logits_decode", "extra1_logits", "extra2_logits"}},
+			[]string{"logits", "hidden_states", "logits_decode", "extra1_logits", "extra2_logits", "scoring_ids.priority", "scoring_ids.anger"}},
 		// The last layer's scalar scales the whole stream before the final
 		// RMSNorm, which undoes it: only the hidden states can see it.
 		{"gemma4-synthetic-tiny", "layer 5's layer_scalar × 1.01", func(m *Model) { m.Layers[5].Scalar *= 1.01 },
@@ -348,7 +374,7 @@ func TestChecksCanFail(t *testing.T) {
 				case c.ok():
 					t.Errorf("%s still passes (max error %.3g ≤ %.3g): it cannot see this mistake", name, c.err, c.tol)
 				default:
-					t.Logf("%-18s fails as it should: max error %.3g > %.3g", name, c.err, c.tol)
+					t.Logf("%-28s fails as it should: max error %.3g > %.3g", name, c.err, c.tol)
 				}
 			}
 		})
