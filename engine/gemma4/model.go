@@ -1,7 +1,6 @@
 package gemma4
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -58,7 +57,7 @@ func Load(cfg *Config, st weights.Store) (*Model, error) {
 		if _, _, ok := st.Info("model.language_model.embed_tokens.weight"); ok {
 			prefix = "model.language_model."
 		} else {
-			return nil, errors.New("gemma4: the store has neither model.embed_tokens.weight nor model.language_model.embed_tokens.weight")
+			return nil, fmt.Errorf("gemma4: the store has neither model.embed_tokens.weight nor model.language_model.embed_tokens.weight: %w", weights.ErrNotFound)
 		}
 	}
 	c := cfg
