@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
@@ -91,13 +91,13 @@ func (s *Session) encodeTurns(req Request) ([]int32, error) {
 			all = append(all, tokenizer.Turn{Role: t.Role, Content: t.Content})
 		}
 		for _, t := range all {
-			if err := prompt.CheckMediaText(t.Content, s.m.Special, s.tok); err != nil {
+			if err := prompt.CheckMediaText(t.Content, s.m.Chat().Media, s.tok); err != nil {
 				return nil, err
 			}
 		}
 		return s.tok.EncodeChat(all, true), nil
 	}
-	return ChatTurnsPrompt(s.m.Special, req.Media, req.System, turns).Encode(s.tok, s.m.Special)
+	return ChatTurnsPrompt(s.m.Chat().Media, req.Media, req.System, turns).Encode(s.tok, s.m.Chat().Media)
 }
 
 // ChatTurnsPrompt is a conversation's prompt for generation: the system
@@ -106,7 +106,7 @@ func (s *Session) encodeTurns(req Request) ([]int32, error) {
 // its text, which is trimmed of surrounding white space as Gemma's template
 // does, and the model's turn to answer. The last turn is the user's. Only
 // the chat markup gives control tokens.
-func ChatTurnsPrompt(sp gemma3n.Special, media *scorer.Media, system string, turns []Turn) prompt.Prompt {
+func ChatTurnsPrompt(sp model.Special, media *scorer.Media, system string, turns []Turn) prompt.Prompt {
 	var pr prompt.Prompt
 	pr.Text("<bos>")
 	img := 0
@@ -142,7 +142,7 @@ func (s *Session) RawPrompt(text string) ([]int32, error) {
 	if len(ids) == 0 || ids[0] != s.tok.BOS() {
 		ids = append([]int32{s.tok.BOS()}, ids...)
 	}
-	if err := prompt.CheckMediaIDs(ids, s.m.Special, s.tok); err != nil {
+	if err := prompt.CheckMediaIDs(ids, s.m.Chat().Media, s.tok); err != nil {
 		return nil, err
 	}
 	return ids, nil

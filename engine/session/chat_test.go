@@ -16,7 +16,7 @@ import (
 // order or media in the wrong place are refused.
 func TestEncodeHistory(t *testing.T) {
 	s := open(t)
-	sp := s.m.Special
+	sp := s.m.Chat().Media
 	turns := []tokenizer.Turn{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"},
 		{Role: "model", Content: "Hello."}, {Role: "user", Content: " And now? "}}
 	got, err := s.Encode(Request{Kind: PromptChat, System: "Be brief.", Input: " And now? ",

@@ -2,8 +2,8 @@ package session
 
 import (
 	"context"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
@@ -20,7 +20,7 @@ import (
 // The Result has no Tail: ids are not decoded here.
 func GenerateOn(ctx context.Context, m *models.Model, ids []int32, media *scorer.Media, sm Sampling, stop []int32,
 	onPrefill func(done, total int), emit func(id int32) error) (Result, error) {
-	var md *gemma3n.Media
+	var md *model.Media
 	if media != nil {
 		md = &media.Media
 	}

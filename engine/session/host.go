@@ -2,6 +2,7 @@ package session
 
 import (
 	"image"
+	"verdict/engine/model"
 
 	"verdict/engine/gemma3n"
 	"verdict/engine/sched"
@@ -58,19 +59,19 @@ func SIMD() string { return native.SIMD() }
 // one per CPU core). Results are identical for every thread count.
 func SetThreads(n int) { native.SetThreads(n) }
 
-// Weights is a model's weight format (gemma3n.Weights): WeightsQ4 or
+// Weights is a model's weight format (model.Weights): WeightsQ4 or
 // WeightsF32.
-type Weights = gemma3n.Weights
+type Weights = model.Weights
 
 const (
 	// WeightsQ4 packs the weights to 4 bits at load.
-	WeightsQ4 = gemma3n.WeightsQ4
+	WeightsQ4 = model.WeightsQ4
 	// WeightsF32 keeps them as the checkpoint stores them, exact.
-	WeightsF32 = gemma3n.WeightsF32
+	WeightsF32 = model.WeightsF32
 )
 
 // ParseWeights reads a --weights value: "f32" or "q4".
-func ParseWeights(s string) (Weights, error) { return gemma3n.ParseWeights(s) }
+func ParseWeights(s string) (Weights, error) { return model.ParseWeights(s) }
 
 // Stages of a model's load that its Progress hears, besides
 // models.StageTokenizer.
@@ -98,7 +99,7 @@ var ErrQueueFull = sched.ErrQueueFull
 type NeverFitsError = sched.NeverFitsError
 
 // KVError reports that the key/value pool has no room for a sequence.
-type KVError = gemma3n.KVError
+type KVError = model.KVError
 
 // ImageSize is the side of the square input the vision tower takes.
 const ImageSize = vision.ImageSize

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/prefix"
@@ -448,7 +447,7 @@ type fault = func() error
 
 // runner is the scheduler's request rq as the runner of a request's
 // passes: rq itself, or rq behind the fault set for tests.
-func (s *Session) runner(rq *sched.Request) gemma3n.GreedyLooper {
+func (s *Session) runner(rq *sched.Request) model.GreedyLooper {
 	if f := s.fault.Load(); f != nil {
 		return faultRunner{rq, *f}
 	}
@@ -461,7 +460,7 @@ type faultRunner struct {
 	fault fault
 }
 
-func (f faultRunner) Run(b *gemma3n.Batch, then func(x model.Exec, h native.Tensor) error) error {
+func (f faultRunner) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) error) error {
 	if err := f.fault(); err != nil {
 		return err
 	}

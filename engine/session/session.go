@@ -11,8 +11,8 @@ import (
 	"image"
 	"sync/atomic"
 	"time"
+	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/models"
 	"verdict/engine/prefix"
@@ -64,10 +64,10 @@ type Info struct {
 
 // Resident is what an opened model keeps in its backend's memory.
 type Resident struct {
-	Weights     gemma3n.Weights // q4 or f32
-	WeightBytes int64           // the decoder's weights (gemma3n.Model.WeightBytes)
+	Weights     model.Weights // q4 or f32
+	WeightBytes int64         // the decoder's weights (model.Costs.WeightBytes)
 	// PLEBytes is the per-layer embedding table made resident on the
-	// device (0: it stays on the host; gemma3n.Model.PLEBytes).
+	// device (0: it stays on the host; model.Costs.ResidentBytes).
 	PLEBytes int64
 	// KVPositions and KVBytes are the key/value pool: positions of each
 	// attention kind and the bytes reserved for them (the CPU backend
@@ -109,16 +109,17 @@ func New(m *models.Model) (*Session, error) {
 		return nil, err
 	}
 	img, aud := m.Inputs()
+	cfg, sp := m.Config(), m.Chat().Media
 	info := Info{
 		Name: m.Name, Path: m.Path, Builtin: m.Builtin, Synthetic: m.Synthetic,
-		Params: m.Cfg.Params(), Layers: m.Cfg.NumLayers, Hidden: m.Cfg.HiddenSize, Vocab: m.Cfg.VocabSize,
+		Params: m.Params(), Layers: cfg.Layers, Hidden: cfg.Hidden, Vocab: cfg.Vocab,
 		LoadTime: m.LoadTime, Vision: img, Audio: aud,
-		ImageTokens: m.Special.VisionTokens, AudioTokens: m.Special.AudioTokens,
-		Resident: Resident{Weights: m.Weights(), WeightBytes: m.WeightBytes(), PLEBytes: m.PLEBytes()},
+		ImageTokens: sp.VisionTokens, AudioTokens: sp.AudioTokens,
+		Resident: Resident{Weights: m.Weights(), WeightBytes: m.WeightBytes(), PLEBytes: m.ResidentBytes()},
 	}
 	info.Resident.KVPositions, info.Resident.KVBytes = m.KVPool()
 	if info.Resident.Weights == "" {
-		info.Resident.Weights = gemma3n.WeightsF32
+		info.Resident.Weights = model.WeightsF32
 	}
 	sc := scorer.New(m.Model, tok)
 	sch, err := sched.New(m.Model, sched.Options{Reclaim: sc.DropKept})
@@ -352,14 +353,14 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 			break
 		}
 		if req.Media != nil {
-			ids, err = ChatPrompt(s.m.Special, req.Media, req.System, req.Input).Encode(s.tok, s.m.Special)
+			ids, err = ChatPrompt(s.m.Chat().Media, req.Media, req.System, req.Input).Encode(s.tok, s.m.Chat().Media)
 			break
 		}
 		// Text only: the tokenizer's chat template, with media tokens
 		// spelled in the text refused.
 		var turns []tokenizer.Turn
 		for _, t := range []tokenizer.Turn{{Role: "system", Content: req.System}, {Role: "user", Content: req.Input}} {
-			if err = prompt.CheckMediaText(t.Content, s.m.Special, s.tok); err != nil {
+			if err = prompt.CheckMediaText(t.Content, s.m.Chat().Media, s.tok); err != nil {
 				return nil, err
 			}
 			if t.Role == "user" || t.Content != "" {
@@ -376,7 +377,7 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 		if req.Media != nil {
 			captions, audio = req.Media.Captions, req.Media.Audio != nil
 		}
-		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Special).Encode(s.tok, s.m.Special)
+		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Chat().Media).Encode(s.tok, s.m.Chat().Media)
 	case PromptRaw:
 		if req.Media != nil {
 			return nil, errors.New("session: a raw prompt takes no media")
@@ -412,7 +413,7 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(Token) er
 	if req.OnPrompt != nil {
 		req.OnPrompt(len(ids))
 	}
-	var md *gemma3n.Media
+	var md *model.Media
 	if req.Media != nil {
 		md = &req.Media.Media
 	}
@@ -473,7 +474,7 @@ func (st *streamer) token(index int, id int32) Token {
 // (if any), the media placeholders (each after its caption, when it has
 // one), then the text. Only the chat markup gives control tokens: special
 // tokens in the system message, captions and text stay text.
-func ChatPrompt(sp gemma3n.Special, media *scorer.Media, system, text string) prompt.Prompt {
+func ChatPrompt(sp model.Special, media *scorer.Media, system, text string) prompt.Prompt {
 	var pr prompt.Prompt
 	pr.Text("<bos><start_of_turn>user\n")
 	if system != "" {
@@ -499,8 +500,8 @@ func ChatPrompt(sp gemma3n.Special, media *scorer.Media, system, text string) pr
 // per image) and an audio clip: its text with media runs written as
 // <image 1>, <audio>, and its token count.
 func (s *Session) SchemaPrompt(schema *scorer.Schema, input string, captions []string, audio bool) (text string, tokens int, err error) {
-	pr := schema.MediaPrompt(input, captions, audio, s.m.Special)
-	ids, err := pr.Encode(s.tok, s.m.Special)
+	pr := schema.MediaPrompt(input, captions, audio, s.m.Chat().Media)
+	ids, err := pr.Encode(s.tok, s.m.Chat().Media)
 	if err != nil {
 		return "", 0, err
 	}
@@ -510,5 +511,5 @@ func (s *Session) SchemaPrompt(schema *scorer.Schema, input string, captions []s
 // SchemaPromptText is SchemaPrompt's text without a model: imageTokens and
 // audioTokens are the soft tokens of one image and one clip.
 func SchemaPromptText(schema *scorer.Schema, input string, captions []string, audio bool, imageTokens, audioTokens int) string {
-	return schema.MediaPrompt(input, captions, audio, gemma3n.Special{VisionTokens: imageTokens, AudioTokens: audioTokens}).String()
+	return schema.MediaPrompt(input, captions, audio, model.Special{VisionTokens: imageTokens, AudioTokens: audioTokens}).String()
 }

@@ -66,9 +66,9 @@ func count(ids []int32, id int) int {
 func TestInfo(t *testing.T) {
 	s := open(t)
 	in := s.Info()
-	sp := s.m.Special
-	if !in.Builtin || in.Name != s.m.Name || in.Layers != s.m.Cfg.NumLayers || in.Vocab != s.m.Cfg.VocabSize || in.Params != s.m.Cfg.Params() {
-		t.Errorf("Info %+v does not describe the model %q (%d layers, vocab %d)", in, s.m.Name, s.m.Cfg.NumLayers, s.m.Cfg.VocabSize)
+	sp := s.m.Chat().Media
+	if !in.Builtin || in.Name != s.m.Name || in.Layers != s.m.Config().Layers || in.Vocab != s.m.Config().Vocab || in.Params != s.m.Params() {
+		t.Errorf("Info %+v does not describe the model %q (%d layers, vocab %d)", in, s.m.Name, s.m.Config().Layers, s.m.Config().Vocab)
 	}
 	if in.ImageTokens != sp.VisionTokens || in.AudioTokens != sp.AudioTokens {
 		t.Errorf("soft tokens %d/%d, want %d/%d", in.ImageTokens, in.AudioTokens, sp.VisionTokens, sp.AudioTokens)
@@ -80,7 +80,7 @@ func TestInfo(t *testing.T) {
 
 func TestEncodePromptKinds(t *testing.T) {
 	s := open(t)
-	sp := s.m.Special
+	sp := s.m.Chat().Media
 	sc := schema(t)
 	chat := func(turns ...tokenizer.Turn) []int32 { return s.tok.EncodeChat(turns, true) }
 	media := &scorer.Media{Captions: []string{"", "Video frame at 0:01:"}}
@@ -148,7 +148,7 @@ func TestEncodePromptKinds(t *testing.T) {
 
 func TestMediaTokensInTextAreRefused(t *testing.T) {
 	s := open(t)
-	sp := s.m.Special
+	sp := s.m.Chat().Media
 	// The gemma3 tokenizer names Gemma 3n's end-of-image and
 	// start-of-audio ids (its soft-token ids are past its vocabulary).
 	soft := s.tok.TokenText(int32(sp.EOI))
@@ -350,7 +350,7 @@ func TestSchemaPrompt(t *testing.T) {
 	if n != len(ids) || !strings.Contains(text, "<image 1>") || !strings.Contains(text, "<audio>") {
 		t.Errorf("SchemaPrompt = %q, %d tokens; the generation prompt has %d", text, n, len(ids))
 	}
-	sp := s.m.Special
+	sp := s.m.Chat().Media
 	if got := SchemaPromptText(sc, "fine", []string{""}, true, sp.VisionTokens, sp.AudioTokens); got != text {
 		t.Errorf("without a model: %q\nwith: %q", got, text)
 	}
