@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/model"
 )
 
 // TestMaxAnswer: the longest answer of k entries is the k longest names'

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/model"
 )
 
 // TestBatchMatchesAlone: batched decoding (the masked no-repeat form, prompt

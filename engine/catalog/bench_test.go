@@ -3,11 +3,11 @@ package catalog_test
 import (
 	"context"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/generate"
+	"verdict/engine/model"
 )
 
 // BenchmarkDecode times one request of the tool catalog on the tiny model

@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 

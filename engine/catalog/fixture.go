@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"verdict/engine/model"
 
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 

@@ -5,10 +5,10 @@ import (
 	"os"
 	"slices"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/model"
 	"verdict/engine/tokenizer"
 )
 

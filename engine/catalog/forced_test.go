@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/catalog"
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/model"
 )
 
 // forcedSetup gives the tiny model, a catalog of tool-like names over the

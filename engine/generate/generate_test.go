@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"verdict/engine/model"
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/generate"
+	"verdict/engine/model"
 )
 
 var prompt = []int32{2, 105, 2364, 107, 6190, 506, 1894, 106, 107, 105, 4368, 107}

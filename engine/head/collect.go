@@ -3,8 +3,8 @@ package head
 import (
 	"context"
 	"fmt"
-	"verdict/engine/model"
 
+	"verdict/engine/model"
 	"verdict/engine/scorer"
 )
 

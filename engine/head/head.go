@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"verdict/engine/model"
 
+	"verdict/engine/model"
 	"verdict/engine/scorer"
 )
 

@@ -3,8 +3,8 @@ package scorer
 import (
 	"fmt"
 	"testing"
-	"verdict/engine/model"
 
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 

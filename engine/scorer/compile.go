@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"verdict/engine/model"
 
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 	"verdict/engine/tokenizer"
 )

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+
 	"verdict/engine/model"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"verdict/engine/model"
 
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 

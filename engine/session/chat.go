@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
-	"verdict/engine/model"
 
 	"verdict/engine/generate"
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 	"verdict/engine/tokenizer"

@@ -2,9 +2,9 @@ package session
 
 import (
 	"context"
-	"verdict/engine/model"
 
 	"verdict/engine/generate"
+	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 )

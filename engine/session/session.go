@@ -11,9 +11,9 @@ import (
 	"image"
 	"sync/atomic"
 	"time"
-	"verdict/engine/model"
 
 	"verdict/engine/generate"
+	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/prefix"
 	"verdict/engine/prompt"
