@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"time"
 
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/model"
 	"verdict/native"
@@ -68,8 +67,8 @@ const prefillRuns = 3
 // (no stop tokens), timing both phases, after a warm-up run of the same prompt
 // (first launches and buffers are not the steady state a user sees); the
 // prefill figure is the best of prefillRuns.
-func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decodeTokens int) (Report, error) {
-	r := Report{Model: name, Params: m.Cfg.Params(), PromptTokens: promptTokens, DecodeTokens: decodeTokens, Machine: ThisMachine()}
+func Run(ctx context.Context, name string, m model.Model, promptTokens, decodeTokens int) (Report, error) {
+	r := Report{Model: name, Params: m.Params(), PromptTokens: promptTokens, DecodeTokens: decodeTokens, Machine: ThisMachine()}
 	if promptTokens < 1 || decodeTokens < 1 {
 		return r, fmt.Errorf("bench: prompt and decode token counts must be positive")
 	}
@@ -105,14 +104,14 @@ func Run(ctx context.Context, name string, m *gemma3n.Model, promptTokens, decod
 
 // loopChunk is the tokens a device loop of DecodeBatch decodes a run:
 // generation's.
-const loopChunk = gemma3n.GreedyChunk
+const loopChunk = model.GreedyChunk
 
 // DecodeBatch measures greedy decoding of seqs sequences at once after a
 // shared prompt of promptTokens: each step is one pass over seqs rows and
 // one head pass (as device loops of loopChunk steps where the backend
 // runs them: Exec.GreedyLoops), and the figure is the tokens of all
 // sequences per second.
-func DecodeBatch(ctx context.Context, m *gemma3n.Model, promptTokens, decodeTokens, seqs int) (tokens int, seconds float64, err error) {
+func DecodeBatch(ctx context.Context, m model.Model, promptTokens, decodeTokens, seqs int) (tokens int, seconds float64, err error) {
 	if promptTokens < 1 || decodeTokens < 1 || seqs < 1 || seqs > 64 {
 		return 0, 0, fmt.Errorf("bench: batched decode needs positive counts and at most 64 sequences")
 	}
@@ -123,7 +122,7 @@ func DecodeBatch(ctx context.Context, m *gemma3n.Model, promptTokens, decodeToke
 	defer x.Release()
 	prompt := m.NewCache()
 	defer prompt.Free()
-	var b gemma3n.Batch
+	var b model.Batch
 	b.Add(prompt, Prompt(promptTokens), 0)
 	if _, err := x.Prefill(&b); err != nil {
 		return 0, 0, err

@@ -8,14 +8,14 @@ import (
 
 	"verdict/engine/bench"
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/scorer"
 )
 
 // models returns the tiny model and, when VERDICT_E2B_FIXTURE names it, the
 // E2B-shaped one.
-func models(b *testing.B) map[string]*gemma3n.Model {
-	ms := map[string]*gemma3n.Model{"tiny": testmodel.Tiny(b)}
+func models(b *testing.B) map[string]model.Model {
+	ms := map[string]model.Model{"tiny": testmodel.Tiny(b)}
 	if p := os.Getenv("VERDICT_E2B_FIXTURE"); p != "" {
 		ms["e2b"] = testmodel.Load(b, p)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"verdict/engine/catalog"
-	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/model"
 	"verdict/engine/prompt"
@@ -175,7 +174,7 @@ func SweepRequest(i int) (text string, k int) {
 // end-to-end sweep of opt.Sweep requests (SweepRequest) at each of
 // opt.Batches, and the prefill comparison over the sweep's first
 // opt.Prefill prompts.
-func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Catalog, tok prompt.Tokenizer, opt CatalogOptions) (CatalogReport, error) {
+func Catalog(ctx context.Context, name string, m model.Model, cat *catalog.Catalog, tok prompt.Tokenizer, opt CatalogOptions) (CatalogReport, error) {
 	r := CatalogReport{Model: name, Weights: string(m.Weights()), Requests: opt.PerToken}
 	if opt.PerToken < 1 || opt.PerToken > len(catalog.ToolRequests) {
 		return r, fmt.Errorf("bench: %d per-token requests, want 1..%d", opt.PerToken, len(catalog.ToolRequests))
@@ -187,7 +186,7 @@ func Catalog(ctx context.Context, name string, m *gemma3n.Model, cat *catalog.Ca
 		return r, fmt.Errorf("bench: a prefill of %d prompts, want 0..%d (the sweep's)", opt.Prefill, opt.Sweep)
 	}
 	encode := func(text string, k int) (catalog.Request, error) {
-		ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tok, m.Special)
+		ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tok, m.Chat().Media)
 		return catalog.Request{Prompt: ids, K: k}, err
 	}
 	var prompts []catalog.Request
@@ -271,7 +270,7 @@ func distinct(es []int32) bool {
 // one token a pass, with the sparse head, the dense head and a mask, and
 // unconstrained greedy for as many tokens; and with the sparse head and
 // forced runs fed ahead (a batch of one request, for its Stats).
-func catalogPerToken(ctx context.Context, r *CatalogReport, m *gemma3n.Model, cat *catalog.Catalog, prompts []catalog.Request) error {
+func catalogPerToken(ctx context.Context, r *CatalogReport, m model.Model, cat *catalog.Catalog, prompts []catalog.Request) error {
 	// Warm up threads and weight pages.
 	if _, err := m.Forward(nil, prompts[0].Prompt, nil); err != nil {
 		return err
@@ -332,7 +331,7 @@ func catalogPerToken(ctx context.Context, r *CatalogReport, m *gemma3n.Model, ca
 // catalogPrefill times the prompts' prefill three ways (CatalogPrefill),
 // each the best of three runs after a warm-up, and compares the ways'
 // last-position hidden states bit for bit.
-func catalogPrefill(m *gemma3n.Model, reqs []catalog.Request) (CatalogPrefill, error) {
+func catalogPrefill(m model.Model, reqs []catalog.Request) (CatalogPrefill, error) {
 	p := CatalogPrefill{Prompts: len(reqs), SameStates: true}
 	for _, r := range reqs {
 		p.Tokens += len(r.Prompt)
@@ -351,7 +350,7 @@ func catalogPrefill(m *gemma3n.Model, reqs []catalog.Request) (CatalogPrefill, e
 		return p, err
 	}
 	defer x.Release()
-	D := m.Cfg.HiddenSize
+	D := m.Config().Hidden
 	var caches []model.Cache
 	fresh := func() model.Cache { c := m.NewCache(); caches = append(caches, c); return c }
 	freeAll := func() {
@@ -361,7 +360,7 @@ func catalogPrefill(m *gemma3n.Model, reqs []catalog.Request) (CatalogPrefill, e
 		caches = caches[:0]
 	}
 	defer freeAll()
-	var b gemma3n.Batch
+	var b model.Batch
 	ways := []func() ([]float32, error){
 		func() ([]float32, error) { // one by one
 			var last []float32

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"verdict/engine/catalog"
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // CatalogLoop is one batch size of the loop decoder (catalog.DecodeLoop):
@@ -39,7 +39,7 @@ func (l CatalogLoop) String() string {
 
 // CatalogLoops measures the loop decoder over prompts (repeated to at
 // least each batch size) at each of batches.
-func CatalogLoops(ctx context.Context, m *gemma3n.Model, cat *catalog.Catalog, prompts []catalog.Request, batches []int) ([]CatalogLoop, error) {
+func CatalogLoops(ctx context.Context, m model.Model, cat *catalog.Catalog, prompts []catalog.Request, batches []int) ([]CatalogLoop, error) {
 	var out []CatalogLoop
 	for _, b := range batches {
 		if b > catalog.MaxLoopBatch {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/scorer"
 )
 
@@ -104,7 +104,7 @@ func ScorerInput(tok scorer.Tokenizer, s *scorer.Schema, n int) string {
 // Scorer runs the scorer benchmark: one request at the default batch size,
 // the full-pass alternative (timing at most fullPasses candidates, 0: all),
 // a sweep over branch-batch sizes, and json against each of backends.
-func Scorer(ctx context.Context, name string, m *gemma3n.Model, tok scorer.Tokenizer, promptTokens, fields, fullPasses int, sweep []int, backends ...string) (ScorerReport, error) {
+func Scorer(ctx context.Context, name string, m model.Model, tok scorer.Tokenizer, promptTokens, fields, fullPasses int, sweep []int, backends ...string) (ScorerReport, error) {
 	s := ScorerSchema(fields)
 	input := ScorerInput(tok, s, promptTokens)
 	sc := scorer.New(m, tok)
@@ -148,7 +148,7 @@ func Scorer(ctx context.Context, name string, m *gemma3n.Model, tok scorer.Token
 			return r, err
 		}
 		// The value's few tokens need their output rows.
-		D := m.Cfg.HiddenSize
+		D := m.Config().Hidden
 		if _, err := m.Logits(h[len(h)-4*D:], 4); err != nil {
 			return r, err
 		}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/scorer"
 	"verdict/native"
 )
@@ -174,7 +174,7 @@ func DeviceCeilings(l native.DeviceLimits) *Limits {
 // Opened is a model the suite measures.
 type Opened struct {
 	Name        string
-	M           *gemma3n.Model
+	M           model.Model
 	Tok         scorer.Tokenizer // nil: no scorer request
 	TokErr      error
 	LoadSeconds float64
@@ -191,7 +191,7 @@ type SuiteOptions struct {
 // opened model; lim (nil: unknown) turns rates into percentages.
 func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) (ModelReport, error) {
 	m := o.M
-	r := ModelReport{Model: o.Name, Params: m.Cfg.Params(), Weights: string(m.Weights()), Group: m.Group(),
+	r := ModelReport{Model: o.Name, Params: m.Params(), Weights: string(m.Weights()), Group: m.Group(),
 		WeightBytes: m.WeightBytes(), LoadSeconds: o.LoadSeconds}
 	r.PackedCache, r.CacheHit = m.PackedCache()
 	r.MemoryAfterLoad = ReadMemory()

@@ -146,6 +146,9 @@ type Costs interface {
 	Weights() Weights
 	// Group reports the q4 group size (0 for f32 weights).
 	Group() int
+	// PackedCache reports the packed-weights cache file ("" when none)
+	// and whether this load read it from disk rather than building it.
+	PackedCache() (path string, fromDisk bool)
 	// Params counts the decoder's parameters (for display).
 	Params() int64
 	// WeightBytes reports the memory the decoder's weights take.
