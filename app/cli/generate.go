@@ -58,7 +58,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		if ids, err = session.ChatPrompt(m.Special, &p.Media, *system, *prompt).Encode(tok, m.Special); err != nil {
+		if ids, err = session.ChatPrompt(m.Chat().Media, &p.Media, *system, *prompt).Encode(tok, m.Chat().Media); err != nil {
 			return err
 		}
 		media = &p.Media
@@ -66,12 +66,12 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		// --raw sends the text as written, control tokens included; media
 		// placeholders without media are refused.
 		ids = append([]int32{int32(tok.BOS())}, tok.Encode(*prompt)...)
-		if err := promptpkg.CheckMediaIDs(ids, m.Special, tok); err != nil {
+		if err := promptpkg.CheckMediaIDs(ids, m.Chat().Media, tok); err != nil {
 			return fmt.Errorf("--raw prompt: %w", err)
 		}
 	} else {
 		for _, text := range []string{*system, *prompt} {
-			if err := promptpkg.CheckMediaText(text, m.Special, tok); err != nil {
+			if err := promptpkg.CheckMediaText(text, m.Chat().Media, tok); err != nil {
 				return err
 			}
 		}

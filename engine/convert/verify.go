@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/weights"
 	"verdict/native"
@@ -19,13 +19,13 @@ import (
 // logits of the token sequence ids at every position (len(ids) rows of the
 // vocabulary) and the vocabulary's size; the model is closed again.
 func Logits(ctx context.Context, spec string, be *native.Backend, ids []int32) (logits []float32, vocab int, err error) {
-	m, err := models.OpenContext(ctx, spec, models.Options{Weights: gemma3n.WeightsF32, CacheDir: "off", Backend: be})
+	m, err := models.OpenContext(ctx, spec, models.Options{Weights: model.WeightsF32, CacheDir: "off", Backend: be})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer m.Close()
 	logits, err = logitsOf(m, ids)
-	return logits, m.Cfg.VocabSize, err
+	return logits, m.Config().Vocab, err
 }
 
 func logitsOf(m *models.Model, ids []int32) ([]float32, error) {

@@ -154,13 +154,13 @@ func TestGGUFLlamaCppFiles(t *testing.T) {
 			m := openF32(t, path)
 			// The metadata gives the recipe's config, but for the per-layer
 			// vocabulary: only Gemma's 262,144 is known to be padding.
-			cfg := m.Cfg
+			cfg := gemmaCfg(m)
 			if cfg.VocabSizePerLayer != 320 {
 				t.Errorf("per-layer vocabulary %d, want the padded table's 320", cfg.VocabSizePerLayer)
 			}
-			cfg.VocabSizePerLayer = ref.Cfg.VocabSizePerLayer
-			if !reflect.DeepEqual(cfg, ref.Cfg) {
-				t.Errorf("config from the metadata:\n%+v\nthe recipe's:\n%+v", cfg, ref.Cfg)
+			cfg.VocabSizePerLayer = gemmaCfg(ref).VocabSizePerLayer
+			if !reflect.DeepEqual(cfg, gemmaCfg(ref)) {
+				t.Errorf("config from the metadata:\n%+v\nthe recipe's:\n%+v", cfg, gemmaCfg(ref))
 			}
 			got := allLogits(t, m, ids)
 			d := maxAbsDiff(want, got)

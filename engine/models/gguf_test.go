@@ -82,6 +82,10 @@ func openF32(t *testing.T, spec string) *models.Model {
 	return m
 }
 
+// gemmaCfg is the Gemma 3n config a GGUF file's metadata gave the decoder
+// (the loader's own, behind the model interface).
+func gemmaCfg(m *models.Model) gemma3n.Config { return m.Model.(*gemma3n.Model).Cfg }
+
 // The tiny fixture written as a GGUF gives the safetensors path's logits:
 // bit for bit in F32, within a measured bound per quantisation (about 1.5x
 // what the test measured with ggufwrite's simple quantisers; the log prints
@@ -116,8 +120,8 @@ func TestGGUFTinyLogits(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "tiny-"+tc.typ.String()+".gguf")
 			writeGGUF(t, dir, path, gguf.LayoutOptions{Type: tc.typ, PadPLE: true})
 			m := openF32(t, path)
-			if m.Cfg.VocabSizePerLayer != 262144 || m.Cfg.VocabSize != 262400 {
-				t.Fatalf("vocab %d, per layer %d: want 262400 and the padding dropped (262144)", m.Cfg.VocabSize, m.Cfg.VocabSizePerLayer)
+			if gemmaCfg(m).VocabSizePerLayer != 262144 || gemmaCfg(m).VocabSize != 262400 {
+				t.Fatalf("vocab %d, per layer %d: want 262400 and the padding dropped (262144)", gemmaCfg(m).VocabSize, gemmaCfg(m).VocabSizePerLayer)
 			}
 			got := allLogits(t, m, ids)
 			d := maxAbsDiff(want, got)
@@ -232,8 +236,8 @@ func TestGGUFMidLogits(t *testing.T) {
 			}
 			writeGGUF(t, dir, path, gguf.LayoutOptions{Type: tc.typ})
 			m := openF32(t, path)
-			if m.Cfg.VocabSizePerLayer != 768 {
-				t.Fatalf("per-layer vocab %d, want 768", m.Cfg.VocabSizePerLayer)
+			if gemmaCfg(m).VocabSizePerLayer != 768 {
+				t.Fatalf("per-layer vocab %d, want 768", gemmaCfg(m).VocabSizePerLayer)
 			}
 			gs, err := weights.OpenGGUF(path)
 			if err != nil {
@@ -267,8 +271,8 @@ func TestGGUFOllamaMetadata(t *testing.T) {
 	if d := maxAbsDiff(allLogits(t, ref, ids), allLogits(t, m, ids)); d != 0 {
 		t.Errorf("logits differ by %g", d)
 	}
-	if m.Cfg.RopeTheta["sliding_attention"] != 2e4 || m.Cfg.HeadDim != 128 {
-		t.Errorf("sliding theta %g, head_dim %d: want 20000 and 128", m.Cfg.RopeTheta["sliding_attention"], m.Cfg.HeadDim)
+	if gemmaCfg(m).RopeTheta["sliding_attention"] != 2e4 || gemmaCfg(m).HeadDim != 128 {
+		t.Errorf("sliding theta %g, head_dim %d: want 20000 and 128", gemmaCfg(m).RopeTheta["sliding_attention"], gemmaCfg(m).HeadDim)
 	}
 }
 

@@ -41,8 +41,8 @@ func TestOpenRepoID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Name != repo || m.Path != res.Path || m.Cfg.NumLayers == 0 {
-		t.Errorf("opened %q at %s (%d layers), want %s at %s", m.Name, m.Path, m.Cfg.NumLayers, repo, res.Path)
+	if m.Name != repo || m.Path != res.Path || m.Config().Layers == 0 {
+		t.Errorf("opened %q at %s (%d layers), want %s at %s", m.Name, m.Path, m.Config().Layers, repo, res.Path)
 	}
 	_, err = models.OpenWith("test/not-pulled", models.Options{CacheDir: "off"})
 	if !errors.Is(err, hub.ErrNotCached) || !strings.Contains(err.Error(), "verdict pull test/not-pulled") {

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 )
 
 // Identity is what a model's results are attributed to (a result log's
@@ -20,8 +20,8 @@ type Identity struct {
 	Name string
 	// Hash is ContentHash's.
 	Hash    string
-	Weights gemma3n.Weights // q4 or f32
-	Group   int             // the q4 group size (0 for f32)
+	Weights model.Weights // q4 or f32
+	Group   int           // the q4 group size (0 for f32)
 }
 
 // Identity returns the model's identity; the content hash is computed on
@@ -33,7 +33,7 @@ func (m *Model) Identity() (Identity, error) {
 	}
 	w := m.Weights()
 	if w == "" {
-		w = gemma3n.WeightsF32
+		w = model.WeightsF32
 	}
 	return Identity{Name: m.Name, Hash: h, Weights: w, Group: m.Group()}, nil
 }

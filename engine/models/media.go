@@ -12,7 +12,7 @@ import (
 	"sync"
 
 	"verdict/engine/audio"
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/vision"
 )
 
@@ -151,13 +151,13 @@ func (m *Model) AudioTokens(ctx context.Context, pcm []float32, progress TowerPr
 // vision tower, the audio clip (16 kHz mono, nil for none) through the
 // feature extractor and the audio tower. The result is what the decoder
 // merges at the prompt's placeholders.
-func (m *Model) Media(images []image.Image, pcm []float32) (*gemma3n.Media, error) {
+func (m *Model) Media(images []image.Image, pcm []float32) (*model.Media, error) {
 	return m.MediaContext(context.Background(), images, pcm)
 }
 
 // MediaContext is Media stopped by ctx, inside the towers too.
-func (m *Model) MediaContext(ctx context.Context, images []image.Image, pcm []float32) (*gemma3n.Media, error) {
-	md := &gemma3n.Media{}
+func (m *Model) MediaContext(ctx context.Context, images []image.Image, pcm []float32) (*model.Media, error) {
+	md := &model.Media{}
 	for i, img := range images {
 		soft, _, err := m.ImageTokens(ctx, img, nil)
 		if err != nil {
@@ -179,9 +179,9 @@ func (m *Model) MediaContext(ctx context.Context, images []image.Image, pcm []fl
 	return md, nil
 }
 
-// HardEmbed embeds a multimodal control token (gemma3n.Media.Hard).
+// HardEmbed embeds a multimodal control token (model.Media.Hard).
 func (m *Model) HardEmbed(id int32) ([]float32, error) {
-	audioFirst := int32(m.Special.EOA) // the audio vocabulary starts at <end_of_audio>
+	audioFirst := int32(m.Chat().Media.EOA) // the audio vocabulary starts at <end_of_audio>
 	if id >= audioFirst && audioFirst > 0 {
 		t, err := m.AudioTower()
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/safefile"
 	"verdict/engine/tokenizer"
 	"verdict/engine/weights"
@@ -33,9 +34,11 @@ const Builtin = "builtin"
 //go:embed builtin/config.json builtin/recipe.json builtin/buffers.safetensors
 var builtinFS embed.FS
 
-// Model is an opened model with its tokenizer.
+// Model is an opened model with its tokenizer: the decoder behind the
+// engine's interface (engine/model; a *gemma3n.Model, the one family this
+// loader opens), the towers, and what it was opened from.
 type Model struct {
-	*gemma3n.Model
+	model.Model
 	// Tok is nil when no tokenizer was found; TokErr then says why.
 	Tok    *tokenizer.Tokenizer
 	TokErr error
@@ -88,9 +91,9 @@ func (m *Model) Close() error {
 
 // Options are OpenWith's settings.
 type Options struct {
-	// Weights: gemma3n.WeightsQ4 (packed 4-bit, the default) or
-	// gemma3n.WeightsF32 (as stored, exact: the reference fixtures use it).
-	Weights gemma3n.Weights
+	// Weights: model.WeightsQ4 (packed 4-bit, the default) or
+	// model.WeightsF32 (as stored, exact: the reference fixtures use it).
+	Weights model.Weights
 	// Group is the q4 group size (0: gemma3n.DefaultGroup).
 	Group int
 	// CacheDir holds packed weights between runs ("": CacheDirDefault();
@@ -98,9 +101,9 @@ type Options struct {
 	CacheDir string
 	// Log, when set, hears about stale or corrupt cache files.
 	Log func(string)
-	// Progress, when set, hears the slow steps of a load (gemma3n's
-	// stages, then StageTokenizer): done of total units, 0 of 0 when
-	// unknown.
+	// Progress, when set, hears the slow steps of a load (StagePacking,
+	// StageChecking, then StageTokenizer): done of total units, 0 of 0
+	// when unknown.
 	Progress func(stage string, done, total int64)
 	// TowerCacheBytes bounds the tower outputs the model keeps
 	// (0: DefaultTowerCacheBytes).
@@ -111,11 +114,16 @@ type Options struct {
 	ctx context.Context // OpenContext's
 }
 
-// StageTokenizer is the last stage Options.Progress hears.
-const StageTokenizer = "reading the tokenizer"
+// Stages Options.Progress hears: packing the weights (or checking the
+// packed-weights cache), then reading the tokenizer, the last.
+const (
+	StagePacking   = gemma3n.StagePacking
+	StageChecking  = gemma3n.StageChecking
+	StageTokenizer = "reading the tokenizer"
+)
 
 // DefaultWeights is what Open uses: packed 4-bit weights.
-const DefaultWeights = gemma3n.WeightsQ4
+const DefaultWeights = model.WeightsQ4
 
 // CacheDirDefault is where packed weights are cached unless Options say
 // otherwise: $VERDICT_PACKED_CACHE when set ("off" disables it), else
@@ -132,7 +140,7 @@ func CacheDirDefault() string {
 }
 
 // Open opens the model named by spec with the default options: q4 weights,
-// the default cache. Use OpenWith(spec, Options{Weights: gemma3n.WeightsF32})
+// the default cache. Use OpenWith(spec, Options{Weights: model.WeightsF32})
 // for the exact float32 path.
 func Open(spec string) (*Model, error) { return OpenWith(spec, Options{}) }
 
@@ -198,15 +206,18 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open model %s: %w", spec, err)
 	}
+	var dec *gemma3n.Model
 	cfg, sp, err := gemma3n.ParseConfig(cfgJSON)
 	if err == nil {
 		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log, Context: opt.ctx, Progress: opt.Progress, Backend: opt.Backend}
-		if opt.Weights == gemma3n.WeightsQ4 && opt.CacheDir != "" {
+		if opt.Weights == model.WeightsQ4 && opt.CacheDir != "" {
 			lo.CacheDir, lo.CacheName = opt.CacheDir, cacheName(spec, m)
 			lo.CacheKey, err = cacheKey(spec, m, cfgJSON)
 		}
 		if err == nil {
-			m.Model, err = gemma3n.LoadWith(st, cfg, sp, lo)
+			if dec, err = gemma3n.LoadWith(st, cfg, sp, lo); err == nil {
+				m.Model = dec
+			}
 		}
 	}
 	if err == nil && opt.ctx != nil {
@@ -220,7 +231,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 			m.Tok, m.TokErr = LoadTokenizer(filepath.Dir(m.gguf))
 			m.TokErr = ggufTokenizerHint(m.TokErr, m.gguf)
 			if m.Tok != nil {
-				if e := checkGGUFVocab(st, m.Tok, m.Cfg.VocabSizePerLayer); e != nil {
+				if e := checkGGUFVocab(st, m.Tok, dec.Cfg.VocabSizePerLayer); e != nil {
 					m.Tok, m.TokErr = nil, e
 				}
 			}

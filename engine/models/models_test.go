@@ -20,11 +20,11 @@ func TestOpenBuiltin(t *testing.T) {
 	if !m.Builtin || !strings.Contains(m.Name, "random weights") {
 		t.Errorf("built-in model not labelled: %q", m.Name)
 	}
-	if m.Cfg.NumLayers != 6 || m.Cfg.VocabSize != 262400 {
-		t.Errorf("unexpected config: %d layers, vocab %d", m.Cfg.NumLayers, m.Cfg.VocabSize)
+	if m.Config().Layers != 6 || m.Config().Vocab != 262400 {
+		t.Errorf("unexpected config: %d layers, vocab %d", m.Config().Layers, m.Config().Vocab)
 	}
 	h, err := m.Forward(m.NewCache(), []int32{2, 105, 2364}, nil)
-	if err != nil || len(h) != 3*m.Cfg.HiddenSize {
+	if err != nil || len(h) != 3*m.Config().Hidden {
 		t.Fatalf("forward: %v, %d values", err, len(h))
 	}
 }

@@ -139,7 +139,7 @@ func decodeTools(ctx context.Context, m *models.Model, tk *tokenizer.Tokenizer, 
 	if err != nil {
 		return "", err
 	}
-	ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tk, m.Special)
+	ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tk, m.Chat().Media)
 	if err != nil {
 		return "", err
 	}
@@ -473,7 +473,7 @@ func TestTakeOrdersByPriority(t *testing.T) {
 // request it is told it is busy.
 func TestDecodeGreedySolo(t *testing.T) {
 	m, tk, _ := open(t)
-	if !m.Model.PLEResident() {
+	if !m.InputsResident() {
 		t.Skip("the device loop needs the per-layer table resident")
 	}
 	ctx := context.Background()

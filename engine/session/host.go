@@ -2,9 +2,9 @@ package session
 
 import (
 	"image"
-	"verdict/engine/model"
 
-	"verdict/engine/gemma3n"
+	"verdict/engine/model"
+	"verdict/engine/models"
 	"verdict/engine/sched"
 	"verdict/engine/vision"
 	"verdict/native"
@@ -76,8 +76,8 @@ func ParseWeights(s string) (Weights, error) { return model.ParseWeights(s) }
 // Stages of a model's load that its Progress hears, besides
 // models.StageTokenizer.
 const (
-	StagePacking  = gemma3n.StagePacking
-	StageChecking = gemma3n.StageChecking
+	StagePacking  = models.StagePacking
+	StageChecking = models.StageChecking
 )
 
 // Priority orders a session's requests (see WithPriority).
