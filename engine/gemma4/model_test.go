@@ -48,7 +48,7 @@ func (r renamed) Float32(name string) ([]float32, error) {
 // name the tensor.
 func TestLoad(t *testing.T) {
 	fx := loadFixture(t, "gemma4-synthetic-tiny")
-	ref, err := fx.model(t).Forward(fx.meta.IDs, nil, nil)
+	ref, err := fx.model(t).Forward(fx.Meta.IDs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,11 @@ func TestLoad(t *testing.T) {
 		"model.language_model.*":                                "model.*",
 		"model.language_model.layers.4.self_attn.k_proj.weight": "model.layers.3.self_attn.k_proj.weight",
 	}}
-	m, err := Load(fx.cfg, st)
+	m, err := Load(fx.Cfg, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := m.Forward(fx.meta.IDs, nil, nil)
+	got, err := m.Forward(fx.Meta.IDs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestLoad(t *testing.T) {
 		{"no double-wide MLP in the config", fx.store, func(c *Config) { c.DoubleWideMLP = false }, "model.layers.4.mlp.gate_proj.weight: shape [256 64]"},
 		{"PLE width", fx.store, func(c *Config) { c.PerLayerInput = 8 }, "model.embed_tokens_per_layer.weight"},
 	} {
-		cfg := *fx.cfg
+		cfg := *fx.Cfg
 		if tc.cfg != nil {
 			tc.cfg(&cfg)
 		}
@@ -118,15 +118,15 @@ func TestForwardRefuses(t *testing.T) {
 	if cache.Len() != 0 {
 		t.Fatalf("refused calls left %d positions in the cache", cache.Len())
 	}
-	ref, err := m.Forward(fx.meta.IDs, nil, nil)
+	ref, err := m.Forward(fx.Meta.IDs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := m.Forward(fx.meta.IDs, cache, nil)
+	got, err := m.Forward(fx.Meta.IDs, cache, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got, ref) || cache.Len() != len(fx.meta.IDs) {
+	if !slices.Equal(got, ref) || cache.Len() != len(fx.Meta.IDs) {
 		t.Errorf("after refusals the cache gives other logits (len %d)", cache.Len())
 	}
 }

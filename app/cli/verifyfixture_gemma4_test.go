@@ -1,0 +1,34 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestVerifyFixtureGemma4: verify-fixture runs the Gemma 4 fixtures' checks
+// (meta.json family "gemma4") on the CPU: one PASS line a check and the
+// count, exit 0.
+func TestVerifyFixtureGemma4(t *testing.T) {
+	for _, tc := range []struct {
+		file   string
+		checks int
+	}{
+		{"gemma4-synthetic-tiny.tar.gz", 15},
+		{"gemma4-synthetic-tiny-moe.tar.gz", 17},
+		{"gemma4-synthetic-tiny-f64.tar.gz", 15},
+	} {
+		code, out, errOut := run("verify-fixture", filepath.Join("..", "..", "testdata", tc.file))
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != 0 || len(lines) != tc.checks+1 || lines[tc.checks] != fmt.Sprintf("%d passed, 0 failed", tc.checks) {
+			t.Errorf("%s: exit %d\n%s%s", tc.file, code, out, errOut)
+			continue
+		}
+		for _, l := range lines[:tc.checks] {
+			if !strings.Contains(l, " PASS") {
+				t.Errorf("%s: %s", tc.file, l)
+			}
+		}
+	}
+}
