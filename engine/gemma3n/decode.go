@@ -11,9 +11,6 @@ import (
 // MaxStops bounds the stop tokens of a greedy loop (model.MaxStops).
 const MaxStops = model.MaxStops
 
-// GreedyChunk is model.GreedyChunk.
-const GreedyChunk = model.GreedyChunk
-
 // greedyBody names the greedy loop's body among the recorded loops.
 type greedyBody struct{}
 

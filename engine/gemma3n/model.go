@@ -72,9 +72,6 @@ const (
 // by measurement: see docs/architecture.md (Weights).
 const DefaultGroup = 64
 
-// ParseWeights reads a --weights value: "f32" or "q4" (model.ParseWeights).
-func ParseWeights(s string) (Weights, error) { return model.ParseWeights(s) }
-
 // LoadOptions are Load's settings.
 type LoadOptions struct {
 	Weights Weights // "" means WeightsF32
@@ -197,7 +194,7 @@ func LoadWith(store weights.Store, cfg Config, sp Special, opt LoadOptions) (*Mo
 	if opt.Weights == "" {
 		opt.Weights = WeightsF32
 	}
-	if _, err := ParseWeights(string(opt.Weights)); err != nil {
+	if _, err := model.ParseWeights(string(opt.Weights)); err != nil {
 		return nil, fmt.Errorf("gemma3n: %w", err)
 	}
 	if opt.Group == 0 {

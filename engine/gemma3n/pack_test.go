@@ -9,6 +9,7 @@ import (
 
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma3n"
+	"verdict/engine/model"
 	"verdict/engine/weights"
 )
 
@@ -88,7 +89,7 @@ func TestQ4Load(t *testing.T) {
 			t.Errorf("LoadWith(%+v) did not fail", bad)
 		}
 	}
-	if _, err := gemma3n.ParseWeights("f16"); err == nil {
+	if _, err := model.ParseWeights("f16"); err == nil {
 		t.Error("ParseWeights(f16) did not fail")
 	}
 }
