@@ -83,9 +83,16 @@
 // the loader (engine/models) is the one place that picks a family and
 // calls its loader.
 //
-// The moved value types (Row, Batch, Hook, Media, Special, Runner,
-// GreedyLooper, ErrBusy, KVBlock, KVError, Weights) were gemma3n's; gemma3n
-// imports this package, never the reverse.
+// The value types here (Row, Batch, Hook, Media, Special, Runner,
+// GreedyLooper, ErrBusy, KVBlock, KVError, Weights, MaxStops, GreedyChunk)
+// were gemma3n's; gemma3n imports this package, never the reverse, and
+// keeps aliases only for the ones its own API is written in.
+//
+// After the switch, no function outside engine/gemma3n takes or gives a
+// *gemma3n.Model but three that load the Gemma 3n reference models
+// (engine/fixture.LoadModel, engine/fixture/testmodel's Load and Tiny: the
+// fixtures are Gemma 3n's and its own tests read its config); the loader
+// (engine/models) names gemma3n to open it, convert to write its GGUF.
 package model
 
 import "verdict/native"
