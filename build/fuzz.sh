@@ -35,7 +35,9 @@ fi
 [ -n "$targets" ] || { echo "fuzz: no fuzz targets${*:+ named $*}" >&2; exit 1; }
 
 # corpus_count DIR NAME: the inputs kept under DIR/testdata/fuzz/NAME.
-corpus_count() { find "$1/testdata/fuzz/$2" -type f 2>/dev/null | wc -l; }
+corpus_count() {
+  if [ -d "$1/testdata/fuzz/$2" ]; then find "$1/testdata/fuzz/$2" -type f | wc -l; else echo 0; fi
+}
 
 failed=()
 out=$(mktemp)
