@@ -93,16 +93,17 @@ export class ModelBar {
     const warn = deviceWarning(d);
     const res = m.state === 'ready' ? residentSummary(m) : '';
     const reps = m.replicas && m.replicas.length > 1 ? m.replicas : null;
-    const title = [deviceLine(d), res && `resident: ${res}`, d.note, ...(reps ? replicaLines(reps) : [])].filter((x) => x).join('\n');
+    const lines = reps ? replicaLines(reps) : [];
+    const down = reps ? reps.filter((r) => !r.up) : [];
+    const title = [deviceLine(d), res && `resident: ${res}`, d.note, ...lines].filter((x) => x).join('\n');
     this.device.title = title;
-    const down = reps ? reps.filter((r) => !r.up).length : 0;
     replace(this.device,
       h('span#device-name', null, deviceLine(d)),
-      reps ? h('span#device-replicas', { title: replicaLines(reps).join('\n') }, ` × ${reps.length} devices`) : null,
+      reps ? h('span#device-replicas', { title: lines.join('\n') }, ` × ${reps.length} devices`) : null,
       res ? h('span.muted#device-resident', null, ` · ${res}`) : null,
       warn ? h('span#device-fallback', { class: `badge ${warn.level}`, title: d.note ?? '' }, warn.text) : null,
-      down ? h('span.badge.warn#replicas-down', { title: reps!.filter((r) => !r.up).map((r) => `${r.device.requested}: ${r.error ?? 'failed'}`).join('\n') },
-        `${down} of ${reps!.length} down`) : null);
+      down.length ? h('span.badge.warn#replicas-down', { title: down.map((r) => `${r.device.requested}: ${r.error ?? 'failed'}`).join('\n') },
+        `${down.length} of ${reps!.length} down`) : null);
   }
 }
 
