@@ -82,6 +82,10 @@ type Config struct {
 	SoftCap float64 // final_logit_softcapping; 0 = none
 	Eps     float64 // rms_norm_eps
 
+	// MaxPositions is max_position_embeddings: the most positions a
+	// sequence may hold (0: not given; MaxPositions bounds it).
+	MaxPositions int
+
 	PadID, EOSID, BOSID int
 }
 
@@ -126,6 +130,7 @@ type rawConfig struct {
 	TopK               *int                      `json:"top_k_experts"`
 	MoEIntermediate    *int                      `json:"moe_intermediate_size"`
 	SoftCap            *float64                  `json:"final_logit_softcapping"`
+	MaxPositions       *int                      `json:"max_position_embeddings"`
 	Activation         *string                   `json:"hidden_activation"`
 	Eps                *float64                  `json:"rms_norm_eps"`
 	Tie                *bool                     `json:"tie_word_embeddings"`
@@ -366,6 +371,9 @@ func (r *rawConfig) resolve() (*Config, error) {
 			return nil, field("final_logit_softcapping", "%v, want null or a finite positive number", *r.SoftCap)
 		}
 		c.SoftCap = *r.SoftCap
+	}
+	if c.MaxPositions, err = optInt("max_position_embeddings", r.MaxPositions, 0, 1, MaxPositions); err != nil {
+		return nil, err
 	}
 	c.Eps = 1e-6
 	if r.Eps != nil {

@@ -299,22 +299,7 @@ func (m *Model) moe(l, i, n int, r []float32, s *scratch, tr *Trace) {
 	}
 	p := s.logit[:E]
 	matVec(p, ly.RouterProj, s.x)
-	softmax(p)
-	idx := make([]int, E)
-	for e := range idx {
-		idx[e] = e
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
-	idx = idx[:K]
-	w := make([]float32, K)
-	var sum float32
-	for k, e := range idx {
-		w[k] = p[e]
-		sum += w[k]
-	}
-	for k, e := range idx {
-		w[k] = w[k] / sum * ly.PerExpertScale[e]
-	}
+	idx, w := route(p, K, ly.PerExpertScale)
 	if tr != nil {
 		if tr.RouterProbs[l] == nil {
 			tr.RouterProbs[l] = make([]float32, n*E)
@@ -345,6 +330,30 @@ func (m *Model) moe(l, i, n int, r []float32, s *scratch, tr *Trace) {
 			s.moe[j] += y[j] * w[k]
 		}
 	}
+}
+
+// route turns one token's router logits p [E] into its experts: the
+// softmax (p is overwritten with it), the top K in descending probability
+// (ties to the lower id), and their weights renormalised over the K and
+// scaled per expert.
+func route(p []float32, K int, perExpert []float32) (idx []int, w []float32) {
+	softmax(p)
+	idx = make([]int, len(p))
+	for e := range idx {
+		idx[e] = e
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
+	idx = idx[:K]
+	w = make([]float32, K)
+	var sum float32
+	for k, e := range idx {
+		w[k] = p[e]
+		sum += w[k]
+	}
+	for k, e := range idx {
+		w[k] = w[k] / sum * perExpert[e]
+	}
+	return idx, w
 }
 
 func clone(x []float32) []float32 { return append([]float32(nil), x...) }

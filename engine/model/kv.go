@@ -56,7 +56,7 @@ type KVLayout struct {
 	// Kinds are the attention kinds, [KVGlobal, KVSliding].
 	Kinds [2]KVKind
 	// Width is the floats of keys (and as many of values) a layer keeps
-	// per position.
+	// per position: the widest kind's where kinds differ (KVKind.Width).
 	Width int
 	// BytesPerPosition is the pool's bytes per position: every layer with
 	// keys of its own, keys and values.
@@ -70,6 +70,9 @@ type KVKind struct {
 	// Layers are the layers of the kind that keep keys and values of their
 	// own (others read an earlier layer's).
 	Layers []int
+	// Width is the floats of keys (and as many of values) a layer of the
+	// kind keeps per position (0: KVLayout.Width, every kind's).
+	Width int
 }
 
 // Cache is one sequence's keys and values: blocks of its model's pool.

@@ -1,0 +1,195 @@
+package gemma4
+
+import (
+	"fmt"
+
+	"verdict/engine/model"
+)
+
+// AddMultimodal appends a text prompt to b as rows of cache c, the last
+// outs wanted. Gemma 4's image and audio towers do not reach the decoder
+// yet: media are refused.
+func (d *Decoder) AddMultimodal(b *model.Batch, c model.Cache, ids []int32, md model.Media, outs int) error {
+	if len(md.Image) > 0 || len(md.Audio) > 0 {
+		return fmt.Errorf("gemma4: images and audio are not supported yet (the decoder takes text only)")
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= d.cfg.Vocab {
+			return fmt.Errorf("gemma4: token id %d outside the vocabulary of %d", id, d.cfg.Vocab)
+		}
+	}
+	b.Add(c, ids, outs)
+	return nil
+}
+
+// Embed returns the scaled input embeddings of ids [len(ids), D] on the
+// host.
+func (d *Decoder) Embed(ids []int32) ([]float32, error) {
+	for _, id := range ids {
+		if id < 0 || int(id) >= d.cfg.Vocab {
+			return nil, fmt.Errorf("gemma4: token id %d outside the vocabulary of %d", id, d.cfg.Vocab)
+		}
+	}
+	x, err := d.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Release()
+	D := d.cfg.Hidden
+	out := make([]float32, len(ids)*D)
+	for lo := 0; lo < len(ids); lo += x.cap {
+		n := min(x.cap, len(ids)-lo)
+		x.st.UploadI32(x.ids.Sub(0, 1, n), ids[lo:lo+n])
+		x.st.Embed(x.e.Slice(0, n), d.t.embed, x.ids.Sub(0, 1, n), d.embScale)
+		x.st.Download(out[lo*D:(lo+n)*D], x.e.Slice(0, n))
+		if err := x.st.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Forward runs ids through the decoder on c (nil: a cache of its own,
+// freed after) and returns the final normalised hidden states of every
+// position [len(ids), D] on the host; hook sees every layer.
+func (d *Decoder) Forward(c model.Cache, ids []int32, hook model.Hook) ([]float32, error) {
+	x, err := d.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Release()
+	if c == nil {
+		c = d.NewCache()
+		defer c.Free()
+	}
+	var b model.Batch
+	b.Add(c, ids, len(ids))
+	b.Hook = hook
+	return x.Prefill(&b)
+}
+
+// Logits computes the soft-capped output logits [n, vocab] of host hidden
+// states h [n, D].
+func (d *Decoder) Logits(h []float32, n int) ([]float32, error) {
+	D, V := d.cfg.Hidden, d.cfg.Vocab
+	if n < 0 || len(h) != n*D {
+		return nil, fmt.Errorf("gemma4: Logits: %d values for %d rows of %d", len(h), n, D)
+	}
+	x, err := d.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Release()
+	out := make([]float32, n*V)
+	for r := 0; r < n; r += x.cap {
+		e := min(r+x.cap, n)
+		t, err := x.Upload(h[r*D : e*D])
+		if err != nil {
+			return nil, err
+		}
+		if err := x.Logits(out[r*V:e*V], t); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// The decoder's costs, for the benchmarks and the session's info.
+
+// weightSets lists the decoder's weights, by role: the embedding (the
+// head too), the per-layer table, the experts of each layer, the rest.
+func (d *Decoder) weightSets() (embed, perLayer, experts, rest int64) {
+	m := d.Ref
+	n := func(vs ...[]float32) int64 {
+		var s int64
+		for _, v := range vs {
+			s += int64(len(v))
+		}
+		return s
+	}
+	embed, perLayer = n(m.Embed), n(m.EmbedPL)
+	rest = n(m.PLProj, m.PLNorm, m.Norm)
+	for i := range m.Layers {
+		y := &m.Layers[i]
+		experts += n(y.ExpertGateUp, y.ExpertDown)
+		rest += n(y.InputNorm, y.PostAttnNorm, y.Q, y.QNorm, y.K, y.V, y.KNorm, y.O, y.PreFFNorm, y.PostFFNorm,
+			y.Gate, y.Up, y.Down, y.PLEGate, y.PLEProj, y.PLENorm, y.RouterProj, y.RouterScale, y.PerExpertScale,
+			y.PostFFNorm1, y.PostFFNorm2, y.PreFFNorm2) + 1 // layer_scalar
+	}
+	return
+}
+
+// Params counts the decoder's parameters.
+func (d *Decoder) Params() int64 {
+	e, p, x, r := d.weightSets()
+	return e + p + x + r
+}
+
+// WeightBytes reports the memory the decoder's weights take (float32).
+func (d *Decoder) WeightBytes() int64 { return 4 * d.Params() }
+
+// ResidentBytes is 0: the decoder keeps no table besides its weights.
+func (d *Decoder) ResidentBytes() int64 { return 0 }
+
+// keys is the number of keys the query at position pos of layer l sees.
+func (c *Config) keys(l, pos int) int {
+	if c.LayerTypes[l] == Sliding && pos+1 > c.SlidingWindow {
+		return c.SlidingWindow
+	}
+	return pos + 1
+}
+
+// DecodeBytes reports the bytes one decode step reads at context length ctx
+// (the new token included): every weight once but the per-layer table (one
+// row) and the experts (the K of E a token chooses, on average), and the
+// keys and values every layer attends over.
+func (d *Decoder) DecodeBytes(ctx int) int64 {
+	c := d.cfg
+	e, _, x, r := d.weightSets()
+	n := e + r + int64(c.Layers*c.PerLayerInput)
+	if c.MoE {
+		n += x * int64(c.TopK) / int64(c.Experts)
+	}
+	n *= 4
+	for l := range c.Layers {
+		n += int64(c.keys(l, max(ctx-1, 0))) * int64(c.LayerKVHeads(l)*c.LayerHeadDim(l)) * 2 * 4
+	}
+	return n
+}
+
+// ForwardFLOPs reports the floating-point operations (2 a multiply-add) of
+// the matrix products and attention of a pass over n tokens after ctx0
+// cached ones, outputs of them reaching the head. Every row runs every
+// layer, so consumers does not change it.
+func (d *Decoder) ForwardFLOPs(n, ctx0, outputs, consumers int) float64 {
+	c := d.cfg
+	D := float64(c.Hidden)
+	macs := float64(n) * float64(c.Layers*c.PerLayerInput) * D
+	for l := range c.Layers {
+		y := &d.Ref.Layers[l]
+		hd, kvd := float64(c.Heads*y.headDim), float64(y.kvH*y.headDim)
+		per := 2*hd*D + 3*float64(y.intermediate)*D + 2*float64(c.PerLayerInput)*D
+		if !c.KVShared(l) {
+			per += kvd * D
+			if !c.VIsK(l) {
+				per += kvd * D
+			}
+		}
+		if c.MoE {
+			per += float64(c.Experts)*D + float64(c.TopK)*3*float64(c.MoEIntermediate)*D
+		}
+		macs += float64(n) * per
+		for t := range n {
+			macs += 2 * hd * float64(c.keys(l, ctx0+t)) // q·k and p·v
+		}
+	}
+	macs += float64(outputs) * float64(c.Vocab) * D
+	return 2 * macs
+}
+
+// HeadBytes reports the bytes of weights the dense head reads (the tied
+// embedding) and the sparse head reads for rows rows.
+func (d *Decoder) HeadBytes(rows int) (dense, sparse int64) {
+	c := d.cfg
+	return 4 * int64(c.Vocab) * int64(c.Hidden), 4 * int64(rows) * int64(c.Hidden)
+}
