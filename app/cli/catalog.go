@@ -311,7 +311,7 @@ func catalogRequest(tok *tokenizer.Tokenizer, m *models.Model, cat *catalog.Cata
 // written as text become ids; media tokens are refused either way).
 func catalogPrompt(tok *tokenizer.Tokenizer, m *models.Model, cat *catalog.Catalog, text string, k int, raw bool) ([]int32, error) {
 	if !raw {
-		return catalog.Prompt(cat.Entries, k, text).Encode(tok, m.Chat().Media)
+		return catalog.Prompt(cat.Entries, k, text, m.Chat()).Encode(tok, m.Chat().Media)
 	}
 	ids := tok.Encode(text)
 	return ids, prompt.CheckMediaIDs(ids, m.Chat().Media, tok)

@@ -12,7 +12,6 @@ import (
 	promptpkg "verdict/engine/prompt"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
-	"verdict/engine/tokenizer"
 )
 
 func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -58,7 +57,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		if ids, err = session.ChatPrompt(m.Chat().Media, &p.Media, *system, *prompt).Encode(tok, m.Chat().Media); err != nil {
+		if ids, err = session.ChatPrompt(m.Chat(), &p.Media, *system, *prompt).Encode(tok, m.Chat().Media); err != nil {
 			return err
 		}
 		media = &p.Media
@@ -70,17 +69,12 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("--raw prompt: %w", err)
 		}
 	} else {
-		for _, text := range []string{*system, *prompt} {
-			if err := promptpkg.CheckMediaText(text, m.Chat().Media, tok); err != nil {
-				return err
-			}
+		// The model's chat template; media tokens spelled in the text are
+		// refused.
+		turns := []session.Turn{{Role: "user", Content: *prompt}}
+		if ids, err = session.ChatTurnsPrompt(m.Chat(), nil, *system, turns).Encode(tok, m.Chat().Media); err != nil {
+			return err
 		}
-		var turns []tokenizer.Turn
-		if *system != "" {
-			turns = append(turns, tokenizer.Turn{Role: "system", Content: *system})
-		}
-		turns = append(turns, tokenizer.Turn{Role: "user", Content: *prompt})
-		ids = tok.EncodeChat(turns, true)
 	}
 	sm := session.Sampling{MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
 	stop := []int32{int32(tok.EOS()), int32(tok.EndOfTurn())}

@@ -186,7 +186,7 @@ func Catalog(ctx context.Context, name string, m model.Model, cat *catalog.Catal
 		return r, fmt.Errorf("bench: a prefill of %d prompts, want 0..%d (the sweep's)", opt.Prefill, opt.Sweep)
 	}
 	encode := func(text string, k int) (catalog.Request, error) {
-		ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tok, m.Chat().Media)
+		ids, err := catalog.Prompt(cat.Entries, k, text, m.Chat()).Encode(tok, m.Chat().Media)
 		return catalog.Request{Prompt: ids, K: k}, err
 	}
 	var prompts []catalog.Request

@@ -87,15 +87,16 @@ func ScorerSchema(n int) *scorer.Schema {
 	return s
 }
 
-// ScorerInput returns text whose complete prompt under s is about n tokens.
-func ScorerInput(tok scorer.Tokenizer, s *scorer.Schema, n int) string {
+// ScorerInput returns text whose complete prompt under s, in chat format c,
+// is about n tokens.
+func ScorerInput(tok scorer.Tokenizer, s *scorer.Schema, n int, c model.Chat) string {
 	const sentence = "The customer wrote again about the delayed parcel and the damaged screen, asking for help. "
 	text := ""
-	for len(tok.Encode(s.Prompt(text))) < n {
+	for len(tok.Encode(s.Prompt(text, c))) < n {
 		text += sentence
 	}
 	words := strings.Fields(text)
-	for len(words) > 1 && len(tok.Encode(s.Prompt(strings.Join(words, " ")))) > n {
+	for len(words) > 1 && len(tok.Encode(s.Prompt(strings.Join(words, " "), c))) > n {
 		words = words[:len(words)-1]
 	}
 	return strings.Join(words, " ")
@@ -106,7 +107,7 @@ func ScorerInput(tok scorer.Tokenizer, s *scorer.Schema, n int) string {
 // a sweep over branch-batch sizes, and json against each of backends.
 func Scorer(ctx context.Context, name string, m model.Model, tok scorer.Tokenizer, promptTokens, fields, fullPasses int, sweep []int, backends ...string) (ScorerReport, error) {
 	s := ScorerSchema(fields)
-	input := ScorerInput(tok, s, promptTokens)
+	input := ScorerInput(tok, s, promptTokens, m.Chat())
 	sc := scorer.New(m, tok)
 	r := ScorerReport{Model: name, Fields: fields, Machine: ThisMachine()}
 	if _, err := sc.Score(ctx, s, input, scorer.Options{}); err != nil { // warm: compile the schema
@@ -124,7 +125,7 @@ func Scorer(ctx context.Context, name string, m model.Model, tok scorer.Tokenize
 	r.DecisionsPerS = float64(r.Decisions) / r.TotalSeconds
 
 	// The alternative: one forward pass per candidate over the whole text.
-	prompt := s.Prompt(input)
+	prompt := s.Prompt(input, m.Chat())
 	var texts []string
 	for _, f := range s.Fields {
 		for _, o := range f.Options {

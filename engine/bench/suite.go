@@ -233,7 +233,7 @@ func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) 
 	default:
 		sch := ScorerSchema(opt.Fields)
 		sc := scorer.New(m, o.Tok)
-		res, err := sc.Score(ctx, sch, ScorerInput(o.Tok, sch, opt.PromptTokens), scorer.Options{})
+		res, err := sc.Score(ctx, sch, ScorerInput(o.Tok, sch, opt.PromptTokens, m.Chat()), scorer.Options{})
 		if err != nil {
 			return r, err
 		}

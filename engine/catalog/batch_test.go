@@ -53,7 +53,7 @@ func TestBatchMatchesAlone(t *testing.T) {
 	}
 	// Every intent again with another k, so that batches mix lengths.
 	for i, c := range f.Cases {
-		ids, err := catalog.Prompt(main.Entries, 1+i%6, c.Intent).Encode(tok, model.Special{})
+		ids, err := catalog.Prompt(main.Entries, 1+i%6, c.Intent, gemmaChat).Encode(tok, model.Special{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	q := catalog.ToolRequests[3]
-	ids, err := catalog.Prompt(cat.Entries, q.K, q.Text).Encode(tok, model.Special{})
+	ids, err := catalog.Prompt(cat.Entries, q.K, q.Text, gemmaChat).Encode(tok, model.Special{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func TestBackendStepRandomCatalogs(t *testing.T) {
 		var reqs []catalog.Request
 		for i := 0; i < 7; i++ {
 			k := 1 + r.IntN(min(4, len(entries)))
-			ids, err := catalog.Prompt(c.Entries, k, fmt.Sprintf("request %d of trial %d: %s", i, trial, words[r.IntN(len(words))])).Encode(tok, model.Special{})
+			ids, err := catalog.Prompt(c.Entries, k, fmt.Sprintf("request %d of trial %d: %s", i, trial, words[r.IntN(len(words))]), gemmaChat).Encode(tok, model.Special{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +244,7 @@ func fixtureRequests(t *testing.T, f *catalog.Fixture, tok prompt.Tokenizer, c *
 	for i := 0; len(reqs) < n; i++ {
 		fc := f.Cases[i%len(f.Cases)]
 		k := 1 + i%5
-		ids, err := catalog.Prompt(c.Entries, k, fc.Intent).Encode(tok, model.Special{})
+		ids, err := catalog.Prompt(c.Entries, k, fc.Intent, gemmaChat).Encode(tok, model.Special{})
 		if err != nil {
 			t.Fatal(err)
 		}

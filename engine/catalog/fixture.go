@@ -125,7 +125,7 @@ func CheckFixture(ctx context.Context, f *Fixture, tok FixtureTokenizer, m, cpu 
 	for _, s := range sets {
 		g.check(s.cat.Nodes() == s.nodes, "%s: %d trie nodes, recorded %d", s.name, s.cat.Nodes(), s.nodes)
 		for i, c := range s.cases {
-			ids, err := Prompt(s.cat.Entries, c.K, c.Intent).Encode(tok, model.Special{})
+			ids, err := Prompt(s.cat.Entries, c.K, c.Intent, m.Chat()).Encode(tok, model.Special{})
 			if err != nil {
 				return gates, err
 			}

@@ -75,7 +75,7 @@ func TestFixture(t *testing.T) {
 	}
 	for _, set := range sets {
 		for i, fc := range set.cases {
-			ids, err := catalog.Prompt(set.cat.Entries, fc.K, fc.Intent).Encode(tok, model.Special{})
+			ids, err := catalog.Prompt(set.cat.Entries, fc.K, fc.Intent, gemmaChat).Encode(tok, model.Special{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,15 +4,16 @@ import (
 	"fmt"
 	"strings"
 
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 )
 
-// Prompt builds the catalog prompt: a user turn listing the entries ("- name:
-// description", or "- name" without one), asking for the k entries that best
-// serve the request, then the model turn's header. Only the builder places
-// control tokens: the entries and the request are user text, their special
-// tokens encoded as text.
-func Prompt(entries []Entry, k int, request string) prompt.Prompt {
+// Prompt builds the catalog prompt in chat format c: a user turn listing the
+// entries ("- name: description", or "- name" without one), asking for the
+// k entries that best serve the request, then the generation prompt. Only
+// the builder places control tokens: the entries and the request are user
+// text, their special tokens encoded as text.
+func Prompt(entries []Entry, k int, request string, c model.Chat) prompt.Prompt {
 	var list strings.Builder
 	for i, e := range entries {
 		if i > 0 {
@@ -24,10 +25,10 @@ func Prompt(entries []Entry, k int, request string) prompt.Prompt {
 		}
 	}
 	var p prompt.Prompt
-	p.Text("<bos><start_of_turn>user\nTools:\n")
+	p.Text(c.BOS + c.Open(c.User) + "Tools:\n")
 	p.User(list.String())
 	p.Text(fmt.Sprintf("\n\nName the %d tools, one per line, that best serve this request:\n", k))
 	p.User(request)
-	p.Text("<end_of_turn>\n<start_of_turn>model\n")
+	p.Text(c.Close() + c.Generation())
 	return p
 }

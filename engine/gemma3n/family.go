@@ -31,9 +31,15 @@ func (m *Model) Config() model.Config {
 func (m *Model) Params() int64 { return m.Cfg.Params() }
 
 // Chat reports Gemma's chat format and the config's media tokens.
-func (m *Model) Chat() model.Chat {
+func (m *Model) Chat() model.Chat { return ChatFormat(m.Special) }
+
+// ChatFormat is Gemma 3n's chat format (its processor's template) with the
+// media tokens sp: no system turn (a system message starts the first user
+// turn), nothing after the model's turn header, "\n\n" around each media
+// run. Callers with no model at hand (a prompt's preview, tests) use it.
+func ChatFormat(sp model.Special) model.Chat {
 	return model.Chat{BOS: "<bos>", TurnStart: "<start_of_turn>", TurnEnd: "<end_of_turn>",
-		User: "user", Assistant: "model", Media: m.Special}
+		User: "user", Assistant: "model", MediaPad: "\n\n", Media: sp}
 }
 
 // ConfigText is the text configuration and the media tokens, as a decision

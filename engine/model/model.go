@@ -192,7 +192,9 @@ type Config struct {
 }
 
 // Chat is a model's chat format: the markers its prompts are written with
-// (control tokens as text) and its media tokens.
+// (control tokens as text) and its media tokens. A turn is TurnStart, the
+// role, "\n", its content, TurnEnd, "\n"; the generation prompt is the
+// assistant's turn opened, then Answer.
 type Chat struct {
 	// BOS begins a prompt ("<bos>").
 	BOS string
@@ -201,9 +203,31 @@ type Chat struct {
 	TurnStart, TurnEnd string
 	// User and Assistant are the roles' names ("user", "model").
 	User, Assistant string
+	// System is the role of a system turn of its own ("system" in Gemma
+	// 4). "" when the format has none (Gemma 3n): a system message then
+	// starts the first user turn, followed by a blank line.
+	System string
+	// Answer is what the generation prompt writes after the assistant's
+	// turn header ("" in Gemma 3n; Gemma 4's 26B and 31B templates close
+	// an empty thought channel there when thinking is off).
+	Answer string
+	// MediaPad is the text on each side of an image's or audio clip's run
+	// of tokens: "\n\n" where the processor writes it (Gemma 3n), "" where
+	// it does not (Gemma 4).
+	MediaPad string
 	// Media are the media tokens and soft-token counts.
 	Media Special
 }
+
+// Open is the header of a turn of role: TurnStart, the role, a newline.
+func (c Chat) Open(role string) string { return c.TurnStart + role + "\n" }
+
+// Close ends a turn: TurnEnd and a newline.
+func (c Chat) Close() string { return c.TurnEnd + "\n" }
+
+// Generation is the generation prompt: the assistant's turn opened, then
+// Answer.
+func (c Chat) Generation() string { return c.Open(c.Assistant) + c.Answer }
 
 // Special are the media token ids of a multimodal model's chat format and
 // its soft tokens per image and audio clip (zero when text only): a prompt

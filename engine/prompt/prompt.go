@@ -46,23 +46,43 @@ func (p *Prompt) User(s string) { *p = append(*p, Segment{Text: s, User: true}) 
 // Image appends one image's placeholders: "\n\n", <start_of_image>, the
 // image soft tokens, <end_of_image>, "\n\n".
 func (p *Prompt) Image(sp model.Special, label string) {
-	p.media(sp.BOI, sp.Image, sp.EOI, sp.VisionTokens, label)
+	p.media("\n\n", sp.BOI, sp.Image, sp.EOI, sp.VisionTokens, label)
 }
 
 // Audio appends one audio clip's placeholders: "\n\n", <start_of_audio>, the
 // audio soft tokens, <end_of_audio>, "\n\n".
 func (p *Prompt) Audio(sp model.Special, label string) {
-	p.media(sp.BOA, sp.Audio, sp.EOA, sp.AudioTokens, label)
+	p.media("\n\n", sp.BOA, sp.Audio, sp.EOA, sp.AudioTokens, label)
 }
 
-func (p *Prompt) media(begin, soft, end, n int, label string) {
+// ChatImage appends one image's placeholders in chat format c: c.MediaPad,
+// the begin-image token, the image soft tokens, the end-image token,
+// c.MediaPad.
+func (p *Prompt) ChatImage(c model.Chat, label string) {
+	sp := c.Media
+	p.media(c.MediaPad, sp.BOI, sp.Image, sp.EOI, sp.VisionTokens, label)
+}
+
+// ChatAudio is ChatImage for an audio clip.
+func (p *Prompt) ChatAudio(c model.Chat, label string) {
+	sp := c.Media
+	p.media(c.MediaPad, sp.BOA, sp.Audio, sp.EOA, sp.AudioTokens, label)
+}
+
+func (p *Prompt) media(pad string, begin, soft, end, n int, label string) {
 	ids := make([]int32, 0, n+2)
 	ids = append(ids, int32(begin))
 	for i := 0; i < n; i++ {
 		ids = append(ids, int32(soft))
 	}
 	ids = append(ids, int32(end))
-	*p = append(*p, Segment{Text: "\n\n"}, Segment{IDs: ids, Label: label}, Segment{Text: "\n\n"})
+	if pad != "" {
+		*p = append(*p, Segment{Text: pad})
+	}
+	*p = append(*p, Segment{IDs: ids, Label: label})
+	if pad != "" {
+		*p = append(*p, Segment{Text: pad})
+	}
 }
 
 // Encode tokenizes the prompt. Text between two runs of ids is tokenized as

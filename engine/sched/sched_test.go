@@ -139,7 +139,7 @@ func decodeTools(ctx context.Context, m *models.Model, tk *tokenizer.Tokenizer, 
 	if err != nil {
 		return "", err
 	}
-	ids, err := catalog.Prompt(cat.Entries, k, text).Encode(tk, m.Chat().Media)
+	ids, err := catalog.Prompt(cat.Entries, k, text, m.Chat()).Encode(tk, m.Chat().Media)
 	if err != nil {
 		return "", err
 	}

@@ -92,13 +92,13 @@ func (sc *Scorer) cachedCodes(s *Schema) (map[int][]string, error) {
 // codeTokens tokenizes suffix and suffix+code for every code: each code must
 // add exactly one token, distinct from the others, to the suffix's tokens.
 func (sc *Scorer) codeTokens(suffix string, codes []string) ([]int32, []int32, error) {
-	key, ok := after(sc.tok, suffix)
+	key, ok := after(sc.tok, promptTail(sc.m.Chat()), suffix)
 	if !ok || !slices.Equal(key, sc.tok.EncodePlain(suffix)) {
 		return nil, nil, fmt.Errorf("its suffix %s merges with the end of the prompt", suffix)
 	}
 	ids := make([]int32, len(codes))
 	for i, c := range codes {
-		full, ok := after(sc.tok, suffix+c)
+		full, ok := after(sc.tok, promptTail(sc.m.Chat()), suffix+c)
 		if !ok || len(full) != len(key)+1 || !slices.Equal(full[:len(key)], key) {
 			return nil, nil, fmt.Errorf("code %q is not one token after %s", strings.TrimSpace(c), suffix)
 		}
@@ -186,12 +186,12 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	if err != nil {
 		return nil, err
 	}
-	decoded, err := sc.decodedFields(s, BackendJSON, func(text string) ([]int32, bool) { return after(sc.tok, text) })
+	decoded, err := sc.decodedFields(s, BackendJSON, func(text string) ([]int32, bool) { return after(sc.tok, promptTail(sc.m.Chat()), text) })
 	if err != nil {
 		return nil, err
 	}
-	p := s.promptWith(input, captions, md != nil && md.Audio != nil, sc.m.Chat().Media, codedCriteria(codes, s))
-	comp, err := compile(sc.tok, p, nil, sc.m.Chat().Media)
+	p := s.promptWith(input, captions, md != nil && md.Audio != nil, sc.m.Chat(), codedCriteria(codes, s))
+	comp, err := compile(sc.tok, p, nil, sc.m.Chat())
 	if err != nil {
 		return nil, err
 	}

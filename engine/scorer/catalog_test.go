@@ -58,7 +58,7 @@ func TestCatalogField(t *testing.T) {
 		t.Fatalf("catalog timing %+v", f.CatalogTiming)
 	}
 	// The same decode alone: the prompt, then the key.
-	prompt := tok.Encode(s.Prompt(input) + `{"tools":`)
+	prompt := tok.Encode(s.Prompt(input, gemmaChat) + `{"tools":`)
 	var entries []catalog.Entry
 	for _, o := range s.Fields[0].Options {
 		entries = append(entries, catalog.Entry{Name: o.Name})

@@ -44,21 +44,22 @@ type compiledDecision struct {
 	fixed bool
 }
 
-// after returns the tokens of text after the prompt's tail, or false when
-// they merge with the tail.
-func after(tok Tokenizer, text string) ([]int32, bool) {
-	tail := tok.EncodePlain(promptTail)
-	ids := tok.EncodePlain(promptTail + text)
-	if !slices.Equal(ids[:min(len(tail), len(ids))], tail) {
+// after returns the tokens of text after the prompt's tail (promptTail's),
+// or false when they merge with the tail.
+func after(tok Tokenizer, tail, text string) ([]int32, bool) {
+	t := tok.EncodePlain(tail)
+	ids := tok.EncodePlain(tail + text)
+	if !slices.Equal(ids[:min(len(t), len(ids))], t) {
 		return nil, false
 	}
-	return ids[len(tail):], true
+	return ids[len(t):], true
 }
 
-// compile tokenizes the prompt and every decision, checking the boundaries.
-// Answers are plain text: a field or option name cannot end the model's turn.
-func compile(tok Tokenizer, p prompt.Prompt, ds []decision, sp model.Special) (*compiled, error) {
-	ids, err := p.Encode(tok, sp)
+// compile tokenizes the prompt, written in chat format ch, and every
+// decision, checking the boundaries. Answers are plain text: a field or
+// option name cannot end the model's turn.
+func compile(tok Tokenizer, p prompt.Prompt, ds []decision, ch model.Chat) (*compiled, error) {
+	ids, err := p.Encode(tok, ch.Media)
 	if err != nil {
 		return nil, fmt.Errorf("scorer: %w", err)
 	}
@@ -66,10 +67,11 @@ func compile(tok Tokenizer, p prompt.Prompt, ds []decision, sp model.Special) (*
 	if n := len(c.prefixIDs); n > MaxInputTokens {
 		return nil, &LimitError{"processed input tokens", n, MaxInputTokens}
 	}
-	if !hasSuffix(c.prefixIDs, tok.EncodePlain(promptTail)) {
-		return nil, fmt.Errorf("scorer: the prompt does not end in %q tokens", promptTail)
+	tail := promptTail(ch)
+	if !hasSuffix(c.prefixIDs, tok.EncodePlain(tail)) {
+		return nil, fmt.Errorf("scorer: the prompt does not end in %q tokens", tail)
 	}
-	after := func(text string) ([]int32, bool) { return after(tok, text) }
+	after := func(text string) ([]int32, bool) { return after(tok, tail, text) }
 	for _, d := range ds {
 		cd, err := compileDecision(tok, d, after)
 		if err != nil {

@@ -1,6 +1,9 @@
 package scorer
 
-import "verdict/engine/model"
+import (
+	"verdict/engine/gemma3n"
+	"verdict/engine/model"
+)
 
 // CachedCodes exposes the cached backend's answer codes per field index.
 func (sc *Scorer) CachedCodes(s *Schema) (map[int][]string, error) { return sc.cachedCodes(s) }
@@ -10,9 +13,10 @@ func (sc *Scorer) CodeTokens(suffix string, codes []string) ([]int32, []int32, e
 	return sc.codeTokens(suffix, codes)
 }
 
-// CachedPrompt is the cached backend's prompt text for input.
+// CachedPrompt is the cached backend's prompt text for input, in Gemma 3n's
+// chat format.
 func CachedPrompt(s *Schema, input string, codes map[int][]string) string {
-	return s.promptWith(input, nil, false, model.Special{}, codedCriteria(codes, s)).String()
+	return s.promptWith(input, nil, false, gemma3n.ChatFormat(model.Special{}), codedCriteria(codes, s)).String()
 }
 
 // PriorsCached is the number of corrections whose reference results are kept.

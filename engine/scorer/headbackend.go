@@ -52,7 +52,7 @@ func (sc *Scorer) Tokens(s *Schema, input string) ([]int32, []DecisionTokens, er
 	if err := s.Validate(); err != nil {
 		return nil, nil, err
 	}
-	comp, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Chat().Media), s.decisions())
+	comp, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Chat()), s.decisions())
 	if err != nil {
 		return nil, nil, err
 	}

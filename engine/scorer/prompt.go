@@ -11,15 +11,15 @@ import (
 	"verdict/engine/prompt"
 )
 
-// Chat-format pieces of Gemma's prompt.
-const (
-	userTurn  = "<bos><start_of_turn>user\n"
-	modelTurn = "<end_of_turn>\n<start_of_turn>model\n"
-	// promptTail is the text after the prompt's last special token: the
-	// tokenizer splits at special tokens, so what follows the prompt only
-	// ever merges with this tail.
-	promptTail = "model\n"
-)
+// promptTail is the text after the prompt's last special token, the end of
+// chat format c's generation prompt after its last control token (a chat
+// format writes its control tokens as "<...>"): the tokenizer splits at
+// special tokens, so what follows the prompt only ever merges with this
+// tail ("model\n" in Gemma 3n's format, "" after a closing "<channel|>").
+func promptTail(c model.Chat) string {
+	g := c.Generation()
+	return g[strings.LastIndexByte(g, '>')+1:]
+}
 
 // jsonString writes s as a JSON string without HTML escaping.
 func jsonString(s string) string {
@@ -30,24 +30,24 @@ func jsonString(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// Prompt builds the shared prefix for an input: the instructions, the input
-// (media placeholders, then text), every question with its criteria, and the
-// model turn header; with the fields-first layout the questions come before
-// the input.
-func (s *Schema) Prompt(input string) string {
-	return s.MediaPrompt(input, nil, false, model.Special{}).String()
+// Prompt builds the shared prefix for an input in chat format c: a user
+// turn with the instructions, the input (media placeholders, then text) and
+// every question with its criteria, then the generation prompt; with the
+// fields-first layout the questions come before the input.
+func (s *Schema) Prompt(input string, c model.Chat) string {
+	return s.MediaPrompt(input, nil, false, c).String()
 }
 
 // MediaPrompt is Prompt with media placeholders under the input label: one
 // per image, each after its caption when it has one (video frames carry
 // their time), then the audio clip, then the text.
-func (s *Schema) MediaPrompt(input string, captions []string, audio bool, sp model.Special) prompt.Prompt {
-	return s.promptWith(input, captions, audio, sp, (*Field).criteria)
+func (s *Schema) MediaPrompt(input string, captions []string, audio bool, c model.Chat) prompt.Prompt {
+	return s.promptWith(input, captions, audio, c, (*Field).criteria)
 }
 
 // promptWith is MediaPrompt with each field's allowed answers described by
 // criteria (the cached backend lists answer codes).
-func (s *Schema) promptWith(input string, captions []string, audio bool, sp model.Special, criteria func(*Field) string) prompt.Prompt {
+func (s *Schema) promptWith(input string, captions []string, audio bool, ch model.Chat, criteria func(*Field) string) prompt.Prompt {
 	instr, label := s.Instructions, s.InputLabel
 	if instr == "" {
 		instr = DefaultInstructions
@@ -65,7 +65,7 @@ func (s *Schema) promptWith(input string, captions []string, audio bool, sp mode
 		fmt.Fprintf(&fields, "\n- %s: %s %s", jsonString(f.Name), strings.TrimSpace(f.Question), criteria(f))
 	}
 	var p prompt.Prompt
-	p.Text(userTurn)
+	p.Text(ch.BOS + ch.Open(ch.User))
 	if s.FieldsFirst() {
 		p.User(fmt.Sprintf("%s\n\n%s\n\n%s:\n", strings.TrimSpace(instr), fields.String(), label))
 	} else {
@@ -75,17 +75,17 @@ func (s *Schema) promptWith(input string, captions []string, audio bool, sp mode
 		if c != "" {
 			p.User(c)
 		}
-		p.Image(sp, fmt.Sprintf("image %d", i+1))
+		p.ChatImage(ch, fmt.Sprintf("image %d", i+1))
 	}
 	if audio {
-		p.Audio(sp, "audio")
+		p.ChatAudio(ch, "audio")
 	}
 	if s.FieldsFirst() {
 		p.User(strings.TrimSpace(input))
 	} else {
 		p.User(strings.TrimSpace(input) + "\n\n" + fields.String())
 	}
-	p.Text(modelTurn)
+	p.Text(ch.Close() + ch.Generation())
 	return p
 }
 

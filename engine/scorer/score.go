@@ -351,8 +351,8 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	default:
 		return nil, fmt.Errorf("scorer: unknown backend %q (json, catalog or head)", opt.Backend)
 	}
-	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Chat().Media)
-	decoded, err := sc.decodedFields(s, opt.Backend, func(text string) ([]int32, bool) { return after(sc.tok, text) })
+	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Chat())
+	decoded, err := sc.decodedFields(s, opt.Backend, func(text string) ([]int32, bool) { return after(sc.tok, promptTail(sc.m.Chat()), text) })
 	if err != nil {
 		return nil, err
 	}
@@ -498,7 +498,7 @@ func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool
 	if c, ok := sc.cache.get(key); ok {
 		return c, true, nil
 	}
-	c, err := compile(sc.tok, p, ds, sc.m.Chat().Media)
+	c, err := compile(sc.tok, p, ds, sc.m.Chat())
 	if err != nil {
 		return nil, false, err
 	}
@@ -967,7 +967,7 @@ func assemble(s *Schema, fields []FieldResult) json.RawMessage {
 // lead and the candidate). A peer that scores the same rows does the same
 // work (bench serve --dump-rows).
 func (sc *Scorer) Rows(s *Schema, input string) (prefix []int32, rows [][][]int32, err error) {
-	c, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Chat().Media), s.decisions())
+	c, _, err := sc.compileCached(s.MediaPrompt(input, nil, false, sc.m.Chat()), s.decisions())
 	if err != nil {
 		return nil, nil, err
 	}

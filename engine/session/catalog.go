@@ -48,7 +48,7 @@ func (s *Session) Select(ctx context.Context, entries []catalog.Entry, request s
 	if err := cat.CheckK(k); err != nil {
 		return Selection{}, err
 	}
-	ids, err := catalog.Prompt(cat.Entries, k, request).Encode(s.tok, s.m.Chat().Media)
+	ids, err := catalog.Prompt(cat.Entries, k, request, s.m.Chat()).Encode(s.tok, s.m.Chat().Media)
 	if err != nil {
 		return Selection{}, err
 	}

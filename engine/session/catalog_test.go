@@ -27,7 +27,7 @@ func TestSelect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids, err := catalog.Prompt(cat.Entries, k, request).Encode(s.tok, s.m.Chat().Media)
+		ids, err := catalog.Prompt(cat.Entries, k, request, s.m.Chat()).Encode(s.tok, s.m.Chat().Media)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"verdict/engine/model"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
-	"verdict/engine/tokenizer"
 )
 
 // Logprobs are a position's log-probabilities under the model (see
@@ -82,38 +81,30 @@ func (s *Session) encodeTurns(req Request) ([]int32, error) {
 	}
 	last := Turn{Role: "user", Content: req.Input, Images: images - used, Audio: audio && !audioUsed}
 	turns = append(turns, last)
-	if req.Media == nil {
-		all := []tokenizer.Turn{}
-		if req.System != "" {
-			all = append(all, tokenizer.Turn{Role: "system", Content: req.System})
-		}
-		for _, t := range turns {
-			all = append(all, tokenizer.Turn{Role: t.Role, Content: t.Content})
-		}
-		for _, t := range all {
-			if err := prompt.CheckMediaText(t.Content, s.m.Chat().Media, s.tok); err != nil {
-				return nil, err
-			}
-		}
-		return s.tok.EncodeChat(all, true), nil
-	}
-	return ChatTurnsPrompt(s.m.Chat().Media, req.Media, req.System, turns).Encode(s.tok, s.m.Chat().Media)
+	return ChatTurnsPrompt(s.m.Chat(), req.Media, req.System, turns).Encode(s.tok, s.m.Chat().Media)
 }
 
-// ChatTurnsPrompt is a conversation's prompt for generation: the system
-// message (if any) at the start of the first turn, then each turn with its
+// ChatTurnsPrompt is a conversation's prompt for generation in chat format
+// ch: the system message (if any: a turn of its own, or the start of the
+// first turn when the format has no system turn), then each turn with its
 // media placeholders (each image after its caption, when it has one) before
-// its text, which is trimmed of surrounding white space as Gemma's template
-// does, and the model's turn to answer. The last turn is the user's. Only
-// the chat markup gives control tokens.
-func ChatTurnsPrompt(sp model.Special, media *scorer.Media, system string, turns []Turn) prompt.Prompt {
+// its text, which is trimmed of surrounding white space as the templates'
+// Jinja trim does, and the generation prompt. The turns alternate "user"
+// and "model" (written as ch's User and Assistant), the first and the last
+// the user's (the session checks this); there is at least one. Only the
+// chat markup gives control tokens.
+func ChatTurnsPrompt(ch model.Chat, media *scorer.Media, system string, turns []Turn) prompt.Prompt {
 	var pr prompt.Prompt
-	pr.Text("<bos>")
 	img := 0
 	for i, t := range turns {
-		pr.Text("<start_of_turn>" + t.Role + "\n")
-		if i == 0 && system != "" {
-			pr.User(system + "\n\n")
+		role := ch.User
+		if t.Role == "model" {
+			role = ch.Assistant
+		}
+		if i == 0 {
+			pr = chatStart(ch, system)
+		} else {
+			pr.Text(ch.Open(role))
 		}
 		if media != nil {
 			for j := 0; j < t.Images && img < len(media.Captions); j++ {
@@ -121,17 +112,44 @@ func ChatTurnsPrompt(sp model.Special, media *scorer.Media, system string, turns
 					pr.User(c)
 				}
 				img++
-				pr.Image(sp, fmt.Sprintf("image %d", img))
+				pr.ChatImage(ch, fmt.Sprintf("image %d", img))
 			}
 			if t.Audio && media.Audio != nil {
-				pr.Audio(sp, "audio")
+				pr.ChatAudio(ch, "audio")
 			}
 		}
-		pr.User(strings.TrimFunc(t.Content, unicode.IsSpace))
-		pr.Text("<end_of_turn>\n")
+		pr.User(strings.TrimFunc(t.Content, isPySpace))
+		pr.Text(ch.Close())
 	}
-	pr.Text("<start_of_turn>model\n")
+	pr.Text(ch.Generation())
 	return pr
+}
+
+// chatStart begins a prompt in chat format ch with the system message
+// (none when ""), and opens the user's turn: BOS, then the system turn and
+// the user's header, or, in a format with no system turn, the user's header
+// and the system message followed by a blank line, as Gemma 3n's template
+// writes it. A system turn's text is trimmed, as Gemma 4's template does.
+func chatStart(ch model.Chat, system string) prompt.Prompt {
+	var pr prompt.Prompt
+	switch {
+	case system == "":
+		pr.Text(ch.BOS + ch.Open(ch.User))
+	case ch.System == "":
+		pr.Text(ch.BOS + ch.Open(ch.User))
+		pr.User(system + "\n\n")
+	default:
+		pr.Text(ch.BOS + ch.Open(ch.System))
+		pr.User(strings.TrimFunc(system, isPySpace))
+		pr.Text(ch.Close() + ch.Open(ch.User))
+	}
+	return pr
+}
+
+// isPySpace is Python's str.isspace, which Jinja's trim uses: Unicode white
+// space and the information separators U+001C..U+001F.
+func isPySpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1C && r <= 0x1F)
 }
 
 // RawPrompt tokenizes text as a whole prompt: control tokens written in it

@@ -29,11 +29,11 @@ func TestEncodeHistory(t *testing.T) {
 	}
 	// One turn with media: the prompt ChatPrompt builds.
 	media := &scorer.Media{Captions: []string{"", ""}}
-	one, err := ChatTurnsPrompt(sp, media, "Be brief.", []Turn{{Role: "user", Content: "Describe.", Images: 2}}).Encode(s.tok, sp)
+	one, err := ChatTurnsPrompt(s.m.Chat(), media, "Be brief.", []Turn{{Role: "user", Content: "Describe.", Images: 2}}).Encode(s.tok, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := ChatPrompt(sp, media, "Be brief.", "Describe.").Encode(s.tok, sp); !slices.Equal(one, want) {
+	if want, _ := ChatPrompt(s.m.Chat(), media, "Be brief.", "Describe.").Encode(s.tok, sp); !slices.Equal(one, want) {
 		t.Errorf("one turn: ids %v\nwant %v", one, want)
 	}
 	// The first image in the first turn, the second in the last.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"verdict/engine/gemma3n"
 	"verdict/engine/generate"
 	"verdict/engine/model"
 	"verdict/engine/models"
@@ -353,21 +354,12 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 			break
 		}
 		if req.Media != nil {
-			ids, err = ChatPrompt(s.m.Chat().Media, req.Media, req.System, req.Input).Encode(s.tok, s.m.Chat().Media)
+			ids, err = ChatPrompt(s.m.Chat(), req.Media, req.System, req.Input).Encode(s.tok, s.m.Chat().Media)
 			break
 		}
-		// Text only: the tokenizer's chat template, with media tokens
-		// spelled in the text refused.
-		var turns []tokenizer.Turn
-		for _, t := range []tokenizer.Turn{{Role: "system", Content: req.System}, {Role: "user", Content: req.Input}} {
-			if err = prompt.CheckMediaText(t.Content, s.m.Chat().Media, s.tok); err != nil {
-				return nil, err
-			}
-			if t.Role == "user" || t.Content != "" {
-				turns = append(turns, t)
-			}
-		}
-		ids = s.tok.EncodeChat(turns, true)
+		// Text only: the model's chat template (its text trimmed), with
+		// media tokens spelled in the text refused.
+		ids, err = ChatTurnsPrompt(s.m.Chat(), nil, req.System, []Turn{{Role: "user", Content: req.Input}}).Encode(s.tok, s.m.Chat().Media)
 	case PromptSchema:
 		if req.Schema == nil {
 			return nil, errors.New("session: a schema prompt needs a schema")
@@ -377,7 +369,7 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 		if req.Media != nil {
 			captions, audio = req.Media.Captions, req.Media.Audio != nil
 		}
-		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Chat().Media).Encode(s.tok, s.m.Chat().Media)
+		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Chat()).Encode(s.tok, s.m.Chat().Media)
 	case PromptRaw:
 		if req.Media != nil {
 			return nil, errors.New("session: a raw prompt takes no media")
@@ -470,29 +462,27 @@ func (st *streamer) token(index int, id int32) Token {
 	return tk
 }
 
-// ChatPrompt is a one-turn chat prompt for generation: the system message
-// (if any), the media placeholders (each after its caption, when it has
-// one), then the text. Only the chat markup gives control tokens: special
-// tokens in the system message, captions and text stay text.
-func ChatPrompt(sp model.Special, media *scorer.Media, system, text string) prompt.Prompt {
-	var pr prompt.Prompt
-	pr.Text("<bos><start_of_turn>user\n")
-	if system != "" {
-		pr.User(system + "\n\n")
-	}
+// ChatPrompt is a one-turn chat prompt for generation in chat format ch:
+// the system message (if any: a turn of its own, or the start of the user's
+// turn when the format has no system turn), the media placeholders (each
+// after its caption, when it has one), then the text, and the generation
+// prompt. Only the chat markup gives control tokens: special tokens in the
+// system message, captions and text stay text.
+func ChatPrompt(ch model.Chat, media *scorer.Media, system, text string) prompt.Prompt {
+	pr := chatStart(ch, system)
 	if media != nil {
 		for i, c := range media.Captions {
 			if c != "" {
 				pr.User(c)
 			}
-			pr.Image(sp, fmt.Sprintf("image %d", i+1))
+			pr.ChatImage(ch, fmt.Sprintf("image %d", i+1))
 		}
 		if media.Audio != nil {
-			pr.Audio(sp, "audio")
+			pr.ChatAudio(ch, "audio")
 		}
 	}
 	pr.User(text)
-	pr.Text("<end_of_turn>\n<start_of_turn>model\n")
+	pr.Text(ch.Close() + ch.Generation())
 	return pr
 }
 
@@ -500,7 +490,7 @@ func ChatPrompt(sp model.Special, media *scorer.Media, system, text string) prom
 // per image) and an audio clip: its text with media runs written as
 // <image 1>, <audio>, and its token count.
 func (s *Session) SchemaPrompt(schema *scorer.Schema, input string, captions []string, audio bool) (text string, tokens int, err error) {
-	pr := schema.MediaPrompt(input, captions, audio, s.m.Chat().Media)
+	pr := schema.MediaPrompt(input, captions, audio, s.m.Chat())
 	ids, err := pr.Encode(s.tok, s.m.Chat().Media)
 	if err != nil {
 		return "", 0, err
@@ -508,8 +498,10 @@ func (s *Session) SchemaPrompt(schema *scorer.Schema, input string, captions []s
 	return pr.String(), len(ids), nil
 }
 
-// SchemaPromptText is SchemaPrompt's text without a model: imageTokens and
-// audioTokens are the soft tokens of one image and one clip.
+// SchemaPromptText is SchemaPrompt's text without a model, in Gemma 3n's
+// chat format: imageTokens and audioTokens are the soft tokens of one image
+// and one clip.
 func SchemaPromptText(schema *scorer.Schema, input string, captions []string, audio bool, imageTokens, audioTokens int) string {
-	return schema.MediaPrompt(input, captions, audio, model.Special{VisionTokens: imageTokens, AudioTokens: audioTokens}).String()
+	ch := gemma3n.ChatFormat(model.Special{VisionTokens: imageTokens, AudioTokens: audioTokens})
+	return schema.MediaPrompt(input, captions, audio, ch).String()
 }

@@ -85,15 +85,15 @@ func TestEncodePromptKinds(t *testing.T) {
 	chat := func(turns ...tokenizer.Turn) []int32 { return s.tok.EncodeChat(turns, true) }
 	media := &scorer.Media{Captions: []string{"", "Video frame at 0:01:"}}
 	media.Audio = []float32{}
-	withMedia, err := ChatPrompt(sp, media, "", "Describe.").Encode(s.tok, sp)
+	withMedia, err := ChatPrompt(s.m.Chat(), media, "", "Describe.").Encode(s.tok, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	schemaIDs, err := sc.MediaPrompt("I loved it", nil, false, sp).Encode(s.tok, sp)
+	schemaIDs, err := sc.MediaPrompt("I loved it", nil, false, s.m.Chat()).Encode(s.tok, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	schemaMedia, err := sc.MediaPrompt("I loved it", media.Captions, true, sp).Encode(s.tok, sp)
+	schemaMedia, err := sc.MediaPrompt("I loved it", media.Captions, true, s.m.Chat()).Encode(s.tok, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
