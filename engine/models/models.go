@@ -1,7 +1,9 @@
 // Package models opens the models Verdict runs: a Hugging Face Gemma 3n
 // checkpoint folder, a GGUF file (llama.cpp's gemma3n), a synthetic-weight
 // fixture folder, or the built-in model
-// (the tiny synthetic Gemma 3n, random weights, generated in memory).
+// (the tiny synthetic Gemma 3n, random weights, generated in memory); and a
+// folder whose config.json says Gemma 4 (model_type gemma4 or gemma4_text:
+// engine/gemma4, float32 weights, text only).
 package models
 
 import (
@@ -35,8 +37,8 @@ const Builtin = "builtin"
 var builtinFS embed.FS
 
 // Model is an opened model with its tokenizer: the decoder behind the
-// engine's interface (engine/model; a *gemma3n.Model, the one family this
-// loader opens), the towers, and what it was opened from.
+// engine's interface (engine/model; a *gemma3n.Model or a
+// *gemma4.Decoder), the towers, and what it was opened from.
 type Model struct {
 	model.Model
 	// Tok is nil when no tokenizer was found; TokErr then says why.
@@ -207,8 +209,15 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		return nil, fmt.Errorf("open model %s: %w", spec, err)
 	}
 	var dec *gemma3n.Model
-	cfg, sp, err := gemma3n.ParseConfig(cfgJSON)
-	if err == nil {
+	g4 := m.gguf == "" && isGemma4(cfgJSON)
+	var cfg gemma3n.Config
+	var sp gemma3n.Special
+	if g4 {
+		m.Model, err = openGemma4(st, cfgJSON, opt)
+	} else {
+		cfg, sp, err = gemma3n.ParseConfig(cfgJSON)
+	}
+	if err == nil && !g4 {
 		lo := gemma3n.LoadOptions{Weights: opt.Weights, Group: opt.Group, Log: opt.Log, Context: opt.ctx, Progress: opt.Progress, Backend: opt.Backend}
 		if opt.Weights == model.WeightsQ4 && opt.CacheDir != "" {
 			lo.CacheDir, lo.CacheName = opt.CacheDir, cacheName(spec, m)
@@ -237,6 +246,11 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 			}
 		} else {
 			m.Tok, m.TokErr = LoadTokenizer(m.Path)
+			if g4 && m.Tok != nil {
+				if e := checkVocab(m.Tok, m.Config().Vocab); e != nil {
+					m.Tok, m.TokErr = nil, e
+				}
+			}
 		}
 	}
 	if err != nil {
