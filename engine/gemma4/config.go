@@ -7,9 +7,12 @@
 // (attention_k_eq_v), the double-wide MLP, the mixture of experts,
 // layer_scalar and the final logit soft-cap.
 //
-// This is the first step of issue 29 item 2: plain Go loops, exact against
-// the references in testdata/gemma4-synthetic-*.tar.gz. It is not yet
-// behind the engine's model interface, and it has no native kernels.
+// Model is the reference: plain Go loops, exact against the references in
+// testdata/gemma4-synthetic-*.tar.gz. Decoder puts the same weights behind
+// the engine's model interface (engine/model): the forward pass as the
+// backend's operations on a stream (verdict/native), ragged batches of any
+// sequences, keys and values in a paged pool (engine/kvpool), the heads and
+// host-driven decode loops; engine/models opens it from a folder.
 package gemma4
 
 import (
