@@ -8,16 +8,52 @@ import (
 	"strconv"
 	"strings"
 
+	"verdict/engine/gemma3n"
+	"verdict/engine/gemma4"
 	"verdict/engine/hub"
+	"verdict/engine/model"
 	"verdict/engine/safefile"
 	"verdict/engine/weights"
 )
 
-// Local is a Gemma 3n model found on disk.
+// The decoder families Verdict knows, as Local.Family and session info
+// name them.
+const (
+	FamilyGemma3n = "gemma3n"
+	FamilyGemma4  = "gemma4"
+)
+
+// FamilyName is how the app shows a family ("Gemma 3n", "Gemma 4"); an
+// unknown one is shown as it is.
+func FamilyName(family string) string {
+	switch family {
+	case FamilyGemma3n:
+		return "Gemma 3n"
+	case FamilyGemma4:
+		return "Gemma 4"
+	}
+	return family
+}
+
+// FamilyOf is the family of an opened decoder ("" for one Verdict does not
+// know).
+func FamilyOf(m model.Model) string {
+	switch m.(type) {
+	case *gemma3n.Model:
+		return FamilyGemma3n
+	case *gemma4.Decoder:
+		return FamilyGemma4
+	}
+	return ""
+}
+
+// Local is a Gemma 3n or Gemma 4 model found on disk.
 type Local struct {
 	// Spec is what to open: a Hub model id, a folder or a GGUF file.
 	Spec string `json:"spec"`
 	Name string `json:"name"`
+	// Family is the decoder family: FamilyGemma3n or FamilyGemma4.
+	Family string `json:"family"`
 	// Source is SourceHub, SourceFolder, SourceOllama or SourceLMStudio.
 	Source string `json:"source"`
 	Path   string `json:"path"`
@@ -67,9 +103,10 @@ func DefaultPlaces(folders []string) Places {
 // maxDiscovered bounds the entries of one source.
 const maxDiscovered = 512
 
-// Discover lists the Gemma 3n models in p: Hub snapshots, folders and
-// LM Studio models whose config.json says gemma3n, GGUF files (Ollama's
-// blobs, LM Studio's files) whose architecture is gemma3n. A place that is
+// Discover lists the Gemma 3n and Gemma 4 models in p: Hub snapshots,
+// folders and LM Studio models whose config.json names one of them
+// (configFamily), GGUF files (Ollama's blobs, LM Studio's files) whose
+// architecture is gemma3n or gemma4 (ggufFamily). A place that is
 // missing or unreadable lists nothing; the same files found twice are
 // listed once, the first source winning (Ollama's tags each once).
 func Discover(p Places) []Local {
@@ -123,7 +160,7 @@ func Discover(p Places) []Local {
 }
 
 // safetensorsModel describes a checkpoint folder; ok is false unless its
-// config.json is a Gemma 3n's and its weights are there.
+// config.json is a Gemma 3n's or a Gemma 4's and its weights are there.
 func safetensorsModel(dir string) (Local, bool) {
 	l := Local{Spec: dir, Path: dir, Name: filepath.Base(filepath.Clean(dir)), Format: "safetensors"}
 	b, err := safefile.ReadFile(filepath.Join(dir, "config.json"), MaxConfigBytes)
@@ -144,7 +181,10 @@ func safetensorsModel(dir string) (Local, bool) {
 			Dtype      string `json:"dtype"`
 		} `json:"text_config"`
 	}
-	if json.Unmarshal(b, &cfg) != nil || !isGemma3n(cfg.ModelType, cfg.Architectures) {
+	if json.Unmarshal(b, &cfg) != nil {
+		return l, false
+	}
+	if l.Family = configFamily(cfg.ModelType, cfg.Architectures); l.Family == "" {
 		return l, false
 	}
 	names, files := tensorNames(dir)
@@ -183,16 +223,40 @@ func firstOf(s ...string) string {
 	return ""
 }
 
-func isGemma3n(modelType string, archs []string) bool {
-	if strings.HasPrefix(modelType, "gemma3n") {
-		return true
+// configFamily is the family a config.json's model_type and architectures
+// name: Gemma 3n's (model_type gemma3n, gemma3n_text, an architecture
+// Gemma3n…), Gemma 4's (model_type gemma4 or gemma4_text, architecture
+// Gemma4ForConditionalGeneration or Gemma4ForCausalLM: transformers'
+// gemma4; not its drafter, gemma4_assistant), or "".
+func configFamily(modelType string, archs []string) string {
+	switch {
+	case strings.HasPrefix(modelType, "gemma3n"):
+		return FamilyGemma3n
+	case modelType == "gemma4" || modelType == "gemma4_text":
+		return FamilyGemma4
 	}
 	for _, a := range archs {
-		if strings.HasPrefix(a, "Gemma3n") {
-			return true
+		switch {
+		case strings.HasPrefix(a, "Gemma3n"):
+			return FamilyGemma3n
+		case a == "Gemma4ForConditionalGeneration" || a == "Gemma4ForCausalLM":
+			return FamilyGemma4
 		}
 	}
-	return false
+	return ""
+}
+
+// ggufFamily is the family of a GGUF file's general.architecture:
+// llama.cpp's names (src/llama-arch.cpp, LLM_ARCH_NAMES) are "gemma3n" and
+// "gemma4" ("gemma4-assistant", the drafter, is not a decoder to open).
+func ggufFamily(arch string) string {
+	switch arch {
+	case "gemma3n":
+		return FamilyGemma3n
+	case "gemma4":
+		return FamilyGemma4
+	}
+	return ""
 }
 
 // tensorNames lists a checkpoint's tensors (from its index, or from the
@@ -207,11 +271,14 @@ func tensorNames(dir string) (names, files []string) {
 }
 
 // ggufModel describes a GGUF file; ok is false unless its architecture is
-// gemma3n.
+// gemma3n or gemma4.
 func ggufModel(path, name, source string) (Local, bool) {
 	l := Local{Spec: path, Path: path, Name: name, Source: source, Format: "gguf"}
 	h, err := ReadGGUFHeader(path)
-	if err != nil || h.Architecture != "gemma3n" {
+	if err != nil {
+		return l, false
+	}
+	if l.Family = ggufFamily(h.Architecture); l.Family == "" {
 		return l, false
 	}
 	if fi, err := os.Stat(path); err == nil {

@@ -71,10 +71,13 @@ func writeGGUF(t *testing.T, path string, kvs []ggufKV, names []string, pad int)
 	}
 }
 
-func gemmaGGUF(fileType uint32) []ggufKV {
-	kvs := []ggufKV{{"general.architecture", "gemma3n"}, {"general.name", "Gemma 3n E2B It"},
+func gemmaGGUF(fileType uint32) []ggufKV { return familyGGUF("gemma3n", fileType) }
+
+// familyGGUF is gemmaGGUF's metadata for llama.cpp's architecture arch.
+func familyGGUF(arch string, fileType uint32) []ggufKV {
+	kvs := []ggufKV{{"general.architecture", arch}, {"general.name", "Gemma E2B It"},
 		{"tokenizer.ggml.tokens", []string{"<pad>", "<eos>", "hello"}}, {"tokenizer.ggml.token_type", []int32{1, 2, 3}},
-		{"gemma3n.rope.freq_base", float32(1e6)}}
+		{arch + ".rope.freq_base", float32(1e6)}}
 	if fileType != 0 {
 		kvs = append(kvs, ggufKV{"general.file_type", fileType})
 	}
@@ -150,6 +153,11 @@ func TestDiscover(t *testing.T) {
 	linkSnapshot(t, cache, "google/gemma-3n-E4B", c2, filepath.Join(root, "src2"))
 	writeCheckpoint(t, filepath.Join(root, "src3"), "llama", "bfloat16", text, false)
 	linkSnapshot(t, cache, "meta/llama", c3, filepath.Join(root, "src3"), "main")
+	c4, c5 := strings.Repeat("d", 40), strings.Repeat("e", 40)
+	writeCheckpoint(t, filepath.Join(root, "src4"), "gemma4", "bfloat16", full, true)
+	linkSnapshot(t, cache, "google/gemma-4-E2B-it", c4, filepath.Join(root, "src4"), "main")
+	writeCheckpoint(t, filepath.Join(root, "src5"), "gemma4_assistant", "bfloat16", text, false)
+	linkSnapshot(t, cache, "google/gemma-4-E2B-it-assistant", c5, filepath.Join(root, "src5"), "main")
 
 	folder := filepath.Join(root, "my-gemma")
 	writeCheckpoint(t, folder, "gemma3n", "float16", text, false)
@@ -159,6 +167,7 @@ func TestDiscover(t *testing.T) {
 	ollama := filepath.Join(root, "ollama")
 	writeGGUF(t, filepath.Join(ollama, "blobs", "sha256-"+strings.Repeat("1", 64)), gemmaGGUF(15), []string{"token_embd.weight", "blk.0.attn_q.weight"}, 1000)
 	writeGGUF(t, filepath.Join(ollama, "blobs", "sha256-"+strings.Repeat("2", 64)), []ggufKV{{"general.architecture", "llama"}}, nil, 10)
+	writeGGUF(t, filepath.Join(ollama, "blobs", "sha256-"+strings.Repeat("3", 64)), familyGGUF("gemma4", 15), []string{"token_embd.weight"}, 100)
 	manifest := func(path, digest string, projector bool) {
 		layers := []map[string]any{{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:" + digest}, {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + strings.Repeat("9", 64)}}
 		if projector {
@@ -171,6 +180,7 @@ func TestDiscover(t *testing.T) {
 	manifest(filepath.Join(ollama, "manifests", "registry.ollama.ai", "library", "gemma3n", "e2b"), strings.Repeat("1", 64), false)
 	manifest(filepath.Join(ollama, "manifests", "registry.ollama.ai", "someone", "gemma3n-vision", "latest"), strings.Repeat("1", 64), true)
 	manifest(filepath.Join(ollama, "manifests", "registry.ollama.ai", "library", "llama3", "8b"), strings.Repeat("2", 64), false)
+	manifest(filepath.Join(ollama, "manifests", "registry.ollama.ai", "library", "gemma4", "e4b"), strings.Repeat("3", 64), false)
 	manifest(filepath.Join(ollama, "manifests", "registry.ollama.ai", "library", "broken", "x"), "../../../etc/passwd", false)
 
 	lms := filepath.Join(root, "lmstudio")
@@ -178,23 +188,30 @@ func TestDiscover(t *testing.T) {
 	writeGGUF(t, filepath.Join(lms, "lmstudio-community", "gemma-3n-E4B-it-GGUF", "mmproj-gemma-3n-F16.gguf"), []ggufKV{{"general.architecture", "clip"}}, []string{"v.patch_embd.weight"}, 10)
 	writeGGUF(t, filepath.Join(lms, "unsloth", "gemma-3n-E2B-it-GGUF", "gemma-3n-E2B-it-BF16.gguf"), gemmaGGUF(32), nil, 10)
 	writeCheckpoint(t, filepath.Join(lms, "mlx-community", "gemma-3n-E2B-it-bf16"), "gemma3n_text", "bfloat16", text, false)
+	writeCheckpoint(t, filepath.Join(lms, "mlx-community", "gemma-4-E4B-it-bf16"), "gemma4_text", "bfloat16", text, false)
+	writeGGUF(t, filepath.Join(lms, "unsloth", "gemma-4-31B-it-GGUF", "gemma-4-31B-it-Q4_K_M.gguf"), familyGGUF("gemma4", 15), nil, 10)
+	writeGGUF(t, filepath.Join(lms, "unsloth", "gemma-4-31B-it-GGUF", "gemma-4-31B-it-assistant.gguf"), familyGGUF("gemma4-assistant", 15), nil, 10)
 	os.WriteFile(filepath.Join(lms, "unsloth", "gemma-3n-E2B-it-GGUF", "notes.gguf"), []byte("not a gguf"), 0o644)
 
 	got := Discover(Places{HubCache: cache, Folders: []string{folder, notGemma, snap1, filepath.Join(root, "gone")}, Ollama: ollama,
 		LMStudio: []string{lms, filepath.Join(root, "no-such")}})
 	var lines []string
 	for _, l := range got {
-		lines = append(lines, fmt.Sprintf("%s %s %s %s vision=%v audio=%v", l.Source, l.Name, l.Format, l.Quant, l.Vision, l.Audio))
+		lines = append(lines, fmt.Sprintf("%s %s %s %s %s vision=%v audio=%v", l.Family, l.Source, l.Name, l.Format, l.Quant, l.Vision, l.Audio))
 	}
 	want := []string{
-		"huggingface google/gemma-3n-E2B-it safetensors BF16 vision=true audio=true",
-		"huggingface google/gemma-3n-E4B@bbbbbbb safetensors F32 vision=false audio=false",
-		"folder my-gemma safetensors F16 vision=false audio=false",
-		"ollama gemma3n:e2b gguf Q4_K_M vision=false audio=false",
-		"ollama someone/gemma3n-vision:latest gguf Q4_K_M vision=true audio=false",
-		"lmstudio lmstudio-community/gemma-3n-E4B-it-GGUF/gemma-3n-E4B-it-Q8_0.gguf gguf Q8_0 vision=true audio=false",
-		"lmstudio mlx-community/gemma-3n-E2B-it-bf16 safetensors BF16 vision=false audio=false",
-		"lmstudio unsloth/gemma-3n-E2B-it-GGUF/gemma-3n-E2B-it-BF16.gguf gguf BF16 vision=false audio=false",
+		"gemma3n huggingface google/gemma-3n-E2B-it safetensors BF16 vision=true audio=true",
+		"gemma3n huggingface google/gemma-3n-E4B@bbbbbbb safetensors F32 vision=false audio=false",
+		"gemma4 huggingface google/gemma-4-E2B-it safetensors BF16 vision=true audio=true",
+		"gemma3n folder my-gemma safetensors F16 vision=false audio=false",
+		"gemma3n ollama gemma3n:e2b gguf Q4_K_M vision=false audio=false",
+		"gemma4 ollama gemma4:e4b gguf Q4_K_M vision=false audio=false",
+		"gemma3n ollama someone/gemma3n-vision:latest gguf Q4_K_M vision=true audio=false",
+		"gemma3n lmstudio lmstudio-community/gemma-3n-E4B-it-GGUF/gemma-3n-E4B-it-Q8_0.gguf gguf Q8_0 vision=true audio=false",
+		"gemma3n lmstudio mlx-community/gemma-3n-E2B-it-bf16 safetensors BF16 vision=false audio=false",
+		"gemma4 lmstudio mlx-community/gemma-4-E4B-it-bf16 safetensors BF16 vision=false audio=false",
+		"gemma3n lmstudio unsloth/gemma-3n-E2B-it-GGUF/gemma-3n-E2B-it-BF16.gguf gguf BF16 vision=false audio=false",
+		"gemma4 lmstudio unsloth/gemma-4-31B-it-GGUF/gemma-4-31B-it-Q4_K_M.gguf gguf Q4_K_M vision=false audio=false",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("found\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
@@ -202,8 +219,8 @@ func TestDiscover(t *testing.T) {
 	if len(got) > 0 && (got[0].Spec != "google/gemma-3n-E2B-it" || got[0].SizeBytes <= 0) {
 		t.Errorf("the Hub entry: spec %q, %d bytes", got[0].Spec, got[0].SizeBytes)
 	}
-	if len(got) > 3 && (got[3].SizeBytes < 1000 || !strings.HasPrefix(filepath.Base(got[3].Path), "sha256-")) {
-		t.Errorf("the Ollama entry: %+v", got[3])
+	if len(got) > 4 && (got[4].SizeBytes < 1000 || !strings.HasPrefix(filepath.Base(got[4].Path), "sha256-")) {
+		t.Errorf("the Ollama entry: %+v", got[4])
 	}
 }
 
@@ -288,5 +305,40 @@ func TestDiscoverHostileCheckpoint(t *testing.T) {
 				t.Errorf("listing allocated %d bytes, over %d", n, tc.maxAlloc)
 			}
 		})
+	}
+}
+
+// TestConfigFamily: a config.json's model_type or architectures name the
+// family; Gemma 3 and Gemma 4's drafter are neither.
+func TestConfigFamily(t *testing.T) {
+	for _, tc := range []struct {
+		modelType string
+		archs     []string
+		want      string
+	}{
+		{"gemma3n", nil, FamilyGemma3n},
+		{"gemma3n_text", nil, FamilyGemma3n},
+		{"", []string{"Gemma3nForConditionalGeneration"}, FamilyGemma3n},
+		{"gemma4", nil, FamilyGemma4},
+		{"gemma4_text", nil, FamilyGemma4},
+		{"", []string{"Gemma4ForConditionalGeneration"}, FamilyGemma4},
+		{"", []string{"Gemma4ForCausalLM"}, FamilyGemma4},
+		{"gemma4_assistant", []string{"Gemma4AssistantForCausalLM"}, ""},
+		{"gemma3", []string{"Gemma3ForConditionalGeneration"}, ""},
+		{"llama", []string{"LlamaForCausalLM"}, ""},
+	} {
+		if got := configFamily(tc.modelType, tc.archs); got != tc.want {
+			t.Errorf("model_type %q, architectures %v: family %q, want %q", tc.modelType, tc.archs, got, tc.want)
+		}
+	}
+	for arch, want := range map[string]string{"gemma3n": FamilyGemma3n, "gemma4": FamilyGemma4, "gemma4-assistant": "", "gemma3": ""} {
+		if got := ggufFamily(arch); got != want {
+			t.Errorf("GGUF architecture %q: family %q, want %q", arch, got, want)
+		}
+	}
+	for f, want := range map[string]string{FamilyGemma3n: "Gemma 3n", FamilyGemma4: "Gemma 4", "other": "other"} {
+		if got := FamilyName(f); got != want {
+			t.Errorf("FamilyName(%q) = %q, want %q", f, got, want)
+		}
 	}
 }
