@@ -228,9 +228,15 @@ func (d *Decoder) maxPositions() int {
 	return MaxPositions
 }
 
-// Chat reports Gemma 4's turn markers (text only: no media tokens yet).
+// Chat reports Gemma 4's chat format under the template the checkpoint's
+// shape implies (ChatFormat, TemplateOf), with no media tokens: the decoder
+// takes text only until the towers' soft tokens reach it (AddMultimodal).
 func (d *Decoder) Chat() model.Chat {
-	return model.Chat{BOS: "<bos>", TurnStart: "<|turn>", TurnEnd: "<turn|>", User: "user", Assistant: "model"}
+	c, err := ChatFormat(TemplateOf(d.cfg), model.Special{})
+	if err != nil { // TemplateOf gives a known template
+		panic(err)
+	}
+	return c
 }
 
 // ConfigText is the whole resolved configuration as text.

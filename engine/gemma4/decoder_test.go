@@ -438,6 +438,9 @@ func TestDecoderInterface(t *testing.T) {
 	if got := d.Config(); got != (model.Config{Vocab: c.Vocab, Hidden: c.Hidden, Layers: c.Layers, MaxPositions: 4096}) {
 		t.Errorf("Config %+v", got)
 	}
+	if ch := d.Chat(); ch.TurnStart != TurnStartToken || ch.System != "system" || ch.Answer != "" || ch.Media != (model.Special{}) {
+		t.Errorf("Chat %+v: want the small template's (the fixture has per-layer inputs), no media", ch)
+	}
 	l := d.KVLayout()
 	// The fixture: layers s s F s | s F shared (2), sliding 1×32, full 1×64.
 	want := model.KVLayout{Width: 64, BytesPerPosition: (3*32 + 64) * 2 * 4}
