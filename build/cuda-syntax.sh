@@ -9,7 +9,8 @@
 # shapes (tower_check -small): the kernels' logic against the CPU backend,
 # with libm's arithmetic for the device's intrinsics; and q4_check, the
 # tensor-core q4 product (the stub's mma sums in k order) against float64
-# and its batch identity ("q4": q4_check alone).
+# and its batch identity ("q4": q4_check alone); and ops_check -steps, the
+# layer steps against the CPU and the operations they stand for.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -57,6 +58,7 @@ case "${1:-}" in
 run)
 	"$tmp/tower_check" -small
 	"$tmp/q4_check"
+	"$tmp/ops_check" -steps
 	;;
 q4) "$tmp/q4_check" ;;
 esac

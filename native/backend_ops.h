@@ -30,6 +30,20 @@ typedef struct vd_cat_step vd_cat_step;   /* a catalog step's operands */
 typedef struct vd_loop_rows vd_loop_rows; /* a device-driven decode step's rows */
 typedef struct vd_loop_emit vd_loop_emit; /* a greedy loop step's bookkeeping */
 
+/* vd_altup: the operands of AltUp's steps around a decoder layer
+ * (altup_predict_step, altup_correct_step). The router reads x [n, dim]
+ * (norm_w [dim], w [w.rows, dim], eps, scale; y [n, w.rows] its outputs,
+ * f [n, dim] scratch); the coefficients are cy [n, cw.rows] = y · cwᵀ, + add
+ * when has_add; h and pred are the streams and their prediction [4·n, dim];
+ * out [n, dim] with out_w [dim] (NULL data: none) is the step's last
+ * result. */
+typedef struct {
+	vd_tensor y, f, x, norm_w, w, cw, cy, h, pred, out, out_w;
+	float eps, scale, add;
+	int has_add;
+	int64_t n, dim;
+} vd_altup;
+
 /* Paged attention over a pool of key/value blocks (see vk_paged_attention
  * in kernels.h for the rules): k and v are the layer's pool [blocks·block,
  * hkv·d]; q and out [nq, hq·d]; the int32 tensors describe the sequences. */
@@ -233,6 +247,22 @@ typedef struct {
 	 * (vd_loop_emit). */
 	void (*loop_rows)(vd_stream *s, const vd_loop_rows *r);
 	void (*loop_emit)(vd_stream *s, const vd_loop_emit *e);
+
+	/* A decoder layer's row operations in fewer passes (the results, bit
+	 * for bit, of the operations they stand for, in this order; a backend
+	 * without them gets those operations from the engine).
+	 * altup_predict_step: router_coef (x = h's first n rows), then
+	 * altup_predict(pred, h, cy), then out = rmsnorm(pred's first n rows)·
+	 * out_w. altup_correct_step: router_coef (x = the layer's output), then
+	 * altup_correct(h, pred, x, cy), then out = h's first n rows · out_w
+	 * (ew mul_rep; out_w NULL: a copy). norm_add_more: norm_add, then each
+	 * block of x.rows rows of rep (rep.data NULL: none) += x (ew add_rep),
+	 * then, when f.data is set, f = rmsnorm(y)·fw. */
+	void (*altup_predict_step)(vd_stream *s, const vd_altup *a);
+	void (*altup_correct_step)(vd_stream *s, const vd_altup *a);
+	void (*norm_add_more)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
+	                      vd_tensor a, vd_tensor b, int64_t dim, float eps,
+	                      float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
 } vd_ops;
 
 /* vd_op: an entry of vd_ops by its index, in the table's order. */
@@ -283,6 +313,9 @@ enum vd_op {
 	VD_OP_CLIP,
 	VD_OP_LOOP_ROWS,
 	VD_OP_LOOP_EMIT,
+	VD_OP_ALTUP_PREDICT_STEP,
+	VD_OP_ALTUP_CORRECT_STEP,
+	VD_OP_NORM_ADD_MORE,
 	VD_OP_COUNT
 };
 

@@ -58,6 +58,9 @@ const (
 	OpClip             Op = C.VD_OP_CLIP
 	OpLoopRows         Op = C.VD_OP_LOOP_ROWS
 	OpLoopEmit         Op = C.VD_OP_LOOP_EMIT
+	OpAltUpPredictStep Op = C.VD_OP_ALTUP_PREDICT_STEP
+	OpAltUpCorrectStep Op = C.VD_OP_ALTUP_CORRECT_STEP
+	OpNormAddMore      Op = C.VD_OP_NORM_ADD_MORE
 
 	opCount = C.VD_OP_COUNT
 )
@@ -109,6 +112,9 @@ var opNames = [opCount]string{
 	"clip",
 	"loop_rows",
 	"loop_emit",
+	"altup_predict_step",
+	"altup_correct_step",
+	"norm_add_more",
 }
 
 // String is the operation's name in backend.h.

@@ -22,10 +22,11 @@ const headRows = 64
 // by one goroutine at a time; a model hands out as many as run at once
 // (Acquire) and takes them back (Release).
 type Exec struct {
-	m   *Model
-	st  *native.Stream
-	ar  *native.Arena
-	cap int // rows
+	m    *Model
+	st   *native.Stream
+	ar   *native.Arena
+	cap  int              // rows
+	step native.AltUpStep // altupStep's operands, kept to spare an allocation a layer
 
 	// Activations.
 	e, H, H2, pred, an, laur, q, k, v, att, o, x, f, d, g, u, mod, coef, lr, pg native.Tensor

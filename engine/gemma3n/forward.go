@@ -66,14 +66,19 @@ func (x *Exec) rescale(y, target, mag native.Tensor) {
 	x.st.ScaleRows(y, mag, D)
 }
 
-// coefs computes AltUp's coefficients out = modalities · wᵀ (+ 1 when
-// plus) from the router's output modalities tanh(router(norm(h)/D)) [n,
-// 4], in one operation.
-func (x *Exec) coefs(out native.Tensor, y *layerTensors, h, w native.Tensor, n int, plus bool) {
-	m, st := x.m, x.st
+// altupStep gathers the operands of AltUp's step around layer y for the n
+// rows: the router on x (tanh(router(norm(x)/D))), the coefficients
+// out = modalities · cwᵀ (+ 1 when plus), the streams H [4, n, D] and their
+// prediction pred, and the step's last result into res (by resW).
+func (x *Exec) altupStep(y *layerTensors, in, cw, out native.Tensor, plus bool, H, pred, res, resW native.Tensor, n int) *native.AltUpStep {
+	m := x.m
 	D := m.Cfg.HiddenSize
-	f, mod := x.f.Slice(0, n), x.mod.Slice(0, n)
-	st.RouterCoef(mod, f, h, y.routerNorm, y.router, D, float32(m.Cfg.RMSNormEps), 1/float32(D), w, out, 1, plus)
+	x.step = native.AltUpStep{
+		Y: x.mod.Slice(0, n), F: x.f.Slice(0, n), X: in, NormW: y.routerNorm, W: y.router, CW: cw, CY: out,
+		H: H, Pred: pred, Out: res, OutW: resW, Eps: float32(m.Cfg.RMSNormEps), Scale: 1 / float32(D), Add: 1,
+		Plus: plus, N: n, Dim: D,
+	}
+	return &x.step
 }
 
 // layer runs decoder layer i over the n rows of the streams H [4, n, D]
@@ -87,12 +92,9 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	rows := func(t native.Tensor) native.Tensor { return t.Slice(0, n) }
 	pred, an, laur, o, xa := x.pred.Slice(0, 4*n), rows(x.an), rows(x.laur), rows(x.o), rows(x.x)
 
-	// AltUp predict.
-	coef := rows(x.coef)
-	x.coefs(coef, w, H.Slice(0, n), w.predCoefs, n, false)
-	st.AltUpPredict(pred, H, coef, n, D)
+	// AltUp predict, then the input norm.
+	st.AltUpPredictStep(x.altupStep(w, H.Slice(0, n), w.predCoefs, rows(x.coef), false, H, pred, an, w.inNorm, n))
 	a := pred.Slice(0, n)
-	st.RMSNorm(an, a, w.inNorm, D, eps)
 
 	// Laurel: an + norm(right(left(an))).
 	lr := rows(x.lr)
@@ -103,12 +105,11 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	// Attention.
 	x.attention(i, y, w, n)
 	st.Linear(o, x.att.Slice(0, n), w.o)
-	st.NormAdd(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2))
+	f := rows(x.f) // the MLP's input: xa normalised
+	st.NormAddMore(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2), native.Tensor{}, f, w.preFFNorm)
 
 	// MLP.
 	I := y.inter
-	f := rows(x.f)
-	st.RMSNorm(f, xa, w.preFFNorm, D, eps)
 	g, u := x.g.Sub(0, n, I), x.u.Sub(0, n, I)
 	d := rows(x.d)
 	st.Linear(g, f, w.gate)
@@ -125,25 +126,22 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	}
 	st.NormAdd(xa, d, w.postFFNorm, xa, native.Tensor{}, D, eps, 0) // activated
 
-	// AltUp correct.
-	corr := x.coef.Sub(0, n, 4)
-	x.coefs(corr, w, xa, w.corrCoefs, n, true)
-	st.AltUpCorrect(H, pred, xa, corr, n, D)
+	// AltUp correct; d = the corrected first stream (scaled), the
+	// per-layer input's gate's input.
+	var scale native.Tensor
+	if cfg.AltUpCorrectScale {
+		scale = w.correctScale
+	}
+	st.AltUpCorrectStep(x.altupStep(w, xa, w.corrCoefs, x.coef.Sub(0, n, 4), true, H, pred, d, scale, n))
 
 	// Per-layer input, added to streams 1..3.
-	if cfg.AltUpCorrectScale {
-		st.MulRep(d, H.Slice(0, n), w.correctScale)
-	} else {
-		st.Copy(d, H.Slice(0, n))
-	}
 	pg := rows(x.pg)
 	st.Linear(pg, d, w.pleGate)
 	st.GeluMul(pg, pg, ple)
 	st.Linear(o, pg, w.pleProj)
 	h1 := H.Slice(n, 2*n)
-	st.NormAdd(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0)
-	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's rows alike
-	st.AddRep(h23, h23, o)
+	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's normalised rows alike
+	st.NormAddMore(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0, h23, native.Tensor{}, native.Tensor{})
 }
 
 // attention computes layer i's queries (and, for layers with their own,

@@ -613,6 +613,42 @@ static void cpu_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x,
 		cpu_ew(s, VD_EW_ADD_CONST, cy, cy, (vd_tensor){0}, add);
 }
 
+/* A layer's row operations in fewer passes: the operations they stand
+ * for, one by one (backend_ops.h). */
+static vd_tensor rows_of(vd_tensor t, int64_t n, int64_t dim)
+{
+	t.rows = n, t.cols = dim;
+	return t;
+}
+
+static void cpu_altup_predict_step(vd_stream *s, const vd_altup *a)
+{
+	cpu_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
+	cpu_altup_predict(s, a->pred, a->h, a->cy, a->n, a->dim);
+	cpu_rmsnorm(s, rows_of(a->out, a->n, a->dim), rows_of(a->pred, a->n, a->dim), a->out_w, a->dim, a->eps);
+}
+
+static void cpu_altup_correct_step(vd_stream *s, const vd_altup *a)
+{
+	cpu_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
+	cpu_altup_correct(s, a->h, a->pred, a->x, a->cy, a->n, a->dim);
+	vd_tensor out = rows_of(a->out, a->n, a->dim), h0 = rows_of(a->h, a->n, a->dim);
+	if (a->out_w.data)
+		cpu_ew(s, VD_EW_MUL_REP, out, h0, rows_of(a->out_w, 1, a->dim), 0);
+	else
+		cpu_move(s, out.data, h0.data, (size_t)(a->n * a->dim) * sizeof(float));
+}
+
+static void cpu_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b,
+                              int64_t dim, float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw)
+{
+	cpu_norm_add(s, y, x, w, a, b, dim, eps, c);
+	if (rep.data)
+		cpu_ew(s, VD_EW_ADD_REP, rep, rep, x, 0);
+	if (f.data)
+		cpu_rmsnorm(s, f, y, fw, dim, eps);
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -686,6 +722,9 @@ static vd_backend cpu = {
 	.op.loop_emit = cpu_loop_emit,
 	.op.norm_rope = cpu_norm_rope,
 	.op.router_coef = cpu_router_coef,
+	.op.altup_predict_step = cpu_altup_predict_step,
+	.op.altup_correct_step = cpu_altup_correct_step,
+	.op.norm_add_more = cpu_norm_add_more,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

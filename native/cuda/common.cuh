@@ -198,6 +198,31 @@ static __device__ inline float block_sum(float v, float *red)
 	return warp_sum(r);
 }
 
+/* altup_pred_elem: AltUp's prediction of one element of the four streams
+ * hv from a token's 16 coefficients a (the CPU kernel's order). */
+static __device__ __forceinline__ void altup_pred_elem(float o[4], const float hv[4], const float *a)
+{
+	for (int j = 0; j < 4; j++) {
+		const float *c = a + 4 * j;
+		float s = hv[j];
+		s = s + c[0] * hv[0];
+		s = s + c[1] * hv[1];
+		s = s + c[2] * hv[2];
+		s = s + c[3] * hv[3];
+		o[j] = s;
+	}
+}
+
+/* altup_corr_elem: AltUp's correction of one element: p the first
+ * stream's prediction (the others nd apart), act the layer's output, cf a
+ * token's 4 coefficients. */
+static __device__ __forceinline__ void altup_corr_elem(float o[4], const float *p, int64_t nd, float act, const float *cf)
+{
+	float in = act - p[0];
+	for (int k = 0; k < 4; k++)
+		o[k] = p[k * nd] + cf[k] * in;
+}
+
 static __device__ inline float block_max(float v, float *red)
 {
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -281,6 +306,10 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
                 float c);
 void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps,
               float scale);
+void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
+                     float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
+void c_altup_predict_step(vd_stream *s, const vd_altup *a);
+void c_altup_correct_step(vd_stream *s, const vd_altup *a);
 void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
                    float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add);
 

@@ -311,6 +311,34 @@ static int c_graph_begin(vd_stream *s)
 	return 0;
 }
 
+/* count_kernels: with VERDICT_GRAPH_KERNELS=1, a line on stderr saying how
+ * many kernel launches a recording holds (a loop's: its body's, a round):
+ * the launches a replayed step costs. */
+static void count_kernels(cudaGraph_t g, bool body)
+{
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_GRAPH_KERNELS");
+		return e && strcmp(e, "1") == 0;
+	}();
+	if (!on)
+		return;
+	size_t n = 0;
+	if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess)
+		return;
+	std::vector<cudaGraphNode_t> nodes(n);
+	if (n && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess)
+		return;
+	size_t k = 0, other = 0;
+	for (cudaGraphNode_t v : nodes) {
+		cudaGraphNodeType t;
+		if (cudaGraphNodeGetType(v, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel)
+			k++;
+		else
+			other++;
+	}
+	fprintf(stderr, "verdict cuda: recorded %s: %zu kernels, %zu other nodes\n", body ? "a loop's body" : "a graph", k, other);
+}
+
 static void *c_graph_end(vd_stream *s)
 {
 	cudaSetDevice(s->dev);
@@ -319,6 +347,8 @@ static void *c_graph_end(vd_stream *s)
 	s->recording = false;
 	cudaGraph_t g = nullptr;
 	cudaError_t e = cudaStreamEndCapture(s->st, &g);
+	if (e == cudaSuccess && g)
+		count_kernels(g, s->loop != nullptr);
 	if (s->loop) { /* g is the while node's body; the loop is its graph */
 		g = s->loop;
 		s->loop = nullptr;
@@ -655,6 +685,9 @@ static vd_backend table_template()
 	t.op.loop_emit = c_loop_emit;
 	t.op.norm_rope = c_norm_rope;
 	t.op.router_coef = c_router_coef;
+	t.op.altup_predict_step = c_altup_predict_step;
+	t.op.altup_correct_step = c_altup_correct_step;
+	t.op.norm_add_more = c_norm_add_more;
 	t.op.grammar_bind = c_grammar_bind;
 	t.op.grammar_free = c_grammar_free;
 	t.op.catalog_init = c_catalog_init;

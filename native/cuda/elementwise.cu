@@ -66,15 +66,7 @@ __global__ void k_altup_predict(float *pred, const float *h, const float *coef,
 	int64_t t = e / d, nd = n * d;
 	float h0 = h[e], h1 = h[nd + e], h2 = h[2 * nd + e], h3 = h[3 * nd + e];
 	float hv[4] = {h0, h1, h2, h3}, o[4];
-	for (int j = 0; j < 4; j++) {
-		const float *a = coef + t * 16 + 4 * j;
-		float s = hv[j];
-		s = s + a[0] * h0;
-		s = s + a[1] * h1;
-		s = s + a[2] * h2;
-		s = s + a[3] * h3;
-		o[j] = s;
-	}
+	altup_pred_elem(o, hv, coef + t * 16);
 	for (int j = 0; j < 4; j++)
 		pred[j * nd + e] = o[j];
 }
@@ -88,11 +80,8 @@ __global__ void k_altup_correct(float *out, const float *pred, const float *act,
 	if (e >= n * d)
 		return;
 	int64_t t = e / d, nd = n * d;
-	float p0 = pred[e];
-	float in = act[e] - p0;
 	float o[4];
-	for (int k = 0; k < 4; k++)
-		o[k] = pred[k * nd + e] + cf[t * 4 + k] * in;
+	altup_corr_elem(o, pred + e, nd, act[e], cf + t * 4);
 	for (int k = 0; k < 4; k++)
 		out[k * nd + e] = o[k];
 }

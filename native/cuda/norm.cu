@@ -70,9 +70,11 @@ __global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
 }
 
 /* k_norm_add: k_rmsnorm of x (written back), then y = a + x and, with b,
- * y = (y + b)·c: the separate kernels' arithmetic in one launch. */
+ * y = (y + b)·c; then, with rep, each of its nrep blocks of rows rows +=
+ * x (k_ew add_rep); then, with f, f = k_rmsnorm of y by fw: the separate
+ * kernels' arithmetic in one launch. */
 __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, const float *b, int64_t dim,
-                           float eps, float c)
+                           float eps, float c, float *rep, int64_t nrep, int64_t rows, float *f, const float *fw)
 {
 	__shared__ float red[32];
 	pdl_wait();
@@ -99,6 +101,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 		acc = fmaf(xr[i], xr[i], acc);
 	float ss = block_sum(acc, red);
 	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float acc2 = 0.0f;
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = i0 + (int64_t)u * RB;
@@ -109,6 +112,12 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 			if (br)
 				o = (o + bv[u]) * c;
 			yr[i] = o;
+			for (int64_t k = 0; k < nrep; k++) {
+				float *rp = rep + (k * rows + r) * dim + i;
+				*rp = *rp + xn;
+			}
+			av[u] = o; /* f's input */
+			acc2 = fmaf(o, o, acc2);
 		}
 	}
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
@@ -118,7 +127,25 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 		if (br)
 			o = (o + br[i]) * c;
 		yr[i] = o;
+		for (int64_t k = 0; k < nrep; k++) {
+			float *rp = rep + (k * rows + r) * dim + i;
+			*rp = *rp + xn;
+		}
+		acc2 = fmaf(o, o, acc2);
 	}
+	if (!f)
+		return;
+	float ss2 = block_sum(acc2, red);
+	float inv2 = (float)(1.0 / sqrt((double)(ss2 / (float)dim + eps)));
+	float *fr = f + r * dim;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = i0 + (int64_t)u * RB;
+		if (i < dim)
+			fr[i] = fw ? (av[u] * inv2) * __ldg(fw + i) : av[u] * inv2;
+	}
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		fr[i] = fw ? (yr[i] * inv2) * fw[i] : yr[i] * inv2;
 }
 
 /* router_out: a router block's outputs from each lane's accumulators acc
@@ -258,36 +285,43 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 
 /* k_router_reg: k_router for at most RR_OUT outputs and rows of at most
  * RR_J·32 columns a warp: each lane's weights (and norm weights) are
- * loaded into registers before pdl_wait, its columns' x read at once with
- * the norm's, so no shared row and no dependent weight loads; the same
- * operations in the same order as k_router. */
+ * loaded into registers before pdl_wait (rr_load), its columns' x read at
+ * once with the norm's (rr_token), so no shared row and no dependent
+ * weight loads; the same operations in the same order as k_router. */
 #define RR_OUT 4
 #define RR_J 12
 
-__global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
-                                                   int64_t nout, int64_t dim, float eps, float scale, const float *cw,
-                                                   float *cy, int64_t ncoef, float cadd, int hasadd)
+struct rr_regs {
+	float wr[RR_J][RR_OUT], nv[RR_J];
+};
+
+/* rr_load: a lane's router weights and norm weights into registers. */
+static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, const float *w, int64_t nout, int64_t dim)
 {
-	__shared__ float red[32];
-	__shared__ float wsum[RR_OUT][LW];
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
 	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
-	float wr[RR_J][RR_OUT], nv[RR_J], xc[RR_J];
 #pragma unroll
 	for (int j = 0; j < RR_J; j++) {
 		int64_t c = lo + lane + 32 * j;
 		bool on = c < hi;
-		nv[j] = on && nw ? __ldg(nw + c) : 1.0f;
+		g.nv[j] = on && nw ? __ldg(nw + c) : 1.0f;
 #pragma unroll
 		for (int r = 0; r < RR_OUT; r++)
-			wr[j][r] = on && r < nout ? __ldg(w + r * dim + c) : 0.0f;
+			g.wr[j][r] = on && r < nout ? __ldg(w + r * dim + c) : 0.0f;
 	}
-	pdl_wait();
-	pdl_launch();
-	int64_t t = blockIdx.x;
-	const float *xr = x + t * dim;
-	float v[RN];
+}
+
+/* rr_token: the router of one token's row xr into yr [nout] (and, cw
+ * given, its coefficients into cyr [ncoef]), from rr_load's registers. */
+static __device__ __forceinline__ void rr_token(const rr_regs &g, float *yr, const float *xr, bool nw, int64_t nout,
+                                                int64_t dim, float eps, float scale, float *red, float (*wsum)[LW],
+                                                const float *cw, float *cyr, int64_t ncoef, float cadd, int hasadd)
+{
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	float v[RN], xc[RR_J];
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
 		int64_t i = threadIdx.x + (int64_t)u * RB;
@@ -314,15 +348,109 @@ __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, con
 #pragma unroll
 	for (int j = 0; j < RR_J; j++)
 		if (lo + lane + 32 * j < hi) {
-			float xv = (nw ? (xc[j] * inv) * nv[j] : xc[j] * inv) * scale;
+			float xv = (nw ? (xc[j] * inv) * g.nv[j] : xc[j] * inv) * scale;
 #pragma unroll
 			for (int r = 0; r < RR_OUT; r++)
 				if (r < nout)
-					acc[r] = fmaf(xv, wr[j][r], acc[r]);
+					acc[r] = fmaf(xv, g.wr[j][r], acc[r]);
 		}
-	router_out<RR_OUT>(y + t * nout, acc, wsum, nout);
+	router_out<RR_OUT>(yr, acc, wsum, nout);
 	if (cw)
-		coef_tail(y + t * nout, nout, cw, cy + t * ncoef, ncoef, cadd, hasadd);
+		coef_tail(yr, nout, cw, cyr, ncoef, cadd, hasadd);
+}
+
+__global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
+                                                   int64_t nout, int64_t dim, float eps, float scale, const float *cw,
+                                                   float *cy, int64_t ncoef, float cadd, int hasadd)
+{
+	__shared__ float red[32];
+	__shared__ float wsum[RR_OUT][LW];
+	rr_regs g;
+	rr_load(g, nw, w, nout, dim);
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.x;
+	rr_token(g, y + t * nout, x + t * dim, nw != nullptr, nout, dim, eps, scale, red, wsum, cw, cw ? cy + t * ncoef : nullptr,
+	         ncoef, cadd, hasadd);
+}
+
+/* k_altup_step: AltUp's step before (PRED) or after a layer for one token
+ * a block: the router and its coefficients (rr_token, the coefficients
+ * read back after the barrier), then, before, k_altup_predict's elements
+ * and k_rmsnorm of the first stream's prediction into out; after,
+ * k_altup_correct's elements into h and out = h's first stream · out_w
+ * (k_ew mul_rep) or its copy: each the same operations in the same order
+ * as those kernels. */
+template <bool PRED>
+__global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
+{
+	__shared__ float red[32];
+	__shared__ float wsum[RR_OUT][LW];
+	const float *ow = (const float *)a.out_w.data;
+	int64_t nout = a.w.rows, ncoef = a.cw.rows, dim = a.dim, nd = a.n * dim;
+	rr_regs g;
+	rr_load(g, (const float *)a.norm_w.data, (const float *)a.w.data, nout, dim);
+	float owv[RN];
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		owv[u] = ow && i < dim ? __ldg(ow + i) : 1.0f;
+	}
+	pdl_wait();
+	pdl_launch();
+	int64_t t = blockIdx.x, row = t * dim;
+	float *cyr = (float *)a.cy.data + t * ncoef, *h = (float *)a.h.data, *pred = (float *)a.pred.data;
+	float *out = (float *)a.out.data + row;
+	const float *x = (const float *)a.x.data + row;
+	rr_token(g, (float *)a.y.data + t * nout, x, a.norm_w.data != nullptr, nout, dim, a.eps, a.scale, red, wsum,
+	         (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add);
+	__syncthreads(); /* the coefficients, written by lane 0 of each warp */
+	if (PRED) {
+		float v[RN], acc = 0.0f;
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int64_t i = threadIdx.x + (int64_t)u * RB;
+			v[u] = 0.0f;
+			if (i < dim) {
+				float hv[4] = {h[row + i], h[nd + row + i], h[2 * nd + row + i], h[3 * nd + row + i]}, o[4];
+				altup_pred_elem(o, hv, cyr);
+				for (int k = 0; k < 4; k++)
+					pred[k * nd + row + i] = o[k];
+				v[u] = o[0];
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < RN; u++)
+			if (threadIdx.x + (int64_t)u * RB < dim)
+				acc = fmaf(v[u], v[u], acc);
+		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+			float hv[4] = {h[row + i], h[nd + row + i], h[2 * nd + row + i], h[3 * nd + row + i]}, o[4];
+			altup_pred_elem(o, hv, cyr);
+			for (int k = 0; k < 4; k++)
+				pred[k * nd + row + i] = o[k];
+			acc = fmaf(o[0], o[0], acc);
+		}
+		float ss = block_sum(acc, red);
+		float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + a.eps)));
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int64_t i = threadIdx.x + (int64_t)u * RB;
+			if (i < dim)
+				out[i] = ow ? (v[u] * inv) * owv[u] : v[u] * inv;
+		}
+		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+			float p = pred[row + i];
+			out[i] = ow ? (p * inv) * ow[i] : p * inv;
+		}
+		return;
+	}
+	for (int64_t i = threadIdx.x; i < dim; i += RB) {
+		float o[4];
+		altup_corr_elem(o, pred + row + i, nd, x[i], cyr);
+		for (int k = 0; k < 4; k++)
+			h[k * nd + row + i] = o[k];
+		out[i] = ow ? o[0] * __ldg(ow + i) : o[0];
+	}
 }
 
 /* k_scale_rows: x[r, i] *= sc[r] (sc) or w[i] (w). */
@@ -387,7 +515,22 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
 	if (rows <= 0)
 		return;
 	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
-	                                             (const float *)a.data, (const float *)b.data, dim, eps, c);
+	                                             (const float *)a.data, (const float *)b.data, dim, eps, c, (float *)nullptr,
+	                                             (int64_t)0, rows, (float *)nullptr, (const float *)nullptr);
+	launched(s);
+}
+
+void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
+                     float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw)
+{
+	ENTER(s);
+	int64_t rows = elems(x) / dim;
+	if (rows <= 0)
+		return;
+	int64_t nrep = rep.data ? elems(rep) / (rows * dim) : 0;
+	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
+	       (const float *)a.data, (const float *)b.data, dim, eps, c, (float *)rep.data, nrep, rows, (float *)f.data,
+	       (const float *)fw.data);
 	launched(s);
 }
 
@@ -443,3 +586,65 @@ void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tenso
 		c_ew(s, VD_EW_ADD_CONST, cy, cy, vd_tensor{}, add);
 }
 
+
+/* altup_step_fits: whether k_altup_step takes a: the router in registers
+ * (router_one's k_router_reg), an f32 coefficient matrix of ncoef rows, f32
+ * streams. */
+static bool altup_step_fits(const vd_altup *a, int64_t ncoef)
+{
+	int64_t dim = a->dim;
+	return a->w.dtype == VD_F32 && a->w.rows <= RR_OUT && ((dim + LW - 1) / LW + 31) / 32 <= RR_J &&
+	       dim >= 32 * LW && a->n <= 65535 && a->cw.dtype == VD_F32 && a->cw.cols == a->w.rows &&
+	       a->cw.rows == ncoef && a->x.rows == a->n && !(a->out_w.data && a->out_w.dtype != VD_F32);
+}
+
+static vd_tensor rows_of(vd_tensor t, int64_t n, int64_t dim)
+{
+	t.rows = n, t.cols = dim;
+	return t;
+}
+
+/* VERDICT_ALTUP_STEP=0: the steps as the operations they stand for, for
+ * comparisons. */
+static bool altup_step_on()
+{
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_ALTUP_STEP");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	return on;
+}
+
+void c_altup_predict_step(vd_stream *s, const vd_altup *a)
+{
+	ENTER(s);
+	if (a->n <= 0)
+		return;
+	if (altup_step_on() && altup_step_fits(a, 16)) {
+		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a);
+		launched(s);
+		return;
+	}
+	c_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
+	c_altup_predict(s, a->pred, a->h, a->cy, a->n, a->dim);
+	c_rmsnorm(s, rows_of(a->out, a->n, a->dim), rows_of(a->pred, a->n, a->dim), a->out_w, a->dim, a->eps);
+}
+
+void c_altup_correct_step(vd_stream *s, const vd_altup *a)
+{
+	ENTER(s);
+	if (a->n <= 0)
+		return;
+	if (altup_step_on() && altup_step_fits(a, 4)) {
+		launch(s, k_altup_step<false>, (unsigned)a->n, RB, 0, *a);
+		launched(s);
+		return;
+	}
+	c_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
+	c_altup_correct(s, a->h, a->pred, a->x, a->cy, a->n, a->dim);
+	vd_tensor out = rows_of(a->out, a->n, a->dim), h0 = rows_of(a->h, a->n, a->dim);
+	if (a->out_w.data)
+		c_ew(s, VD_EW_MUL_REP, out, h0, rows_of(a->out_w, 1, a->dim), 0);
+	else
+		check(s, cudaMemcpyAsync(out.data, h0.data, (size_t)(a->n * a->dim) * sizeof(float), cudaMemcpyDeviceToDevice, s->st));
+}

@@ -233,6 +233,116 @@ static void check_router()
 	}
 }
 
+/* check_layer_steps: altup_predict_step, altup_correct_step and
+ * norm_add_more against the CPU and, on the GPU, bit for bit against the
+ * operations they stand for; small: the host emulation's shapes. */
+static void check_layer_steps(bool small)
+{
+	std::vector<int64_t> dims = small ? std::vector<int64_t>{256, 300} : std::vector<int64_t>{2048, 2560, 4096};
+	std::vector<int64_t> ns = small ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{1, 5, 37};
+	for (int64_t dim : dims) {
+		for (int64_t n : ns) {
+			std::string nm = " n=" + std::to_string(n) + " dim=" + std::to_string(dim);
+			size_t nd = (size_t)(n * dim);
+			std::vector<float> hv = randf(4 * nd, -2, 2);
+			Pair H = in(hv), H2 = in(hv), NW = in(randf((size_t)dim, 0.5f, 1.5f)), WR = in(randf((size_t)(4 * dim), -0.2f, 0.2f));
+			Pair OW = in(randf((size_t)dim, 0.5f, 1.5f)), F = out(nd * 4);
+			for (int pass = 0; pass < 2; pass++) {
+				bool pred = pass == 0;
+				int64_t nc = pred ? 16 : 4;
+				for (bool withw : {true, false}) {
+					std::string name = std::string(pred ? "altup_predict_step" : "altup_correct_step") + nm + (withw ? "" : " no out_w");
+					Pair CW = in(randf((size_t)(nc * 4), -1, 1)), X = in(randf(nd, -2, 2)), P = in(randf(4 * nd, -2, 2));
+					Pair Y = out((size_t)n * 16), CY = out((size_t)(n * nc) * 4), PR = out(4 * nd * 4), O = out(nd * 4);
+					std::vector<float> hnow = down_f(H, 4 * nd); /* the correction writes h: each pass from the same */
+					Pair HG = in(hnow); /* the CPU runs on its host side, the GPU on its device side */
+					auto args = [&](bool g, Pair &h, Pair &pr, Pair &y, Pair &cy, Pair &o) {
+						vd_altup a;
+						memset(&a, 0, sizeof a);
+						a.y = T(y, g, VD_F32, n, 4), a.f = T(F, g, VD_F32, n, dim);
+						a.x = pred ? T(h, g, VD_F32, n, dim) : T(X, g, VD_F32, n, dim);
+						a.norm_w = T(NW, g, VD_F32, 1, dim), a.w = T(WR, g, VD_F32, 4, dim);
+						a.cw = T(CW, g, VD_F32, nc, 4), a.cy = T(cy, g, VD_F32, n, nc);
+						a.h = T(h, g, VD_F32, 4 * n, dim), a.pred = pred ? T(pr, g, VD_F32, 4 * n, dim) : T(P, g, VD_F32, 4 * n, dim);
+						a.out = T(o, g, VD_F32, n, dim), a.out_w = withw ? T(OW, g, VD_F32, 1, dim) : NIL();
+						a.eps = 1e-6f, a.scale = 1.0f / dim, a.add = 1.0f, a.has_add = !pred, a.n = n, a.dim = dim;
+						return a;
+					};
+					if (run(name, [&](vd_backend *b, vd_stream *st, bool g) {
+						    vd_altup a = args(g, HG, PR, Y, CY, O);
+						    (pred ? b->op.altup_predict_step : b->op.altup_correct_step)(st, &a);
+					    })) {
+						cmp(name + " (coefficients)", CY, (size_t)(n * nc), TOL_DOT);
+						cmp(name + " (out)", O, nd, TOL_DOT);
+						cmp(name + (pred ? " (prediction)" : " (streams)"), pred ? PR : HG, 4 * nd, TOL_DOT);
+					}
+					/* the operations it stands for, on the GPU, from the same h */
+					Pair HS = in(hnow), YS = out((size_t)n * 16), CS2 = out((size_t)(n * nc) * 4), PS = out(4 * nd * 4),
+					     OS = out(nd * 4);
+					vd_altup a = args(true, HS, PS, YS, CS2, OS);
+					GPU->op.router_coef(GS, a.y, a.f, a.x, a.norm_w, a.w, dim, a.eps, a.scale, a.cw, a.cy, a.add, a.has_add);
+					vd_tensor o = a.out, h0 = a.h, p0 = a.pred;
+					h0.rows = n, p0.rows = n;
+					if (pred) {
+						GPU->op.altup_predict(GS, a.pred, a.h, a.cy, n, dim);
+						GPU->op.rmsnorm(GS, o, p0, a.out_w, dim, a.eps);
+					} else {
+						GPU->op.altup_correct(GS, a.h, a.pred, a.x, a.cy, n, dim);
+						if (withw)
+							GPU->op.ew(GS, VD_EW_MUL_REP, o, h0, a.out_w, 0);
+						else
+							GPU->stream.copy(GS, o.data, h0.data, nd * 4);
+					}
+					GPU->stream.sync(GS);
+					same(name + " = the operations", down_f(CY, (size_t)(n * nc)), down_f(CS2, (size_t)(n * nc)));
+					same(name + " = the operations (out)", down_f(O, nd), down_f(OS, nd));
+					same(name + " = the operations (streams)", down_f(pred ? PR : HG, 4 * nd), down_f(pred ? PS : HS, 4 * nd));
+				}
+			}
+			/* norm_add_more: the attention's norm-add with the MLP's norm
+			 * (b, c, f), and the per-layer input's add to three streams
+			 * (rep of two blocks) */
+			for (int mode = 0; mode < 2; mode++) {
+				bool withf = mode == 0;
+				std::string name = std::string("norm_add_more") + nm + (withf ? " +b, f" : " rep");
+				std::vector<float> xv = randf(nd, -2, 2), av = randf(nd, -2, 2), rv = randf(2 * nd, -2, 2);
+				Pair XG = in(xv), XS = in(xv), A = in(av), AS = in(av), B = in(randf(nd, -1, 1)), W = in(randf((size_t)dim, 0.5f, 1.5f));
+				Pair RG = in(rv), RS = in(rv), FW = in(randf((size_t)dim, 0.5f, 1.5f));
+				Pair Y = out(nd * 4), FO = out(nd * 4), YS = out(nd * 4), FS = out(nd * 4);
+				auto call = [&](vd_backend *b, vd_stream *st, bool g, Pair &x, Pair &y, Pair &a, Pair &r, Pair &f) {
+					b->op.norm_add_more(st, T(y, g, VD_F32, n, dim), T(x, g, VD_F32, n, dim), T(W, g, VD_F32, 1, dim),
+					                    T(a, g, VD_F32, n, dim), withf ? T(B, g, VD_F32, n, dim) : NIL(), dim, 1e-6f,
+					                    0.70710678f, withf ? NIL() : T(r, g, VD_F32, 2 * n, dim),
+					                    withf ? T(f, g, VD_F32, n, dim) : NIL(), withf ? T(FW, g, VD_F32, 1, dim) : NIL());
+				};
+				if (run(name, [&](vd_backend *b, vd_stream *st, bool g) { call(b, st, g, XG, Y, A, RG, FO); })) {
+					cmp(name + " (y)", Y, nd, TOL_DOT);
+					cmp(name + " (x)", XG, nd, TOL_DOT);
+					if (withf)
+						cmp(name + " (f)", FO, nd, TOL_DOT);
+					else
+						cmp(name + " (rep)", RG, 2 * nd, TOL_DOT);
+				}
+				GPU->op.norm_add(GS, T(YS, true, VD_F32, n, dim), T(XS, true, VD_F32, n, dim), T(W, true, VD_F32, 1, dim),
+				                 T(AS, true, VD_F32, n, dim), withf ? T(B, true, VD_F32, n, dim) : NIL(), dim, 1e-6f, 0.70710678f);
+				if (withf)
+					GPU->op.rmsnorm(GS, T(FS, true, VD_F32, n, dim), T(YS, true, VD_F32, n, dim), T(FW, true, VD_F32, 1, dim), dim, 1e-6f);
+				else
+					GPU->op.ew(GS, VD_EW_ADD_REP, T(RS, true, VD_F32, 2 * n, dim), T(RS, true, VD_F32, 2 * n, dim),
+					           T(XS, true, VD_F32, n, dim), 0);
+				GPU->stream.sync(GS);
+				same(name + " = norm_add, then its ops (y)", down_f(Y, nd), down_f(YS, nd));
+				same(name + " = norm_add, then its ops (x)", down_f(XG, nd), down_f(XS, nd));
+				if (withf)
+					same(name + " = norm_add, then its ops (f)", down_f(FO, nd), down_f(FS, nd));
+				else
+					same(name + " = norm_add, then its ops (rep)", down_f(RG, 2 * nd), down_f(RS, 2 * nd));
+			}
+			free_all();
+		}
+	}
+}
+
 /* gate_cut: a token's sparse-MLP cutoff, mean + population std·z of its
  * gates g[0..inter) (float64). */
 static double gate_cut(const float *g, int64_t inter, double z)
@@ -799,9 +909,16 @@ static void check_loop()
 	}
 }
 
-int main()
+int main(int argc, char **argv)
 {
+	/* -steps: the layer steps alone, at small shapes (the host emulation) */
+	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0;
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
+	if (steps) {
+		check_layer_steps(true);
+		printf("ops_check -steps: %d checks, %d failure(s)\n", checks, failures);
+		return failures ? 1 : 0;
+	}
 	printf("ops_check: %s (sm_%d%d), CPU reference kernels set %d\n", prop.name, prop.major, prop.minor, vk_simd_active());
 	check_linear();
 	check_linear_alone();
@@ -814,6 +931,7 @@ int main()
 	check_memory();
 	check_sample();
 	check_loop();
+	check_layer_steps(false);
 	/* A bad call sets the sticky error that sync returns. */
 	{
 		Pair X = in(randf(64)), Y = out(64 * 4);

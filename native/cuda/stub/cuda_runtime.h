@@ -72,7 +72,7 @@ enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureSta
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
 enum { cudaGraphCondAssignDefault = 1 };
-enum cudaGraphNodeType { cudaGraphNodeTypeConditional = 13 };
+enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0, cudaGraphNodeTypeConditional = 13 };
 enum cudaGraphConditionalNodeType { cudaGraphCondTypeIf, cudaGraphCondTypeWhile };
 struct cudaConditionalNodeParams {
 	cudaGraphConditionalHandle handle;
@@ -213,6 +213,8 @@ STUB_API(cudaHostAlloc)
 STUB_API(cudaGraphCreate)
 STUB_API(cudaGraphConditionalHandleCreate)
 STUB_API(cudaStreamBeginCaptureToGraph)
+STUB_API(cudaGraphGetNodes)
+STUB_API(cudaGraphNodeGetType)
 /* cudaGraphAddNode (CUDA 13's form): a conditional node gets a body. */
 template <class D, class E>
 inline cudaError_t cudaGraphAddNode(cudaGraphNode_t *n, cudaGraph_t, D, E, size_t, cudaGraphNodeParams *p)

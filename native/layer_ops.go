@@ -1,0 +1,102 @@
+package native
+
+/*
+#include "backend_call.h"
+*/
+import "C"
+
+// A decoder layer's row operations in fewer passes (backend_ops.h): each
+// gives the bits of the operations it stands for, and a backend without it
+// gets those operations, one by one, from here.
+
+// AltUpStep holds the operands of AltUp's steps around a layer: the router
+// on X [N, Dim] (NormW, W; Y its outputs [N, W.Rows], F scratch [N, Dim]),
+// the coefficients CY = Y·CWᵀ (+ Add when Plus), the streams H and their
+// prediction Pred [4·N, Dim], and Out [N, Dim] with OutW [Dim] (nil: none).
+type AltUpStep struct {
+	Y, F, X, NormW, W, CW, CY, H, Pred, Out, OutW Tensor
+	Eps, Scale, Add                               float32
+	Plus                                          bool
+	N, Dim                                        int
+}
+
+func (a *AltUpStep) check(msg string) {
+	n, d := a.N, a.Dim
+	check(d > 0 && a.X.Rows() == n && a.X.Cols() == d && a.F.Rows() == n && a.F.Cols() == d && a.W.Cols() == d &&
+		a.Y.Rows() == n && a.Y.Cols() == a.W.Rows() && a.CW.Cols() == a.W.Rows() && a.CY.Rows() == n &&
+		a.CY.Cols() == a.CW.Rows() && a.H.Len() >= 4*n*d && a.Pred.Len() >= 4*n*d && a.Out.Len() >= n*d &&
+		(a.OutW.Nil() || a.OutW.Len() >= d) && (a.NormW.Nil() || a.NormW.Len() >= d), msg)
+}
+
+func (a *AltUpStep) c() C.vd_altup {
+	has := C.int(0)
+	if a.Plus {
+		has = 1
+	}
+	return C.vd_altup{
+		y: a.Y.t, f: a.F.t, x: a.X.t, norm_w: a.NormW.t, w: a.W.t, cw: a.CW.t, cy: a.CY.t, h: a.H.t, pred: a.Pred.t,
+		out: a.Out.t, out_w: a.OutW.t, eps: C.float(a.Eps), scale: C.float(a.Scale), add: C.float(a.Add), has_add: has,
+		n: C.int64_t(a.N), dim: C.int64_t(a.Dim),
+	}
+}
+
+// AltUpPredictStep is AltUp's prediction before a layer: RouterCoef on
+// the first stream (a.X, H's first N rows), AltUpPredict(Pred, H, CY),
+// then Out = RMSNorm(Pred's first N rows)·OutW.
+func (s *Stream) AltUpPredictStep(a *AltUpStep) {
+	if a.N == 0 {
+		return
+	}
+	a.check("Stream.AltUpPredictStep: shapes differ")
+	if s.be.lacks[OpAltUpPredictStep] {
+		s.RouterCoef(a.Y, a.F, a.X, a.NormW, a.W, a.Dim, a.Eps, a.Scale, a.CW, a.CY, a.Add, a.Plus)
+		s.AltUpPredict(a.Pred, a.H, a.CY, a.N, a.Dim)
+		s.RMSNorm(a.Out, a.Pred.Slice(0, a.N), a.OutW, a.Dim, a.Eps)
+		return
+	}
+	C.vdc_altup_predict_step(s.be.t, s.s, a.c())
+}
+
+// AltUpCorrectStep is AltUp's correction after a layer whose output is
+// a.X: RouterCoef on it, AltUpCorrect(H, Pred, X, CY), then Out = H's
+// first N rows·OutW (MulRep; nil OutW: a copy).
+func (s *Stream) AltUpCorrectStep(a *AltUpStep) {
+	if a.N == 0 {
+		return
+	}
+	a.check("Stream.AltUpCorrectStep: shapes differ")
+	if s.be.lacks[OpAltUpCorrectStep] {
+		s.RouterCoef(a.Y, a.F, a.X, a.NormW, a.W, a.Dim, a.Eps, a.Scale, a.CW, a.CY, a.Add, a.Plus)
+		s.AltUpCorrect(a.H, a.Pred, a.X, a.CY, a.N, a.Dim)
+		if a.OutW.Nil() {
+			s.Copy(a.Out.Slice(0, a.N), a.H.Slice(0, a.N))
+		} else {
+			s.MulRep(a.Out.Slice(0, a.N), a.H.Slice(0, a.N), a.OutW)
+		}
+		return
+	}
+	C.vdc_altup_correct_step(s.be.t, s.s, a.c())
+}
+
+// NormAddMore is NormAdd(y, x, w, a, b, dim, eps, c), then each block of
+// len(x) elements of rep (nil: none) += x (AddRep), then, with f given,
+// f = RMSNorm(y)·fw.
+func (s *Stream) NormAddMore(y, x, w, a, b Tensor, dim int, eps, c float32, rep, f, fw Tensor) {
+	if x.Len() == 0 {
+		return
+	}
+	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && a.Len() >= y.Len() && (b.Nil() || b.Len() >= y.Len()) &&
+		(w.Nil() || w.Len() >= dim) && (rep.Nil() || rep.Len()%x.Len() == 0) && (f.Nil() || f.Len() == y.Len()) &&
+		(fw.Nil() || fw.Len() >= dim), "Stream.NormAddMore: shapes differ")
+	if s.be.lacks[OpNormAddMore] {
+		s.NormAdd(y, x, w, a, b, dim, eps, c)
+		if !rep.Nil() {
+			s.AddRep(rep, rep, x)
+		}
+		if !f.Nil() {
+			s.RMSNorm(f, y, fw, dim, eps)
+		}
+		return
+	}
+	C.vdc_norm_add_more(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, C.int64_t(dim), C.float(eps), C.float(c), rep.t, f.t, fw.t)
+}
