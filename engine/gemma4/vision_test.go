@@ -1,0 +1,374 @@
+package gemma4
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"verdict/engine/weights"
+)
+
+// towerFixture is one of testdata/gemma4-synthetic-{vision,audio}.tar.gz
+// (build/fixtures/make_gemma4_mm_fixtures.py), opened.
+type towerFixture struct {
+	dir  string
+	cfg  []byte
+	exp  map[string]refTensor
+	st   weights.Store
+	meta struct {
+		Tolerances map[string]float64 `json:"tolerances"`
+		Dist       map[string]float64 `json:"transformers_f32_vs_f64"`
+		Processor  struct {
+			PatchSize     int `json:"patch_size"`
+			MaxSoftTokens int `json:"max_soft_tokens"`
+			PoolingKernel int `json:"pooling_kernel_size"`
+		} `json:"image_processor"`
+		NumSoft json.RawMessage `json:"num_soft_tokens"`
+	}
+}
+
+func openTowerFixture(t testing.TB, name string) *towerFixture {
+	t.Helper()
+	fx := &towerFixture{dir: fixtureDir(t, name)}
+	var err error
+	if fx.cfg, err = os.ReadFile(filepath.Join(fx.dir, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	mj, err := os.ReadFile(filepath.Join(fx.dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mj, &fx.meta); err != nil {
+		t.Fatal(err)
+	}
+	if fx.exp, err = readExpected(filepath.Join(fx.dir, "expected.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	if fx.st, err = weights.Open(fx.dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fx.st.Close() })
+	return fx
+}
+
+func (fx *towerFixture) f32(t testing.TB, name string) []float32 {
+	t.Helper()
+	r, ok := fx.exp[name]
+	if !ok || r.f == nil {
+		t.Fatalf("expected.safetensors has no F32 %s", name)
+	}
+	return r.f
+}
+
+func (fx *towerFixture) ints(t testing.TB, name string) ([]int, []int) {
+	t.Helper()
+	r, ok := fx.exp[name]
+	if !ok || r.i == nil {
+		t.Fatalf("expected.safetensors has no I32 %s", name)
+	}
+	return r.i, r.shape
+}
+
+// tol is meta.json's tolerance for a check: 4× transformers' own float32
+// distance from its float64 answer, at least 1e-5.
+func (fx *towerFixture) tol(t testing.TB, name string) float64 {
+	t.Helper()
+	v, ok := fx.meta.Tolerances[name]
+	if !ok || !(v > 0) {
+		t.Fatalf("meta.json has no tolerance %s", name)
+	}
+	return v
+}
+
+// scaledErr is max |a−b| / max(1, max|b|) over each block of n values (a
+// layer), the largest over the blocks.
+func scaledErr(a, b []float32, n int) float64 {
+	var worst float64
+	for s := 0; s+n <= len(b); s += n {
+		e, _ := maxAbs(a[s:s+n], b[s:s+n])
+		worst = max(worst, e/max(1, maxMag(b[s:s+n])))
+	}
+	return worst
+}
+
+// towerCheck is one comparison; the perturbation tests look them up by name.
+type towerCheck struct {
+	name     string
+	err, tol float64
+}
+
+func (c towerCheck) ok() bool { return c.err <= c.tol }
+
+func visionPatches(t testing.TB, fx *towerFixture) ([]float32, []Patch) {
+	t.Helper()
+	pv := fx.f32(t, "pixel_values")
+	ids, shape := fx.ints(t, "image_position_ids")
+	pos := make([]Patch, shape[0])
+	for i := range pos {
+		pos[i] = Patch{ids[2*i], ids[2*i+1]}
+	}
+	return pv, pos
+}
+
+// visionChecks runs v over the fixture's image and compares every stage.
+func visionChecks(t testing.TB, fx *towerFixture, v *Vision) []towerCheck {
+	t.Helper()
+	pv, pos := visionPatches(t, fx)
+	var tr VisionTrace
+	soft, n, err := v.Encode(pv, pos, &tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []towerCheck
+	add := func(name string, got, want []float32, tol float64, block int) {
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d values, the reference has %d", name, len(got), len(want))
+		}
+		if block == 0 {
+			block = len(want)
+		}
+		out = append(out, towerCheck{name, scaledErr(got, want, block), tol})
+	}
+	H := v.Cfg.Hidden
+	hs := fx.f32(t, "hidden_states")
+	block := len(pos) * H
+	if len(tr.Hidden)*block != len(hs) {
+		t.Fatalf("%d hidden states of %d, the reference holds %d values", len(tr.Hidden), block, len(hs))
+	}
+	ht := fx.tol(t, "vision_hidden_states_scaled")
+	for l, h := range tr.Hidden {
+		name := "hidden_states[" + string(rune('0'+l)) + "]"
+		add(name, h, hs[l*block:(l+1)*block], ht, 0)
+	}
+	add("pooled", tr.Pooled, fx.f32(t, "pooled"), fx.tol(t, "vision_pooled"), 0)
+	add("pooled_f64", tr.Pooled, fx.f32(t, "pooled_f64"), fx.tol(t, "vision_pooled"), 0)
+	// tower_output and the soft tokens are compared unscaled, as the fixture
+	// measured transformers' own error.
+	abs := func(name string, got []float32, ref, tolKey string) {
+		want := fx.f32(t, ref)
+		e, err := maxAbs(got, want)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, towerCheck{name, e, fx.tol(t, tolKey)})
+	}
+	abs("tower_output", tr.TowerOut, "tower_output", "vision_tower_output")
+	abs("tower_output_f64", tr.TowerOut, "tower_output_f64", "vision_tower_output")
+	abs("soft_tokens", soft, "soft_tokens", "vision_soft_tokens")
+	abs("soft_tokens_f64", soft, "soft_tokens_f64", "vision_soft_tokens")
+	if want := len(fx.f32(t, "soft_tokens")) / v.Cfg.TextHidden; n != want {
+		t.Fatalf("%d soft tokens, the reference has %d", n, want)
+	}
+	return out
+}
+
+func loadVisionFixture(t testing.TB) (*towerFixture, *Vision) {
+	t.Helper()
+	fx := openTowerFixture(t, "gemma4-synthetic-vision")
+	cfg, err := ParseVisionConfig(fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadVision(cfg, fx.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fx, v
+}
+
+func TestVisionForward(t *testing.T) {
+	fx, v := loadVisionFixture(t)
+	for _, c := range visionChecks(t, fx, v) {
+		t.Logf("%-18s max err %.3g (tolerance %.3g)", c.name, c.err, c.tol)
+		if !c.ok() {
+			t.Errorf("%s: error %.3g over the tolerance %.3g", c.name, c.err, c.tol)
+		}
+	}
+}
+
+func TestVisionPreprocess(t *testing.T) {
+	fx := openTowerFixture(t, "gemma4-synthetic-vision")
+	pc := ImageProcessorConfig{fx.meta.Processor.PatchSize, fx.meta.Processor.MaxSoftTokens, fx.meta.Processor.PoolingKernel}
+	img, shape := fx.ints(t, "image_u8")
+	rgb := make([]uint8, len(img))
+	for i, v := range img {
+		rgb[i] = uint8(v)
+	}
+	pixels, pos, nSoft, err := pc.PatchifyImage(rgb, shape[0], shape[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPV, wantPos := visionPatches(t, fx)
+	if e, err := maxAbs(pixels, wantPV); err != nil || e != 0 {
+		t.Errorf("pixel_values differ from the processor's by %g (%v)", e, err)
+	}
+	if !slices.Equal(pos, wantPos) {
+		t.Error("patch positions differ from the processor's")
+	}
+	var want int
+	if err := json.Unmarshal(fx.meta.NumSoft, &want); err != nil || nSoft != want {
+		t.Errorf("%d soft tokens, the processor said %s", nSoft, fx.meta.NumSoft)
+	}
+	// The resize case: the 50x70 image's target size and patch grid.
+	rimg, rshape := fx.ints(t, "resize_image_u8")
+	th, tw, err := pc.TargetSize(rshape[0], rshape[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpos, _ := fx.ints(t, "resize_position_ids")
+	ps := pc.PatchSize
+	if n := len(rpos) / 2; n != th/ps*tw/ps {
+		t.Errorf("target %dx%d gives %d patches, the processor made %d", th, tw, th/ps*tw/ps, n)
+	}
+	for i := 0; i < len(rpos)/2; i++ {
+		if rpos[2*i] != i%(tw/ps) || rpos[2*i+1] != i/(tw/ps) {
+			t.Fatalf("resize patch %d at (%d, %d), want row-major in a %d-wide grid", i, rpos[2*i], rpos[2*i+1], tw/ps)
+		}
+	}
+	rgb2 := make([]uint8, len(rimg))
+	for i, v := range rimg {
+		rgb2[i] = uint8(v)
+	}
+	if _, _, _, err := pc.PatchifyImage(rgb2, rshape[0], rshape[1]); err == nil || !strings.Contains(err.Error(), "not implemented") {
+		t.Errorf("a %dx%d image that needs a resize: err %v, want a refusal naming the resize", rshape[0], rshape[1], err)
+	}
+}
+
+func TestVisionRefuses(t *testing.T) {
+	fx, v := loadVisionFixture(t)
+	pv, pos := visionPatches(t, fx)
+	bad := slices.Clone(pos)
+	bad[3] = Patch{v.Cfg.PositionEmbeddingSize, 0}
+	odd := slices.Clone(pos[:len(pos)-1])
+	for _, tc := range []struct {
+		name   string
+		pixels []float32
+		pos    []Patch
+		want   string
+	}{
+		{"no patches", nil, nil, "no patches"},
+		{"short pixels", pv[:len(pv)-1], pos, "pixel values"},
+		{"position past the table", pv, bad, "outside the position table"},
+		{"patches not a multiple of k²", pv[:len(odd)*48], odd, "multiple of pooling_kernel_size"},
+		{"only padding", make([]float32, 9*48), slices.Repeat([]Patch{{-1, -1}}, 9), "every patch is padding"},
+	} {
+		if _, _, err := v.Encode(tc.pixels, tc.pos, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	pc := ImageProcessorConfig{4, 71, 3}
+	if _, _, err := pc.TargetSize(96, 96); err == nil || !strings.Contains(err.Error(), "max_soft_tokens") {
+		t.Errorf("max_soft_tokens 71: err %v", err)
+	}
+}
+
+func TestParseVisionConfig(t *testing.T) {
+	fx := openTowerFixture(t, "gemma4-synthetic-vision")
+	c, err := ParseVisionConfig(fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := VisionConfig{Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 16, PatchSize: 4,
+		PoolingKernel: 3, PositionEmbeddingSize: 32, RopeTheta: 100, Eps: 1e-6, ClippedLinears: true, Standardize: true,
+		TextHidden: 32}
+	if *c != want {
+		t.Errorf("config %+v, want %+v", *c, want)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(fx.cfg, &m); err != nil {
+		t.Fatal(err)
+	}
+	vc := m["vision_config"].(map[string]any)
+	for _, tc := range []struct {
+		key  string
+		val  any
+		want string
+	}{
+		{"num_key_value_heads", 3.0, "multiple of num_key_value_heads"},
+		{"head_dim", 18.0, "multiple of 4"},
+		{"hidden_size", 0.0, "hidden_size = 0"},
+		{"hidden_activation", "relu", "hidden_activation"},
+		{"rope_parameters", map[string]any{"rope_type": "yarn"}, "rope_type"},
+		{"rms_norm_eps", -1.0, "rms_norm_eps"},
+	} {
+		old := vc[tc.key]
+		vc[tc.key] = tc.val
+		js, _ := json.Marshal(m)
+		vc[tc.key] = old
+		if _, err := ParseVisionConfig(js); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s = %v: err %v, want one containing %q", tc.key, tc.val, err, tc.want)
+		}
+	}
+	if _, err := ParseVisionConfig([]byte(`{"model_type": "gemma3n"}`)); err == nil || !strings.Contains(err.Error(), "model_type") {
+		t.Errorf("gemma3n: err %v", err)
+	}
+}
+
+func TestLoadVisionRefuses(t *testing.T) {
+	fx := openTowerFixture(t, "gemma4-synthetic-vision")
+	cfg, err := ParseVisionConfig(fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := *cfg
+	wrong.Intermediate = 65
+	if _, err := LoadVision(&wrong, fx.st); err == nil || !strings.Contains(err.Error(), "mlp.gate_proj.linear.weight: shape") {
+		t.Errorf("intermediate 65: err %v, want the gate projection's shape named", err)
+	}
+	wrong = *cfg
+	wrong.Layers = 3
+	if _, err := LoadVision(&wrong, fx.st); err == nil || !strings.Contains(err.Error(), "encoder.layers.2.") {
+		t.Errorf("3 layers: err %v, want layer 2's tensor named", err)
+	}
+}
+
+// TestVisionChecksCanFail perturbs one weight or setting at a time and
+// requires the checks to catch it.
+func TestVisionChecksCanFail(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(v *Vision)
+		fails  string // a check that must fail
+	}{
+		{"layer 1 k_norm[0] × 1.05", func(v *Vision) { v.Layers[1].KNorm[0] *= 1.05 }, "hidden_states[2]"},
+		{"position table x row 5 × 1.01", func(v *Vision) {
+			for j := range v.Cfg.Hidden {
+				v.PosTable[5*v.Cfg.Hidden+j] *= 1.01
+			}
+		}, "hidden_states[0]"},
+		{"layer 0 q_proj input clip off", func(v *Vision) {
+			v.Layers[0].Q.inMin, v.Layers[0].Q.inMax = float32(math.Inf(-1)), float32(math.Inf(1))
+		}, "hidden_states[1]"},
+		{"layer 0 down_proj output bound × 0.99", func(v *Vision) { v.Layers[0].Down.outMax *= 0.99 }, "hidden_states[1]"},
+		{"RoPE θ 101", func(v *Vision) {
+			for i := range v.invFreq {
+				v.invFreq[i] = 1 / float32(math.Pow(101, float64(2*i)/float64(v.Cfg.HeadDim/2)))
+			}
+		}, "hidden_states[1]"},
+		{"RoPE frequencies 0 and 1 swapped", func(v *Vision) { v.invFreq[0], v.invFreq[1] = v.invFreq[1], v.invFreq[0] }, "hidden_states[1]"},
+		{"std_scale[3] × 1.01", func(v *Vision) { v.StdScale[3] *= 1.01 }, "tower_output"},
+		{"embed_vision row 0 × 1.01", func(v *Vision) {
+			for j := range v.Cfg.Hidden {
+				v.EmbedProj[j] *= 1.01
+			}
+		}, "soft_tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx, v := loadVisionFixture(t)
+			tc.mutate(v)
+			for _, c := range visionChecks(t, fx, v) {
+				if c.name == tc.fails {
+					if c.ok() {
+						t.Errorf("%s still passes (error %.3g, tolerance %.3g)", c.name, c.err, c.tol)
+					}
+					return
+				}
+			}
+			t.Fatalf("no check %s", tc.fails)
+		})
+	}
+}
