@@ -37,6 +37,22 @@ typedef struct vd_loop_emit vd_loop_emit; /* a greedy loop step's bookkeeping */
  * when has_add; h and pred are the streams and their prediction [4·n, dim];
  * out [n, dim] with out_w [dim] (NULL data: none) is the step's last
  * result. */
+/* vd_norm_ropes: up to three norm_rope's of one batch's tokens in one
+ * call (a layer's queries, keys and values): part i normalises x [n,
+ * heads·head_dim] by w, rotates it by inv_freq and scatters it to y, as
+ * norm_rope does, with pos, idx, eps and head_dim common. */
+typedef struct {
+	vd_tensor y, x, w, inv_freq;
+	int64_t heads;
+} vd_norm_rope_part;
+typedef struct {
+	vd_norm_rope_part part[3];
+	int nparts;
+	vd_tensor idx, pos;
+	float eps;
+	int64_t head_dim;
+} vd_norm_ropes;
+
 typedef struct {
 	vd_tensor y, f, x, norm_w, w, cw, cy, h, pred, out, out_w;
 	float eps, scale, add;
@@ -257,12 +273,14 @@ typedef struct {
 	 * altup_correct(h, pred, x, cy), then out = h's first n rows · out_w
 	 * (ew mul_rep; out_w NULL: a copy). norm_add_more: norm_add, then each
 	 * block of x.rows rows of rep (rep.data NULL: none) += x (ew add_rep),
-	 * then, when f.data is set, f = rmsnorm(y)·fw. */
+	 * then, when f.data is set, f = rmsnorm(y)·fw. norm_ropes: its parts'
+	 * norm_rope's. */
 	void (*altup_predict_step)(vd_stream *s, const vd_altup *a);
 	void (*altup_correct_step)(vd_stream *s, const vd_altup *a);
 	void (*norm_add_more)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 	                      vd_tensor a, vd_tensor b, int64_t dim, float eps,
 	                      float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
+	void (*norm_ropes)(vd_stream *s, const vd_norm_ropes *r);
 } vd_ops;
 
 /* vd_op: an entry of vd_ops by its index, in the table's order. */
@@ -316,6 +334,7 @@ enum vd_op {
 	VD_OP_ALTUP_PREDICT_STEP,
 	VD_OP_ALTUP_CORRECT_STEP,
 	VD_OP_NORM_ADD_MORE,
+	VD_OP_NORM_ROPES,
 	VD_OP_COUNT
 };
 

@@ -100,3 +100,37 @@ func (s *Stream) NormAddMore(y, x, w, a, b Tensor, dim int, eps, c float32, rep,
 	}
 	C.vdc_norm_add_more(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, C.int64_t(dim), C.float(eps), C.float(c), rep.t, f.t, fw.t)
 }
+
+// NormRoPEPart is one NormRoPE of NormRoPEs: x [n, Heads·headDim] by W,
+// rotated by InvFreq (nil: not rotated), scattered to To (nil: not).
+type NormRoPEPart struct {
+	X, W, InvFreq, To Tensor
+	Heads             int
+}
+
+// NormRoPEs is NormRoPE of each of parts (at most 3) over one batch's
+// tokens: positions pos, slots idx (for the parts scattered), eps and
+// headDim common to them; one pass where the backend has it.
+func (s *Stream) NormRoPEs(parts []NormRoPEPart, eps float32, pos Tensor, headDim int, idx Tensor) {
+	check(len(parts) <= 3, "Stream.NormRoPEs: more than 3 parts")
+	if pos.Len() == 0 || len(parts) == 0 {
+		return
+	}
+	if s.be.lacks[OpNormRoPEs] {
+		for _, p := range parts {
+			s.NormRoPE(p.X, p.W, eps, pos, p.Heads, headDim, p.InvFreq, p.To, idx)
+		}
+		return
+	}
+	n := pos.Len()
+	check(pos.DType() == I32 && headDim > 0, "Stream.NormRoPEs: shapes differ")
+	var r C.vd_norm_ropes
+	for i, p := range parts {
+		check(p.Heads > 0 && p.X.Len() >= n*p.Heads*headDim && (p.InvFreq.Nil() || p.InvFreq.Len() >= headDim/2) &&
+			(p.W.Nil() || p.W.Len() >= headDim), "Stream.NormRoPEs: shapes differ")
+		check(p.To.Nil() || (idx.DType() == I32 && idx.Len() >= n && p.To.Cols() == p.Heads*headDim), "Stream.NormRoPEs: scatter shapes differ")
+		r.part[i] = C.vd_norm_rope_part{y: p.To.t, x: p.X.t, w: p.W.t, inv_freq: p.InvFreq.t, heads: C.int64_t(p.Heads)}
+	}
+	r.nparts, r.idx, r.pos, r.eps, r.head_dim = C.int(len(parts)), idx.t, pos.t, C.float(eps), C.int64_t(headDim)
+	C.vdc_norm_ropes(s.be.t, s.s, r)
+}

@@ -61,6 +61,7 @@ const (
 	OpAltUpPredictStep Op = C.VD_OP_ALTUP_PREDICT_STEP
 	OpAltUpCorrectStep Op = C.VD_OP_ALTUP_CORRECT_STEP
 	OpNormAddMore      Op = C.VD_OP_NORM_ADD_MORE
+	OpNormRoPEs        Op = C.VD_OP_NORM_ROPES
 
 	opCount = C.VD_OP_COUNT
 )
@@ -115,6 +116,7 @@ var opNames = [opCount]string{
 	"altup_predict_step",
 	"altup_correct_step",
 	"norm_add_more",
+	"norm_ropes",
 }
 
 // String is the operation's name in backend.h.

@@ -25,8 +25,9 @@ type Exec struct {
 	m    *Model
 	st   *native.Stream
 	ar   *native.Arena
-	cap  int              // rows
-	step native.AltUpStep // altupStep's operands, kept to spare an allocation a layer
+	cap  int                    // rows
+	step native.AltUpStep       // altupStep's operands, kept to spare an allocation a layer
+	nr   [3]native.NormRoPEPart // attention's q, k, v norms (likewise)
 
 	// Activations.
 	e, H, H2, pred, an, laur, q, k, v, att, o, x, f, d, g, u, mod, coef, lr, pg native.Tensor

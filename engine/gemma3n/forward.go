@@ -154,20 +154,23 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 	q := x.q.Slice(0, n)
 	st.Linear(q, an, w.q)
 	pos := x.pos.Sub(0, 1, n)
-	st.NormRoPE(q, w.qNorm, eps, pos, cfg.NumHeads, hd, w.invFreq, native.Tensor{}, native.Tensor{})
 	kind, slot := 0, x.slot0
 	if y.sliding {
 		kind, slot = 1, x.slot1
 	}
 	kd := &m.pool.kinds[kind]
+	x.nr[0] = native.NormRoPEPart{X: q, W: w.qNorm, InvFreq: w.invFreq, Heads: cfg.NumHeads}
+	parts := x.nr[:1]
 	if y.kvSrc == i {
 		k, v := x.k.Slice(0, n), x.v.Slice(0, n)
-		// normalised, rotated (keys) and written to the pool's slots
 		st.Linear(k, an, w.k)
-		st.NormRoPE(k, w.kNorm, eps, pos, cfg.NumKVHeads, hd, w.invFreq, kd.k[i], slot.Sub(0, 1, n))
 		st.Linear(v, an, w.v)
-		st.NormRoPE(v, native.Tensor{}, eps, pos, cfg.NumKVHeads, hd, native.Tensor{}, kd.v[i], slot.Sub(0, 1, n))
+		// normalised, rotated (keys) and written to the pool's slots
+		x.nr[1] = native.NormRoPEPart{X: k, W: w.kNorm, InvFreq: w.invFreq, To: kd.k[i], Heads: cfg.NumKVHeads}
+		x.nr[2] = native.NormRoPEPart{X: v, To: kd.v[i], Heads: cfg.NumKVHeads}
+		parts = x.nr[:3]
 	}
+	st.NormRoPEs(parts, eps, pos, hd, slot.Sub(0, 1, n))
 	S := len(x.caches)
 	st.Attention(&native.PagedAttn{
 		Out: x.att.Slice(0, n), Q: q, K: kd.k[y.kvSrc], V: kd.v[y.kvSrc],

@@ -649,6 +649,14 @@ static void cpu_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor 
 		cpu_rmsnorm(s, f, y, fw, dim, eps);
 }
 
+static void cpu_norm_ropes(vd_stream *s, const vd_norm_ropes *r)
+{
+	for (int i = 0; i < r->nparts; i++) {
+		const vd_norm_rope_part *p = &r->part[i];
+		cpu_norm_rope(s, p->y, r->idx, p->x, p->w, r->eps, r->pos, p->heads, r->head_dim, p->inv_freq);
+	}
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -725,6 +733,7 @@ static vd_backend cpu = {
 	.op.altup_predict_step = cpu_altup_predict_step,
 	.op.altup_correct_step = cpu_altup_correct_step,
 	.op.norm_add_more = cpu_norm_add_more,
+	.op.norm_ropes = cpu_norm_ropes,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -309,6 +309,11 @@ void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw,
 void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
                      float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
 void c_altup_predict_step(vd_stream *s, const vd_altup *a);
+void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r);
+/* layer_steps_on: false under VERDICT_LAYER_STEPS=0, where the layer steps
+ * (altup_*_step, norm_add_more, norm_ropes) run as the operations they
+ * stand for, for comparisons. */
+bool layer_steps_on();
 void c_altup_correct_step(vd_stream *s, const vd_altup *a);
 void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
                    float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add);

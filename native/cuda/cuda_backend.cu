@@ -688,6 +688,7 @@ static vd_backend table_template()
 	t.op.altup_predict_step = c_altup_predict_step;
 	t.op.altup_correct_step = c_altup_correct_step;
 	t.op.norm_add_more = c_norm_add_more;
+	t.op.norm_ropes = c_norm_ropes;
 	t.op.grammar_bind = c_grammar_bind;
 	t.op.grammar_free = c_grammar_free;
 	t.op.catalog_init = c_catalog_init;

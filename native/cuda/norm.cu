@@ -528,6 +528,14 @@ void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_ten
 	if (rows <= 0)
 		return;
 	int64_t nrep = rep.data ? elems(rep) / (rows * dim) : 0;
+	if (!layer_steps_on()) {
+		c_norm_add(s, y, x, w, a, b, dim, eps, c);
+		if (rep.data)
+			c_ew(s, VD_EW_ADD_REP, rep, rep, x, 0);
+		if (f.data)
+			c_rmsnorm(s, f, y, fw, dim, eps);
+		return;
+	}
 	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
 	       (const float *)a.data, (const float *)b.data, dim, eps, c, (float *)rep.data, nrep, rows, (float *)f.data,
 	       (const float *)fw.data);
@@ -604,12 +612,10 @@ static vd_tensor rows_of(vd_tensor t, int64_t n, int64_t dim)
 	return t;
 }
 
-/* VERDICT_ALTUP_STEP=0: the steps as the operations they stand for, for
- * comparisons. */
-static bool altup_step_on()
+bool layer_steps_on()
 {
 	static const bool on = [] {
-		const char *e = getenv("VERDICT_ALTUP_STEP");
+		const char *e = getenv("VERDICT_LAYER_STEPS");
 		return !(e && strcmp(e, "0") == 0);
 	}();
 	return on;
@@ -620,7 +626,7 @@ void c_altup_predict_step(vd_stream *s, const vd_altup *a)
 	ENTER(s);
 	if (a->n <= 0)
 		return;
-	if (altup_step_on() && altup_step_fits(a, 16)) {
+	if (layer_steps_on() && altup_step_fits(a, 16)) {
 		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a);
 		launched(s);
 		return;
@@ -635,7 +641,7 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 	ENTER(s);
 	if (a->n <= 0)
 		return;
-	if (altup_step_on() && altup_step_fits(a, 4)) {
+	if (layer_steps_on() && altup_step_fits(a, 4)) {
 		launch(s, k_altup_step<false>, (unsigned)a->n, RB, 0, *a);
 		launched(s);
 		return;

@@ -338,6 +338,51 @@ static void check_layer_steps(bool small)
 				else
 					same(name + " = norm_add, then its ops (rep)", down_f(RG, 2 * nd), down_f(RS, 2 * nd));
 			}
+			/* norm_ropes: a layer's q (normed, rotated), k (normed, rotated,
+			 * scattered) and v (scattered) in one launch */
+			{
+				int64_t hd = small ? 64 : 256, hq = small ? 2 : 8, hkv = small ? 1 : 2, slots = n + 3;
+				std::string name = "norm_ropes" + nm;
+				std::vector<float> qv = randf((size_t)(n * hq * hd), -2, 2), kv = randf((size_t)(n * hkv * hd), -2, 2),
+				                   vv = randf((size_t)(n * hkv * hd), -2, 2);
+				std::vector<int32_t> slot(slots);
+				for (int64_t i = 0; i < slots; i++)
+					slot[i] = (int32_t)((i * 5 + 2) % slots);
+				slot.resize(n);
+				std::vector<float> freq(hd / 2);
+				for (int64_t i = 0; i < hd / 2; i++)
+					freq[i] = powf(10000.0f, -2.0f * i / hd);
+				Pair Q = in(qv), K = in(kv), V = in(vv), QS = in(qv), KS = in(kv), VS = in(vv), QW = in(randf((size_t)hd, 0.5f, 1.5f)),
+				     KW = in(randf((size_t)hd, 0.5f, 1.5f)), POS = in(randi((size_t)n, 0, 4000)), IDX = in(slot), FR = in(freq);
+				std::vector<float> pool((size_t)(slots * hkv * hd), 0.0f);
+				Pair PK = in(pool), PV = in(pool), PKS = in(pool), PVS = in(pool);
+				auto parts = [&](bool g, Pair &q, Pair &k, Pair &v, Pair &pk, Pair &pv) {
+					vd_norm_ropes r;
+					memset(&r, 0, sizeof r);
+					r.part[0] = {NIL(), T(q, g, VD_F32, n, hq * hd), T(QW, g, VD_F32, 1, hd), T(FR, g, VD_F32, 1, hd / 2), hq};
+					r.part[1] = {T(pk, g, VD_F32, slots, hkv * hd), T(k, g, VD_F32, n, hkv * hd), T(KW, g, VD_F32, 1, hd),
+					             T(FR, g, VD_F32, 1, hd / 2), hkv};
+					r.part[2] = {T(pv, g, VD_F32, slots, hkv * hd), T(v, g, VD_F32, n, hkv * hd), NIL(), NIL(), hkv};
+					r.nparts = 3, r.idx = T(IDX, g, VD_I32, 1, n), r.pos = T(POS, g, VD_I32, 1, n), r.eps = 1e-6f, r.head_dim = hd;
+					return r;
+				};
+				if (run(name, [&](vd_backend *b, vd_stream *st, bool g) {
+					    vd_norm_ropes r = parts(g, Q, K, V, PK, PV);
+					    b->op.norm_ropes(st, &r);
+				    })) {
+					cmp(name + " (q)", Q, qv.size(), TOL_DOT);
+					cmp(name + " (k pool)", PK, pool.size(), TOL_DOT);
+					cmp(name + " (v pool)", PV, pool.size(), TOL_DOT);
+				}
+				vd_norm_ropes r = parts(true, QS, KS, VS, PKS, PVS);
+				for (int i = 0; i < 3; i++)
+					GPU->op.norm_rope(GS, r.part[i].y, r.idx, r.part[i].x, r.part[i].w, r.eps, r.pos, r.part[i].heads, hd,
+					                  r.part[i].inv_freq);
+				GPU->stream.sync(GS);
+				same(name + " = three norm_rope (q)", down_f(Q, qv.size()), down_f(QS, qv.size()));
+				same(name + " = three norm_rope (k)", down_f(PK, pool.size()), down_f(PKS, pool.size()));
+				same(name + " = three norm_rope (v)", down_f(PV, pool.size()), down_f(PVS, pool.size()));
+			}
 			free_all();
 		}
 	}

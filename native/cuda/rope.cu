@@ -31,14 +31,11 @@ __global__ void k_rope(float *x, const int32_t *pos, int64_t n, int64_t heads,
  * scatter to y's rows idx (y set), over a block a head (row r of width
  * hd: token r / heads), their expressions in their order; the normalised
  * head passes through shared memory to the rotation. */
-__global__ void k_norm_rope(float *y, const int32_t *idx, float *x, const float *w, float eps, const int32_t *pos,
-                            int64_t heads, int64_t hd, const float *inv_freq)
+/* norm_rope_head: k_norm_rope's work on head r of x. */
+static __device__ __forceinline__ void norm_rope_head(int64_t r, float *y, const int32_t *idx, float *x, const float *w,
+                                                      float eps, const int32_t *pos, int64_t heads, int64_t hd,
+                                                      const float *inv_freq, float *red, float *hv)
 {
-	__shared__ float red[32];
-	extern __shared__ float hv[]; /* hd */
-	pdl_wait();
-	pdl_launch();
-	int64_t r = blockIdx.x;
 	float *xr = x + r * hd;
 	float a = 0.0f;
 	for (int64_t i = threadIdx.x; i < hd; i += RB)
@@ -71,6 +68,37 @@ __global__ void k_norm_rope(float *y, const int32_t *idx, float *x, const float 
 	}
 }
 
+__global__ void k_norm_rope(float *y, const int32_t *idx, float *x, const float *w, float eps, const int32_t *pos,
+                            int64_t heads, int64_t hd, const float *inv_freq)
+{
+	__shared__ float red[32];
+	extern __shared__ float hv[]; /* hd */
+	pdl_wait();
+	pdl_launch();
+	norm_rope_head(blockIdx.x, y, idx, x, w, eps, pos, heads, hd, inv_freq, red, hv);
+}
+
+/* k_norm_ropes: k_norm_rope over the heads of every part, the part's
+ * blocks one after another. */
+__global__ void k_norm_ropes(vd_norm_ropes r, int64_t n)
+{
+	__shared__ float red[32];
+	extern __shared__ float hv[]; /* head_dim */
+	pdl_wait();
+	pdl_launch();
+	int64_t b = blockIdx.x;
+	for (int i = 0; i < r.nparts; i++) {
+		const vd_norm_rope_part &p = r.part[i];
+		if (b < n * p.heads) {
+			norm_rope_head(b, (float *)p.y.data, (const int32_t *)r.idx.data, (float *)p.x.data, (const float *)p.w.data,
+			               r.eps, (const int32_t *)r.pos.data, p.heads, r.head_dim, (const float *)p.inv_freq.data, red,
+			               hv);
+			return;
+		}
+		b -= n * p.heads;
+	}
+}
+
 void c_rope(vd_stream *s, vd_tensor x, vd_tensor pos, int64_t heads,
                    int64_t head_dim, vd_tensor inv_freq)
 {
@@ -96,3 +124,24 @@ void c_norm_rope(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tenso
 	launched(s);
 }
 
+
+void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r)
+{
+	ENTER(s);
+	int64_t n = elems(r->pos), blocks = 0;
+	if (n <= 0 || r->head_dim <= 0)
+		return;
+	for (int i = 0; i < r->nparts; i++)
+		blocks += n * r->part[i].heads;
+	if (blocks <= 0)
+		return;
+	if (!layer_steps_on()) {
+		for (int i = 0; i < r->nparts; i++) {
+			const vd_norm_rope_part &p = r->part[i];
+			c_norm_rope(s, p.y, r->idx, p.x, p.w, r->eps, r->pos, p.heads, r->head_dim, p.inv_freq);
+		}
+		return;
+	}
+	launch(s, k_norm_ropes, (unsigned)blocks, RB, (size_t)r->head_dim * sizeof(float), *r, n);
+	launched(s);
+}
