@@ -43,6 +43,9 @@ type ModelInfo struct {
 	Spec  string `json:"spec,omitempty"`
 	Name  string `json:"name,omitempty"`
 	Path  string `json:"path,omitempty"`
+	// Family is the ready model's decoder family (models.FamilyGemma3n,
+	// models.FamilyGemma4), as models.Local says it.
+	Family string `json:"family,omitempty"`
 	// RandomWeights marks the built-in model: its output is noise.
 	RandomWeights bool       `json:"random_weights"`
 	Builtin       bool       `json:"builtin"`
@@ -404,6 +407,7 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device strin
 	mi := m.Info()
 	info.State = ModelReady
 	info.Name, info.Builtin, info.RandomWeights = mi.Name, mi.Builtin, mi.Builtin
+	info.Family = mi.Family
 	info.Params = mi.Params
 	info.Layers, info.HiddenSize, info.VocabSize = mi.Layers, mi.Hidden, mi.Vocab
 	info.LoadMs = ms(mi.LoadTime)

@@ -45,8 +45,11 @@ type Session struct {
 
 // Info describes the opened model.
 type Info struct {
-	Name      string
-	Path      string
+	Name string
+	Path string
+	// Family is the decoder family (models.FamilyGemma3n,
+	// models.FamilyGemma4; "" unknown).
+	Family    string
 	Builtin   bool // the built-in model: random weights
 	Synthetic bool // a full-size shape with random weights
 	Params    int64
@@ -112,7 +115,7 @@ func New(m *models.Model) (*Session, error) {
 	img, aud := m.Inputs()
 	cfg, sp := m.Config(), m.Chat().Media
 	info := Info{
-		Name: m.Name, Path: m.Path, Builtin: m.Builtin, Synthetic: m.Synthetic,
+		Name: m.Name, Path: m.Path, Family: models.FamilyOf(m.Model), Builtin: m.Builtin, Synthetic: m.Synthetic,
 		Params: m.Params(), Layers: cfg.Layers, Hidden: cfg.Hidden, Vocab: cfg.Vocab,
 		LoadTime: m.LoadTime, Vision: img, Audio: aud,
 		ImageTokens: sp.VisionTokens, AudioTokens: sp.AudioTokens,

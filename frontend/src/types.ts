@@ -13,6 +13,8 @@ export interface ModelInfo {
   spec?: string;
   name?: string;
   path?: string;
+  /** The ready model's decoder family: 'gemma3n' or 'gemma4' (ui/family.ts names it). */
+  family?: string;
   random_weights: boolean;
   builtin: boolean;
   params?: number;

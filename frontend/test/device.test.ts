@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ModelBar, deviceLine, deviceWarning, replicaLines, residentSummary } from '../src/ui/modelBar';
 import { SettingsDialog, deviceNote, plainDeviceReason } from '../src/ui/settingsDialog';
+import { familyName } from '../src/ui/family';
 import type { DeviceInfo, ModelInfo, Preferences, ReplicaInfo } from '../src/types';
 
 const cpu: DeviceInfo = { requested: 'cpu', backend: 'cpu', name: 'AMD EPYC', cores: 16, simd: 'avx512' };
@@ -170,5 +171,28 @@ describe('model bar replicas (serve --devices)', () => {
   it('shows nothing for one device', () => {
     const el = bar({ ...model(g0), replicas: [reps[0]] });
     expect(el.querySelector('#device-replicas')).toBeNull();
+  });
+});
+
+describe('model family', () => {
+  it.each([
+    ['gemma3n', 'Gemma 3n'],
+    ['gemma4', 'Gemma 4'],
+  ])('the bar shows %s as %s beside the name', (family, want) => {
+    const el = bar({ ...model(cpu), family });
+    const badge = el.querySelector('#model-family') as HTMLElement;
+    expect(badge.textContent).toBe(want);
+    expect(badge.dataset.family).toBe(family);
+    expect(badge.previousElementSibling!.id).toBe('model-name');
+  });
+
+  it('shows no family badge when the info has none, nor before the model is ready', () => {
+    expect(bar(model(cpu)).querySelector('#model-family')).toBeNull();
+    expect(bar({ ...model(cpu, 'loading'), family: 'gemma4' }).querySelector('#model-family')).toBeNull();
+  });
+
+  it('names an unknown family as it is', () => {
+    expect(familyName('gemma9')).toBe('gemma9');
+    expect(familyName(undefined)).toBe('');
   });
 });

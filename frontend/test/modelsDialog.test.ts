@@ -1,8 +1,8 @@
 import { ModelsDialog, downloadText, fmtLeft, type DownloadState, type HubRepo, type LibraryHost, type LocalModel, type TokenInfo } from '../src/ui/modelsDialog';
 
 const local: LocalModel[] = [
-  { spec: 'google/gemma-3n-E2B-it', name: 'google/gemma-3n-E2B-it', source: 'huggingface', path: '/hf/snap', format: 'safetensors', size_bytes: 10.9e9, quant: 'BF16', vision: true, audio: true },
-  { spec: '/o/blobs/sha256-1', name: 'gemma3n:e2b', source: 'ollama', path: '/o/blobs/sha256-1', format: 'gguf', size_bytes: 5.6e9, quant: 'Q4_K_M', vision: false, audio: false },
+  { spec: 'google/gemma-3n-E2B-it', name: 'google/gemma-3n-E2B-it', family: 'gemma3n', source: 'huggingface', path: '/hf/snap', format: 'safetensors', size_bytes: 10.9e9, quant: 'BF16', vision: true, audio: true },
+  { spec: '/o/blobs/sha256-1', name: 'gemma4:e4b', family: 'gemma4', source: 'ollama', path: '/o/blobs/sha256-1', format: 'gguf', size_bytes: 5.6e9, quant: 'Q4_K_M', vision: false, audio: false },
 ];
 
 const repos: HubRepo[] = [
@@ -40,6 +40,7 @@ describe('models dialog', () => {
     expect(rows.map((r) => (r as HTMLElement).dataset.source)).toEqual(['huggingface', 'ollama']);
     expect(rows[0].textContent).toContain('Hugging Face cache · safetensors BF16 · 11 GB');
     expect(rows[1].textContent).toContain('Ollama · gguf Q4_K_M · 5.6 GB');
+    expect(rows.map((r) => r.querySelector('.family')!.textContent)).toEqual(['Gemma 3n', 'Gemma 4']);
     expect([...rows[0].querySelectorAll('.modality.on')].map((b) => b.textContent)).toEqual(['vision ✓', 'audio ✓']);
     expect([...rows[1].querySelectorAll('.modality.off')].map((b) => b.textContent)).toEqual(['no vision', 'no audio']);
     (rows[1].querySelector('button') as HTMLButtonElement).click();
@@ -52,7 +53,7 @@ describe('models dialog', () => {
     const d = new ModelsDialog(host);
     document.body.appendChild(d.el);
     await d.open();
-    expect(d.el.querySelector('#no-local')!.textContent).toContain('No Gemma 3n model found');
+    expect(d.el.querySelector('#no-local')!.textContent).toContain('No Gemma 3n or Gemma 4 model found');
   });
 
   it('lists the repos with sizes, errors, gating and what is downloaded', async () => {

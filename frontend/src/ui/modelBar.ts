@@ -1,8 +1,9 @@
 // The model: what is loaded, its size and inputs, load progress and errors,
-// and loading another (the built-in model or a Gemma 3n folder).
+// and loading another (the built-in model or a Gemma 3n or Gemma 4 folder).
 import { fmtBytes, fmtMs, fmtParams } from '../format';
 import type { DeviceInfo, MediaAvailability, ModelInfo, ReplicaInfo } from '../types';
 import { h, replace } from './dom';
+import { familyName } from './family';
 
 export interface ModelHost {
   model(): ModelInfo;
@@ -36,8 +37,8 @@ export class ModelBar {
       h('div.model-info', null, this.chip, this.device),
       h('div.model-actions', null,
         h('button.btn.small#load-builtin', { type: 'button', title: 'Load the built-in tiny model (random weights)', onclick: () => this.host.loadBuiltin() }, 'Built-in'),
-        this.host.browseModels ? h('button.btn.small#browse-models', { type: 'button', title: 'Gemma 3n models on this computer, and downloads from Hugging Face', onclick: () => this.host.browseModels?.() }, 'Models…') : null,
-        h('button.btn.small#open-folder', { type: 'button', title: 'Open a Hugging Face Gemma 3n checkpoint folder', onclick: () => this.openFolder() }, 'Open folder…'),
+        this.host.browseModels ? h('button.btn.small#browse-models', { type: 'button', title: 'Gemma 3n and Gemma 4 models on this computer, and downloads from Hugging Face', onclick: () => this.host.browseModels?.() }, 'Models…') : null,
+        h('button.btn.small#open-folder', { type: 'button', title: 'Open a Hugging Face Gemma 3n or Gemma 4 checkpoint folder', onclick: () => this.openFolder() }, 'Open folder…'),
         this.pathForm));
   }
 
@@ -56,7 +57,7 @@ export class ModelBar {
     let body: (HTMLElement | string | null)[];
     switch (m.state) {
       case 'none':
-        body = [h('b', null, 'No model'), h('span.muted', null, ' — load the built-in model or a Gemma 3n folder')];
+        body = [h('b', null, 'No model'), h('span.muted', null, ' — load the built-in model or a Gemma 3n or Gemma 4 folder')];
         break;
       case 'loading':
         body = [h('span.spinner', { 'aria-hidden': 'true' }), h('b', null, `Loading ${m.name ?? m.spec ?? ''}`),
@@ -73,6 +74,7 @@ export class ModelBar {
         });
         body = [
           h('b#model-name', { title: [m.name, m.path].filter((x) => x).join('\n') }, m.name ?? ''),
+          m.family ? familyBadge(m.family) : null,
           m.random_weights ? h('span.badge.warn#random-weights', { title: m.note ?? '' }, 'random weights') : null,
           h('span.muted', null, ` ${fmtParams(m.params)} params${m.size_bytes ? ` · ${fmtBytes(m.size_bytes)}` : ''} · ${m.layers} layers · loaded in ${fmtMs(m.load_ms)}`),
           h('span.modalities', null, inputs),
@@ -140,6 +142,14 @@ export function loadProgress(m: ModelInfo): string {
  * A modality's label: whether the model takes it (its checkpoint has the
  * tower) and, for video, whether ffmpeg is there to read it.
  */
+/** The ready model's family beside its name: "Gemma 3n", "Gemma 4" (narrow windows hide the word "Gemma": style.css). */
+export function familyBadge(family: string): HTMLElement {
+  const name = familyName(family);
+  const word = name.startsWith('Gemma ') ? 'Gemma ' : '';
+  return h('span.badge.info#model-family', { title: `decoder family: ${name}`, dataset: { family } },
+    word ? h('span.family-word', null, word) : null, name.slice(word.length));
+}
+
 export function modalityLabel(name: string, supported: boolean, note: string | undefined, a: MediaAvailability | undefined): [boolean, string, string] {
   if (!supported) return [false, /no .* tower/.test(note ?? '') ? `no ${name}` : `${name} ?`, `${name}: ${note ?? 'not supported'}`];
   if (name === 'video' && a && !a.video.available) return [false, 'video ✗', `video: the model takes it, but ${a.video.reason ?? 'ffmpeg is missing'}`];

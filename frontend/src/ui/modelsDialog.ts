@@ -1,9 +1,10 @@
-// The models dialog: the Gemma 3n models already on this computer (the
-// Hugging Face cache, folders opened before, Ollama, LM Studio) to load, and
-// the Gemma 3n repos on the Hub to download, with progress, cancel and a
-// token for gated repos.
+// The models dialog: the Gemma 3n and Gemma 4 models already on this
+// computer (the Hugging Face cache, folders opened before, Ollama, LM
+// Studio) to load, each with its family, and the Gemma repos on the Hub to
+// download, with progress, cancel and a token for gated repos.
 import { fmtBytes } from '../format';
 import { h, replace } from './dom';
+import { familyName } from './family';
 import { errorText, toast } from './toast';
 import './modelsDialog.css';
 
@@ -11,6 +12,8 @@ import './modelsDialog.css';
 export interface LocalModel {
   spec: string;
   name: string;
+  /** The decoder family: 'gemma3n' or 'gemma4' (Go: models.Local.Family). */
+  family: string;
   source: 'huggingface' | 'folder' | 'ollama' | 'lmstudio';
   path: string;
   format: 'safetensors' | 'gguf';
@@ -158,16 +161,17 @@ export class ModelsDialog {
 
   private renderLocal() {
     if (this.local == null) {
-      replace(this.localEl, h('p.muted', null, 'Looking for Gemma 3n models…'));
+      replace(this.localEl, h('p.muted', null, 'Looking for Gemma 3n and Gemma 4 models…'));
       return;
     }
     if (!this.local.length) {
-      replace(this.localEl, h('p.muted#no-local', null, 'No Gemma 3n model found in the Hugging Face cache, the folders opened before, Ollama or LM Studio. Download one below, or open a folder.'));
+      replace(this.localEl, h('p.muted#no-local', null, 'No Gemma 3n or Gemma 4 model found in the Hugging Face cache, the folders opened before, Ollama or LM Studio. Download one below, or open a folder.'));
       return;
     }
     replace(this.localEl, h('ul.model-list', null, this.local.map((m) => h('li.model-row', { dataset: { spec: m.spec, source: m.source } },
       h('div.model-row-main', null,
         h('b', { title: m.path }, m.name),
+        m.family ? h('span.badge.info.family', { dataset: { family: m.family } }, familyName(m.family)) : null,
         h('span.muted', null, ` ${SOURCES[m.source] ?? m.source} · ${m.format}${m.quant ? ` ${m.quant}` : ''} · ${fmtBytes(m.size_bytes)}`),
         h('span.modalities', null, towerBadges(m))),
       h('button.btn.small.primary', { type: 'button', onclick: () => this.load(m.spec) }, 'Load')))));
