@@ -27,18 +27,17 @@ const EventDownload = "hub:download"
 // DownloadInterval is the time between two hub:download events.
 const DownloadInterval = 250 * time.Millisecond
 
-// GemmaRepos are the Gemma 3n checkpoints the Download dialog offers.
-var GemmaRepos = []struct{ Repo, Title string }{
-	{"google/gemma-3n-E2B-it", "Gemma 3n E2B, instruction-tuned"},
-	{"google/gemma-3n-E4B-it", "Gemma 3n E4B, instruction-tuned"},
-	{"google/gemma-3n-E2B", "Gemma 3n E2B, base (pre-trained)"},
-	{"google/gemma-3n-E4B", "Gemma 3n E4B, base (pre-trained)"},
-}
+// GemmaRepos are the Gemma 3n and Gemma 4 checkpoints the Download dialog
+// offers (models.KnownRepos).
+var GemmaRepos = models.KnownRepos
 
 // HubRepo is one repo the Download dialog lists.
 type HubRepo struct {
 	Repo  string `json:"repo"`
 	Title string `json:"title"`
+	// Family is the checkpoint's decoder family (models.FamilyGemma3n,
+	// models.FamilyGemma4).
+	Family string `json:"family"`
 	// SizeBytes and Files are what a download fetches (0 when the Hub
 	// could not be asked: Error says why).
 	SizeBytes int64 `json:"size_bytes"`
@@ -173,7 +172,7 @@ func (l *Library) Repos() []HubRepo {
 	out := make([]HubRepo, len(GemmaRepos))
 	var wg sync.WaitGroup
 	for i, g := range GemmaRepos {
-		out[i] = HubRepo{Repo: g.Repo, Title: g.Title}
+		out[i] = HubRepo{Repo: g.Repo, Title: g.Title, Family: g.Family}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -155,9 +155,9 @@ func TestLibraryDownload(t *testing.T) {
 	}
 }
 
-// TestLibraryReposAndLocal: Repos lists the four Gemma 3n repos with their
-// sizes, an error for the one the Hub lacks and the snapshot of the one
-// downloaded; Local lists the Hub cache and the folders opened before,
+// TestLibraryReposAndLocal: Repos lists the Gemma 3n and Gemma 4 repos
+// with their families and sizes, an error for those the Hub lacks and the
+// snapshot of the one downloaded; Local lists the Hub cache and the folders opened before,
 // which are remembered across restarts.
 func TestLibraryReposAndLocal(t *testing.T) {
 	s, rec, _, _, _ := libraryServices(t)
@@ -168,10 +168,12 @@ func TestLibraryReposAndLocal(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 	rs := lib.Repos()
-	if len(rs) != 4 {
-		t.Fatalf("%d repos", len(rs))
+	if len(rs) != len(GemmaRepos) {
+		t.Fatalf("%d repos, want %d", len(rs), len(GemmaRepos))
 	}
+	families := map[string]int{}
 	for _, r := range rs {
+		families[r.Family]++
 		switch r.Repo {
 		case "google/gemma-3n-E4B":
 			if r.Error == "" || !strings.Contains(r.Error, "no model") {
@@ -189,7 +191,14 @@ func TestLibraryReposAndLocal(t *testing.T) {
 			if !r.Gated || r.Error != "" {
 				t.Errorf("%s: %+v", r.Repo, r)
 			}
+		case "google/gemma-4-E2B-it":
+			if r.Family != "gemma4" || r.Error == "" {
+				t.Errorf("%s (not on the fake Hub): %+v", r.Repo, r)
+			}
 		}
+	}
+	if families["gemma3n"] != 4 || families["gemma4"] != 8 {
+		t.Errorf("families %v, want 4 Gemma 3n repos and 8 Gemma 4 ones", families)
 	}
 
 	folder := filepath.Join(t.TempDir(), "my-gemma")

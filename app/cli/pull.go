@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"verdict/engine/hub"
+	"verdict/engine/models"
 )
 
 func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,7 +25,7 @@ func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			"resuming an interrupted download, and prints the snapshot folder. Open it afterwards with --model REPO.\n\n", hub.CacheDir())
 		fs.PrintDefaults()
 	}
-	// The repo may come before the flags: verdict pull google/gemma-3n-E2B-it --revision main.
+	// The repo may come before the flags: verdict pull google/gemma-4-E2B-it --revision main.
 	var repo string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		repo, args = args[0], args[1:]
@@ -78,8 +79,10 @@ func pullCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			names = append(names, f.Path)
 		}
 		fmt.Fprintf(stderr, "\nfiles: %s\n", strings.Join(names, ", "))
+	} else if f, err := models.SnapshotFamily(res.Path); err != nil {
+		fmt.Fprintf(stderr, "\nnote: Verdict cannot run it: %v\n", err)
 	} else {
-		fmt.Fprintf(stderr, "\nopen it with --model %s\n", repo)
+		fmt.Fprintf(stderr, "\n%s checkpoint: open it with --model %s\n", models.FamilyName(f), repo)
 	}
 	fmt.Fprintln(stdout, res.Path)
 	return nil

@@ -16,7 +16,7 @@ import (
 // until --token gives access; bad arguments are usage errors.
 func TestPull(t *testing.T) {
 	const repo = "google/gemma-3n-E2B-it"
-	r := hubtest.NewRepo(map[string]string{"config.json": "{}", "model.safetensors": strings.Repeat("w", 5000), "README.md": "card"}, "model.safetensors")
+	r := hubtest.NewRepo(map[string]string{"config.json": `{"model_type": "gemma3n"}`, "model.safetensors": strings.Repeat("w", 5000), "README.md": "card"}, "model.safetensors")
 	r.Gated = "hf_ok"
 	srv := (&hubtest.Hub{Repos: map[string]*hubtest.Repo{repo: r}}).Start(t)
 	cache := t.TempDir()
@@ -31,7 +31,7 @@ func TestPull(t *testing.T) {
 	}
 	code, out, errOut = run("pull", repo, "--token", "hf_ok")
 	snap := filepath.Join(hub.RepoDir(cache, repo), "snapshots", r.Commit)
-	if code != 0 || out != snap+"\n" || !strings.Contains(errOut, "2 files, 5.0 kB fetched, 0 already in the cache") || !strings.Contains(errOut, "--model "+repo) {
+	if code != 0 || out != snap+"\n" || !strings.Contains(errOut, "2 files, 5.0 kB fetched, 0 already in the cache") || !strings.Contains(errOut, "Gemma 3n checkpoint: open it with --model "+repo) {
 		t.Errorf("pull: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if b, err := os.ReadFile(filepath.Join(snap, "model.safetensors")); err != nil || len(b) != 5000 {
@@ -54,6 +54,34 @@ func TestPull(t *testing.T) {
 	for _, args := range [][]string{{"pull"}, {"pull", "not a repo"}, {"pull", repo, "extra"}} {
 		if code, _, errOut := run(args...); code != 2 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+// TestPullFamily: verdict pull takes Gemma 4's repo ids and says what it
+// fetched: a Gemma 4 checkpoint to open, or a checkpoint Verdict cannot run.
+func TestPullFamily(t *testing.T) {
+	repos := map[string]*hubtest.Repo{}
+	for repo, cfg := range map[string]string{
+		"google/gemma-4-E2B-it":     `{"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"]}`,
+		"google/gemma-4-31B":        `{"architectures": ["Gemma4ForCausalLM"]}`,
+		"someone/llama-finetune-it": `{"model_type": "llama"}`,
+	} {
+		repos[repo] = hubtest.NewRepo(map[string]string{"config.json": cfg, "model.safetensors": strings.Repeat("w", 100)}, "model.safetensors")
+	}
+	srv := (&hubtest.Hub{Repos: repos}).Start(t)
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HOME", t.TempDir())
+	for _, tc := range []struct{ repo, want string }{
+		{"google/gemma-4-E2B-it", "Gemma 4 checkpoint: open it with --model google/gemma-4-E2B-it"},
+		{"google/gemma-4-31B", "Gemma 4 checkpoint: open it with --model google/gemma-4-31B"},
+		{"someone/llama-finetune-it", `note: Verdict cannot run it: `},
+	} {
+		code, out, errOut := run("pull", tc.repo)
+		if code != 0 || out == "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %q", tc.repo, code, out, errOut, tc.want)
 		}
 	}
 }

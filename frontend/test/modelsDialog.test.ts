@@ -9,6 +9,7 @@ const repos: HubRepo[] = [
   { repo: 'google/gemma-3n-E2B-it', title: 'Gemma 3n E2B, instruction-tuned', size_bytes: 10.9e9, files: 7, gated: true, path: '/hf/snap' },
   { repo: 'google/gemma-3n-E4B-it', title: 'Gemma 3n E4B, instruction-tuned', size_bytes: 15.7e9, files: 8, gated: true },
   { repo: 'google/gemma-3n-E2B', title: 'Gemma 3n E2B, base', size_bytes: 0, files: 0, gated: false, error: 'cannot reach the Hub' },
+  { repo: 'google/gemma-4-E2B-it', title: 'Gemma 4 E2B, instruction-tuned', family: 'gemma4', size_bytes: 10.2e9, files: 6, gated: false },
 ];
 
 function fakeHost(over: Partial<LibraryHost> = {}) {
@@ -63,6 +64,8 @@ describe('models dialog', () => {
     await d.open();
     const row = (repo: string) => d.el.querySelector(`#hub-repos li[data-repo="${repo}"]`)!;
     expect(row('google/gemma-3n-E4B-it').textContent).toContain('16 GB · 8 files');
+    expect(row('google/gemma-4-E2B-it').querySelector('.family')!.textContent).toBe('Gemma 4');
+    expect(row('google/gemma-3n-E4B-it').querySelector('.family')).toBeNull();
     expect(row('google/gemma-3n-E4B-it').querySelector('.badge.warn')!.textContent).toBe('gated');
     expect(row('google/gemma-3n-E2B').querySelector('.err')!.textContent).toContain('cannot reach the Hub');
     expect(row('google/gemma-3n-E2B-it').querySelector('.badge.ok')!.textContent).toBe('downloaded');

@@ -27,6 +27,8 @@ export interface LocalModel {
 export interface HubRepo {
   repo: string;
   title: string;
+  /** The checkpoint's decoder family: 'gemma3n' or 'gemma4'. */
+  family?: string;
   size_bytes: number;
   files: number;
   gated: boolean;
@@ -190,7 +192,9 @@ export class ModelsDialog {
         : r.error ? h('span.err', { title: r.error }, ` size unknown: ${r.error}`) : h('span.muted', null, ` ${fmtBytes(r.size_bytes)} · ${r.files} files`);
       return h('li.model-row', { dataset: { repo: r.repo } },
         h('div.model-row-main', null,
-          h('b', null, r.repo), h('span.muted', null, ` ${r.title}`), size,
+          h('b', null, r.repo),
+          r.family ? h('span.badge.info.family', { dataset: { family: r.family } }, familyName(r.family)) : null,
+          h('span.muted', null, ` ${r.title}`), size,
           r.gated ? h('span.badge.warn', { title: 'accept the licence on the Hub and give a token' }, 'gated') : null,
           r.path ? h('span.badge.ok', { title: r.path }, 'downloaded') : null),
         r.path ? h('button.btn.small.primary', { type: 'button', onclick: () => this.load(r.repo) }, 'Load') : null,
