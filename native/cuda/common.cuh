@@ -310,10 +310,12 @@ void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_ten
                      float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
 void c_altup_predict_step(vd_stream *s, const vd_altup *a);
 void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r);
-/* layer_steps_on: false under VERDICT_LAYER_STEPS=0, where the layer steps
- * (altup_*_step, norm_add_more, norm_ropes) run as the operations they
- * stand for, for comparisons. */
-bool layer_steps_on();
+/* layer_step_on: whether the layer step name (altup_predict_step,
+ * altup_correct_step, norm_add_more, norm_ropes) runs as its own kernel:
+ * always unless VERDICT_LAYER_STEPS is 0 (none) or a comma-separated list
+ * of the ones that do; the others run as the operations they stand for,
+ * for comparisons. */
+bool layer_step_on(const char *name);
 void c_altup_correct_step(vd_stream *s, const vd_altup *a);
 void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
                    float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add);

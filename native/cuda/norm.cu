@@ -82,8 +82,9 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 	int64_t r = blockIdx.x;
 	float *xr = x + r * dim, *yr = y + r * dim;
 	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
-	float v[RN], wv[RN], av[RN], bv[RN];
+	float v[RN], wv[RN], av[RN], bv[RN], rv[2][RN];
 	int64_t i0 = threadIdx.x;
+	bool rreg = nrep <= 2; /* rep's first RN columns read with the rest */
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* every load of the first RN columns at once (y may be a: read first) */
 		int64_t i = i0 + (int64_t)u * RB;
@@ -91,6 +92,9 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
 		av[u] = i < dim ? ar[i] : 0.0f;
 		bv[u] = br && i < dim ? br[i] : 0.0f;
+#pragma unroll
+		for (int k = 0; k < 2; k++)
+			rv[k][u] = rreg && k < nrep && i < dim ? rep[(k * rows + r) * dim + i] : 0.0f;
 	}
 	float acc = 0.0f;
 #pragma unroll
@@ -112,9 +116,16 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 			if (br)
 				o = (o + bv[u]) * c;
 			yr[i] = o;
-			for (int64_t k = 0; k < nrep; k++) {
-				float *rp = rep + (k * rows + r) * dim + i;
-				*rp = *rp + xn;
+			if (rreg) {
+#pragma unroll
+				for (int k = 0; k < 2; k++)
+					if (k < nrep)
+						rep[(k * rows + r) * dim + i] = rv[k][u] + xn;
+			} else {
+				for (int64_t k = 0; k < nrep; k++) {
+					float *rp = rep + (k * rows + r) * dim + i;
+					*rp = *rp + xn;
+				}
 			}
 			av[u] = o; /* f's input */
 			acc2 = fmaf(o, o, acc2);
@@ -402,18 +413,37 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 	float *cyr = (float *)a.cy.data + t * ncoef, *h = (float *)a.h.data, *pred = (float *)a.pred.data;
 	float *out = (float *)a.out.data + row;
 	const float *x = (const float *)a.x.data + row;
+	/* the thread's first RN columns of the four streams (and, after, of the
+	 * layer's output) in registers at once, before the router: their
+	 * loads wait behind none of this block's stores */
+	float sv[4][RN], av[RN];
+	const float *src = PRED ? h : pred;
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		bool on = i < dim;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			sv[k][u] = on ? src[k * nd + row + i] : 0.0f;
+		av[u] = !PRED && on ? x[i] : 0.0f;
+	}
 	rr_token(g, (float *)a.y.data + t * nout, x, a.norm_w.data != nullptr, nout, dim, a.eps, a.scale, red, wsum,
 	         (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add);
 	__syncthreads(); /* the coefficients, written by lane 0 of each warp */
 	if (PRED) {
+		float cf[16];
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			cf[j] = cyr[j];
 		float v[RN], acc = 0.0f;
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = threadIdx.x + (int64_t)u * RB;
 			v[u] = 0.0f;
 			if (i < dim) {
-				float hv[4] = {h[row + i], h[nd + row + i], h[2 * nd + row + i], h[3 * nd + row + i]}, o[4];
-				altup_pred_elem(o, hv, cyr);
+				float hv[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
+				altup_pred_elem(o, hv, cf);
+#pragma unroll
 				for (int k = 0; k < 4; k++)
 					pred[k * nd + row + i] = o[k];
 				v[u] = o[0];
@@ -425,7 +455,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 				acc = fmaf(v[u], v[u], acc);
 		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
 			float hv[4] = {h[row + i], h[nd + row + i], h[2 * nd + row + i], h[3 * nd + row + i]}, o[4];
-			altup_pred_elem(o, hv, cyr);
+			altup_pred_elem(o, hv, cf);
 			for (int k = 0; k < 4; k++)
 				pred[k * nd + row + i] = o[k];
 			acc = fmaf(o[0], o[0], acc);
@@ -444,9 +474,22 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 		}
 		return;
 	}
-	for (int64_t i = threadIdx.x; i < dim; i += RB) {
+	float cf[4] = {cyr[0], cyr[1], cyr[2], cyr[3]};
+#pragma unroll
+	for (int u = 0; u < RN; u++) {
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		if (i < dim) {
+			float pv[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
+			altup_corr_elem(o, pv, 1, av[u], cf);
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				h[k * nd + row + i] = o[k];
+			out[i] = ow ? o[0] * owv[u] : o[0];
+		}
+	}
+	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
 		float o[4];
-		altup_corr_elem(o, pred + row + i, nd, x[i], cyr);
+		altup_corr_elem(o, pred + row + i, nd, x[i], cf);
 		for (int k = 0; k < 4; k++)
 			h[k * nd + row + i] = o[k];
 		out[i] = ow ? o[0] * __ldg(ow + i) : o[0];
@@ -528,7 +571,7 @@ void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_ten
 	if (rows <= 0)
 		return;
 	int64_t nrep = rep.data ? elems(rep) / (rows * dim) : 0;
-	if (!layer_steps_on()) {
+	if (!layer_step_on("norm_add_more")) {
 		c_norm_add(s, y, x, w, a, b, dim, eps, c);
 		if (rep.data)
 			c_ew(s, VD_EW_ADD_REP, rep, rep, x, 0);
@@ -612,13 +655,18 @@ static vd_tensor rows_of(vd_tensor t, int64_t n, int64_t dim)
 	return t;
 }
 
-bool layer_steps_on()
+bool layer_step_on(const char *name)
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_LAYER_STEPS");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	return on;
+	static const char *e = getenv("VERDICT_LAYER_STEPS");
+	if (!e || !*e)
+		return true;
+	if (strcmp(e, "0") == 0)
+		return false;
+	size_t n = strlen(name);
+	for (const char *p = e; (p = strstr(p, name)) != nullptr; p += n)
+		if ((p == e || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+			return true;
+	return false;
 }
 
 void c_altup_predict_step(vd_stream *s, const vd_altup *a)
@@ -626,7 +674,7 @@ void c_altup_predict_step(vd_stream *s, const vd_altup *a)
 	ENTER(s);
 	if (a->n <= 0)
 		return;
-	if (layer_steps_on() && altup_step_fits(a, 16)) {
+	if (layer_step_on("altup_predict_step") && altup_step_fits(a, 16)) {
 		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a);
 		launched(s);
 		return;
@@ -641,7 +689,7 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 	ENTER(s);
 	if (a->n <= 0)
 		return;
-	if (layer_steps_on() && altup_step_fits(a, 4)) {
+	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4)) {
 		launch(s, k_altup_step<false>, (unsigned)a->n, RB, 0, *a);
 		launched(s);
 		return;

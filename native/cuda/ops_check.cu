@@ -345,9 +345,10 @@ static void check_layer_steps(bool small)
 				std::string name = "norm_ropes" + nm;
 				std::vector<float> qv = randf((size_t)(n * hq * hd), -2, 2), kv = randf((size_t)(n * hkv * hd), -2, 2),
 				                   vv = randf((size_t)(n * hkv * hd), -2, 2);
-				std::vector<int32_t> slot(slots);
+				std::vector<int32_t> slot(slots); /* distinct slots, shuffled */
 				for (int64_t i = 0; i < slots; i++)
-					slot[i] = (int32_t)((i * 5 + 2) % slots);
+					slot[i] = (int32_t)i;
+				std::shuffle(slot.begin(), slot.end(), rng);
 				slot.resize(n);
 				std::vector<float> freq(hd / 2);
 				for (int64_t i = 0; i < hd / 2; i++)

@@ -135,7 +135,7 @@ void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r)
 		blocks += n * r->part[i].heads;
 	if (blocks <= 0)
 		return;
-	if (!layer_steps_on()) {
+	if (!layer_step_on("norm_ropes")) {
 		for (int i = 0; i < r->nparts; i++) {
 			const vd_norm_rope_part &p = r->part[i];
 			c_norm_rope(s, p.y, r->idx, p.x, p.w, r->eps, r->pos, p.heads, r->head_dim, p.inv_freq);
