@@ -231,7 +231,7 @@ func TestReadGGUFHeaderBounds(t *testing.T) {
 	good := filepath.Join(dir, "good.gguf")
 	writeGGUF(t, good, gemmaGGUF(15), []string{"a.conv1d.0.weight", "v.blk.0.attn.weight"}, 0)
 	h, err := ReadGGUFHeader(good)
-	if err != nil || h.Architecture != "gemma3n" || h.FileType != 15 || !h.Vision || !h.Audio || h.Tensors != 2 || h.Name != "Gemma 3n E2B It" {
+	if err != nil || h.Architecture != "gemma3n" || h.FileType != 15 || !h.Vision || !h.Audio || h.Tensors != 2 || h.Name != "Gemma E2B It" {
 		t.Fatalf("%+v, %v", h, err)
 	}
 	b, _ := os.ReadFile(good)
