@@ -8,16 +8,18 @@ import (
 )
 
 // TestVerifyFixtureGemma4: verify-fixture runs the Gemma 4 fixtures' checks
-// (meta.json family "gemma4") on the CPU: one PASS line a check and the
-// count, exit 0.
+// (meta.json family "gemma4"): the reference decoder's (15, and 17 with the
+// router's outputs), then the decoder's through the model interface on the
+// CPU (14: all but the per-layer inputs and router outputs); one PASS line
+// a check and the count, exit 0.
 func TestVerifyFixtureGemma4(t *testing.T) {
 	for _, tc := range []struct {
 		file   string
 		checks int
 	}{
-		{"gemma4-synthetic-tiny.tar.gz", 15},
-		{"gemma4-synthetic-tiny-moe.tar.gz", 17},
-		{"gemma4-synthetic-tiny-f64.tar.gz", 15},
+		{"gemma4-synthetic-tiny.tar.gz", 15 + 14},
+		{"gemma4-synthetic-tiny-moe.tar.gz", 17 + 14},
+		{"gemma4-synthetic-tiny-f64.tar.gz", 15 + 14},
 	} {
 		code, out, errOut := run("verify-fixture", filepath.Join("..", "..", "testdata", tc.file))
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")

@@ -24,13 +24,6 @@ func (fx *fixtureData) decoder(t testing.TB, opt Options) *Decoder {
 	return d
 }
 
-func ids32(ids []int) []int32 {
-	out := make([]int32, len(ids))
-	for i, v := range ids {
-		out[i] = int32(v)
-	}
-	return out
-}
 
 // run forwards ids on c through x in one batch (every row wanted) and
 // returns their logits.

@@ -82,7 +82,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 	int64_t r = blockIdx.x;
 	float *xr = x + r * dim, *yr = y + r * dim;
 	const float *ar = a + r * dim, *br = b ? b + r * dim : nullptr;
-	float v[RN], wv[RN], av[RN], bv[RN], rv[2][RN];
+	float v[RN], wv[RN], av[RN], bv[RN], rv[2][RN], fwv[RN];
 	int64_t i0 = threadIdx.x;
 	bool rreg = nrep <= 2; /* rep's first RN columns read with the rest */
 #pragma unroll
@@ -90,6 +90,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 		int64_t i = i0 + (int64_t)u * RB;
 		v[u] = i < dim ? xr[i] : 0.0f;
 		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+		fwv[u] = f && fw && i < dim ? __ldg(fw + i) : 1.0f;
 		av[u] = i < dim ? ar[i] : 0.0f;
 		bv[u] = br && i < dim ? br[i] : 0.0f;
 #pragma unroll
@@ -153,7 +154,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, c
 	for (int u = 0; u < RN; u++) {
 		int64_t i = i0 + (int64_t)u * RB;
 		if (i < dim)
-			fr[i] = fw ? (av[u] * inv2) * __ldg(fw + i) : av[u] * inv2;
+			fr[i] = fw ? (av[u] * inv2) * fwv[u] : av[u] * inv2;
 	}
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		fr[i] = fw ? (yr[i] * inv2) * fw[i] : yr[i] * inv2;
