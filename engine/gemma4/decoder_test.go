@@ -24,7 +24,6 @@ func (fx *fixtureData) decoder(t testing.TB, opt Options) *Decoder {
 	return d
 }
 
-
 // run forwards ids on c through x in one batch (every row wanted) and
 // returns their logits.
 func run(t testing.TB, x model.Exec, c model.Cache, ids []int32, V int) []float32 {
