@@ -16,6 +16,7 @@
  * the grid (max_keys fixes only the number of chunk blocks launched). */
 #define AB 256
 #define AC 64
+#define AK 4 /* keys a warp scores at once */
 
 __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
                                              int64_t *e1_out)
@@ -126,15 +127,34 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	const float *K = (const float *)a.k.data, *V = (const float *)a.v.data;
 	const float *q = (const float *)a.q.data + (i * a.hq + h0) * d;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
-	for (int pj = w; pj < GH * cnt; pj += nw) {
-		int hh = pj / cnt, j = pj % cnt;
-		const float *kr = K + krow[j] * ldk + g * d, *qh = q + hh * d;
-		float acc = 0.0f;
+	/* a warp's scores AK keys at a time (their loads in flight together),
+	 * each key's sum in the order of a key alone */
+	for (int pj0 = w; pj0 < GH * cnt; pj0 += AK * nw) {
+		const float *kr[AK], *qh[AK];
+		float acc[AK];
+		bool on[AK];
+#pragma unroll
+		for (int u = 0; u < AK; u++) {
+			int pj = pj0 + u * nw;
+			on[u] = pj < GH * cnt; /* the same for the whole warp */
+			int hh = on[u] ? pj / cnt : 0, j = on[u] ? pj % cnt : 0;
+			kr[u] = K + krow[j] * ldk + g * d, qh[u] = q + hh * d;
+			acc[u] = 0.0f;
+		}
 		for (int64_t c = lane; c < d; c += 32)
-			acc = fmaf(qh[c], kr[c], acc);
-		acc = warp_sum(acc);
-		if (lane == 0)
-			sc[hh][j] = acc * a.scale;
+#pragma unroll
+			for (int u = 0; u < AK; u++)
+				if (on[u])
+					acc[u] = fmaf(qh[u][c], kr[u][c], acc[u]);
+#pragma unroll
+		for (int u = 0; u < AK; u++) {
+			if (!on[u])
+				break;
+			int pj = pj0 + u * nw;
+			float sum = warp_sum(acc[u]);
+			if (lane == 0)
+				sc[pj / cnt][pj % cnt] = sum * a.scale;
+		}
 	}
 	__syncthreads();
 #pragma unroll
@@ -155,6 +175,7 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 #pragma unroll
 		for (int hh = 0; hh < GH; hh++)
 			acc[hh] = 0.0f;
+#pragma unroll 8
 		for (int j = 0; j < cnt; j++) {
 			float v = V[krow[j] * ldk + g * d + c];
 #pragma unroll
