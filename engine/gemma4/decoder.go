@@ -1,6 +1,7 @@
 package gemma4
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -41,6 +42,18 @@ type Options struct {
 	// KVPositions is the pool's size in positions of each kind (0:
 	// DefaultKVPositions).
 	KVPositions int
+	// Weights: model.WeightsF32 (the reference's float32 weights bound in
+	// place: the exact path; "" means it) or model.WeightsQ4 (the large
+	// matrices packed to 4 bits: pack.go).
+	Weights model.Weights
+	// Group is the q4 group size, a power of two from 32 to 512 (0:
+	// DefaultGroup).
+	Group int
+	// Context, when set, stops packing between matrices; NewDecoder then
+	// returns its error.
+	Context context.Context
+	// Progress, when set, hears the weights packed: done of total.
+	Progress func(done, total int64)
 }
 
 // Decoder is a Gemma 4 text decoder on a backend, implementing the engine's
@@ -59,6 +72,9 @@ type Decoder struct {
 	execs   *execPool
 	maxRows int
 	view    bool // made by WithKVPositions: the weights are another's
+	weights model.Weights
+	group   int             // q4 group size (0: float32 weights)
+	packed  []native.Matrix // the q4 matrices bound (kept alive here)
 
 	embScale, pleScale, projScale, inScale, rootD float32
 }
@@ -109,7 +125,11 @@ func NewDecoder(m *Model, opt Options) (*Decoder, error) {
 	d.projScale = float32(math.Pow(float64(c.Hidden), -0.5))
 	d.inScale = float32(math.Pow(2, -0.5))
 	d.rootD = d.projScale
-	if err := d.bind(); err != nil {
+	var err error
+	if d.weights, d.group, err = weightsOf(opt); err != nil {
+		return nil, err
+	}
+	if err := d.bind(opt.Context, opt.Progress); err != nil {
 		return nil, err
 	}
 	p, err := kvpool.New(d.be, c.Layers, d.kvSpecs(), kv, d.maxRows)
@@ -147,16 +167,27 @@ func (d *Decoder) kvSpecs() [2]kvpool.Spec {
 }
 
 // bind binds every weight to the backend (the built-in backend uses the
-// slices in place).
-func (d *Decoder) bind() error {
+// float32 slices in place). With q4 weights the large matrices are packed
+// first (pack.go) and their packed copies bound; ctx and progress are the
+// packing's.
+func (d *Decoder) bind(ctx context.Context, progress func(done, total int64)) error {
 	m, c := d.Ref, d.cfg
 	w := d.be.NewBound()
 	d.bound = w
+	pk := &packer{group: d.group}
 	var err error
-	mat := func(dst *native.Tensor, x []float32, rows, cols int) {
+	// f32 binds a matrix as it is; mat packs it when the packer takes it.
+	f32 := func(dst *native.Tensor, x []float32, rows, cols int) {
 		if err == nil && x != nil {
 			*dst, err = w.Matrix(native.NewF32(rows, cols, x))
 		}
+	}
+	mat := func(dst *native.Tensor, name string, x []float32, rows, cols int) {
+		if x != nil && pk.packs(rows, cols) {
+			pk.add(dst, name, x, rows, cols)
+			return
+		}
+		f32(dst, x, rows, cols)
 	}
 	vec := func(dst *native.Tensor, x []float32) {
 		if err == nil {
@@ -165,9 +196,9 @@ func (d *Decoder) bind() error {
 	}
 	D, L, P, V := c.Hidden, c.Layers, c.PerLayerInput, c.Vocab
 	t := &d.t
-	mat(&t.embed, m.Embed, V, D)
-	mat(&t.embedPL, m.EmbedPL, c.VocabPerLayerInput, L*P)
-	mat(&t.plProj, m.PLProj, L*P, D)
+	mat(&t.embed, "embed_tokens", m.Embed, V, D)
+	f32(&t.embedPL, m.EmbedPL, c.VocabPerLayerInput, L*P) // read a row a token
+	mat(&t.plProj, "per_layer_model_projection", m.PLProj, L*P, D)
 	vec(&t.plNorm, m.PLNorm)
 	vec(&t.norm, m.Norm)
 	for k := range m.rope {
@@ -176,36 +207,44 @@ func (d *Decoder) bind() error {
 	t.layers = make([]layerTensors, L)
 	for l := range m.Layers {
 		y, lt := &m.Layers[l], &t.layers[l]
+		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
 		hd, kvd, I := c.Heads*y.headDim, y.kvH*y.headDim, y.intermediate
 		vec(&lt.inNorm, y.InputNorm)
 		vec(&lt.postAttnNorm, y.PostAttnNorm)
-		mat(&lt.q, y.Q, hd, D)
+		mat(&lt.q, n("q_proj"), y.Q, hd, D)
 		vec(&lt.qNorm, y.QNorm)
-		mat(&lt.k, y.K, kvd, D)
-		mat(&lt.v, y.V, kvd, D)
+		mat(&lt.k, n("k_proj"), y.K, kvd, D)
+		mat(&lt.v, n("v_proj"), y.V, kvd, D)
 		vec(&lt.kNorm, y.KNorm)
-		mat(&lt.o, y.O, D, hd)
+		mat(&lt.o, n("o_proj"), y.O, D, hd)
 		vec(&lt.preFF, y.PreFFNorm)
 		vec(&lt.postFF, y.PostFFNorm)
-		mat(&lt.gate, y.Gate, I, D)
-		mat(&lt.up, y.Up, I, D)
-		mat(&lt.down, y.Down, D, I)
-		mat(&lt.pleGate, y.PLEGate, P, D)
-		mat(&lt.pleProj, y.PLEProj, D, P)
+		mat(&lt.gate, n("gate_proj"), y.Gate, I, D)
+		mat(&lt.up, n("up_proj"), y.Up, I, D)
+		mat(&lt.down, n("down_proj"), y.Down, D, I)
+		mat(&lt.pleGate, n("per_layer_input_gate"), y.PLEGate, P, D)
+		mat(&lt.pleProj, n("per_layer_projection"), y.PLEProj, D, P)
 		vec(&lt.pleNorm, y.PLENorm)
 		if c.MoE {
 			E, Ie := c.Experts, c.MoEIntermediate
-			mat(&lt.routerProj, y.RouterProj, E, D)
+			f32(&lt.routerProj, y.RouterProj, E, D) // chooses the experts
 			vec(&lt.routerScale, y.RouterScale)
-			mat(&lt.gateUp, y.ExpertGateUp, E*2*Ie, D)
-			mat(&lt.expDown, y.ExpertDown, E*D, Ie)
+			mat(&lt.gateUp, n("experts.gate_up_proj"), y.ExpertGateUp, E*2*Ie, D)
+			mat(&lt.expDown, n("experts.down_proj"), y.ExpertDown, E*D, Ie)
 			vec(&lt.postFF1, y.PostFFNorm1)
 			vec(&lt.postFF2, y.PostFFNorm2)
 			vec(&lt.preFF2, y.PreFFNorm2)
 		}
 	}
+	if err == nil && len(pk.reqs) > 0 {
+		d.packed, err = pk.pack(ctx, progress)
+		for i := 0; err == nil && i < len(pk.reqs); i++ {
+			*pk.reqs[i].dst, err = w.Matrix(d.packed[i])
+		}
+	}
 	if err != nil {
 		w.Free()
+		d.bound, d.packed = nil, nil
 		return fmt.Errorf("gemma4: binding weights: %w", err)
 	}
 	return nil
@@ -333,12 +372,3 @@ func (d *Decoder) CloseView() {
 		d.pool.Close()
 	}
 }
-
-// Weights reports float32 weights (the checkpoint's, widened from bf16).
-func (d *Decoder) Weights() model.Weights { return model.WeightsF32 }
-
-// Group is 0: no q4 packing.
-func (d *Decoder) Group() int { return 0 }
-
-// PackedCache is none: nothing is packed.
-func (d *Decoder) PackedCache() (string, bool) { return "", false }

@@ -28,11 +28,13 @@ func isGemma4(cfgJSON []byte) bool {
 	return t == "gemma4" || t == "gemma4_text"
 }
 
-// openGemma4 loads a Gemma 4 text decoder (engine/gemma4) from st: float32
-// weights only, on opt's backend.
+// openGemma4 loads a Gemma 4 text decoder (engine/gemma4) from st on
+// opt's backend, with opt's weights (q4 packed at load, or f32) and group
+// size. Packed weights are not cached (opt.CacheDir is not used); packing
+// stops with OpenContext's context and reports StagePacking.
 func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, error) {
-	if opt.Weights != model.WeightsF32 {
-		return nil, fmt.Errorf("gemma4: %s weights are not supported yet: open it with f32 weights (--weights f32)", opt.Weights)
+	if err := gemma4.CheckWeights(opt.Weights, opt.Group); err != nil {
+		return nil, err
 	}
 	cfg, err := gemma4.ParseConfig(cfgJSON)
 	if err != nil {
@@ -42,7 +44,11 @@ func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, err
 	if err != nil {
 		return nil, err
 	}
-	return gemma4.NewDecoder(ref, gemma4.Options{Backend: opt.Backend})
+	o := gemma4.Options{Backend: opt.Backend, Weights: opt.Weights, Group: opt.Group, Context: opt.ctx}
+	if f := opt.Progress; f != nil {
+		o.Progress = func(done, total int64) { f(StagePacking, done, total) }
+	}
+	return gemma4.NewDecoder(ref, o)
 }
 
 // checkVocab refuses a tokenizer whose ids reach past the model's

@@ -1,0 +1,141 @@
+package gemma4
+
+import (
+	"context"
+	"fmt"
+
+	"verdict/engine/model"
+	"verdict/native"
+)
+
+// Packing the decoder's large matrices to 4 bits (Options.Weights q4).
+//
+// With q4 weights the matrices a pass reads whole are packed in native's
+// q4 format (groups of Group columns sharing a float32 scale and offset)
+// from the reference's float32 weights, and the packed copies are bound in
+// their place: the attention projections, the dense MLP, the experts'
+// gate-up and down matrices, the per-layer projections and the tied
+// embedding (the head, the largest matrix every output row reads; a lookup
+// dequantizes one row). What stays float32, as in Gemma 3n: norms, scales
+// and rotary frequencies (vectors); the per-layer embedding table (a pass
+// reads one row of it a token, so packing saves no reading); the MoE router
+// (it picks the experts, and is small next to them, as Gemma 3n's AltUp
+// router is); and matrices under q4MinElems elements or whose columns do
+// not fit the group size.
+//
+// There is no packed-weights cache: the reference (Load) holds every
+// weight in float32 memory already, so a cache would save only the
+// packing, and Gemma 3n's cache is built around its own loader's store.
+
+// DefaultGroup is the q4 group size (columns per scale and offset): Gemma
+// 3n's, chosen by measurement (docs/architecture.md, Weights).
+const DefaultGroup = 64
+
+// q4MinElems: smaller matrices stay float32 (they cost nothing to read).
+const q4MinElems = 4096
+
+// CheckWeights checks weights and a q4 group size as NewDecoder will (a
+// loader checks them before it reads the checkpoint).
+func CheckWeights(w model.Weights, group int) error {
+	_, _, err := weightsOf(Options{Weights: w, Group: group})
+	return err
+}
+
+// weightsOf checks opt's weights and group size and returns them with the
+// defaults filled in: f32 when unset, DefaultGroup for q4 (0 for f32).
+func weightsOf(opt Options) (model.Weights, int, error) {
+	w := opt.Weights
+	if w == "" {
+		w = model.WeightsF32
+	}
+	if _, err := model.ParseWeights(string(w)); err != nil {
+		return "", 0, fmt.Errorf("gemma4: %w", err)
+	}
+	if w != model.WeightsQ4 {
+		return w, 0, nil
+	}
+	g := opt.Group
+	if g == 0 {
+		g = DefaultGroup
+	}
+	if g < 32 || g > 512 || g&(g-1) != 0 {
+		return "", 0, fmt.Errorf("gemma4: q4 group size %d: want a power of two from 32 to 512", g)
+	}
+	return w, g, nil
+}
+
+// packReq is a matrix to pack: its float32 rows and where its tensor goes.
+type packReq struct {
+	dst        *native.Tensor
+	name       string
+	src        []float32
+	rows, cols int
+}
+
+// packer collects the matrices of a q4 bind and packs them together.
+type packer struct {
+	group int // 0: nothing is packed
+	reqs  []packReq
+}
+
+// packs reports whether a rows×cols matrix is packed: with q4 weights,
+// when it is large and its columns fit the groups.
+func (p *packer) packs(rows, cols int) bool {
+	return p.group > 0 && rows*cols >= q4MinElems && native.Q4Fits(cols, p.group)
+}
+
+// add records a matrix to pack.
+func (p *packer) add(dst *native.Tensor, name string, src []float32, rows, cols int) {
+	p.reqs = append(p.reqs, packReq{dst: dst, name: name, src: src, rows: rows, cols: cols})
+}
+
+// pack quantizes every recorded matrix, checking ctx between matrices and
+// telling progress (when set) the weights packed of the total. The packed
+// matrices are returned in the order recorded.
+func (p *packer) pack(ctx context.Context, progress func(done, total int64)) ([]native.Matrix, error) {
+	var total, done int64
+	for _, r := range p.reqs {
+		if len(r.src) != r.rows*r.cols {
+			return nil, fmt.Errorf("packing %s: %d weights, its shape %dx%d wants %d", r.name, len(r.src), r.rows, r.cols, r.rows*r.cols)
+		}
+		total += int64(len(r.src))
+	}
+	out := make([]native.Matrix, len(p.reqs))
+	for i, r := range p.reqs {
+		if ctx != nil {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		nq, ns := native.Q4Sizes(r.rows, r.cols, p.group)
+		q, so := make([]byte, nq), make([]float32, ns)
+		native.QuantizeQ4(q, so, r.src, r.rows, r.cols, p.group)
+		out[i] = native.NewQ4(r.rows, r.cols, p.group, q, so)
+		done += int64(len(r.src))
+		if progress != nil {
+			progress(done, total)
+		}
+	}
+	return out, nil
+}
+
+// Weights reports how the decoder keeps its large matrices: float32 (the
+// reference's, bound in place) or packed to q4.
+func (d *Decoder) Weights() model.Weights { return d.weights }
+
+// Group reports the q4 group size (0 for float32 weights).
+func (d *Decoder) Group() int { return d.group }
+
+// PackedCache is none: packed weights are not cached (see the top of
+// pack.go).
+func (d *Decoder) PackedCache() (string, bool) { return "", false }
+
+// PackedBytes reports the memory the packed matrices take (0 for float32
+// weights): nibbles, scales and offsets.
+func (d *Decoder) PackedBytes() int64 {
+	var n int64
+	for _, m := range d.packed {
+		n += m.Bytes()
+	}
+	return n
+}
