@@ -55,6 +55,7 @@ typedef struct {
 
 typedef struct {
 	vd_tensor y, f, x, norm_w, w, cw, cy, h, pred, out, out_w;
+	vd_tensor pre, pre_w; /* altup_correct_step: norm_add(x, pre, pre_w, x) first (pre.data NULL: none) */
 	float eps, scale, add;
 	int has_add;
 	int64_t n, dim;
@@ -269,7 +270,9 @@ typedef struct {
 	 * without them gets those operations from the engine).
 	 * altup_predict_step: router_coef (x = h's first n rows), then
 	 * altup_predict(pred, h, cy), then out = rmsnorm(pred's first n rows)·
-	 * out_w. altup_correct_step: router_coef (x = the layer's output), then
+	 * out_w. altup_correct_step: with pre, norm_add(x, pre, pre_w, x) (the
+	 * layer's last norm-add: pre = rmsnorm(pre)·pre_w, x = x + pre), then
+	 * router_coef (x = the layer's output), then
 	 * altup_correct(h, pred, x, cy), then out = h's first n rows · out_w
 	 * (ew mul_rep; out_w NULL: a copy). norm_add_more: norm_add, then each
 	 * block of x.rows rows of rep (rep.data NULL: none) += x (ew add_rep),

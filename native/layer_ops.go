@@ -15,6 +15,9 @@ import "C"
 // prediction Pred [4·N, Dim], and Out [N, Dim] with OutW [Dim] (nil: none).
 type AltUpStep struct {
 	Y, F, X, NormW, W, CW, CY, H, Pred, Out, OutW Tensor
+	// Pre and PreW (AltUpCorrectStep; nil Pre: none): the layer's last
+	// norm-add first, NormAdd(X, Pre, PreW, X).
+	Pre, PreW Tensor
 	Eps, Scale, Add                               float32
 	Plus                                          bool
 	N, Dim                                        int
@@ -25,7 +28,8 @@ func (a *AltUpStep) check(msg string) {
 	check(d > 0 && a.X.Rows() == n && a.X.Cols() == d && a.F.Rows() == n && a.F.Cols() == d && a.W.Cols() == d &&
 		a.Y.Rows() == n && a.Y.Cols() == a.W.Rows() && a.CW.Cols() == a.W.Rows() && a.CY.Rows() == n &&
 		a.CY.Cols() == a.CW.Rows() && a.H.Len() >= 4*n*d && a.Pred.Len() >= 4*n*d && a.Out.Len() >= n*d &&
-		(a.OutW.Nil() || a.OutW.Len() >= d) && (a.NormW.Nil() || a.NormW.Len() >= d), msg)
+		(a.OutW.Nil() || a.OutW.Len() >= d) && (a.NormW.Nil() || a.NormW.Len() >= d) &&
+		(a.Pre.Nil() || (a.Pre.Len() == n*d && (a.PreW.Nil() || a.PreW.Len() >= d))), msg)
 }
 
 func (a *AltUpStep) c() C.vd_altup {
@@ -35,7 +39,7 @@ func (a *AltUpStep) c() C.vd_altup {
 	}
 	return C.vd_altup{
 		y: a.Y.t, f: a.F.t, x: a.X.t, norm_w: a.NormW.t, w: a.W.t, cw: a.CW.t, cy: a.CY.t, h: a.H.t, pred: a.Pred.t,
-		out: a.Out.t, out_w: a.OutW.t, eps: C.float(a.Eps), scale: C.float(a.Scale), add: C.float(a.Add), has_add: has,
+		out: a.Out.t, out_w: a.OutW.t, pre: a.Pre.t, pre_w: a.PreW.t, eps: C.float(a.Eps), scale: C.float(a.Scale), add: C.float(a.Add), has_add: has,
 		n: C.int64_t(a.N), dim: C.int64_t(a.Dim),
 	}
 }
@@ -48,6 +52,7 @@ func (s *Stream) AltUpPredictStep(a *AltUpStep) {
 		return
 	}
 	a.check("Stream.AltUpPredictStep: shapes differ")
+	check(a.Pre.Nil(), "Stream.AltUpPredictStep: Pre is AltUpCorrectStep's")
 	if s.be.lacks[OpAltUpPredictStep] {
 		s.RouterCoef(a.Y, a.F, a.X, a.NormW, a.W, a.Dim, a.Eps, a.Scale, a.CW, a.CY, a.Add, a.Plus)
 		s.AltUpPredict(a.Pred, a.H, a.CY, a.N, a.Dim)
@@ -58,14 +63,18 @@ func (s *Stream) AltUpPredictStep(a *AltUpStep) {
 }
 
 // AltUpCorrectStep is AltUp's correction after a layer whose output is
-// a.X: RouterCoef on it, AltUpCorrect(H, Pred, X, CY), then Out = H's
-// first N rows·OutW (MulRep; nil OutW: a copy).
+// a.X: with a.Pre, NormAdd(X, Pre, PreW, X) first; RouterCoef on X,
+// AltUpCorrect(H, Pred, X, CY), then Out = H's first N rows·OutW (MulRep;
+// nil OutW: a copy).
 func (s *Stream) AltUpCorrectStep(a *AltUpStep) {
 	if a.N == 0 {
 		return
 	}
 	a.check("Stream.AltUpCorrectStep: shapes differ")
 	if s.be.lacks[OpAltUpCorrectStep] {
+		if !a.Pre.Nil() {
+			s.NormAdd(a.X, a.Pre, a.PreW, a.X, Tensor{}, a.Dim, a.Eps, 0)
+		}
 		s.RouterCoef(a.Y, a.F, a.X, a.NormW, a.W, a.Dim, a.Eps, a.Scale, a.CW, a.CY, a.Add, a.Plus)
 		s.AltUpCorrect(a.H, a.Pred, a.X, a.CY, a.N, a.Dim)
 		if a.OutW.Nil() {

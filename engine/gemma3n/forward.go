@@ -124,15 +124,16 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 		}
 		st.Linear(d, g, w.down)
 	}
-	st.NormAdd(xa, d, w.postFFNorm, xa, native.Tensor{}, D, eps, 0) // activated
 
-	// AltUp correct; d = the corrected first stream (scaled), the
-	// per-layer input's gate's input.
+	// The MLP's norm-add (xa += norm(d)), then AltUp correct; d = the
+	// corrected first stream (scaled), the per-layer input's gate's input.
 	var scale native.Tensor
 	if cfg.AltUpCorrectScale {
 		scale = w.correctScale
 	}
-	st.AltUpCorrectStep(x.altupStep(w, xa, w.corrCoefs, x.coef.Sub(0, n, 4), true, H, pred, d, scale, n))
+	step := x.altupStep(w, xa, w.corrCoefs, x.coef.Sub(0, n, 4), true, H, pred, d, scale, n)
+	step.Pre, step.PreW = d, w.postFFNorm
+	st.AltUpCorrectStep(step)
 
 	// Per-layer input, added to streams 1..3.
 	pg := rows(x.pg)

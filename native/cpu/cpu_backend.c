@@ -630,6 +630,8 @@ static void cpu_altup_predict_step(vd_stream *s, const vd_altup *a)
 
 static void cpu_altup_correct_step(vd_stream *s, const vd_altup *a)
 {
+	if (a->pre.data)
+		cpu_norm_add(s, a->x, a->pre, a->pre_w, a->x, (vd_tensor){0}, a->dim, a->eps, 0);
 	cpu_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
 	cpu_altup_correct(s, a->h, a->pred, a->x, a->cy, a->n, a->dim);
 	vd_tensor out = rows_of(a->out, a->n, a->dim), h0 = rows_of(a->h, a->n, a->dim);

@@ -417,6 +417,41 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 	/* the thread's first RN columns of the four streams (and, after, of the
 	 * layer's output) in registers at once, before the router: their
 	 * loads wait behind none of this block's stores */
+	if (!PRED && a.pre.data) { /* the layer's last norm-add (k_norm_add's arithmetic): x = x + rmsnorm(pre)·pre_w */
+		float *pr = (float *)a.pre.data + row, *xw = (float *)a.x.data + row;
+		const float *pw = (const float *)a.pre_w.data;
+		float pv[RN], xv[RN], pwv[RN], acc = 0.0f;
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int64_t i = threadIdx.x + (int64_t)u * RB;
+			pv[u] = i < dim ? pr[i] : 0.0f;
+			xv[u] = i < dim ? xw[i] : 0.0f;
+			pwv[u] = pw && i < dim ? __ldg(pw + i) : 1.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < RN; u++)
+			if (threadIdx.x + (int64_t)u * RB < dim)
+				acc = fmaf(pv[u], pv[u], acc);
+		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB)
+			acc = fmaf(pr[i], pr[i], acc);
+		float ss = block_sum(acc, red);
+		float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + a.eps)));
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int64_t i = threadIdx.x + (int64_t)u * RB;
+			if (i < dim) {
+				float xn = pw ? (pv[u] * inv) * pwv[u] : pv[u] * inv;
+				pr[i] = xn;
+				xw[i] = xv[u] + xn;
+			}
+		}
+		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+			float xn = pw ? (pr[i] * inv) * pw[i] : pr[i] * inv;
+			pr[i] = xn;
+			xw[i] = xw[i] + xn;
+		}
+		__syncthreads(); /* x's new row, for the router */
+	}
 	float sv[4][RN], av[RN];
 	const float *src = PRED ? h : pred;
 #pragma unroll
@@ -690,11 +725,14 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 	ENTER(s);
 	if (a->n <= 0)
 		return;
-	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4)) {
+	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4) &&
+	    !(a->pre.data && (a->pre.dtype != VD_F32 || (a->pre_w.data && a->pre_w.dtype != VD_F32)))) {
 		launch(s, k_altup_step<false>, (unsigned)a->n, RB, 0, *a);
 		launched(s);
 		return;
 	}
+	if (a->pre.data)
+		c_norm_add(s, a->x, a->pre, a->pre_w, a->x, vd_tensor{}, a->dim, a->eps, 0.0f);
 	c_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
 	c_altup_correct(s, a->h, a->pred, a->x, a->cy, a->n, a->dim);
 	vd_tensor out = rows_of(a->out, a->n, a->dim), h0 = rows_of(a->h, a->n, a->dim);

@@ -250,17 +250,24 @@ static void check_layer_steps(bool small)
 			for (int pass = 0; pass < 2; pass++) {
 				bool pred = pass == 0;
 				int64_t nc = pred ? 16 : 4;
-				for (bool withw : {true, false}) {
-					std::string name = std::string(pred ? "altup_predict_step" : "altup_correct_step") + nm + (withw ? "" : " no out_w");
-					Pair CW = in(randf((size_t)(nc * 4), -1, 1)), X = in(randf(nd, -2, 2)), P = in(randf(4 * nd, -2, 2));
+				for (int variant = 0; variant < (pred ? 2 : 3); variant++) {
+					/* correct: the third with the layer's last norm-add first (pre) */
+					bool withw = variant != 1, withpre = variant == 2;
+					std::string name = std::string(pred ? "altup_predict_step" : "altup_correct_step") + nm +
+					                   (withw ? "" : " no out_w") + (withpre ? " +pre" : "");
+					std::vector<float> xv = randf(nd, -2, 2), prev = randf(nd, -2, 2);
+					Pair CW = in(randf((size_t)(nc * 4), -1, 1)), X = in(xv), P = in(randf(4 * nd, -2, 2));
+					Pair PRE = in(prev), PW = in(randf((size_t)dim, 0.5f, 1.5f)), XS = in(xv), PRES = in(prev);
 					Pair Y = out((size_t)n * 16), CY = out((size_t)(n * nc) * 4), PR = out(4 * nd * 4), O = out(nd * 4);
 					std::vector<float> hnow = down_f(H, 4 * nd); /* the correction writes h: each pass from the same */
 					Pair HG = in(hnow); /* the CPU runs on its host side, the GPU on its device side */
-					auto args = [&](bool g, Pair &h, Pair &pr, Pair &y, Pair &cy, Pair &o) {
+					auto args = [&](bool g, Pair &h, Pair &pr, Pair &y, Pair &cy, Pair &o, Pair &x, Pair &pre) {
 						vd_altup a;
 						memset(&a, 0, sizeof a);
 						a.y = T(y, g, VD_F32, n, 4), a.f = T(F, g, VD_F32, n, dim);
-						a.x = pred ? T(h, g, VD_F32, n, dim) : T(X, g, VD_F32, n, dim);
+						a.x = pred ? T(h, g, VD_F32, n, dim) : T(x, g, VD_F32, n, dim);
+						if (withpre)
+							a.pre = T(pre, g, VD_F32, n, dim), a.pre_w = T(PW, g, VD_F32, 1, dim);
 						a.norm_w = T(NW, g, VD_F32, 1, dim), a.w = T(WR, g, VD_F32, 4, dim);
 						a.cw = T(CW, g, VD_F32, nc, 4), a.cy = T(cy, g, VD_F32, n, nc);
 						a.h = T(h, g, VD_F32, 4 * n, dim), a.pred = pred ? T(pr, g, VD_F32, 4 * n, dim) : T(P, g, VD_F32, 4 * n, dim);
@@ -269,17 +276,23 @@ static void check_layer_steps(bool small)
 						return a;
 					};
 					if (run(name, [&](vd_backend *b, vd_stream *st, bool g) {
-						    vd_altup a = args(g, HG, PR, Y, CY, O);
+						    vd_altup a = args(g, HG, PR, Y, CY, O, X, PRE);
 						    (pred ? b->op.altup_predict_step : b->op.altup_correct_step)(st, &a);
 					    })) {
 						cmp(name + " (coefficients)", CY, (size_t)(n * nc), TOL_DOT);
 						cmp(name + " (out)", O, nd, TOL_DOT);
 						cmp(name + (pred ? " (prediction)" : " (streams)"), pred ? PR : HG, 4 * nd, TOL_DOT);
+						if (withpre) {
+							cmp(name + " (x after the norm-add)", X, nd, TOL_DOT);
+							cmp(name + " (pre normalised)", PRE, nd, TOL_DOT);
+						}
 					}
 					/* the operations it stands for, on the GPU, from the same h */
 					Pair HS = in(hnow), YS = out((size_t)n * 16), CS2 = out((size_t)(n * nc) * 4), PS = out(4 * nd * 4),
 					     OS = out(nd * 4);
-					vd_altup a = args(true, HS, PS, YS, CS2, OS);
+					vd_altup a = args(true, HS, PS, YS, CS2, OS, XS, PRES);
+					if (withpre)
+						GPU->op.norm_add(GS, a.x, a.pre, a.pre_w, a.x, NIL(), dim, a.eps, 0.0f);
 					GPU->op.router_coef(GS, a.y, a.f, a.x, a.norm_w, a.w, dim, a.eps, a.scale, a.cw, a.cy, a.add, a.has_add);
 					vd_tensor o = a.out, h0 = a.h, p0 = a.pred;
 					h0.rows = n, p0.rows = n;
@@ -297,6 +310,8 @@ static void check_layer_steps(bool small)
 					same(name + " = the operations", down_f(CY, (size_t)(n * nc)), down_f(CS2, (size_t)(n * nc)));
 					same(name + " = the operations (out)", down_f(O, nd), down_f(OS, nd));
 					same(name + " = the operations (streams)", down_f(pred ? PR : HG, 4 * nd), down_f(pred ? PS : HS, 4 * nd));
+					if (withpre)
+						same(name + " = the operations (x)", down_f(X, nd), down_f(XS, nd));
 				}
 			}
 			/* norm_add_more: the attention's norm-add with the MLP's norm
