@@ -71,7 +71,8 @@ type Decoder struct {
 	pool    *kvpool.Pool
 	execs   *execPool
 	maxRows int
-	view    bool // made by WithKVPositions: the weights are another's
+	view    bool         // made by WithKVPositions: the weights are another's
+	media   *MediaTokens // SetMediaTokens (multimodal.go); nil: text only
 	weights model.Weights
 	group   int             // q4 group size (0: float32 weights)
 	packed  []native.Matrix // the q4 matrices bound (kept alive here)

@@ -66,10 +66,8 @@ func (m *Model) Forward(ids []int, cache *Cache, tr *Trace) ([]float32, error) {
 			return nil, fmt.Errorf("gemma4: token %d (at %d) is outside the vocabulary of %d", t, i, c.Vocab)
 		}
 	}
-	D, L, P := c.Hidden, c.Layers, c.PerLayerInput
-	pos0 := cache.n
-
 	// 1. Embeddings: E[t] · float32(√D).
+	D := c.Hidden
 	h := make([]float32, n*D)
 	for i, t := range ids {
 		row := m.Embed[t*D : (t+1)*D]
@@ -77,6 +75,52 @@ func (m *Model) Forward(ids []int, cache *Cache, tr *Trace) ([]float32, error) {
 			h[i*D+j] = v * m.embScale
 		}
 	}
+	return m.forward(h, ids, cache, tr)
+}
+
+// ForwardEmbeds is Forward from given input embeddings e [n·D] (a
+// multimodal prompt's merged embeddings, MergeMedia): ids [n] are the ids
+// the per-layer table reads (pad_token_id on media positions). e is not
+// changed.
+func (m *Model) ForwardEmbeds(e []float32, ids []int, cache *Cache, tr *Trace) ([]float32, error) {
+	c := m.Cfg
+	n := len(ids)
+	switch {
+	case n == 0:
+		return nil, errors.New("gemma4: ForwardEmbeds of no positions")
+	case len(e) != n*c.Hidden:
+		return nil, fmt.Errorf("gemma4: ForwardEmbeds: %d embedding values for %d positions of %d", len(e), n, c.Hidden)
+	}
+	if cache == nil {
+		cache = m.NewCache()
+	}
+	if cache.n+n > MaxPositions {
+		return nil, fmt.Errorf("gemma4: %d positions, at most %d", cache.n+n, MaxPositions)
+	}
+	vpl := c.Vocab
+	if c.PerLayerInput > 0 {
+		vpl = min(vpl, c.VocabPerLayerInput)
+	}
+	for i, t := range ids {
+		if t < 0 || t >= vpl {
+			return nil, fmt.Errorf("gemma4: per-layer id %d (at %d) is outside the vocabulary of %d", t, i, vpl)
+		}
+	}
+	for i, v := range e {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("gemma4: ForwardEmbeds: embedding value %d of position %d is %v", i%c.Hidden, i/c.Hidden, v)
+		}
+	}
+	return m.forward(clone(e), ids, cache, tr)
+}
+
+// forward runs the input embeddings h [n·D] (overwritten) of positions
+// whose per-layer ids are ids from cache.Len() on (GEMMA4.md §2-6).
+func (m *Model) forward(h []float32, ids []int, cache *Cache, tr *Trace) ([]float32, error) {
+	c := m.Cfg
+	n := len(ids)
+	D, L, P := c.Hidden, c.Layers, c.PerLayerInput
+	pos0 := cache.n
 	if tr != nil {
 		tr.Hidden = append(tr.Hidden[:0], clone(h))
 	}

@@ -6,22 +6,6 @@ import (
 	"verdict/engine/model"
 )
 
-// AddMultimodal appends a text prompt to b as rows of cache c, the last
-// outs wanted. Gemma 4's image and audio towers do not reach the decoder
-// yet: media are refused.
-func (d *Decoder) AddMultimodal(b *model.Batch, c model.Cache, ids []int32, md model.Media, outs int) error {
-	if len(md.Image) > 0 || len(md.Audio) > 0 {
-		return fmt.Errorf("gemma4: images and audio are not supported yet (the decoder takes text only)")
-	}
-	for _, id := range ids {
-		if id < 0 || int(id) >= d.cfg.Vocab {
-			return fmt.Errorf("gemma4: token id %d outside the vocabulary of %d", id, d.cfg.Vocab)
-		}
-	}
-	b.Add(c, ids, outs)
-	return nil
-}
-
 // Embed returns the scaled input embeddings of ids [len(ids), D] on the
 // host.
 func (d *Decoder) Embed(ids []int32) ([]float32, error) {

@@ -72,4 +72,13 @@ type Media struct {
 	// Hard embeds a multimodal control token (an id of the towers'
 	// vocabularies, e.g. <end_of_image>).
 	Hard func(id int32) ([]float32, error)
+	// ImageTokens, when set, is each image's soft-token count in prompt
+	// order, for a model whose images differ in count (Gemma 4: it
+	// depends on the image's size); Image then holds their sum of rows.
+	// nil: every image has the chat format's VisionTokens.
+	ImageTokens []int
+	// AudioTokens, when set, is each audio clip's soft-token count in
+	// prompt order (Gemma 4 takes several clips of any length); Audio
+	// then holds their sum of rows.
+	AudioTokens []int
 }
