@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"verdict/engine/kvpool"
 	"verdict/engine/model"
 	"verdict/native"
 )
@@ -44,6 +45,8 @@ type Exec struct {
 	hPLE, hHook                                                          []float32
 	caches                                                               []*Cache
 	cnt, ocnt                                                            []int // rows and outputs per sequence
+	ns                                                                   []int // per sequence: where its slots are, or its length after a pass
+	runs                                                                 []kvpool.Run
 	outs, maxKeys                                                        int
 	outRows                                                              []int32
 	hEmbIdx                                                              []int32
@@ -117,6 +120,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
 	x.hPLE = make([]float32, R*max(L*P, D))
 	x.caches, x.cnt, x.ocnt = make([]*Cache, 0, R), make([]int, 0, R), make([]int, 0, R)
+	x.ns = make([]int, 0, R)
 	x.outRows, x.hEmbIdx = make([]int32, 0, R), make([]int32, 0, R)
 	return x, nil
 }
@@ -266,13 +270,13 @@ func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
 			x.hook(b.Hook, i, H.Slice(0, cur))
 		}
 		for s, c := range x.caches {
-			if c.progress != nil {
+			if f := c.Progress(); f != nil {
 				runs := L
 				if x.ocnt[s] == 0 && cfg.NumKVSharedLayers > 0 && b.Hook == nil {
 					runs = first
 				}
 				if i < runs {
-					c.progress(i+1, runs)
+					f(i+1, runs)
 				}
 			}
 		}
@@ -295,8 +299,8 @@ func (x *Exec) prepare(b *Batch) error {
 	D := cfg.HiddenSize
 	x.caches, x.cnt, x.ocnt, x.outRows = x.caches[:0], x.cnt[:0], x.ocnt[:0], x.outRows[:0]
 	for r, row := range b.Rows {
-		c := own(row.Cache)
-		if c == nil || c.s.m.pool != m.pool {
+		c := m.pool.Own(row.Cache)
+		if c == nil {
 			return fmt.Errorf("gemma3n: row %d has no cache of this model", r)
 		}
 		if row.Embed < 0 {
@@ -318,7 +322,7 @@ func (x *Exec) prepare(b *Batch) error {
 			x.caches = append(x.caches, c)
 			x.cnt, x.ocnt = append(x.cnt, 0), append(x.ocnt, 0)
 		}
-		x.hPos[r] = int32(c.s.n + x.cnt[s])
+		x.hPos[r] = int32(c.Len() + x.cnt[s])
 		x.hQSeq[r] = int32(s)
 		x.cnt[s]++
 		x.hIDs[r] = row.Token
@@ -336,51 +340,36 @@ func (x *Exec) prepare(b *Batch) error {
 	x.outs = len(x.outRows)
 	x.maxKeys = 0
 	for s, c := range x.caches {
-		if err := c.s.m.checkPositions(c.s.n + x.cnt[s]); err != nil {
+		if err := m.checkPositions(c.Len() + x.cnt[s]); err != nil {
 			return err
 		}
-		x.maxKeys = max(x.maxKeys, c.s.n+x.cnt[s])
+		x.maxKeys = max(x.maxKeys, c.Len()+x.cnt[s])
 	}
 	n := len(b.Rows)
-	p := m.pool
-	p.mu.Lock()
-	// Slots, sequence by sequence: a sequence's rows are consecutive
-	// positions; their slots are written back to the rows in batch order.
-	tmp := x.hOne[:0]
-	var err error
-	for k := range p.kinds {
-		if len(p.kinds[k].layers) == 0 {
+	// Slots, sequence by sequence (a sequence's rows are consecutive
+	// positions), then back to the rows in batch order.
+	grown := [2][]int32{x.hOne[:n], x.hOne[n : 2*n]}
+	if err := m.pool.Grow(x.caches, x.cnt, grown); err != nil {
+		return err
+	}
+	for k, dst := range [2][]int32{x.hSlot0, x.hSlot1} {
+		if !m.pool.Has(k) {
 			continue
 		}
-		dst := x.hSlot0
-		if k == 1 {
-			dst = x.hSlot1
+		x.ns = x.ns[:0]
+		o := 0
+		for _, c := range x.cnt {
+			x.ns = append(x.ns, o)
+			o += c
 		}
-		for s, c := range x.caches {
-			tmp = tmp[:x.cnt[s]]
-			if err = c.s.slots(k, x.cnt[s], tmp); err != nil {
-				break
-			}
-			j := 0
-			for r, row := range b.Rows {
-				if row.Cache == c {
-					dst[r] = tmp[j]
-					j++
-				}
-			}
-		}
-		if err != nil {
-			break
+		for r := range b.Rows {
+			s := x.hQSeq[r]
+			dst[r] = grown[k][x.ns[s]]
+			x.ns[s]++
 		}
 	}
-	if err == nil {
-		err = x.entries(0)
-	}
-	if err != nil {
-		x.unslot() // a sequence never keeps slots past its positions
-	}
-	p.mu.Unlock()
-	if err != nil {
+	if err := x.entries(0); err != nil {
+		x.settle(false) // a sequence never keeps slots past its positions
 		return err
 	}
 	segs := 5 // ids, pos, qseq, slot0, slot1
@@ -399,12 +388,7 @@ func (x *Exec) prepare(b *Batch) error {
 }
 
 // abandon gives back the slots of a prepared pass that does not run.
-func (x *Exec) abandon() {
-	p := x.m.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	x.unslot()
-}
+func (x *Exec) abandon() { x.settle(false) }
 
 // growEntries makes room for at least n key runs in a batch: new entry
 // tensors (twice the old room, or n) in an arena of their own. The graphs
@@ -430,14 +414,19 @@ func (x *Exec) growEntries(n int) error {
 	return nil
 }
 
-// unslot gives back the slots prepare gave the batch's sequences past
-// their positions, of both kinds. Called with the pool's lock held.
-func (x *Exec) unslot() {
-	for _, c := range x.caches {
-		for k := range c.s.runs {
-			c.s.trim(k, c.s.n)
+// settle ends a pass on the batch's sequences: each takes in its rows
+// (ran), or gives back the slots prepare gave it past its positions
+// (!ran); the sliding-window blocks no later position sees are released.
+func (x *Exec) settle(ran bool) {
+	x.ns = x.ns[:0]
+	for s, c := range x.caches {
+		n := c.Len()
+		if ran {
+			n += x.cnt[s]
 		}
+		x.ns = append(x.ns, n)
 	}
+	x.m.pool.Settle(x.caches, x.ns)
 }
 
 // entries writes the batch's sequences' key runs (both kinds, sequences in
@@ -446,39 +435,33 @@ func (x *Exec) unslot() {
 // positions and the batch's rows, or steps more (a loop's) when that is more.
 func (x *Exec) entries(steps int) error {
 	S := len(x.caches)
-	total := 0
-	for _, c := range x.caches {
-		total += len(c.s.runs[0]) + len(c.s.runs[1])
-	}
 	if 2*(S+1) > x.seqEnt.Len() {
 		return fmt.Errorf("gemma3n: a batch of %d sequences, more than the %d an Exec describes", S, x.seqEnt.Len()/2-1)
 	}
+	se := x.hSeqEnt[:2*(S+1)]
+	x.runs = x.runs[:0]
+	for k := 0; k < 2; k++ {
+		for s, c := range x.caches {
+			se[k*(S+1)+s] = int32(len(x.runs))
+			// A query sees each position once (Runs checks it): within
+			// the sequence's positions and the batch's rows, or a loop's
+			// steps when more.
+			var err error
+			if x.runs, err = x.m.pool.Runs(x.runs, c, k, c.Len()+max(x.cnt[s], steps)); err != nil {
+				return fmt.Errorf("gemma3n: sequence %d: %w", s, err)
+			}
+		}
+		se[k*(S+1)+S] = int32(len(x.runs))
+	}
+	total := len(x.runs)
 	if total > x.entCap() {
 		if err := x.growEntries(total); err != nil {
 			return err
 		}
 	}
 	blk, pos, ln := x.hEnt[:total], x.hEnt[x.entCap():x.entCap()+total], x.hEnt[2*x.entCap():2*x.entCap()+total]
-	e := 0
-	se := x.hSeqEnt[:2*(S+1)]
-	for k := 0; k < 2; k++ {
-		for s, c := range x.caches {
-			se[k*(S+1)+s] = int32(e)
-			end := int32(-1)
-			for _, r := range c.s.runs[k] {
-				// A query sees each position once: runs in order, apart,
-				// within the sequence (else keys would be counted twice,
-				// or another sequence's read).
-				if r.len <= 0 || r.pos < end || int(r.pos+r.len) > c.s.n+max(x.cnt[s], steps) {
-					return fmt.Errorf("gemma3n: sequence %d's %s key runs are inconsistent (a run of %d from %d after %d, %d positions)",
-						s, kindName(k), r.len, r.pos, end, c.s.n+max(x.cnt[s], steps))
-				}
-				end = r.pos + r.len
-				blk[e], pos[e], ln[e] = r.blk, r.pos, r.len
-				e++
-			}
-		}
-		se[k*(S+1)+S] = int32(e)
+	for e, r := range x.runs {
+		blk[e], pos[e], ln[e] = r.Blk, r.Pos, r.Len
 	}
 	st := x.st
 	st.UploadI32(x.seqEnt.Sub(0, 1, len(se)), se)
@@ -490,15 +473,7 @@ func (x *Exec) entries(steps int) error {
 
 // finish advances the batch's sequences past its rows and releases the
 // sliding-window blocks they no longer see.
-func (x *Exec) finish() {
-	p := x.m.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for s, c := range x.caches {
-		c.s.n += x.cnt[s]
-		c.s.release()
-	}
-}
+func (x *Exec) finish() { x.settle(true) }
 
 func (x *Exec) hook(h Hook, layer int, t native.Tensor) {
 	n := t.Len()

@@ -159,7 +159,7 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 	if y.sliding {
 		kind, slot = 1, x.slot1
 	}
-	kd := &m.pool.kinds[kind]
+	pk, pv := m.pool.Tensors(kind, y.kvSrc) // the layer's own, or its source's
 	x.nr[0] = native.NormRoPEPart{X: q, W: w.qNorm, InvFreq: w.invFreq, Heads: cfg.NumHeads}
 	parts := x.nr[:1]
 	if y.kvSrc == i {
@@ -167,14 +167,14 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 		st.Linear(k, an, w.k)
 		st.Linear(v, an, w.v)
 		// normalised, rotated (keys) and written to the pool's slots
-		x.nr[1] = native.NormRoPEPart{X: k, W: w.kNorm, InvFreq: w.invFreq, To: kd.k[i], Heads: cfg.NumKVHeads}
-		x.nr[2] = native.NormRoPEPart{X: v, To: kd.v[i], Heads: cfg.NumKVHeads}
+		x.nr[1] = native.NormRoPEPart{X: k, W: w.kNorm, InvFreq: w.invFreq, To: pk, Heads: cfg.NumKVHeads}
+		x.nr[2] = native.NormRoPEPart{X: v, To: pv, Heads: cfg.NumKVHeads}
 		parts = x.nr[:3]
 	}
 	st.NormRoPEs(parts, eps, pos, hd, slot.Sub(0, 1, n))
 	S := len(x.caches)
 	st.Attention(&native.PagedAttn{
-		Out: x.att.Slice(0, n), Q: q, K: kd.k[y.kvSrc], V: kd.v[y.kvSrc],
+		Out: x.att.Slice(0, n), Q: q, K: pk, V: pv,
 		QPos: pos, QSeq: x.qseq.Sub(0, 1, n), SeqEnt: x.seqEnt.Sub(kind*(S+1), 1, S+1),
 		EntBlk: x.entBlk, EntPos: x.entPos, EntLen: x.entLen,
 		HeadsQ: cfg.NumHeads, HeadsKV: cfg.NumKVHeads, HeadDim: hd, Block: KVBlock,

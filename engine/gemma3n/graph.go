@@ -63,7 +63,7 @@ func (x *Exec) recordable(b *Batch, n int) bool {
 		return false
 	}
 	for _, c := range x.caches {
-		if c.progress != nil {
+		if c.Progress() != nil {
 			return false
 		}
 	}

@@ -232,12 +232,12 @@ func (x *Exec) NewLoop(caches []model.Cache, steps int, tokens []int32) (model.L
 }
 
 func (x *Exec) newLoop(seqs []model.Cache, steps int, tokens []int32) (*Loop, error) {
+	m := x.m
 	caches := make([]*Cache, len(seqs))
 	for i, c := range seqs {
-		caches[i] = own(c)
+		caches[i] = m.pool.Own(c)
 	}
 	n := len(caches)
-	m := x.m
 	switch {
 	case n == 0:
 		return nil, fmt.Errorf("gemma3n: a loop of no sequences")
@@ -247,13 +247,13 @@ func (x *Exec) newLoop(seqs []model.Cache, steps int, tokens []int32) (*Loop, er
 		return nil, fmt.Errorf("gemma3n: a loop of %d steps", steps)
 	}
 	for i, c := range caches {
-		if c == nil || c.s.m.pool != m.pool {
+		if c == nil {
 			return nil, fmt.Errorf("gemma3n: loop sequence %d has no cache of this model", i)
 		}
 		if slices.Contains(caches[:i], c) {
 			return nil, fmt.Errorf("gemma3n: loop sequence %d repeats a cache", i)
 		}
-		if err := m.checkPositions(c.s.n + steps); err != nil {
+		if err := m.checkPositions(c.Len() + steps); err != nil {
 			return nil, err
 		}
 	}
@@ -268,39 +268,26 @@ func (x *Exec) newLoop(seqs []model.Cache, steps int, tokens []int32) (*Loop, er
 	x.caches, x.cnt, x.ocnt, x.outRows = x.caches[:0], x.cnt[:0], x.ocnt[:0], x.outRows[:0]
 	x.maxKeys = 0
 	for i, c := range caches {
-		l.base[i] = c.s.n
+		l.base[i] = c.Len()
 		x.caches = append(x.caches, c)
 		x.cnt, x.ocnt = append(x.cnt, 1), append(x.ocnt, 1)
 		x.outRows = append(x.outRows, int32(i))
-		x.hQSeq[i], x.hPos[i] = int32(i), int32(c.s.n)
-		x.maxKeys = max(x.maxKeys, c.s.n+steps)
+		x.hQSeq[i], x.hPos[i] = int32(i), int32(c.Len())
+		x.maxKeys = max(x.maxKeys, c.Len()+steps)
 	}
 	x.outs = n
-	p := m.pool
-	p.mu.Lock()
-	var err error
-	for k := range p.kinds {
-		clear(b.hSlots[k][:n*steps])
-		if len(p.kinds[k].layers) == 0 {
-			continue
-		}
-		for i, c := range caches {
-			if err = c.s.slots(k, steps, b.hSlots[k][i*steps:(i+1)*steps]); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
+	slots := [2][]int32{b.hSlots[0][:n*steps], b.hSlots[1][:n*steps]}
+	clear(slots[0])
+	clear(slots[1])
+	x.ns = x.ns[:0]
+	for range caches {
+		x.ns = append(x.ns, steps)
 	}
-	if err == nil {
-		err = x.entries(steps)
+	if err := m.pool.Grow(caches, x.ns, slots); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		x.unslot()
-	}
-	p.mu.Unlock()
-	if err != nil {
+	if err := x.entries(steps); err != nil {
+		x.settle(false)
 		return nil, err
 	}
 	st := x.st
@@ -414,16 +401,10 @@ func (l *Loop) Close(fed []int) error {
 	if len(fed) != len(l.caches) {
 		return fmt.Errorf("gemma3n: Loop.Close: %d counts for %d sequences", len(fed), len(l.caches))
 	}
-	p := l.x.m.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, c := range l.caches {
-		f := min(max(fed[i], 0), l.steps)
-		for k := range p.kinds {
-			c.s.trim(k, l.base[i]+f)
-		}
-		c.s.n = l.base[i] + f
-		c.s.release()
+	ns := make([]int, len(l.caches))
+	for i := range l.caches {
+		ns[i] = l.base[i] + min(max(fed[i], 0), l.steps)
 	}
+	l.x.m.pool.Settle(l.caches, ns)
 	return nil
 }

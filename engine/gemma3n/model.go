@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"verdict/engine/kvpool"
 	"verdict/engine/model"
 	"verdict/engine/weights"
 	"verdict/engine/weights/load"
@@ -41,7 +42,7 @@ type Model struct {
 	onDevice bool          // the backend describes a device of its own (not the host's)
 	ple      native.Tensor // the resident per-layer table (ple.go), or nil
 	pleArena *native.Arena // its memory, unless bound
-	pool     *pool
+	pool     *kvpool.Pool
 	maxRows  int
 	execs    *execPool
 }
@@ -338,8 +339,8 @@ func (m *Model) start(opt LoadOptions) error {
 			kv = max(kv, 4*mp)
 		}
 	}
-	if kv > 1<<24 {
-		return fmt.Errorf("gemma3n: a key/value pool of %d positions: at most %d", kv, 1<<24)
+	if kv > kvpool.MaxPositions {
+		return fmt.Errorf("gemma3n: a key/value pool of %d positions: at most %d", kv, kvpool.MaxPositions)
 	}
 	if opt.KVPositions <= 0 {
 		// A device's memory is committed when allocated (the host's only
@@ -431,21 +432,4 @@ func (m *Model) kvBytesPerPosition() int64 {
 		}
 	}
 	return n
-}
-
-// KVPool reports the key/value pool reserved: positions of each attention
-// kind, and bytes in all.
-func (m *Model) KVPool() (positions int, bytes int64) {
-	if m.pool == nil {
-		return 0, 0
-	}
-	for k := range m.pool.kinds {
-		kd := &m.pool.kinds[k]
-		if len(kd.layers) == 0 {
-			continue
-		}
-		positions = max(positions, kd.blocks*KVBlock)
-		bytes += int64(kd.blocks*KVBlock) * int64(len(kd.layers)) * 2 * int64(m.Cfg.NumKVHeads*m.Cfg.HeadDim) * 4
-	}
-	return positions, bytes
 }

@@ -11,9 +11,8 @@
 //
 // A family's forward pass asks the pool for its rows' slots (Grow), reads
 // each sequence's runs for the paged attention (Runs) and settles the
-// sequences after the pass (Settle). It is the logic of Gemma 3n's pool
-// (engine/gemma3n/kvpool.go) over a layout of per-kind widths; Gemma 4
-// (engine/gemma4) uses it.
+// sequences after the pass (Settle). Gemma 3n (engine/gemma3n, one width
+// for both kinds) and Gemma 4 (engine/gemma4, a width a kind) use it.
 package kvpool
 
 import (
@@ -252,6 +251,13 @@ func (p *Pool) FreeBlocks() [2]int {
 		free[k] = p.kinds[k].free - p.kinds[k].reserved
 	}
 	return free
+}
+
+// Unheld reports the blocks no sequence holds, per kind, promised or not.
+func (p *Pool) Unheld() [2]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return [2]int{p.kinds[0].free, p.kinds[1].free}
 }
 
 // Admit promises need blocks of each kind to a new ticket, or fails with a

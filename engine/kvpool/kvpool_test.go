@@ -150,8 +150,8 @@ func TestPromises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if free := p.FreeBlocks(); free != [2]int{2, 3} {
-		t.Errorf("free %v after a ticket of [2 1]", free)
+	if free, unheld := p.FreeBlocks(), p.Unheld(); free != [2]int{2, 3} || unheld != [2]int{4, 4} {
+		t.Errorf("free %v, unheld %v after a ticket of [2 1]; want [2 3] and [4 4]", free, unheld)
 	}
 	c := p.NewCache()
 	c.Bind(tk)
@@ -161,8 +161,8 @@ func TestPromises(t *testing.T) {
 	}
 	tk.Release()
 	tk.Release()
-	if free := p.FreeBlocks(); free != [2]int{2, 2} {
-		t.Errorf("free %v after the ticket's release", free)
+	if free, unheld := p.FreeBlocks(), p.Unheld(); free != [2]int{2, 2} || unheld != free {
+		t.Errorf("free %v, unheld %v after the ticket's release; want [2 2] both", free, unheld)
 	}
 	if err := c.Reserve(40); !errors.As(err, &kv) {
 		t.Errorf("Reserve past the free blocks: %v", err)
