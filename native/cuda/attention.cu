@@ -1,7 +1,6 @@
 /*
  * attention.cu: paged attention over the key/value pool (k_attn_part,
- * which also combines in a row's last block, or k_attn_combine), in
- * chunks of keys combined in chunk order.
+ * k_attn_combine), in chunks of keys combined in chunk order.
  */
 #include "common.cuh"
 
@@ -59,19 +58,38 @@ __device__ int block_scan(int v, int *ws)
 	return v + before;
 }
 
-/* attn_chunk: k_attn_part's work on a chunk of keys cs..ce of query i's
- * heads h0.. (key/value group g): the scores, their softmax and the
- * weighted values, written as partials pp(hh). */
-template <int GH, class PP>
-__device__ __forceinline__ void attn_chunk(const vd_attn &a, int64_t i, int64_t h0, int64_t g, int64_t lo, int64_t e0,
-                                           int64_t e1, int64_t cs, int64_t ce, PP pp)
+/* k_attn_part: chunk blockIdx.y of GH query heads (of one key/value
+ * group) of query i: block x = i·(hq/GH) + h0/GH. The chunk's key rows
+ * are found in parallel (a scan of the entries' visible keys, then each
+ * key's entry by bisection), every key row serves the GH heads, and each
+ * head's scores, softmax and sums are those of a head alone. */
+template <int GH>
+__global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_t nch, int *err)
 {
 	__shared__ float sc[GH][AC];
 	__shared__ int64_t krow[AC];
 	__shared__ float red[32];
 	__shared__ int ecum[AB], ws[AB / 32];
 	__shared__ float smx[GH], sl[GH];
-	int64_t d = a.d, ldk = a.hkv * d;
+	pdl_wait();
+	pdl_launch();
+	int64_t per = a.hq / GH, bq = blockIdx.x, ch = blockIdx.y;
+	int64_t i = bq / per, h0 = (bq % per) * GH;
+	int64_t d = a.d, G = a.hq / a.hkv, g = h0 / G, ldk = a.hkv * d;
+	int64_t lo, e0, e1;
+	int64_t nkeys = attn_keys(a, i, &lo, &e0, &e1);
+	if (nkeys > a.max_keys) {
+		if (threadIdx.x == 0 && ch == 0)
+			atomicExch(err, VDC_EKEYS);
+		nkeys = 0;
+	}
+	auto pp = [&](int hh) { return part + ((i * a.hq + h0 + hh) * nch + ch) * (d + 2); };
+	int64_t cs = ch * AC, ce = cs + AC < nkeys ? cs + AC : nkeys;
+	if (cs >= ce) { /* empty: neutral in the combination */
+		if (threadIdx.x < GH)
+			pp(threadIdx.x)[0] = -INFINITY, pp(threadIdx.x)[1] = 0.0f;
+		return;
+	}
 	{ /* the chunk's key rows in the pool, in key order */
 		const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
 		const int32_t *elen = (const int32_t *)a.ent_len.data;
@@ -172,21 +190,21 @@ __device__ __forceinline__ void attn_chunk(const vd_attn &a, int64_t i, int64_t 
 		pp(threadIdx.x)[0] = smx[threadIdx.x], pp(threadIdx.x)[1] = sl[threadIdx.x];
 }
 
-/* attn_combine_one: k_attn_combine's work for one query head: its nch
- * partials pp combined into o [d]. CG reads them past L1 (written by other
- * blocks of the same launch). */
-template <bool CG>
-__device__ __forceinline__ void attn_combine_one(const float *pp, float *o, int64_t nch, int64_t d)
+__global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
 {
-	auto ld = [](const float *p) { return CG ? __ldcg(p) : *p; };
+	pdl_wait();
+	pdl_launch();
+	int64_t bq = blockIdx.x, d = a.d;
+	const float *pp = part + bq * nch * (d + 2);
+	float *o = (float *)a.out.data + bq * d;
 	float M = -INFINITY;
 	for (int64_t c = 0; c < nch; c++)
-		if (ld(pp + c * (d + 2) + 1) > 0.0f)
-			M = fmaxf(M, ld(pp + c * (d + 2)));
+		if (pp[c * (d + 2) + 1] > 0.0f)
+			M = fmaxf(M, pp[c * (d + 2)]);
 	float L = 0.0f;
 	for (int64_t c = 0; c < nch; c++)
-		if (ld(pp + c * (d + 2) + 1) > 0.0f)
-			L = fmaf(d_exp(ld(pp + c * (d + 2)) - M), ld(pp + c * (d + 2) + 1), L);
+		if (pp[c * (d + 2) + 1] > 0.0f)
+			L = fmaf(d_exp(pp[c * (d + 2)] - M), pp[c * (d + 2) + 1], L);
 	for (int64_t e = threadIdx.x; e < d; e += AB) {
 		if (!(L > 0.0f)) { /* no keys */
 			o[e] = 0.0f;
@@ -194,68 +212,10 @@ __device__ __forceinline__ void attn_combine_one(const float *pp, float *o, int6
 		}
 		float acc = 0.0f;
 		for (int64_t c = 0; c < nch; c++)
-			if (ld(pp + c * (d + 2) + 1) > 0.0f)
-				acc = fmaf(d_exp(ld(pp + c * (d + 2)) - M), ld(pp + c * (d + 2) + 2 + e), acc);
+			if (pp[c * (d + 2) + 1] > 0.0f)
+				acc = fmaf(d_exp(pp[c * (d + 2)] - M), pp[c * (d + 2) + 2 + e], acc);
 		o[e] = acc / L;
 	}
-}
-
-/* k_attn_part: chunk blockIdx.y of GH query heads (of one key/value
- * group) of query i: block x = i·(hq/GH) + h0/GH. The chunk's key rows
- * are found in parallel (a scan of the entries' visible keys, then each
- * key's entry by bisection), every key row serves the GH heads, and each
- * head's scores, softmax and sums are those of a head alone. With cnt (a
- * counter a block row, zero between launches) it also combines: the last of a row's nch blocks to finish (the counter's
- * atomic count after a fence) combines the row's heads as k_attn_combine
- * does and sets the counter back to zero. */
-template <int GH>
-__global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_t nch, int *err, int *cnt)
-{
-	pdl_wait();
-	pdl_launch();
-	int64_t per = a.hq / GH, bq = blockIdx.x, ch = blockIdx.y;
-	int64_t i = bq / per, h0 = (bq % per) * GH;
-	int64_t d = a.d, G = a.hq / a.hkv, g = h0 / G;
-	int64_t lo, e0, e1;
-	int64_t nkeys = attn_keys(a, i, &lo, &e0, &e1);
-	if (nkeys > a.max_keys) {
-		if (threadIdx.x == 0 && ch == 0)
-			atomicExch(err, VDC_EKEYS);
-		nkeys = 0;
-	}
-	auto pp = [&](int hh) { return part + ((i * a.hq + h0 + hh) * nch + ch) * (d + 2); };
-	int64_t cs = ch * AC, ce = cs + AC < nkeys ? cs + AC : nkeys;
-	if (cs >= ce) { /* empty: neutral in the combination */
-		if (threadIdx.x < GH)
-			pp(threadIdx.x)[0] = -INFINITY, pp(threadIdx.x)[1] = 0.0f;
-	} else
-		attn_chunk<GH>(a, i, h0, g, lo, e0, e1, cs, ce, pp);
-	if (!cnt)
-		return;
-	__shared__ int last;
-	__threadfence(); /* the partials, before the count */
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		last = atomicAdd(cnt + bq, 1) == (int)nch - 1;
-		if (last)
-			cnt[bq] = 0;
-	}
-	__syncthreads();
-	if (!last)
-		return;
-	__threadfence();
-	for (int hh = 0; hh < GH; hh++) {
-		int64_t r = i * a.hq + h0 + hh;
-		attn_combine_one<true>(part + r * nch * (d + 2), (float *)a.out.data + r * d, nch, d);
-	}
-}
-
-__global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
-{
-	pdl_wait();
-	pdl_launch();
-	int64_t bq = blockIdx.x, d = a.d;
-	attn_combine_one<false>(part + bq * nch * (d + 2), (float *)a.out.data + bq * d, nch, d);
 }
 
 /* c_attention: the chunked kernels over the stream's partials buffer,
@@ -281,22 +241,6 @@ void c_attention(vd_stream *s, const vd_attn *a)
 	size_t need = per * (size_t)group;
 	if (!grow_scratch(s, &s->apart, &s->apart_n, need, APART_MAX))
 		return;
-	/* the combination in the part kernel's last block of a row, with a
-	 * counter a block row (VERDICT_ATTN_COMBINE=0: a kernel of its own,
-	 * for comparisons); a new counter buffer starts at zero */
-	static const bool fused = [] {
-		const char *e = getenv("VERDICT_ATTN_COMBINE");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	bool fuse = fused;
-	if (fuse) {
-		void *was = s->acnt;
-		size_t rows = (size_t)group * (size_t)a->hq * sizeof(int);
-		if (!grow_scratch(s, &s->acnt, &s->acnt_n, rows, (size_t)64 << 20))
-			return;
-		if (s->acnt != was)
-			check(s, cudaMemsetAsync(s->acnt, 0, s->acnt_n, s->st));
-	}
 	cuda_state *cs = st_of(s->b);
 	for (int64_t q0 = 0; q0 < nq; q0 += group) {
 		int64_t g = nq - q0 < group ? nq - q0 : group;
@@ -313,9 +257,8 @@ void c_attention(vd_stream *s, const vd_attn *a)
 		auto kp = G == 8 ? k_attn_part<8> : G == 4 ? k_attn_part<4> : G == 2 ? k_attn_part<2> : k_attn_part<1>;
 		int64_t gh = G == 8 || G == 4 || G == 2 ? G : 1;
 		launch(s, kp, dim3((unsigned)(g * (a->hq / gh)), (unsigned)nch), AB, 0, c, (float *)s->apart, nch,
-		       cs->dev_err, fuse ? (int *)s->acnt : (int *)nullptr);
-		if (!fuse)
-			launch(s, k_attn_combine, (unsigned)(g * a->hq), AB, 0, c, (const float *)s->apart, nch);
+		       cs->dev_err);
+		launch(s, k_attn_combine, (unsigned)(g * a->hq), AB, 0, c, (const float *)s->apart, nch);
 		launched(s);
 	}
 }

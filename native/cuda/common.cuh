@@ -67,8 +67,6 @@ struct vd_stream {
 	void *amax;     /* argmax partials: AP floats, AP int64s */
 	void *apart;    /* attention partials */
 	size_t apart_n;
-	void *acnt;     /* attention: a finished-chunk counter a block row (zero between launches) */
-	size_t acnt_n;
 	void *qpart;    /* the q4 products' scratch: quantised x, a split one's slice parts (q4_mma_scratch_bytes) */
 	size_t qpart_n;
 	/* Scratch outgrown: recorded graphs may still use it, so it is freed

@@ -248,8 +248,6 @@ static void c_stream_free(vd_stream *s)
 		cudaFree(s->amax);
 	if (s->apart)
 		cudaFree(s->apart);
-	if (s->acnt)
-		cudaFree(s->acnt);
 	if (s->qpart)
 		cudaFree(s->qpart);
 	for (void *p : s->retired)
