@@ -111,7 +111,7 @@ test('offline, the Models dialog says so once, in plain words, and holds the dow
   const host = new URL(process.env.HF_ENDPOINT).host;
   assert.equal(await dlg.locator('#hub-offline > span').textContent(), `Can't reach ${host} — check the connection; models on this machine still work`);
   const buttons = dlg.locator('button[data-action="download"]');
-  assert.equal(await buttons.count(), 4);
+  assert.equal(await buttons.count(), 12); // models.KnownRepos: 4 Gemma 3n repos and 8 Gemma 4 ones
   for (const b of await buttons.all()) assert.equal(await b.isDisabled(), true);
   // The raw errors are behind the closed disclosure, not on the page.
   assert.equal(await dlg.locator('#hub-offline details').getAttribute('open'), null);
