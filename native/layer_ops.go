@@ -17,10 +17,10 @@ type AltUpStep struct {
 	Y, F, X, NormW, W, CW, CY, H, Pred, Out, OutW Tensor
 	// Pre and PreW (AltUpCorrectStep; nil Pre: none): the layer's last
 	// norm-add first, NormAdd(X, Pre, PreW, X).
-	Pre, PreW Tensor
-	Eps, Scale, Add                               float32
-	Plus                                          bool
-	N, Dim                                        int
+	Pre, PreW       Tensor
+	Eps, Scale, Add float32
+	Plus            bool
+	N, Dim          int
 }
 
 func (a *AltUpStep) check(msg string) {
