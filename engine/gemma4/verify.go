@@ -193,6 +193,12 @@ func (fx *Fixture) Tolerance(name string) (tol float64, fromMeta bool) {
 // reference); a check that runs and misses its tolerance is a Check that is
 // not OK.
 func VerifyFixture(dir string) ([]Check, error) {
+	return withFixture(dir, func(fx *Fixture, m *Model) ([]Check, error) { return fx.Run(m) })
+}
+
+// withFixture opens the fixture folder dir, loads its decoder and runs
+// checks on them.
+func withFixture(dir string, checks func(*Fixture, *Model) ([]Check, error)) ([]Check, error) {
 	fx, err := OpenFixture(dir)
 	if err != nil {
 		return nil, err
@@ -202,7 +208,7 @@ func VerifyFixture(dir string) ([]Check, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fx.Run(m)
+	return checks(fx, m)
 }
 
 // Run runs m over the fixture's prompts and compares everything the fixture

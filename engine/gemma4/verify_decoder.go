@@ -16,21 +16,14 @@ func VerifyDecoder(dir string, be *native.Backend) ([]Check, error) {
 	if be == nil {
 		be = native.Default()
 	}
-	fx, err := OpenFixture(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer fx.Close()
-	m, err := fx.Load()
-	if err != nil {
-		return nil, err
-	}
-	d, err := NewDecoder(m, Options{Backend: be})
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return fx.RunDecoder(d)
+	return withFixture(dir, func(fx *Fixture, m *Model) ([]Check, error) {
+		d, err := NewDecoder(m, Options{Backend: be})
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		return fx.RunDecoder(d)
+	})
 }
 
 // RunDecoder runs the fixture's checks on d through the model interface
