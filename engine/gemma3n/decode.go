@@ -68,7 +68,7 @@ func (x *Exec) DecodeGreedy(caches []model.Cache, next []int32, steps int, stop 
 	out, done := b.out.Sub(0, 1, n*steps), b.done.Sub(0, 1, n)
 	step := func(h native.Tensor) {
 		ids := l.IDs()
-		st.Argmax(ids.View(n, 1), x.headLogits(h))
+		st.Argmax(ids.View(n, 1), x.Dense(h))
 		st.LoopEmit(&native.LoopEmit{N: n, Steps: steps, Iter: b.iter, IDs: ids, Stop: b.stop, Out: out, Done: done, Cond: b.cond})
 	}
 	ok, err := l.RunDevice(step, b.cond, greedyBody{})

@@ -8,6 +8,7 @@ import (
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
+	"verdict/engine/model/kit"
 	"verdict/native"
 )
 
@@ -16,13 +17,15 @@ import (
 const DefaultBatchRows = 512
 
 // headRows is the number of output rows the dense head computes at once.
-const headRows = 64
+const headRows = kit.HeadRows
 
 // Exec runs forward passes and output heads of one model on one backend
 // stream, over scratch reserved once for its largest batch. An Exec is used
 // by one goroutine at a time; a model hands out as many as run at once
 // (Acquire) and takes them back (Release).
 type Exec struct {
+	kit.Head // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
+
 	m    *Model
 	st   *native.Stream
 	ar   *native.Arena
@@ -32,24 +35,24 @@ type Exec struct {
 
 	// Activations.
 	e, H, H2, pred, an, laur, q, k, v, att, o, x, f, d, g, u, mod, coef, lr, pg native.Tensor
-	tok, ple, ple2, target, mag, h, logits, lse, ssel                           native.Tensor
+	tok, ple, ple2, target, mag, h                                              native.Tensor
 	// Int32 tensors. rowsIn holds ids through oqseq; opos and oqseq are
 	// the wanted rows' positions and sequences (the KV-sharing layers'
 	// queries when only those rows go on).
-	idx, ids, pos, qseq, gsel, slot0, slot1, seqEnt, entBlk, entPos, entLen, hid, sid, srow, scol native.Tensor
-	rowsIn, opos, oqseq                                                                           native.Tensor
+	idx, ids, pos, qseq, gsel, slot0, slot1, seqEnt, entBlk, entPos, entLen, sid native.Tensor
+	rowsIn, opos, oqseq                                                          native.Tensor
 
 	// Host staging, reused.
-	hIDs, hPos, hQSeq, hSlot0, hSlot1, hSeqEnt, hEnt, hOne, hSRow, hSCol []int32
-	hRowsIn, hGSel, hOPos, hOQSeq                                        []int32 // hRowsIn: rowsIn's mirror
-	hPLE, hHook                                                          []float32
-	caches                                                               []*Cache
-	cnt, ocnt                                                            []int // rows and outputs per sequence
-	ns                                                                   []int // per sequence: where its slots are, or its length after a pass
-	runs                                                                 []kvpool.Run
-	outs, maxKeys                                                        int
-	outRows                                                              []int32
-	hEmbIdx                                                              []int32
+	hIDs, hPos, hQSeq, hSlot0, hSlot1, hSeqEnt, hEnt, hOne []int32
+	hRowsIn, hGSel, hOPos, hOQSeq                          []int32 // hRowsIn: rowsIn's mirror
+	hPLE, hHook                                            []float32
+	caches                                                 []*Cache
+	cnt, ocnt                                              []int // rows and outputs per sequence
+	ns                                                     []int // per sequence: where its slots are, or its length after a pass
+	runs                                                   []kvpool.Run
+	outs, maxKeys                                          int
+	outRows                                                []int32
+	hEmbIdx                                                []int32
 
 	// Recorded passes (graph.go).
 	graphs   map[graphKey]*recording
@@ -104,7 +107,8 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.o, x.x, x.f, x.d = f(R, D), f(R, D), f(R, D), f(R, D)
 	x.g, x.u, x.mod, x.coef, x.lr, x.pg = f(R, I), f(R, I), f(R, 4), f(R, 16), f(R, cfg.LaurelRank), f(R, P)
 	x.tok, x.ple, x.ple2, x.target, x.mag, x.h = f(R, max(L*P, D)), f(L*R, P), f(L*R, P), f(1, R), f(1, R), f(R, D)
-	x.logits, x.lse, x.ssel = f(headRows, V), f(1, R), f(1, R*4)
+	hd := kit.Head{Name: "gemma3n", St: st, W: m.t.embed, SoftCap: float32(cfg.FinalLogitSoftcap), Vocab: V}
+	hd.LogitsBuf, hd.LSE, hd.Sel = f(headRows, V), f(1, R), f(1, R*4)
 	// The rows' descriptions, one span (rowSegs segments of R) so that a
 	// batch's go up in one copy, mirrored on the host.
 	x.idx, x.rowsIn = i(R, I), i(1, rowSegs*R)
@@ -113,11 +117,13 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.hRowsIn = make([]int32, rowSegs*R)
 	hseg := func(k int) []int32 { return x.hRowsIn[k*R : (k+1)*R] }
 	x.hIDs, x.hPos, x.hQSeq, x.hSlot0, x.hSlot1, x.hGSel, x.hOPos, x.hOQSeq = hseg(0), hseg(1), hseg(2), hseg(3), hseg(4), hseg(5), hseg(6), hseg(7)
-	x.seqEnt, x.entBlk, x.entPos, x.entLen, x.hid, x.sid = i(1, 2*(R+1)), i(1, ents), i(1, ents), i(1, ents), i(1, V), i(1, R)
-	x.srow, x.scol = i(1, 4*R), i(1, 4*R)
-	x.hSRow, x.hSCol = make([]int32, 4*R), make([]int32, 4*R)
+	x.seqEnt, x.entBlk, x.entPos, x.entLen, hd.IDs, x.sid = i(1, 2*(R+1)), i(1, ents), i(1, ents), i(1, ents), i(1, V), i(1, R)
+	hd.SRow, hd.SCol = i(1, 4*R), i(1, 4*R)
+	hd.HSRow, hd.HSCol = make([]int32, 4*R), make([]int32, 4*R)
 	x.hSeqEnt = make([]int32, 2*(R+1))
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
+	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and Grow's slots
+	x.Head = hd
 	x.hPLE = make([]float32, R*max(L*P, D))
 	x.caches, x.cnt, x.ocnt = make([]*Cache, 0, R), make([]int, 0, R), make([]int, 0, R)
 	x.ns = make([]int, 0, R)

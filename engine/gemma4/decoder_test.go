@@ -384,7 +384,7 @@ func TestDecoderLoop(t *testing.T) {
 	st.UploadI32(stop, stops)
 	st.UploadI32(done, []int32{0})
 	st.UploadI32(cond, []int32{1})
-	lg := x.(*Exec).logits.Slice(0, 1)
+	lg := x.(*Exec).LogitsBuf.Slice(0, 1)
 	ran, err := l.RunHost(func(h native.Tensor) {
 		st.Linear(lg, h, w)
 		st.Softcap(lg, lg, sc)

@@ -9,11 +9,12 @@ import (
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
+	"verdict/engine/model/kit"
 	"verdict/native"
 )
 
 // headRows is the number of output rows the dense head computes at once.
-const headRows = 64
+const headRows = kit.HeadRows
 
 // rowSegs is the segments of an Exec's rows description (rowsIn): ids,
 // positions, sequences, global slots, sliding slots, wanted rows and the
@@ -25,6 +26,8 @@ const rowSegs = 7
 // one goroutine at a time; Decoder.Acquire hands it out, Release takes it
 // back. Tensors it returns are its scratch, valid until its next call.
 type Exec struct {
+	kit.Head // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
+
 	d   *Decoder
 	st  *native.Stream
 	ar  *native.Arena
@@ -32,27 +35,27 @@ type Exec struct {
 
 	// Activations (F32).
 	e, h, a, q, k, v, att, o, f, g, u, dn, mo, my, mx, xa, eg, eu, ed, rl, rw native.Tensor
-	plTok, plProj, ple, pg, out, logits, lse, ssel                            native.Tensor
+	plTok, plProj, ple, pg, out                                               native.Tensor
 	// Int32: the rows' description (one span, uploaded at once), the
 	// experts' rows, the key runs, the heads' ids.
 	rowsIn, ids, pos, qseq, slot0, slot1, gsel, plIDs native.Tensor
-	eidx, seqEnt, hid, sid, srow, scol, iter          native.Tensor
+	eidx, seqEnt, sid, iter                           native.Tensor
 	entAr                                             *native.Arena
 	entBlk, entPos, entLen                            native.Tensor
 
 	// Host staging, reused.
-	hRowsIn                                  []int32
-	hIDs, hPos, hQSeq, hGSel, hPLIDs         []int32
-	hSlot                                    [2][]int32 // rows' slots, batch order
-	hGrow                                    [2][]int32 // Grow's slots, sequence order
-	hSeqEnt, hEnt, hSRow, hSCol, hOne, hEIdx []int32
-	hEmb, hHook, hRL, hRW                    []float32
-	hIter                                    []int32
-	runs                                     []kvpool.Run
-	caches                                   []*kvpool.Cache
-	cnt, lim                                 []int // rows per sequence; positions its keys reach
-	outs, maxKeys                            int
-	kept                                     []kept
+	hRowsIn                          []int32
+	hIDs, hPos, hQSeq, hGSel, hPLIDs []int32
+	hSlot                            [2][]int32 // rows' slots, batch order
+	hGrow                            [2][]int32 // Grow's slots, sequence order
+	hSeqEnt, hEnt, hOne, hEIdx       []int32
+	hEmb, hHook, hRL, hRW            []float32
+	hIter                            []int32
+	runs                             []kvpool.Run
+	caches                           []*kvpool.Cache
+	cnt, lim                         []int // rows per sequence; positions its keys reach
+	outs, maxKeys                    int
+	kept                             []kept
 }
 
 // kept is a value a caller keeps with the Exec (Keep).
@@ -100,17 +103,20 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	x.mo, x.my, x.mx, x.xa, x.eg, x.eu, x.ed = ft(moeR, D), ft(moeR, D), ft(moeR, D), ft(moeR, D), ft(moeR, Ie), ft(moeR, Ie), ft(moeR, D)
 	x.rl, x.rw = ft(moeR, E), ft(1, moeR*K)
 	x.plTok, x.plProj, x.ple, x.pg = ft(R, L*P), ft(R, L*P), ft(L*R, P), ft(R, P)
-	x.out, x.logits, x.lse, x.ssel = ft(R, D), ft(headRows, V), ft(1, R), ft(1, 4*R)
+	hd := kit.Head{Name: "gemma4", St: st, W: d.t.embed, SoftCap: float32(c.SoftCap), Vocab: V}
+	x.out, hd.LogitsBuf, hd.LSE, hd.Sel = ft(R, D), ft(headRows, V), ft(1, R), ft(1, 4*R)
 	x.rowsIn = it(1, rowSegs*R)
 	seg := func(k int) native.Tensor { return x.rowsIn.Sub(k*R, 1, R) }
 	x.ids, x.pos, x.qseq, x.slot0, x.slot1, x.gsel, x.plIDs = seg(0), seg(1), seg(2), seg(3), seg(4), seg(5), seg(6)
-	x.eidx, x.seqEnt, x.hid, x.sid, x.srow, x.scol, x.iter = it(1, moeR*K), it(1, 2*(R+1)), it(1, V), it(1, R), it(1, 4*R), it(1, 4*R), it(1, 1)
+	x.eidx, x.seqEnt, hd.IDs, x.sid, hd.SRow, hd.SCol, x.iter = it(1, moeR*K), it(1, 2*(R+1)), it(1, V), it(1, R), it(1, 4*R), it(1, 4*R), it(1, 1)
 	x.hRowsIn = make([]int32, rowSegs*R)
 	hseg := func(k int) []int32 { return x.hRowsIn[k*R : (k+1)*R] }
 	x.hIDs, x.hPos, x.hQSeq, x.hSlot[0], x.hSlot[1], x.hGSel, x.hPLIDs = hseg(0), hseg(1), hseg(2), hseg(3), hseg(4), hseg(5), hseg(6)
 	x.hGrow = [2][]int32{make([]int32, R), make([]int32, R)}
 	x.hSeqEnt = make([]int32, 2*(R+1))
-	x.hSRow, x.hSCol, x.hOne = make([]int32, 4*R), make([]int32, 4*R), make([]int32, 4*R)
+	hd.HSRow, hd.HSCol, x.hOne = make([]int32, 4*R), make([]int32, 4*R), make([]int32, 4*R)
+	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and the experts' rows
+	x.Head = hd
 	x.hEIdx, x.hRL, x.hRW = make([]int32, moeR*K), make([]float32, moeR*E), make([]float32, moeR*K)
 	x.hEmb = make([]float32, R*D)
 	x.hIter = make([]int32, 1)
