@@ -141,35 +141,12 @@ func (m *Model) Acquire() (model.Exec, error) {
 }
 
 func (m *Model) acquire() (*Exec, error) {
-	p := m.execs
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		x := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return x, nil
-	}
-	p.mu.Unlock()
-	return m.newExec(m.maxRows)
+	return m.execs.Get(func() (*Exec, error) { return m.newExec(m.maxRows) })
 }
 
-// maxIdle is the most idle Execs a model keeps (their scratch committed);
-// more released at once after a burst are freed.
-const maxIdle = 2
-
-// Release gives x back to its model.
-func (x *Exec) Release() {
-	p := x.m.execs
-	p.mu.Lock()
-	if len(p.idle) < maxIdle {
-		p.idle = append(p.idle, x)
-		x = nil
-	}
-	p.mu.Unlock()
-	if x != nil {
-		x.close()
-	}
-}
+// Release gives x back to its model (kit.Pool: at most kit.MaxIdle stay
+// idle, their scratch committed).
+func (x *Exec) Release() { x.m.execs.Put(x, (*Exec).close) }
 
 func (x *Exec) close() {
 	x.freeGraphs()

@@ -1,6 +1,9 @@
 package gemma3n
 
-import "verdict/native"
+import (
+	"verdict/engine/model/kit"
+	"verdict/native"
+)
 
 // SetPackMinCache lowers the smallest packed size that gets a cache file,
 // for tests; it returns a function restoring the old value.
@@ -20,7 +23,7 @@ func (m *Model) WithQ4Head(group int) *Model {
 		panic(err)
 	}
 	c.t.embed = t
-	c.execs = &execPool{}
+	c.execs = &kit.Pool[*Exec]{}
 	return &c
 }
 

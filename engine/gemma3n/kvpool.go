@@ -5,6 +5,7 @@ import (
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
+	"verdict/engine/model/kit"
 	"verdict/native"
 )
 
@@ -127,7 +128,7 @@ func (m *Model) WithKVPositions(n int) (model.Model, error) {
 		return nil, fmt.Errorf("gemma3n: a key/value pool of %d positions: want 1 to %d", n, kvpool.MaxPositions)
 	}
 	c := *m
-	c.execs = &execPool{}
+	c.execs = &kit.Pool[*Exec]{}
 	p, err := newPool(&c, c.be, n)
 	if err != nil {
 		return nil, err
@@ -140,13 +141,8 @@ func (m *Model) WithKVPositions(n int) (model.Model, error) {
 // its key/value pool and idle Execs; the weights stay with the model it was
 // made from. The view must not be used afterwards.
 func (m *Model) CloseView() {
-	if p := m.execs; p != nil {
-		p.mu.Lock()
-		for _, x := range p.idle {
-			x.close()
-		}
-		p.idle = nil
-		p.mu.Unlock()
+	if m.execs != nil {
+		m.execs.Close((*Exec).close)
 	}
 	if m.pool != nil {
 		m.pool.Close()

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
+	"verdict/engine/model/kit"
 	"verdict/engine/weights"
 	"verdict/engine/weights/load"
 	"verdict/native"
@@ -44,13 +44,7 @@ type Model struct {
 	pleArena *native.Arena // its memory, unless bound
 	pool     *kvpool.Pool
 	maxRows  int
-	execs    *execPool
-}
-
-// execPool holds a model's idle Execs.
-type execPool struct {
-	mu   sync.Mutex
-	idle []*Exec
+	execs    *kit.Pool[*Exec] // idle Execs
 }
 
 // Weights selects how Load keeps the decoder's large matrices
@@ -331,7 +325,7 @@ func (m *Model) start(opt LoadOptions) error {
 	if err := m.bindPLE(be, place); err != nil {
 		return err
 	}
-	m.execs = &execPool{}
+	m.execs = &kit.Pool[*Exec]{}
 	kv := opt.KVPositions
 	if kv <= 0 {
 		kv = DefaultKVPositions

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
+	"verdict/engine/model/kit"
 	"verdict/native"
 )
 
@@ -69,7 +69,7 @@ type Decoder struct {
 	bound   *native.Bound
 	t       tensors
 	pool    *kvpool.Pool
-	execs   *execPool
+	execs   *kit.Pool[*Exec] // idle Execs
 	maxRows int
 	view    bool         // made by WithKVPositions: the weights are another's
 	media   *MediaTokens // SetMediaTokens (multimodal.go); nil: text only
@@ -78,12 +78,6 @@ type Decoder struct {
 	packed  []native.Matrix // the q4 matrices bound (kept alive here)
 
 	embScale, pleScale, projScale, inScale, rootD float32
-}
-
-// execPool holds a decoder's idle Execs.
-type execPool struct {
-	mu   sync.Mutex
-	idle []*Exec
 }
 
 // tensors are the decoder's weights bound to its backend.
@@ -105,7 +99,7 @@ type layerTensors struct {
 // pool. m must not change afterwards.
 func NewDecoder(m *Model, opt Options) (*Decoder, error) {
 	c := m.Cfg
-	d := &Decoder{Ref: m, cfg: c, be: opt.Backend, maxRows: opt.BatchRows, execs: &execPool{}}
+	d := &Decoder{Ref: m, cfg: c, be: opt.Backend, maxRows: opt.BatchRows, execs: &kit.Pool[*Exec]{}}
 	if d.be == nil {
 		d.be = native.Default()
 	}
@@ -350,7 +344,7 @@ func (d *Decoder) WithKVPositions(n int) (model.Model, error) {
 		return nil, fmt.Errorf("gemma4: a key/value pool of %d positions: want 1 to %d", n, kvpool.MaxPositions)
 	}
 	v := *d
-	v.view, v.execs = true, &execPool{}
+	v.view, v.execs = true, &kit.Pool[*Exec]{}
 	p, err := kvpool.New(v.be, v.cfg.Layers, v.kvSpecs(), n, v.maxRows)
 	if err != nil {
 		return nil, fmt.Errorf("gemma4: %w", err)
@@ -362,13 +356,7 @@ func (d *Decoder) WithKVPositions(n int) (model.Model, error) {
 // CloseView releases what the decoder holds of its own besides weights:
 // its pool and idle Execs.
 func (d *Decoder) CloseView() {
-	p := d.execs
-	p.mu.Lock()
-	for _, x := range p.idle {
-		x.close()
-	}
-	p.idle = nil
-	p.mu.Unlock()
+	d.execs.Close((*Exec).close)
 	if d.pool != nil {
 		d.pool.Close()
 	}

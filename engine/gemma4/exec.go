@@ -158,34 +158,12 @@ func (d *Decoder) Acquire() (model.Exec, error) {
 }
 
 func (d *Decoder) acquire() (*Exec, error) {
-	p := d.execs
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		x := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return x, nil
-	}
-	p.mu.Unlock()
-	return d.newExec(d.maxRows)
+	return d.execs.Get(func() (*Exec, error) { return d.newExec(d.maxRows) })
 }
 
-// maxIdle is the most idle Execs a decoder keeps.
-const maxIdle = 2
-
-// Release gives x back to its decoder.
-func (x *Exec) Release() {
-	p := x.d.execs
-	p.mu.Lock()
-	if len(p.idle) < maxIdle {
-		p.idle = append(p.idle, x)
-		x = nil
-	}
-	p.mu.Unlock()
-	if x != nil {
-		x.close()
-	}
-}
+// Release gives x back to its decoder (kit.Pool: at most kit.MaxIdle stay
+// idle).
+func (x *Exec) Release() { x.d.execs.Put(x, (*Exec).close) }
 
 func (x *Exec) close() {
 	for len(x.kept) > 0 {
