@@ -24,7 +24,8 @@ const headRows = kit.HeadRows
 // by one goroutine at a time; a model hands out as many as run at once
 // (Acquire) and takes them back (Release).
 type Exec struct {
-	kit.Head // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
+	kit.Head   // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
+	kit.Keeper // the values kept with it (Keep, Kept); dropping one drops the loops recorded under its key
 
 	m    *Model
 	st   *native.Stream
@@ -124,6 +125,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
 	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and Grow's slots
 	x.Head = hd
+	x.OnDrop = x.loop.dropGraphs
 	x.hPLE = make([]float32, R*max(L*P, D))
 	x.caches, x.cnt, x.ocnt = make([]*Cache, 0, R), make([]int, 0, R), make([]int, 0, R)
 	x.ns = make([]int, 0, R)
@@ -150,7 +152,8 @@ func (x *Exec) Release() { x.m.execs.Put(x, (*Exec).close) }
 
 func (x *Exec) close() {
 	x.freeGraphs()
-	x.loop.close()
+	x.loop.free()
+	x.Keeper.Close()
 	if x.entAr != nil {
 		x.entAr.Free()
 	}

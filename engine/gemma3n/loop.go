@@ -2,7 +2,6 @@ package gemma3n
 
 import (
 	"fmt"
-	"io"
 	"slices"
 
 	"verdict/engine/model"
@@ -44,58 +43,19 @@ type loopBufs struct {
 	graphs                                    map[loopKey]*native.Graph
 	fails                                     map[loopKey]int
 	noLoops                                   bool // the backend does not record loops
-	kept                                      []kept
 }
 
-// kept is a value a caller keeps with the Exec (Keep).
-type kept struct {
-	key any
-	v   io.Closer
-}
-
-// maxKept bounds the values kept with an Exec; past it the oldest is
-// closed.
-const maxKept = 8
-
-// Keep stores v with x under key until x is closed, or more values are
-// kept, and then closes it (a value stored again under key closes the
-// earlier one); loops recorded with key as their body's key are dropped
-// with it. A loop's body state (a catalog's walks) lives this way as long
-// as the recordings that use it.
-func (x *Exec) Keep(key any, v io.Closer) {
-	b := &x.loop
-	for i, k := range b.kept {
-		if k.key == key {
-			b.drop(i)
-			break
-		}
-	}
-	if len(b.kept) >= maxKept {
-		b.drop(0)
-	}
-	b.kept = append(b.kept, kept{key, v})
-}
-
-// Kept returns the value kept under key, or nil.
-func (x *Exec) Kept(key any) io.Closer {
-	for _, k := range x.loop.kept {
-		if k.key == key {
-			return k.v
-		}
-	}
-	return nil
-}
-
-func (b *loopBufs) drop(i int) {
-	k := b.kept[i]
+// dropGraphs frees the loops recorded with body as their body's key: the
+// Exec's kit.Keeper calls it before closing the value kept under body, so
+// that a loop's body state (a catalog's walks) lives as long as the
+// recordings that use it.
+func (b *loopBufs) dropGraphs(body any) {
 	for lk, g := range b.graphs {
-		if lk.body == k.key {
+		if lk.body == body {
 			g.Free()
 			delete(b.graphs, lk)
 		}
 	}
-	k.v.Close()
-	b.kept = slices.Delete(b.kept, i, i+1)
 }
 
 type loopKey struct {
@@ -108,16 +68,7 @@ func (b *loopBufs) free() {
 	if b.ar != nil {
 		b.ar.Free()
 	}
-	kept, no := b.kept, b.noLoops
-	*b = loopBufs{kept: kept, noLoops: no}
-}
-
-// close frees the buffers and closes the kept values.
-func (b *loopBufs) close() {
-	b.free()
-	for len(b.kept) > 0 {
-		b.drop(len(b.kept) - 1)
-	}
+	*b = loopBufs{noLoops: b.noLoops}
 }
 
 func (b *loopBufs) freeGraphs() {

@@ -2,7 +2,6 @@ package gemma4
 
 import (
 	"fmt"
-	"io"
 	"runtime"
 	"slices"
 	"time"
@@ -26,7 +25,8 @@ const rowSegs = 7
 // one goroutine at a time; Decoder.Acquire hands it out, Release takes it
 // back. Tensors it returns are its scratch, valid until its next call.
 type Exec struct {
-	kit.Head // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
+	kit.Head   // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
+	kit.Keeper // the values kept with it (Keep, Kept)
 
 	d   *Decoder
 	st  *native.Stream
@@ -55,13 +55,6 @@ type Exec struct {
 	caches                           []*kvpool.Cache
 	cnt, lim                         []int // rows per sequence; positions its keys reach
 	outs, maxKeys                    int
-	kept                             []kept
-}
-
-// kept is a value a caller keeps with the Exec (Keep).
-type kept struct {
-	key any
-	v   io.Closer
 }
 
 // newExec reserves an Exec's scratch for rows rows.
@@ -166,9 +159,7 @@ func (d *Decoder) acquire() (*Exec, error) {
 func (x *Exec) Release() { x.d.execs.Put(x, (*Exec).close) }
 
 func (x *Exec) close() {
-	for len(x.kept) > 0 {
-		x.drop(len(x.kept) - 1)
-	}
+	x.Keeper.Close()
 	if x.entAr != nil {
 		x.entAr.Free()
 	}

@@ -2,7 +2,6 @@ package gemma4
 
 import (
 	"fmt"
-	"io"
 	"slices"
 
 	"verdict/engine/kvpool"
@@ -233,39 +232,4 @@ func (l *Loop) Close(fed []int) error {
 		return fmt.Errorf("gemma4: Loop.Close: %d counts for %d sequences", len(fed), len(l.caches))
 	}
 	return nil
-}
-
-// maxKept bounds the values kept with an Exec; past it the oldest is
-// closed.
-const maxKept = 8
-
-// Keep stores v with x under key until x is closed or more values are
-// kept (then v is closed); a value stored again under key closes the
-// earlier one.
-func (x *Exec) Keep(key any, v io.Closer) {
-	for i, k := range x.kept {
-		if k.key == key {
-			x.drop(i)
-			break
-		}
-	}
-	if len(x.kept) >= maxKept {
-		x.drop(0)
-	}
-	x.kept = append(x.kept, kept{key, v})
-}
-
-// Kept returns the value kept under key, or nil.
-func (x *Exec) Kept(key any) io.Closer {
-	for _, k := range x.kept {
-		if k.key == key {
-			return k.v
-		}
-	}
-	return nil
-}
-
-func (x *Exec) drop(i int) {
-	x.kept[i].v.Close()
-	x.kept = slices.Delete(x.kept, i, i+1)
 }
