@@ -124,6 +124,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.hSeqEnt = make([]int32, 2*(R+1))
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
 	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and Grow's slots
+	hd.Hidden, hd.Out = D, x.h
 	x.Head = hd
 	x.OnDrop = x.loop.dropGraphs
 	x.hPLE = make([]float32, R*max(L*P, D))

@@ -109,6 +109,7 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	x.hSeqEnt = make([]int32, 2*(R+1))
 	hd.HSRow, hd.HSCol, x.hOne = make([]int32, 4*R), make([]int32, 4*R), make([]int32, 4*R)
 	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and the experts' rows
+	hd.Hidden, hd.Out = D, x.out
 	x.Head = hd
 	x.hEIdx, x.hRL, x.hRW = make([]int32, moeR*K), make([]float32, moeR*E), make([]float32, moeR*K)
 	x.hEmb = make([]float32, R*D)
@@ -636,49 +637,6 @@ func (x *Exec) moe(l, n int) (native.Tensor, error) {
 }
 
 // Prefill runs the batch's rows through Forward in chunks of the Exec's
-// rows and returns the wanted outputs on the host [outputs, D].
-func (x *Exec) Prefill(b *model.Batch) ([]float32, error) {
-	D := x.d.cfg.Hidden
-	if len(b.Rows) == 0 {
-		return nil, fmt.Errorf("gemma4: empty input")
-	}
-	var out []float32
-	for lo := 0; lo < len(b.Rows); lo += x.cap {
-		part := model.Batch{Rows: b.Rows[lo:min(lo+x.cap, len(b.Rows))], Embeds: b.Embeds, Hook: b.Hook}
-		h, err := x.Forward(&part)
-		if err != nil {
-			return nil, err
-		}
-		if k := h.Rows(); k > 0 {
-			o := len(out)
-			out = append(out, make([]float32, k*D)...)
-			x.st.Download(out[o:], h)
-			if err := x.st.Sync(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return out, nil
-}
-
-// Upload places host hidden states h [n, D] in the Exec's output tensor,
-// for the heads.
-func (x *Exec) Upload(h []float32) (native.Tensor, error) {
-	D := x.d.cfg.Hidden
-	n := len(h) / D
-	if n*D != len(h) || n > x.cap {
-		return native.Tensor{}, fmt.Errorf("gemma4: %d values are not up to %d rows of %d", len(h), x.cap, D)
-	}
-	t := x.out.Slice(0, n)
-	x.st.Upload(t, h)
-	return t, x.st.Sync()
-}
-
-// Download copies the F32 tensor t (an Exec's output) to the host.
-func (x *Exec) Download(dst []float32, t native.Tensor) error {
-	if len(dst) != t.Len() {
-		return fmt.Errorf("gemma4: Download: %d values for a tensor of %d", len(dst), t.Len())
-	}
-	x.st.Download(dst, t)
-	return x.st.Sync()
-}
+// rows and returns the wanted outputs on the host [outputs, D]
+// (kit.Prefill).
+func (x *Exec) Prefill(b *model.Batch) ([]float32, error) { return kit.Prefill("gemma4", x, b) }

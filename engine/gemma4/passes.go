@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"verdict/engine/model"
+	"verdict/engine/model/kit"
 )
 
 // Embed returns the scaled input embeddings of ids [len(ids), D] on the
@@ -35,47 +36,15 @@ func (d *Decoder) Embed(ids []int32) ([]float32, error) {
 
 // Forward runs ids through the decoder on c (nil: a cache of its own,
 // freed after) and returns the final normalised hidden states of every
-// position [len(ids), D] on the host; hook sees every layer.
+// position [len(ids), D] on the host; hook sees every layer (kit.Forward).
 func (d *Decoder) Forward(c model.Cache, ids []int32, hook model.Hook) ([]float32, error) {
-	x, err := d.acquire()
-	if err != nil {
-		return nil, err
-	}
-	defer x.Release()
-	if c == nil {
-		c = d.NewCache()
-		defer c.Free()
-	}
-	var b model.Batch
-	b.Add(c, ids, len(ids))
-	b.Hook = hook
-	return x.Prefill(&b)
+	return kit.Forward(d, c, ids, hook)
 }
 
 // Logits computes the soft-capped output logits [n, vocab] of host hidden
-// states h [n, D].
+// states h [n, D] (kit.Logits).
 func (d *Decoder) Logits(h []float32, n int) ([]float32, error) {
-	D, V := d.cfg.Hidden, d.cfg.Vocab
-	if n < 0 || len(h) != n*D {
-		return nil, fmt.Errorf("gemma4: Logits: %d values for %d rows of %d", len(h), n, D)
-	}
-	x, err := d.acquire()
-	if err != nil {
-		return nil, err
-	}
-	defer x.Release()
-	out := make([]float32, n*V)
-	for r := 0; r < n; r += x.cap {
-		e := min(r+x.cap, n)
-		t, err := x.Upload(h[r*D : e*D])
-		if err != nil {
-			return nil, err
-		}
-		if err := x.Logits(out[r*V:e*V], t); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return kit.Logits("gemma4", d, h, n)
 }
 
 // The decoder's costs, for the benchmarks and the session's info.

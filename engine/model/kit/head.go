@@ -9,16 +9,19 @@ import (
 // HeadRows is the number of output rows the dense head computes at once.
 const HeadRows = 64
 
-// Head is the output side of an Exec: the tied (or untied) output weights,
-// then the final soft-cap; each head returns only what its caller reads. A
-// family fills it from its Exec's scratch and embeds it, so that its Exec
-// has the model.Heads methods.
+// Head is the output side of an Exec: the output heads (the output
+// weights, then the final soft-cap; each returns only what its caller
+// reads) and the host's way to and from the Exec's outputs (Upload,
+// Download). A family fills it from its Exec's scratch and embeds it, so
+// that its Exec has those methods of model.Exec.
 type Head struct {
 	Name    string         // the family, prefixing errors
 	St      *native.Stream // the Exec's stream
-	W       native.Tensor  // the output weights [Vocab, D]
+	W       native.Tensor  // the output weights [Vocab, Hidden]
 	SoftCap float32        // the final logit soft-cap (0: none)
 	Vocab   int
+	Hidden  int
+	Out     native.Tensor // the Exec's output [rows, Hidden], where Upload places host states
 
 	// Scratch (F32): logits [HeadRows, Vocab], a row's log-sum-exp
 	// [1, rows], the selected logits [1, G].

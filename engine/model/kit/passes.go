@@ -1,0 +1,106 @@
+package kit
+
+import (
+	"fmt"
+
+	"verdict/engine/model"
+	"verdict/native"
+)
+
+// Prefill runs b's rows (of any sequences) through x.Forward in chunks of
+// x.Rows() and returns the wanted outputs' hidden states on the host
+// [outputs, D], in batch order (nil when none is wanted): for prompts
+// longer than one batch. A hook sees every chunk's layers in turn. name
+// (the family) prefixes its errors.
+func Prefill(name string, x model.Exec, b *model.Batch) ([]float32, error) {
+	if len(b.Rows) == 0 {
+		return nil, fmt.Errorf("%s: empty input", name)
+	}
+	var out []float32
+	rows, step := b.Rows, x.Rows()
+	for lo := 0; lo < len(rows); lo += step {
+		part := model.Batch{Rows: rows[lo:min(lo+step, len(rows))], Embeds: b.Embeds, Hook: b.Hook}
+		h, err := x.Forward(&part)
+		if err != nil {
+			return nil, err
+		}
+		if k := h.Rows(); k > 0 {
+			o := len(out)
+			out = append(out, make([]float32, k*h.Cols())...)
+			if err := x.Download(out[o:], h); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// Upload places host hidden states h [n, Hidden] in the Exec's output
+// tensor Out, for the heads (tests and tools that hold states on the host).
+func (x *Head) Upload(h []float32) (native.Tensor, error) {
+	D := x.Hidden
+	n := len(h) / D
+	if n*D != len(h) || n > x.Out.Rows() {
+		return native.Tensor{}, fmt.Errorf("%s: %d values are not up to %d rows of %d", x.Name, len(h), x.Out.Rows(), D)
+	}
+	t := x.Out.Slice(0, n)
+	x.St.Upload(t, h)
+	return t, x.St.Sync()
+}
+
+// Download copies the F32 tensor t (an Exec's output) to the host.
+func (x *Head) Download(dst []float32, t native.Tensor) error {
+	if len(dst) != t.Len() {
+		return fmt.Errorf("%s: Download: %d values for a tensor of %d", x.Name, len(dst), t.Len())
+	}
+	x.St.Download(dst, t)
+	return x.St.Sync()
+}
+
+// Forward runs ids through m on c (nil: a cache of its own, freed after)
+// and returns the final normalised hidden states of every position
+// [len(ids), Hidden] on the host; a hook sees every layer. A convenience
+// over Exec.Prefill for tests, checks and tools.
+func Forward(m model.Model, c model.Cache, ids []int32, hook model.Hook) ([]float32, error) {
+	x, err := m.Acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Release()
+	if c == nil {
+		c = m.NewCache()
+		defer c.Free()
+	}
+	var b model.Batch
+	b.Add(c, ids, len(ids))
+	b.Hook = hook
+	return x.Prefill(&b)
+}
+
+// Logits computes the output logits [n, Vocab] of host hidden states h
+// [n, Hidden] on an Exec of m, its Rows at a time: a convenience over
+// Exec.Logits. name (the family) prefixes its errors.
+func Logits(name string, m model.Model, h []float32, n int) ([]float32, error) {
+	cfg := m.Config()
+	D, V := cfg.Hidden, cfg.Vocab
+	if n < 0 || len(h) != n*D {
+		return nil, fmt.Errorf("%s: Logits: %d values for %d rows of %d", name, len(h), n, D)
+	}
+	x, err := m.Acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Release()
+	out := make([]float32, n*V)
+	for r := 0; r < n; r += x.Rows() {
+		e := min(r+x.Rows(), n)
+		t, err := x.Upload(h[r*D : e*D])
+		if err != nil {
+			return nil, err
+		}
+		if err := x.Logits(out[r*V:e*V], t); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
