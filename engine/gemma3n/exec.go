@@ -125,6 +125,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.hEnt, x.hOne = make([]int32, 3*ents), make([]int32, 4*R)
 	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and Grow's slots
 	hd.Hidden, hd.Out = D, x.h
+	hd.Input, hd.InputScale, hd.InIDs, hd.InEmb = m.t.embed, m.embedScale, x.ids, x.e
 	x.Head = hd
 	x.OnDrop = x.loop.dropGraphs
 	x.hPLE = make([]float32, R*max(L*P, D))

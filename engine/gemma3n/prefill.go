@@ -1,8 +1,6 @@
 package gemma3n
 
 import (
-	"fmt"
-
 	"verdict/engine/model"
 	"verdict/engine/model/kit"
 )
@@ -27,28 +25,5 @@ func (m *Model) Logits(h []float32, n int) ([]float32, error) {
 }
 
 // Embed returns the scaled input embeddings of ids [len(ids), D] on the
-// host (the tied embedding's rows, dequantised).
-func (m *Model) Embed(ids []int32) ([]float32, error) {
-	for _, id := range ids {
-		if id < 0 || int(id) >= m.Cfg.VocabSize {
-			return nil, fmt.Errorf("gemma3n: token id %d outside the vocabulary of %d", id, m.Cfg.VocabSize)
-		}
-	}
-	x, err := m.acquire()
-	if err != nil {
-		return nil, err
-	}
-	defer x.Release()
-	D := m.Cfg.HiddenSize
-	out := make([]float32, len(ids)*D)
-	for lo := 0; lo < len(ids); lo += x.cap {
-		n := min(x.cap, len(ids)-lo)
-		x.st.UploadI32(x.ids.Sub(0, 1, n), ids[lo:lo+n])
-		x.st.Embed(x.e.Slice(0, n), m.t.embed, x.ids.Sub(0, 1, n), m.embedScale)
-		x.st.Download(out[lo*D:(lo+n)*D], x.e.Slice(0, n))
-		if err := x.st.Sync(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
+// host (the tied embedding's rows, dequantised; kit.Embed).
+func (m *Model) Embed(ids []int32) ([]float32, error) { return kit.Embed("gemma3n", m, ids) }

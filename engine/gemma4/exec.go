@@ -110,6 +110,7 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	hd.HSRow, hd.HSCol, x.hOne = make([]int32, 4*R), make([]int32, 4*R), make([]int32, 4*R)
 	hd.Tok, hd.HOne = x.sid, x.hOne // shared with the pass's scatter and the experts' rows
 	hd.Hidden, hd.Out = D, x.out
+	hd.Input, hd.InputScale, hd.InIDs, hd.InEmb = d.t.embed, d.embScale, x.ids, x.e
 	x.Head = hd
 	x.hEIdx, x.hRL, x.hRW = make([]int32, moeR*K), make([]float32, moeR*E), make([]float32, moeR*K)
 	x.hEmb = make([]float32, R*D)
@@ -172,13 +173,9 @@ func (x *Exec) close() {
 func (x *Exec) Rows() int { return x.cap }
 
 // Run is Forward followed by then on x: an Exec is a model.Runner of its
-// own.
+// own (kit.Run).
 func (x *Exec) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) error) error {
-	h, err := x.Forward(b)
-	if err != nil || then == nil {
-		return err
-	}
-	return then(x, h)
+	return kit.Run(x, b, then)
 }
 
 // Forward runs a batch through the decoder: every row's keys and values

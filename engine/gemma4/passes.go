@@ -1,38 +1,13 @@
 package gemma4
 
 import (
-	"fmt"
-
 	"verdict/engine/model"
 	"verdict/engine/model/kit"
 )
 
 // Embed returns the scaled input embeddings of ids [len(ids), D] on the
-// host.
-func (d *Decoder) Embed(ids []int32) ([]float32, error) {
-	for _, id := range ids {
-		if id < 0 || int(id) >= d.cfg.Vocab {
-			return nil, fmt.Errorf("gemma4: token id %d outside the vocabulary of %d", id, d.cfg.Vocab)
-		}
-	}
-	x, err := d.acquire()
-	if err != nil {
-		return nil, err
-	}
-	defer x.Release()
-	D := d.cfg.Hidden
-	out := make([]float32, len(ids)*D)
-	for lo := 0; lo < len(ids); lo += x.cap {
-		n := min(x.cap, len(ids)-lo)
-		x.st.UploadI32(x.ids.Sub(0, 1, n), ids[lo:lo+n])
-		x.st.Embed(x.e.Slice(0, n), d.t.embed, x.ids.Sub(0, 1, n), d.embScale)
-		x.st.Download(out[lo*D:(lo+n)*D], x.e.Slice(0, n))
-		if err := x.st.Sync(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
+// host (kit.Embed).
+func (d *Decoder) Embed(ids []int32) ([]float32, error) { return kit.Embed("gemma4", d, ids) }
 
 // Forward runs ids through the decoder on c (nil: a cache of its own,
 // freed after) and returns the final normalised hidden states of every

@@ -23,6 +23,13 @@ type Head struct {
 	Hidden  int
 	Out     native.Tensor // the Exec's output [rows, Hidden], where Upload places host states
 
+	// The input side (Embed): the input embedding [Vocab, Hidden], its
+	// scale, and scratch for ids [1, rows] (I32) and embeddings [rows,
+	// Hidden].
+	Input        native.Tensor
+	InputScale   float32
+	InIDs, InEmb native.Tensor
+
 	// Scratch (F32): logits [HeadRows, Vocab], a row's log-sum-exp
 	// [1, rows], the selected logits [1, G].
 	LogitsBuf, LSE, Sel native.Tensor
@@ -33,6 +40,9 @@ type Head struct {
 	// token.
 	HSRow, HSCol, HOne []int32
 }
+
+// head gives Embed the Head of an Exec that embeds one.
+func (x *Head) head() *Head { return x }
 
 func (x *Head) softcap(t native.Tensor) {
 	if c := x.SoftCap; c > 0 {

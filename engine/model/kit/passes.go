@@ -57,6 +57,50 @@ func (x *Head) Download(dst []float32, t native.Tensor) error {
 	return x.St.Sync()
 }
 
+// Run is Forward followed by then on x (nil: nothing), for an Exec's
+// model.Runner.Run.
+func Run(x model.Exec, b *model.Batch, then func(x model.Exec, h native.Tensor) error) error {
+	h, err := x.Forward(b)
+	if err != nil || then == nil {
+		return err
+	}
+	return then(x, h)
+}
+
+// Embed returns the scaled input embeddings of ids [len(ids), Hidden] on
+// the host, on an Exec of m, its rows at a time. m's Execs must embed a
+// Head with its input side filled. name (the family) prefixes its errors.
+func Embed(name string, m model.Model, ids []int32) ([]float32, error) {
+	V := m.Config().Vocab
+	for _, id := range ids {
+		if id < 0 || int(id) >= V {
+			return nil, fmt.Errorf("%s: token id %d outside the vocabulary of %d", name, id, V)
+		}
+	}
+	ex, err := m.Acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer ex.Release()
+	hx, ok := ex.(interface{ head() *Head })
+	if !ok {
+		return nil, fmt.Errorf("%s: Embed: the Exec has no kit.Head", name)
+	}
+	x := hx.head()
+	st, D, R := x.St, x.Hidden, ex.Rows()
+	out := make([]float32, len(ids)*D)
+	for lo := 0; lo < len(ids); lo += R {
+		n := min(R, len(ids)-lo)
+		st.UploadI32(x.InIDs.Sub(0, 1, n), ids[lo:lo+n])
+		st.Embed(x.InEmb.Slice(0, n), x.Input, x.InIDs.Sub(0, 1, n), x.InputScale)
+		st.Download(out[lo*D:(lo+n)*D], x.InEmb.Slice(0, n))
+		if err := st.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // Forward runs ids through m on c (nil: a cache of its own, freed after)
 // and returns the final normalised hidden states of every position
 // [len(ids), Hidden] on the host; a hook sees every layer. A convenience
