@@ -3,8 +3,6 @@ package gemma3n
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"time"
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
@@ -174,21 +172,7 @@ func (x *Exec) Rows() int { return x.cap }
 // row's result is the same, bit for bit, whatever batch it runs in.
 func (x *Exec) Forward(b *Batch) (native.Tensor, error) {
 	n := len(b.Rows)
-	if n == 0 {
-		return native.Tensor{}, fmt.Errorf("gemma3n: empty batch")
-	}
-	if n > x.cap {
-		return native.Tensor{}, fmt.Errorf("gemma3n: a batch of %d rows exceeds the %d an Exec takes", n, x.cap)
-	}
-	err := x.prepare(b)
-	if _, full := err.(*KVError); full {
-		// Caches dropped without Free give their blocks back once the
-		// collector has seen them: give it the chance, once.
-		runtime.GC()
-		time.Sleep(20 * time.Millisecond)
-		err = x.prepare(b)
-	}
-	if err != nil {
+	if err := kit.Prepare("gemma3n", n, x.cap, func() error { return x.prepare(b) }); err != nil {
 		return native.Tensor{}, err
 	}
 	st := x.st

@@ -2,9 +2,7 @@ package gemma4
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
-	"time"
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
@@ -186,21 +184,7 @@ func (x *Exec) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) erro
 // run each token's rows alone of the others' weights.
 func (x *Exec) Forward(b *model.Batch) (native.Tensor, error) {
 	n := len(b.Rows)
-	if n == 0 {
-		return native.Tensor{}, fmt.Errorf("gemma4: empty batch")
-	}
-	if n > x.cap {
-		return native.Tensor{}, fmt.Errorf("gemma4: a batch of %d rows exceeds the %d an Exec takes", n, x.cap)
-	}
-	err := x.prepare(b)
-	if _, full := err.(*model.KVError); full {
-		// Caches dropped without Free give their blocks back once the
-		// collector has seen them: give it the chance, once.
-		runtime.GC()
-		time.Sleep(20 * time.Millisecond)
-		err = x.prepare(b)
-	}
-	if err != nil {
+	if err := kit.Prepare("gemma4", n, x.cap, func() error { return x.prepare(b) }); err != nil {
 		return native.Tensor{}, err
 	}
 	h, err := x.pass(b, n)

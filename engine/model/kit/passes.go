@@ -2,10 +2,34 @@ package kit
 
 import (
 	"fmt"
+	"runtime"
+	"time"
 
 	"verdict/engine/model"
 	"verdict/native"
 )
+
+// Prepare begins a Forward of n rows on an Exec of rows rows: it refuses an
+// empty or too large batch, then runs prepare (the family's: positions,
+// slots, the rows' description), once more when the pool was full (a
+// *model.KVError), after giving the collector the chance to see caches
+// dropped without Free, which then give their blocks back. name (the
+// family) prefixes its errors.
+func Prepare(name string, n, rows int, prepare func() error) error {
+	if n == 0 {
+		return fmt.Errorf("%s: empty batch", name)
+	}
+	if n > rows {
+		return fmt.Errorf("%s: a batch of %d rows exceeds the %d an Exec takes", name, n, rows)
+	}
+	err := prepare()
+	if _, full := err.(*model.KVError); full {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+		err = prepare()
+	}
+	return err
+}
 
 // Prefill runs b's rows (of any sequences) through x.Forward in chunks of
 // x.Rows() and returns the wanted outputs' hidden states on the host
