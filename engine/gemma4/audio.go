@@ -75,32 +75,8 @@ func ParseAudioConfig(data []byte) (*AudioConfig, error) {
 		return nil, fmt.Errorf("gemma4: audio_config.model_type %q, want gemma4_audio", r.ModelType)
 	}
 	c := &AudioConfig{TextHidden: textHidden}
-	f := func(name string, p *int, def, lo, hi int) int {
-		if err != nil {
-			return 0
-		}
-		v := def
-		if p != nil {
-			v = *p
-		}
-		if v < lo || v > hi {
-			err = fmt.Errorf("gemma4: audio_config.%s = %d, want %d..%d", name, v, lo, hi)
-		}
-		return v
-	}
-	fl := func(name string, p *float64, def float64, ok func(float64) bool) float64 {
-		if err != nil {
-			return 0
-		}
-		v := def
-		if p != nil {
-			v = *p
-		}
-		if math.IsNaN(v) || !ok(v) {
-			err = fmt.Errorf("gemma4: audio_config.%s = %g is out of range", name, v)
-		}
-		return v
-	}
+	fs := towerFields{section: "audio_config"}
+	f, fl := fs.int, fs.float
 	// Defaults are Gemma4AudioConfig's.
 	c.Hidden = f("hidden_size", r.Hidden, 1024, 2, maxTowerHidden)
 	c.Layers = f("num_hidden_layers", r.Layers, 12, 1, maxTowerLayers)
@@ -115,8 +91,8 @@ func ParseAudioConfig(data []byte) (*AudioConfig, error) {
 	c.InvalidLogit = fl("attention_invalid_logits_value", r.InvalidLogit, -1e9, func(v float64) bool { return v < 0 && v > -1e38 })
 	c.Eps = fl("rms_norm_eps", r.Eps, 1e-6, func(v float64) bool { return v > 0 && v < 1 })
 	c.GradientClipping = fl("gradient_clipping", r.GradClip, 1e10, func(v float64) bool { return v > 0 })
-	if err != nil {
-		return nil, err
+	if fs.err != nil {
+		return nil, fs.err
 	}
 	if c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("gemma4: audio_config: hidden_size %d is not a multiple of num_attention_heads %d", c.Hidden, c.Heads)

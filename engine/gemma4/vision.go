@@ -62,6 +62,44 @@ type rawVisionConfig struct {
 	AttentionBias  *bool          `json:"attention_bias"`
 }
 
+// towerFields reads a tower config's fields, each its value or default
+// checked against its range; the first field out of range is the error,
+// named under section, and later fields read as 0.
+type towerFields struct {
+	section string
+	err     error
+}
+
+// int is an integer field: *p, or def when absent, within lo..hi.
+func (t *towerFields) int(name string, p *int, def, lo, hi int) int {
+	if t.err != nil {
+		return 0
+	}
+	v := def
+	if p != nil {
+		v = *p
+	}
+	if v < lo || v > hi {
+		t.err = fmt.Errorf("gemma4: %s.%s = %d, want %d..%d", t.section, name, v, lo, hi)
+	}
+	return v
+}
+
+// float is a real field: *p, or def when absent, not NaN and ok.
+func (t *towerFields) float(name string, p *float64, def float64, ok func(float64) bool) float64 {
+	if t.err != nil {
+		return 0
+	}
+	v := def
+	if p != nil {
+		v = *p
+	}
+	if math.IsNaN(v) || !ok(v) {
+		t.err = fmt.Errorf("gemma4: %s.%s = %g is out of range", t.section, name, v)
+	}
+	return v
+}
+
 // towerConfigs splits a gemma4 config.json into the named tower's config and
 // the text width; a bare tower config (model_type want) has no text width.
 func towerConfigs(data []byte, key, want string) (tower json.RawMessage, textHidden int, err error) {
@@ -119,19 +157,8 @@ func ParseVisionConfig(data []byte) (*VisionConfig, error) {
 		return nil, fmt.Errorf("gemma4: vision_config.model_type %q, want gemma4_vision", r.ModelType)
 	}
 	c := &VisionConfig{TextHidden: textHidden}
-	f := func(name string, p *int, def, lo, hi int) int {
-		if err != nil {
-			return 0
-		}
-		v := def
-		if p != nil {
-			v = *p
-		}
-		if v < lo || v > hi {
-			err = fmt.Errorf("gemma4: vision_config.%s = %d, want %d..%d", name, v, lo, hi)
-		}
-		return v
-	}
+	fs := towerFields{section: "vision_config"}
+	f := fs.int
 	// Defaults are Gemma4VisionConfig's.
 	c.Hidden = f("hidden_size", r.Hidden, 768, 1, maxTowerHidden)
 	c.Intermediate = f("intermediate_size", r.Intermediate, 3072, 1, MaxFFN)
@@ -142,8 +169,8 @@ func ParseVisionConfig(data []byte) (*VisionConfig, error) {
 	c.PatchSize = f("patch_size", r.PatchSize, 16, 1, maxPatchSize)
 	c.PoolingKernel = f("pooling_kernel_size", r.Pooling, 3, 1, 64)
 	c.PositionEmbeddingSize = f("position_embedding_size", r.PosSize, 10240, 1, maxTowerTable)
-	if err != nil {
-		return nil, err
+	if fs.err != nil {
+		return nil, fs.err
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("gemma4: vision_config: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
