@@ -284,6 +284,11 @@ typedef struct {
 	                      vd_tensor a, vd_tensor b, int64_t dim, float eps,
 	                      float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
 	void (*norm_ropes)(vd_stream *s, const vd_norm_ropes *r);
+
+	/* Gemma 4's towers (VD_ABI 12). clamp: y = min(max(x, lo), hi)
+	 * elementwise, a NaN kept (the clipped linears' bounds; lo 0, hi +inf
+	 * is a ReLU); y may be x. */
+	void (*clamp)(vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi);
 } vd_ops;
 
 /* vd_op: an entry of vd_ops by its index, in the table's order. */
@@ -338,6 +343,7 @@ enum vd_op {
 	VD_OP_ALTUP_CORRECT_STEP,
 	VD_OP_NORM_ADD_MORE,
 	VD_OP_NORM_ROPES,
+	VD_OP_CLAMP,
 	VD_OP_COUNT
 };
 

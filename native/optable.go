@@ -62,6 +62,7 @@ const (
 	OpAltUpCorrectStep Op = C.VD_OP_ALTUP_CORRECT_STEP
 	OpNormAddMore      Op = C.VD_OP_NORM_ADD_MORE
 	OpNormRoPEs        Op = C.VD_OP_NORM_ROPES
+	OpClamp            Op = C.VD_OP_CLAMP
 
 	opCount = C.VD_OP_COUNT
 )
@@ -117,6 +118,7 @@ var opNames = [opCount]string{
 	"altup_correct_step",
 	"norm_add_more",
 	"norm_ropes",
+	"clamp",
 }
 
 // String is the operation's name in backend.h.

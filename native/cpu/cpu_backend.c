@@ -736,6 +736,7 @@ static vd_backend cpu = {
 	.op.altup_correct_step = cpu_altup_correct_step,
 	.op.norm_add_more = cpu_norm_add_more,
 	.op.norm_ropes = cpu_norm_ropes,
+	.op.clamp = vd_cpu_clamp,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -33,5 +33,7 @@ void vd_cpu_dwconv_causal(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w);
 void vd_cpu_glu(vd_stream *s, vd_tensor y, vd_tensor x);
 void vd_cpu_silu(vd_stream *s, vd_tensor y, vd_tensor x);
 void vd_cpu_clip(vd_stream *s, vd_tensor y, vd_tensor x, float lim);
+/* cpu_gemma4.c */
+void vd_cpu_clamp(vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi);
 
 #endif

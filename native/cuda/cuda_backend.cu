@@ -634,6 +634,11 @@ static void c_clip(vd_stream *s, vd_tensor y, vd_tensor x, float lim)
 	TOW(s, tow_clip(&ctx_, y, x, lim));
 }
 
+static void c_clamp(vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi)
+{
+	TOW(s, tow_clamp(&ctx_, y, x, lo, hi));
+}
+
 static vd_backend table_template()
 {
 	vd_backend t;
@@ -708,6 +713,7 @@ static vd_backend table_template()
 	t.op.glu = c_glu;
 	t.op.silu = c_silu;
 	t.op.clip = c_clip;
+	t.op.clamp = c_clamp;
 	return t;
 }
 

@@ -910,3 +910,31 @@ int tow_clip(const tow_ctx *c, vd_tensor y, vd_tensor x, float lim)
 	k_clip<<<gr, TB, 0, c->st>>>((float *)y.data, (const float *)x.data, n, lim);
 	return launched();
 }
+
+/* ---- clamp (Gemma 4's clipped linears, ReLU): a thread per element ---- */
+
+/* y = min(max(x, lo), hi), the CPU's comparisons (a NaN stays NaN); y may
+ * be x. */
+__global__ void k_clamp(float *y, const float *x, int64_t n, float lo, float hi)
+{
+	int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (e >= n)
+		return;
+	float v = x[e];
+	v = v < lo ? lo : v;
+	y[e] = v > hi ? hi : v;
+}
+
+int tow_clamp(const tow_ctx *c, vd_tensor y, vd_tensor x, float lo, float hi)
+{
+	int64_t n = y.rows * y.cols;
+	if (n <= 0)
+		return 0;
+	if (!f32(y) || !f32(x))
+		return TOW_EDTYPE;
+	unsigned gr = grid1(n, TB);
+	if (!gr)
+		return TOW_ESHAPE;
+	k_clamp<<<gr, TB, 0, c->st>>>((float *)y.data, (const float *)x.data, n, lo, hi);
+	return launched();
+}

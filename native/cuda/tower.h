@@ -46,5 +46,6 @@ int tow_dwconv_causal(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w);
 int tow_glu(const tow_ctx *c, vd_tensor y, vd_tensor x);
 int tow_silu(const tow_ctx *c, vd_tensor y, vd_tensor x);
 int tow_clip(const tow_ctx *c, vd_tensor y, vd_tensor x, float lim);
+int tow_clamp(const tow_ctx *c, vd_tensor y, vd_tensor x, float lo, float hi);
 
 #endif

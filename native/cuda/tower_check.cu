@@ -9,7 +9,7 @@
  * Relative error is max|gpu − cpu| / max|cpu| over the output (outputs
  * poisoned with NaN first: an unwritten element fails). Tolerances as
  * ops_check: exact for memory ops (upsample_concat, transpose, im2col,
- * avgpool2d, clip), 1e-6 for elementwise math (glu, silu), 2e-5 for ops
+ * avgpool2d, clip, clamp), 1e-6 for elementwise math (glu, silu), 2e-5 for ops
  * that sum (pointwise, conv2d, dwconv2d, norm_act, mqa, cumulative group
  * norm, local attention, causal conv). Each line also says how many
  * elements differ in their bits ("bits≠"). A row of a product or of mqa
@@ -395,6 +395,33 @@ static void check_audio_rows()
 	}
 }
 
+/* clamp (Gemma 4's clipped linears and ReLU): exact, in place and not,
+ * for bounds of each kind (asymmetric, a ReLU's 0..+inf, lo above hi).
+ * (cmp fails on NaN, so the NaN rule is checked in Go, against the CPU.) */
+static void check_clamp()
+{
+	struct R {
+		int64_t rows, d;
+		float lo, hi;
+	} rows[] = {{1, 1, -1.0f, 2.0f}, {7, 33, -0.75f, 3.5f}, {9, 129, 0.0f, INFINITY}, {5, 17, 2.0f, -2.0f},
+	            {750, 1536, -5.0f, 1.0f}};
+	for (R r : rows) {
+		int64_t n = r.rows * r.d;
+		if (skip(n))
+			continue;
+		for (int inplace = 0; inplace < 2; inplace++) {
+			Pair A = in(randf((size_t)n, -8, 8)), B = inplace ? A : out((size_t)n * 4);
+			std::string nm = fmt("clamp %lldx%lld [%g, %g]%s", (long long)r.rows, (long long)r.d, r.lo, r.hi,
+			                     inplace ? " in place" : "");
+			if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+				    b->op.clamp(st, F(B, g, r.rows, r.d), F(A, g, r.rows, r.d), r.lo, r.hi);
+			    }))
+				cmp(nm, B, (size_t)n, EXACT);
+			free_all();
+		}
+	}
+}
+
 /* A bad call sets the sticky error that sync returns (and the next sync
  * again): a bf16 input, a head dimension past mqa's limit. */
 static void check_errors()
@@ -444,6 +471,7 @@ int main(int argc, char **argv)
 	check_cgn();
 	check_local_attention();
 	check_audio_rows();
+	check_clamp();
 	check_errors();
 	printf("%d checks, %d failures\n", checks, failures);
 	return failures ? 1 : 0;
