@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
 	"verdict/engine/model/kit"
+	"verdict/engine/weights"
 	"verdict/native"
 )
 
@@ -42,9 +44,9 @@ type Options struct {
 	// KVPositions is the pool's size in positions of each kind (0:
 	// DefaultKVPositions).
 	KVPositions int
-	// Weights: model.WeightsF32 (the reference's float32 weights bound in
-	// place: the exact path; "" means it) or model.WeightsQ4 (the large
-	// matrices packed to 4 bits: pack.go).
+	// Weights: model.WeightsF32 (the float32 weights bound as they are:
+	// the exact path; "" means it) or model.WeightsQ4 (the large matrices
+	// packed to 4 bits: pack.go).
 	Weights model.Weights
 	// Group is the q4 group size, a power of two from 32 to 512 (0:
 	// DefaultGroup).
@@ -54,20 +56,33 @@ type Options struct {
 	Context context.Context
 	// Progress, when set, hears the weights packed: done of total.
 	Progress func(done, total int64)
+	// PLE says where the per-layer embedding table is kept for device
+	// loops ("": PLEAuto; ple.go). A pass reads its rows where the table
+	// was read from either way.
+	PLE PLEPlace
 }
 
 // Decoder is a Gemma 4 text decoder on a backend, implementing the engine's
-// model interface (engine/model). Its weights are the reference decoder's
-// (Ref), bound to the backend in place; it is read-only after NewDecoder
-// and safe for concurrent passes, each on an Exec of its own.
+// model interface (engine/model). It is read-only after it is built and
+// safe for concurrent passes, each on an Exec of its own.
+//
+// Its weights are bound to the backend and held nowhere else: a matrix
+// packed to q4 keeps only its packed copy, and a float32 one is bound in
+// place (the built-in backend reads the Go slice) or uploaded. The
+// per-layer embedding table is not copied: a pass reads its batch's rows
+// from where the table is (the store, or the reference's slice: ple.go).
 type Decoder struct {
-	// Ref is the plain-Go decoder over the same weights.
+	// Ref is the plain-Go decoder over the same weights when the Decoder
+	// was built from one (NewDecoder); nil when built from a store (Open).
 	Ref *Model
 
 	cfg     *Config
 	be      *native.Backend
 	bound   *native.Bound
 	t       tensors
+	lay     []layerMeta
+	ple     pleTable // the per-layer rows (ple.go)
+	costs   costs    // what the weights take (cost.go)
 	pool    *kvpool.Pool
 	execs   *kit.Pool[*Exec] // idle Execs
 	maxRows int
@@ -80,11 +95,18 @@ type Decoder struct {
 	embScale, pleScale, projScale, inScale, rootD float32
 }
 
+// layerMeta is what a pass needs of a layer besides its bound tensors.
+type layerMeta struct {
+	headDim, kvH, intermediate int
+	scalar                     float32
+	expertScale                []float32 // router.per_expert_scale [E] (MoE only; the host's routing reads it)
+}
+
 // tensors are the decoder's weights bound to its backend.
 type tensors struct {
-	embed, embedPL, plProj, plNorm, norm native.Tensor
-	invFreq                              [2]native.Tensor // by LayerType
-	layers                               []layerTensors
+	embed, plProj, plNorm, norm native.Tensor
+	invFreq                     [2]native.Tensor // by LayerType
+	layers                      []layerTensors
 }
 
 type layerTensors struct {
@@ -95,11 +117,89 @@ type layerTensors struct {
 	postFF1, postFF2, preFF2                       native.Tensor
 }
 
-// NewDecoder binds m's weights to a backend and reserves its key/value
-// pool. m must not change afterwards.
+// NewDecoder binds the reference decoder m's weights to a backend and
+// reserves its key/value pool. The Decoder keeps m (Ref): a q4 Decoder
+// built this way holds m's float32 weights besides the packed ones, for
+// the checks that hold the two against each other. m must not change
+// afterwards. A loader builds from the store with Open instead.
 func NewDecoder(m *Model, opt Options) (*Decoder, error) {
-	c := m.Cfg
-	d := &Decoder{Ref: m, cfg: c, be: opt.Backend, maxRows: opt.BatchRows, execs: &kit.Pool[*Exec]{}}
+	d, err := newDecoder(m.Cfg, opt)
+	if err != nil {
+		return nil, err
+	}
+	d.Ref = m
+	d.ple = pleFromModel(m)
+	walk := func(b *binder) error {
+		b.top(m)
+		for l := range m.Layers {
+			b.layer(l, &m.Layers[l])
+		}
+		return b.err
+	}
+	if err := d.finish(opt, walk); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Open builds a Decoder from st's tensors (under model. or
+// model.language_model., as Load reads them) without a reference Model:
+// each layer's weights are read, checked, packed (q4) or bound (f32), and
+// only the bound copies are kept, so loading needs about one layer's
+// float32 weights beyond what the Decoder holds. The per-layer embedding
+// table stays in st, which a pass reads its rows from (ple.go): st must
+// stay open until the Decoder is closed. Float32 weights the store
+// returns without a copy (an aligned float32 checkpoint) are bound in
+// place on the built-in backend, so they stay the store's memory too.
+func Open(cfg *Config, st weights.Store, opt Options) (*Decoder, error) {
+	if cfg == nil || st == nil {
+		return nil, fmt.Errorf("gemma4: Open needs a config and a store")
+	}
+	ld, err := newLoader(cfg, st, false)
+	if err != nil {
+		return nil, err
+	}
+	d, err := newDecoder(cfg, opt)
+	if err != nil {
+		return nil, err
+	}
+	// The first walk (the binder counting) only checks names and shapes:
+	// a checkpoint that does not fit is refused before anything is read.
+	walk := func(b *binder) error {
+		ld.dry = b.count
+		top := Model{Cfg: cfg}
+		ld.top(&top, false)
+		if ld.err != nil {
+			return ld.err
+		}
+		b.top(&top)
+		for l := range cfg.Layers {
+			var y Layer
+			ld.layer(l, &y)
+			if ld.err != nil {
+				return ld.err
+			}
+			b.layer(l, &y)
+			if b.err != nil {
+				return b.err
+			}
+		}
+		return b.err
+	}
+	if cfg.PerLayerInput > 0 {
+		if d.ple, err = pleFromStore(cfg, st, ld.prefix+pleTensor); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.finish(opt, walk); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDecoder checks opt and sets what the Decoder derives from cfg.
+func newDecoder(c *Config, opt Options) (*Decoder, error) {
+	d := &Decoder{cfg: c, be: opt.Backend, maxRows: opt.BatchRows, execs: &kit.Pool[*Exec]{}}
 	if d.be == nil {
 		d.be = native.Default()
 	}
@@ -116,7 +216,11 @@ func NewDecoder(m *Model, opt Options) (*Decoder, error) {
 	if kv < 1 || kv > kvpool.MaxPositions {
 		return nil, fmt.Errorf("gemma4: a key/value pool of %d positions: want 1 to %d", kv, kvpool.MaxPositions)
 	}
-	d.embScale, d.pleScale = m.embScale, m.pleScale
+	if _, err := plePlaceOf(opt.PLE); err != nil {
+		return nil, err
+	}
+	d.embScale = float32(sqrt64(float64(c.Hidden)))
+	d.pleScale = float32(sqrt64(float64(c.PerLayerInput)))
 	d.projScale = float32(math.Pow(float64(c.Hidden), -0.5))
 	d.inScale = float32(math.Pow(2, -0.5))
 	d.rootD = d.projScale
@@ -124,16 +228,32 @@ func NewDecoder(m *Model, opt Options) (*Decoder, error) {
 	if d.weights, d.group, err = weightsOf(opt); err != nil {
 		return nil, err
 	}
-	if err := d.bind(opt.Context, opt.Progress); err != nil {
-		return nil, err
+	return d, nil
+}
+
+// finish binds the weights walk visits (twice: counting, then binding),
+// places the per-layer table (ple.go) and reserves the key/value pool.
+func (d *Decoder) finish(opt Options, walk func(b *binder) error) error {
+	if err := d.bind(opt.Context, opt.Progress, walk); err != nil {
+		return err
 	}
-	p, err := kvpool.New(d.be, c.Layers, d.kvSpecs(), kv, d.maxRows)
-	if err != nil {
+	place, _ := plePlaceOf(opt.PLE)
+	if err := d.placePLE(place); err != nil {
 		d.bound.Free()
-		return nil, fmt.Errorf("gemma4: %w", err)
+		return err
+	}
+	kv := opt.KVPositions
+	if kv == 0 {
+		kv = max(DefaultKVPositions, 4*d.cfg.MaxPositions)
+	}
+	p, err := kvpool.New(d.be, d.cfg.Layers, d.kvSpecs(), kv, d.maxRows)
+	if err != nil {
+		d.freePLE()
+		d.bound.Free()
+		return fmt.Errorf("gemma4: %w", err)
 	}
 	d.pool = p
-	return d, nil
+	return nil
 }
 
 // kvKind is the pool's kind of layer l's attention.
@@ -161,88 +281,143 @@ func (d *Decoder) kvSpecs() [2]kvpool.Spec {
 	return s
 }
 
-// bind binds every weight to the backend (the built-in backend uses the
-// float32 slices in place). With q4 weights the large matrices are packed
-// first (pack.go) and their packed copies bound; ctx and progress are the
-// packing's.
-func (d *Decoder) bind(ctx context.Context, progress func(done, total int64)) error {
-	m, c := d.Ref, d.cfg
-	w := d.be.NewBound()
-	d.bound = w
-	pk := &packer{group: d.group}
-	var err error
-	// f32 binds a matrix as it is; mat packs it when the packer takes it.
-	f32 := func(dst *native.Tensor, x []float32, rows, cols int) {
-		if err == nil && x != nil {
-			*dst, err = w.Matrix(native.NewF32(rows, cols, x))
-		}
+// bind binds every weight walk visits to the backend (the built-in
+// backend uses the float32 slices in place). walk runs twice: first the
+// binder counts the weights to pack (packing's progress reports done of
+// that total), then it packs the large matrices to q4 (with q4 weights)
+// and binds each as it comes, so that a walk over a store holds one
+// layer's float32 weights at a time. ctx and progress are the packing's.
+func (d *Decoder) bind(ctx context.Context, progress func(done, total int64), walk func(b *binder) error) error {
+	d.t.layers = make([]layerTensors, d.cfg.Layers)
+	d.lay = make([]layerMeta, d.cfg.Layers)
+	b := &binder{d: d, count: true, pk: packer{group: d.group, ctx: ctx, progress: progress}}
+	if err := walk(b); err != nil {
+		return err
 	}
-	mat := func(dst *native.Tensor, name string, x []float32, rows, cols int) {
-		if x != nil && pk.packs(rows, cols) {
-			pk.add(dst, name, x, rows, cols)
-			return
-		}
-		f32(dst, x, rows, cols)
+	b.count, b.w = false, d.be.NewBound()
+	d.bound = b.w
+	rope := Model{Cfg: d.cfg}
+	rope.setDerived()
+	for k := range rope.rope {
+		b.vec(&d.t.invFreq[k], rope.rope[k].invFreq)
 	}
-	vec := func(dst *native.Tensor, x []float32) {
-		if err == nil {
-			*dst, err = w.Vector(x)
-		}
-	}
-	D, L, P, V := c.Hidden, c.Layers, c.PerLayerInput, c.Vocab
-	t := &d.t
-	mat(&t.embed, "embed_tokens", m.Embed, V, D)
-	f32(&t.embedPL, m.EmbedPL, c.VocabPerLayerInput, L*P) // read a row a token
-	mat(&t.plProj, "per_layer_model_projection", m.PLProj, L*P, D)
-	vec(&t.plNorm, m.PLNorm)
-	vec(&t.norm, m.Norm)
-	for k := range m.rope {
-		vec(&t.invFreq[k], m.rope[k].invFreq)
-	}
-	t.layers = make([]layerTensors, L)
-	for l := range m.Layers {
-		y, lt := &m.Layers[l], &t.layers[l]
-		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
-		hd, kvd, I := c.Heads*y.headDim, y.kvH*y.headDim, y.intermediate
-		vec(&lt.inNorm, y.InputNorm)
-		vec(&lt.postAttnNorm, y.PostAttnNorm)
-		mat(&lt.q, n("q_proj"), y.Q, hd, D)
-		vec(&lt.qNorm, y.QNorm)
-		mat(&lt.k, n("k_proj"), y.K, kvd, D)
-		mat(&lt.v, n("v_proj"), y.V, kvd, D)
-		vec(&lt.kNorm, y.KNorm)
-		mat(&lt.o, n("o_proj"), y.O, D, hd)
-		vec(&lt.preFF, y.PreFFNorm)
-		vec(&lt.postFF, y.PostFFNorm)
-		mat(&lt.gate, n("gate_proj"), y.Gate, I, D)
-		mat(&lt.up, n("up_proj"), y.Up, I, D)
-		mat(&lt.down, n("down_proj"), y.Down, D, I)
-		mat(&lt.pleGate, n("per_layer_input_gate"), y.PLEGate, P, D)
-		mat(&lt.pleProj, n("per_layer_projection"), y.PLEProj, D, P)
-		vec(&lt.pleNorm, y.PLENorm)
-		if c.MoE {
-			E, Ie := c.Experts, c.MoEIntermediate
-			f32(&lt.routerProj, y.RouterProj, E, D) // chooses the experts
-			vec(&lt.routerScale, y.RouterScale)
-			mat(&lt.gateUp, n("experts.gate_up_proj"), y.ExpertGateUp, E*2*Ie, D)
-			mat(&lt.expDown, n("experts.down_proj"), y.ExpertDown, E*D, Ie)
-			vec(&lt.postFF1, y.PostFFNorm1)
-			vec(&lt.postFF2, y.PostFFNorm2)
-			vec(&lt.preFF2, y.PreFFNorm2)
-		}
-	}
-	if err == nil && len(pk.reqs) > 0 {
-		d.packed, err = pk.pack(ctx, progress)
-		for i := 0; err == nil && i < len(pk.reqs); i++ {
-			*pk.reqs[i].dst, err = w.Matrix(d.packed[i])
-		}
+	err := walk(b)
+	if err == nil && b.pk.done != b.pk.total {
+		err = fmt.Errorf("packed %d weights of the %d counted", b.pk.done, b.pk.total)
 	}
 	if err != nil {
-		w.Free()
+		b.w.Free()
 		d.bound, d.packed = nil, nil
 		return fmt.Errorf("gemma4: binding weights: %w", err)
 	}
 	return nil
+}
+
+// binder binds the weights it is shown, packing the large matrices with
+// q4 weights, and counts what they take (cost.go). In counting mode it
+// only adds up the weights to pack.
+type binder struct {
+	d     *Decoder
+	w     *native.Bound
+	pk    packer
+	count bool
+	err   error
+}
+
+// f32 binds a float32 matrix (nil: absent).
+func (b *binder) f32(dst *native.Tensor, role costRole, x []float32, rows, cols int) {
+	if b.count || b.err != nil || x == nil {
+		return
+	}
+	m := native.NewF32(rows, cols, x)
+	*dst, b.err = b.w.Matrix(m)
+	b.d.costs.add(role, m.Bytes(), int64(rows)*int64(cols))
+}
+
+// mat binds a matrix, packed to q4 when the packer takes it (nil: absent).
+func (b *binder) mat(dst *native.Tensor, role costRole, name string, x []float32, rows, cols int) {
+	if b.err != nil || x == nil {
+		return
+	}
+	if !b.pk.packs(rows, cols) {
+		b.f32(dst, role, x, rows, cols)
+		return
+	}
+	if b.count {
+		b.pk.total += int64(rows) * int64(cols)
+		return
+	}
+	var m native.Matrix
+	if m, b.err = b.pk.pack(name, x, rows, cols); b.err != nil {
+		return
+	}
+	b.d.packed = append(b.d.packed, m)
+	*dst, b.err = b.w.Matrix(m)
+	b.d.costs.add(role, m.Bytes(), int64(rows)*int64(cols))
+}
+
+// vec binds a vector (nil: absent).
+func (b *binder) vec(dst *native.Tensor, x []float32) {
+	if b.count || b.err != nil || x == nil {
+		return
+	}
+	*dst, b.err = b.w.Vector(x)
+	b.d.costs.add(roleRest, int64(len(x))*4, int64(len(x)))
+}
+
+// top binds the weights outside the layers: the embedding (the head too),
+// the final norm and the per-layer projection and norm.
+func (b *binder) top(m *Model) {
+	c, t := b.d.cfg, &b.d.t
+	D, L, P := c.Hidden, c.Layers, c.PerLayerInput
+	b.mat(&t.embed, roleEmbed, "embed_tokens", m.Embed, c.Vocab, D)
+	b.mat(&t.plProj, roleRest, "per_layer_model_projection", m.PLProj, L*P, D)
+	b.vec(&t.plNorm, m.PLNorm)
+	b.vec(&t.norm, m.Norm)
+}
+
+// layer binds layer l's weights and keeps what a pass reads of it on the
+// host (layerMeta).
+func (b *binder) layer(l int, y *Layer) {
+	c := b.d.cfg
+	D, P := c.Hidden, c.PerLayerInput
+	if !b.count && b.err == nil {
+		meta := layerMeta{headDim: y.headDim, kvH: y.kvH, intermediate: y.intermediate, scalar: y.Scalar}
+		if y.PerExpertScale != nil {
+			meta.expertScale = slices.Clone(y.PerExpertScale)
+		}
+		b.d.lay[l] = meta
+		b.d.costs.add(roleRest, 4*int64(1+len(y.PerExpertScale)), int64(1+len(y.PerExpertScale))) // layer_scalar, per_expert_scale: host values
+	}
+	lt := &b.d.t.layers[l]
+	n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
+	hd, kvd, I := c.Heads*y.headDim, y.kvH*y.headDim, y.intermediate
+	b.vec(&lt.inNorm, y.InputNorm)
+	b.vec(&lt.postAttnNorm, y.PostAttnNorm)
+	b.mat(&lt.q, roleRest, n("q_proj"), y.Q, hd, D)
+	b.vec(&lt.qNorm, y.QNorm)
+	b.mat(&lt.k, roleRest, n("k_proj"), y.K, kvd, D)
+	b.mat(&lt.v, roleRest, n("v_proj"), y.V, kvd, D)
+	b.vec(&lt.kNorm, y.KNorm)
+	b.mat(&lt.o, roleRest, n("o_proj"), y.O, D, hd)
+	b.vec(&lt.preFF, y.PreFFNorm)
+	b.vec(&lt.postFF, y.PostFFNorm)
+	b.mat(&lt.gate, roleRest, n("gate_proj"), y.Gate, I, D)
+	b.mat(&lt.up, roleRest, n("up_proj"), y.Up, I, D)
+	b.mat(&lt.down, roleRest, n("down_proj"), y.Down, D, I)
+	b.mat(&lt.pleGate, roleRest, n("per_layer_input_gate"), y.PLEGate, P, D)
+	b.mat(&lt.pleProj, roleRest, n("per_layer_projection"), y.PLEProj, D, P)
+	b.vec(&lt.pleNorm, y.PLENorm)
+	if c.MoE {
+		E, Ie := c.Experts, c.MoEIntermediate
+		b.f32(&lt.routerProj, roleRest, y.RouterProj, E, D) // chooses the experts
+		b.vec(&lt.routerScale, y.RouterScale)
+		b.mat(&lt.gateUp, roleExperts, n("experts.gate_up_proj"), y.ExpertGateUp, E*2*Ie, D)
+		b.mat(&lt.expDown, roleExperts, n("experts.down_proj"), y.ExpertDown, E*D, Ie)
+		b.vec(&lt.postFF1, y.PostFFNorm1)
+		b.vec(&lt.postFF2, y.PostFFNorm2)
+		b.vec(&lt.preFF2, y.PreFFNorm2)
+	}
 }
 
 // Cfg reports the decoder's configuration.
@@ -287,12 +462,16 @@ func (d *Decoder) Close() error {
 		d.bound.Free()
 	}
 	d.bound = nil
+	if !d.view {
+		d.freePLE()
+	}
 	return nil
 }
 
-// InputsResident is true: every weight a token's pass reads (the
-// per-layer table included) is bound to the backend.
-func (d *Decoder) InputsResident() bool { return true }
+// InputsResident reports whether every weight a token's pass reads is on
+// the backend: true unless the model has a per-layer table that stays
+// where it was read from (ple.go), whose rows a pass uploads.
+func (d *Decoder) InputsResident() bool { return d.cfg.PerLayerInput == 0 || d.PLEResident() }
 
 // NewCache returns an empty sequence of the decoder's pool.
 func (d *Decoder) NewCache() model.Cache { return d.pool.NewCache() }

@@ -47,7 +47,7 @@ type Exec struct {
 	hSlot                            [2][]int32 // rows' slots, batch order
 	hGrow                            [2][]int32 // Grow's slots, sequence order
 	hSeqEnt, hEnt, hOne, hEIdx       []int32
-	hEmb, hHook, hRL, hRW            []float32
+	hEmb, hHook, hRL, hRW, hPLE      []float32
 	hIter                            []int32
 	runs                             []kvpool.Run
 	caches                           []*kvpool.Cache
@@ -112,6 +112,7 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	x.Head = hd
 	x.hEIdx, x.hRL, x.hRW = make([]int32, moeR*K), make([]float32, moeR*E), make([]float32, moeR*K)
 	x.hEmb = make([]float32, R*D)
+	x.hPLE = make([]float32, R*L*P)
 	x.hIter = make([]int32, 1)
 	if err := x.growEntries(4 * R); err != nil {
 		x.close()
@@ -343,7 +344,9 @@ func (x *Exec) pass(b *model.Batch, n int) (native.Tensor, error) {
 	if hook != nil {
 		x.hook(hook, -1, h)
 	}
-	x.perLayer(n)
+	if err := x.perLayer(n); err != nil {
+		return native.Tensor{}, err
+	}
 	for l := range c.Layers {
 		if err := x.layer(l, n); err != nil {
 			return native.Tensor{}, err
@@ -418,21 +421,39 @@ func (x *Exec) embed(b *model.Batch, n int) error {
 	return st.Sync() // the staging is reused
 }
 
-// perLayer computes the per-layer inputs of n rows into x.ple,
-// layer-major [L, n, P]: (RMSNorm_P(W h⁰ · D^-½) + E_pl[id] · √P) · 2^-½.
-func (x *Exec) perLayer(n int) {
+// perLayer reads the per-layer table's rows of the n rows' ids (hPLIDs)
+// on the host, uploads them and computes the rows' per-layer inputs from
+// them (perLayerOps). The host rows are next written by the next batch,
+// after Forward's closing sync, so the pass goes on without a wait here.
+func (x *Exec) perLayer(n int) error {
+	d := x.d
+	LP := d.cfg.Layers * d.cfg.PerLayerInput
+	if LP == 0 {
+		return nil
+	}
+	for r := range n {
+		if err := d.ple.row(x.hPLIDs[r], x.hPLE[r*LP:(r+1)*LP]); err != nil {
+			return err
+		}
+	}
+	x.st.Upload(x.plTok.Sub(0, n, LP), x.hPLE[:n*LP])
+	x.perLayerOps(n)
+	return nil
+}
+
+// perLayerOps computes the per-layer inputs of n rows, whose table rows
+// are in x.plTok, into x.ple, layer-major [L, n, P]:
+// (RMSNorm_P(W h⁰ · D^-½) + E_pl[id] · √P) · 2^-½.
+func (x *Exec) perLayerOps(n int) {
 	d, st := x.d, x.st
 	c := d.cfg
 	L, P := c.Layers, c.PerLayerInput
-	if P == 0 {
-		return
-	}
 	proj := x.plProj.Sub(0, n, L*P)
 	st.Linear(proj, x.e.Slice(0, n), d.t.plProj)
 	st.Scale(proj, proj, d.projScale)
 	st.RMSNorm(proj, proj, d.t.plNorm, P, float32(c.Eps))
 	tok := x.plTok.Sub(0, n, L*P)
-	st.Embed(tok, d.t.embedPL, x.plIDs.Sub(0, 1, n), d.pleScale)
+	st.Scale(tok, tok, d.pleScale)
 	st.Add(tok, proj, tok)
 	st.Scale(tok, tok, d.inScale)
 	for l := range L {
@@ -445,7 +466,7 @@ func (x *Exec) perLayer(n int) {
 func (x *Exec) layer(l, n int) error {
 	d, st := x.d, x.st
 	c := d.cfg
-	w, ly := &d.t.layers[l], &d.Ref.Layers[l]
+	w, ly := &d.t.layers[l], &d.lay[l]
 	D, H, hd := c.Hidden, c.Heads, ly.headDim
 	eps := float32(c.Eps)
 	rows := func(t native.Tensor) native.Tensor { return t.Slice(0, n) }
@@ -485,7 +506,7 @@ func (x *Exec) layer(l, n int) error {
 		st.Linear(o, pg, w.pleProj)
 		st.NormAdd(h, o, w.pleNorm, h, native.Tensor{}, D, eps, 0)
 	}
-	st.Scale(h, h, ly.Scalar)
+	st.Scale(h, h, ly.scalar)
 	return nil
 }
 
@@ -495,7 +516,7 @@ func (x *Exec) layer(l, n int) error {
 func (x *Exec) attention(l int, a native.Tensor, n int) {
 	d, st := x.d, x.st
 	c := d.cfg
-	w, ly := &d.t.layers[l], &d.Ref.Layers[l]
+	w, ly := &d.t.layers[l], &d.lay[l]
 	H, hd, kvH := c.Heads, ly.headDim, ly.kvH
 	eps := float32(c.Eps)
 	typ := c.LayerTypes[l]
@@ -543,7 +564,7 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 func (x *Exec) moe(l, n int) (native.Tensor, error) {
 	d, st := x.d, x.st
 	c := d.cfg
-	w, ly := &d.t.layers[l], &d.Ref.Layers[l]
+	w, ly := &d.t.layers[l], &d.lay[l]
 	D, E, K, Ie := c.Hidden, c.Experts, c.TopK, c.MoEIntermediate
 	eps := float32(c.Eps)
 	rows := func(t native.Tensor) native.Tensor { return t.Slice(0, n) }
@@ -560,7 +581,7 @@ func (x *Exec) moe(l, n int) (native.Tensor, error) {
 	// weight hRW[j·n+i].
 	exps := make([]int, K*n)
 	for i := range n {
-		idx, wt := route(x.hRL[i*E:(i+1)*E], K, ly.PerExpertScale)
+		idx, wt := route(x.hRL[i*E:(i+1)*E], K, ly.expertScale)
 		ord := make([]int, K)
 		for k := range ord {
 			ord[k] = k

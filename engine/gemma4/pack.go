@@ -23,9 +23,9 @@ import (
 // router is); and matrices under q4MinElems elements or whose columns do
 // not fit the group size.
 //
-// There is no packed-weights cache: the reference (Load) holds every
-// weight in float32 memory already, so a cache would save only the
-// packing, and Gemma 3n's cache is built around its own loader's store.
+// A matrix is packed as it is bound (Open reads one layer at a time), and
+// only its packed copy is kept. There is no packed-weights cache: Gemma
+// 3n's is built around its own loader's store.
 
 // DefaultGroup is the q4 group size (columns per scale and offset): Gemma
 // 3n's, chosen by measurement (docs/architecture.md, Weights).
@@ -64,18 +64,14 @@ func weightsOf(opt Options) (model.Weights, int, error) {
 	return w, g, nil
 }
 
-// packReq is a matrix to pack: its float32 rows and where its tensor goes.
-type packReq struct {
-	dst        *native.Tensor
-	name       string
-	src        []float32
-	rows, cols int
-}
-
-// packer collects the matrices of a q4 bind and packs them together.
+// packer packs the matrices of a q4 bind one at a time, checking ctx
+// before each and telling progress (when set) the weights packed of the
+// total counted beforehand (binder's counting walk).
 type packer struct {
-	group int // 0: nothing is packed
-	reqs  []packReq
+	group       int // 0: nothing is packed
+	ctx         context.Context
+	progress    func(done, total int64)
+	done, total int64
 }
 
 // packs reports whether a rows×cols matrix is packed: with q4 weights,
@@ -84,43 +80,28 @@ func (p *packer) packs(rows, cols int) bool {
 	return p.group > 0 && rows*cols >= q4MinElems && native.Q4Fits(cols, p.group)
 }
 
-// add records a matrix to pack.
-func (p *packer) add(dst *native.Tensor, name string, src []float32, rows, cols int) {
-	p.reqs = append(p.reqs, packReq{dst: dst, name: name, src: src, rows: rows, cols: cols})
-}
-
-// pack quantizes every recorded matrix, checking ctx between matrices and
-// telling progress (when set) the weights packed of the total. The packed
-// matrices are returned in the order recorded.
-func (p *packer) pack(ctx context.Context, progress func(done, total int64)) ([]native.Matrix, error) {
-	var total, done int64
-	for _, r := range p.reqs {
-		if len(r.src) != r.rows*r.cols {
-			return nil, fmt.Errorf("packing %s: %d weights, its shape %dx%d wants %d", r.name, len(r.src), r.rows, r.cols, r.rows*r.cols)
-		}
-		total += int64(len(r.src))
+// pack quantizes the rows×cols matrix src (name is for errors).
+func (p *packer) pack(name string, src []float32, rows, cols int) (native.Matrix, error) {
+	if len(src) != rows*cols {
+		return native.Matrix{}, fmt.Errorf("packing %s: %d weights, its shape %dx%d wants %d", name, len(src), rows, cols, rows*cols)
 	}
-	out := make([]native.Matrix, len(p.reqs))
-	for i, r := range p.reqs {
-		if ctx != nil {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		nq, ns := native.Q4Sizes(r.rows, r.cols, p.group)
-		q, so := make([]byte, nq), make([]float32, ns)
-		native.QuantizeQ4(q, so, r.src, r.rows, r.cols, p.group)
-		out[i] = native.NewQ4(r.rows, r.cols, p.group, q, so)
-		done += int64(len(r.src))
-		if progress != nil {
-			progress(done, total)
+	if p.ctx != nil {
+		if err := p.ctx.Err(); err != nil {
+			return native.Matrix{}, err
 		}
 	}
-	return out, nil
+	nq, ns := native.Q4Sizes(rows, cols, p.group)
+	q, so := make([]byte, nq), make([]float32, ns)
+	native.QuantizeQ4(q, so, src, rows, cols, p.group)
+	p.done += int64(len(src))
+	if p.progress != nil {
+		p.progress(p.done, p.total)
+	}
+	return native.NewQ4(rows, cols, p.group, q, so), nil
 }
 
-// Weights reports how the decoder keeps its large matrices: float32 (the
-// reference's, bound in place) or packed to q4.
+// Weights reports how the decoder keeps its large matrices: float32 or
+// packed to q4.
 func (d *Decoder) Weights() model.Weights { return d.weights }
 
 // Group reports the q4 group size (0 for float32 weights).

@@ -268,7 +268,7 @@ func once(f func(t *tensors) native.Tensor) func(d *Decoder) []native.Tensor {
 
 var roles = []role{
 	{"embed_tokens", true, once(func(t *tensors) native.Tensor { return t.embed })},
-	{"embed_tokens_per_layer", false, once(func(t *tensors) native.Tensor { return t.embedPL })},
+	{"embed_tokens_per_layer", false, func(d *Decoder) []native.Tensor { return []native.Tensor{d.ple.res} }}, // resident for loops
 	{"per_layer_model_projection", true, once(func(t *tensors) native.Tensor { return t.plProj })},
 	{"norm", false, once(func(t *tensors) native.Tensor { return t.norm })},
 	{"q_proj", true, perLayer(func(l *layerTensors) native.Tensor { return l.q })},
