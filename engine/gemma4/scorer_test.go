@@ -9,34 +9,7 @@ import (
 	"verdict/engine/fixture/testmodel"
 	"verdict/engine/gemma4"
 	"verdict/engine/scorer"
-	"verdict/engine/tokenizer"
 )
-
-// byteTok is a tokenizer for the fixtures' 512-token vocabulary: byte b is
-// token b+1. Its ids of a text are those of its parts in turn, so the
-// scorer's boundaries always hold.
-type byteTok struct{}
-
-func (byteTok) Encode(s string) []int32 {
-	out := make([]int32, len(s))
-	for i := range len(s) {
-		out[i] = int32(s[i]) + 1
-	}
-	return out
-}
-
-func (t byteTok) EncodePlain(s string) []int32 { return t.Encode(s) }
-
-// EndOfTurn is a token no byte maps to (the catalog decoder's stop).
-func (byteTok) EndOfTurn() int32 { return 300 }
-
-func (t byteTok) EncodeParts(ps []tokenizer.Part) []int32 {
-	var out []int32
-	for _, p := range ps {
-		out = append(out, t.Encode(p.Text)...)
-	}
-	return out
-}
 
 const schemaJSON = `{"fields":[
  {"name":"priority","question":"How urgent?","type":"choice","options":["low","medium","high"]},
@@ -45,8 +18,9 @@ const schemaJSON = `{"fields":[
  {"name":"anger","question":"Anger 1-3?","type":"score","levels":["1","2","3"]}]}`
 
 // TestScorerOnGemma4: the scorer scores a schema on the tiny Gemma 4 model
-// through the model interface, and every candidate's log-likelihood equals
-// the one a direct Forward over the prompt, the key and the value gives.
+// through the model interface (the test tokenizer, testdata/tokenizer.json),
+// and every candidate's log-likelihood equals the one a direct Forward over
+// the prompt, the key and the value gives.
 func TestScorerOnGemma4(t *testing.T) {
 	for _, name := range []string{"gemma4-synthetic-tiny", "gemma4-synthetic-tiny-moe"} {
 		t.Run(name, func(t *testing.T) {
@@ -68,7 +42,7 @@ func TestScorerOnGemma4(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc := scorer.New(d, byteTok{})
+			sc := scorer.New(d, testTokenizer(t))
 			const input = "My parcel came late and broken; I want my money back."
 			r, err := sc.Score(context.Background(), s, input, scorer.Options{TokenLogprobs: true})
 			if err != nil {
