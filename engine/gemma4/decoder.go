@@ -56,6 +56,12 @@ type Options struct {
 	Context context.Context
 	// Progress, when set, hears the weights packed: done of total.
 	Progress func(done, total int64)
+	// Reference keeps NewDecoder's Model as the Decoder's Ref (the checks
+	// that hold the reference against the Decoder). Without it the Decoder
+	// holds none of the Model's float32 weights but those it binds in
+	// place and the per-layer table it reads rows of: a q4 Decoder's
+	// matrices are then only their packed copies once the caller drops m.
+	Reference bool
 	// PLE says where the per-layer embedding table is kept for device
 	// loops ("": PLEAuto; ple.go). A pass reads its rows where the table
 	// was read from either way.
@@ -72,8 +78,8 @@ type Options struct {
 // per-layer embedding table is not copied: a pass reads its batch's rows
 // from where the table is (the store, or the reference's slice: ple.go).
 type Decoder struct {
-	// Ref is the plain-Go decoder over the same weights when the Decoder
-	// was built from one (NewDecoder); nil when built from a store (Open).
+	// Ref is the plain-Go decoder over the same weights when NewDecoder
+	// was asked to keep it (Options.Reference); else nil.
 	Ref *Model
 
 	cfg     *Config
@@ -118,16 +124,19 @@ type layerTensors struct {
 }
 
 // NewDecoder binds the reference decoder m's weights to a backend and
-// reserves its key/value pool. The Decoder keeps m (Ref): a q4 Decoder
-// built this way holds m's float32 weights besides the packed ones, for
-// the checks that hold the two against each other. m must not change
-// afterwards. A loader builds from the store with Open instead.
+// reserves its key/value pool. The Decoder keeps of m only what it binds
+// in place (float32 weights on the built-in backend) and the per-layer
+// table it reads rows of, unless opt.Reference keeps m whole as Ref. m's
+// weights must not change afterwards. A loader builds from the store with
+// Open instead, which never holds the float32 weights all at once.
 func NewDecoder(m *Model, opt Options) (*Decoder, error) {
 	d, err := newDecoder(m.Cfg, opt)
 	if err != nil {
 		return nil, err
 	}
-	d.Ref = m
+	if opt.Reference {
+		d.Ref = m
+	}
 	d.ple = pleFromModel(m)
 	walk := func(b *binder) error {
 		b.top(m)

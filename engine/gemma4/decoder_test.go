@@ -10,12 +10,14 @@ import (
 	"verdict/native"
 )
 
-// decoder loads a fixture's weights behind the model interface.
+// decoder loads a fixture's weights behind the model interface, keeping
+// the reference Model (Ref) for the checks against it.
 func (fx *fixtureData) decoder(t testing.TB, opt Options) *Decoder {
 	t.Helper()
 	if opt.KVPositions == 0 {
 		opt.KVPositions = 2048
 	}
+	opt.Reference = true
 	d, err := NewDecoder(fx.model(t), opt)
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ type decPasses struct {
 	x model.Exec
 }
 
-func (p *decPasses) config() *Config { return p.d.Ref.Cfg }
+func (p *decPasses) config() *Config { return p.d.cfg }
 func (p *decPasses) newCache() any   { return p.d.NewCache() }
 func (p *decPasses) freeCache(c any) { c.(model.Cache).Free() }
 func (p *decPasses) traced() bool    { return false }
@@ -62,14 +62,14 @@ func (p *decPasses) forward(ids []int, c any, tr *Trace) ([]float32, error) {
 	var b model.Batch
 	b.Add(cache, ids32(ids), len(ids))
 	if tr != nil {
-		tr.Hidden = make([][]float32, p.d.Ref.Cfg.Layers+1)
+		tr.Hidden = make([][]float32, p.d.cfg.Layers+1)
 		b.Hook = func(layer int, h []float32) { tr.Hidden[layer+1] = append([]float32(nil), h...) }
 	}
 	h, err := p.x.Forward(&b)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(ids)*p.d.Ref.Cfg.Vocab)
+	out := make([]float32, len(ids)*p.d.cfg.Vocab)
 	if err := p.x.Logits(out, h); err != nil {
 		return nil, err
 	}
