@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build/cuda-syntax.sh [run|q4]: checks native/cuda where there is no nvcc.
+# build/cuda-syntax.sh [run|q4|ops ARGS]: checks native/cuda where there is no nvcc.
 # Every .cu file is compiled as C++20 by g++ against the stub runtime of
 # native/cuda/stub (kernel launches rewritten as stub_launch calls, dynamic
 # shared memory as the stub's buffer), then the harnesses are linked with
@@ -9,8 +9,10 @@
 # shapes (tower_check -small): the kernels' logic against the CPU backend,
 # with libm's arithmetic for the device's intrinsics; and q4_check, the
 # tensor-core q4 product (the stub's mma sums in k order) against float64
-# and its batch identity ("q4": q4_check alone); and ops_check -steps, the
-# layer steps against the CPU and the operations they stand for.
+# and its batch identity ("q4": q4_check alone); ops_check -steps, the
+# layer steps against the CPU and the operations they stand for; and
+# ops_check -q4, the q4 products (tensor-core and float-core kernels) and
+# the sparse MLP against the CPU ("ops ARGS": ops_check ARGS alone).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -59,6 +61,8 @@ run)
 	"$tmp/tower_check" -small
 	"$tmp/q4_check"
 	"$tmp/ops_check" -steps
+	"$tmp/ops_check" -q4
 	;;
 q4) "$tmp/q4_check" ;;
+ops) "$tmp/ops_check" "${@:2}" ;;
 esac

@@ -78,6 +78,33 @@ static __device__ __forceinline__ float warp_max(float v)
 	return v;
 }
 
+/* q4_nib: nibble k (0..7: bits 4k..4k+3) of word v as a float, the value
+ * (float)((v >> 4k) & 15) gives, without that integer-to-float conversion
+ * (a quarter-rate instruction, the bound of the one-token q4 products): the
+ * nibble is or-ed into the mantissa of 2^23 (the upper half shifted down
+ * first, so that it stays below bit 23), and one fmaf scales its position
+ * out and subtracts 2^23; both steps are exact. k is a constant once the
+ * callers' loops are unrolled, so this is a shift (k ≥ 4), a LOP3 and an
+ * FFMA. */
+static __device__ __forceinline__ float q4_nib(uint32_t v, int k)
+{
+	int p = 4 * k;
+	if (p >= 16) {
+		v >>= 16;
+		p -= 16;
+	}
+	float f = __uint_as_float(0x4B000000u | (v & (0xFu << p)));
+	return fmaf(f, 1.0f / (float)(1u << p), -(float)(1u << (23 - p)));
+}
+
+/* q4_wnib: nibble b (0..31) of a 32-column block held as four words: the
+ * low nibbles of its 16 bytes, then their high nibbles. */
+static __device__ __forceinline__ float q4_wnib(const uint32_t *q, int b)
+{
+	int byte = b & 15;
+	return q4_nib(q[byte >> 2], 2 * (byte & 3) + (b >= 16));
+}
+
 /* q4_sums: lane's sums of q4 row r (w, so: the matrix's nibbles and
  * scales) into acc against nt ≤ NTMAX tokens, xv(t, c) giving x: its
  * 32-column blocks lane, lane + 32, ... in order, one fmaf a weight
@@ -96,10 +123,7 @@ static __device__ __forceinline__ void q4_sums(float *acc, int nt, XV xv, const 
 		float s = __ldg(sr + g2), off = __ldg(sr + g2 + 1);
 #pragma unroll
 		for (int b = 0; b < 32; b++) {
-			int byte = b & 15;
-			uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-			float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-			float wv = fmaf(s, nib, off);
+			float wv = fmaf(s, q4_wnib(q, b), off);
 #pragma unroll
 			for (int t = 0; t < NTMAX; t++)
 				if (t < nt)

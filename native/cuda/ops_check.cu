@@ -57,15 +57,23 @@ static void cmp_scaled(const std::string &name, const Pair &p, size_t n, double 
 		failures++;
 }
 
-static void check_linear()
+static void check_linear(bool small)
 {
 	struct S {
 		int64_t n, rows, cols;
 		int group;
-	} shapes[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64},
+	};
+	/* small: q4 alone at shapes the host emulation runs in seconds: the
+	 * tensor-core path (group 64), and with groups of 32 the float-core
+	 * kernels (k_gemv_q4 for a few tokens, k_linear_q4_tiled past QT). */
+	static const S few[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {8, 40, 512, 32}, {130, 16, 512, 32}};
+	static const S all[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64},
 	             {9, 4, 2048, 64}, {130, 16, 512, 32}, {513, 40, 256, 64}, {130, 1100, 2048, 64},
 	             {200, 1024, 8192, 128}, {77, 2048, 512, 64}, {8, 8192, 2048, 64}, {64, 1030, 192, 64}};
+	std::vector<S> shapes = small ? std::vector<S>(std::begin(few), std::end(few)) : std::vector<S>(std::begin(all), std::end(all));
 	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
+		if (small && dt != VD_Q4)
+			continue;
 		for (S s : shapes) {
 			auto x = randf((size_t)(s.n * s.cols));
 			Pair X = in(x), W, SO;
@@ -466,7 +474,7 @@ static void clear_cut(std::vector<float> &gv, int64_t n, int64_t inter, double z
 	}
 }
 
-static void check_sparse_mlp()
+static void check_sparse_mlp(bool small)
 {
 	struct S {
 		int64_t n, inter, d;
@@ -474,6 +482,8 @@ static void check_sparse_mlp()
 	} shapes[] = {{1, 1024, 256, 64}, {5, 512, 512, 32}, {3, 2048, 256, 128}, {70, 1024, 288, 32},
 	               {2, 8192, 2048, 64}};
 	for (S s : shapes) {
+		if (small && s.n * s.inter * s.d > 5 * 512 * 512)
+			continue;
 		Q4 up = randq4(s.inter, s.d, s.group), dt = randq4(s.inter, s.d, s.group);
 		Pair X = in(randf((size_t)(s.n * s.d)));
 		auto gv = randf((size_t)(s.n * s.inter), -2, 2);
@@ -972,19 +982,23 @@ static void check_loop()
 
 int main(int argc, char **argv)
 {
-	/* -steps: the layer steps alone, at small shapes (the host emulation) */
-	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0;
+	/* -steps: the layer steps alone, at small shapes (the host emulation);
+	 * -q4: the q4 products and the sparse MLP, at small shapes (the same) */
+	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0, q4 = argc > 1 && strcmp(argv[1], "-q4") == 0;
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
-	if (steps) {
-		check_layer_steps(true);
-		printf("ops_check -steps: %d checks, %d failure(s)\n", checks, failures);
+	if (steps || q4) {
+		if (steps)
+			check_layer_steps(true);
+		else
+			check_linear(true), check_sparse_mlp(true);
+		printf("ops_check %s: %d checks, %d failure(s)\n", argv[1], checks, failures);
 		return failures ? 1 : 0;
 	}
 	printf("ops_check: %s (sm_%d%d), CPU reference kernels set %d\n", prop.name, prop.major, prop.minor, vk_simd_active());
-	check_linear();
+	check_linear(false);
 	check_linear_alone();
 	check_router();
-	check_sparse_mlp();
+	check_sparse_mlp(false);
 	check_rows();
 	check_ew();
 	check_rope_altup();

@@ -71,10 +71,7 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4(float *y, const float *x,
 				const int base = 33 * lane;
 #pragma unroll
 				for (int b = 0; b < 32; b++) {
-					int byte = b & 15;
-					uint32_t v = (qv[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-					float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-					float wv = fmaf(sc, nib, off);
+					float wv = fmaf(sc, q4_wnib(qv, b), off);
 #pragma unroll
 					for (int t = 0; t < QT; t++)
 						if (t < nt)
@@ -184,10 +181,7 @@ __global__ void __launch_bounds__(32 * LW) k_gemv_q4(float *y, const float *x, c
 				const float *xs = gx + j + (j >> 5);
 #pragma unroll
 				for (int b = 0; b < 32; b++) {
-					int byte = b & 15;
-					uint32_t v = (w4[byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-					float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-					float wv = fmaf(sc[i], nib, off[i]);
+					float wv = fmaf(sc[i], q4_wnib(w4, b), off[i]);
 #pragma unroll
 					for (int t = 0; t < NT; t++)
 						acc[t] = fmaf(xs[t * ld + b], wv, acc[t]);
@@ -316,12 +310,9 @@ __global__ void __launch_bounds__(32 * LW) k_linear_q4_tiled(float *y, const flo
 #pragma unroll
 			for (int t = 0; t < QT; t++)
 				xv[t] = sx[t][base + b];
-			int byte = b & 15;
 #pragma unroll
 			for (int k = 0; k < RW; k++) {
-				uint32_t v = (qv[k][byte >> 2] >> (8 * (byte & 3))) & 0xffu;
-				float nib = (float)(b < 16 ? (v & 15u) : (v >> 4));
-				float wv = fmaf(sc[k], nib, off[k]);
+				float wv = fmaf(sc[k], q4_wnib(qv[k], b), off[k]);
 #pragma unroll
 				for (int t = 0; t < QT; t++)
 					acc[k][t] = fmaf(xv[t], wv, acc[k][t]);

@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, 
 				break;
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				float lo = (float)((v[j] >> (8 * e)) & 15u), hi = (float)((v[j] >> (8 * e + 4)) & 15u);
+				float lo = q4_nib(v[j], 2 * e), hi = q4_nib(v[j], 2 * e + 1);
 				acc[e] = fmaf(hv[j], fmaf(sc[j], lo, of[j]), acc[e]);
 				acc[4 + e] = fmaf(hv[j], fmaf(sc[j], hi, of[j]), acc[4 + e]);
 			}
