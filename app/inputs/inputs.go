@@ -89,11 +89,16 @@ type Step struct {
 type Progress func(Step)
 
 // Towers are a model's vision and audio towers and its embedding rows
-// (session.Session has them).
+// (session.Session and models.Model have them). Each item's soft-token
+// count goes with the soft tokens (model.Media's ImageTokens and
+// AudioTokens): Gemma 4's vary by image size and clip length.
 type Towers interface {
 	ImageTokens(ctx context.Context, img image.Image, progress session.TowerProgress) (soft []float32, cached bool, err error)
 	AudioTokens(ctx context.Context, pcm []float32, progress session.TowerProgress) (soft []float32, cached bool, err error)
 	HardEmbed(id int32) ([]float32, error)
+	// SoftTokenWidth is the width of one soft token (the decoder's hidden
+	// size): an item's soft-token count is its values over it.
+	SoftTokenWidth() int
 }
 
 // Prepare runs the model's towers on the input: images, then the video's
@@ -173,6 +178,7 @@ func PrepareContext(ctx context.Context, m Towers, in *media.Input, progress Pro
 			return nil, err
 		}
 		md.Image = append(md.Image, soft...)
+		md.ImageTokens = append(md.ImageTokens, len(soft)/max(1, m.SoftTokenWidth()))
 	}
 	if hasSound {
 		soft, err := run("audio", func(p session.TowerProgress) ([]float32, bool, error) { return m.AudioTokens(ctx, pcm, p) })
@@ -180,6 +186,7 @@ func PrepareContext(ctx context.Context, m Towers, in *media.Input, progress Pro
 			return nil, err
 		}
 		md.Audio = soft
+		md.AudioTokens = []int{len(soft) / max(1, m.SoftTokenWidth())}
 	}
 	report(Step{})
 	return &Prepared{Media: *md, Duration: time.Since(start), Items: done}, nil

@@ -41,7 +41,7 @@ func FamilyOf(m model.Model) string {
 	switch m.(type) {
 	case *gemma3n.Model:
 		return FamilyGemma3n
-	case *gemma4.Decoder:
+	case *gemma4.Decoder, *gemma4Model:
 		return FamilyGemma4
 	}
 	return ""

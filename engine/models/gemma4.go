@@ -28,10 +28,27 @@ func isGemma4(cfgJSON []byte) bool {
 	return t == "gemma4" || t == "gemma4_text"
 }
 
-// openGemma4 loads a Gemma 4 text decoder (engine/gemma4) from st on
-// opt's backend, with opt's weights (q4 packed at load, or f32) and group
-// size. Packed weights are not cached (opt.CacheDir is not used); packing
-// stops with OpenContext's context and reports StagePacking.
+// gemma4Model is a Gemma 4 decoder as the loader opens it: Chat names the
+// checkpoint's media tokens (the decoder's own Chat names none), so that
+// prompts carry <|image>…<image|> and <|audio>…<audio|> runs. Their
+// soft-token counts are per item (Special's VisionTokens and AudioTokens
+// stay 0): the prompt builders size each run from model.Media's
+// ImageTokens and AudioTokens (prompt.Prompt.Sized).
+type gemma4Model struct {
+	*gemma4.Decoder
+	chat model.Chat
+}
+
+// Chat is the decoder's chat format with the media tokens.
+func (g *gemma4Model) Chat() model.Chat { return g.chat }
+
+// openGemma4 loads a Gemma 4 decoder (engine/gemma4) from st on opt's
+// backend, with opt's weights (q4 packed at load, or f32) and group size.
+// A gemma4 config (Gemma4ForConditionalGeneration) gives the decoder its
+// media token ids and the model its towers (gemma4Media: each loaded on
+// its first input); a gemma4_text config is text only. Packed weights are
+// not cached (opt.CacheDir is not used); packing stops with OpenContext's
+// context and reports StagePacking.
 func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, error) {
 	if err := gemma4.CheckWeights(opt.Weights, opt.Group); err != nil {
 		return nil, err
@@ -39,6 +56,14 @@ func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, err
 	cfg, err := gemma4.ParseConfig(cfgJSON)
 	if err != nil {
 		return nil, err
+	}
+	var media *gemma4.MediaTokens
+	if modelType(cfgJSON) == "gemma4" {
+		t, err := gemma4.ParseMediaTokens(cfgJSON)
+		if err != nil {
+			return nil, err
+		}
+		media = &t
 	}
 	ref, err := gemma4.Load(cfg, st)
 	if err != nil {
@@ -48,7 +73,19 @@ func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, err
 	if f := opt.Progress; f != nil {
 		o.Progress = func(done, total int64) { f(StagePacking, done, total) }
 	}
-	return gemma4.NewDecoder(ref, o)
+	d, err := gemma4.NewDecoder(ref, o)
+	if err != nil {
+		return nil, err
+	}
+	g := &gemma4Model{Decoder: d, chat: d.Chat()}
+	if media != nil {
+		if err := d.SetMediaTokens(*media); err != nil {
+			d.Close()
+			return nil, err
+		}
+		g.chat.Media = media.Special()
+	}
+	return g, nil
 }
 
 // checkVocab refuses a tokenizer whose ids reach past the model's

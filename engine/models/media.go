@@ -48,12 +48,21 @@ type TowerProgress func(loading bool, done, total int)
 // hundred images or clips of Gemma 3n's).
 const DefaultTowerCacheBytes = 256 << 20
 
-// VisionTower returns the model's vision tower, loading it on first use.
+// errGemma4Towers is VisionTower's and AudioTower's answer for a Gemma 4
+// model: its towers are engine/gemma4's, reached through ImageTokens and
+// AudioTokens.
+var errGemma4Towers = errors.New("a Gemma 4 model's towers are engine/gemma4's: use ImageTokens and AudioTokens")
+
+// VisionTower returns the model's (Gemma 3n) vision tower, loading it on
+// first use.
 func (m *Model) VisionTower() (*vision.Tower, error) {
 	return m.visionTower(context.Background(), nil)
 }
 
 func (m *Model) visionTower(ctx context.Context, progress TowerProgress) (*vision.Tower, error) {
+	if m.g4 != nil {
+		return nil, errGemma4Towers
+	}
 	tw := &m.towers
 	tw.visionMu.Lock()
 	defer tw.visionMu.Unlock()
@@ -75,8 +84,12 @@ func (m *Model) visionTower(ctx context.Context, progress TowerProgress) (*visio
 	return tw.vision, tw.visionErr
 }
 
-// AudioTower returns the model's audio tower, loading it on first use.
+// AudioTower returns the model's (Gemma 3n) audio tower, loading it on
+// first use.
 func (m *Model) AudioTower() (*audio.Tower, error) {
+	if m.g4 != nil {
+		return nil, errGemma4Towers
+	}
 	tw := &m.towers
 	tw.audioMu.Lock()
 	defer tw.audioMu.Unlock()
@@ -89,20 +102,55 @@ func (m *Model) AudioTower() (*audio.Tower, error) {
 	return tw.audio, tw.audioErr
 }
 
+// encoder is one family's towers as the loader's Model runs them: an
+// image or a clip in, its soft tokens out, rows of the decoder's hidden
+// width (an item's soft-token count is its rows: for Gemma 3n always the
+// config's count, for Gemma 4 the image's size and the clip's length
+// decide). gemma3nMedia and gemma4Media implement it.
+type encoder interface {
+	// inputs reports what the checkpoint's towers accept.
+	inputs() (images, audio bool)
+	// image encodes one image; cached: from the model's tower cache.
+	image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error)
+	// audioClip encodes one 16 kHz mono clip (its kept rows).
+	audioClip(ctx context.Context, pcm []float32, progress TowerProgress) (soft []float32, cached bool, err error)
+}
+
+// enc is the model's family's encoder.
+func (m *Model) enc() encoder {
+	if m.g4 != nil {
+		return m.g4
+	}
+	return gemma3nMedia{m}
+}
+
+// gemma3nMedia is Gemma 3n's towers (engine/vision, engine/audio) on the
+// model's backend, loaded on first use.
+type gemma3nMedia struct{ m *Model }
+
 // Inputs reports what the model accepts besides text, from what its
 // checkpoint holds.
-func (m *Model) Inputs() (images, audio bool) {
-	_, _, images = m.store.Info("model.vision_tower.timm_model.conv_stem.conv.weight")
-	_, _, audio = m.store.Info("model.audio_tower.subsample_conv_projection.conv_0.conv.weight")
+func (m *Model) Inputs() (images, audio bool) { return m.enc().inputs() }
+
+func (g gemma3nMedia) inputs() (images, audio bool) {
+	_, _, images = g.m.store.Info("model.vision_tower.timm_model.conv_stem.conv.weight")
+	_, _, audio = g.m.store.Info("model.audio_tower.subsample_conv_projection.conv_0.conv.weight")
 	return images, audio
 }
 
 // ImageTokens runs one image through the image processor and the vision
-// tower: its soft tokens [VisionTokens, D]. An image the model has encoded
-// before (the same pixels after preprocessing) comes from the model's
-// tower cache: cached is then true. ctx stops the tower between blocks;
-// progress, when set, hears its steps. The result must not be modified.
+// tower: its soft tokens [n, D], n the chat format's VisionTokens (Gemma
+// 3n) or the image's count (Gemma 4: len(soft)/D). An image the model has
+// encoded before (the same pixels after preprocessing) comes from the
+// model's tower cache: cached is then true. ctx stops the tower (Gemma 3n:
+// between blocks); progress, when set, hears its steps. The result must
+// not be modified.
 func (m *Model) ImageTokens(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
+	return m.enc().image(ctx, img, progress)
+}
+
+func (g gemma3nMedia) image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
+	m := g.m
 	vt, err := m.visionTower(ctx, progress)
 	if err != nil {
 		return nil, false, err
@@ -124,10 +172,16 @@ func (m *Model) ImageTokens(ctx context.Context, img image.Image, progress Tower
 }
 
 // AudioTokens runs a 16 kHz mono clip through the feature extractor and
-// the audio tower: its soft tokens [AudioTokens, D], from the tower cache
-// when the model has encoded the same samples before (cached true). ctx
-// stops the tower between layers. The result must not be modified.
+// the audio tower: its soft tokens [n, D] (Gemma 3n: the config's
+// AudioTokens; Gemma 4: the clip's kept frames), from the tower cache when
+// the model has encoded the same samples before (cached true). ctx stops
+// the tower between layers. The result must not be modified.
 func (m *Model) AudioTokens(ctx context.Context, pcm []float32, progress TowerProgress) (soft []float32, cached bool, err error) {
+	return m.enc().audioClip(ctx, pcm, progress)
+}
+
+func (g gemma3nMedia) audioClip(ctx context.Context, pcm []float32, progress TowerProgress) (soft []float32, cached bool, err error) {
+	m := g.m
 	at, err := m.AudioTower()
 	if err != nil {
 		return nil, false, err
@@ -150,7 +204,9 @@ func (m *Model) AudioTokens(ctx context.Context, pcm []float32, progress TowerPr
 // Media runs the towers: every image through the image processor and the
 // vision tower, the audio clip (16 kHz mono, nil for none) through the
 // feature extractor and the audio tower. The result is what the decoder
-// merges at the prompt's placeholders.
+// merges at the prompt's placeholders, with each item's soft-token count
+// (model.Media's ImageTokens and AudioTokens) for a model whose counts
+// vary (Gemma 4; Gemma 3n's are the config's and left unset).
 func (m *Model) Media(images []image.Image, pcm []float32) (*model.Media, error) {
 	return m.MediaContext(context.Background(), images, pcm)
 }
@@ -167,6 +223,9 @@ func (m *Model) MediaContext(ctx context.Context, images []image.Image, pcm []fl
 			return nil, fmt.Errorf("image %d: %w", i+1, err)
 		}
 		md.Image = append(md.Image, soft...)
+		if m.g4 != nil {
+			md.ImageTokens = append(md.ImageTokens, len(soft)/m.Config().Hidden)
+		}
 	}
 	if pcm != nil {
 		soft, _, err := m.AudioTokens(ctx, pcm, nil)
@@ -174,13 +233,21 @@ func (m *Model) MediaContext(ctx context.Context, images []image.Image, pcm []fl
 			return nil, fmt.Errorf("audio: %w", err)
 		}
 		md.Audio = soft
+		if m.g4 != nil {
+			md.AudioTokens = []int{len(soft) / m.Config().Hidden}
+		}
 	}
 	md.Hard = m.HardEmbed
 	return md, nil
 }
 
-// HardEmbed embeds a multimodal control token (model.Media.Hard).
+// HardEmbed embeds a multimodal control token (model.Media.Hard). Gemma
+// 4's begin and end tokens are ordinary tokens: their scaled token
+// embedding (its AddMultimodal does not call Hard).
 func (m *Model) HardEmbed(id int32) ([]float32, error) {
+	if m.g4 != nil {
+		return m.Embed([]int32{id})
+	}
 	audioFirst := int32(m.Chat().Media.EOA) // the audio vocabulary starts at <end_of_audio>
 	if id >= audioFirst && audioFirst > 0 {
 		t, err := m.AudioTower()
@@ -293,3 +360,7 @@ func (c *outputCache) size() (entries int, bytes int64) {
 	defer c.mu.Unlock()
 	return len(c.byKey), c.used
 }
+
+// SoftTokenWidth is the width of a soft token, the decoder's hidden size:
+// an image's or clip's soft-token count is its values over it.
+func (m *Model) SoftTokenWidth() int { return m.Config().Hidden }

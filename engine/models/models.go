@@ -2,8 +2,8 @@
 // checkpoint folder, a GGUF file (llama.cpp's gemma3n), a synthetic-weight
 // fixture folder, or the built-in model
 // (the tiny synthetic Gemma 3n, random weights, generated in memory); and a
-// folder whose config.json says Gemma 4 (model_type gemma4 or gemma4_text:
-// engine/gemma4, float32 weights, text only).
+// folder whose config.json says Gemma 4 (model_type gemma4, with its vision
+// and audio towers, or gemma4_text, text only: engine/gemma4).
 package models
 
 import (
@@ -37,8 +37,8 @@ const Builtin = "builtin"
 var builtinFS embed.FS
 
 // Model is an opened model with its tokenizer: the decoder behind the
-// engine's interface (engine/model; a *gemma3n.Model or a
-// *gemma4.Decoder), the towers, and what it was opened from.
+// engine's interface (engine/model; a *gemma3n.Model or a Gemma 4
+// decoder, FamilyOf tells which), the towers, and what it was opened from.
 type Model struct {
 	model.Model
 	// Tok is nil when no tokenizer was found; TokErr then says why.
@@ -57,7 +57,8 @@ type Model struct {
 	configJSON []byte
 	recipe     []byte // synthetic shapes: their recipe
 	gguf       string // the GGUF file of a GGUF model
-	towers     towers
+	towers     towers       // Gemma 3n's
+	g4         *gemma4Media // Gemma 4's towers (nil for Gemma 3n)
 
 	towerCacheBytes int64
 	outOnce         sync.Once
@@ -261,6 +262,13 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		return nil, fmt.Errorf("open model %s: %w", spec, err)
 	}
 	m.store, m.configJSON = st, cfgJSON
+	if g4 {
+		if m.g4, err = newGemma4Media(m.Name, spec, st, cfgJSON, m.Config().Hidden, m.outputs); err != nil {
+			m.Model.Close()
+			st.Close()
+			return nil, fmt.Errorf("open model %s: %w", spec, err)
+		}
+	}
 	m.LoadTime = time.Since(start)
 	return m, nil
 }

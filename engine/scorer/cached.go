@@ -190,7 +190,10 @@ func (sc *Scorer) scoreCached(ctx context.Context, s *Schema, input string, opt 
 	if err != nil {
 		return nil, err
 	}
-	p := s.promptWith(input, captions, md != nil && md.Audio != nil, sc.m.Chat(), codedCriteria(codes, s))
+	p, err := sized(s.promptWith(input, captions, md != nil && md.Audio != nil, sc.m.Chat(), codedCriteria(codes, s)), sc.m.Chat(), md)
+	if err != nil {
+		return nil, err
+	}
 	comp, err := compile(sc.tok, p, nil, sc.m.Chat())
 	if err != nil {
 		return nil, err

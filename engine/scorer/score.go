@@ -351,7 +351,10 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	default:
 		return nil, fmt.Errorf("scorer: unknown backend %q (json, catalog or head)", opt.Backend)
 	}
-	p := s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Chat())
+	p, err := sized(s.MediaPrompt(input, captions, md != nil && md.Audio != nil, sc.m.Chat()), sc.m.Chat(), md)
+	if err != nil {
+		return nil, err
+	}
 	decoded, err := sc.decodedFields(s, opt.Backend, func(text string) ([]int32, bool) { return after(sc.tok, promptTail(sc.m.Chat()), text) })
 	if err != nil {
 		return nil, err
@@ -426,10 +429,38 @@ func (sc *Scorer) media(opt Options) (*model.Media, []string, error) {
 		return nil, nil, err
 	}
 	md := &in.Media
-	if per := sc.m.Chat().Media.VisionTokens * sc.m.Config().Hidden; len(md.Image) != per*len(in.Captions) {
-		return nil, nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(in.Captions))
+	D := sc.m.Config().Hidden
+	if md.ImageTokens == nil {
+		if per := sc.m.Chat().Media.VisionTokens * D; len(md.Image) != per*len(in.Captions) {
+			return nil, nil, fmt.Errorf("scorer: %d image soft-token values for %d images", len(md.Image), len(in.Captions))
+		}
+		return md, in.Captions, nil
+	}
+	// Per-image counts (Gemma 4): one a caption, adding up to the rows.
+	if len(md.ImageTokens) != len(in.Captions) {
+		return nil, nil, fmt.Errorf("scorer: %d image soft-token counts for %d images", len(md.ImageTokens), len(in.Captions))
+	}
+	sum := 0
+	for _, n := range md.ImageTokens {
+		sum += max(n, 0)
+	}
+	if len(md.Image) != sum*D {
+		return nil, nil, fmt.Errorf("scorer: %d image soft-token values for images of %v soft tokens of width %d", len(md.Image), md.ImageTokens, D)
 	}
 	return md, in.Captions, nil
+}
+
+// sized gives p's media runs md's per-item soft-token counts (Gemma 4's
+// vary by image and clip; prompt.Prompt.Sized).
+func sized(p prompt.Prompt, ch model.Chat, md *model.Media) (prompt.Prompt, error) {
+	if md == nil {
+		return p, nil
+	}
+	p, err := p.Sized(ch.Media, md.ImageTokens, md.AudioTokens)
+	if err != nil {
+		return nil, fmt.Errorf("scorer: %w", err)
+	}
+	return p, nil
 }
 
 // DecisionSpec is a primitive decision given directly: the JSON text before

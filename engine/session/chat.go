@@ -81,7 +81,7 @@ func (s *Session) encodeTurns(req Request) ([]int32, error) {
 	}
 	last := Turn{Role: "user", Content: req.Input, Images: images - used, Audio: audio && !audioUsed}
 	turns = append(turns, last)
-	return ChatTurnsPrompt(s.m.Chat(), req.Media, req.System, turns).Encode(s.tok, s.m.Chat().Media)
+	return s.encodeMedia(ChatTurnsPrompt(s.m.Chat(), req.Media, req.System, turns), req.Media)
 }
 
 // ChatTurnsPrompt is a conversation's prompt for generation in chat format

@@ -232,6 +232,7 @@ func (s *Session) Score(ctx context.Context, schema *scorer.Schema, input string
 	if s.set != nil {
 		return s.set.score(ctx, schema, input, opt)
 	}
+	opt.Media = s.checkedMedia(opt.Media)
 	rq := s.sched.Begin(ctx, priority(ctx))
 	defer rq.End()
 	opt.Runner, opt.Admit = s.runner(rq), rq.Admit
@@ -357,7 +358,7 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 			break
 		}
 		if req.Media != nil {
-			ids, err = ChatPrompt(s.m.Chat(), req.Media, req.System, req.Input).Encode(s.tok, s.m.Chat().Media)
+			ids, err = s.encodeMedia(ChatPrompt(s.m.Chat(), req.Media, req.System, req.Input), req.Media)
 			break
 		}
 		// Text only: the model's chat template (its text trimmed), with
@@ -372,7 +373,7 @@ func (s *Session) Encode(req Request) ([]int32, error) {
 		if req.Media != nil {
 			captions, audio = req.Media.Captions, req.Media.Audio != nil
 		}
-		ids, err = req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Chat()).Encode(s.tok, s.m.Chat().Media)
+		ids, err = s.encodeMedia(req.Schema.MediaPrompt(req.Input, captions, audio, s.m.Chat()), req.Media)
 	case PromptRaw:
 		if req.Media != nil {
 			return nil, errors.New("session: a raw prompt takes no media")

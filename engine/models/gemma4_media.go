@@ -1,0 +1,338 @@
+package models
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"verdict/engine/gemma4"
+	"verdict/engine/safefile"
+	"verdict/engine/weights"
+)
+
+// gemma4Media is a Gemma 4 checkpoint's vision and audio towers
+// (engine/gemma4's plain-Go encoders) behind the loader's encoder. Each
+// tower loads on its first input, as Gemma 3n's do: a text-only request
+// never reads them (in the released checkpoints they are hundreds of
+// megabytes), and a checkpoint without one refuses that kind of input
+// when asked, naming what is missing. Their weights live in Go memory, so
+// Close has nothing to free on the backend.
+type gemma4Media struct {
+	name    string
+	cfgJSON []byte
+	st      weights.Store
+	hidden  int
+	out     func() *outputCache
+	// proc is the image processor's settings: vision_config's patch and
+	// pooling sizes, max_soft_tokens from the folder's processor config
+	// (DefaultImageSoftTokens when it has none).
+	proc gemma4.ImageProcessorConfig
+	// bidirectional: text_config.use_bidirectional_attention "vision"
+	// (26B-A4B, 31B), whose image-block mask the decoder does not have:
+	// images are refused.
+	bidirectional bool
+
+	visionMu, audioMu   sync.Mutex
+	vision              *gemma4.Vision
+	audio               *gemma4.Audio
+	visionErr, audioErr error
+}
+
+// DefaultImageSoftTokens is Gemma 4's image processor's max_soft_tokens when
+// the checkpoint's processor config does not say (transformers 5.17's
+// default, the released checkpoints' image_seq_length).
+const DefaultImageSoftTokens = 280
+
+// maxImagePixels bounds an image the Gemma 4 encoder converts (its RGB copy
+// is three bytes a pixel); media/limits refuses larger files before this.
+const maxImagePixels = 1 << 26
+
+func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden int, out func() *outputCache) (*gemma4Media, error) {
+	g := &gemma4Media{name: name, cfgJSON: cfgJSON, st: st, hidden: hidden, out: out}
+	if images, _ := g.towers(); !images {
+		return g, nil
+	}
+	if t, err := gemma4.ParseMediaTokens(cfgJSON); err == nil {
+		g.bidirectional = t.VisionBidirectional
+	}
+	vc, err := gemma4.ParseVisionConfig(cfgJSON)
+	if err != nil {
+		return nil, err
+	}
+	soft, err := processorSoftTokens(dir)
+	if err != nil {
+		return nil, err
+	}
+	g.proc = gemma4.ImageProcessorConfig{PatchSize: vc.PatchSize, MaxSoftTokens: soft, PoolingKernel: vc.PoolingKernel}
+	return g, nil
+}
+
+// processorSoftTokens reads the image processor's max_soft_tokens from a
+// checkpoint folder: processor_config.json's image_processor (transformers
+// 5) or preprocessor_config.json; DefaultImageSoftTokens when neither file
+// is there or names it. A value the processor does not allow is refused
+// when an image is encoded (ImageProcessorConfig's check names it).
+func processorSoftTokens(dir string) (int, error) {
+	if dir == "" {
+		return DefaultImageSoftTokens, nil
+	}
+	type proc struct {
+		MaxSoftTokens  *int `json:"max_soft_tokens"`
+		ImageSeqLength *int `json:"image_seq_length"`
+	}
+	for _, f := range []struct {
+		name   string
+		nested bool
+	}{{"processor_config.json", true}, {"preprocessor_config.json", false}} {
+		path := filepath.Join(dir, f.name)
+		data, err := safefile.ReadFile(path, MaxConfigBytes)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		var p proc
+		if f.nested {
+			var outer struct {
+				ImageProcessor *proc `json:"image_processor"`
+				proc
+			}
+			if err := json.Unmarshal(data, &outer); err != nil {
+				return 0, fmt.Errorf("%s: %w", path, err)
+			}
+			p = outer.proc
+			if outer.ImageProcessor != nil {
+				p = *outer.ImageProcessor
+			}
+		} else if err := json.Unmarshal(data, &p); err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		switch {
+		case p.MaxSoftTokens != nil:
+			return *p.MaxSoftTokens, nil
+		case p.ImageSeqLength != nil:
+			return *p.ImageSeqLength, nil
+		}
+	}
+	return DefaultImageSoftTokens, nil
+}
+
+// inputs reports what the model accepts: images when it has a vision
+// tower and no bidirectional image attention, audio when it has an audio
+// tower.
+func (g *gemma4Media) inputs() (images, audio bool) {
+	images, audio = g.towers()
+	return images && !g.bidirectional, audio
+}
+
+// towers reports which towers the checkpoint holds: a config section and
+// its first tensor.
+func (g *gemma4Media) towers() (images, audio bool) {
+	var c struct {
+		Vision json.RawMessage `json:"vision_config"`
+		Audio  json.RawMessage `json:"audio_config"`
+	}
+	if json.Unmarshal(g.cfgJSON, &c) != nil {
+		return false, false
+	}
+	present := func(raw json.RawMessage, tensor string) bool {
+		if len(raw) == 0 || string(raw) == "null" {
+			return false
+		}
+		_, _, ok := g.st.Info(tensor)
+		return ok
+	}
+	return present(c.Vision, gemma4.VisionPrefix+"patch_embedder.input_proj.weight"),
+		present(c.Audio, gemma4.AudioPrefix+"subsample_conv_projection.layer0.conv.weight")
+}
+
+func (g *gemma4Media) visionTower(progress TowerProgress) (*gemma4.Vision, error) {
+	g.visionMu.Lock()
+	defer g.visionMu.Unlock()
+	if g.vision != nil || g.visionErr != nil {
+		return g.vision, g.visionErr
+	}
+	if images, _ := g.towers(); !images {
+		g.visionErr = fmt.Errorf("%s has no vision tower (no vision_config or no %s tensors): it takes no images", g.name, gemma4.VisionPrefix)
+		return nil, g.visionErr
+	}
+	if progress != nil {
+		progress(true, 0, 0)
+	}
+	cfg, err := gemma4.ParseVisionConfig(g.cfgJSON)
+	if err == nil {
+		g.vision, err = gemma4.LoadVision(cfg, g.st)
+	}
+	if err == nil && g.vision.Cfg.TextHidden != g.hidden {
+		err = fmt.Errorf("gemma4: the vision tower's soft tokens are %d wide, the decoder's hidden size is %d", g.vision.Cfg.TextHidden, g.hidden)
+		g.vision = nil
+	}
+	if err != nil {
+		g.visionErr = fmt.Errorf("%s has no usable vision tower: %w", g.name, err)
+	}
+	return g.vision, g.visionErr
+}
+
+func (g *gemma4Media) audioTower(progress TowerProgress) (*gemma4.Audio, error) {
+	g.audioMu.Lock()
+	defer g.audioMu.Unlock()
+	if g.audio != nil || g.audioErr != nil {
+		return g.audio, g.audioErr
+	}
+	if _, audio := g.towers(); !audio {
+		g.audioErr = fmt.Errorf("%s has no audio tower (no audio_config or no %s tensors): it takes no audio", g.name, gemma4.AudioPrefix)
+		return nil, g.audioErr
+	}
+	if progress != nil {
+		progress(true, 0, 0)
+	}
+	cfg, err := gemma4.ParseAudioConfig(g.cfgJSON)
+	if err == nil {
+		g.audio, err = gemma4.LoadAudio(cfg, g.st)
+	}
+	if err == nil && g.audio.Cfg.TextHidden != g.hidden {
+		err = fmt.Errorf("gemma4: the audio tower's soft tokens are %d wide, the decoder's hidden size is %d", g.audio.Cfg.TextHidden, g.hidden)
+		g.audio = nil
+	}
+	if err != nil {
+		g.audioErr = fmt.Errorf("%s has no usable audio tower: %w", g.name, err)
+	}
+	return g.audio, g.audioErr
+}
+
+// rgb is img as the processor reads it: RGB bytes, row-major, alpha
+// dropped (PIL's convert("RGB")).
+func rgb(img image.Image) (px []uint8, h, w int, err error) {
+	b := img.Bounds()
+	h, w = b.Dy(), b.Dx()
+	if h < 1 || w < 1 || int64(h)*int64(w) > maxImagePixels {
+		return nil, 0, 0, fmt.Errorf("gemma4: an image of %dx%d pixels (want 1 to %d pixels)", w, h, maxImagePixels)
+	}
+	px = make([]uint8, 0, h*w*3)
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+			px = append(px, c.R, c.G, c.B)
+		}
+	}
+	return px, h, w, nil
+}
+
+// image encodes one image: the processor's patches (PatchifyImage), the
+// vision tower, its soft tokens [n, hidden]. The same patches encoded
+// before come from the model's tower cache (cached true).
+func (g *gemma4Media) image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
+	if g.bidirectional {
+		return nil, false, fmt.Errorf("%s attends to images bidirectionally (use_bidirectional_attention \"vision\"), which is not supported yet: it takes no images", g.name)
+	}
+	v, err := g.visionTower(progress)
+	if err != nil {
+		return nil, false, err
+	}
+	px, h, w, err := rgb(img)
+	if err != nil {
+		return nil, false, err
+	}
+	pixels, pos, n, err := g.proc.PatchifyImage(px, h, w)
+	if err != nil {
+		return nil, false, err
+	}
+	return g.encodePatches(ctx, v, pixels, pos, n, progress)
+}
+
+// encodePatches runs the vision tower over processed patches (the cache's
+// key is the pixels and their positions).
+func (g *gemma4Media) encodePatches(ctx context.Context, v *gemma4.Vision, pixels []float32, pos []gemma4.Patch, n int, progress TowerProgress) ([]float32, bool, error) {
+	keyed := make([]float32, 0, len(pixels)+2*len(pos))
+	keyed = append(keyed, pixels...)
+	for _, p := range pos {
+		keyed = append(keyed, float32(p.X), float32(p.Y))
+	}
+	key := outputKey('V', keyed)
+	if s, ok := g.out().get(key); ok {
+		return s, true, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	if progress != nil {
+		progress(false, 0, 1)
+	}
+	soft, got, err := v.Encode(pixels, pos, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if got != n || len(soft) != n*g.hidden {
+		return nil, false, fmt.Errorf("gemma4: the vision tower gave %d soft tokens (%d values), the processor counted %d", got, len(soft), n)
+	}
+	if progress != nil {
+		progress(false, 1, 1)
+	}
+	g.out().put(key, soft)
+	return soft, false, nil
+}
+
+// audioClip encodes one 16 kHz mono clip. Gemma 4's log-mel feature
+// extractor (engine/gemma4/audio_features.go) is not in this build yet:
+// the clip is refused, naming it; encodeFeatures takes features directly.
+func (g *gemma4Media) audioClip(ctx context.Context, pcm []float32, progress TowerProgress) ([]float32, bool, error) {
+	if _, err := g.audioTower(progress); err != nil {
+		return nil, false, err
+	}
+	return nil, false, errors.New("gemma4: audio: the Gemma 4 log-mel feature extractor (gemma4.ExtractAudioFeatures) is not in this build yet, so a clip cannot be encoded")
+}
+
+// encodeFeatures runs the audio tower over one clip's log-mel features
+// [frames, bins] with their mask and keeps the rows of the output mask
+// (gemma4.KeptAudio): the clip's soft tokens [kept, hidden].
+func (g *gemma4Media) encodeFeatures(ctx context.Context, feats []float32, mask []bool, progress TowerProgress) ([]float32, bool, error) {
+	a, err := g.audioTower(progress)
+	if err != nil {
+		return nil, false, err
+	}
+	keyed := make([]float32, 0, len(feats)+len(mask))
+	keyed = append(keyed, feats...)
+	for _, ok := range mask {
+		keyed = append(keyed, float32(b2i(ok)))
+	}
+	key := outputKey('A', keyed)
+	if s, ok := g.out().get(key); ok {
+		return s, true, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	if progress != nil {
+		progress(false, 0, 1)
+	}
+	soft, om, err := a.Encode(feats, mask, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	kept, err := gemma4.KeptAudio(soft, om, g.hidden)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(kept) == 0 {
+		return nil, false, errors.New("gemma4: audio: the clip has no frame left after subsampling (too short)")
+	}
+	if progress != nil {
+		progress(false, 1, 1)
+	}
+	g.out().put(key, kept)
+	return kept, false, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
