@@ -1,0 +1,292 @@
+package gemma4
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"verdict/native"
+	"verdict/native/nativetest"
+)
+
+// audioEncoder is Audio.Encode's signature: the plain-Go tower and
+// AudioOps both have it.
+type audioEncoder func(feats []float32, mask []bool, trace *AudioTrace) ([]float32, []bool, error)
+
+// audioChecksOf is audioChecks for any encoder: every stage of both clips
+// against the fixture's references on the valid output frames, with the
+// fixture's tolerances.
+func audioChecksOf(t testing.TB, fx *towerFixture, cfg *AudioConfig, enc audioEncoder) []towerCheck {
+	t.Helper()
+	om, oshape := fx.ints(t, "output_mask")
+	B, T2 := oshape[0], oshape[1]
+	H, O, D := cfg.Hidden, cfg.OutputDims, cfg.TextHidden
+	worst := map[string]float64{}
+	var names []string
+	cmp := func(name string, got []float32, ref string, k, b, w int, scaled bool) {
+		r := fx.f32(t, ref)
+		base := ((k*B + b) * T2) * w
+		var e float64
+		for i := range T2 {
+			if om[b*T2+i] == 0 {
+				continue
+			}
+			d, err := maxAbs(got[i*w:(i+1)*w], r[base+i*w:base+(i+1)*w])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			e = max(e, d)
+		}
+		if scaled {
+			e /= max(1, maxMag(r[k*B*T2*w:(k+1)*B*T2*w]))
+		}
+		if _, ok := worst[name]; !ok {
+			names = append(names, name)
+		}
+		worst[name] = max(worst[name], e)
+	}
+	for b := range B {
+		feats, mask := audioClip(t, fx, b)
+		var tr AudioTrace
+		soft, outMask, err := enc(feats, mask, &tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range outMask {
+			if m != (om[b*T2+i] != 0) {
+				t.Fatalf("clip %d: output mask differs from transformers' at frame %d", b, i)
+			}
+		}
+		for l, h := range tr.Hidden {
+			cmp(fmt.Sprintf("hidden_states[%d]", l), h, "hidden_states", l, b, H, true)
+		}
+		for l := range tr.FF1 {
+			for _, part := range []struct {
+				name string
+				v    []float32
+			}{{"ff1", tr.FF1[l]}, {"attn", tr.Attn[l]}, {"lconv", tr.LConv[l]}, {"ff2", tr.FF2[l]}} {
+				ref := fmt.Sprintf("layer%d_%s", l, part.name)
+				cmp(ref, part.v, ref, 0, b, H, true)
+			}
+		}
+		cmp("tower_output", tr.TowerOut, "tower_output", 0, b, O, false)
+		cmp("tower_output_f64", tr.TowerOut, "tower_output_f64", 0, b, O, false)
+		cmp("soft_tokens", soft, "soft_tokens", 0, b, D, false)
+		cmp("soft_tokens_f64", soft, "soft_tokens_f64", 0, b, D, false)
+	}
+	tolOf := map[string]string{"tower_output": "audio_tower_output", "tower_output_f64": "audio_tower_output",
+		"soft_tokens": "audio_soft_tokens", "soft_tokens_f64": "audio_soft_tokens"}
+	var out []towerCheck
+	for _, n := range names {
+		key, ok := tolOf[n]
+		if !ok {
+			key = "audio_hidden_states_scaled"
+		}
+		out = append(out, towerCheck{n, worst[n], fx.tol(t, key)})
+	}
+	return out
+}
+
+func newAudioOps(t testing.TB, a *Audio, be *native.Backend) *AudioOps {
+	t.Helper()
+	o, err := NewAudioOps(a, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	return o
+}
+
+// TestAudioOpsForward: the encoder on the backend's operations (the CPU
+// backend here) passes the fixture's checks with its tolerances, and uses
+// no operation the backend lacks.
+func TestAudioOpsForward(t *testing.T) {
+	fx, a := loadAudioFixture(t)
+	o := newAudioOps(t, a, nil)
+	if u := o.Unsupported(); len(u) != 0 {
+		t.Errorf("the CPU backend leaves %v to the fallback", u)
+	}
+	for _, c := range audioChecksOf(t, fx, a.Cfg, o.Encode) {
+		t.Logf("%-24s max err %.3g (tolerance %.3g)", c.name, c.err, c.tol)
+		if !c.ok() {
+			t.Errorf("%s: error %.3g over the tolerance %.3g", c.name, c.err, c.tol)
+		}
+	}
+}
+
+// validRowsErr is the largest |a − b| over the rows of width w that mask
+// keeps, scaled by max(1, the largest |b| there) when scaled.
+func validRowsErr(a, b []float32, mask []bool, w int, scaled bool) float64 {
+	var e, m float64
+	for i, ok := range mask {
+		if !ok {
+			continue
+		}
+		d, _ := maxAbs(a[i*w:(i+1)*w], b[i*w:(i+1)*w])
+		e = max(e, d)
+		m = max(m, maxMag(b[i*w:(i+1)*w]))
+	}
+	if scaled {
+		e /= max(1, m)
+	}
+	return e
+}
+
+// audioOpsVsGo runs both encoders on one clip and returns the largest
+// differences on the valid frames: hidden states (scaled), tower output,
+// soft tokens.
+func audioOpsVsGo(t testing.TB, a *Audio, o *AudioOps, feats []float32, mask []bool) (hid, tower, soft float64) {
+	t.Helper()
+	var want, got AudioTrace
+	ws, wm, err := a.Encode(feats, mask, &want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, gm, err := o.Encode(feats, mask, &got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(gm, wm) {
+		t.Fatalf("output mask %v, the Go tower's %v", gm, wm)
+	}
+	H := a.Cfg.Hidden
+	for l := range want.Hidden {
+		hid = max(hid, validRowsErr(got.Hidden[l], want.Hidden[l], wm, H, true))
+	}
+	for l := range want.FF1 {
+		for _, p := range [][2][]float32{{got.FF1[l], want.FF1[l]}, {got.Attn[l], want.Attn[l]}, {got.LConv[l], want.LConv[l]}, {got.FF2[l], want.FF2[l]}} {
+			hid = max(hid, validRowsErr(p[0], p[1], wm, H, true))
+		}
+	}
+	return hid, validRowsErr(got.TowerOut, want.TowerOut, wm, a.Cfg.OutputDims, false),
+		validRowsErr(gs, ws, wm, a.Cfg.TextHidden, false)
+}
+
+// TestAudioOpsMatchesGo: every stage of the ops path against the
+// plain-Go tower on the valid frames of both clips, within the fixture's
+// tolerances (the differences are logged).
+func TestAudioOpsMatchesGo(t *testing.T) {
+	fx, a := loadAudioFixture(t)
+	o := newAudioOps(t, a, nil)
+	_, oshape := fx.ints(t, "output_mask")
+	var hid, tower, soft float64
+	for b := range oshape[0] {
+		feats, mask := audioClip(t, fx, b)
+		h, tw, s := audioOpsVsGo(t, a, o, feats, mask)
+		hid, tower, soft = max(hid, h), max(tower, tw), max(soft, s)
+	}
+	t.Logf("ops vs Go: hidden states and block parts %.3g (scaled), tower_output %.3g, soft tokens %.3g", hid, tower, soft)
+	for _, c := range []towerCheck{{"hidden", hid, fx.tol(t, "audio_hidden_states_scaled")},
+		{"tower_output", tower, fx.tol(t, "audio_tower_output")}, {"soft_tokens", soft, fx.tol(t, "audio_soft_tokens")}} {
+		if !c.ok() {
+			t.Errorf("%s: the ops path differs from the Go tower by %.3g, over %.3g", c.name, c.err, c.tol)
+		}
+	}
+}
+
+// TestAudioOpsChecksCanFail: one weight or setting changed at a time, the
+// check that should see it fails on the ops path.
+func TestAudioOpsChecksCanFail(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(a *Audio)
+		fails  string
+	}{
+		{"subsampling LayerNorm weight[1] × 1.01", func(a *Audio) { a.Norm1[1] *= 1.01 }, "hidden_states[0]"},
+		{"layer 0 softplus(per_dim_scale)[0] × 1.05", func(a *Audio) { a.Layers[0].qScale[0] *= 1.05 }, "hidden_states[1]"},
+		{"layer 0 relative keys × 1.05", func(a *Audio) {
+			for i := range a.Layers[0].relK {
+				a.Layers[0].relK[i] *= 1.05
+			}
+		}, "hidden_states[1]"},
+		{"attention window one frame wider", func(a *Audio) { a.Cfg.ContextLeft++ }, "layer0_attn"},
+		{"no logit cap", func(a *Audio) { a.Cfg.LogitCap = 1e30 }, "hidden_states[1]"},
+		{"layer 1 depthwise tap 0 × 1.05", func(a *Audio) {
+			for ch := range a.Cfg.Hidden {
+				a.Layers[1].Depthwise[ch*a.Cfg.ConvKernel] *= 1.05
+			}
+		}, "layer1_lconv"},
+		{"layer 1 ffw_layer_2 output clip off", func(a *Audio) {
+			a.Layers[1].FF2.L2.outMin, a.Layers[1].FF2.L2.outMax = float32(math.Inf(-1)), float32(math.Inf(1))
+		}, "layer1_ff2"},
+		{"output_proj bias[0] + 0.01", func(a *Audio) { a.OutBias[0] += 0.01 }, "tower_output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx, a := loadAudioFixture(t)
+			tc.mutate(a)
+			o := newAudioOps(t, a, nil)
+			for _, c := range audioChecksOf(t, fx, a.Cfg, o.Encode) {
+				if c.name == tc.fails {
+					if c.ok() {
+						t.Errorf("%s still passes (error %.3g, tolerance %.3g)", c.name, c.err, c.tol)
+					}
+					return
+				}
+			}
+			t.Fatalf("no check %s", tc.fails)
+		})
+	}
+}
+
+// TestAudioOpsRefuses: inputs the Go tower refuses are refused with its
+// errors, and the ops path's own limits (the frame budget, an empty clip,
+// a real frame after padding, attention_context_left 1) are named; a
+// closed encoder and a backend whose passes fail give errors, not panics.
+func TestAudioOpsRefuses(t *testing.T) {
+	fx, a := loadAudioFixture(t)
+	o := newAudioOps(t, a, nil)
+	feats, mask := audioClip(t, fx, 0)
+	empty := make([]bool, len(mask))
+	gap := slices.Clone(mask)
+	gap[1] = false
+	gap[len(gap)-1] = true
+	for _, tc := range []struct {
+		name   string
+		budget int
+		feats  []float32
+		mask   []bool
+		want   string
+	}{
+		{"no frames", 0, nil, nil, "no frames"},
+		{"over the budget", len(mask) - 1, feats, mask, "over the budget"},
+		{"ragged", 0, feats[:len(feats)-1], mask, "feature values"},
+		{"64 bins", 0, feats[:len(mask)*64], mask, "mel bins"},
+		{"empty clip", 0, feats, empty, "every frame is padding"},
+		{"real after padding", 0, feats, gap, "real after padding"},
+	} {
+		o.MaxFrames = maxAudioFrames
+		if tc.budget > 0 {
+			o.MaxFrames = tc.budget
+		}
+		if _, _, err := o.Encode(tc.feats, tc.mask, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	o.MaxFrames = maxAudioFrames
+	if _, err := NewAudioOps(nil, nil); err == nil {
+		t.Error("NewAudioOps(nil): no error")
+	}
+	narrow := *a
+	cfg := *a.Cfg
+	cfg.ContextLeft = 1
+	narrow.Cfg = &cfg
+	if _, err := NewAudioOps(&narrow, nil); err == nil || !strings.Contains(err.Error(), "attention_context_left") {
+		t.Errorf("attention_context_left 1: err %v", err)
+	}
+	u, err := NewAudioOps(a, nativetest.Unimplemented(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := u.Encode(feats, mask, nil); !errors.Is(err, native.ErrUnimplemented) {
+		t.Errorf("on a backend without the operations: err %v, want ErrUnimplemented", err)
+	}
+	u.Close()
+	c := newAudioOps(t, a, nil)
+	c.Close()
+	if _, _, err := c.Encode(feats, mask, nil); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("after Close: err %v", err)
+	}
+}
