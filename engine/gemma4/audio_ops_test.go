@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -288,5 +289,66 @@ func TestAudioOpsRefuses(t *testing.T) {
 	c.Close()
 	if _, _, err := c.Encode(feats, mask, nil); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("after Close: err %v", err)
+	}
+}
+
+// randomAudio is an Audio of cfg with random weights (prepared as
+// LoadAudio prepares them).
+func randomAudio(cfg AudioConfig, seed uint64) *Audio {
+	g := towerRand{rand.New(rand.NewPCG(seed, 2))}
+	c := &cfg
+	H, C0, C1, K := c.Hidden, c.ConvChannels[0], c.ConvChannels[1], c.ConvKernel
+	ff := func() audioFF {
+		return audioFF{PreNorm: g.norm(H), PostNorm: g.norm(H), L1: g.linear(4*H, H), L2: g.linear(H, 4*H)}
+	}
+	a := &Audio{Cfg: c, Conv0: g.vec(C0*9, 0.4), Norm0: g.norm(C0), Conv1: g.vec(C1*C0*9, 0.1), Norm1: g.norm(C1),
+		InputProj: g.vec(H*C0/4*C1, 0.3), OutProj: g.vec(c.OutputDims*H, 0.2), OutBias: g.vec(c.OutputDims, 0.1),
+		EmbedProj: g.vec(c.TextHidden*c.OutputDims, 0.2), Layers: make([]AudioLayer, c.Layers)}
+	for i := range a.Layers {
+		a.Layers[i] = AudioLayer{FF1: ff(), FF2: ff(), NormPreAttn: g.norm(H), NormPostAttn: g.norm(H), NormOut: g.norm(H),
+			PerDimScale: g.vec(H/c.Heads, 0.5), Q: g.linear(H, H), K: g.linear(H, H), V: g.linear(H, H), Post: g.linear(H, H),
+			RelK: g.vec(H*H, 0.3), ConvPreNorm: g.norm(H), ConvNorm: g.norm(H), ConvStart: g.linear(2*H, H),
+			ConvEnd: g.linear(H, H), Depthwise: g.vec(H*K, 0.4)}
+	}
+	a.prepare()
+	return a
+}
+
+// TestAudioOpsGenerated: configurations the fixture does not have (a right
+// context, a window whose relative-key table is shorter than the window, so
+// that pos rows past it are zero; a gradient clip that bites; no padding)
+// give the plain-Go tower's results on the valid frames.
+func TestAudioOpsGenerated(t *testing.T) {
+	base := AudioConfig{Hidden: 32, Layers: 2, Heads: 4, ConvChannels: [2]int{16, 4}, ConvKernel: 3, ResidualWeight: 0.5,
+		ChunkSize: 4, ContextLeft: 6, ContextRight: 3, LogitCap: 0.5, InvalidLogit: -1e9, ClippedLinears: true, Eps: 1e-6,
+		GradientClipping: 1e10, OutputDims: 20, TextHidden: 24}
+	for _, tc := range []struct {
+		name                  string
+		chunk, left, right    int
+		clip                  float64
+		frames, padding, seed int
+	}{
+		{"right context 3", 4, 6, 3, 1e10, 40, 9, 1},
+		{"right context 1, clip 2", 5, 3, 1, 2, 37, 0, 2},
+		{"left 13 chunk 12", 12, 13, 0, 1e10, 90, 21, 3},
+		{"left 2, right 5", 3, 2, 5, 1e10, 30, 5, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.ChunkSize, cfg.ContextLeft, cfg.ContextRight, cfg.GradientClipping = tc.chunk, tc.left, tc.right, tc.clip
+			a := randomAudio(cfg, uint64(tc.seed))
+			o := newAudioOps(t, a, nil)
+			g := towerRand{rand.New(rand.NewPCG(5, uint64(tc.seed)))}
+			feats := g.vec(tc.frames*16, 1)
+			mask := make([]bool, tc.frames)
+			for i := range tc.frames - tc.padding {
+				mask[i] = true
+			}
+			hid, tower, soft := audioOpsVsGo(t, a, o, feats, mask)
+			t.Logf("ops vs Go: hidden states and block parts %.3g (scaled), tower_output %.3g, soft tokens %.3g", hid, tower, soft)
+			if hid > 1e-5 || tower > 1e-5 || soft > 1e-5 {
+				t.Errorf("the ops path differs from the Go tower: %.3g, %.3g, %.3g (over 1e-5)", hid, tower, soft)
+			}
+		})
 	}
 }

@@ -3,6 +3,8 @@ package gemma4
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -230,5 +232,103 @@ func TestVisionOpsRefuses(t *testing.T) {
 	c.Close()
 	if _, _, err := c.Encode(pv, pos, nil); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("after Close: err %v", err)
+	}
+}
+
+// towerRand fills tower weights for the generated configurations.
+type towerRand struct{ r *rand.Rand }
+
+func (g towerRand) vec(n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(g.r.NormFloat64()) * scale
+	}
+	return v
+}
+
+// norm is a norm weight near 1.
+func (g towerRand) norm(n int) []float32 {
+	v := g.vec(n, 0.1)
+	for i := range v {
+		v[i]++
+	}
+	return v
+}
+
+// linear is a clipped linear whose bounds cut some of its inputs and
+// outputs.
+func (g towerRand) linear(out, in int) clipLinear {
+	return clipLinear{W: g.vec(out*in, 1/float32(math.Sqrt(float64(in)))), out: out, in: in, clip: true,
+		inMin: -1.5 - g.r.Float32(), inMax: 1.5 + g.r.Float32(), outMin: -0.8 - g.r.Float32(), outMax: 0.8 + g.r.Float32()}
+}
+
+// randomVision is a Vision of cfg with random weights.
+func randomVision(cfg VisionConfig, seed uint64) *Vision {
+	g := towerRand{rand.New(rand.NewPCG(seed, 1))}
+	c := &cfg
+	H, hd := c.Hidden, c.HeadDim
+	v := &Vision{Cfg: c, InputProj: g.vec(H*3*c.PatchSize*c.PatchSize, 0.3), PosTable: g.vec(2*c.PositionEmbeddingSize*H, 0.5),
+		StdBias: g.vec(H, 0.1), StdScale: g.norm(H), EmbedProj: g.vec(c.TextHidden*H, 0.2), Layers: make([]VisionLayer, c.Layers)}
+	for i := range v.Layers {
+		v.Layers[i] = VisionLayer{InputNorm: g.norm(H), PostAttnNorm: g.norm(H), PreFFNorm: g.norm(H), PostFFNorm: g.norm(H),
+			QNorm: g.norm(hd), KNorm: g.norm(hd), Q: g.linear(c.Heads*hd, H), K: g.linear(c.KVHeads*hd, H),
+			V: g.linear(c.KVHeads*hd, H), O: g.linear(H, c.Heads*hd), Gate: g.linear(c.Intermediate, H),
+			Up: g.linear(c.Intermediate, H), Down: g.linear(H, c.Intermediate)}
+	}
+	v.invFreq = make([]float32, hd/4)
+	for i := range v.invFreq {
+		v.invFreq[i] = 1 / float32(math.Pow(c.RopeTheta, float64(float32(2*i)/float32(hd/2))))
+	}
+	return v
+}
+
+// TestVisionOpsGenerated: configurations the fixture does not have (GQA
+// with several KV heads, as many KV heads as heads, one KV head without
+// padding, a pooling kernel of 2) give the plain-Go tower's results on the
+// ops path.
+func TestVisionOpsGenerated(t *testing.T) {
+	base := VisionConfig{Hidden: 32, Intermediate: 48, Layers: 2, HeadDim: 8, PatchSize: 2, PoolingKernel: 2,
+		PositionEmbeddingSize: 16, RopeTheta: 100, Eps: 1e-6, ClippedLinears: true, Standardize: true, TextHidden: 24}
+	for _, tc := range []struct {
+		heads, kv, pad int
+	}{{4, 2, 4}, {2, 2, 4}, {4, 1, 0}, {6, 3, 8}} {
+		t.Run(fmt.Sprintf("heads %d kv %d padding %d", tc.heads, tc.kv, tc.pad), func(t *testing.T) {
+			cfg := base
+			cfg.Heads, cfg.KVHeads = tc.heads, tc.kv
+			v := randomVision(cfg, uint64(tc.heads*10+tc.kv))
+			o := newVisionOps(t, v, nil)
+			var pos []Patch
+			for y := range 4 {
+				for x := range 6 {
+					pos = append(pos, Patch{x, y})
+				}
+			}
+			for range tc.pad {
+				pos = append(pos, Patch{-1, -1})
+			}
+			g := towerRand{rand.New(rand.NewPCG(3, 4))}
+			pixels := g.vec(len(pos)*3*4, 0.5)
+			var want, got VisionTrace
+			ws, wn, err := v.Encode(pixels, pos, &want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, gn, err := o.Encode(pixels, pos, &got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gn != wn {
+				t.Fatalf("%d soft tokens, the Go tower gives %d", gn, wn)
+			}
+			var hid float64
+			for l := range want.Hidden {
+				hid = max(hid, scaledErr(got.Hidden[l], want.Hidden[l], len(want.Hidden[l])))
+			}
+			se := scaledErr(gs, ws, len(ws))
+			t.Logf("ops vs Go: hidden states %.3g, soft tokens %.3g (scaled)", hid, se)
+			if hid > 1e-5 || se > 1e-5 {
+				t.Errorf("the ops path differs from the Go tower: hidden %.3g, soft %.3g (over 1e-5)", hid, se)
+			}
+		})
 	}
 }
