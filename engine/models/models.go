@@ -55,8 +55,8 @@ type Model struct {
 
 	store      weights.Store
 	configJSON []byte
-	recipe     []byte // synthetic shapes: their recipe
-	gguf       string // the GGUF file of a GGUF model
+	recipe     []byte       // synthetic shapes: their recipe
+	gguf       string       // the GGUF file of a GGUF model
 	towers     towers       // Gemma 3n's
 	g4         *gemma4Media // Gemma 4's towers (nil for Gemma 3n)
 
