@@ -3,8 +3,12 @@ package gemma4_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -231,6 +235,43 @@ func g4Fixture(t testing.TB, m *gemma4.Model, tok g4Tok, large bool) (*catalog.F
 	return back, all
 }
 
+// checkRecorded checks the case as transformers recorded it
+// (testdata/catalog-<fixture>.json, written by
+// build/fixtures/make_gemma4_catalog_fixture.py on the GPU machine), when
+// it is there: the Decoder passes its gates, and it holds the brute force's
+// names and tokens.
+func checkRecorded(t *testing.T, name string, brute *catalog.Fixture, tok g4Tok, d *gemma4.Decoder) {
+	path := filepath.Join("testdata", "catalog-"+name+".json")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Logf("%s: not recorded yet (build/fixtures/make_gemma4_catalog_fixture.py)", path)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := catalog.ParseFixture(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	gates, err := catalog.CheckFixture(context.Background(), f, tok, d, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if bad := failedGates(gates); len(bad) > 0 {
+		t.Fatalf("%s: the catalog decoder differs from transformers:\n%s", path, strings.Join(bad, "\n"))
+	}
+	if len(f.Cases) != len(brute.Cases) || f.TrieNodes != brute.TrieNodes {
+		t.Fatalf("%s: %d cases and %d trie nodes, the brute force %d and %d", path, len(f.Cases), f.TrieNodes, len(brute.Cases), brute.TrieNodes)
+	}
+	for i, c := range f.Cases {
+		if b := brute.Cases[i]; !slices.Equal(c.ExpectedNames, b.ExpectedNames) || !slices.Equal(c.ExpectedTokens, b.ExpectedTokens) {
+			t.Errorf("%s case %d: transformers %v (%v), the brute force %v (%v)", path, i, c.ExpectedNames, c.ExpectedTokens, b.ExpectedNames, b.ExpectedTokens)
+		}
+	}
+	t.Logf("%s: %d cases recorded by transformers pass", path, len(f.Cases))
+}
+
 // tokensOf tokenizes names as plain text.
 func tokensOf(tok g4Tok, names []string) [][]int32 {
 	out := make([][]int32, len(names))
@@ -291,6 +332,7 @@ func TestCatalogOnGemma4(t *testing.T) {
 			if bad := failedGates(gates); len(bad) > 0 {
 				t.Fatalf("the catalog decoder differs from the brute force:\n%s", strings.Join(bad, "\n"))
 			}
+			checkRecorded(t, name, f, tok, d)
 			cat, err := catalog.Compile(f.Catalog, tok, catalog.Grammar{Sep: f.Sep, SepText: "\n", Stop: f.Stop})
 			if err != nil {
 				t.Fatal(err)
