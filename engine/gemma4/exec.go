@@ -24,7 +24,7 @@ const rowSegs = 7
 // back. Tensors it returns are its scratch, valid until its next call.
 type Exec struct {
 	kit.Head   // the output heads (Logits, LogitsRows, SelectLogprobs, Sample, Greedy, CatalogHead)
-	kit.Keeper // the values kept with it (Keep, Kept)
+	kit.Keeper // the values kept with it (Keep, Kept); dropping one drops the loops recorded under its key
 
 	d   *Decoder
 	st  *native.Stream
@@ -37,7 +37,7 @@ type Exec struct {
 	// Int32: the rows' description (one span, uploaded at once), the
 	// experts' rows, the key runs, the heads' ids.
 	rowsIn, ids, pos, qseq, slot0, slot1, gsel, plIDs native.Tensor
-	eidx, seqEnt, sid, iter                           native.Tensor
+	eidx, seqEnt, sid                                 native.Tensor
 	entAr                                             *native.Arena
 	entBlk, entPos, entLen                            native.Tensor
 
@@ -48,11 +48,12 @@ type Exec struct {
 	hGrow                            [2][]int32 // Grow's slots, sequence order
 	hSeqEnt, hEnt, hOne, hEIdx       []int32
 	hEmb, hHook, hRL, hRW, hPLE      []float32
-	hIter                            []int32
 	runs                             []kvpool.Run
 	caches                           []*kvpool.Cache
 	cnt, lim                         []int // rows per sequence; positions its keys reach
 	outs, maxKeys                    int
+	keysArg                          int // the attention's key capacity in a loop's step (0: maxKeys)
+	loop                             loopBufs
 }
 
 // newExec reserves an Exec's scratch for rows rows.
@@ -76,7 +77,7 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 		moeR * D, moeR * D, moeR * D, moeR * D, moeR * Ie, moeR * Ie, moeR * D, moeR * E, moeR * K,
 		R * L * P, R * L * P, L * R * P, R * P, R * D, headRows * V, R, 4 * R,
 	}
-	i32 := []int{rowSegs * R, moeR * K, 2 * (R + 1), V, R, 4 * R, 4 * R, 1}
+	i32 := []int{rowSegs * R, moeR * K, 2 * (R + 1), V, R, 4 * R, 4 * R}
 	st, err := d.be.NewStream()
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	x.rowsIn = it(1, rowSegs*R)
 	seg := func(k int) native.Tensor { return x.rowsIn.Sub(k*R, 1, R) }
 	x.ids, x.pos, x.qseq, x.slot0, x.slot1, x.gsel, x.plIDs = seg(0), seg(1), seg(2), seg(3), seg(4), seg(5), seg(6)
-	x.eidx, x.seqEnt, hd.IDs, x.sid, hd.SRow, hd.SCol, x.iter = it(1, moeR*K), it(1, 2*(R+1)), it(1, V), it(1, R), it(1, 4*R), it(1, 4*R), it(1, 1)
+	x.eidx, x.seqEnt, hd.IDs, x.sid, hd.SRow, hd.SCol = it(1, moeR*K), it(1, 2*(R+1)), it(1, V), it(1, R), it(1, 4*R), it(1, 4*R)
 	x.hRowsIn = make([]int32, rowSegs*R)
 	hseg := func(k int) []int32 { return x.hRowsIn[k*R : (k+1)*R] }
 	x.hIDs, x.hPos, x.hQSeq, x.hSlot[0], x.hSlot[1], x.hGSel, x.hPLIDs = hseg(0), hseg(1), hseg(2), hseg(3), hseg(4), hseg(5), hseg(6)
@@ -110,10 +111,10 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	hd.Hidden, hd.Out = D, x.out
 	hd.Input, hd.InputScale, hd.InIDs, hd.InEmb = d.t.embed, d.embScale, x.ids, x.e
 	x.Head = hd
+	x.OnDrop = x.loop.dropGraphs
 	x.hEIdx, x.hRL, x.hRW = make([]int32, moeR*K), make([]float32, moeR*E), make([]float32, moeR*K)
 	x.hEmb = make([]float32, R*D)
 	x.hPLE = make([]float32, R*L*P)
-	x.hIter = make([]int32, 1)
 	if err := x.growEntries(4 * R); err != nil {
 		x.close()
 		return nil, err
@@ -131,6 +132,7 @@ func (x *Exec) growEntries(n int) error {
 		}
 		x.entAr.Free()
 		x.entAr = nil
+		x.loop.freeGraphs() // they read the old runs' tensors
 	}
 	ar, err := x.d.be.NewArena(native.ArenaBytes(c, c, c))
 	if err != nil {
@@ -160,6 +162,7 @@ func (d *Decoder) acquire() (*Exec, error) {
 func (x *Exec) Release() { x.d.execs.Put(x, (*Exec).close) }
 
 func (x *Exec) close() {
+	x.loop.free()
 	x.Keeper.Close()
 	if x.entAr != nil {
 		x.entAr.Free()
@@ -188,7 +191,7 @@ func (x *Exec) Forward(b *model.Batch) (native.Tensor, error) {
 	if err := kit.Prepare("gemma4", n, x.cap, func() error { return x.prepare(b) }); err != nil {
 		return native.Tensor{}, err
 	}
-	h, err := x.pass(b, n)
+	h, err := x.pass(b, n, native.Tensor{}, native.Tensor{})
 	if err != nil {
 		x.settle(0)
 		return native.Tensor{}, err
@@ -328,8 +331,10 @@ func (x *Exec) entries() error {
 
 // pass runs the prepared rows of b (nil: a loop's step, token rows only)
 // from their embeddings to the final norm of the wanted rows, whose hidden
-// states it returns [outs, D].
-func (x *Exec) pass(b *model.Batch, n int) (native.Tensor, error) {
+// states it returns [outs, D]. The rows' per-layer table rows are read on
+// the host (table nil), or gathered from table by the row indices rows (a
+// loop's step: no host work).
+func (x *Exec) pass(b *model.Batch, n int, table, rows native.Tensor) (native.Tensor, error) {
 	d, c, st := x.d, x.d.cfg, x.st
 	D := c.Hidden
 	if err := x.embed(b, n); err != nil {
@@ -344,7 +349,10 @@ func (x *Exec) pass(b *model.Batch, n int) (native.Tensor, error) {
 	if hook != nil {
 		x.hook(hook, -1, h)
 	}
-	if err := x.perLayer(n); err != nil {
+	if LP := c.Layers * c.PerLayerInput; LP > 0 && !table.Nil() {
+		st.Embed(x.plTok.Sub(0, n, LP), table, rows.Sub(0, 1, n), 1)
+		x.perLayerOps(n)
+	} else if err := x.perLayer(n); err != nil {
 		return native.Tensor{}, err
 	}
 	for l := range c.Layers {
@@ -548,12 +556,16 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 		window = c.SlidingWindow
 	}
 	S := len(x.caches)
+	keys := x.maxKeys
+	if x.keysArg > 0 {
+		keys = x.keysArg
+	}
 	st.Attention(&native.PagedAttn{
 		Out: x.att.Sub(0, n, H*hd), Q: q, K: pk, V: pv,
 		QPos: pos, QSeq: x.qseq.Sub(0, 1, n), SeqEnt: x.seqEnt.Sub(kind*(S+1), 1, S+1),
 		EntBlk: x.entBlk, EntPos: x.entPos, EntLen: x.entLen,
 		HeadsQ: H, HeadsKV: kvH, HeadDim: hd, Block: model.KVBlock,
-		Window: window, MaxKeys: x.maxKeys, Scale: 1,
+		Window: window, MaxKeys: keys, Scale: 1,
 	})
 }
 
