@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"verdict/engine/vision"
 )
 
-// The image processor (transformers 5.17's Gemma4ImageProcessor) as far as
-// it needs no resampling: the target size, rescaling, patchifying and the
-// padding to the patch budget. The bicubic resize itself is not here:
-// PatchifyImage refuses an image whose size is not already the target.
+// The image processor, transformers 5.17's Gemma4ImageProcessor (the
+// torchvision backend, which AutoProcessor picks when torchvision is
+// installed; Gemma4ImageProcessorPil otherwise): the target size, the
+// antialiased bicubic resize of the uint8 image, rescaling, patchifying and
+// the padding to the patch budget.
 
 // ImageProcessorConfig is the processor's settings (released: patch 16, 280
 // soft tokens, pooling 3).
@@ -48,8 +51,8 @@ func (p ImageProcessorConfig) TargetSize(height, width int) (th, tw int, err err
 	if err := p.check(); err != nil {
 		return 0, 0, err
 	}
-	if height < 1 || width < 1 || height > 1<<16 || width > 1<<16 {
-		return 0, 0, fmt.Errorf("gemma4: image processor: image size %dx%d out of range", height, width)
+	if height < 1 || width < 1 || height > vision.MaxResizeSide || width > vision.MaxResizeSide {
+		return 0, 0, fmt.Errorf("gemma4: image processor: image size %dx%d out of range (each side 1..%d)", height, width, vision.MaxResizeSide)
 	}
 	maxPatches := p.MaxPatches()
 	targetPx := maxPatches * p.PatchSize * p.PatchSize
@@ -72,22 +75,55 @@ func (p ImageProcessorConfig) TargetSize(height, width int) (th, tw int, err err
 	return th, tw, nil
 }
 
+// Preprocess is the processor's output for an RGB image (rgb [h·w·3],
+// row-major, 0..255) of any size: resized to TargetSize as torchvision
+// resizes a uint8 image (antialiased bicubic, PyTorch's int16 fixed-point
+// CPU path, vision.ResizeRGB), then PatchifyImage. An image already at its
+// target size is not resampled. Sizes out of range, and a buffer of the
+// wrong length, are refused; memory is the resized image, one intermediate
+// of at most [height, target width] and the padded patches.
+func (p ImageProcessorConfig) Preprocess(rgb []uint8, height, width int) (pixels []float32, pos []Patch, softTokens int, err error) {
+	th, tw, err := p.TargetSize(height, width)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if len(rgb) != height*width*3 {
+		return nil, nil, 0, fmt.Errorf("gemma4: image processor: %d bytes for a %dx%d RGB image, want %d", len(rgb), height, width, height*width*3)
+	}
+	if th != height || tw != width {
+		if rgb, err = vision.ResizeRGB(rgb, width, height, tw, th, vision.Bicubic); err != nil {
+			return nil, nil, 0, fmt.Errorf("gemma4: image processor: %w", err)
+		}
+	}
+	// Not PatchifyImage: the target size of a target size can differ (a
+	// 1000x37 image becomes 2064x48, whose own target is 2592x48), and
+	// the processor patchifies what it resized.
+	return p.patchify(rgb, th, tw)
+}
+
 // PatchifyImage is the processor's output for an RGB image (rgb [h·w·3],
 // row-major, 0..255) that is already at its target size: pixel values
 // uint8 · float32(1/255), patches in row-major order with each patch's
 // pixels (row, column, channel), padded with zero patches at (-1, -1) to
 // MaxPatches. softTokens is the number of soft tokens the image becomes.
+// An image of another size is refused: Preprocess resizes.
 func (p ImageProcessorConfig) PatchifyImage(rgb []uint8, height, width int) (pixels []float32, pos []Patch, softTokens int, err error) {
-	if len(rgb) != height*width*3 {
-		return nil, nil, 0, fmt.Errorf("gemma4: image processor: %d bytes for a %dx%d RGB image", len(rgb), height, width)
-	}
 	th, tw, err := p.TargetSize(height, width)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if th != height || tw != width {
-		return nil, nil, 0, fmt.Errorf("gemma4: image processor: a %dx%d image resizes to %dx%d (bicubic), which is not implemented", height, width, th, tw)
+	if len(rgb) != height*width*3 {
+		return nil, nil, 0, fmt.Errorf("gemma4: image processor: %d bytes for a %dx%d RGB image, want %d", len(rgb), height, width, height*width*3)
 	}
+	if th != height || tw != width {
+		return nil, nil, 0, fmt.Errorf("gemma4: image processor: a %dx%d image resizes to %dx%d; resizing is not implemented in PatchifyImage (Preprocess resizes)", height, width, th, tw)
+	}
+	return p.patchify(rgb, height, width)
+}
+
+// patchify is PatchifyImage's work on an image whose sides are multiples of
+// the patch size.
+func (p ImageProcessorConfig) patchify(rgb []uint8, height, width int) (pixels []float32, pos []Patch, softTokens int, err error) {
 	ps := p.PatchSize
 	ph, pw := height/ps, width/ps
 	maxP := p.MaxPatches()

@@ -1,6 +1,7 @@
 package vision
 
 import (
+	"fmt"
 	"image"
 	"image/color"
 	"math"
@@ -25,7 +26,7 @@ func Preprocess(img image.Image) []float32 {
 	if w == 0 || h == 0 {
 		return make([]float32, 3*ImageSize*ImageSize)
 	}
-	out := resizeRGB(rgb, w, h, ImageSize, ImageSize)
+	out := resizeRGB(rgb, w, h, ImageSize, ImageSize, Bilinear)
 	const n = ImageSize * ImageSize
 	px := make([]float32, 3*n)
 	scale := float32(1.0 / 255.0)
@@ -268,25 +269,58 @@ type axisWeights struct {
 	prec  uint
 }
 
-// triangle is the bilinear filter.
-func triangle(x float64) float64 {
+// Filter is a resampling filter of ResizeRGB.
+type Filter int
+
+const (
+	// Bilinear is the triangle filter (support 1): Gemma 3n's processor.
+	Bilinear Filter = iota
+	// Bicubic is Keys' cubic with a = −0.5 (support 2), PyTorch's (and
+	// PIL's) antialiased bicubic: Gemma 4's processor.
+	Bicubic
+)
+
+// support is the filter's half-width at scale 1.
+func (f Filter) support() float64 {
+	if f == Bicubic {
+		return 2
+	}
+	return 1
+}
+
+// at evaluates the filter (PyTorch's aa_filter, in float64 as its int16
+// weights path does).
+func (f Filter) at(x float64) float64 {
 	x = math.Abs(x)
+	if f == Bicubic {
+		const a = -0.5
+		switch {
+		case x < 1:
+			return ((a+2)*x-(a+3))*x*x + 1
+		case x < 2:
+			return ((a*x-5*a)*x+8*a)*x - 4*a
+		}
+		return 0
+	}
 	if x < 1 {
 		return 1 - x
 	}
 	return 0
 }
 
-// computeWeights follows PyTorch's _compute_index_ranges_int16_weights
+// computeWeights is filterWeights for the bilinear filter.
+func computeWeights(in, out int) axisWeights { return filterWeights(in, out, Bilinear) }
+
+// filterWeights follows PyTorch's _compute_index_ranges_int16_weights
 // (antialias=True, align_corners=False): float64 weights normalised per
 // output, then the largest precision (< 22 bits) that keeps the biggest
 // weight within int16, each weight rounded half away from zero.
-func computeWeights(in, out int) axisWeights {
+func filterWeights(in, out int, f Filter) axisWeights {
 	scale := float64(in) / float64(out)
-	support := 1.0
+	support := f.support()
 	invscale := 1.0
 	if scale >= 1 {
-		support = scale
+		support *= scale
 		invscale = 1 / scale
 	}
 	ksize := int(math.Ceil(support))*2 + 1
@@ -301,7 +335,7 @@ func computeWeights(in, out int) axisWeights {
 		total := 0.0
 		ws := wf[i*ksize : (i+1)*ksize]
 		for j := range xsize {
-			v := triangle((float64(j+xmin) - center + 0.5) * invscale)
+			v := f.at((float64(j+xmin) - center + 0.5) * invscale)
 			ws[j] = v
 			total += v
 		}
@@ -342,13 +376,39 @@ func clip8(v int32, prec uint) uint8 {
 	return uint8(v)
 }
 
-// resizeRGB resamples [h, w, 3] 8-bit RGB to [oh, ow, 3]: horizontal pass
-// first (when the width changes), then vertical (when the height changes),
-// each rounded to 8 bits.
-func resizeRGB(src []uint8, w, h, ow, oh int) []uint8 {
+// MaxResizeSide bounds each side of ResizeRGB's input and output.
+const MaxResizeSide = 1 << 16
+
+// ResizeRGB resamples 8-bit RGB, row-major [h, w, 3], to [oh, ow, 3] as
+// PyTorch's antialiased interpolate does on a uint8 CPU tensor (torchvision's
+// resize of a uint8 image; align_corners False): int16 fixed-point weights,
+// a horizontal pass then a vertical one, each rounded and clipped to 8 bits.
+// Bilinear is Gemma 3n's processor, Bicubic Gemma 4's (torchvision backend).
+// (PIL's resize has the same filters but 22-bit weights, so its output can
+// differ by one level.) A size of 0 or over MaxResizeSide, or a buffer of
+// the wrong length, is an error. Memory: the output and one [h, ow, 3]
+// intermediate; an unchanged size returns src itself.
+func ResizeRGB(src []uint8, w, h, ow, oh int, f Filter) ([]uint8, error) {
+	sides := [4]int{w, h, ow, oh}
+	for i, name := range [4]string{"width", "height", "output width", "output height"} {
+		if n := sides[i]; n < 1 || n > MaxResizeSide {
+			return nil, fmt.Errorf("vision: resize: %s %d, want 1..%d", name, n, MaxResizeSide)
+		}
+	}
+	if f != Bilinear && f != Bicubic {
+		return nil, fmt.Errorf("vision: resize: unknown filter %d", f)
+	}
+	if len(src) != w*h*3 {
+		return nil, fmt.Errorf("vision: resize: %d bytes for a %dx%d RGB image, want %d", len(src), w, h, w*h*3)
+	}
+	return resizeRGB(src, w, h, ow, oh, f), nil
+}
+
+// resizeRGB is ResizeRGB on checked sizes.
+func resizeRGB(src []uint8, w, h, ow, oh int, f Filter) []uint8 {
 	cur, cw := src, w
 	if ow != w {
-		a := computeWeights(w, ow)
+		a := filterWeights(w, ow, f)
 		tmp := make([]uint8, h*ow*3)
 		half := int32(1) << (a.prec - 1)
 		parallelRows(h, func(y0, y1 int) {
@@ -373,7 +433,7 @@ func resizeRGB(src []uint8, w, h, ow, oh int) []uint8 {
 	if oh == h {
 		return cur
 	}
-	a := computeWeights(h, oh)
+	a := filterWeights(h, oh, f)
 	out := make([]uint8, oh*cw*3)
 	half := int32(1) << (a.prec - 1)
 	rowLen := cw * 3
