@@ -57,7 +57,12 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		if ids, err = session.ChatPrompt(m.Chat(), &p.Media, *system, *prompt).Encode(tok, m.Chat().Media); err != nil {
+		// Each media run sized to its item's soft tokens (Gemma 4's vary).
+		pr, err := session.ChatPrompt(m.Chat(), &p.Media, *system, *prompt).Sized(m.Chat().Media, p.ImageTokens, p.AudioTokens)
+		if err != nil {
+			return err
+		}
+		if ids, err = pr.Encode(tok, m.Chat().Media); err != nil {
 			return err
 		}
 		media = &p.Media
