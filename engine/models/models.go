@@ -210,7 +210,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		return nil, fmt.Errorf("open model %s: %w", spec, err)
 	}
 	var dec *gemma3n.Model
-	g4 := m.gguf == "" && isGemma4(cfgJSON)
+	g4 := isGemma4(cfgJSON)
 	var cfg gemma3n.Config
 	var sp gemma3n.Special
 	if g4 {
@@ -241,7 +241,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 			m.Tok, m.TokErr = LoadTokenizer(filepath.Dir(m.gguf))
 			m.TokErr = ggufTokenizerHint(m.TokErr, m.gguf)
 			if m.Tok != nil {
-				if e := checkGGUFVocab(st, m.Tok, dec.Cfg.VocabSizePerLayer); e != nil {
+				if e := checkGGUFTokenizer(st, m.Tok, m.Model); e != nil {
 					m.Tok, m.TokErr = nil, e
 				}
 			}
