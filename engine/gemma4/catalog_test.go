@@ -300,8 +300,8 @@ func failedGates(gs []catalog.Gate) []string {
 // backend's step and the dense cross-check, the host's step, the dense head
 // with a mask, and all cases in one batch), each step's legal logits within
 // gemma4.TolF32 of the reference's, and catalog.DecodeLoop's names and
-// tokens with the host loop and with the device loop (where the Decoder
-// declines to record one, it runs from the host and says so). A recorded
+// tokens with the host loop and with the device loop (on the CPU backend,
+// which records no loops, the device mode runs from the host and says so). A recorded
 // token changed, k changed, or one logit of the reference moved past the
 // margin fails the gates.
 func TestCatalogOnGemma4(t *testing.T) {
