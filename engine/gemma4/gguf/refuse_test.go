@@ -392,3 +392,59 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestChecksCanFail: a file that names one tensor wrongly, or rotates one
+// pair too many, opens, and the fixture's checks catch it.
+func TestChecksCanFail(t *testing.T) {
+	fx, err := gemma4.OpenFixture(testmodel.Dir(t, "gemma4-synthetic-tiny.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fx.Close()
+	for _, c := range []struct {
+		name string
+		edit func([]ggufwrite.Tensor)
+	}{
+		{"blk.0's ffn_gate and ffn_up swapped", func(ts []ggufwrite.Tensor) {
+			g, u := tensor(ts, "blk.0.ffn_gate.weight"), tensor(ts, "blk.0.ffn_up.weight")
+			g.Name, u.Name = u.Name, g.Name
+		}},
+		{"one more rotated pair", func(ts []ggufwrite.Tensor) {
+			x := tensor(ts, "rope_freqs.weight")
+			n := 0
+			for math.Float32frombits(uint32(x.Data[4*n])|uint32(x.Data[4*n+1])<<8|uint32(x.Data[4*n+2])<<16|uint32(x.Data[4*n+3])<<24) == 1 {
+				n++
+			}
+			copy(x.Data[4*n:], x.Data[:4])
+		}},
+	} {
+		kvs, ts := parts(t, tinyF32(t))
+		c.edit(ts)
+		s, err := openBytes(t, encode(t, kvs, ts))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cfg, err := gemma4.ParseConfig(s.ConfigJSON())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := gemma4.Load(cfg, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks, err := fx.Run(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := 0
+		for _, ch := range checks {
+			if !ch.OK() {
+				failed++
+			}
+		}
+		if failed == 0 {
+			t.Errorf("%s: every check passes", c.name)
+		}
+		t.Logf("%s: %d of %d checks fail", c.name, failed, len(checks))
+	}
+}
