@@ -7,10 +7,11 @@
 //
 // What the converter does, and so what this package undoes, is written
 // down in docs/gemma4.md, section "GGUF": tensor names only (no norm
-// weight is shifted, no tensor is permuted), three tensors renamed to a
-// .scale suffix, rope_freqs.weight generated (the full layers' partial
-// rotation, read back into the config), the vision and audio towers left
-// to a separate mmproj file.
+// weight is shifted, no tensor is permuted), the router's two scales
+// renamed to .scale suffixes and layer_scalar given .weight,
+// rope_freqs.weight generated (the full layers' partial rotation, read
+// back into the config), the vision and audio towers left to a separate
+// mmproj file.
 package gguf
 
 import (
