@@ -65,15 +65,11 @@ func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, err
 		}
 		media = &t
 	}
-	ref, err := gemma4.Load(cfg, st)
-	if err != nil {
-		return nil, err
-	}
 	o := gemma4.Options{Backend: opt.Backend, Weights: opt.Weights, Group: opt.Group, Context: opt.ctx}
 	if f := opt.Progress; f != nil {
 		o.Progress = func(done, total int64) { f(StagePacking, done, total) }
 	}
-	d, err := gemma4.NewDecoder(ref, o)
+	d, err := gemma4.Open(cfg, st, o) // st stays open with the model: the per-layer rows are read from it
 	if err != nil {
 		return nil, err
 	}
