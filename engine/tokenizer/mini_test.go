@@ -337,6 +337,60 @@ func TestMalformed(t *testing.T) {
 	}
 }
 
+// TestTurnTokens: a file's turn tokens are its family's, Gemma 4's when it
+// has both, and a file with neither pair is refused naming both.
+func TestTurnTokens(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		extra    []string // added after the mini vocabulary
+		drop     bool     // drop <start_of_turn> and <end_of_turn>
+		sot, eot string   // "" : refused
+	}{
+		{"gemma 3", nil, false, "<start_of_turn>", "<end_of_turn>"},
+		{"gemma 4", []string{"<|turn>", "<turn|>"}, true, "<|turn>", "<turn|>"},
+		{"both: gemma 4's", []string{"<|turn>", "<turn|>"}, false, "<|turn>", "<turn|>"},
+		{"gemma 4 half", []string{"<|turn>"}, true, "", ""},
+		{"none", nil, true, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := miniSpec()
+			v := s.model()["vocab"].(map[string]int)
+			added := s["added_tokens"].([]any)
+			if c.drop {
+				for _, k := range []string{"<start_of_turn>", "<end_of_turn>"} {
+					v[k+"X"] = v[k]
+					delete(v, k)
+				}
+				added = added[:4]
+			}
+			for _, e := range c.extra {
+				id := len(v)
+				v[e] = id
+				added = append(added, map[string]any{"id": id, "content": e, "single_word": false, "lstrip": false,
+					"rstrip": false, "normalized": false, "special": true})
+			}
+			s["added_tokens"] = added
+			tk, err := s.parse(t)
+			if c.sot == "" {
+				if err == nil || !strings.Contains(err.Error(), "<turn|>") || !strings.Contains(err.Error(), "<end_of_turn>") {
+					t.Fatalf("err %v, want a refusal naming both families' tokens", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tk.ids(t, c.sot, c.eot)
+			if tk.StartOfTurn() != want[0] || tk.EndOfTurn() != want[1] {
+				t.Errorf("turn tokens %d, %d, want %s %d and %s %d", tk.StartOfTurn(), tk.EndOfTurn(), c.sot, want[0], c.eot, want[1])
+			}
+			if stops := tk.StopIDs(); !slices.Equal(stops, []int32{tk.EOS(), want[1]}) {
+				t.Errorf("stops %v, want <eos> and %s", stops, c.eot)
+			}
+		})
+	}
+}
+
 func TestScannerStrings(t *testing.T) {
 	for _, c := range []struct {
 		in, want string

@@ -156,15 +156,36 @@ func Parse(data []byte) (*Tokenizer, error) {
 	for _, sp := range []struct {
 		dst  *int32
 		text string
-	}{{&t.bos, "<bos>"}, {&t.eos, "<eos>"}, {&t.pad, "<pad>"},
-		{&t.sot, "<start_of_turn>"}, {&t.eot, "<end_of_turn>"}} {
+	}{{&t.bos, "<bos>"}, {&t.eos, "<eos>"}, {&t.pad, "<pad>"}} {
 		id, ok := t.Lookup(sp.text)
 		if !ok {
 			return nil, fmt.Errorf("not a Gemma tokenizer: no %s token", sp.text)
 		}
 		*sp.dst = id
 	}
+	if err := t.setupTurns(); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// turnTokens are the tokens that open and close a chat turn, by family:
+// Gemma 4's first (a file with both is Gemma 4's: Gemma 3's vocabulary has
+// no "<|turn>"), then Gemma 3's and 3n's.
+var turnTokens = [][2]string{{"<|turn>", "<turn|>"}, {"<start_of_turn>", "<end_of_turn>"}}
+
+// setupTurns finds the turn tokens of the file's family.
+func (t *Tokenizer) setupTurns() error {
+	for _, p := range turnTokens {
+		sot, ok1 := t.Lookup(p[0])
+		eot, ok2 := t.Lookup(p[1])
+		if ok1 && ok2 {
+			t.sot, t.eot = sot, eot
+			return nil
+		}
+	}
+	return fmt.Errorf("not a Gemma tokenizer: no turn tokens (neither Gemma 3's %s and %s nor Gemma 4's %s and %s)",
+		turnTokens[1][0], turnTokens[1][1], turnTokens[0][0], turnTokens[0][1])
 }
 
 func orNull(b []byte) []byte {
@@ -293,13 +314,16 @@ func (t *Tokenizer) EOS() int32 { return t.eos }
 // PAD is the id of "<pad>".
 func (t *Tokenizer) PAD() int32 { return t.pad }
 
-// StartOfTurn is the id of "<start_of_turn>".
+// StartOfTurn is the id of the token that opens a chat turn:
+// "<start_of_turn>" (Gemma 3, 3n) or "<|turn>" (Gemma 4).
 func (t *Tokenizer) StartOfTurn() int32 { return t.sot }
 
-// EndOfTurn is the id of "<end_of_turn>".
+// EndOfTurn is the id of the token that closes a chat turn:
+// "<end_of_turn>" (Gemma 3, 3n) or "<turn|>" (Gemma 4).
 func (t *Tokenizer) EndOfTurn() int32 { return t.eot }
 
-// StopIDs are the ids that end a generated model turn: <eos> and <end_of_turn>.
+// StopIDs are the ids that end a generated model turn: <eos> and
+// EndOfTurn's.
 func (t *Tokenizer) StopIDs() []int32 { return []int32{t.eos, t.eot} }
 
 // Encode tokenizes text like HF's encode(text, add_special_tokens=False).
