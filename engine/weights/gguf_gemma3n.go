@@ -174,7 +174,7 @@ func NewGGUFStore(g *GGUF) (*GGUFStore, error) {
 		if a == "" {
 			return nil, wrap(errors.New("no general.architecture: not a llama.cpp model file"))
 		}
-		return nil, wrap(fmt.Errorf("architecture %q is not gemma3n (Verdict runs Gemma 3n only)", a))
+		return nil, wrap(fmt.Errorf("architecture %q is not gemma3n (Verdict opens gemma3n and gemma4 GGUF files)", a))
 	}
 	s := &GGUFStore{G: g, views: map[string]*ggufView{}}
 	nLayers, err := g.metaInt("gemma3n.block_count")
