@@ -184,12 +184,34 @@ func ParseAudioFeatureConfig(data []byte) (AudioFeatureConfig, error) {
 		}
 		return v, nil
 	}
+	// A list of numbers, or nested lists (to_json_string writes the stored
+	// [1, 1, bins] array), flattened as NumPy's reshape reads them.
 	floats := func(key string, raw json.RawMessage) ([]float64, error) {
-		var v []float64
-		if err := json.Unmarshal(raw, &v); err != nil {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil || v == nil {
+			return nil, err
+		}
+		out := []float64{}
+		var walk func(any) bool
+		walk = func(x any) bool {
+			switch x := x.(type) {
+			case float64:
+				out = append(out, x)
+				return true
+			case []any:
+				for _, e := range x {
+					if !walk(e) {
+						return false
+					}
+				}
+				return true
+			}
+			return false
+		}
+		if _, ok := v.([]any); !ok || !walk(v) {
 			return nil, fmt.Errorf("gemma4: audio feature config: %s: want null or a list of numbers", key)
 		}
-		return v, nil
+		return out, nil
 	}
 	keys := make([]string, 0, len(fields))
 	for k := range fields {

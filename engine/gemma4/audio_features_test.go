@@ -283,6 +283,11 @@ func TestParseAudioFeatureConfig(t *testing.T) {
 			t.Errorf("%.60s…: %+v, %v; want the defaults", doc, c, err)
 		}
 	}
+	// to_json_string writes the per-bin arrays as stored, [1, 1, bins].
+	nested := `{"per_bin_mean": [[[` + strings.TrimSuffix(strings.Repeat("0.5, ", 128), ", ") + `]]]}`
+	if c, err := ParseAudioFeatureConfig([]byte(nested)); err != nil || len(c.PerBinMean) != 128 || c.PerBinMean[127] != 0.5 {
+		t.Errorf("a [1, 1, 128] per_bin_mean: %v", err)
+	}
 	// Settings that change the arithmetic: lengths follow the rate and the
 	// milliseconds (Python's round: 22050·10/1000 = 220.5 -> 220).
 	for _, c := range []struct {
@@ -321,6 +326,9 @@ func TestParseAudioFeatureConfig(t *testing.T) {
 		{`{"preemphasis_htk_flavor": 1}`, "preemphasis_htk_flavor: want true or false"},
 		{`{"min_frequency": 9000}`, "min_frequency 9000"},
 		{`{"per_bin_mean": [1, 2]}`, "per_bin_mean has 2 values"},
+		{`{"per_bin_mean": []}`, "per_bin_mean has 0 values"},
+		{`{"per_bin_mean": [[1, "a"]]}`, "per_bin_mean: want null or a list"},
+		{`{"per_bin_stddev": [[` + strings.Repeat("1, ", 127) + `0]]}`, "per_bin_stddev[127] = 0"},
 		{`{"per_bin_stddev": "x"}`, "per_bin_stddev: want null or a list"},
 		{`{"padding_side": "left"}`, "padding_side"},
 		{`{"frame_length_ms": -1}`, "frame_length_ms -1"},
@@ -341,4 +349,66 @@ func equalAudioConfig(a, b AudioFeatureConfig) bool {
 		a.MaxFrequency == b.MaxFrequency && a.MelFloor == b.MelFloor && a.Preemphasis == b.Preemphasis &&
 		a.PreemphasisHTK == b.PreemphasisHTK && a.InputScale == b.InputScale && a.PaddingValue == b.PaddingValue &&
 		a.MaxSamples == b.MaxSamples && a.PadToMultiple == b.PadToMultiple
+}
+
+// TestAudioFeatureGoldens holds ExtractAudioFeatures to
+// Gemma4AudioFeatureExtractor on every recorded clip of
+// testdata/gemma4-preprocess.tar.gz: lengths at 16 kHz, other rates,
+// pre-emphasis, fft_overdrive, per-bin normalisation, padding, the 30 s
+// limit. The extractor is built from the arguments the script gave it; the
+// config it saves must parse to the same, except where it cannot say what
+// it was built from (frame_length_ms / hop_length_ms not the defaults).
+func TestAudioFeatureGoldens(t *testing.T) {
+	g := openPreprocessGoldens(t)
+	for _, c := range g.meta.Audio {
+		cfg, err := ParseAudioFeatureConfig(c.Kwargs)
+		if err != nil {
+			t.Errorf("%s: the extractor's arguments: %v", c.Name, err)
+			continue
+		}
+		saved, err := ParseAudioFeatureConfig(c.Config)
+		if ms := strings.Contains(string(c.Kwargs), "_length_ms"); ms != (err != nil) || err == nil && !equalAudioConfig(saved, cfg) {
+			t.Errorf("%s: the saved config parses to %+v, %v; the arguments to %+v", c.Name, saved, err, cfg)
+		}
+		var wav []float32
+		if r, ok := g.exp[c.Tensor+"_wave"]; ok {
+			wav = r.f
+		} else { // the 30 s clip's rule
+			wav = make([]float32, c.Samples)
+			for i := range wav {
+				wav[i] = float32(float64((i*7919)%2001-1000) / 1000)
+			}
+		}
+		feat, frames, mask, err := ExtractAudioFeatures(cfg, wav, c.Rate)
+		if err != nil || frames != c.Frames {
+			t.Errorf("%s: %d frames (extractor %d), %v", c.Name, frames, c.Frames, err)
+			continue
+		}
+		wm := g.exp[c.Tensor+"_mask"].i
+		for i := range mask {
+			if i >= len(wm) || mask[i] != (wm[i] != 0) {
+				t.Fatalf("%s: frame %d valid %v, the extractor's mask differs", c.Name, i, mask[i])
+			}
+		}
+		F := cfg.FeatureSize
+		worst := 0.0
+		for _, part := range []struct {
+			name  string
+			first int
+		}{{"_features", 0}, {"_features_head", 0}, {"_features_tail", frames - 4}} {
+			r, ok := g.exp[c.Tensor+part.name]
+			if !ok {
+				continue
+			}
+			e, err := maxAbs(feat[part.first*F:part.first*F+len(r.f)], r.f)
+			if err != nil {
+				t.Fatalf("%s%s: %v", c.Name, part.name, err)
+			}
+			worst = max(worst, e)
+		}
+		t.Logf("%s: %d samples at %d Hz, %d frames: max error %.3g", c.Name, c.Samples, c.Rate, frames, worst)
+		if worst > audioFeatureTol {
+			t.Errorf("%s: error %.3g over %g", c.Name, worst, audioFeatureTol)
+		}
+	}
 }

@@ -2,6 +2,8 @@ package gemma4
 
 import (
 	"encoding/json"
+	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
@@ -247,6 +249,163 @@ func TestPreprocessConstant(t *testing.T) {
 					t.Fatalf("%dx%d: patch %d value %d = %g, want %g", h, w, i, j, px[i*768+j], want)
 				}
 			}
+		}
+	}
+}
+
+// preprocessGoldens is testdata/gemma4-preprocess.tar.gz
+// (build/fixtures/make_gemma4_preprocess_fixtures.py): the processors'
+// outputs over many sizes and settings.
+type preprocessGoldens struct {
+	exp  map[string]refTensor
+	meta struct {
+		Transformers string `json:"transformers"`
+		Images       []struct {
+			Name              string `json:"name"`
+			Tensor            string `json:"tensor"`
+			Seed, H, W        int
+			PatchSize         int    `json:"patch_size"`
+			MaxSoftTokens     int    `json:"max_soft_tokens"`
+			Pooling           int    `json:"pooling_kernel_size"`
+			Target            [2]int `json:"target"`
+			Tokens            int    `json:"num_soft_tokens_tv"`
+			CRC               uint32 `json:"crc32_tv"`
+			CRCPil            uint32 `json:"crc32_pil"`
+			LevelsDifferTvPil int    `json:"levels_differ_tv_pil"`
+		} `json:"images"`
+		TargetSizes struct {
+			Settings struct {
+				PatchSize     int `json:"patch_size"`
+				MaxSoftTokens int `json:"max_soft_tokens"`
+				Pooling       int `json:"pooling_kernel_size"`
+			} `json:"settings"`
+			Cases [][]any `json:"cases"`
+		} `json:"target_sizes"`
+		Audio []struct {
+			Name    string          `json:"name"`
+			Tensor  string          `json:"tensor"`
+			Samples int             `json:"samples"`
+			Rate    int             `json:"sampling_rate"`
+			Kwargs  json.RawMessage `json:"kwargs"`
+			Config  json.RawMessage `json:"config"`
+			Frames  int             `json:"frames"`
+			Valid   int             `json:"valid"`
+		} `json:"audio"`
+	}
+}
+
+// openPreprocessGoldens opens the goldens, or skips the test when they have
+// not been recorded (they need transformers, so the GPU machine).
+func openPreprocessGoldens(t *testing.T) *preprocessGoldens {
+	t.Helper()
+	const name = "gemma4-preprocess"
+	if _, err := os.Stat(filepath.Join("..", "..", "testdata", name+".tar.gz")); err != nil {
+		t.Skipf("testdata/%s.tar.gz not recorded yet (build/fixtures/make_gemma4_preprocess_fixtures.py)", name)
+	}
+	dir := fixtureDir(t, name)
+	g := &preprocessGoldens{}
+	mj, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mj, &g.meta); err != nil {
+		t.Fatalf("%s meta.json: %v", name, err)
+	}
+	if g.exp, err = readExpected(filepath.Join(dir, "expected.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// goldenImage is the goldens' IMAGE_RULE: integers only, so the same bytes
+// as NumPy's.
+func goldenImage(h, w, seed int) []uint8 {
+	out := make([]uint8, h*w*3)
+	for y := range h {
+		for x := range w {
+			for c := range 3 {
+				n := (int64(x)*2654435761 ^ int64(y)*40503 ^ int64(c+seed)*977) >> 7
+				out[(y*w+x)*3+c] = uint8((3*int64(x) + 2*int64(y) + 85*int64(c) + n%64) % 256)
+			}
+		}
+	}
+	return out
+}
+
+// unpatchify turns Preprocess's real patches back into [th, tw, 3] levels,
+// requiring row-major positions and values exactly level·float32(1/255).
+func unpatchify(px []float32, pos []Patch, th, tw, ps int) ([]uint8, error) {
+	pw := tw / ps
+	out := make([]uint8, th*tw*3)
+	for i := range th / ps * pw {
+		if pos[i] != (Patch{i % pw, i / pw}) {
+			return nil, fmt.Errorf("patch %d at %v", i, pos[i])
+		}
+		for r := range ps {
+			for c := range ps {
+				for ch := range 3 {
+					v := px[i*ps*ps*3+(r*ps+c)*3+ch]
+					l := uint8(math.Round(float64(v) * 255))
+					if float32(l)*float32(1.0/255) != v {
+						return nil, fmt.Errorf("patch %d value %g is not a level", i, v)
+					}
+					out[((i/pw*ps+r)*tw+i%pw*ps+c)*3+ch] = l
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// TestPreprocessGoldens holds Preprocess to Gemma4ImageProcessor on every
+// recorded size: the target, the soft tokens and the resized levels, bit for
+// bit (their CRC-32; the levels themselves where stored, to count
+// differences), and TargetSize to get_aspect_ratio_preserving_size.
+func TestPreprocessGoldens(t *testing.T) {
+	g := openPreprocessGoldens(t)
+	for _, c := range g.meta.Images {
+		p := ImageProcessorConfig{c.PatchSize, c.MaxSoftTokens, c.Pooling}
+		px, pos, n, err := p.Preprocess(goldenImage(c.H, c.W, c.Seed), c.H, c.W)
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+			continue
+		}
+		th, tw := c.Target[0], c.Target[1]
+		levels, err := unpatchify(px, pos, th, tw, c.PatchSize)
+		if err != nil || n != c.Tokens {
+			t.Errorf("%s: %d soft tokens (processor %d), %v", c.Name, n, c.Tokens, err)
+			continue
+		}
+		crc := crc32.ChecksumIEEE(levels)
+		note := ""
+		if ref, ok := g.exp[c.Tensor+"_tv"]; ok {
+			d := 0
+			for i, v := range ref.i {
+				if i >= len(levels) || int(levels[i]) != v {
+					d++
+				}
+			}
+			note = fmt.Sprintf(", %d of %d levels differ", d, len(ref.i))
+		}
+		t.Logf("%s: %dx%d -> %dx%d, %d soft tokens, CRC %08x (torchvision %08x, PIL %08x; PIL differs in %d levels)%s",
+			c.Name, c.H, c.W, th, tw, n, crc, c.CRC, c.CRCPil, c.LevelsDifferTvPil, note)
+		if crc != c.CRC {
+			t.Errorf("%s: the resized image is not Gemma4ImageProcessor's%s", c.Name, note)
+		}
+	}
+	s := g.meta.TargetSizes.Settings
+	p := ImageProcessorConfig{s.PatchSize, s.MaxSoftTokens, s.Pooling}
+	for _, c := range g.meta.TargetSizes.Cases {
+		h, w := int(c[0].(float64)), int(c[1].(float64))
+		th, tw, err := p.TargetSize(h, w)
+		if msg, isErr := c[2].(string); isErr {
+			if err == nil {
+				t.Errorf("%dx%d: %dx%d, transformers refused it (%s)", h, w, th, tw, msg)
+			}
+			continue
+		}
+		if err != nil || th != int(c[2].(float64)) || tw != int(c[3].(float64)) {
+			t.Errorf("%dx%d: %dx%d (%v), transformers %vx%v", h, w, th, tw, err, c[2], c[3])
 		}
 	}
 }
