@@ -33,6 +33,9 @@ type gemma4Media struct {
 	// pooling sizes, max_soft_tokens from the folder's processor config
 	// (DefaultImageSoftTokens when it has none).
 	proc gemma4.ImageProcessorConfig
+	// feat is the audio feature extractor's settings: processor_config.json's
+	// feature_extractor block, else gemma4.DefaultAudioFeatureConfig.
+	feat gemma4.AudioFeatureConfig
 	// bidirectional: text_config.use_bidirectional_attention "vision"
 	// (26B-A4B, 31B), whose image-block mask the decoder does not have:
 	// images are refused.
@@ -55,7 +58,16 @@ const maxImagePixels = 1 << 26
 
 func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden int, out func() *outputCache) (*gemma4Media, error) {
 	g := &gemma4Media{name: name, cfgJSON: cfgJSON, st: st, hidden: hidden, out: out}
-	if images, _ := g.towers(); !images {
+	images, audio := g.towers()
+	if !images && !audio {
+		return g, nil
+	}
+	soft, feat, err := readProcessor(dir)
+	if err != nil {
+		return nil, err
+	}
+	g.feat = feat
+	if !images {
 		return g, nil
 	}
 	if t, err := gemma4.ParseMediaTokens(cfgJSON); err == nil {
@@ -65,12 +77,41 @@ func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden i
 	if err != nil {
 		return nil, err
 	}
-	soft, err := processorSoftTokens(dir)
-	if err != nil {
-		return nil, err
-	}
 	g.proc = gemma4.ImageProcessorConfig{PatchSize: vc.PatchSize, MaxSoftTokens: soft, PoolingKernel: vc.PoolingKernel}
 	return g, nil
+}
+
+// readProcessor reads a checkpoint folder's processor settings: the image
+// processor's max_soft_tokens (processorSoftTokens) and the audio feature
+// extractor's settings, processor_config.json's feature_extractor block
+// (gemma4.ParseAudioFeatureConfig; gemma4.DefaultAudioFeatureConfig when
+// the folder has none).
+func readProcessor(dir string) (soft int, feat gemma4.AudioFeatureConfig, err error) {
+	feat = gemma4.DefaultAudioFeatureConfig()
+	if soft, err = processorSoftTokens(dir); err != nil || dir == "" {
+		return soft, feat, err
+	}
+	path := filepath.Join(dir, "processor_config.json")
+	data, err := safefile.ReadFile(path, MaxConfigBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return soft, feat, nil
+	}
+	if err != nil {
+		return 0, feat, err
+	}
+	var top struct {
+		FeatureExtractor json.RawMessage `json:"feature_extractor"`
+	}
+	if err := json.Unmarshal(data, &top); err != nil {
+		return 0, feat, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(top.FeatureExtractor) == 0 {
+		return soft, feat, nil
+	}
+	if feat, err = gemma4.ParseAudioFeatureConfig(data); err != nil {
+		return 0, feat, fmt.Errorf("%s: %w", path, err)
+	}
+	return soft, feat, nil
 }
 
 // processorSoftTokens reads the image processor's max_soft_tokens from a
@@ -225,9 +266,10 @@ func rgb(img image.Image) (px []uint8, h, w int, err error) {
 	return px, h, w, nil
 }
 
-// image encodes one image: the processor's patches (PatchifyImage), the
-// vision tower, its soft tokens [n, hidden]. The same patches encoded
-// before come from the model's tower cache (cached true).
+// image encodes one image: the processor's patches (Preprocess: resized
+// to the target size, patchified), the vision tower, its soft tokens [n,
+// hidden]. The same patches encoded before come from the model's tower
+// cache (cached true).
 func (g *gemma4Media) image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
 	if g.bidirectional {
 		return nil, false, fmt.Errorf("%s attends to images bidirectionally (use_bidirectional_attention \"vision\"), which is not supported yet: it takes no images", g.name)
@@ -240,7 +282,7 @@ func (g *gemma4Media) image(ctx context.Context, img image.Image, progress Tower
 	if err != nil {
 		return nil, false, err
 	}
-	pixels, pos, n, err := g.proc.PatchifyImage(px, h, w)
+	pixels, pos, n, err := g.proc.Preprocess(px, h, w)
 	if err != nil {
 		return nil, false, err
 	}
@@ -279,15 +321,26 @@ func (g *gemma4Media) encodePatches(ctx context.Context, v *gemma4.Vision, pixel
 	return soft, false, nil
 }
 
-// audioClip encodes one 16 kHz mono clip. Gemma 4's log-mel feature
-// extractor (engine/gemma4/audio_features.go) is not in this build yet:
-// the clip is refused, naming it; encodeFeatures takes features directly.
+// audioClip encodes one 16 kHz mono clip: Gemma 4's log-mel features
+// (gemma4.ExtractAudioFeatures, which refuses clips too short for a frame
+// or longer than the extractor's limit), then encodeFeatures.
 func (g *gemma4Media) audioClip(ctx context.Context, pcm []float32, progress TowerProgress) ([]float32, bool, error) {
 	if _, err := g.audioTower(progress); err != nil {
 		return nil, false, err
 	}
-	return nil, false, errors.New("gemma4: audio: the Gemma 4 log-mel feature extractor (gemma4.ExtractAudioFeatures) is not in this build yet, so a clip cannot be encoded")
+	feats, frames, mask, err := gemma4.ExtractAudioFeatures(g.feat, pcm, audioRate)
+	if err != nil {
+		return nil, false, err
+	}
+	if frames != len(mask) || len(feats) != frames*g.feat.FeatureSize {
+		return nil, false, fmt.Errorf("gemma4: audio features: %d values and %d mask entries for %d frames of %d", len(feats), len(mask), frames, g.feat.FeatureSize)
+	}
+	return g.encodeFeatures(ctx, feats, mask, progress)
 }
+
+// audioRate is the sample rate of the clips the loader's Model takes
+// (app/inputs resamples to it).
+const audioRate = 16000
 
 // encodeFeatures runs the audio tower over one clip's log-mel features
 // [frames, bins] with their mask and keeps the rows of the output mask

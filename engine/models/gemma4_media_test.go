@@ -14,8 +14,10 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/gemma4"
 	"verdict/engine/model"
 	"verdict/engine/models"
+	"verdict/engine/weights"
 )
 
 // tensors reads a safetensors file's F32 and I32 tensors (the fixtures'
@@ -241,11 +243,35 @@ func TestOpenGemma4Multimodal(t *testing.T) {
 		t.Errorf("the clips swapped still match the fixture (max error %.3g)", e)
 	}
 
-	// A clip as samples needs Gemma 4's feature extractor.
-	if _, _, err := m.AudioTokens(context.Background(), make([]float32, 16000), nil); err == nil {
-		t.Log("a clip as samples was encoded (the feature extractor is in)")
-	} else if !strings.Contains(err.Error(), "feature extractor") {
-		t.Errorf("a clip as samples: %v, want it to name the feature extractor", err)
+	// The clips as samples: Gemma 4's feature extractor, then the tower;
+	// the same kept soft tokens as from the fixture's features.
+	var fromSamples []float32
+	for b, name := range []string{"waveform0", "waveform1"} {
+		wave := ax[name].v
+		pcm := make([]float32, len(wave))
+		for i, v := range wave {
+			pcm[i] = float32(v)
+		}
+		soft, _, err := m.AudioTokens(context.Background(), pcm, nil)
+		if err != nil {
+			t.Fatalf("clip %d as samples: %v", b, err)
+		}
+		if n := len(soft) / D; n != clips[b] {
+			t.Fatalf("clip %d as samples kept %d soft tokens, from the features %d", b, n, clips[b])
+		}
+		fromSamples = append(fromSamples, soft...)
+	}
+	var worst float64
+	for i := range audio {
+		worst = max(worst, math.Abs(float64(fromSamples[i]-audio[i])))
+	}
+	if at := meta.Tolerances["audio_soft_tokens"]; worst > at {
+		t.Errorf("the clips' soft tokens from samples differ from those of the fixture's features by %.3g (tolerance %.3g)", worst, at)
+	} else {
+		t.Logf("clips from samples against the fixture's features: max soft-token difference %.3g (tolerance %.3g)", worst, at)
+	}
+	if _, _, err := m.AudioTokens(context.Background(), make([]float32, 100), nil); err == nil || !strings.Contains(err.Error(), "short") {
+		t.Errorf("a 100-sample clip: %v, want it refused as too short", err)
 	}
 }
 
@@ -348,28 +374,84 @@ func TestGemma4MediaRefuses(t *testing.T) {
 	}
 	mb.Close()
 
-	if err := os.WriteFile(filepath.Join(dir, "processor_config.json"), []byte(`{"image_processor": `), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := models.OpenWith(dir, models.Options{Weights: model.WeightsF32}); err == nil || !strings.Contains(err.Error(), "processor_config.json") {
-		t.Errorf("a truncated processor_config.json: %v, want it named", err)
+	for _, c := range []struct{ proc, want string }{
+		{`{"image_processor": `, "processor_config.json"},
+		{`{"feature_extractor": {"dither": 0.5}}`, "dither"},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "processor_config.json"), []byte(c.proc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := models.OpenWith(dir, models.Options{Weights: model.WeightsF32}); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "processor_config.json") {
+			t.Errorf("processor_config.json %s: %v, want the file and %q named", c.proc, err, c.want)
+		}
 	}
 }
 
-// TestGemma4ImageSizes: an image whose size is not the processor's target
-// (70×50: 72×48 here) needs the bicubic resize; until it lands the image is
-// refused with the sizes named.
+// TestGemma4ImageSizes: an image of another size than the processor's
+// target is resized (the vision fixture's 50×70 resize case: 567 patches,
+// 63 soft tokens) and its soft tokens are those of the tower on the
+// processor's own patches (resize_pixel_values_tv), within the fixture's
+// soft-token tolerance.
 func TestGemma4ImageSizes(t *testing.T) {
-	m, err := models.OpenWith(mmDir(t), models.Options{Weights: model.WeightsF32})
+	dir := mmDir(t)
+	m, err := models.OpenWith(dir, models.Options{Weights: model.WeightsF32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	soft, _, err := m.ImageTokens(context.Background(), image.NewRGBA(image.Rect(0, 0, 70, 50)), nil)
-	switch {
-	case err == nil && (len(soft) == 0 || len(soft)%m.SoftTokenWidth() != 0):
-		t.Errorf("a 70×50 image gave %d soft-token values", len(soft))
-	case err != nil && !strings.Contains(err.Error(), "50x70"):
-		t.Errorf("a 70×50 image: %v, want its size named", err)
+	vx := tensors(t, filepath.Join(testmodel.Dir(t, "gemma4-synthetic-vision.tar.gz"), "expected.safetensors"))
+	u8 := vx["resize_image_u8"]
+	h, w := u8.shape[0], u8.shape[1]
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			p := u8.v[(y*w+x)*3:]
+			img.SetNRGBA(x, y, color.NRGBA{uint8(p[0]), uint8(p[1]), uint8(p[2]), 255})
+		}
+	}
+	soft, _, err := m.ImageTokens(context.Background(), img, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	D := m.SoftTokenWidth()
+	if n := len(soft) / D; n != 63 {
+		t.Fatalf("the %dx%d image gave %d soft tokens, want 63", w, h, n)
+	}
+	// The tower on the processor's patches (torchvision's resize).
+	cfg, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	vc, err := gemma4.ParseVisionConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := weights.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	v, err := gemma4.LoadVision(vc, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv := make([]float32, len(vx["resize_pixel_values_tv"].v))
+	for i, x := range vx["resize_pixel_values_tv"].v {
+		pv[i] = float32(x)
+	}
+	ids := vx["resize_position_ids"].v
+	pos := make([]gemma4.Patch, len(ids)/2)
+	for i := range pos {
+		pos[i] = gemma4.Patch{X: int(ids[2*i]), Y: int(ids[2*i+1])}
+	}
+	want, n, err := v.Encode(pv, pos, nil)
+	if err != nil || n != 63 {
+		t.Fatalf("the tower on the processor's patches: %d soft tokens, %v", n, err)
+	}
+	var e float64
+	for i := range want {
+		e = max(e, math.Abs(float64(soft[i]-want[i])))
+	}
+	if e > 1e-5 {
+		t.Errorf("the resized image's soft tokens differ from the processor's by %.3g (tolerance 1e-5)", e)
+	} else {
+		t.Logf("resized image: soft tokens within %.3g of the tower on the processor's patches", e)
 	}
 }

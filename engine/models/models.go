@@ -263,7 +263,11 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 	}
 	m.store, m.configJSON = st, cfgJSON
 	if g4 {
-		if m.g4, err = newGemma4Media(m.Name, spec, st, cfgJSON, m.Config().Hidden, m.outputs); err != nil {
+		dir := spec // the processor's settings beside the weights; a GGUF file has none
+		if m.gguf != "" {
+			dir = ""
+		}
+		if m.g4, err = newGemma4Media(m.Name, dir, st, cfgJSON, m.Config().Hidden, m.outputs); err != nil {
 			m.Model.Close()
 			st.Close()
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
