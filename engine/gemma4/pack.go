@@ -12,7 +12,7 @@ import (
 //
 // With q4 weights the matrices a pass reads whole are packed in native's
 // q4 format (groups of Group columns sharing a float32 scale and offset)
-// from the reference's float32 weights, and the packed copies are bound in
+// from the float32 weights as read, and the packed copies are bound in
 // their place: the attention projections, the dense MLP, the experts'
 // gate-up and down matrices, the per-layer projections and the tied
 // embedding (the head, the largest matrix every output row reads; a lookup
