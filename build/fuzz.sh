@@ -6,7 +6,9 @@
 # e.g. 2m or 5000x). `bash build/fuzz.sh FuzzParseGGUF ...` runs only the
 # targets named. An input that fails is written under the package's
 # testdata/fuzz/FuzzXxx/ (keep it there: it becomes a regression test) and
-# the script exits non-zero after trying every target.
+# the script exits non-zero after trying every target. A target whose doc
+# comment says "fuzz.sh: at most Nx" runs at most N inputs when
+# VERDICT_FUZZTIME is a count.
 #
 # Each input that finds new code is minimised for VERDICT_FUZZMINIMIZE
 # (default 500x: runs, not Go's 60 s) so that a short run keeps fuzzing
@@ -42,10 +44,24 @@ corpus_count() {
 failed=()
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# cap_count DIR NAME TIME: TIME, or fewer runs where the target's doc
+# comment says "fuzz.sh: at most Nx" (a target whose every run decodes a
+# whole model file) and TIME is a count over N.
+cap_count() {
+  local n
+  n=$(grep -h -B12 "^func $2(f \*testing.F)" "$1"/*_test.go | sed -nE 's#^// .*fuzz\.sh: at most ([0-9]+)x.*#\1#p' | head -1)
+  if [ -n "$n" ] && [[ $3 =~ ^([0-9]+)x$ ]] && [ "${BASH_REMATCH[1]}" -gt "$n" ]; then
+    echo "${n}x"
+  else
+    echo "$3"
+  fi
+}
+
 while read -r dir name; do
-  echo "fuzz: $name in ./$dir for $fuzztime" >&2
+  ft=$(cap_count "$dir" "$name" "$fuzztime")
+  echo "fuzz: $name in ./$dir for $ft" >&2
   before=$(corpus_count "$dir" "$name")
-  if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" -parallel 1 "./$dir" </dev/null 2>&1 | tee "$out"; then
+  if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$ft" -fuzzminimizetime "$minimize" -parallel 1 "./$dir" </dev/null 2>&1 | tee "$out"; then
     # Go's coordinator can report its own -fuzztime deadline as a failure
     # ("context deadline exceeded", no input written: golang/go#75804,
     # fixed in Go 1.27): that is no finding. A real one writes its input.

@@ -355,7 +355,8 @@ func TestTruncated(t *testing.T) {
 // tensor reads, and gemma4.Load either loads or names what is wrong. Seeds:
 // the tiny Q8_0 file without its vocabulary, and its header alone. Run by
 // go test -fuzz FuzzOpen ./engine/gemma4/gguf/ (build/fuzz.sh's
-// convention).
+// convention). Each run decodes a whole model (about 18 ms), so CI's count
+// is capped: fuzz.sh: at most 4000x.
 func FuzzOpen(f *testing.F) {
 	path := filepath.Join(testmodel.Dir(f, "gguf-llamacpp/gemma4-tiny.tar.gz"), "gemma4-synthetic-tiny-Q8_0.gguf")
 	kvs, ts := parts(f, path)
