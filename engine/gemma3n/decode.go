@@ -2,17 +2,13 @@ package gemma3n
 
 import (
 	"fmt"
-	"slices"
 
 	"verdict/engine/model"
-	"verdict/native"
+	"verdict/engine/model/kit"
 )
 
 // MaxStops bounds the stop tokens of a greedy loop (model.MaxStops).
 const MaxStops = model.MaxStops
-
-// greedyBody names the greedy loop's body among the recorded loops.
-type greedyBody struct{}
 
 // GreedyLoops reports whether DecodeGreedy runs on the device with no
 // host work between tokens: the per-layer table is resident and the
@@ -53,50 +49,7 @@ func (x *Exec) DecodeGreedy(caches []model.Cache, next []int32, steps int, stop 
 	if err != nil {
 		return nil, err
 	}
-	fed := make([]int, n)
-	defer func() { l.Close(fed) }()
-	st, b := x.st, &x.loop
-	hStop := make([]int32, MaxStops)
-	for i := range hStop {
-		hStop[i] = -1
-	}
-	copy(hStop, stop)
-	st.UploadI32(l.IDs(), slices.Clone(next)) // next may sit in memory with Go pointers
-	st.UploadI32(b.stop, hStop)
-	st.UploadI32(b.done.Sub(0, 1, n), make([]int32, n))
-	st.UploadI32(b.cond, []int32{int32(n)})
-	out, done := b.out.Sub(0, 1, n*steps), b.done.Sub(0, 1, n)
-	step := func(h native.Tensor) {
-		ids := l.IDs()
-		st.Argmax(ids.View(n, 1), x.Dense(h))
-		st.LoopEmit(&native.LoopEmit{N: n, Steps: steps, Iter: b.iter, IDs: ids, Stop: b.stop, Out: out, Done: done, Cond: b.cond})
-	}
-	ok, err := l.RunDevice(step, b.cond, greedyBody{})
-	if err == nil && !ok {
-		_, err = l.RunHost(step, b.cond)
-	}
-	if err != nil {
-		return nil, err
-	}
-	it := []int32{0}
-	toks := make([]int32, n*steps)
-	st.DownloadI32(it, b.iter)
-	st.DownloadI32(toks, out)
-	if err := st.Sync(); err != nil {
-		return nil, err
-	}
-	ran := min(max(int(it[0]), 0), steps)
-	res := make([][]int32, n)
-	for i := range res {
-		row := toks[i*steps : i*steps+ran]
-		for j, id := range row {
-			if slices.Contains(stop, id) {
-				row = row[:j+1]
-				break
-			}
-		}
-		res[i] = slices.Clone(row)
-		fed[i] = len(row)
-	}
-	return res, nil
+	b := &x.loop
+	return kit.GreedyDecode(x.st, l, kit.GreedyBufs{Iter: b.iter, Out: b.out, Done: b.done, Cond: b.cond, Stop: b.stop},
+		x.Dense, next, stop, steps)
 }
