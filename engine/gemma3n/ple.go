@@ -2,8 +2,8 @@ package gemma3n
 
 import (
 	"fmt"
-	"os"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -16,40 +16,20 @@ import (
 // work between tokens. Both give the same values: the resident table holds
 // the stored ones (bf16 kept as bf16, anything else as float32).
 
-// PLEPlace says where the per-layer embedding table lives.
-type PLEPlace string
+// PLEPlace says where the per-layer embedding table lives (model.PLEPlace).
+type PLEPlace = model.PLEPlace
 
+// The places (model.PLEAuto, PLEHost, PLEDevice).
 const (
-	// PLEAuto makes the table resident on a device backend when it takes
-	// at most a quarter of the device's free memory, and on any backend
-	// when it is small (at most pleSmall bytes).
-	PLEAuto PLEPlace = "auto"
-	// PLEHost keeps it on the host only.
-	PLEHost PLEPlace = "host"
-	// PLEDevice makes it resident (an error when it does not fit).
-	PLEDevice PLEPlace = "device"
+	PLEAuto   = model.PLEAuto
+	PLEHost   = model.PLEHost
+	PLEDevice = model.PLEDevice
 )
 
-// pleSmall is the table size that auto makes resident on every backend.
-const pleSmall = 128 << 20
-
-// pleChunk is the rows a non-bf16 table is uploaded in at a time.
-const pleChunk = 1024
+const pleSmall, pleChunk = model.PLESmall, model.PLEChunk
 
 // plePlace is the load's choice: VERDICT_PLE overrides LoadOptions.PLE.
-func plePlace(opt LoadOptions) (PLEPlace, error) {
-	p := opt.PLE
-	if e := os.Getenv("VERDICT_PLE"); e != "" {
-		p = PLEPlace(e)
-	}
-	switch p {
-	case "", PLEAuto:
-		return PLEAuto, nil
-	case PLEHost, PLEDevice:
-		return p, nil
-	}
-	return "", fmt.Errorf("gemma3n: per-layer table place %q: want auto, host or device", p)
-}
+func plePlace(opt LoadOptions) (PLEPlace, error) { return model.PLEPlaceOf("gemma3n", opt.PLE) }
 
 // bindPLE makes the per-layer table resident on be when place asks for it
 // (see PLEPlace); it runs after the weights are bound and before the

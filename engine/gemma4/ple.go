@@ -3,6 +3,7 @@ package gemma4
 import (
 	"fmt"
 
+	"verdict/engine/model"
 	"verdict/engine/weights"
 	"verdict/native"
 )
@@ -19,36 +20,22 @@ import (
 // Every way gives the same values: the stored ones as float32 (bf16 and
 // f16 widen exactly).
 
-// PLEPlace says where the per-layer table is kept for device loops.
-type PLEPlace string
+// PLEPlace says where the per-layer table is kept for device loops
+// (model.PLEPlace).
+type PLEPlace = model.PLEPlace
 
+// The places (model.PLEAuto, PLEHost, PLEDevice).
 const (
-	// PLEAuto makes the table resident when it is small (at most
-	// pleSmall bytes as stored), or on a device backend when it takes at
-	// most a quarter of the device's free memory.
-	PLEAuto PLEPlace = "auto"
-	// PLEHost keeps it where it was read from only.
-	PLEHost PLEPlace = "host"
-	// PLEDevice makes it resident (an error when it cannot be).
-	PLEDevice PLEPlace = "device"
+	PLEAuto   = model.PLEAuto
+	PLEHost   = model.PLEHost
+	PLEDevice = model.PLEDevice
 )
 
-// pleSmall is the table size PLEAuto makes resident on every backend.
-const pleSmall = 128 << 20
+const pleSmall, pleChunk = model.PLESmall, model.PLEChunk
 
-// pleChunk is the rows a table is uploaded in at a time.
-const pleChunk = 1024
-
-// plePlaceOf checks a place ("" is PLEAuto).
-func plePlaceOf(p PLEPlace) (PLEPlace, error) {
-	switch p {
-	case "", PLEAuto:
-		return PLEAuto, nil
-	case PLEHost, PLEDevice:
-		return p, nil
-	}
-	return "", fmt.Errorf("gemma4: per-layer table place %q: want auto, host or device", p)
-}
+// plePlaceOf checks a place ("" is PLEAuto); VERDICT_PLE overrides it, as
+// for Gemma 3n.
+func plePlaceOf(p PLEPlace) (PLEPlace, error) { return model.PLEPlaceOf("gemma4", p) }
 
 // pleTable is where a Decoder reads per-layer rows: a store's tensor or a
 // reference Model's slice, and the resident copy loops gather from.
