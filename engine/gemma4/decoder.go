@@ -447,10 +447,16 @@ func (d *Decoder) maxPositions() int {
 }
 
 // Chat reports Gemma 4's chat format under the template the checkpoint's
-// shape implies (ChatFormat, TemplateOf), with no media tokens: the decoder
-// takes text only until the towers' soft tokens reach it (AddMultimodal).
+// shape implies (ChatFormat, TemplateOf). Its media tokens are those given
+// to SetMediaTokens (MediaTokens.Special: no fixed soft-token counts, an
+// image's and a clip's vary), none before: the decoder then takes text
+// only.
 func (d *Decoder) Chat() model.Chat {
-	c, err := ChatFormat(TemplateOf(d.cfg), model.Special{})
+	var sp model.Special
+	if d.media != nil {
+		sp = d.media.Special()
+	}
+	c, err := ChatFormat(TemplateOf(d.cfg), sp)
 	if err != nil { // TemplateOf gives a known template
 		panic(err)
 	}

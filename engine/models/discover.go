@@ -41,7 +41,7 @@ func FamilyOf(m model.Model) string {
 	switch m.(type) {
 	case *gemma3n.Model:
 		return FamilyGemma3n
-	case *gemma4.Decoder, *gemma4Model:
+	case *gemma4.Decoder:
 		return FamilyGemma4
 	}
 	return ""

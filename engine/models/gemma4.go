@@ -28,25 +28,13 @@ func isGemma4(cfgJSON []byte) bool {
 	return t == "gemma4" || t == "gemma4_text"
 }
 
-// gemma4Model is a Gemma 4 decoder as the loader opens it: Chat names the
-// checkpoint's media tokens (the decoder's own Chat names none), so that
-// prompts carry <|image>…<image|> and <|audio>…<audio|> runs. Their
-// soft-token counts are per item (Special's VisionTokens and AudioTokens
-// stay 0): the prompt builders size each run from model.Media's
-// ImageTokens and AudioTokens (prompt.Prompt.Sized).
-type gemma4Model struct {
-	*gemma4.Decoder
-	chat model.Chat
-}
-
-// Chat is the decoder's chat format with the media tokens.
-func (g *gemma4Model) Chat() model.Chat { return g.chat }
-
 // openGemma4 loads a Gemma 4 decoder (engine/gemma4) from st on opt's
 // backend, with opt's weights (q4 packed at load, or f32) and group size.
 // A gemma4 config (Gemma4ForConditionalGeneration) gives the decoder its
-// media token ids and the model its towers (gemma4Media: each loaded on
-// its first input); a gemma4_text config is text only. Packed weights are
+// media token ids (SetMediaTokens: its Chat then names them; each run's
+// soft-token count is per item, prompt.Prompt.Sized) and the model its
+// towers (gemma4Media: each loaded on its first input); a gemma4_text
+// config is text only. Packed weights are
 // not cached (opt.CacheDir is not used); packing stops with OpenContext's
 // context and reports StagePacking.
 func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, error) {
@@ -73,15 +61,13 @@ func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, err
 	if err != nil {
 		return nil, err
 	}
-	g := &gemma4Model{Decoder: d, chat: d.Chat()}
 	if media != nil {
 		if err := d.SetMediaTokens(*media); err != nil {
 			d.Close()
 			return nil, err
 		}
-		g.chat.Media = media.Special()
 	}
-	return g, nil
+	return d, nil
 }
 
 // checkVocab refuses a tokenizer whose ids reach past the model's

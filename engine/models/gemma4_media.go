@@ -14,20 +14,24 @@ import (
 	"verdict/engine/gemma4"
 	"verdict/engine/safefile"
 	"verdict/engine/weights"
+	"verdict/native"
 )
 
-// gemma4Media is a Gemma 4 checkpoint's vision and audio towers
-// (engine/gemma4's plain-Go encoders) behind the loader's encoder. Each
-// tower loads on its first input, as Gemma 3n's do: a text-only request
-// never reads them (in the released checkpoints they are hundreds of
-// megabytes), and a checkpoint without one refuses that kind of input
-// when asked, naming what is missing. Their weights live in Go memory, so
-// Close has nothing to free on the backend.
+// gemma4Media is a Gemma 4 checkpoint's vision and audio towers behind the
+// loader's encoder, run on the model's backend (gemma4.VisionOps and
+// AudioOps, as Gemma 3n's towers run on it). Each tower loads on its first
+// input, as Gemma 3n's do: a text-only request never reads them (in the
+// released checkpoints they are hundreds of megabytes), and a checkpoint
+// without one refuses that kind of input when asked, naming what is
+// missing. A backend that cannot bind a tower's weights, or lacks one of
+// its operations (native.ErrUnimplemented), leaves that tower to the CPU
+// backend for good. close frees the bound weights (Model.Close).
 type gemma4Media struct {
 	name    string
 	cfgJSON []byte
 	st      weights.Store
 	hidden  int
+	be      *native.Backend // the model's
 	out     func() *outputCache
 	// proc is the image processor's settings: vision_config's patch and
 	// pooling sizes, max_soft_tokens from the folder's processor config
@@ -42,9 +46,85 @@ type gemma4Media struct {
 	bidirectional bool
 
 	visionMu, audioMu   sync.Mutex
-	vision              *gemma4.Vision
-	audio               *gemma4.Audio
+	vision              *onBackend[*gemma4.VisionOps]
+	audio               *onBackend[*gemma4.AudioOps]
 	visionErr, audioErr error
+}
+
+// opsTower is a tower's encoder bound to a backend (gemma4.VisionOps,
+// gemma4.AudioOps).
+type opsTower interface {
+	Backend() *native.Backend
+	Close()
+}
+
+// onBackend is one tower's encoder on a backend, moved to the CPU backend
+// for good when its device lacks an operation. An encoder it replaces may
+// still be running a pass: it is freed by close, with the model.
+type onBackend[T opsTower] struct {
+	mu      sync.Mutex
+	cur     T
+	retired []T
+	bind    func(*native.Backend) (T, error)
+}
+
+// bindTower binds a tower with bind on be, or on the CPU backend when be
+// cannot bind it (out of device memory, say); both errors are kept.
+func bindTower[T opsTower](be *native.Backend, bind func(*native.Backend) (T, error)) (*onBackend[T], error) {
+	t, err := bind(be)
+	if err != nil && be != native.Default() {
+		var cpuErr error
+		if t, cpuErr = bind(native.Default()); cpuErr != nil {
+			return nil, fmt.Errorf("%w; on the CPU backend: %w", err, cpuErr)
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &onBackend[T]{cur: t, bind: bind}, nil
+}
+
+// get is the encoder in use.
+func (b *onBackend[T]) get() T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cur
+}
+
+// run calls f with the encoder in use; when f fails with
+// native.ErrUnimplemented on another backend than the CPU's, the tower is
+// bound on the CPU backend and f runs again there.
+func (b *onBackend[T]) run(f func(T) error) error {
+	t := b.get()
+	err := f(t)
+	if !errors.Is(err, native.ErrUnimplemented) || t.Backend() == native.Default() {
+		return err
+	}
+	b.mu.Lock()
+	if any(b.cur) == any(t) {
+		cpu, berr := b.bind(native.Default())
+		if berr != nil {
+			b.mu.Unlock()
+			return fmt.Errorf("%w; binding the tower on the CPU backend: %w", err, berr)
+		}
+		b.retired = append(b.retired, b.cur)
+		b.cur = cpu
+	}
+	t = b.cur
+	b.mu.Unlock()
+	return f(t)
+}
+
+// close frees every encoder bound; none may run during or after it.
+func (b *onBackend[T]) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.retired {
+		t.Close()
+	}
+	b.retired = nil
+	b.cur.Close()
 }
 
 // DefaultImageSoftTokens is Gemma 4's image processor's max_soft_tokens when
@@ -56,8 +136,11 @@ const DefaultImageSoftTokens = 280
 // is three bytes a pixel); media/limits refuses larger files before this.
 const maxImagePixels = 1 << 26
 
-func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden int, out func() *outputCache) (*gemma4Media, error) {
-	g := &gemma4Media{name: name, cfgJSON: cfgJSON, st: st, hidden: hidden, out: out}
+func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden int, be *native.Backend, out func() *outputCache) (*gemma4Media, error) {
+	if be == nil {
+		be = native.Default()
+	}
+	g := &gemma4Media{name: name, cfgJSON: cfgJSON, st: st, hidden: hidden, be: be, out: out}
 	images, audio := g.towers()
 	if !images && !audio {
 		return g, nil
@@ -194,7 +277,29 @@ func (g *gemma4Media) towers() (images, audio bool) {
 		present(c.Audio, gemma4.AudioPrefix+"subsample_conv_projection.layer0.conv.weight")
 }
 
-func (g *gemma4Media) visionTower(progress TowerProgress) (*gemma4.Vision, error) {
+// close frees the towers' weights bound on the backends (Model.Close).
+func (g *gemma4Media) close() {
+	g.visionMu.Lock()
+	if g.vision != nil {
+		g.vision.close()
+		g.vision = nil
+	}
+	g.visionErr = errTowersClosed
+	g.visionMu.Unlock()
+	g.audioMu.Lock()
+	if g.audio != nil {
+		g.audio.close()
+		g.audio = nil
+	}
+	g.audioErr = errTowersClosed
+	g.audioMu.Unlock()
+}
+
+var errTowersClosed = errors.New("gemma4: the model is closed")
+
+// visionTower loads the vision tower (plain-Go weights, gemma4.LoadVision)
+// and binds it to the backend on first use.
+func (g *gemma4Media) visionTower(progress TowerProgress) (*onBackend[*gemma4.VisionOps], error) {
 	g.visionMu.Lock()
 	defer g.visionMu.Unlock()
 	if g.vision != nil || g.visionErr != nil {
@@ -208,12 +313,15 @@ func (g *gemma4Media) visionTower(progress TowerProgress) (*gemma4.Vision, error
 		progress(true, 0, 0)
 	}
 	cfg, err := gemma4.ParseVisionConfig(g.cfgJSON)
+	var v *gemma4.Vision
 	if err == nil {
-		g.vision, err = gemma4.LoadVision(cfg, g.st)
+		v, err = gemma4.LoadVision(cfg, g.st)
 	}
-	if err == nil && g.vision.Cfg.TextHidden != g.hidden {
-		err = fmt.Errorf("gemma4: the vision tower's soft tokens are %d wide, the decoder's hidden size is %d", g.vision.Cfg.TextHidden, g.hidden)
-		g.vision = nil
+	if err == nil && v.Cfg.TextHidden != g.hidden {
+		err = fmt.Errorf("gemma4: the vision tower's soft tokens are %d wide, the decoder's hidden size is %d", v.Cfg.TextHidden, g.hidden)
+	}
+	if err == nil {
+		g.vision, err = bindTower(g.be, func(be *native.Backend) (*gemma4.VisionOps, error) { return gemma4.NewVisionOps(v, be) })
 	}
 	if err != nil {
 		g.visionErr = fmt.Errorf("%s has no usable vision tower: %w", g.name, err)
@@ -221,7 +329,9 @@ func (g *gemma4Media) visionTower(progress TowerProgress) (*gemma4.Vision, error
 	return g.vision, g.visionErr
 }
 
-func (g *gemma4Media) audioTower(progress TowerProgress) (*gemma4.Audio, error) {
+// audioTower loads the audio tower (plain-Go weights, gemma4.LoadAudio)
+// and binds it to the backend on first use.
+func (g *gemma4Media) audioTower(progress TowerProgress) (*onBackend[*gemma4.AudioOps], error) {
 	g.audioMu.Lock()
 	defer g.audioMu.Unlock()
 	if g.audio != nil || g.audioErr != nil {
@@ -235,12 +345,15 @@ func (g *gemma4Media) audioTower(progress TowerProgress) (*gemma4.Audio, error) 
 		progress(true, 0, 0)
 	}
 	cfg, err := gemma4.ParseAudioConfig(g.cfgJSON)
+	var a *gemma4.Audio
 	if err == nil {
-		g.audio, err = gemma4.LoadAudio(cfg, g.st)
+		a, err = gemma4.LoadAudio(cfg, g.st)
 	}
-	if err == nil && g.audio.Cfg.TextHidden != g.hidden {
-		err = fmt.Errorf("gemma4: the audio tower's soft tokens are %d wide, the decoder's hidden size is %d", g.audio.Cfg.TextHidden, g.hidden)
-		g.audio = nil
+	if err == nil && a.Cfg.TextHidden != g.hidden {
+		err = fmt.Errorf("gemma4: the audio tower's soft tokens are %d wide, the decoder's hidden size is %d", a.Cfg.TextHidden, g.hidden)
+	}
+	if err == nil {
+		g.audio, err = bindTower(g.be, func(be *native.Backend) (*gemma4.AudioOps, error) { return gemma4.NewAudioOps(a, be) })
 	}
 	if err != nil {
 		g.audioErr = fmt.Errorf("%s has no usable audio tower: %w", g.name, err)
@@ -291,7 +404,7 @@ func (g *gemma4Media) image(ctx context.Context, img image.Image, progress Tower
 
 // encodePatches runs the vision tower over processed patches (the cache's
 // key is the pixels and their positions).
-func (g *gemma4Media) encodePatches(ctx context.Context, v *gemma4.Vision, pixels []float32, pos []gemma4.Patch, n int, progress TowerProgress) ([]float32, bool, error) {
+func (g *gemma4Media) encodePatches(ctx context.Context, v *onBackend[*gemma4.VisionOps], pixels []float32, pos []gemma4.Patch, n int, progress TowerProgress) ([]float32, bool, error) {
 	keyed := make([]float32, 0, len(pixels)+2*len(pos))
 	keyed = append(keyed, pixels...)
 	for _, p := range pos {
@@ -307,7 +420,12 @@ func (g *gemma4Media) encodePatches(ctx context.Context, v *gemma4.Vision, pixel
 	if progress != nil {
 		progress(false, 0, 1)
 	}
-	soft, got, err := v.Encode(pixels, pos, nil)
+	var soft []float32
+	var got int
+	err := v.run(func(o *gemma4.VisionOps) (err error) {
+		soft, got, err = o.Encode(pixels, pos, nil)
+		return err
+	})
 	if err != nil {
 		return nil, false, err
 	}
@@ -365,7 +483,12 @@ func (g *gemma4Media) encodeFeatures(ctx context.Context, feats []float32, mask 
 	if progress != nil {
 		progress(false, 0, 1)
 	}
-	soft, om, err := a.Encode(feats, mask, nil)
+	var soft []float32
+	var om []bool
+	err = a.run(func(o *gemma4.AudioOps) (err error) {
+		soft, om, err = o.Encode(feats, mask, nil)
+		return err
+	})
 	if err != nil {
 		return nil, false, err
 	}

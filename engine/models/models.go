@@ -82,6 +82,9 @@ func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 // alias).
 func (m *Model) Close() error {
 	m.towers.close()
+	if m.g4 != nil {
+		m.g4.close()
+	}
 	var err error
 	if m.Model != nil {
 		err = m.Model.Close()
@@ -267,7 +270,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 		if m.gguf != "" {
 			dir = ""
 		}
-		if m.g4, err = newGemma4Media(m.Name, dir, st, cfgJSON, m.Config().Hidden, m.outputs); err != nil {
+		if m.g4, err = newGemma4Media(m.Name, dir, st, cfgJSON, m.Config().Hidden, m.Backend(), m.outputs); err != nil {
 			m.Model.Close()
 			st.Close()
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
