@@ -11,7 +11,7 @@
 // renamed to .scale suffixes and layer_scalar given .weight,
 // rope_freqs.weight generated (the full layers' partial rotation, read
 // back into the config), the vision and audio towers left to a separate
-// mmproj file.
+// mmproj file, which OpenMMProj reads (mmproj.go).
 package gguf
 
 import (
