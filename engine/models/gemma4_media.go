@@ -402,6 +402,60 @@ func (g *gemma4Media) image(ctx context.Context, img image.Image, progress Tower
 	return g.encodePatches(ctx, v, pixels, pos, n, progress)
 }
 
+// imageCount is the soft tokens of an image of width×height pixels: the
+// cells of pooling_kernel_size² patches of the processor's target size.
+func (g *gemma4Media) imageCount(width, height int) (int, error) {
+	images, _ := g.towers()
+	switch {
+	case !images:
+		return 0, fmt.Errorf("%s has no vision tower (no vision_config or no %s tensors): it takes no images", g.name, gemma4.VisionPrefix)
+	case g.bidirectional:
+		return 0, fmt.Errorf("%s attends to images bidirectionally (use_bidirectional_attention \"vision\"), which is not supported yet: it takes no images", g.name)
+	case width < 1 || height < 1 || int64(width)*int64(height) > maxImagePixels:
+		return 0, fmt.Errorf("gemma4: an image of %dx%d pixels (want 1 to %d pixels)", width, height, maxImagePixels)
+	}
+	th, tw, err := g.proc.TargetSize(height, width)
+	if err != nil {
+		return 0, err
+	}
+	cell := g.proc.PatchSize * g.proc.PoolingKernel
+	return (th / cell) * (tw / cell), nil
+}
+
+// audioCount is the soft tokens of a clip of n samples at audioRate: the
+// extractor's valid frames (frame t is valid when its last sample, t·hop +
+// frame_length − frame_length/2, is a real one; at most the padded clip's
+// frames), then every other frame of every other frame (the tower's two
+// stride-2 convolutions), as gemma4.KeptAudio keeps them. The extractor's
+// refusals of a length are given as it gives them.
+func (g *gemma4Media) audioCount(n int) (int, error) {
+	if _, audio := g.towers(); !audio {
+		return 0, fmt.Errorf("%s has no audio tower (no audio_config or no %s tensors): it takes no audio", g.name, gemma4.AudioPrefix)
+	}
+	c := g.feat
+	if c.SamplingRate != audioRate {
+		return 0, fmt.Errorf("gemma4: audio features: the extractor takes %d Hz, the model's clips are %d Hz", c.SamplingRate, audioRate)
+	}
+	if c.HopLength < 1 || c.PadToMultiple < 1 || c.FrameLength < 1 {
+		return 0, fmt.Errorf("gemma4: audio features: hop %d, frame %d, pad_to_multiple_of %d", c.HopLength, c.FrameLength, c.PadToMultiple)
+	}
+	limit := (c.MaxSamples + c.PadToMultiple - 1) / c.PadToMultiple * c.PadToMultiple
+	switch {
+	case n < c.MinSamples():
+		return 0, fmt.Errorf("gemma4: audio features: clip of %d samples is too short: a valid frame needs at least %d samples at %d Hz", n, c.MinSamples(), c.SamplingRate)
+	case n > limit:
+		return 0, fmt.Errorf("gemma4: audio features: clip of %d samples (%.1f s) is longer than the extractor's %d (%.1f s)", n, float64(n)/float64(c.SamplingRate), limit, float64(limit)/float64(c.SamplingRate))
+	}
+	padded := (n + c.PadToMultiple - 1) / c.PadToMultiple * c.PadToMultiple
+	frames := 0
+	if span := padded + c.FrameLength/2 - (c.FrameLength + 1); span >= 0 {
+		frames = span/c.HopLength + 1
+	}
+	last := n - c.FrameLength + c.FrameLength/2 // a frame t is valid when t·hop < last
+	valid := min(frames, (last+c.HopLength-1)/c.HopLength)
+	return (valid + 3) / 4, nil
+}
+
 // encodePatches runs the vision tower over processed patches (the cache's
 // key is the pixels and their positions).
 func (g *gemma4Media) encodePatches(ctx context.Context, v *onBackend[*gemma4.VisionOps], pixels []float32, pos []gemma4.Patch, n int, progress TowerProgress) ([]float32, bool, error) {

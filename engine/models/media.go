@@ -114,6 +114,29 @@ type encoder interface {
 	image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error)
 	// audioClip encodes one 16 kHz mono clip (its kept rows).
 	audioClip(ctx context.Context, pcm []float32, progress TowerProgress) (soft []float32, cached bool, err error)
+	// imageCount and audioCount are the soft tokens of an image of
+	// width×height pixels and of a clip of n samples, without encoding.
+	imageCount(width, height int) (int, error)
+	audioCount(samples int) (int, error)
+}
+
+// ImageTokenCount is the soft-token count of an image of width×height
+// pixels, before encoding: its run in the prompt. Gemma 3n's is the chat
+// format's fixed VisionTokens (its processor stretches every image to
+// 768×768); Gemma 4's follows the size the processor resizes the image to
+// (gemma4.ImageProcessorConfig.TargetSize). A model that takes no images,
+// or a size the processor refuses, is an error.
+func (m *Model) ImageTokenCount(width, height int) (int, error) {
+	return m.enc().imageCount(width, height)
+}
+
+// AudioTokenCount is the soft-token count of a 16 kHz mono clip of samples
+// samples, before encoding. Gemma 3n's is the chat format's fixed
+// AudioTokens; Gemma 4's follows the clip's length (its valid feature
+// frames, subsampled four times). A model that takes no audio, or a clip
+// the feature extractor refuses (too short, too long), is an error.
+func (m *Model) AudioTokenCount(samples int) (int, error) {
+	return m.enc().audioCount(samples)
 }
 
 // enc is the model's family's encoder.
@@ -147,6 +170,26 @@ func (g gemma3nMedia) inputs() (images, audio bool) {
 // not be modified.
 func (m *Model) ImageTokens(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
 	return m.enc().image(ctx, img, progress)
+}
+
+func (g gemma3nMedia) imageCount(width, height int) (int, error) {
+	if images, _ := g.inputs(); !images {
+		return 0, fmt.Errorf("%s has no vision tower: it takes no images", g.m.Name)
+	}
+	if width < 1 || height < 1 {
+		return 0, fmt.Errorf("an image of %dx%d pixels", width, height)
+	}
+	return g.m.Chat().Media.VisionTokens, nil
+}
+
+func (g gemma3nMedia) audioCount(samples int) (int, error) {
+	if _, audio := g.inputs(); !audio {
+		return 0, fmt.Errorf("%s has no audio tower: it takes no audio", g.m.Name)
+	}
+	if samples < 1 {
+		return 0, fmt.Errorf("a clip of %d samples", samples)
+	}
+	return g.m.Chat().Media.AudioTokens, nil
 }
 
 func (g gemma3nMedia) image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {

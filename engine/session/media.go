@@ -100,3 +100,16 @@ func (s *Session) checkedMedia(f func() (*scorer.Media, error)) func() (*scorer.
 // SoftTokenWidth is the width of a soft token, the model's hidden size
 // (app/inputs divides an item's soft tokens by it for the item's count).
 func (s *Session) SoftTokenWidth() int { return s.info.Hidden }
+
+// ImageTokenCount is the soft-token count of an image of width×height
+// pixels for the model, before encoding (models.Model.ImageTokenCount:
+// Gemma 3n's fixed count, Gemma 4's from the size).
+func (s *Session) ImageTokenCount(width, height int) (int, error) {
+	return s.m.ImageTokenCount(width, height)
+}
+
+// AudioTokenCount is the soft-token count of a 16 kHz mono clip of samples
+// samples for the model, before encoding (models.Model.AudioTokenCount).
+func (s *Session) AudioTokenCount(samples int) (int, error) {
+	return s.m.AudioTokenCount(samples)
+}

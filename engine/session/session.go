@@ -491,20 +491,47 @@ func ChatPrompt(ch model.Chat, media *scorer.Media, system, text string) prompt.
 }
 
 // SchemaPrompt is the schema's shared prefix for input with captions (one
-// per image) and an audio clip: its text with media runs written as
-// <image 1>, <audio>, and its token count.
+// per image) and an audio clip, in the model's chat format: its text with
+// media runs written as <image 1>, <audio>, and its token count. Each run
+// takes the chat format's fixed count: a model whose counts vary by item
+// (Gemma 4) needs SchemaPromptSized.
 func (s *Session) SchemaPrompt(schema *scorer.Schema, input string, captions []string, audio bool) (text string, tokens int, err error) {
-	pr := schema.MediaPrompt(input, captions, audio, s.m.Chat())
-	ids, err := pr.Encode(s.tok, s.m.Chat().Media)
+	return s.SchemaPromptSized(schema, input, captions, audio, nil, 0)
+}
+
+// SchemaPromptSized is SchemaPrompt with each item's soft-token count
+// (ImageTokenCount, AudioTokenCount): imageTokens[i] for image i and
+// audioTokens for the clip. nil and 0 leave the chat format's fixed counts
+// (Gemma 3n's); a model without them (Gemma 4) refuses media given no
+// counts.
+func (s *Session) SchemaPromptSized(schema *scorer.Schema, input string, captions []string, audio bool, imageTokens []int, audioTokens int) (text string, tokens int, err error) {
+	ch := s.m.Chat()
+	sp := ch.Media
+	pr := schema.MediaPrompt(input, captions, audio, ch)
+	var clip []int
+	switch {
+	case audio && audioTokens > 0:
+		clip = []int{audioTokens}
+	case audio && sp.AudioTokens == 0:
+		return "", 0, fmt.Errorf("session: %s's clips vary in soft tokens: the prompt needs the clip's count", s.info.Name)
+	}
+	if imageTokens == nil && len(captions) > 0 && sp.VisionTokens == 0 {
+		return "", 0, fmt.Errorf("session: %s's images vary in soft tokens: the prompt needs each image's count", s.info.Name)
+	}
+	if pr, err = pr.Sized(sp, imageTokens, clip); err != nil {
+		return "", 0, fmt.Errorf("session: %w", err)
+	}
+	ids, err := pr.Encode(s.tok, sp)
 	if err != nil {
 		return "", 0, err
 	}
 	return pr.String(), len(ids), nil
 }
 
-// SchemaPromptText is SchemaPrompt's text without a model, in Gemma 3n's
-// chat format: imageTokens and audioTokens are the soft tokens of one image
-// and one clip.
+// SchemaPromptText is SchemaPrompt's text with no model loaded: in Gemma
+// 3n's chat format (the built-in model's), not a loaded model's, with
+// imageTokens and audioTokens the soft tokens of one image and one clip.
+// With a model, SchemaPromptSized writes that model's format.
 func SchemaPromptText(schema *scorer.Schema, input string, captions []string, audio bool, imageTokens, audioTokens int) string {
 	ch := gemma3n.ChatFormat(model.Special{VisionTokens: imageTokens, AudioTokens: audioTokens})
 	return schema.MediaPrompt(input, captions, audio, ch).String()
