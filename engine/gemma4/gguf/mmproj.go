@@ -448,6 +448,9 @@ func (p *MMProj) visionConfig(m clipMeta, L int) (map[string]any, error) {
 	if hd, err = m.optInt("clip.vision.attention.head_dim", hd, 4, gemma4.MaxHeadDim); err != nil {
 		return nil, err
 	}
+	if hd < 4 || hd > gemma4.MaxHeadDim {
+		return nil, fmt.Errorf("the vision head width %d (the length of v.blk.0.attn_q_norm.weight) is outside 4 to %d", hd, gemma4.MaxHeadDim)
+	}
 	c["head_dim"] = hd
 	if sh, ok := p.shapeOf(gemma4.VisionPrefix + "encoder.layers.0.self_attn.q_proj.linear.weight"); ok && len(sh) == 2 && sh[0] != heads*hd {
 		return nil, fmt.Errorf("metadata clip.vision.attention.head_count is %d, but v.blk.0.attn_q.weight has %d rows, not %d heads of %d", heads, sh[0], heads, hd)

@@ -584,6 +584,11 @@ func TestMMProjRefuses(t *testing.T) {
 			x.Dims, x.Data = []int{32, 12}, x.Data[:32*12*4]
 			return ts
 		}, "v.blk.0.attn_k.weight has 12 rows, not whole heads of 16"},
+		{"a head width of 2", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
+			x := tensor(ts, "v.blk.0.attn_q_norm.weight")
+			x.Dims, x.Data = []int{2}, x.Data[:8]
+			return ts
+		}, "the vision head width 2 (the length of v.blk.0.attn_q_norm.weight)"},
 		{"a softplus of zero", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 			x := tensor(ts, "a.blk.0.per_dim_scale.weight")
 			clear(x.Data[:4])
