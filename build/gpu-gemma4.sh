@@ -22,14 +22,16 @@
 # The order, so that running out of time loses the least: the CUDA library
 # builds in the background (CUDA_ARCH=90), and so do the small references
 # (a minute at most, mostly transformers' import), while Python makes the
-# E2B pair (1-3 minutes); each is copied to $OUT as soon as it is there. The E2B checks take longest: verify-fixture runs
-# engine/gemma4's plain-Go reference first (single-threaded, ~3n+7 token
-# passes of 2.3 G multiply-adds for the 12-token prompt: about 1.5-3 minutes
-# at 1-2 ns each), then the Decoder on the device. So the four E2B runs
-# (cpu and cuda, float32 and float64) run side by side, each as soon as it
-# can (the cpu ones do not wait for the library), under GOMEMLIMIT (each
-# holds the 18.5 GB float32 model) and a timeout that ends them before
-# BUDGET; the tiny fixtures' runs (seconds) and tower_check go in meanwhile.
+# E2B pair (1-3 minutes); each is copied to $OUT as soon as it is there.
+# The E2B checks take longest: verify-fixture runs engine/gemma4's plain-Go
+# reference first (single-threaded: 37 token passes of 2.28 G multiply-adds
+# for the 10-token prompt, ~3 minutes at the 2.1 ns a multiply-add measured
+# on a development machine), then the Decoder on the device. So the four
+# E2B runs (cpu and cuda, float32 and float64) run side by side, each as
+# soon as it can (the cpu ones do not wait for the library), under
+# GOMEMLIMIT (each holds the 18.5 GB float32 model) and a timeout that ends
+# them before BUDGET; the tiny fixtures' runs (seconds) and tower_check go
+# in meanwhile.
 # BUDGET (default 540 s) is when everything must have ended; STAGES (default
 # "small e2b build tiny tower e2bcheck") picks the parts; E2B_DEVICES (default
 # "cpu cuda") the devices of the E2B checks, E2B_MEMLIMIT (default 24GiB)
