@@ -313,9 +313,15 @@ func (s *Media) checkLocked() {
 	s.emit.Emit(EventMediaAvailability, *a)
 }
 
-// Limits returns the media limits and the token costs of the loaded model.
+// Limits returns the media limits and the token costs of the loaded model:
+// ImageTokens is an image's as the model receives it (stretched to
+// ModelImageSide²), AudioTokens a clip's, the longest clip's where the
+// count follows the length (Gemma 4).
 func (s *Media) Limits() MediaLimits {
-	img, aud := s.models.mediaTokens()
+	mc, done := s.models.mediaCounts()
+	img := mc.imageTokens(image.NewRGBA(image.Rect(0, 0, ModelImageSide, ModelImageSide)))
+	aud := mc.clipTokens(int(limits.MaxAudio.Seconds() * pcm.ModelRate))
+	done()
 	return MediaLimits{
 		MaxImages: limits.MaxImages, MaxAudioMs: ms(limits.MaxAudio), MaxSilentVideoMs: ms(limits.MaxSilentVideo),
 		MaxSoundVideoMs: ms(limits.MaxVideoWithSound), MaxVideoFrames: limits.MaxVideoFrames, VideoFPS: limits.VideoFPS,
@@ -332,11 +338,12 @@ func (s *Media) Items() []MediaItem {
 }
 
 func (s *Media) itemsLocked() []MediaItem {
-	img, aud := s.models.mediaTokens()
+	mc, done := s.models.mediaCounts()
+	defer done()
 	l := s.models.loadedNow()
 	out := make([]MediaItem, 0, len(s.entries))
 	for _, e := range s.entries {
-		it := e.withTokens(img, aud)
+		it := e.withTokens(mc)
 		if l != nil {
 			it.Tower = s.towers.estimate(l, e)
 		}
@@ -345,18 +352,22 @@ func (s *Media) itemsLocked() []MediaItem {
 	return out
 }
 
-// withTokens is the item with its soft-token count for the given costs.
-func (e *mediaEntry) withTokens(img, aud int) MediaItem {
+// withTokens is the item with its soft-token count for the loaded model
+// (each image the model receives and each clip counted on its own).
+func (e *mediaEntry) withTokens(mc mediaCounts) MediaItem {
 	it := e.item
 	switch {
 	case e.image != nil:
-		it.Tokens = img
+		it.Tokens = mc.imageTokens(e.image)
 	case e.clip != nil:
-		it.Tokens = aud
+		it.Tokens = mc.clipTokens(len(e.clip.Samples))
 	case e.video != nil:
-		it.Tokens = img * len(e.video.Frames)
+		it.Tokens = 0
+		for _, f := range e.video.Frames {
+			it.Tokens += mc.imageTokens(f.Image)
+		}
 		if e.video.HasSound() {
-			it.Tokens += aud
+			it.Tokens += mc.clipTokens(len(e.video.Soundtrack.Samples))
 		}
 	}
 	return it
@@ -439,11 +450,12 @@ func (s *Media) insert(e *mediaEntry, replace []string) error {
 		var le *limits.Error
 		if errors.As(err, &le) && (le.Limit == limits.AudioSources || le.Limit == limits.Videos) {
 			if hs := holders(entries, e); len(hs) > 0 {
-				img, aud := s.models.mediaTokens()
+				mc, done := s.models.mediaCounts()
 				re := &ReplaceableError{Err: err}
 				for _, h := range hs {
-					re.Holders = append(re.Holders, h.withTokens(img, aud))
+					re.Holders = append(re.Holders, h.withTokens(mc))
 				}
+				done()
 				return re
 			}
 		}
@@ -677,7 +689,8 @@ type MediaRef struct {
 func (s *Media) input(ids []string) (*media.Input, []MediaRef, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	img, aud := s.models.mediaTokens()
+	mc, done := s.models.mediaCounts()
+	defer done()
 	var picked []*mediaEntry
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -711,7 +724,7 @@ func (s *Media) input(ids []string) (*media.Input, []MediaRef, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		it := e.withTokens(img, aud)
+		it := e.withTokens(mc)
 		refs = append(refs, MediaRef{ID: it.ID, Kind: it.Kind, Name: it.Name, Source: it.Source, Tokens: it.Tokens,
 			Width: it.Width, Height: it.Height, DurationMs: it.DurationMs, Frames: len(it.Frames), Sound: it.Sound})
 	}

@@ -102,8 +102,9 @@ func (s *Media) addPath(path, name, source string) MediaResult {
 }
 
 func (s *Media) itemOf(e *mediaEntry) MediaItem {
-	img, aud := s.models.mediaTokens()
-	it := e.withTokens(img, aud)
+	mc, done := s.models.mediaCounts()
+	defer done()
+	it := e.withTokens(mc)
 	if l := s.models.loadedNow(); l != nil {
 		it.Tower = s.towers.estimate(l, e)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +17,9 @@ import (
 	"verdict/engine/hub"
 	"verdict/engine/models"
 	"verdict/engine/session"
+	"verdict/media"
 	"verdict/media/limits"
+	"verdict/media/pcm"
 )
 
 // Model states.
@@ -163,11 +166,14 @@ const (
 
 // modalities lists the inputs while no model is loaded: text, and images,
 // audio and video depending on the checkpoint.
-func modalities() []Modality { return modalitiesOf(towerUnknown, towerUnknown) }
+func modalities() []Modality {
+	return modalitiesOf(towerUnknown, towerUnknown, countsOf(nil))
+}
 
 // modalitiesOf lists the inputs a model takes: images and video (its frames)
-// with a vision tower, audio with an audio tower.
-func modalitiesOf(vision, audio int) []Modality {
+// with a vision tower, audio with an audio tower, with their soft tokens
+// under mc.
+func modalitiesOf(vision, audio int, mc mediaCounts) []Modality {
 	m := func(name string, tower int, what, supported string) Modality {
 		switch tower {
 		case towerPresent:
@@ -177,10 +183,15 @@ func modalitiesOf(vision, audio int) []Modality {
 		}
 		return Modality{Name: name, Note: "load a model to know"}
 	}
+	img := mc.imageTokens(image.NewRGBA(image.Rect(0, 0, ModelImageSide, ModelImageSide)))
+	clip := fmt.Sprintf("%d soft tokens", mc.clipTokens(0))
+	if mc.audio == 0 {
+		clip = fmt.Sprintf("soft tokens by its length, %d at %v", mc.clipTokens(int(limits.MaxAudio.Seconds()*pcm.ModelRate)), limits.MaxAudio)
+	}
 	return []Modality{
 		{Name: "text", Supported: true},
-		m("image", vision, "vision", fmt.Sprintf("up to %d images, each stretched to %d×%d (%d soft tokens)", limits.MaxImages, ModelImageSide, ModelImageSide, DefaultImageTokens)),
-		m("audio", audio, "audio", fmt.Sprintf("one clip of up to %v, as 16 kHz mono (%d soft tokens)", limits.MaxAudio, DefaultAudioTokens)),
+		m("image", vision, "vision", fmt.Sprintf("up to %d images, each stretched to %d×%d (%d soft tokens)", limits.MaxImages, ModelImageSide, ModelImageSide, img)),
+		m("audio", audio, "audio", fmt.Sprintf("one clip of up to %v, as 16 kHz mono (%s)", limits.MaxAudio, clip)),
 		m("video", vision, "vision", fmt.Sprintf("one video through ffmpeg: a frame a second, at most %d, and its soundtrack", limits.MaxVideoFrames)),
 	}
 }
@@ -411,7 +422,11 @@ func (s *Models) load(ctx context.Context, gen int, info ModelInfo, device strin
 	info.Params = mi.Params
 	info.Layers, info.HiddenSize, info.VocabSize = mi.Layers, mi.Hidden, mi.Vocab
 	info.LoadMs = ms(mi.LoadTime)
-	info.Inputs = modalitiesOf(towerState(mi.Vision), towerState(mi.Audio))
+	mc := countsOf(nil) // Gemma 3n's notes keep the default counts
+	if mi.Family == models.FamilyGemma4 {
+		mc = countsOf(m)
+	}
+	info.Inputs = modalitiesOf(towerState(mi.Vision), towerState(mi.Audio), mc)
 	info.Resident = residentOf(m)
 	if mi.Builtin {
 		info.Note = "random weights: its output is noise, not language; it exercises the whole pipeline"
@@ -462,21 +477,102 @@ func (s *Models) Unload() ModelInfo {
 	return info
 }
 
-// mediaTokens returns the soft tokens of one image and of one audio clip for
-// the loaded model (Gemma 3n's 256 and 188 when none is loaded).
-func (s *Models) mediaTokens() (image, audio int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	image, audio = DefaultImageTokens, DefaultAudioTokens
-	if s.cur != nil {
-		if n := s.cur.s.Info().ImageTokens; n > 0 {
-			image = n
-		}
-		if n := s.cur.s.Info().AudioTokens; n > 0 {
-			audio = n
+// mediaCounts gives the loaded model's soft tokens of each media item: a
+// model with fixed counts (Gemma 3n) gives them for every image and clip,
+// one whose counts vary (Gemma 4) an image's from its size and a clip's
+// from its length (session.ImageTokenCount, AudioTokenCount: 0 for an item
+// it refuses). With no model loaded, Gemma 3n's 256 and 188. The model is
+// held until done is called.
+func (s *Models) mediaCounts() (c mediaCounts, done func()) {
+	l, release, err := s.acquire()
+	if err != nil {
+		return countsOf(nil), func() {}
+	}
+	c = countsOf(l.s)
+	if c.s == nil {
+		release()
+		return c, func() {}
+	}
+	return c, release
+}
+
+// countsOf is the counts of model m (nil: none loaded, Gemma 3n's).
+func countsOf(m *session.Session) mediaCounts {
+	c := mediaCounts{image: DefaultImageTokens, audio: DefaultAudioTokens}
+	if m == nil {
+		return c
+	}
+	info := m.Info()
+	if info.Family == models.FamilyGemma4 {
+		return mediaCounts{s: m}
+	}
+	if info.ImageTokens > 0 {
+		c.image = info.ImageTokens
+	}
+	if info.AudioTokens > 0 {
+		c.audio = info.AudioTokens
+	}
+	return c
+}
+
+// mediaCounts are soft-token counts: image and audio fixed (0: per item,
+// from s).
+type mediaCounts struct {
+	image, audio int
+	s            *session.Session
+}
+
+// imageTokens is an image's soft tokens (that of the image the model
+// receives).
+func (c mediaCounts) imageTokens(img image.Image) int {
+	if c.image > 0 || c.s == nil || img == nil {
+		return c.image
+	}
+	b := img.Bounds()
+	n, err := c.s.ImageTokenCount(b.Dx(), b.Dy())
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// clipTokens is a 16 kHz mono clip's soft tokens.
+func (c mediaCounts) clipTokens(samples int) int {
+	if c.audio > 0 || c.s == nil {
+		return c.audio
+	}
+	n, err := c.s.AudioTokenCount(samples)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// inputCounts is the soft tokens of a run's media: one count an image and
+// video frame (in the prompt's order, inputs.Captions'), and the sound's
+// (the clip or the video's soundtrack; 0 without).
+func (c mediaCounts) inputCounts(in *media.Input) (images []int, audio int) {
+	for _, im := range in.Images {
+		images = append(images, c.imageTokens(im.Image))
+	}
+	if in.Video != nil {
+		for _, f := range in.Video.Frames {
+			images = append(images, c.imageTokens(f.Image))
 		}
 	}
-	return image, audio
+	if _, clip, ok := in.Sound(); ok {
+		audio = c.clipTokens(len(clip.Samples))
+	}
+	return images, audio
+}
+
+// inputTokens is the soft tokens of a run's media, all together.
+func (c mediaCounts) inputTokens(in *media.Input) int {
+	images, n := c.inputCounts(in)
+	for _, k := range images {
+		n += k
+	}
+	return n
 }
 
 // acquire returns the ready model, held until release is called.

@@ -306,12 +306,10 @@ func (s *Runs) start(req RunRequest, doScorer, doGen bool) (RunStarted, error) {
 		if sound {
 			total++
 		}
-		img, aud := s.models.mediaTokens()
+		mc, done := s.models.mediaCounts()
 		r.rec.Media = &RunMedia{Status: StatusPreparing, Total: total, Images: images, Audio: sound, Note: MediaNote,
-			SoftTokens: images * img, Items: []RunMediaItem{}}
-		if sound {
-			r.rec.Media.SoftTokens += aud
-		}
+			SoftTokens: mc.inputTokens(in), Items: []RunMediaItem{}}
+		done()
 		prep = &sharedPrep{done: make(chan struct{})}
 	}
 	r.up.ID = r.id

@@ -62,8 +62,9 @@ type PromptPreview struct {
 	// Text is the prompt with each media run written as <image 1>, <audio>.
 	Text   string `json:"text"`
 	Tokens int    `json:"tokens"` // 0 when no model is loaded
-	// MediaTokens are the soft tokens of the media (256 per image or video
-	// frame, 188 for the audio), part of Tokens.
+	// MediaTokens are the soft tokens of the media, part of Tokens: Gemma
+	// 3n's 256 per image or video frame and 188 for the audio; a Gemma 4
+	// model's per image from its size and for the clip from its length.
 	MediaTokens int  `json:"media_tokens"`
 	Images      int  `json:"images"` // images and video frames
 	Audio       bool `json:"audio"`
@@ -85,6 +86,10 @@ func (s *Scorer) PromptMedia(schema json.RawMessage, input string, mediaIDs []st
 	}
 	p := PromptPreview{MaxTokens: scorer.MaxInputTokens}
 	var captions []string
+	var imageTokens []int
+	audioTokens := 0
+	mc, done := s.runs.models.mediaCounts()
+	defer done()
 	if len(mediaIDs) > 0 && s.runs.media != nil {
 		in, _, err := s.runs.media.input(mediaIDs)
 		if err != nil {
@@ -92,20 +97,24 @@ func (s *Scorer) PromptMedia(schema json.RawMessage, input string, mediaIDs []st
 		}
 		captions = inputs.Captions(in)
 		_, _, p.Audio = in.Sound()
+		imageTokens, audioTokens = mc.inputCounts(in)
 	}
-	img, aud := s.runs.models.mediaTokens()
 	p.Images = len(captions)
-	p.MediaTokens = p.Images * img
-	if p.Audio {
-		p.MediaTokens += aud
+	p.MediaTokens = audioTokens
+	for _, n := range imageTokens {
+		p.MediaTokens += n
 	}
 	l, release, err := s.runs.models.acquire()
 	if err != nil {
+		img, aud := mc.image, mc.audio // no model: Gemma 3n's fixed counts
 		p.Text = session.SchemaPromptText(sc, input, captions, p.Audio, img, aud)
 		return p, nil
 	}
 	defer release()
-	if p.Text, p.Tokens, err = l.s.SchemaPrompt(sc, input, captions, p.Audio); err != nil {
+	if mc.s == nil { // fixed counts: the chat format's
+		imageTokens, audioTokens = nil, 0
+	}
+	if p.Text, p.Tokens, err = l.s.SchemaPromptSized(sc, input, captions, p.Audio, imageTokens, audioTokens); err != nil {
 		return PromptPreview{}, err
 	}
 	return p, nil
