@@ -5,9 +5,11 @@
 #
 #   run(command="CARRY=carry-cuda bash build/gpu-gemma4.sh", carry=["carry-cuda"], timeout_s=600)
 #
-# CARRY (default carry-cuda) holds verdict.xz, this checkout's binary
-# (`go build -ldflags='-s -w' -o /tmp/verdict . && xz -c /tmp/verdict >carry-cuda/verdict.xz`),
-# and, if there, tokenizer.json.xz. Everything comes back under $OUT (default
+# CARRY (default carry-cuda) holds what gpu-check.sh's does: verdict.xz,
+# this checkout's binary (`go build -ldflags='-s -w' -o /tmp/verdict . &&
+# xz -c /tmp/verdict >carry-cuda/verdict.xz`), libasound.so.2 (the binary
+# links it; the GPU machine may not have it) and, if there,
+# tokenizer.json.xz. Everything comes back under $OUT (default
 # /tmp/gpu-gemma4), at most 8 files (the tool's limit):
 #
 #   summary.txt                         one line a step, then what was not run
@@ -103,6 +105,11 @@ if [ -f "$CARRY/tokenizer.json.xz" ]; then
 	xz -dc "$CARRY/tokenizer.json.xz" >"$work/tokenizer.json" && export VERDICT_TOKENIZER=$work/tokenizer.json
 fi
 if [ -f "$CARRY/libasound.so.2" ]; then export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+if [ -x "$bin/verdict" ] && ! "$bin/verdict" verify-fixture --help >"$last" 2>&1; then
+	say "THE BINARY DOES NOT START: $(head -c 300 "$last"); the checks are skipped"
+	STAGES=${STAGES//tiny/}
+	STAGES=${STAGES//e2bcheck/}
+fi
 
 # 1. The CUDA library and harnesses, in the background.
 lib=$work/cuda
