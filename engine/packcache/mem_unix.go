@@ -1,6 +1,6 @@
 //go:build unix
 
-package gemma3n
+package packcache
 
 import (
 	"os"
@@ -8,7 +8,9 @@ import (
 	"unsafe"
 )
 
-const mmapSupported = true
+// Mappable reports whether this platform maps files (else no cache file is
+// used and arenas are Go memory).
+const Mappable = true
 
 // anonMem returns size bytes of zeroed memory outside the Go heap.
 func anonMem(size int) ([]byte, bool, error) {
@@ -33,7 +35,7 @@ func mapFileRead(f *os.File, size int) ([]byte, error) {
 func syncMem(b []byte) error {
 	// msync(MS_ASYNC): the kernel writes the pages back in its own time;
 	// readers of the file see them at once.
-	_, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(ptr(b)), uintptr(len(b)), syscall.MS_ASYNC)
+	_, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), syscall.MS_ASYNC)
 	if e != 0 {
 		return e
 	}
@@ -43,8 +45,6 @@ func syncMem(b []byte) error {
 func protectRead(b []byte) { syscall.Mprotect(b, syscall.PROT_READ) }
 
 func unmapMem(b []byte) error { return syscall.Munmap(b) }
-
-func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
 // lockFile takes an exclusive advisory lock on f, held until f is closed.
 func lockFile(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) }

@@ -1,13 +1,15 @@
 //go:build !unix
 
-package gemma3n
+package packcache
 
 import (
 	"errors"
 	"os"
 )
 
-const mmapSupported = false
+// Mappable reports whether this platform maps files (else no cache file is
+// used and arenas are Go memory).
+const Mappable = false
 
 func anonMem(size int) ([]byte, bool, error) { return make([]byte, size), false, nil }
 
