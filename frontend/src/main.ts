@@ -3,7 +3,7 @@ import './style.css';
 import { Api } from './api';
 import { DatasetEvent, datasetApi } from './dataset';
 import { composeInput, readFile, splitFiles } from './files';
-import { budget, mergeItems, runProgress, towerForecast } from './media';
+import { budget, mediaRefusal, mergeItems, runProgress, towerForecast } from './media';
 import { fmtMs } from './format';
 import { applyUpdate, fromRecord, markStopping, running, startRun, stopping } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
@@ -617,6 +617,8 @@ class App {
     if (s.preview && s.preview.tokens > s.preview.max_tokens) {
       return { ok: false, why: `the prompt is ${s.preview.tokens.toLocaleString('en-US')} tokens, over the limit of ${s.preview.max_tokens.toLocaleString('en-US')}: remove some media or text` };
     }
+    const refused = mediaRefusal(s.media, s.model);
+    if (refused) return { ok: false, why: refused };
     const p = problems(s.draft);
     if (p.length) return { ok: false, why: `fix the schema: ${p[0].message}` };
     if (s.check && !s.check.ok) return { ok: false, why: `fix the schema: ${s.check.error}` };

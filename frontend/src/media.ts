@@ -2,7 +2,7 @@
 // costs against the prompt limit, waveforms, countdowns, limits.
 import { fmtAbout } from './format';
 import { isFinished, running, scorerStage, towerStage, type LiveRun } from './run';
-import type { MediaItem, MediaLimits, Peak, PromptPreview, RecordingState } from './types';
+import type { MediaItem, MediaLimits, ModelInfo, Peak, PromptPreview, RecordingState } from './types';
 
 export const DEFAULT_LIMITS: MediaLimits = {
   max_images: 8,
@@ -118,6 +118,29 @@ export function describe(it: MediaItem): string {
   if (it.kind === 'video') parts.push(`${fmtDuration(it.duration_ms)} ${it.width}×${it.height}${it.sound ? ' with sound' : ', silent'}`);
   parts.push(it.source);
   return parts.join(' · ');
+}
+
+/**
+ * Why the ready model cannot take the media, as a run would be refused
+ * (app.canTake): images and video need its vision tower, audio and a video's
+ * sound its audio tower; '' when it can, or when the model does not list its
+ * inputs. A text-only checkpoint (a gemma4_text folder) takes none.
+ */
+export function mediaRefusal(items: MediaItem[], model: ModelInfo): string {
+  if (model.state !== 'ready' || !model.inputs) return '';
+  const takes = (name: string) => model.inputs!.some((i) => i.name === name && i.supported);
+  const seen = items.filter((it) => it.kind !== 'audio' && !takes('image'));
+  if (seen.length) return `the model has no vision tower: remove the ${kinds(seen)}`;
+  const heard = items.filter((it) => (it.kind === 'audio' || (it.kind === 'video' && it.sound)) && !takes('audio'));
+  if (heard.length) return `the model has no audio tower: remove the ${heard.some((it) => it.kind === 'video') ? 'video with sound' : 'audio'}`;
+  return '';
+}
+
+/** "image", "2 images", "video", "image and video". */
+function kinds(items: MediaItem[]): string {
+  const images = items.filter((it) => it.kind === 'image').length;
+  const parts = [images === 1 ? 'image' : images > 1 ? `${images} images` : '', items.some((it) => it.kind === 'video') ? 'video' : ''];
+  return parts.filter((p) => p).join(' and ');
 }
 
 /** Keeps the order of current, adds items it lacks (from an upload's results). */

@@ -72,11 +72,13 @@ export class ModelBar {
           const [on, label, title] = modalityLabel(i.name, i.supported, i.note, this.host.availability());
           return h('span.modality', { class: `modality ${on ? 'on' : 'off'}`, dataset: { input: i.name }, title }, label);
         });
+        // The figures give way first in a narrow bar (style.css): the title has them whole.
+        const figures = `${fmtParams(m.params)} params${m.size_bytes ? ` · ${fmtBytes(m.size_bytes)}` : ''} · ${m.layers} layers · loaded in ${fmtMs(m.load_ms)}`;
         body = [
           h('b#model-name', { title: [m.name, m.path].filter((x) => x).join('\n') }, m.name ?? ''),
           m.family ? familyBadge(m.family) : null,
           m.random_weights ? h('span.badge.warn#random-weights', { title: m.note ?? '' }, 'random weights') : null,
-          h('span.muted', null, ` ${fmtParams(m.params)} params${m.size_bytes ? ` · ${fmtBytes(m.size_bytes)}` : ''} · ${m.layers} layers · loaded in ${fmtMs(m.load_ms)}`),
+          h('span.muted#model-figures', { title: figures }, ` ${figures}`),
           h('span.modalities', null, inputs),
         ];
         break;
