@@ -218,12 +218,16 @@ func (s *System) ChooseFiles() ([]InputFile, error) {
 	return s.ReadFiles(ps), nil
 }
 
+// ModelFolderTitle is the model folder dialog's title: the checkpoints the
+// loader opens (engine/models.OpenWith: Gemma 3n and Gemma 4).
+const ModelFolderTitle = "Choose a Gemma 3n or Gemma 4 checkpoint folder (config.json, safetensors, tokenizer.json)"
+
 // ChooseModelFolder opens the folder dialog for a model ("" when cancelled).
 func (s *System) ChooseModelFolder() (string, error) {
 	if s.dialogs == nil {
 		return "", ErrNoDialogs
 	}
-	return s.dialogs.ChooseDirectory("Choose a Gemma 3n checkpoint folder (config.json, safetensors, tokenizer.json)")
+	return s.dialogs.ChooseDirectory(ModelFolderTitle)
 }
 
 // SaveText asks where to save content and writes it there; it returns the

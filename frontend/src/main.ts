@@ -758,10 +758,10 @@ class App {
     const s = this.store.state;
     const rw = s.run ? s.run.randomWeights : s.model.state === 'ready' && s.model.random_weights;
     this.banner.hidden = !rw;
-    this.banner.title = rw ? 'Built-in model, random weights. Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.' : '';
+    this.banner.title = rw ? 'Built-in model, random weights. Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n or Gemma 4 folder for real answers.' : '';
     if (rw) {
       replace(this.banner, h('b', null, 'Built-in model, random weights.'),
-        ' Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n folder for real answers.');
+        ' Its distributions and its text are noise, not judgements: it exercises the whole pipeline. Open a Gemma 3n or Gemma 4 folder for real answers.');
     }
   }
 
