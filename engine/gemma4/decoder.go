@@ -9,6 +9,7 @@ import (
 	"verdict/engine/kvpool"
 	"verdict/engine/model"
 	"verdict/engine/model/kit"
+	"verdict/engine/packcache"
 	"verdict/engine/weights"
 	"verdict/native"
 )
@@ -54,8 +55,18 @@ type Options struct {
 	// Context, when set, stops packing between matrices; NewDecoder then
 	// returns its error.
 	Context context.Context
-	// Progress, when set, hears the weights packed: done of total.
+	// Progress, when set, hears the weights packed: done of total (from a
+	// cache file, the weights bound from it).
 	Progress func(done, total int64)
+	// CacheDir, when set together with CacheKey, keeps the q4-packed
+	// weights in a file there, memory-mapped by the next Open of the same
+	// checkpoint and group instead of packing again (pack.go,
+	// engine/packcache). CacheKey identifies the checkpoint (a changed key
+	// packs again); CacheName gives the file a readable prefix. Models
+	// whose packed weights are small are never cached.
+	CacheDir, CacheKey, CacheName string
+	// Log, when set, hears why a cache file was refused or not written.
+	Log func(string)
 	// Reference keeps NewDecoder's Model as the Decoder's Ref (the checks
 	// that hold the reference against the Decoder). Without it the Decoder
 	// holds none of the Model's float32 weights but those it binds in
@@ -95,8 +106,9 @@ type Decoder struct {
 	view    bool         // made by WithKVPositions: the weights are another's
 	media   *MediaTokens // SetMediaTokens (multimodal.go); nil: text only
 	weights model.Weights
-	group   int             // q4 group size (0: float32 weights)
-	packed  []native.Matrix // the q4 matrices bound (kept alive here)
+	group   int              // q4 group size (0: float32 weights)
+	packed  []native.Matrix  // the q4 matrices bound (kept alive here)
+	arena   *packcache.Arena // their memory (nil: float32 weights)
 
 	embScale, pleScale, projScale, inScale, rootD float32
 }
@@ -175,7 +187,7 @@ func Open(cfg *Config, st weights.Store, opt Options) (*Decoder, error) {
 	// The first walk (the binder counting) only checks names and shapes:
 	// a checkpoint that does not fit is refused before anything is read.
 	walk := func(b *binder) error {
-		ld.dry = b.count
+		ld.dry, ld.skip = b.count, b.pk.skip
 		top := Model{Cfg: cfg}
 		ld.top(&top, false)
 		if ld.err != nil {
@@ -243,12 +255,12 @@ func newDecoder(c *Config, opt Options) (*Decoder, error) {
 // finish binds the weights walk visits (twice: counting, then binding),
 // places the per-layer table (ple.go) and reserves the key/value pool.
 func (d *Decoder) finish(opt Options, walk func(b *binder) error) error {
-	if err := d.bind(opt.Context, opt.Progress, walk); err != nil {
+	if err := d.bind(opt, walk); err != nil {
 		return err
 	}
 	place, _ := plePlaceOf(opt.PLE)
 	if err := d.placePLE(place); err != nil {
-		d.bound.Free()
+		d.freeWeights()
 		return err
 	}
 	kv := opt.KVPositions
@@ -258,7 +270,7 @@ func (d *Decoder) finish(opt Options, walk func(b *binder) error) error {
 	p, err := kvpool.New(d.be, d.cfg.Layers, d.kvSpecs(), kv, d.maxRows)
 	if err != nil {
 		d.freePLE()
-		d.bound.Free()
+		d.freeWeights()
 		return fmt.Errorf("gemma4: %w", err)
 	}
 	d.pool = p
@@ -295,13 +307,23 @@ func (d *Decoder) kvSpecs() [2]kvpool.Spec {
 // binder counts the weights to pack (packing's progress reports done of
 // that total), then it packs the large matrices to q4 (with q4 weights)
 // and binds each as it comes, so that a walk over a store holds one
-// layer's float32 weights at a time. ctx and progress are the packing's.
-func (d *Decoder) bind(ctx context.Context, progress func(done, total int64), walk func(b *binder) error) error {
+// layer's float32 weights at a time. Between the walks the packed
+// matrices' arena is opened (pack.go): from a cache file the second walk
+// binds them without reading or packing. opt's Context and Progress are
+// the packing's, its Cache fields the arena's.
+func (d *Decoder) bind(opt Options, walk func(b *binder) error) error {
 	d.t.layers = make([]layerTensors, d.cfg.Layers)
 	d.lay = make([]layerMeta, d.cfg.Layers)
-	b := &binder{d: d, count: true, pk: packer{group: d.group, ctx: ctx, progress: progress}}
+	b := &binder{d: d, count: true, pk: packer{group: d.group, ctx: opt.Context, progress: opt.Progress}}
 	if err := walk(b); err != nil {
 		return err
+	}
+	if len(b.pk.ms) > 0 {
+		a, err := b.pk.arena(opt)
+		if err != nil {
+			return fmt.Errorf("gemma4: %w", err)
+		}
+		d.arena = a
 	}
 	b.count, b.w = false, d.be.NewBound()
 	d.bound = b.w
@@ -315,11 +337,23 @@ func (d *Decoder) bind(ctx context.Context, progress func(done, total int64), wa
 		err = fmt.Errorf("packed %d weights of the %d counted", b.pk.done, b.pk.total)
 	}
 	if err != nil {
-		b.w.Free()
-		d.bound, d.packed = nil, nil
+		d.freeWeights()
 		return fmt.Errorf("gemma4: binding weights: %w", err)
 	}
+	if err := d.arena.Commit(); err != nil && opt.Log != nil {
+		opt.Log(fmt.Sprintf("packed weights: no cache (%v)", err))
+	}
 	return nil
+}
+
+// freeWeights frees the bound weights and then the packed arena (an
+// uncommitted cache file is removed).
+func (d *Decoder) freeWeights() {
+	if d.bound != nil {
+		d.bound.Free()
+	}
+	d.arena.Close()
+	d.bound, d.packed, d.arena = nil, nil, nil
 }
 
 // binder binds the weights it is shown, packing the large matrices with
@@ -338,6 +372,10 @@ func (b *binder) f32(dst *native.Tensor, role costRole, x []float32, rows, cols 
 	if b.count || b.err != nil || x == nil {
 		return
 	}
+	if len(x) != rows*cols {
+		b.err = fmt.Errorf("a %dx%d matrix of %d weights", rows, cols, len(x))
+		return
+	}
 	m := native.NewF32(rows, cols, x)
 	*dst, b.err = b.w.Matrix(m)
 	b.d.costs.add(role, m.Bytes(), int64(rows)*int64(cols))
@@ -354,6 +392,7 @@ func (b *binder) mat(dst *native.Tensor, role costRole, name string, x []float32
 	}
 	if b.count {
 		b.pk.total += int64(rows) * int64(cols)
+		b.pk.ms = append(b.pk.ms, packcache.Matrix{Name: name, Rows: rows, Cols: cols})
 		return
 	}
 	var m native.Matrix
@@ -379,8 +418,8 @@ func (b *binder) vec(dst *native.Tensor, x []float32) {
 func (b *binder) top(m *Model) {
 	c, t := b.d.cfg, &b.d.t
 	D, L, P := c.Hidden, c.Layers, c.PerLayerInput
-	b.mat(&t.embed, roleEmbed, "embed_tokens", m.Embed, c.Vocab, D)
-	b.mat(&t.plProj, roleRest, "per_layer_model_projection", m.PLProj, L*P, D)
+	b.mat(&t.embed, roleEmbed, "embed_tokens.weight", m.Embed, c.Vocab, D)
+	b.mat(&t.plProj, roleRest, "per_layer_model_projection.weight", m.PLProj, L*P, D)
 	b.vec(&t.plNorm, m.PLNorm)
 	b.vec(&t.norm, m.Norm)
 }
@@ -399,23 +438,23 @@ func (b *binder) layer(l int, y *Layer) {
 		b.d.costs.add(roleRest, 4*int64(1+len(y.PerExpertScale)), int64(1+len(y.PerExpertScale))) // layer_scalar, per_expert_scale: host values
 	}
 	lt := &b.d.t.layers[l]
-	n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
+	n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) } // the loader's names (model.go)
 	hd, kvd, I := c.Heads*y.headDim, y.kvH*y.headDim, y.intermediate
 	b.vec(&lt.inNorm, y.InputNorm)
 	b.vec(&lt.postAttnNorm, y.PostAttnNorm)
-	b.mat(&lt.q, roleRest, n("q_proj"), y.Q, hd, D)
+	b.mat(&lt.q, roleRest, n("self_attn.q_proj.weight"), y.Q, hd, D)
 	b.vec(&lt.qNorm, y.QNorm)
-	b.mat(&lt.k, roleRest, n("k_proj"), y.K, kvd, D)
-	b.mat(&lt.v, roleRest, n("v_proj"), y.V, kvd, D)
+	b.mat(&lt.k, roleRest, n("self_attn.k_proj.weight"), y.K, kvd, D)
+	b.mat(&lt.v, roleRest, n("self_attn.v_proj.weight"), y.V, kvd, D)
 	b.vec(&lt.kNorm, y.KNorm)
-	b.mat(&lt.o, roleRest, n("o_proj"), y.O, D, hd)
+	b.mat(&lt.o, roleRest, n("self_attn.o_proj.weight"), y.O, D, hd)
 	b.vec(&lt.preFF, y.PreFFNorm)
 	b.vec(&lt.postFF, y.PostFFNorm)
-	b.mat(&lt.gate, roleRest, n("gate_proj"), y.Gate, I, D)
-	b.mat(&lt.up, roleRest, n("up_proj"), y.Up, I, D)
-	b.mat(&lt.down, roleRest, n("down_proj"), y.Down, D, I)
-	b.mat(&lt.pleGate, roleRest, n("per_layer_input_gate"), y.PLEGate, P, D)
-	b.mat(&lt.pleProj, roleRest, n("per_layer_projection"), y.PLEProj, D, P)
+	b.mat(&lt.gate, roleRest, n("mlp.gate_proj.weight"), y.Gate, I, D)
+	b.mat(&lt.up, roleRest, n("mlp.up_proj.weight"), y.Up, I, D)
+	b.mat(&lt.down, roleRest, n("mlp.down_proj.weight"), y.Down, D, I)
+	b.mat(&lt.pleGate, roleRest, n("per_layer_input_gate.weight"), y.PLEGate, P, D)
+	b.mat(&lt.pleProj, roleRest, n("per_layer_projection.weight"), y.PLEProj, D, P)
 	b.vec(&lt.pleNorm, y.PLENorm)
 	if c.MoE {
 		E, Ie := c.Experts, c.MoEIntermediate
@@ -473,8 +512,8 @@ func (d *Decoder) Backend() *native.Backend { return d.be }
 // be used afterwards.
 func (d *Decoder) Close() error {
 	d.CloseView()
-	if d.bound != nil && !d.view {
-		d.bound.Free()
+	if !d.view {
+		d.freeWeights()
 	}
 	d.bound = nil
 	if !d.view {

@@ -92,9 +92,10 @@ func (m *Model) setDerived() {
 type loader struct {
 	cfg    *Config
 	st     weights.Store
-	prefix string // "model." or "model.language_model."
-	copy   bool   // clone what the store returns (it may be the store's own memory)
-	dry    bool   // check names and shapes only: every tensor present reads as an empty slice
+	prefix string          // "model." or "model.language_model."
+	copy   bool            // clone what the store returns (it may be the store's own memory)
+	dry    bool            // check names and shapes only: every tensor present reads as an empty slice
+	skip   map[string]bool // names (under the prefix) read as an empty slice after their shape check: packed ones a cache file holds
 	err    error
 }
 
@@ -137,7 +138,7 @@ func (ld *loader) get(name string, shape ...int) []float32 {
 	if full == "" {
 		return nil
 	}
-	if ld.dry {
+	if ld.dry || ld.skip[name] {
 		return []float32{}
 	}
 	v, err := ld.st.Float32(full)

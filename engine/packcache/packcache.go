@@ -285,10 +285,10 @@ func create(path string, opt Options, es []Entry, size int64) (*Arena, error) {
 // Commit finishes a cache file after the caller packed the area: the
 // checksums, the header, then the rename into place (and the removal of
 // the older files of the same name and group). It does nothing for an
-// arena without a file being written. When it fails the arena stays
+// arena without a file being written (or nil). When it fails the arena stays
 // usable, without a file (Path "").
 func (a *Arena) Commit() error {
-	if a.f == nil {
+	if a == nil || a.f == nil {
 		return nil
 	}
 	f, tmp, path := a.f, a.tmp, a.Path
