@@ -104,6 +104,7 @@ func TestPackedCache(t *testing.T) {
 			if p0 != "" || packed == 0 {
 				t.Fatalf("a load without a cache directory made %q, packed %d matrices", p0, packed)
 			}
+			t.Logf("%d of the %d tensors read are packed", packed, allReads)
 			opt := Options{CacheDir: dir, CacheKey: name + " v1", CacheName: "tiny"}
 			type step struct {
 				what     string
