@@ -289,6 +289,10 @@ func ggufModel(path, name, source string) (Local, bool) {
 		l.Quant = quantFromName(filepath.Base(path))
 	}
 	l.Vision, l.Audio = h.Vision, h.Audio
+	if l.Family == FamilyGemma4 { // its towers are in an mmproj file beside it
+		v, a := MMProjInputs(path)
+		l.Vision, l.Audio = l.Vision || v, l.Audio || a
+	}
 	return l, true
 }
 

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
+	gemma4gguf "verdict/engine/gemma4/gguf"
 	"verdict/engine/safefile"
 )
 
@@ -205,4 +207,20 @@ func quantFromName(name string) string {
 		}
 	}
 	return best
+}
+
+// MMProjInputs reports the towers of the mmproj file beside a Gemma 4 GGUF
+// at path (the one OpenWith would take, gemma4gguf.FindMMProj): vision when
+// its tensors include v.*, audio when they include a.*; neither when there
+// is none, several, or its header cannot be read (OpenWith then says why).
+func MMProjInputs(path string) (vision, audio bool) {
+	mm, err := gemma4gguf.FindMMProj(filepath.Dir(path))
+	if err != nil || mm == "" {
+		return false, false
+	}
+	h, err := ReadGGUFHeader(mm)
+	if err != nil || h.Architecture != gemma4gguf.MMProjArch {
+		return false, false
+	}
+	return h.Vision, h.Audio
 }

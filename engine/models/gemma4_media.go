@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/color"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,14 +26,19 @@ import (
 // without one refuses that kind of input when asked, naming what is
 // missing. A backend that cannot bind a tower's weights, or lacks one of
 // its operations (native.ErrUnimplemented), leaves that tower to the CPU
-// backend for good. close frees the bound weights (Model.Close).
+// backend for good. close frees the bound weights (Model.Close), then
+// closer.
 type gemma4Media struct {
 	name    string
 	cfgJSON []byte
 	st      weights.Store
-	hidden  int
-	be      *native.Backend // the model's
-	out     func() *outputCache
+	// closer, when set, is the towers' own store (a GGUF model's mmproj
+	// file), closed with the model.
+	closer io.Closer
+	mmproj string // the mmproj file's path, for ContentHash
+	hidden int
+	be     *native.Backend // the model's
+	out    func() *outputCache
 	// proc is the image processor's settings: vision_config's patch and
 	// pooling sizes, max_soft_tokens from the folder's processor config
 	// (DefaultImageSoftTokens when it has none).
@@ -293,6 +299,10 @@ func (g *gemma4Media) close() {
 	}
 	g.audioErr = errTowersClosed
 	g.audioMu.Unlock()
+	if g.closer != nil {
+		g.closer.Close()
+		g.closer = nil
+	}
 }
 
 var errTowersClosed = errors.New("gemma4: the model is closed")

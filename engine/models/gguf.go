@@ -3,12 +3,14 @@ package models
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"verdict/engine/gemma3n"
+	"verdict/engine/gemma4"
 	gemma4gguf "verdict/engine/gemma4/gguf"
 	"verdict/engine/model"
 	"verdict/engine/tokenizer"
@@ -24,6 +26,11 @@ import (
 // from the file's metadata. The file's own vocabulary
 // is not read: the tokenizer is a tokenizer.json beside it or found as for
 // any model (TokenizerPaths).
+//
+// A gemma4 file's vision and audio towers are in llama.cpp's separate
+// mmproj file (mmproj-<model>.gguf, architecture clip): the one such file
+// beside the model gives it image and audio input (ggufTowers); with none
+// the model takes text only.
 
 // GGUFPath returns the GGUF file spec names: spec itself when it is a GGUF
 // file, the folder's one .gguf when spec is a folder without a safetensors
@@ -142,4 +149,135 @@ func checkGGUFVocab(st weights.Store, tok *tokenizer.Tokenizer, limit int) error
 		}
 	}
 	return nil
+}
+
+// ggufMediaStrings are the tokens Gemma 4's processor and chat template put
+// in a prompt for media (chat.go's constants, and the video placeholder),
+// as its tokenizer spells them.
+var ggufMediaStrings = []struct{ key, text string }{
+	{"boi_token_id", gemma4.BOIToken}, {"eoi_token_id", gemma4.EOIToken}, {"image_token_id", gemma4.ImageToken},
+	{"video_token_id", "<|video|>"}, {"boa_token_id", gemma4.BOAToken}, {"eoa_token_id", gemma4.EOAToken},
+	{"audio_token_id", gemma4.AudioToken},
+}
+
+// ggufTowers gives a gemma4 GGUF model m (its decoder open on st, the text
+// config textCfg, its tokenizer read) its towers: those of the one mmproj
+// file beside the GGUF (gemma4gguf.FindMMProj; several are refused), whose
+// soft tokens must be as wide as the decoder's hidden size, with the
+// config rebuilt from its metadata and the processor settings of a
+// processor_config.json beside the GGUF (readProcessor; the processor's
+// defaults without one, as a GGUF carries none). The media token ids are the ids of their strings
+// in the GGUF's own vocabulary (ggufMediaTokens), which a tokenizer.json
+// found for the model must share (else it is refused as another model's).
+// Without an mmproj file the model takes text only, as before. The mmproj
+// file closes with the model.
+func ggufTowers(m *Model, st weights.Store, textCfg []byte) (*gemma4Media, error) {
+	text := func() (*gemma4Media, error) {
+		return newGemma4Media(m.Name, "", st, textCfg, m.Config().Hidden, m.Backend(), m.outputs)
+	}
+	s, ok := st.(*gemma4gguf.Store)
+	d, isDec := m.Model.(*gemma4.Decoder)
+	if !ok || !isDec {
+		return text()
+	}
+	mm, err := gemma4gguf.FindMMProj(filepath.Dir(m.gguf))
+	if err != nil {
+		return nil, err
+	}
+	if mm == "" {
+		return text()
+	}
+	p, err := gemma4gguf.OpenMMProj(mm)
+	if err != nil {
+		return nil, err
+	}
+	g, err := mmprojTowers(m, d, s, p, textCfg)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// mmprojTowers checks the mmproj p against the model and builds its towers
+// (see ggufTowers); the caller closes p on error.
+func mmprojTowers(m *Model, d *gemma4.Decoder, s *gemma4gguf.Store, p *gemma4gguf.MMProj, textCfg []byte) (*gemma4Media, error) {
+	mm, model := filepath.Base(p.Path()), filepath.Base(m.gguf)
+	var c struct {
+		Text struct {
+			Hidden int `json:"hidden_size"`
+		} `json:"text_config"`
+	}
+	if err := json.Unmarshal(p.ConfigJSON(), &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", mm, err)
+	}
+	hidden := m.Config().Hidden
+	if c.Text.Hidden != hidden {
+		return nil, fmt.Errorf("%s gives soft tokens of %d (clip.*.projection_dim) but %s's hidden size is %d: the mmproj file belongs to another model (move it away to open this one as text only)", mm, c.Text.Hidden, model, hidden)
+	}
+	t, err := ggufMediaTokens(s.Tokens(), m.Config().Vocab, textCfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s with %s: %w (move the mmproj file away to open the model as text only)", model, mm, err)
+	}
+	if err := d.SetMediaTokens(t); err != nil {
+		return nil, fmt.Errorf("%s with %s: %w", model, mm, err)
+	}
+	if m.Tok != nil {
+		for _, f := range []struct {
+			id   int
+			text string
+		}{{t.BOI, gemma4.BOIToken}, {t.EOI, gemma4.EOIToken}, {t.Image, gemma4.ImageToken}, {t.BOA, gemma4.BOAToken}, {t.EOA, gemma4.EOAToken}, {t.Audio, gemma4.AudioToken}} {
+			if got := m.Tok.TokenText(int32(f.id)); got != f.text {
+				m.Tok, m.TokErr = nil, fmt.Errorf("the tokenizer.json found does not match %s's vocabulary: token %d is %q there, %q in the GGUF (put the model's own tokenizer.json beside it)", model, f.id, got, f.text)
+				break
+			}
+		}
+	}
+	g, err := newGemma4Media(m.Name, filepath.Dir(m.gguf), p, p.ConfigJSON(), hidden, m.Backend(), m.outputs)
+	if err != nil {
+		return nil, err
+	}
+	g.bidirectional = t.VisionBidirectional
+	g.closer, g.mmproj = p, p.Path()
+	return g, nil
+}
+
+// ggufMediaTokens finds Gemma 4's media tokens (ggufMediaStrings) in a GGUF
+// vocabulary, the file's own (tokenizer.ggml.tokens, which llama.cpp's
+// converter copies from the model's tokenizer), and checks them as
+// gemma4.ParseMediaTokens checks a config's (ids within vocab, placeholders
+// distinct); textCfg's use_bidirectional_attention carries over. A string
+// missing, or present twice, is refused: the ids would be guesses.
+func ggufMediaTokens(tokens []string, vocab int, textCfg []byte) (gemma4.MediaTokens, error) {
+	ids := make(map[string]int, len(ggufMediaStrings))
+	for _, f := range ggufMediaStrings {
+		ids[f.text] = -1
+	}
+	for id, s := range tokens {
+		if prev, ok := ids[s]; ok {
+			if prev >= 0 {
+				return gemma4.MediaTokens{}, fmt.Errorf("the GGUF's vocabulary holds %q twice (tokens %d and %d)", s, prev, id)
+			}
+			ids[s] = id
+		}
+	}
+	var t struct {
+		Bidirectional *string `json:"use_bidirectional_attention"`
+	}
+	if err := json.Unmarshal(textCfg, &t); err != nil {
+		return gemma4.MediaTokens{}, err
+	}
+	cfg := map[string]any{"model_type": "gemma4", "text_config": map[string]any{"vocab_size": vocab, "use_bidirectional_attention": t.Bidirectional}}
+	for _, f := range ggufMediaStrings {
+		id := ids[f.text]
+		if id < 0 {
+			return gemma4.MediaTokens{}, fmt.Errorf("the GGUF's vocabulary (tokenizer.ggml.tokens) has no %q token, so its %s is unknown", f.text, f.key)
+		}
+		cfg[f.key] = id
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return gemma4.MediaTokens{}, err
+	}
+	return gemma4.ParseMediaTokens(js)
 }

@@ -66,6 +66,11 @@ func contentHash(m *Model) (string, error) {
 		if err := hashFile(h, m.gguf, "gguf"); err != nil {
 			return "", err
 		}
+		if m.g4 != nil && m.g4.mmproj != "" { // its towers' file
+			if err := hashFile(h, m.g4.mmproj, "mmproj"); err != nil {
+				return "", err
+			}
+		}
 	default:
 		ents, err := os.ReadDir(m.Path)
 		if err != nil {

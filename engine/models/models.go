@@ -266,11 +266,12 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 	}
 	m.store, m.configJSON = st, cfgJSON
 	if g4 {
-		dir := spec // the processor's settings beside the weights; a GGUF file has none
-		if m.gguf != "" {
-			dir = ""
+		if m.gguf != "" { // the towers in an mmproj file beside it, if any
+			m.g4, err = ggufTowers(m, st, cfgJSON)
+		} else {
+			m.g4, err = newGemma4Media(m.Name, spec, st, cfgJSON, m.Config().Hidden, m.Backend(), m.outputs)
 		}
-		if m.g4, err = newGemma4Media(m.Name, dir, st, cfgJSON, m.Config().Hidden, m.Backend(), m.outputs); err != nil {
+		if err != nil {
 			m.Model.Close()
 			st.Close()
 			return nil, fmt.Errorf("open model %s: %w", spec, err)
