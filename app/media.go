@@ -49,7 +49,8 @@ const (
 	DefaultAudioTokens = 188
 )
 
-// ModelImageSide is the side of the square image the vision tower receives.
+// ModelImageSide is the side of the square image Gemma 3n's vision tower
+// receives (Gemma 4's processor keeps each image's aspect ratio).
 const ModelImageSide = session.ImageSize
 
 // WaveformBuckets is the resolution of an audio item's waveform.
@@ -65,11 +66,12 @@ const MediaTimeout = 2 * time.Minute
 type FramePreview struct {
 	Ms      int64  `json:"ms"`
 	Caption string `json:"caption"` // the time the prompt gives it (m:ss)
-	URL     string `json:"url"`     // a JPEG of the 768×768 frame
+	URL     string `json:"url"`     // a JPEG of the frame the model receives
 }
 
 // MediaItem is one image, audio clip or video of the input, with previews of
-// exactly what the model receives: the 768×768 image, the 16 kHz waveform,
+// exactly what the loaded model receives: the image (Gemma 3n's 768×768
+// view, Gemma 4's resize that keeps the aspect ratio), the 16 kHz waveform,
 // the sampled frames and their times.
 type MediaItem struct {
 	ID     string `json:"id"`
@@ -86,8 +88,9 @@ type MediaItem struct {
 	Tokens int `json:"tokens"`
 	// Thumb is the URL of a small JPEG of the original (images, videos).
 	Thumb string `json:"thumb,omitempty"`
-	// ModelView is the URL of the 768×768 PNG the vision tower receives
-	// (images), rendered back from the image processor's output.
+	// ModelView is the URL of the PNG the loaded model's vision tower
+	// receives (images), rendered back from its image processor's output
+	// (Gemma 3n's, no model loaded: 768×768).
 	ModelView string         `json:"model_view,omitempty"`
 	Frames    []FramePreview `json:"frames,omitempty"`
 	// Sound is set for audio and for videos with a soundtrack.
@@ -194,8 +197,10 @@ type MediaLimits struct {
 	ImageTokens      int     `json:"image_tokens"`
 	AudioTokens      int     `json:"audio_tokens"`
 	MaxInputTokens   int     `json:"max_input_tokens"`
-	ModelImageSide   int     `json:"model_image_side"`
-	RecordSeconds    []int   `json:"record_seconds"`
+	// ModelImageSide is the side a square image is resized to: Gemma
+	// 3n's 768, or Gemma 4's target size (0 when not known).
+	ModelImageSide int   `json:"model_image_side"`
+	RecordSeconds  []int `json:"record_seconds"`
 }
 
 // MediaAvailability says which media features work here and why not.
@@ -210,19 +215,27 @@ type Speaker interface {
 	Play(ctx context.Context, clip pcm.Clip) error
 }
 
-// mediaEntry is one item with what the model receives.
+// mediaEntry is one item with what each model family needs of it.
 type mediaEntry struct {
 	item  MediaItem
-	image *image.RGBA  // image: the 768×768 model view
-	clip  *pcm.Clip    // audio: 16 kHz mono
-	video *video.Video // video: frames as 768×768 model views, soundtrack
-	thumb []byte       // JPEG of the original
-	// digest hashes what the model receives: equal digests are the same
+	image image.Image // image: as decoded, bounded (boundImage, MaxKeptPixels)
+	// view3n is the image's 768×768 view, what Gemma 3n receives.
+	view3n *image.RGBA
+	clip   *pcm.Clip    // audio: 16 kHz mono
+	video  *video.Video // video: frames as decoded, bounded (MaxKeptFramePixels); soundtrack
+	// views3n are the video's frames as Gemma 3n's 768×768 views.
+	views3n []*image.RGBA
+	thumb   []byte // JPEG of the original
+	// digest hashes what the loaded model receives (digestFor; set under
+	// Media.mu for the model of digestKey): equal digests are the same
 	// input, whatever the files were.
-	digest [sha256.Size]byte
+	digest    [sha256.Size]byte
+	digestKey string
 
-	mu    sync.Mutex
-	cache map[string][]byte // encoded previews by file name
+	mu      sync.Mutex
+	kept    *keptImage        // runImage's for Gemma 4, for the view keptKey
+	keptKey string            //
+	cache   map[string][]byte // encoded previews by view key and file name
 }
 
 // Media is the media service: the input's images, audio clip and video (the
@@ -321,12 +334,21 @@ func (s *Media) Limits() MediaLimits {
 	mc, done := s.models.mediaCounts()
 	img := mc.imageTokens(image.NewRGBA(image.Rect(0, 0, ModelImageSide, ModelImageSide)))
 	aud := mc.clipTokens(int(limits.MaxAudio.Seconds() * pcm.ModelRate))
+	side := ModelImageSide
+	if mc.gemma4() {
+		side = 0
+		if mc.proc != nil {
+			if h, w, err := mc.proc.TargetSize(ModelImageSide, ModelImageSide); err == nil && h == w {
+				side = h
+			}
+		}
+	}
 	done()
 	return MediaLimits{
 		MaxImages: limits.MaxImages, MaxAudioMs: ms(limits.MaxAudio), MaxSilentVideoMs: ms(limits.MaxSilentVideo),
 		MaxSoundVideoMs: ms(limits.MaxVideoWithSound), MaxVideoFrames: limits.MaxVideoFrames, VideoFPS: limits.VideoFPS,
 		MaxAudioSources: limits.MaxAudioSources, MaxUploadBytes: MaxUploadBytes, ImageTokens: img, AudioTokens: aud,
-		MaxInputTokens: scorer.MaxInputTokens, ModelImageSide: ModelImageSide, RecordSeconds: RecordChoices,
+		MaxInputTokens: scorer.MaxInputTokens, ModelImageSide: side, RecordSeconds: RecordChoices,
 	}
 }
 
@@ -343,6 +365,7 @@ func (s *Media) itemsLocked() []MediaItem {
 	l := s.models.loadedNow()
 	out := make([]MediaItem, 0, len(s.entries))
 	for _, e := range s.entries {
+		e.setDigest(mc)
 		it := e.withTokens(mc)
 		if l != nil {
 			it.Tower = s.towers.estimate(l, e)
@@ -352,25 +375,112 @@ func (s *Media) itemsLocked() []MediaItem {
 	return out
 }
 
-// withTokens is the item with its soft-token count for the loaded model
-// (each image the model receives and each clip counted on its own).
+// withTokens is the item with its soft-token count and note for the loaded
+// model (each image the model receives and each clip counted on its own).
 func (e *mediaEntry) withTokens(mc mediaCounts) MediaItem {
 	it := e.item
 	switch {
 	case e.image != nil:
-		it.Tokens = mc.imageTokens(e.image)
+		it.Tokens = mc.imageTokens(e.image) // Gemma 3n's count is fixed
+		it.Note = e.imageNote(mc)
 	case e.clip != nil:
 		it.Tokens = mc.clipTokens(len(e.clip.Samples))
 	case e.video != nil:
 		it.Tokens = 0
-		for _, f := range e.video.Frames {
-			it.Tokens += mc.imageTokens(f.Image)
+		for i := range e.video.Frames {
+			it.Tokens += mc.imageTokens(e.frame(mc, i))
 		}
 		if e.video.HasSound() {
 			it.Tokens += mc.clipTokens(len(e.video.Soundtrack.Samples))
 		}
+		it.Note = e.videoNote(mc)
 	}
 	return it
+}
+
+// runImage is the image a run gives the loaded model: Gemma 3n's 768×768
+// view, or for Gemma 4 the kept image (its processor resizes it, as the
+// CLI's and the API's images are), carrying the digest of Gemma 4's view.
+func (e *mediaEntry) runImage(mc mediaCounts) image.Image {
+	if !mc.gemma4() {
+		return e.view3n
+	}
+	k := mc.viewKey()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.kept == nil || e.keptKey != k {
+		e.kept, e.keptKey = &keptImage{Image: e.image, digest: keptDigest(k, e.image)}, k
+	}
+	return e.kept
+}
+
+// frame is video frame i as a run gives it to the loaded model.
+func (e *mediaEntry) frame(mc mediaCounts, i int) *image.RGBA {
+	if !mc.gemma4() {
+		return e.views3n[i]
+	}
+	return e.video.Frames[i].Image
+}
+
+// runVideo is the video as a run gives it to the loaded model.
+func (e *mediaEntry) runVideo(mc mediaCounts) *video.Video {
+	v := *e.video
+	v.Frames = slices.Clone(e.video.Frames)
+	for i := range v.Frames {
+		v.Frames[i].Image = e.frame(mc, i)
+	}
+	return &v
+}
+
+// keptImage is an image as kept, given to Gemma 4, with the digest of what
+// Gemma 4 receives of it (imageDigest reads it).
+type keptImage struct {
+	image.Image
+	digest [sha256.Size]byte
+}
+
+// imageNote says how the loaded model receives an image.
+func (e *mediaEntry) imageNote(mc mediaCounts) string {
+	w, h := e.item.Width, e.item.Height
+	b := e.image.Bounds()
+	kept := ""
+	if b.Dx() != w || b.Dy() != h {
+		kept = fmt.Sprintf(" (kept as %d×%d, within %d pixels)", b.Dx(), b.Dy(), MaxKeptPixels)
+	}
+	if !mc.gemma4() {
+		if w == h {
+			return fmt.Sprintf("%d×%d resized to %d×%d, as in the Gemma 3n processor", w, h, ModelImageSide, ModelImageSide)
+		}
+		return fmt.Sprintf("%d×%d stretched to %d×%d (the aspect ratio is not kept, as in the Gemma 3n processor)", w, h, ModelImageSide, ModelImageSide)
+	}
+	if mc.proc == nil {
+		return fmt.Sprintf("%d×%d%s resized by the Gemma 4 processor, keeping the aspect ratio (its size is not known here: %v)", w, h, kept, mc.procErr)
+	}
+	th, tw, err := mc.proc.TargetSize(b.Dy(), b.Dx())
+	if err != nil {
+		return fmt.Sprintf("%d×%d%s: %v", w, h, kept, err)
+	}
+	return fmt.Sprintf("%d×%d%s resized to %d×%d, keeping the aspect ratio, as in the Gemma 4 processor", w, h, kept, tw, th)
+}
+
+// videoNote says how the loaded model receives a video.
+func (e *mediaEntry) videoNote(mc mediaCounts) string {
+	v := e.video
+	sound := "silent"
+	if v.HasSound() {
+		sound = "its soundtrack is the audio input"
+	}
+	how := fmt.Sprintf("each stretched to %d×%d", ModelImageSide, ModelImageSide)
+	if mc.gemma4() {
+		how = "each resized by the Gemma 4 processor, keeping the aspect ratio"
+		if len(v.Frames) > 0 && mc.proc != nil {
+			b := v.Frames[0].Image.Bounds()
+			if th, tw, err := mc.proc.TargetSize(b.Dy(), b.Dx()); err == nil {
+				how = fmt.Sprintf("each resized to %d×%d, keeping the aspect ratio, as in the Gemma 4 processor", tw, th)
+			}
+		}
+	}
+	return fmt.Sprintf("%d frames, one every %s, %s; %s", len(v.Frames), v.Interval, how, sound)
 }
 
 // changed announces the media after a change.
@@ -419,7 +529,6 @@ func (s *Media) insert(e *mediaEntry, replace []string) error {
 		return err
 	}
 	e.item.ID, e.item.AddedMs = id, time.Now().UnixMilli()
-	e.digest = e.digestOf()
 	base := "/media/" + id + "/"
 	if e.thumb != nil {
 		e.item.Thumb = base + "thumb.jpg"
@@ -433,6 +542,8 @@ func (s *Media) insert(e *mediaEntry, replace []string) error {
 			e.item.Frames = append(e.item.Frames, FramePreview{Ms: f.Time.Milliseconds(), Caption: clock(f.Time), URL: base + "frame/" + strconv.Itoa(i) + ".jpg"})
 		}
 	}
+	mc, done := s.models.mediaCounts()
+	defer done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var entries []*mediaEntry
@@ -441,8 +552,9 @@ func (s *Media) insert(e *mediaEntry, replace []string) error {
 			entries = append(entries, x)
 		}
 	}
+	e.setDigest(mc)
 	for _, x := range entries {
-		if x.digest == e.digest {
+		if x.setDigest(mc) == e.digest {
 			return &DuplicateError{Name: e.item.Name, Of: x.item.Name, ID: x.item.ID}
 		}
 	}
@@ -450,12 +562,10 @@ func (s *Media) insert(e *mediaEntry, replace []string) error {
 		var le *limits.Error
 		if errors.As(err, &le) && (le.Limit == limits.AudioSources || le.Limit == limits.Videos) {
 			if hs := holders(entries, e); len(hs) > 0 {
-				mc, done := s.models.mediaCounts()
 				re := &ReplaceableError{Err: err}
 				for _, h := range hs {
 					re.Holders = append(re.Holders, h.withTokens(mc))
 				}
-				done()
 				return re
 			}
 		}
@@ -469,7 +579,7 @@ func (s *Media) insert(e *mediaEntry, replace []string) error {
 func add(in *media.Input, e *mediaEntry) error {
 	switch {
 	case e.image != nil:
-		return in.AddImage(e.item.Name, e.image)
+		return in.AddImage(e.item.Name, e.view3n)
 	case e.clip != nil:
 		return in.SetAudio(e.item.Name, *e.clip)
 	case e.video != nil:
@@ -508,24 +618,39 @@ func (s *Media) soundIDs() []string {
 	return ids
 }
 
-// digestOf hashes what the model receives of the entry: the 768×768
-// pixels, the 16 kHz samples, a video's frames with their times and its
-// soundtrack.
-func (e *mediaEntry) digestOf() [sha256.Size]byte {
+// setDigest sets e.digest to digestFor(mc), computed once per model view
+// (the caller holds Media.mu), and returns it.
+func (e *mediaEntry) setDigest(mc mediaCounts) [sha256.Size]byte {
+	if k := mc.viewKey(); e.digestKey != k {
+		e.digest, e.digestKey = e.digestFor(mc), k
+	}
+	return e.digest
+}
+
+// digestFor hashes what the loaded model receives of the entry, as a run's
+// input gives it (imageDigest, videoDigest of runImage, runVideo): Gemma
+// 3n's 768×768 pixels; for Gemma 4 the kept image with the processor's
+// settings, which decide its resize; the 16 kHz samples; a video's frames
+// with their times and its soundtrack.
+func (e *mediaEntry) digestFor(mc mediaCounts) [sha256.Size]byte {
 	switch {
 	case e.image != nil:
-		d, _ := imageDigest(e.image)
+		d, _ := imageDigest(e.runImage(mc))
 		return d
 	case e.clip != nil:
 		return clipDigest(e.clip)
 	case e.video != nil:
-		return videoDigest(e.video)
+		return videoDigest(e.runVideo(mc))
 	}
 	return [sha256.Size]byte{}
 }
 
-// imageDigest hashes a model view (false for an image that is not one).
+// imageDigest hashes an image as a run gives it to the model: a model view
+// or a kept image for Gemma 4 (false for any other image).
 func imageDigest(img image.Image) ([sha256.Size]byte, bool) {
+	if k, ok := img.(*keptImage); ok {
+		return k.digest, true
+	}
 	rgba, ok := img.(*image.RGBA)
 	if !ok {
 		return [sha256.Size]byte{}, false
@@ -534,6 +659,21 @@ func imageDigest(img image.Image) ([sha256.Size]byte, bool) {
 	h.Write([]byte("image\x00"))
 	h.Write(rgba.Pix)
 	return sum(h), true
+}
+
+// keptDigest hashes a kept image for the Gemma 4 view named key: what the
+// processor of key receives is a function of the two.
+func keptDigest(key string, img image.Image) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte("image for "))
+	h.Write([]byte(key))
+	b := img.Bounds()
+	var n [16]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(b.Dx()))
+	binary.LittleEndian.PutUint64(n[8:], uint64(b.Dy()))
+	h.Write(n[:])
+	h.Write(rgbOf(img))
+	return sum(h)
 }
 
 func clipDigest(c *pcm.Clip) [sha256.Size]byte {
@@ -661,7 +801,7 @@ func inputOf(entries []*mediaEntry) *media.Input {
 	for _, e := range entries {
 		switch {
 		case e.image != nil:
-			in.Images = append(in.Images, media.Image{Source: e.item.Name, Image: e.image})
+			in.Images = append(in.Images, media.Image{Source: e.item.Name, Image: e.view3n})
 		case e.clip != nil:
 			in.Audio = &media.Audio{Source: e.item.Name, Clip: *e.clip}
 		case e.video != nil:
@@ -685,7 +825,8 @@ type MediaRef struct {
 	Sound      bool    `json:"sound,omitempty"`
 }
 
-// input resolves item ids into the media of a run, checking the limits.
+// input resolves item ids into the media of a run, as the loaded model
+// receives them (runImage, runVideo), checking the limits.
 func (s *Media) input(ids []string) (*media.Input, []MediaRef, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -715,11 +856,11 @@ func (s *Media) input(ids []string) (*media.Input, []MediaRef, error) {
 		var err error
 		switch {
 		case e.image != nil:
-			err = in.AddImage(e.item.Name, e.image)
+			err = in.AddImage(e.item.Name, e.runImage(mc))
 		case e.clip != nil:
 			err = in.SetAudio(e.item.Name, *e.clip)
 		case e.video != nil:
-			err = in.SetVideo(e.video)
+			err = in.SetVideo(e.runVideo(mc))
 		}
 		if err != nil {
 			return nil, nil, err
@@ -759,8 +900,9 @@ func clock(d time.Duration) string {
 // Files serves the media previews:
 //
 //	GET /media/{id}/thumb.jpg      a thumbnail of the original image or video
-//	GET /media/{id}/model.png      the 768×768 image the vision tower receives
-//	GET /media/{id}/frame/{n}.jpg  a sampled video frame as the model receives it
+//	GET /media/{id}/model.png      the image the loaded model's vision tower receives
+//	                               (Gemma 3n's 768×768 view, Gemma 4's resize)
+//	GET /media/{id}/frame/{n}.jpg  a sampled video frame as the loaded model receives it
 //	GET /media/camera/live.jpg     the camera's latest live frame
 //
 // The browser mode serves it beside the API; the window serves it through
@@ -791,12 +933,18 @@ func (s *Media) servePreview(w http.ResponseWriter, id, file string) {
 		http.Error(w, "no such media", http.StatusNotFound)
 		return
 	}
-	b, ctype, err := e.preview(file)
+	mc, done := s.models.mediaCounts()
+	b, ctype, err := e.preview(mc, file)
+	done()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
-	w.Header().Set("Cache-Control", "private, max-age=86400, immutable") // ids are never reused
+	if file == "thumb.jpg" {
+		w.Header().Set("Cache-Control", "private, max-age=86400, immutable") // ids are never reused
+	} else {
+		w.Header().Set("Cache-Control", "private, no-cache") // it follows the loaded model
+	}
 	serveBytes(w, ctype, b)
 	s.log.WithFields(logrus.Fields{"media": id, "file": file, "bytes": len(b)}).Debug("media preview served")
 }
@@ -807,39 +955,71 @@ func serveBytes(w http.ResponseWriter, ctype string, b []byte) {
 	w.Write(b)
 }
 
-// preview encodes (once) one preview file of the entry.
-func (e *mediaEntry) preview(file string) ([]byte, string, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// preview encodes (once for each model view) one preview file of the
+// entry, as the model of mc receives it.
+func (e *mediaEntry) preview(mc mediaCounts, file string) ([]byte, string, error) {
 	ctype := "image/jpeg"
 	if strings.HasSuffix(file, ".png") {
 		ctype = "image/png"
 	}
-	if b, ok := e.cache[file]; ok {
+	if file == "thumb.jpg" && e.thumb != nil {
+		return e.thumb, ctype, nil
+	}
+	key := mc.viewKey() + "\x00" + file
+	e.mu.Lock()
+	b, ok := e.cache[key]
+	e.mu.Unlock()
+	if ok {
 		return b, ctype, nil
 	}
-	var b []byte
 	var err error
 	switch {
-	case file == "thumb.jpg" && e.thumb != nil:
-		return e.thumb, ctype, nil
 	case file == "model.png" && e.image != nil:
-		b, err = preview.PNG(e.image, 0)
+		var v *image.RGBA
+		if v, err = modelView(mc, e.view3n, e.image); err == nil {
+			b, err = preview.PNG(v, 0)
+		}
 	case strings.HasPrefix(file, "frame/") && strings.HasSuffix(file, ".jpg") && e.video != nil:
 		n, perr := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(file, "frame/"), ".jpg"))
 		if perr != nil || n < 0 || n >= len(e.video.Frames) {
 			return nil, "", fmt.Errorf("no frame %s", file)
 		}
-		b, err = preview.JPEG(e.video.Frames[n].Image, 384, 85)
+		var v *image.RGBA
+		if v, err = modelView(mc, e.views3n[n], e.video.Frames[n].Image); err == nil {
+			b, err = preview.JPEG(v, 384, 85)
+		}
 	default:
 		return nil, "", fmt.Errorf("no preview %s", file)
 	}
 	if err != nil {
 		return nil, "", err
 	}
+	e.mu.Lock()
 	if e.cache == nil {
 		e.cache = map[string][]byte{}
 	}
-	e.cache[file] = b
+	e.cache[key] = b
+	e.mu.Unlock()
 	return b, ctype, nil
+}
+
+// modelView is the image the vision tower of mc's model receives: Gemma
+// 3n's view v3n, or Gemma 4's processor's resize of the kept image.
+func modelView(mc mediaCounts, v3n *image.RGBA, kept image.Image) (*image.RGBA, error) {
+	if !mc.gemma4() {
+		return v3n, nil
+	}
+	if mc.proc == nil {
+		return nil, fmt.Errorf("the Gemma 4 processor's settings are not known: %v", mc.procErr)
+	}
+	v, err := Gemma4View(*mc.proc, kept)
+	if err != nil {
+		return nil, err
+	}
+	b, vb := kept.Bounds(), v.Bounds()
+	cell := mc.proc.PatchSize * mc.proc.PoolingKernel
+	if got, want := (vb.Dx()/cell)*(vb.Dy()/cell), mc.imageTokens(kept); got != want {
+		return nil, fmt.Errorf("a %dx%d image: the view is %dx%d (%d soft tokens), the model counts %d", b.Dx(), b.Dy(), vb.Dx(), vb.Dy(), got, want)
+	}
+	return v, nil
 }

@@ -8,15 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"image/color"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/sirupsen/logrus"
 
+	"verdict/engine/gemma4"
 	"verdict/engine/safefile"
 	"verdict/engine/session"
+	"verdict/engine/vision"
 	_ "verdict/media/capture/hardware"  // V4L2 cameras, miniaudio microphones
 	_ "verdict/media/capture/synthetic" // VideoTest and AudioTest, selected by VERDICT_CAPTURE=synthetic
 	"verdict/media/decode"
@@ -106,7 +110,10 @@ func (s *Media) itemOf(e *mediaEntry) MediaItem {
 	defer done()
 	it := e.withTokens(mc)
 	if l := s.models.loadedNow(); l != nil {
+		s.mu.Lock()
+		e.setDigest(mc)
 		it.Tower = s.towers.estimate(l, e)
+		s.mu.Unlock()
 	}
 	return it
 }
@@ -223,34 +230,37 @@ func (s *Media) decodeVideo(path, name, source string, size int64) (*mediaEntry,
 			return nil, err
 		}
 	}
-	// Keep only what the model receives: each frame as its 768×768 view.
+	// Keep each frame as decoded, bounded (what Gemma 4's processor
+	// resizes), and its 768×768 view (what Gemma 3n receives).
+	e.views3n = make([]*image.RGBA, len(v.Frames))
 	for i := range v.Frames {
-		v.Frames[i].Image = ModelView(v.Frames[i].Image)
+		e.views3n[i] = ModelView(v.Frames[i].Image)
+		if v.Frames[i].Image, err = boundRGBA(v.Frames[i].Image, MaxKeptFramePixels); err != nil {
+			return nil, fmt.Errorf("%s: frame %d: %w", name, i, err)
+		}
 	}
 	e.video = v
-	sound := "silent"
 	if v.HasSound() {
-		sound = "its soundtrack is the audio input"
 		e.item.Waveform = preview.Waveform(v.Soundtrack.Samples, WaveformBuckets)
 	}
-	e.item.Note = fmt.Sprintf("%d frames, one every %s, each stretched to %d×%d; %s", len(v.Frames), v.Interval, ModelImageSide, ModelImageSide, sound)
 	return e, nil
 }
 
-// newImageEntry keeps an image as the model receives it.
+// newImageEntry keeps an image as decoded, bounded to MaxKeptPixels (what
+// Gemma 4's processor resizes), and its 768×768 view (what Gemma 3n
+// receives, from the image as decoded).
 func newImageEntry(img image.Image, name, source string) (*mediaEntry, error) {
 	b := img.Bounds()
 	thumb, err := preview.JPEG(img, 320, 85)
 	if err != nil {
 		return nil, err
 	}
-	e := &mediaEntry{item: MediaItem{Kind: KindImage, Name: name, Source: source, Width: b.Dx(), Height: b.Dy()},
-		image: ModelView(img), thumb: thumb}
-	e.item.Note = fmt.Sprintf("%d×%d stretched to %d×%d (the aspect ratio is not kept, as in the Gemma 3n processor)", b.Dx(), b.Dy(), ModelImageSide, ModelImageSide)
-	if b.Dx() == b.Dy() {
-		e.item.Note = fmt.Sprintf("%d×%d resized to %d×%d, as in the Gemma 3n processor", b.Dx(), b.Dy(), ModelImageSide, ModelImageSide)
+	kept, err := boundImage(img, MaxKeptPixels)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return e, nil
+	return &mediaEntry{item: MediaItem{Kind: KindImage, Name: name, Source: source, Width: b.Dx(), Height: b.Dy()},
+		image: kept, view3n: ModelView(img), thumb: thumb}, nil
 }
 
 // newAudioEntry keeps a 16 kHz mono clip.
@@ -282,4 +292,152 @@ func to8(v float32) uint8 {
 		return 255
 	}
 	return uint8(x)
+}
+
+// What an image is kept as. Gemma 3n receives the 768×768 view, made from
+// the image as decoded; Gemma 4's processor resizes the image, keeping its
+// aspect ratio, to at most max_soft_tokens·pooling²·patch² pixels: 1120 ·
+// 3² · 16² = 2,580,480 at its largest allowed budget. An image is kept
+// whole up to MaxKeptPixels (4,194,304, 1.6 times that: every side of
+// the largest target size is at most the kept image's, so the processor
+// only ever shrinks it) and shrunk to it, keeping the aspect ratio, when
+// larger (a decoded 64-megapixel image is kept as 16 MiB, not 256).
+// Video frames (up to 32) are kept up to MaxKeptFramePixels, which covers
+// the released 280-token budget (645,120 pixels at its target size).
+const (
+	MaxKeptPixels      = 1 << 22
+	MaxKeptFramePixels = 1 << 20
+)
+
+// keptSize is w×h shrunk to at most limit pixels and sides of
+// vision.MaxResizeSide, keeping the aspect ratio (each side at least 1).
+func keptSize(w, h, limit int) (int, int) {
+	if int64(w)*int64(h) <= int64(limit) {
+		return w, h
+	}
+	f := math.Sqrt(float64(limit) / (float64(w) * float64(h)))
+	f = min(f, float64(vision.MaxResizeSide)/float64(max(w, h))) // what the resize takes
+	kw, kh := int(float64(w)*f), int(float64(h)*f)
+	return min(w, max(1, kw)), min(h, max(1, kh))
+}
+
+// boundImage is img when it is within limit pixels, else img shrunk to them
+// (keptSize) as an opaque RGBA image, resized as Gemma 4's processor
+// resizes (vision.ResizeRGB, antialiased bicubic, of img's RGB as the
+// loader reads it: un-premultiplied, alpha dropped).
+func boundImage(img image.Image, limit int) (image.Image, error) {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	kw, kh := keptSize(w, h, limit)
+	if kw == w && kh == h {
+		return img, nil
+	}
+	rgb := rgbOf(img)
+	// A side over what the resize takes (an image thousands of times wider
+	// than high) is first thinned to every n-th pixel.
+	if n := (max(w, h) + vision.MaxResizeSide - 1) / vision.MaxResizeSide; n > 1 {
+		rgb, w, h = thin(rgb, w, h, n)
+	}
+	px, err := vision.ResizeRGB(rgb, w, h, kw, kh, vision.Bicubic)
+	if err != nil {
+		return nil, fmt.Errorf("shrinking a %dx%d image to %dx%d: %w", w, h, kw, kh, err)
+	}
+	return rgbaOf(px, kw, kh), nil
+}
+
+// thin keeps every n-th pixel of rgb [h·w·3] along its longer side.
+func thin(rgb []uint8, w, h, n int) ([]uint8, int, int) {
+	if w >= h {
+		ow := (w + n - 1) / n
+		out := make([]uint8, 0, ow*h*3)
+		for y := range h {
+			for x := 0; x < w; x += n {
+				out = append(out, rgb[(y*w+x)*3:(y*w+x)*3+3]...)
+			}
+		}
+		return out, ow, h
+	}
+	oh := (h + n - 1) / n
+	out := make([]uint8, 0, w*oh*3)
+	for y := 0; y < h; y += n {
+		out = append(out, rgb[y*w*3:(y+1)*w*3]...)
+	}
+	return out, w, oh
+}
+
+// boundRGBA is boundImage for a video frame.
+func boundRGBA(img *image.RGBA, limit int) (*image.RGBA, error) {
+	out, err := boundImage(img, limit)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := out.(*image.RGBA); ok {
+		return r, nil
+	}
+	return rgbaOf(rgbOf(out), out.Bounds().Dx(), out.Bounds().Dy()), nil
+}
+
+// rgbOf is img's pixels as Gemma 4's loader reads them ([h·w·3], row-major,
+// the un-premultiplied colour, alpha dropped).
+func rgbOf(img image.Image) []uint8 {
+	b := img.Bounds()
+	px := make([]uint8, 0, b.Dx()*b.Dy()*3)
+	if r, ok := img.(*image.RGBA); ok && r.Opaque() {
+		for y := range b.Dy() {
+			row := r.Pix[y*r.Stride : y*r.Stride+4*b.Dx()]
+			for x := 0; x < len(row); x += 4 {
+				px = append(px, row[x], row[x+1], row[x+2])
+			}
+		}
+		return px
+	}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+			px = append(px, c.R, c.G, c.B)
+		}
+	}
+	return px
+}
+
+// rgbaOf is an opaque RGBA image of rgb [h·w·3].
+func rgbaOf(rgb []uint8, w, h int) *image.RGBA {
+	out := image.NewRGBA(image.Rect(0, 0, w, h))
+	for p := range w * h {
+		o := out.Pix[4*p:]
+		o[0], o[1], o[2], o[3] = rgb[3*p], rgb[3*p+1], rgb[3*p+2], 255
+	}
+	return out
+}
+
+// Gemma4View renders Gemma 4's image processor's output for img
+// (gemma4.ImageProcessorConfig.Preprocess: resized to its target size,
+// keeping the aspect ratio, patchified, values k/255) back to an image of
+// the target size: the image the vision tower receives.
+func Gemma4View(p gemma4.ImageProcessorConfig, img image.Image) (*image.RGBA, error) {
+	b := img.Bounds()
+	th, tw, err := p.TargetSize(b.Dy(), b.Dx())
+	if err != nil {
+		return nil, err
+	}
+	pixels, pos, _, err := p.Preprocess(rgbOf(img), b.Dy(), b.Dx())
+	if err != nil {
+		return nil, err
+	}
+	ps := p.PatchSize
+	pd := ps * ps * 3
+	out := image.NewRGBA(image.Rect(0, 0, tw, th))
+	for i, at := range pos {
+		if at.X < 0 {
+			continue // padding
+		}
+		for r := range ps {
+			for c := range ps {
+				src := pixels[i*pd+(r*ps+c)*3:]
+				o := out.PixOffset(at.X*ps+c, at.Y*ps+r)
+				out.Pix[o], out.Pix[o+1], out.Pix[o+2], out.Pix[o+3] = to8(src[0]), to8(src[1]), to8(src[2]), 255
+			}
+		}
+	}
+	return out, nil
 }
