@@ -64,11 +64,11 @@ func TestMediaFollowsTheModel(t *testing.T) {
 
 	digests := map[string][32]byte{} // by view
 	for _, c := range []struct {
-		name, spec   string
-		tokens       int // 0: the count of the target size
-		w, h         int // model.png's size
-		note         string
-		view         string // models of the same view have the same digest
+		name, spec string
+		tokens     int // 0: the count of the target size
+		w, h       int // model.png's size
+		note       string
+		view       string // models of the same view have the same digest
 	}{
 		{name: "no model", w: ModelImageSide, h: ModelImageSide, tokens: DefaultImageTokens, note: "stretched to 768×768", view: "3n"},
 		{name: "gemma3n", spec: "builtin", w: ModelImageSide, h: ModelImageSide, tokens: DefaultImageTokens, note: "stretched to 768×768", view: "3n"},
