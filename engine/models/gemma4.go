@@ -34,10 +34,11 @@ func isGemma4(cfgJSON []byte) bool {
 // media token ids (SetMediaTokens: its Chat then names them; each run's
 // soft-token count is per item, prompt.Prompt.Sized) and the model its
 // towers (gemma4Media: each loaded on its first input); a gemma4_text
-// config is text only. Packed weights are
-// not cached (opt.CacheDir is not used); packing stops with OpenContext's
-// context and reports StagePacking.
-func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, error) {
+// config is text only. q4 weights are packed into opt.CacheDir's
+// packed-weights cache (engine/packcache) under the checkpoint's key, as
+// Gemma 3n's, and mapped from it on later loads; packing stops with
+// OpenContext's context and reports StagePacking.
+func openGemma4(st weights.Store, cfgJSON []byte, opt Options, spec string, m *Model) (model.Model, error) {
 	if err := gemma4.CheckWeights(opt.Weights, opt.Group); err != nil {
 		return nil, err
 	}
@@ -53,7 +54,13 @@ func openGemma4(st weights.Store, cfgJSON []byte, opt Options) (model.Model, err
 		}
 		media = &t
 	}
-	o := gemma4.Options{Backend: opt.Backend, Weights: opt.Weights, Group: opt.Group, Context: opt.ctx}
+	o := gemma4.Options{Backend: opt.Backend, Weights: opt.Weights, Group: opt.Group, Context: opt.ctx, Log: opt.Log}
+	if opt.Weights == model.WeightsQ4 && opt.CacheDir != "" {
+		o.CacheDir, o.CacheName = opt.CacheDir, cacheName(spec, m)
+		if o.CacheKey, err = cacheKey(spec, m, cfgJSON); err != nil {
+			return nil, err
+		}
+	}
 	if f := opt.Progress; f != nil {
 		o.Progress = func(done, total int64) { f(StagePacking, done, total) }
 	}

@@ -217,7 +217,7 @@ func OpenWith(spec string, opt Options) (*Model, error) {
 	var cfg gemma3n.Config
 	var sp gemma3n.Special
 	if g4 {
-		m.Model, err = openGemma4(st, cfgJSON, opt)
+		m.Model, err = openGemma4(st, cfgJSON, opt, spec, m)
 	} else {
 		cfg, sp, err = gemma3n.ParseConfig(cfgJSON)
 	}
