@@ -337,10 +337,8 @@ func (s *Media) Limits() MediaLimits {
 	side := ModelImageSide
 	if mc.gemma4() {
 		side = 0
-		if mc.proc != nil {
-			if h, w, err := mc.proc.TargetSize(ModelImageSide, ModelImageSide); err == nil && h == w {
-				side = h
-			}
+		if v, err := mc.s.ImageView(ModelImageSide, ModelImageSide); err == nil && v.Width == v.Height {
+			side = v.Width
 		}
 	}
 	done()
@@ -453,14 +451,11 @@ func (e *mediaEntry) imageNote(mc mediaCounts) string {
 		}
 		return fmt.Sprintf("%d×%d stretched to %d×%d (the aspect ratio is not kept, as in the Gemma 3n processor)", w, h, ModelImageSide, ModelImageSide)
 	}
-	if mc.proc == nil {
-		return fmt.Sprintf("%d×%d%s resized by the Gemma 4 processor, keeping the aspect ratio (its size is not known here: %v)", w, h, kept, mc.procErr)
-	}
-	th, tw, err := mc.proc.TargetSize(b.Dy(), b.Dx())
+	v, err := mc.view(e.image)
 	if err != nil {
 		return fmt.Sprintf("%d×%d%s: %v", w, h, kept, err)
 	}
-	return fmt.Sprintf("%d×%d%s resized to %d×%d, keeping the aspect ratio, as in the Gemma 4 processor", w, h, kept, tw, th)
+	return fmt.Sprintf("%d×%d%s resized to %d×%d, keeping the aspect ratio, as in the Gemma 4 processor", w, h, kept, v.Width, v.Height)
 }
 
 // videoNote says how the loaded model receives a video.
@@ -473,10 +468,9 @@ func (e *mediaEntry) videoNote(mc mediaCounts) string {
 	how := fmt.Sprintf("each stretched to %d×%d", ModelImageSide, ModelImageSide)
 	if mc.gemma4() {
 		how = "each resized by the Gemma 4 processor, keeping the aspect ratio"
-		if len(v.Frames) > 0 && mc.proc != nil {
-			b := v.Frames[0].Image.Bounds()
-			if th, tw, err := mc.proc.TargetSize(b.Dy(), b.Dx()); err == nil {
-				how = fmt.Sprintf("each resized to %d×%d, keeping the aspect ratio, as in the Gemma 4 processor", tw, th)
+		if len(v.Frames) > 0 {
+			if fv, err := mc.view(v.Frames[0].Image); err == nil {
+				how = fmt.Sprintf("each resized to %d×%d, keeping the aspect ratio, as in the Gemma 4 processor", fv.Width, fv.Height)
 			}
 		}
 	}
@@ -1009,17 +1003,5 @@ func modelView(mc mediaCounts, v3n *image.RGBA, kept image.Image) (*image.RGBA, 
 	if !mc.gemma4() {
 		return v3n, nil
 	}
-	if mc.proc == nil {
-		return nil, fmt.Errorf("the Gemma 4 processor's settings are not known: %v", mc.procErr)
-	}
-	v, err := Gemma4View(*mc.proc, kept)
-	if err != nil {
-		return nil, err
-	}
-	b, vb := kept.Bounds(), v.Bounds()
-	cell := mc.proc.PatchSize * mc.proc.PoolingKernel
-	if got, want := (vb.Dx()/cell)*(vb.Dy()/cell), mc.imageTokens(kept); got != want {
-		return nil, fmt.Errorf("a %dx%d image: the view is %dx%d (%d soft tokens), the model counts %d", b.Dx(), b.Dy(), vb.Dx(), vb.Dy(), got, want)
-	}
-	return v, nil
+	return mc.s.RenderImageView(kept)
 }

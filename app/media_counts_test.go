@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/session"
 	"verdict/media"
@@ -61,7 +60,7 @@ func TestGemma4MediaCounts(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "tokenizer.json"), tinyGemma4Tokenizer(), 0o644)
 	os.WriteFile(filepath.Join(dir, "processor_config.json"), []byte(`{"image_processor": {"patch_size": 4, "max_soft_tokens": 70, "pooling_kernel_size": 3}}`), 0o644)
-	s, err := session.Open(context.Background(), dir, models.Options{Weights: model.WeightsF32})
+	s, err := session.Open(context.Background(), dir, models.Options{Weights: session.WeightsF32})
 	if err != nil {
 		t.Fatal(err)
 	}

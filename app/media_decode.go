@@ -10,17 +10,14 @@ import (
 	"image"
 	"image/color"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/sirupsen/logrus"
 
-	"verdict/engine/gemma4"
 	"verdict/engine/safefile"
 	"verdict/engine/session"
-	"verdict/engine/vision"
 	_ "verdict/media/capture/hardware"  // V4L2 cameras, miniaudio microphones
 	_ "verdict/media/capture/synthetic" // VideoTest and AudioTest, selected by VERDICT_CAPTURE=synthetic
 	"verdict/media/decode"
@@ -269,30 +266,9 @@ func newAudioEntry(clip pcm.Clip, name, source string) *mediaEntry {
 		Waveform: preview.Waveform(clip.Samples, WaveformBuckets)}, clip: &clip}
 }
 
-// ModelView renders the image processor's output (engine/vision.Preprocess:
-// RGB stretched to 768×768, values k/255) back to an image. The vision tower
-// receives exactly this image: Preprocess of it gives the same pixels.
-func ModelView(img image.Image) *image.RGBA {
-	px := session.PreprocessImage(img)
-	const n = ModelImageSide * ModelImageSide
-	out := image.NewRGBA(image.Rect(0, 0, ModelImageSide, ModelImageSide))
-	for p := range n {
-		o := out.Pix[4*p:]
-		o[0], o[1], o[2], o[3] = to8(px[p]), to8(px[n+p]), to8(px[2*n+p]), 255
-	}
-	return out
-}
-
-func to8(v float32) uint8 {
-	x := v*255 + 0.5
-	switch {
-	case x <= 0:
-		return 0
-	case x >= 255:
-		return 255
-	}
-	return uint8(x)
-}
+// ModelView is the image Gemma 3n's vision tower receives (the built-in
+// model's): RGB stretched to 768×768 (session.Gemma3nView).
+func ModelView(img image.Image) *image.RGBA { return session.Gemma3nView(img) }
 
 // What an image is kept as. Gemma 3n receives the 768×768 view, made from
 // the image as decoded; Gemma 4's processor resizes the image, keeping its
@@ -309,60 +285,11 @@ const (
 	MaxKeptFramePixels = 1 << 20
 )
 
-// keptSize is w×h shrunk to at most limit pixels and sides of
-// vision.MaxResizeSide, keeping the aspect ratio (each side at least 1).
-func keptSize(w, h, limit int) (int, int) {
-	if int64(w)*int64(h) <= int64(limit) {
-		return w, h
-	}
-	f := math.Sqrt(float64(limit) / (float64(w) * float64(h)))
-	f = min(f, float64(vision.MaxResizeSide)/float64(max(w, h))) // what the resize takes
-	kw, kh := int(float64(w)*f), int(float64(h)*f)
-	return min(w, max(1, kw)), min(h, max(1, kh))
-}
-
-// boundImage is img when it is within limit pixels, else img shrunk to them
-// (keptSize) as an opaque RGBA image, resized as Gemma 4's processor
-// resizes (vision.ResizeRGB, antialiased bicubic, of img's RGB as the
-// loader reads it: un-premultiplied, alpha dropped).
+// boundImage is img when it is within limit pixels, else img shrunk to them,
+// keeping its aspect ratio, as Gemma 4's processor resizes
+// (session.ShrinkImage).
 func boundImage(img image.Image, limit int) (image.Image, error) {
-	b := img.Bounds()
-	w, h := b.Dx(), b.Dy()
-	kw, kh := keptSize(w, h, limit)
-	if kw == w && kh == h {
-		return img, nil
-	}
-	rgb := rgbOf(img)
-	// A side over what the resize takes (an image thousands of times wider
-	// than high) is first thinned to every n-th pixel.
-	if n := (max(w, h) + vision.MaxResizeSide - 1) / vision.MaxResizeSide; n > 1 {
-		rgb, w, h = thin(rgb, w, h, n)
-	}
-	px, err := vision.ResizeRGB(rgb, w, h, kw, kh, vision.Bicubic)
-	if err != nil {
-		return nil, fmt.Errorf("shrinking a %dx%d image to %dx%d: %w", w, h, kw, kh, err)
-	}
-	return rgbaOf(px, kw, kh), nil
-}
-
-// thin keeps every n-th pixel of rgb [h·w·3] along its longer side.
-func thin(rgb []uint8, w, h, n int) ([]uint8, int, int) {
-	if w >= h {
-		ow := (w + n - 1) / n
-		out := make([]uint8, 0, ow*h*3)
-		for y := range h {
-			for x := 0; x < w; x += n {
-				out = append(out, rgb[(y*w+x)*3:(y*w+x)*3+3]...)
-			}
-		}
-		return out, ow, h
-	}
-	oh := (h + n - 1) / n
-	out := make([]uint8, 0, w*oh*3)
-	for y := 0; y < h; y += n {
-		out = append(out, rgb[y*w*3:(y+1)*w*3]...)
-	}
-	return out, w, oh
+	return session.ShrinkImage(img, limit)
 }
 
 // boundRGBA is boundImage for a video frame.
@@ -408,36 +335,4 @@ func rgbaOf(rgb []uint8, w, h int) *image.RGBA {
 		o[0], o[1], o[2], o[3] = rgb[3*p], rgb[3*p+1], rgb[3*p+2], 255
 	}
 	return out
-}
-
-// Gemma4View renders Gemma 4's image processor's output for img
-// (gemma4.ImageProcessorConfig.Preprocess: resized to its target size,
-// keeping the aspect ratio, patchified, values k/255) back to an image of
-// the target size: the image the vision tower receives.
-func Gemma4View(p gemma4.ImageProcessorConfig, img image.Image) (*image.RGBA, error) {
-	b := img.Bounds()
-	th, tw, err := p.TargetSize(b.Dy(), b.Dx())
-	if err != nil {
-		return nil, err
-	}
-	pixels, pos, _, err := p.Preprocess(rgbOf(img), b.Dy(), b.Dx())
-	if err != nil {
-		return nil, err
-	}
-	ps := p.PatchSize
-	pd := ps * ps * 3
-	out := image.NewRGBA(image.Rect(0, 0, tw, th))
-	for i, at := range pos {
-		if at.X < 0 {
-			continue // padding
-		}
-		for r := range ps {
-			for c := range ps {
-				src := pixels[i*pd+(r*ps+c)*3:]
-				o := out.PixOffset(at.X*ps+c, at.Y*ps+r)
-				out.Pix[o], out.Pix[o+1], out.Pix[o+2], out.Pix[o+3] = to8(src[0]), to8(src[1]), to8(src[2]), 255
-			}
-		}
-	}
-	return out, nil
 }

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"verdict/engine/fixture/testmodel"
-	"verdict/engine/gemma4"
-	"verdict/engine/vision"
 )
 
 // tinyGemma4Dir is the tiny multimodal Gemma 4 fixture as a model folder
@@ -37,9 +35,6 @@ func tinyGemma4Dir(t *testing.T) string {
 	return dir
 }
 
-// tinyProc is tinyGemma4Dir's image processor.
-var tinyProc = gemma4.ImageProcessorConfig{PatchSize: 4, MaxSoftTokens: 70, PoolingKernel: 3}
-
 // TestMediaFollowsTheModel: one 1000×500 image, kept across model loads,
 // is what each loaded model receives: the built-in Gemma 3n's 768×768
 // view (256 soft tokens, model.png the view of the decoded image), Gemma
@@ -55,11 +50,11 @@ func TestMediaFollowsTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	it := mustAdd(t, s.Media.Upload("wide.png", data))
-	th, tw, err := tinyProc.TargetSize(500, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cell := tinyProc.PatchSize * tinyProc.PoolingKernel
+	// tinyGemma4Dir's processor (patch 4, pooling 3: cells of 12 pixels, 70
+	// soft tokens: 630 patches, 10,080 pixels) scales 1000×500 by
+	// √(10080/500000) = 0.1420 and rounds each side down to a cell:
+	// 132×60, 11 × 5 = 55 soft tokens.
+	const tw, th, cell = 132, 60, 12
 	g4dir := tinyGemma4Dir(t)
 
 	digests := map[string][32]byte{} // by view
@@ -124,11 +119,13 @@ func TestMediaFollowsTheModel(t *testing.T) {
 				if r, tol := float64(c.w)/float64(c.h), 2*float64(cell)/float64(c.h); math.Abs(r-2) > tol {
 					t.Errorf("model.png's aspect ratio %.3f, the image's 2 (within %.2f)", r, tol)
 				}
-				px, err := vision.ResizeRGB(rgbOf(decoded), 1000, 500, tw, th, vision.Bicubic)
+				// The model's own render (engine/models' TestRenderImageView
+				// holds it to the processor's resize).
+				v, err := s.Models.loadedNow().s.RenderImageView(decoded)
 				if err != nil {
 					t.Fatal(err)
 				}
-				wantPix = rgbaOf(px, tw, th).Pix
+				wantPix = v.Pix
 			}
 			if got := rgbaOf(rgbOf(view), c.w, c.h).Pix; !bytes.Equal(got, wantPix) {
 				t.Errorf("model.png differs from the image the tower receives")

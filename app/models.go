@@ -14,10 +14,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"verdict/engine/gemma4"
 	"verdict/engine/hub"
 	"verdict/engine/models"
-	"verdict/engine/safefile"
 	"verdict/engine/session"
 	"verdict/media"
 	"verdict/media/limits"
@@ -510,9 +508,7 @@ func countsOf(m *session.Session) mediaCounts {
 	}
 	info := m.Info()
 	if info.Family == models.FamilyGemma4 {
-		c := mediaCounts{s: m}
-		c.proc, c.procErr = gemma4Processor(m)
-		return c
+		return mediaCounts{s: m}
 	}
 	if info.ImageTokens > 0 {
 		c.image = info.ImageTokens
@@ -525,13 +521,11 @@ func countsOf(m *session.Session) mediaCounts {
 
 // mediaCounts are soft-token counts: image and audio fixed (0: per item,
 // from s). They also say what the model receives of an image: Gemma 3n's
-// 768×768 view (s nil), or Gemma 4's processor's resize (s set; proc, or
-// procErr saying why its settings are not known).
+// 768×768 view (s nil), or Gemma 4's processor's resize (s set:
+// Session.ImageView, RenderImageView).
 type mediaCounts struct {
 	image, audio int
 	s            *session.Session
-	proc         *gemma4.ImageProcessorConfig
-	procErr      error
 }
 
 // gemma4 reports whether the model keeps each image's aspect ratio
@@ -541,57 +535,19 @@ func (c mediaCounts) gemma4() bool { return c.s != nil }
 // viewKey names what the model receives of an image: equal keys, equal
 // views of the same kept image.
 func (c mediaCounts) viewKey() string {
-	switch {
-	case !c.gemma4():
+	if !c.gemma4() {
 		return "gemma3n"
-	case c.proc != nil:
-		return fmt.Sprintf("gemma4 patch %d pooling %d tokens %d", c.proc.PatchSize, c.proc.PoolingKernel, c.proc.MaxSoftTokens)
+	}
+	if v, err := c.s.ImageView(ModelImageSide, ModelImageSide); err == nil {
+		return v.Key
 	}
 	return "gemma4 " + c.s.Info().Path
 }
 
-// gemma4Processor is the image processor of Gemma 4 model m: patch and
-// pooling sizes from its folder's config.json (vision_config), and
-// max_soft_tokens the allowed budget whose counts are the model's own
-// (ImageTokenCount of a square and of two oblong sizes; every budget gives
-// a square a different count). An error says why it is not known (a GGUF
-// file, a folder without a vision config).
-func gemma4Processor(m *session.Session) (*gemma4.ImageProcessorConfig, error) {
-	info := m.Info()
-	if !info.Vision {
-		return nil, fmt.Errorf("%s takes no images", info.Name)
-	}
-	path := filepath.Join(info.Path, "config.json")
-	data, err := safefile.ReadFile(path, models.MaxConfigBytes)
-	if err != nil {
-		return nil, fmt.Errorf("the image processor's settings: %w", err)
-	}
-	vc, err := gemma4.ParseVisionConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("the image processor's settings: %s: %w", path, err)
-	}
-	probes := [][2]int{{768, 768}, {1000, 500}, {37, 1000}}
-	var want []int
-	for _, p := range probes {
-		n, err := m.ImageTokenCount(p[0], p[1])
-		if err != nil {
-			return nil, err
-		}
-		want = append(want, n)
-	}
-next:
-	for soft := 1; soft <= 1<<14; soft++ {
-		p := gemma4.ImageProcessorConfig{PatchSize: vc.PatchSize, MaxSoftTokens: soft, PoolingKernel: vc.PoolingKernel}
-		cell := p.PatchSize * p.PoolingKernel
-		for i, q := range probes {
-			th, tw, err := p.TargetSize(q[1], q[0])
-			if err != nil || (th/cell)*(tw/cell) != want[i] {
-				continue next
-			}
-		}
-		return &p, nil
-	}
-	return nil, fmt.Errorf("the image processor's settings: no allowed max_soft_tokens with patch %d and pooling %d gives %s's counts %v", vc.PatchSize, vc.PoolingKernel, info.Name, want)
+// view is what the model receives of an image of img's size (Gemma 4).
+func (c mediaCounts) view(img image.Image) (session.ImageView, error) {
+	b := img.Bounds()
+	return c.s.ImageView(b.Dx(), b.Dy())
 }
 
 // imageTokens is an image's soft tokens (that of the image the model

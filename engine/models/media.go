@@ -118,6 +118,10 @@ type encoder interface {
 	// width×height pixels and of a clip of n samples, without encoding.
 	imageCount(width, height int) (int, error)
 	audioCount(samples int) (int, error)
+	// view is what the tower receives of a width×height image (its size
+	// checked by imageCount first), render that image (imageview.go).
+	view(width, height int) (ImageView, error)
+	render(img image.Image) (*image.RGBA, error)
 }
 
 // ImageTokenCount is the soft-token count of an image of width×height

@@ -2,7 +2,9 @@ package session
 
 import (
 	"fmt"
+	"image"
 
+	"verdict/engine/models"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 )
@@ -113,3 +115,30 @@ func (s *Session) ImageTokenCount(width, height int) (int, error) {
 func (s *Session) AudioTokenCount(samples int) (int, error) {
 	return s.m.AudioTokenCount(samples)
 }
+
+// ImageView is what a model's vision tower receives of an image
+// (models.ImageView): the processor's output size and a key naming its
+// settings.
+type ImageView = models.ImageView
+
+// ImageView is what the model's vision tower receives of a width×height
+// image (models.Model.ImageView).
+func (s *Session) ImageView(width, height int) (ImageView, error) {
+	return s.m.ImageView(width, height)
+}
+
+// RenderImageView is the image the model's vision tower receives of img
+// (models.Model.RenderImageView).
+func (s *Session) RenderImageView(img image.Image) (*image.RGBA, error) {
+	return s.m.RenderImageView(img)
+}
+
+// ShrinkImage bounds an image kept for later runs to limit pixels, keeping
+// its aspect ratio (models.ShrinkImage).
+func ShrinkImage(img image.Image, limit int) (image.Image, error) {
+	return models.ShrinkImage(img, limit)
+}
+
+// Gemma3nView is the 768×768 image Gemma 3n's (the built-in model's)
+// vision tower receives of img (models.Gemma3nView).
+func Gemma3nView(img image.Image) *image.RGBA { return models.Gemma3nView(img) }
