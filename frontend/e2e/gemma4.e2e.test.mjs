@@ -196,6 +196,10 @@ test('a Gemma 4 folder opened with "Open folder…": its model bar, a run side b
     await why.waitFor();
     assert.equal(await why.textContent(), 'the model has no vision tower: remove the image');
     assert.ok(await page.locator('#run').isDisabled());
+    // No view of what the vision tower would receive (no broken image): the item says why.
+    const item = page.locator('.media-item[data-kind="image"]');
+    await item.locator('.model-view').waitFor({ state: 'detached' });
+    assert.match(await item.locator('.media-note').textContent(), /gemma4-synthetic-tiny takes no images/);
     await page.locator('.media-item[data-kind="image"]').scrollIntoViewIfNeeded();
     await page.screenshot({ path: join(out, 'gemma4-image-refused-1440x900.png') });
     await page.locator('#clear-media').click();

@@ -2,8 +2,9 @@
 // in the page: Run says why media it cannot take would be refused, and the
 // model bar's figures keep their whole text in a title when they give way.
 import { describe, expect, it } from 'vitest';
-import { mediaRefusal } from '../src/media';
+import { DEFAULT_LIMITS, mediaRefusal } from '../src/media';
 import { ModelBar } from '../src/ui/modelBar';
+import { MediaPanel, modelView, type MediaHost } from '../src/ui/mediaPanel';
 import type { MediaItem, ModelInfo } from '../src/types';
 
 const image: MediaItem = { id: 'i1', kind: 'image', name: 'photo.png', source: 'upload', width: 64, height: 48, tokens: 256, added_ms: 1 };
@@ -56,5 +57,43 @@ describe('the model bar of a Gemma 4 folder', () => {
     const figures = b.el.querySelector('#model-figures')!;
     expect(figures.getAttribute('title')).toBe('385.4 K params · 1.8 MB · 6 layers · loaded in 208 ms');
     expect(figures.textContent!.trim()).toBe(figures.getAttribute('title'));
+  });
+});
+
+describe("an image's view as the loaded model receives it", () => {
+  it("captions Gemma 4's aspect-keeping view with its size once loaded", () => {
+    const fig = modelView({ ...image, model_view: '/media/i1/model.png' }, () => {});
+    const img = fig.querySelector('img')!;
+    expect(img.getAttribute('src')).toBe('/media/i1/model.png');
+    expect(fig.querySelector('figcaption')!.textContent).toBe('model input 768×768');
+    Object.defineProperty(img, 'naturalWidth', { value: 672 });
+    Object.defineProperty(img, 'naturalHeight', { value: 480 });
+    img.dispatchEvent(new Event('load'));
+    expect(fig.querySelector('figcaption')!.textContent).toBe('model input 672×480');
+  });
+
+  it('leaves no broken image when the server has no view (the model takes no images)', () => {
+    const fig = modelView({ ...image, model_view: '/media/i1/model.png' }, () => {});
+    const box = document.createElement('div');
+    box.appendChild(fig);
+    fig.querySelector('img')!.dispatchEvent(new Event('error'));
+    expect(box.querySelector('.model-view')).toBeNull();
+  });
+
+  it('shows no view without a view URL', () => {
+    const items = [{ ...image, tokens: 0, thumb: '/media/i1/thumb.jpg', note: '40×30 (gemma4-synthetic-tiny takes no images)' },
+      { ...image2, model_view: '/media/i2/model.png' }];
+    const host = {
+      items: () => items, limits: () => DEFAULT_LIMITS, availability: () => undefined, camera: () => ({ live: false, seq: 0 }),
+      cameraFrame: () => null, recording: () => null, playback: () => ({ playing: false }), preview: () => undefined, error: () => null,
+      remove() {}, clear() {}, snapshot() {}, toggleCamera() {}, record() {}, stopRecording() {}, play() {}, stopPlayback() {}, refresh() {},
+    } as unknown as MediaHost;
+    const p = new MediaPanel(host);
+    p.render();
+    const [none, one] = [...p.el.querySelectorAll('.media-item')];
+    expect(none.querySelector('.model-view')).toBeNull();
+    expect(none.querySelector('figure.original img')!.getAttribute('src')).toBe('/media/i1/thumb.jpg');
+    expect(none.textContent).toContain('takes no images');
+    expect(one.querySelector('.model-view img')!.getAttribute('src')).toBe('/media/i2/model.png');
   });
 });

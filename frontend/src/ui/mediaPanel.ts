@@ -272,9 +272,7 @@ export class MediaPanel {
     let body: HTMLElement | null = null;
     if (it.kind === 'image') {
       body = h('div.media-previews', null,
-        h('figure.model-view', { title: 'What the vision tower receives: click for full size' },
-          h('img', { src: it.model_view, alt: `${it.name} as the model sees it`, width: 128, height: 128, onclick: () => this.open(it) }),
-          h('figcaption', null, 'model input 768×768')),
+        it.model_view ? modelView(it, () => this.open(it)) : null,
         it.thumb ? h('figure.original', null, h('img', { src: it.thumb, alt: `${it.name}, original` }), h('figcaption', null, `original ${it.width}×${it.height}`)) : null);
     } else if (it.kind === 'audio') {
       body = h('div.media-previews', null, this.audio(it, pb, speakerWhy));
@@ -304,7 +302,7 @@ export class MediaPanel {
     replace(this.viewer,
       h('form', { method: 'dialog' },
         h('header.card-head', null, h('h2', null, it.name, h('span.sub', null, ' as the vision tower receives it')), h('button.icon', { 'aria-label': 'Close' }, '×')),
-        h('img.full', { src: it.model_view, alt: `${it.name}, 768×768`, width: 768, height: 768 }),
+        h('img.full', { src: it.model_view, alt: `${it.name} as the vision tower receives it` }),
         h('p.small.muted', null, it.note ?? '')));
     if (typeof this.viewer.showModal === 'function') this.viewer.showModal();
     else this.viewer.setAttribute('open', '');
@@ -321,4 +319,22 @@ export class MediaPanel {
         h('div.budget-rest', { style: { width: `${b.restShare * 100}%` } })),
       h('span.small', null, items.length ? `${summary(items)} → ` : '', b.text, b.over ? ' — over the limit: remove some media or text' : ''));
   }
+}
+
+/**
+ * The image the vision tower receives, its caption its size: 768×768 for
+ * Gemma 3n (the default until the image loads), Gemma 4's processor keeps the
+ * aspect ratio, so the caption follows the loaded image. A view the server
+ * cannot give (the loaded model takes no images: the item's note says so)
+ * leaves no broken image.
+ */
+export function modelView(it: MediaItem, open: () => void): HTMLElement {
+  const caption = h('figcaption', null, 'model input 768×768');
+  const img = h('img', { src: it.model_view, alt: `${it.name} as the model sees it`, width: 128, height: 128, onclick: open }) as HTMLImageElement;
+  const fig = h('figure.model-view', { title: 'What the vision tower receives: click for full size' }, img, caption);
+  img.addEventListener('load', () => {
+    if (img.naturalWidth && img.naturalHeight) caption.textContent = `model input ${img.naturalWidth}×${img.naturalHeight}`;
+  });
+  img.addEventListener('error', () => fig.remove());
+  return fig;
 }
