@@ -41,11 +41,11 @@ func (t *G4Towers) Audio(pcm []float32) ([]float32, error) {
 // On reports the backend each loaded tower runs on and how many encoders
 // it retired.
 func (t *G4Towers) On() (vision, audio *native.Backend, retired int) {
-	if t.g.vision != nil {
-		vision, retired = t.g.vision.get().Backend(), len(t.g.vision.retired)
+	if v := t.g.vision.v; v != nil {
+		vision, retired = v.get().Backend(), len(v.retired)
 	}
-	if t.g.audio != nil {
-		audio, retired = t.g.audio.get().Backend(), retired+len(t.g.audio.retired)
+	if a := t.g.audio.v; a != nil {
+		audio, retired = a.get().Backend(), retired+len(a.retired)
 	}
 	return vision, audio, retired
 }

@@ -51,10 +51,8 @@ type gemma4Media struct {
 	// images are refused.
 	bidirectional bool
 
-	visionMu, audioMu   sync.Mutex
-	vision              *onBackend[*gemma4.VisionOps]
-	audio               *onBackend[*gemma4.AudioOps]
-	visionErr, audioErr error
+	vision lazy[*onBackend[*gemma4.VisionOps]]
+	audio  lazy[*onBackend[*gemma4.AudioOps]]
 }
 
 // opsTower is a tower's encoder bound to a backend (gemma4.VisionOps,
@@ -285,20 +283,8 @@ func (g *gemma4Media) towers() (images, audio bool) {
 
 // close frees the towers' weights bound on the backends (Model.Close).
 func (g *gemma4Media) close() {
-	g.visionMu.Lock()
-	if g.vision != nil {
-		g.vision.close()
-		g.vision = nil
-	}
-	g.visionErr = errTowersClosed
-	g.visionMu.Unlock()
-	g.audioMu.Lock()
-	if g.audio != nil {
-		g.audio.close()
-		g.audio = nil
-	}
-	g.audioErr = errTowersClosed
-	g.audioMu.Unlock()
+	g.vision.close(func(t *onBackend[*gemma4.VisionOps]) { t.close() }, errTowersClosed)
+	g.audio.close(func(t *onBackend[*gemma4.AudioOps]) { t.close() }, errTowersClosed)
 	if g.closer != nil {
 		g.closer.Close()
 		g.closer = nil
@@ -310,65 +296,83 @@ var errTowersClosed = errors.New("gemma4: the model is closed")
 // visionTower loads the vision tower (plain-Go weights, gemma4.LoadVision)
 // and binds it to the backend on first use.
 func (g *gemma4Media) visionTower(progress TowerProgress) (*onBackend[*gemma4.VisionOps], error) {
-	g.visionMu.Lock()
-	defer g.visionMu.Unlock()
-	if g.vision != nil || g.visionErr != nil {
-		return g.vision, g.visionErr
-	}
-	if images, _ := g.towers(); !images {
-		g.visionErr = fmt.Errorf("%s has no vision tower (no vision_config or no %s tensors): it takes no images", g.name, gemma4.VisionPrefix)
-		return nil, g.visionErr
-	}
-	if progress != nil {
-		progress(true, 0, 0)
-	}
-	cfg, err := gemma4.ParseVisionConfig(g.cfgJSON)
-	var v *gemma4.Vision
-	if err == nil {
-		v, err = gemma4.LoadVision(cfg, g.st)
-	}
-	if err == nil && v.Cfg.TextHidden != g.hidden {
-		err = fmt.Errorf("gemma4: the vision tower's soft tokens are %d wide, the decoder's hidden size is %d", v.Cfg.TextHidden, g.hidden)
-	}
-	if err == nil {
-		g.vision, err = bindTower(g.be, func(be *native.Backend) (*gemma4.VisionOps, error) { return gemma4.NewVisionOps(v, be) })
-	}
-	if err != nil {
-		g.visionErr = fmt.Errorf("%s has no usable vision tower: %w", g.name, err)
-	}
-	return g.vision, g.visionErr
+	images, _ := g.towers()
+	return g.vision.get(func() (*onBackend[*gemma4.VisionOps], error) {
+		return loadTower(g, progress, images, "vision", "images", gemma4.VisionPrefix, gemma4.ParseVisionConfig, gemma4.LoadVision,
+			func(v *gemma4.Vision) int { return v.Cfg.TextHidden }, gemma4.NewVisionOps)
+	})
 }
 
 // audioTower loads the audio tower (plain-Go weights, gemma4.LoadAudio)
 // and binds it to the backend on first use.
 func (g *gemma4Media) audioTower(progress TowerProgress) (*onBackend[*gemma4.AudioOps], error) {
-	g.audioMu.Lock()
-	defer g.audioMu.Unlock()
-	if g.audio != nil || g.audioErr != nil {
-		return g.audio, g.audioErr
-	}
-	if _, audio := g.towers(); !audio {
-		g.audioErr = fmt.Errorf("%s has no audio tower (no audio_config or no %s tensors): it takes no audio", g.name, gemma4.AudioPrefix)
-		return nil, g.audioErr
+	_, audio := g.towers()
+	return g.audio.get(func() (*onBackend[*gemma4.AudioOps], error) {
+		return loadTower(g, progress, audio, "audio", "audio", gemma4.AudioPrefix, gemma4.ParseAudioConfig, gemma4.LoadAudio,
+			func(a *gemma4.Audio) int { return a.Cfg.TextHidden }, gemma4.NewAudioOps)
+	})
+}
+
+// loadTower is a tower's first use: its config parsed from the model's,
+// its plain-Go weights loaded from the store (has: the checkpoint holds
+// them), its soft tokens' width checked against the decoder's, and the
+// weights bound on the model's backend (bindTower). kind names the tower
+// ("vision"), takes what it takes ("images"), prefix its tensors.
+func loadTower[C any, W any, T opsTower](g *gemma4Media, progress TowerProgress, has bool, kind, takes, prefix string,
+	parse func([]byte) (C, error), load func(C, weights.Store) (W, error), width func(W) int,
+	bind func(W, *native.Backend) (T, error)) (*onBackend[T], error) {
+	if !has {
+		return nil, fmt.Errorf("%s has no %s tower (no %s_config or no %s tensors): it takes no %s", g.name, kind, kind, prefix, takes)
 	}
 	if progress != nil {
 		progress(true, 0, 0)
 	}
-	cfg, err := gemma4.ParseAudioConfig(g.cfgJSON)
-	var a *gemma4.Audio
+	cfg, err := parse(g.cfgJSON)
+	var w W
 	if err == nil {
-		a, err = gemma4.LoadAudio(cfg, g.st)
+		w, err = load(cfg, g.st)
 	}
-	if err == nil && a.Cfg.TextHidden != g.hidden {
-		err = fmt.Errorf("gemma4: the audio tower's soft tokens are %d wide, the decoder's hidden size is %d", a.Cfg.TextHidden, g.hidden)
+	if err == nil && width(w) != g.hidden {
+		err = fmt.Errorf("gemma4: the %s tower's soft tokens are %d wide, the decoder's hidden size is %d", kind, width(w), g.hidden)
 	}
+	var t *onBackend[T]
 	if err == nil {
-		g.audio, err = bindTower(g.be, func(be *native.Backend) (*gemma4.AudioOps, error) { return gemma4.NewAudioOps(a, be) })
+		t, err = bindTower(g.be, func(be *native.Backend) (T, error) { return bind(w, be) })
 	}
 	if err != nil {
-		g.audioErr = fmt.Errorf("%s has no usable audio tower: %w", g.name, err)
+		return nil, fmt.Errorf("%s has no usable %s tower: %w", g.name, kind, err)
 	}
-	return g.audio, g.audioErr
+	return t, nil
+}
+
+// lazy is a value made on first use, its error kept (a tower).
+type lazy[T any] struct {
+	mu  sync.Mutex
+	v   T
+	err error
+	set bool
+}
+
+// get is the value, made by mk on the first call.
+func (l *lazy[T]) get(mk func() (T, error)) (T, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.set {
+		l.v, l.err = mk()
+		l.set = true
+	}
+	return l.v, l.err
+}
+
+// close frees a value made (free), and makes every later get fail with err.
+func (l *lazy[T]) close(free func(T), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.set && l.err == nil {
+		free(l.v)
+	}
+	var zero T
+	l.v, l.err, l.set = zero, err, true
 }
 
 // rgb is img as the processor reads it: RGB bytes, row-major, alpha
