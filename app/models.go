@@ -237,7 +237,7 @@ func (s *Models) towersChanged(l *loaded) {
 }
 
 // ErrNoModel is returned by runs while no model is ready.
-var ErrNoModel = errors.New("no model is loaded: load the built-in model or a Gemma 3n folder first")
+var ErrNoModel = errors.New("no model is loaded: load the built-in model or a Gemma 3n or Gemma 4 folder first")
 
 // Open starts loading spec ("builtin", a folder holding config.json, or a
 // GGUF file or a folder holding one, or a Hugging Face id downloaded into
@@ -279,7 +279,7 @@ func (s *Models) Open(spec string) (ModelInfo, error) {
 				return s.Info(), fmt.Errorf("model folder %s: not a folder (choose the folder that holds config.json, or a .gguf file)", spec)
 			}
 			if _, err := os.Stat(filepath.Join(spec, "config.json")); err != nil {
-				return s.Info(), fmt.Errorf("model folder %s has no config.json: choose a Hugging Face Gemma 3n checkpoint folder or a .gguf file", spec)
+				return s.Info(), fmt.Errorf("model folder %s has no config.json: choose a Hugging Face Gemma 3n or Gemma 4 checkpoint folder or a .gguf file", spec)
 			}
 		}
 		info.Spec, info.Path, info.Name = spec, spec, filepath.Base(spec)
