@@ -100,6 +100,19 @@ func TestGemma4Chat(t *testing.T) {
 	if err := json.Unmarshal(b, &list); err != nil || resp.StatusCode != 200 || len(list.Data) == 0 || list.Data[0].ID != dir {
 		t.Fatalf("GET /v1/models: %d %s, want the Gemma 4 folder first", resp.StatusCode, b)
 	}
+	// Verdict's own list names each model's family.
+	resp, b = call(t, "GET", ts.URL+"/v1/verdict/models", "", nil)
+	var known ModelList
+	if err := json.Unmarshal(b, &known); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/verdict/models: %d %s", resp.StatusCode, b)
+	}
+	families := map[string]string{}
+	for _, m := range known.Models {
+		families[m.ID] = m.Family
+	}
+	if families[dir] != "gemma4" || families["builtin"] != "gemma3n" {
+		t.Errorf("families %v, want the folder gemma4 and the built-in model gemma3n", families)
+	}
 
 	const n = 8
 	sys, user := "Be brief.", "Is the printer jammed?"

@@ -14,6 +14,9 @@ type Model struct {
 	// ID is what a request's "model" takes.
 	ID   string `json:"id"`
 	Name string `json:"name"`
+	// Family is the decoder family, gemma3n or gemma4 (absent for the
+	// loaded model until it is ready).
+	Family string `json:"family,omitempty"`
 	// Source is builtin, huggingface, folder, ollama or lmstudio.
 	Source string `json:"source"`
 	// State is the app's model state (ready, loading, error) for the model
@@ -59,8 +62,8 @@ func (h *Handler) known() []Model {
 	info := h.svc.Models.Info()
 	seen := map[string]bool{}
 	if info.State != app.ModelNone {
-		m := Model{ID: info.Spec, Name: info.Name, Source: models.SourceFolder, State: info.State, Error: info.Error,
-			Loaded: info.State == app.ModelReady, Path: info.Path, SizeBytes: info.SizeBytes,
+		m := Model{ID: info.Spec, Name: info.Name, Family: info.Family, Source: models.SourceFolder, State: info.State,
+			Error: info.Error, Loaded: info.State == app.ModelReady, Path: info.Path, SizeBytes: info.SizeBytes,
 			Params: info.Params, RandomWeights: info.RandomWeights}
 		if info.Builtin {
 			m.Source = "builtin"
@@ -81,17 +84,21 @@ func (h *Handler) known() []Model {
 		seen[m.ID] = true
 	}
 	if !seen[models.Builtin] {
-		out = append(out, Model{ID: models.Builtin, Name: "built-in tiny Gemma 3n (random weights)", Source: "builtin", RandomWeights: true})
+		out = append(out, Model{ID: models.Builtin, Name: "built-in tiny Gemma 3n (random weights)", Family: models.FamilyGemma3n,
+			Source: "builtin", RandomWeights: true})
 		seen[models.Builtin] = true
 	}
 	for _, l := range h.svc.Library.Local() {
-		m := Model{ID: l.Spec, Name: l.Name, Source: l.Source, Path: l.Path, Format: l.Format,
+		m := Model{ID: l.Spec, Name: l.Name, Family: l.Family, Source: l.Source, Path: l.Path, Format: l.Format,
 			SizeBytes: l.SizeBytes, Quantization: l.Quant, Towers: Towers{ptr(l.Vision), ptr(l.Audio)}}
 		if seen[m.ID] {
 			// The loaded model found on disk too: complete its entry.
 			for i := range out {
 				if out[i].ID == m.ID {
 					out[i].Format, out[i].Quantization, out[i].Source = m.Format, m.Quantization, m.Source
+					if out[i].Family == "" {
+						out[i].Family = m.Family
+					}
 				}
 			}
 			continue
