@@ -192,6 +192,7 @@ func TestPreprocessSizes(t *testing.T) {
 		{"one row, long", released, 1, 5000, 48, 13440, 280},
 		{"one column, tallest", released, 65536, 1, 13440, 48, 280},
 		{"small upscale", small, 47, 47, 96, 96, 64}, // factor √(10080/2209) = 2.136: 100.4 -> 96 (multiples of 12)
+		{"largest released budget", ImageProcessorConfig{16, 1120, 3}, 1344, 1920, 1344, 1920, 1120},
 	} {
 		th, tw, err := c.p.TargetSize(c.h, c.w)
 		if err != nil || th != c.th || tw != c.tw {
@@ -219,6 +220,10 @@ func TestPreprocessSizes(t *testing.T) {
 		{"absurd sides, no buffer", released, nil, 1 << 40, 1 << 40, "out of range"},
 		{"short buffer", released, make([]uint8, 10), 2, 2, "10 bytes for a 2x2"},
 		{"bad budget", ImageProcessorConfig{16, 300, 3}, make([]uint8, 12), 2, 2, "max_soft_tokens 300"},
+		// FuzzPreprocess's testdata/fuzz/FuzzPreprocess/patch256-pool64: each
+		// setting within the vision config's bounds, 3.6 TB of padded patches.
+		{"patch 256, pooling 64", ImageProcessorConfig{256, 1120, 64}, nil, 65536, 1, "is 300647710720 padded pixels, over 8388608"},
+		{"patch 32, pooling 6, 1120 tokens", ImageProcessorConfig{32, 1120, 6}, nil, 10, 10, "padded pixels, over 8388608"},
 	} {
 		if _, _, _, err := c.p.Preprocess(c.rgb, c.h, c.w); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want one containing %q", c.name, err, c.want)

@@ -20,6 +20,11 @@ type ImageProcessorConfig struct {
 	PatchSize, MaxSoftTokens, PoolingKernel int
 }
 
+// maxProcessorPixels bounds the pixels of the padded patches,
+// MaxPatches·patch² (released: at most 1120·9·256 = 2,580,480): Preprocess's
+// float32 output is at most 3·4 bytes each, 96 MiB.
+const maxProcessorPixels = 1 << 23
+
 // supportedSoftTokens are the processor's allowed max_soft_tokens.
 var supportedSoftTokens = []int{70, 140, 280, 560, 1120}
 
@@ -35,6 +40,11 @@ func (p ImageProcessorConfig) check() error {
 		return fmt.Errorf("gemma4: image processor: patch_size %d, want 1..%d", p.PatchSize, maxPatchSize)
 	case p.PoolingKernel < 1 || p.PoolingKernel > 64:
 		return fmt.Errorf("gemma4: image processor: pooling_kernel_size %d, want 1..64", p.PoolingKernel)
+	case p.MaxPatches()*p.PatchSize*p.PatchSize > maxProcessorPixels:
+		// Checked before anything is allocated: patch 256 and pooling 64
+		// (each within the vision config's bounds) would ask for 3.6 TB.
+		return fmt.Errorf("gemma4: image processor: max_soft_tokens %d × pooling_kernel_size %d² × patch_size %d² is %d padded pixels, over %d",
+			p.MaxSoftTokens, p.PoolingKernel, p.PatchSize, p.MaxPatches()*p.PatchSize*p.PatchSize, maxProcessorPixels)
 	}
 	return nil
 }
