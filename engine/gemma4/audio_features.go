@@ -484,12 +484,16 @@ func newMelBank(c AudioFeatureConfig) melBank {
 	}
 	bin[nb-1] = float64(c.SamplingRate / 2)
 	b := melBank{lo: make([]int, c.FeatureSize), w: make([][]float64, c.FeatureSize)}
+	// One scratch row; each filter keeps a copy of its nonzero span only
+	// (a bin lies in at most two triangles), not a row of nb (feature_size
+	// 1024 with fft_length 65536 kept 268 MB of mostly zeros).
+	ws := make([]float64, nb)
 	for i := range c.FeatureSize {
 		first, last := -1, -1
-		ws := make([]float64, nb)
 		for k, f := range bin {
 			down := (f - centre[i]) / (centre[i+1] - centre[i])
 			up := (centre[i+2] - f) / (centre[i+2] - centre[i+1])
+			ws[k] = 0
 			if v := max(0, min(down, up)); v > 0 {
 				ws[k] = v
 				if first < 0 {
@@ -499,7 +503,7 @@ func newMelBank(c AudioFeatureConfig) melBank {
 			}
 		}
 		if first >= 0 {
-			b.lo[i], b.w[i] = first, ws[first:last+1]
+			b.lo[i], b.w[i] = first, slices.Clone(ws[first:last+1])
 		}
 	}
 	return b

@@ -412,3 +412,30 @@ func TestAudioFeatureGoldens(t *testing.T) {
 		}
 	}
 }
+
+// TestMelBankKeepsSpans: each filter keeps its nonzero span only, the spans
+// at most two per bin (the triangles overlap pairwise), at the largest
+// settings check allows (feature_size 1024, fft_length 65536: rows of the
+// full width kept 268 MB).
+func TestMelBankKeepsSpans(t *testing.T) {
+	c := DefaultAudioFeatureConfig()
+	c.FeatureSize, c.FrameLength, c.FFTLength = maxFeatureSize, maxAudioFrameLen, 2*maxAudioFrameLen
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	b := newMelBank(c)
+	nb := c.FFTLength/2 + 1
+	kept, capacity := 0, 0
+	for i, w := range b.w {
+		kept, capacity = kept+len(w), capacity+cap(w)
+		for k, v := range w {
+			if !(v >= 0 && v <= 1) || (k == 0 || k == len(w)-1) && v == 0 {
+				t.Fatalf("filter %d, weight %d of its span: %g", i, k, v)
+			}
+		}
+	}
+	// capacity: the allocator's size classes round each span up.
+	if kept > 2*nb || capacity > 2*kept {
+		t.Errorf("%d weights (capacity %d) kept for %d filters over %d bins, want at most %d", kept, capacity, c.FeatureSize, nb, 2*nb)
+	}
+}

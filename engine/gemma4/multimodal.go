@@ -91,6 +91,10 @@ func ParseMediaTokens(data []byte) (MediaTokens, error) {
 	if r.Text == nil || r.Text.Vocab == nil {
 		return MediaTokens{}, errors.New("gemma4: config.json: text_config.vocab_size is missing")
 	}
+	if *r.Text.Vocab < 1 || *r.Text.Vocab > MaxVocab {
+		// As ParseConfig: ids checked against an absurd vocabulary are no check.
+		return MediaTokens{}, fmt.Errorf("gemma4: config.json: text_config.vocab_size %d is outside [1, %d]", *r.Text.Vocab, MaxVocab)
+	}
 	if r.EOA != nil && r.EOAID != nil && *r.EOA != *r.EOAID {
 		return MediaTokens{}, fmt.Errorf("gemma4: config.json: eoa_token_index %d and eoa_token_id %d differ", *r.EOA, *r.EOAID)
 	}

@@ -520,6 +520,9 @@ func TestParseMediaTokens(t *testing.T) {
 		{`{"model_type": "gemma4", "eoa_token_index": 5, "eoa_token_id": 6, "text_config": {"vocab_size": 262144}}`, "eoa_token_index 5 and eoa_token_id 6"},
 		{`{"model_type": "gemma4", "audio_token_id": -1, "text_config": {"vocab_size": 262144}}`, "audio_token_id -1"},
 		{`[`, "config.json"},
+		// FuzzParseMediaTokens's testdata/fuzz/FuzzParseMediaTokens/vocab-absurd.
+		{`{"model_type": "gemma4", "image_token_id": 4000000000, "text_config": {"vocab_size": 9000000000000000000}}`, "vocab_size 9000000000000000000 is outside [1, 2097152]"},
+		{`{"model_type": "gemma4", "text_config": {"vocab_size": 0}}`, "vocab_size 0 is outside"},
 	} {
 		if _, err := ParseMediaTokens([]byte(tc.cfg)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want one containing %q", tc.cfg, err, tc.want)
