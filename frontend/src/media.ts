@@ -161,9 +161,10 @@ export interface TowerForecast {
   short: string;
 }
 
-/** The towers' expected time for the items, or null when no model says it. */
+/** The towers' expected time for the items, or null when no model says it
+ * (items the model cannot take, 0 tokens, go through no tower). */
 export function towerForecast(items: MediaItem[]): TowerForecast | null {
-  const ts = items.filter((i) => i.tower);
+  const ts = items.filter((i) => i.tower && i.tokens > 0);
   if (!ts.length) return null;
   const todo = ts.filter((i) => !i.tower!.cached);
   const device = `this machine's ${ts[0].tower!.device}`;

@@ -25,6 +25,8 @@ describe('the towers before a run', () => {
     expect(f.text).toContain("not measured yet: the first run times them (on a CPU an image can take tens of seconds)");
     expect(towerForecast([item('a', measured(0, { cached: true }))])!.text).toContain('cached, no tower time');
     expect(towerForecast([item('a')])).toBeNull(); // no model loaded
+    // an item the model cannot take (a text-only model: 0 tokens) has no tower time
+    expect(towerForecast([{ ...item('a', { ms: 0, measured: false, device: 'CPU' }), tokens: 0 }])).toBeNull();
   });
 
   it('show in the media panel, marked when slow', () => {
