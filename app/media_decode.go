@@ -292,16 +292,18 @@ func boundImage(img image.Image, limit int) (image.Image, error) {
 	return session.ShrinkImage(img, limit)
 }
 
-// boundRGBA is boundImage for a video frame.
+// boundRGBA is boundImage for a video frame: ShrinkImage gives back a
+// frame within the limit as it is and a shrunk one as an *image.RGBA.
 func boundRGBA(img *image.RGBA, limit int) (*image.RGBA, error) {
 	out, err := boundImage(img, limit)
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := out.(*image.RGBA); ok {
-		return r, nil
+	r, ok := out.(*image.RGBA)
+	if !ok {
+		return nil, fmt.Errorf("shrinking a video frame gave a %T, not an RGBA image", out)
 	}
-	return rgbaOf(rgbOf(out), out.Bounds().Dx(), out.Bounds().Dy()), nil
+	return r, nil
 }
 
 // rgbOf is img's pixels as Gemma 4's loader reads them ([h·w·3], row-major,
@@ -325,14 +327,4 @@ func rgbOf(img image.Image) []uint8 {
 		}
 	}
 	return px
-}
-
-// rgbaOf is an opaque RGBA image of rgb [h·w·3].
-func rgbaOf(rgb []uint8, w, h int) *image.RGBA {
-	out := image.NewRGBA(image.Rect(0, 0, w, h))
-	for p := range w * h {
-		o := out.Pix[4*p:]
-		o[0], o[1], o[2], o[3] = rgb[3*p], rgb[3*p+1], rgb[3*p+2], 255
-	}
-	return out
 }

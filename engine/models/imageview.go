@@ -115,7 +115,8 @@ func rgbaOf(rgb []uint8, w, h int) *image.RGBA {
 // dropped; a side over what the resize takes is first thinned to every
 // n-th pixel). A store of images keeps them so: a Gemma 4 processor's
 // largest target is 2,580,480 pixels, so an image kept at 4 Mpixels is
-// only ever shrunk by it, never enlarged.
+// only ever shrunk by it, never enlarged. An image shrunk is an
+// *image.RGBA; one within the limit is img itself.
 func ShrinkImage(img image.Image, limit int) (image.Image, error) {
 	b := img.Bounds()
 	w, h := b.Dx(), b.Dy()
