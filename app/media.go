@@ -381,6 +381,11 @@ func (e *mediaEntry) withTokens(mc mediaCounts) MediaItem {
 	case e.image != nil:
 		it.Tokens = mc.imageTokens(e.image) // Gemma 3n's count is fixed
 		it.Note = e.imageNote(mc)
+		if mc.gemma4() {
+			if _, err := mc.view(e.image); err != nil {
+				it.ModelView = "" // the model takes no images: no view to show (the note says why)
+			}
+		}
 	case e.clip != nil:
 		it.Tokens = mc.clipTokens(len(e.clip.Samples))
 	case e.video != nil:

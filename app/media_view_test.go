@@ -222,3 +222,54 @@ func TestImageBombRefused(t *testing.T) {
 		t.Error("the bomb is in the input")
 	}
 }
+
+// TestTextOnlyModelHasNoModelView: under a Gemma 4 model without a vision
+// tower an image item carries no model_view (its note says why) and the
+// view's URL answers 404 naming the reason; under Gemma 3n it has both.
+func TestTextOnlyModelHasNoModelView(t *testing.T) {
+	needTokenizer(t)
+	s, _ := mediaServices(t, nil)
+	it := mustAdd(t, s.Media.Upload("wide.png", testPNG(t, 40, 30)))
+	url := it.ModelView
+	if url == "" {
+		t.Fatal("no model_view with no model loaded (Gemma 3n's view)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(testmodel.Dir(t, "gemma4-synthetic-tiny.tar.gz"))
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tinyGemma4Tokenizer(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Models.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for m := s.Models.Info(); m.State != ModelReady; m = s.Models.Info() {
+		if m.State == ModelError || time.Now().After(deadline) {
+			t.Fatalf("%s: %s %s", dir, m.State, m.Error)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	items := s.Media.Items()
+	if len(items) != 1 {
+		t.Fatalf("items %+v", items)
+	}
+	if items[0].ModelView != "" {
+		t.Errorf("model_view %q under a model without a vision tower", items[0].ModelView)
+	}
+	if !strings.Contains(items[0].Note, "takes no images") {
+		t.Errorf("note %q, want it to say the model takes no images", items[0].Note)
+	}
+	code, _, body := get(t, s.Media.Files(), url)
+	if code != 404 || !strings.Contains(string(body), "no vision tower") {
+		t.Errorf("model.png: %d %q, want 404 naming the missing vision tower", code, body)
+	}
+}
