@@ -196,6 +196,8 @@ type Stream struct {
 	fbErr     error            // the first failure of one (sticky: Sync returns it)
 	recording bool             // between BeginGraph or BeginLoop and EndGraph
 	spoiled   bool             // an operation on the CPU was asked while recording
+
+	calls OpCalls // its calls into the op table (opcalls.go)
 }
 
 // NewStream returns a stream of the backend.

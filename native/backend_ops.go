@@ -15,7 +15,7 @@ func (s *Stream) Linear(y, x, w Tensor) {
 		return
 	}
 	check(x.Cols() == w.Cols() && y.Rows() == x.Rows() && y.Cols() == w.Rows(), "Stream.Linear: shapes differ")
-	if s.be.lacks[OpLinear] {
+	if s.left(OpLinear) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Linear(h[0], h[1], h[2]) }, y, x, w)
 		return
 	}
@@ -29,7 +29,7 @@ func (s *Stream) LinearRows(y, x, w, ids Tensor) {
 		return
 	}
 	check(ids.DType() == I32 && x.Cols() == w.Cols() && y.Rows() == x.Rows() && y.Cols() == ids.Len(), "Stream.LinearRows: shapes differ")
-	if s.be.lacks[OpLinearRows] {
+	if s.left(OpLinearRows) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.LinearRows(h[0], h[1], h[2], h[3]) }, y, x, w, ids)
 		return
 	}
@@ -45,7 +45,7 @@ func (s *Stream) SparseMLP(y, g, h, idx, x, up, downT Tensor, z float32) {
 	}
 	check(up.DType() == Q4 && downT.DType() == Q4 && up.Rows() == downT.Rows() && up.Cols() == downT.Cols(), "Stream.SparseMLP: weights")
 	check(g.Len() == x.Rows()*up.Rows() && h.Len() >= g.Len() && idx.Len() >= g.Len() && y.Len() == x.Len(), "Stream.SparseMLP: shapes differ")
-	if s.be.lacks[OpSparseMLP] {
+	if s.left(OpSparseMLP) {
 		s.onCPU(4, func(c *Stream, h []Tensor) { c.SparseMLP(h[0], h[1], h[2], h[3], h[4], h[5], h[6], z) }, y, g, h, idx, x, up, downT)
 		return
 	}
@@ -58,7 +58,7 @@ func (s *Stream) RMSNorm(y, x, w Tensor, dim int, eps float32) {
 		return
 	}
 	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && (w.Nil() || w.Len() >= dim), "Stream.RMSNorm: shapes differ")
-	if s.be.lacks[OpRMSNorm] {
+	if s.left(OpRMSNorm) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.RMSNorm(h[0], h[1], h[2], dim, eps) }, y, x, w)
 		return
 	}
@@ -71,7 +71,7 @@ func (s *Stream) RowRMS(out, x Tensor, dim int, floor float32) {
 		return
 	}
 	check(dim > 0 && x.Len() == out.Len()*dim, "Stream.RowRMS: shapes differ")
-	if s.be.lacks[OpRowRMS] {
+	if s.left(OpRowRMS) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.RowRMS(h[0], h[1], dim, floor) }, out, x)
 		return
 	}
@@ -84,7 +84,7 @@ func (s *Stream) ScaleRows(x, sc Tensor, dim int) {
 		return
 	}
 	check(x.Len() == sc.Len()*dim, "Stream.ScaleRows: shapes differ")
-	if s.be.lacks[OpScaleRows] {
+	if s.left(OpScaleRows) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.ScaleRows(h[0], h[1], dim) }, x, sc)
 		return
 	}
@@ -97,7 +97,7 @@ func (s *Stream) MulRows(x, w Tensor) {
 		return
 	}
 	check(w.Len() > 0 && x.Len()%w.Len() == 0, "Stream.MulRows: shapes differ")
-	if s.be.lacks[OpMulRows] {
+	if s.left(OpMulRows) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.MulRows(h[0], h[1]) }, x, w)
 		return
 	}
@@ -110,7 +110,7 @@ func (s *Stream) SparseGeluMul(g, u Tensor, dim int, z float32) {
 		return
 	}
 	check(dim > 0 && g.Len()%dim == 0 && u.Len() >= g.Len(), "Stream.SparseGeluMul: shapes differ")
-	if s.be.lacks[OpSparseGeluMul] {
+	if s.left(OpSparseGeluMul) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.SparseGeluMul(h[0], h[1], dim, z) }, g, u)
 		return
 	}
@@ -124,7 +124,7 @@ func (s *Stream) ew(op C.int, y, a, b Tensor, c float32, name string) {
 	if a.Len() < y.Len() || (!b.Nil() && b.Len() < y.Len()) {
 		panic("native: " + name + ": input too short")
 	}
-	if s.be.lacks[OpEW] {
+	if s.left(OpEW) {
 		cv := c
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.ew(op, h[0], h[1], h[2], cv, name) }, y, a, b)
 		return
@@ -169,7 +169,7 @@ func (s *Stream) ewRep(op C.int, y, a, b Tensor, name string) {
 	if a.Len() < y.Len() || b.Len() == 0 || y.Len()%b.Len() != 0 {
 		panic("native: " + name + ": a shorter than y, or b's length does not divide y's")
 	}
-	if s.be.lacks[OpEW] {
+	if s.left(OpEW) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.ewRep(op, h[0], h[1], h[2], name) }, y, a, b)
 		return
 	}
@@ -197,7 +197,7 @@ func (s *Stream) RoPE(x, pos Tensor, heads, headDim int, invFreq Tensor) {
 		return
 	}
 	check(pos.DType() == I32 && x.Len() >= pos.Len()*heads*headDim && invFreq.Len() >= headDim/2, "Stream.RoPE: shapes differ")
-	if s.be.lacks[OpRoPE] {
+	if s.left(OpRoPE) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.RoPE(h[0], h[1], heads, headDim, h[2]) }, x, pos, invFreq)
 		return
 	}
@@ -217,7 +217,7 @@ func (s *Stream) RouterCoef(y, f, x, normW, w Tensor, dim int, eps, scale float3
 	if plus {
 		has = 1
 	}
-	if s.be.lacks[OpRouterCoef] {
+	if s.left(OpRouterCoef) {
 		s.onCPU(3, func(c *Stream, h []Tensor) {
 			c.RouterCoef(h[0], h[1], h[3], h[4], h[5], dim, eps, scale, h[6], h[2], add, plus)
 		}, y, f, cy, x, normW, w, cw)
@@ -237,7 +237,7 @@ func (s *Stream) NormRoPE(x, w Tensor, eps float32, pos Tensor, heads, headDim i
 	check(pos.DType() == I32 && headDim > 0 && x.Len() >= n*heads*headDim && (invFreq.Nil() || invFreq.Len() >= headDim/2) &&
 		(w.Nil() || w.Len() >= headDim), "Stream.NormRoPE: shapes differ")
 	check(to.Nil() || (idx.DType() == I32 && idx.Len() >= n && to.Cols() == heads*headDim), "Stream.NormRoPE: scatter shapes differ")
-	if s.be.lacks[OpNormRoPE] {
+	if s.left(OpNormRoPE) {
 		s.onCPU(2, func(c *Stream, h []Tensor) { c.NormRoPE(h[0], h[2], eps, h[3], heads, headDim, h[4], h[1], h[5]) }, x, to, w, pos, invFreq, idx)
 		return
 	}
@@ -250,7 +250,7 @@ func (s *Stream) AltUpPredict(pred, h, coef Tensor, n, d int) {
 		return
 	}
 	check(pred.Len() >= 4*n*d && h.Len() >= 4*n*d && coef.Len() >= 16*n, "Stream.AltUpPredict: shapes differ")
-	if s.be.lacks[OpAltUpPredict] {
+	if s.left(OpAltUpPredict) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.AltUpPredict(h[0], h[1], h[2], n, d) }, pred, h, coef)
 		return
 	}
@@ -263,7 +263,7 @@ func (s *Stream) AltUpCorrect(out, pred, act, c Tensor, n, d int) {
 		return
 	}
 	check(out.Len() >= 4*n*d && pred.Len() >= 4*n*d && act.Len() >= n*d && c.Len() >= 4*n, "Stream.AltUpCorrect: shapes differ")
-	if s.be.lacks[OpAltUpCorrect] {
+	if s.left(OpAltUpCorrect) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.AltUpCorrect(h[0], h[1], h[2], h[3], n, d) }, out, pred, act, c)
 		return
 	}
@@ -294,7 +294,7 @@ func (s *Stream) Attention(a *PagedAttn) {
 	check(a.Q.Cols() == a.HeadsQ*a.HeadDim && a.Out.Len() >= n*a.Q.Cols(), "Stream.Attention: q or out")
 	check(a.K.Cols() == a.HeadsKV*a.HeadDim && a.V.Cols() == a.K.Cols() && a.Block > 0, "Stream.Attention: pool")
 	check(a.QPos.Len() >= n && a.QSeq.Len() >= n, "Stream.Attention: positions")
-	if s.be.lacks[OpAttention] {
+	if s.left(OpAttention) {
 		s.onCPU(1, func(c *Stream, h []Tensor) {
 			b := *a
 			b.Out, b.Q, b.K, b.V, b.QPos, b.QSeq, b.SeqEnt, b.EntBlk, b.EntPos, b.EntLen = h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
@@ -318,7 +318,7 @@ func (s *Stream) Embed(y, table, ids Tensor, scale float32) {
 		return
 	}
 	check(ids.DType() == I32 && y.Len() >= ids.Len()*table.Cols(), "Stream.Embed: shapes differ")
-	if s.be.lacks[OpEmbed] {
+	if s.left(OpEmbed) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Embed(h[0], h[1], h[2], scale) }, y, table, ids)
 		return
 	}
@@ -331,7 +331,7 @@ func (s *Stream) Gather(y, x, idx Tensor) {
 		return
 	}
 	check(idx.DType() == I32 && y.Cols() == x.Cols() && y.Rows() >= idx.Len(), "Stream.Gather: shapes differ")
-	if s.be.lacks[OpGather] {
+	if s.left(OpGather) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Gather(h[0], h[1], h[2]) }, y, x, idx)
 		return
 	}
@@ -345,7 +345,7 @@ func (s *Stream) Scatter(y, x, idx Tensor) {
 		return
 	}
 	check(idx.DType() == I32 && y.Cols() == x.Cols() && x.Rows() >= idx.Len(), "Stream.Scatter: shapes differ")
-	if s.be.lacks[OpScatter] {
+	if s.left(OpScatter) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Scatter(h[0], h[1], h[2]) }, y, x, idx)
 		return
 	}
@@ -359,7 +359,7 @@ func (s *Stream) Copy2D(y Tensor, ys int, x Tensor, xs, rows, cols int) {
 		return
 	}
 	check(y.Len() >= (rows-1)*ys+cols && x.Len() >= (rows-1)*xs+cols, "Stream.Copy2D: outside a tensor")
-	if s.be.lacks[OpCopy2D] {
+	if s.left(OpCopy2D) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Copy2D(h[0], ys, h[1], xs, rows, cols) }, y, x)
 		return
 	}
@@ -372,7 +372,7 @@ func (s *Stream) LogSumExp(out, x Tensor) {
 		return
 	}
 	check(out.Len() >= x.Rows(), "Stream.LogSumExp: out too short")
-	if s.be.lacks[OpLogSumExp] {
+	if s.left(OpLogSumExp) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.LogSumExp(h[0], h[1]) }, out, x)
 		return
 	}
@@ -386,7 +386,7 @@ func (s *Stream) Argmax(out, x Tensor) {
 		return
 	}
 	check(out.DType() == I32 && out.Len() >= x.Rows(), "Stream.Argmax: out")
-	if s.be.lacks[OpArgmax] {
+	if s.left(OpArgmax) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Argmax(h[0], h[1]) }, out, x)
 		return
 	}
@@ -399,7 +399,7 @@ func (s *Stream) Select(out, x, row, col Tensor) {
 		return
 	}
 	check(row.DType() == I32 && col.DType() == I32 && col.Len() == row.Len() && out.Len() >= row.Len(), "Stream.Select: shapes differ")
-	if s.be.lacks[OpSelect] {
+	if s.left(OpSelect) {
 		s.onCPU(1, func(c *Stream, h []Tensor) { c.Select(h[0], h[1], h[2], h[3]) }, out, x, row, col)
 		return
 	}
@@ -419,7 +419,7 @@ type Sampling struct {
 // vocab], which it overwrites.
 func (s *Stream) Sample(out, x Tensor, p Sampling) {
 	check(out.DType() == I32 && out.Len() >= 1 && x.Rows() == 1, "Stream.Sample: shapes")
-	if s.be.lacks[OpSample] {
+	if s.left(OpSample) {
 		s.onCPU(2, func(c *Stream, h []Tensor) { c.Sample(h[0], h[1], p) }, out, x)
 		return
 	}
@@ -435,7 +435,7 @@ func (s *Stream) NormAdd(y, x, w, a, b Tensor, dim int, eps, c float32) {
 	}
 	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && a.Len() >= y.Len() && (b.Nil() || b.Len() >= y.Len()) &&
 		(w.Nil() || w.Len() >= dim), "Stream.NormAdd: shapes differ")
-	if s.be.lacks[OpNormAdd] {
+	if s.left(OpNormAdd) {
 		cv := c
 		s.onCPU(2, func(c *Stream, h []Tensor) { c.NormAdd(h[0], h[1], h[2], h[3], h[4], dim, eps, cv) }, y, x, w, a, b)
 		return
@@ -452,7 +452,7 @@ func (s *Stream) Router(y, f, x, normW, w Tensor, dim int, eps, scale float32) {
 	}
 	check(x.Cols() == dim && f.Rows() == x.Rows() && f.Cols() == dim && w.Cols() == dim && y.Rows() == x.Rows() &&
 		y.Cols() == w.Rows(), "Stream.Router: shapes differ")
-	if s.be.lacks[OpRouter] {
+	if s.left(OpRouter) {
 		s.onCPU(2, func(c *Stream, h []Tensor) { c.Router(h[0], h[1], h[2], h[3], h[4], dim, eps, scale) }, y, f, x, normW, w)
 		return
 	}

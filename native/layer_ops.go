@@ -53,7 +53,7 @@ func (s *Stream) AltUpPredictStep(a *AltUpStep) {
 	}
 	a.check("Stream.AltUpPredictStep: shapes differ")
 	check(a.Pre.Nil(), "Stream.AltUpPredictStep: Pre is AltUpCorrectStep's")
-	if s.be.lacks[OpAltUpPredictStep] {
+	if s.left(OpAltUpPredictStep) {
 		s.RouterCoef(a.Y, a.F, a.X, a.NormW, a.W, a.Dim, a.Eps, a.Scale, a.CW, a.CY, a.Add, a.Plus)
 		s.AltUpPredict(a.Pred, a.H, a.CY, a.N, a.Dim)
 		s.RMSNorm(a.Out, a.Pred.Slice(0, a.N), a.OutW, a.Dim, a.Eps)
@@ -71,7 +71,7 @@ func (s *Stream) AltUpCorrectStep(a *AltUpStep) {
 		return
 	}
 	a.check("Stream.AltUpCorrectStep: shapes differ")
-	if s.be.lacks[OpAltUpCorrectStep] {
+	if s.left(OpAltUpCorrectStep) {
 		if !a.Pre.Nil() {
 			s.NormAdd(a.X, a.Pre, a.PreW, a.X, Tensor{}, a.Dim, a.Eps, 0)
 		}
@@ -97,7 +97,7 @@ func (s *Stream) NormAddMore(y, x, w, a, b Tensor, dim int, eps, c float32, rep,
 	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && a.Len() >= y.Len() && (b.Nil() || b.Len() >= y.Len()) &&
 		(w.Nil() || w.Len() >= dim) && (rep.Nil() || rep.Len()%x.Len() == 0) && (f.Nil() || f.Len() == y.Len()) &&
 		(fw.Nil() || fw.Len() >= dim), "Stream.NormAddMore: shapes differ")
-	if s.be.lacks[OpNormAddMore] {
+	if s.left(OpNormAddMore) {
 		s.NormAdd(y, x, w, a, b, dim, eps, c)
 		if !rep.Nil() {
 			s.AddRep(rep, rep, x)
@@ -125,7 +125,7 @@ func (s *Stream) NormRoPEs(parts []NormRoPEPart, eps float32, pos Tensor, headDi
 	if pos.Len() == 0 || len(parts) == 0 {
 		return
 	}
-	if s.be.lacks[OpNormRoPEs] {
+	if s.left(OpNormRoPEs) {
 		for _, p := range parts {
 			s.NormRoPE(p.X, p.W, eps, pos, p.Heads, headDim, p.InvFreq, p.To, idx)
 		}
