@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"verdict/engine/vision"
 )
@@ -28,14 +29,20 @@ const maxProcessorPixels = 1 << 23
 // supportedSoftTokens are the processor's allowed max_soft_tokens.
 var supportedSoftTokens = []int{70, 140, 280, 560, 1120}
 
+// CheckSoftTokens refuses a max_soft_tokens the image processor does not
+// allow, naming the field and the allowed values.
+func CheckSoftTokens(n int) error {
+	if !slices.Contains(supportedSoftTokens, n) {
+		return fmt.Errorf("gemma4: image processor: max_soft_tokens %d, want one of %v", n, supportedSoftTokens)
+	}
+	return nil
+}
+
 func (p ImageProcessorConfig) check() error {
-	ok := false
-	for _, n := range supportedSoftTokens {
-		ok = ok || n == p.MaxSoftTokens
+	if err := CheckSoftTokens(p.MaxSoftTokens); err != nil {
+		return err
 	}
 	switch {
-	case !ok:
-		return fmt.Errorf("gemma4: image processor: max_soft_tokens %d, want one of %v", p.MaxSoftTokens, supportedSoftTokens)
 	case p.PatchSize < 1 || p.PatchSize > maxPatchSize:
 		return fmt.Errorf("gemma4: image processor: patch_size %d, want 1..%d", p.PatchSize, maxPatchSize)
 	case p.PoolingKernel < 1 || p.PoolingKernel > 64:

@@ -149,13 +149,16 @@ func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden i
 	if !images && !audio {
 		return g, nil
 	}
-	soft, feat, err := readProcessor(dir)
+	proc, err := readProcessor(dir)
 	if err != nil {
 		return nil, err
 	}
-	g.feat = feat
+	g.feat = proc.feat
 	if !images {
 		return g, nil
+	}
+	if err := gemma4.CheckSoftTokens(proc.softTokens); err != nil {
+		return nil, fmt.Errorf("%s: %w", proc.softFrom, err)
 	}
 	if t, err := gemma4.ParseMediaTokens(cfgJSON); err == nil {
 		g.bidirectional = t.VisionBidirectional
@@ -164,8 +167,15 @@ func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden i
 	if err != nil {
 		return nil, err
 	}
-	g.proc = gemma4.ImageProcessorConfig{PatchSize: vc.PatchSize, MaxSoftTokens: soft, PoolingKernel: vc.PoolingKernel}
+	g.proc = gemma4.ImageProcessorConfig{PatchSize: vc.PatchSize, MaxSoftTokens: proc.softTokens, PoolingKernel: vc.PoolingKernel}
 	return g, nil
+}
+
+// processorSettings are a checkpoint folder's processor settings.
+type processorSettings struct {
+	softTokens int    // the image processor's max_soft_tokens
+	softFrom   string // the file that gave it ("the default" when none did)
+	feat       gemma4.AudioFeatureConfig
 }
 
 // readProcessor reads a checkpoint folder's processor settings: the image
@@ -173,42 +183,44 @@ func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden i
 // extractor's settings, processor_config.json's feature_extractor block
 // (gemma4.ParseAudioFeatureConfig; gemma4.DefaultAudioFeatureConfig when
 // the folder has none).
-func readProcessor(dir string) (soft int, feat gemma4.AudioFeatureConfig, err error) {
-	feat = gemma4.DefaultAudioFeatureConfig()
-	if soft, err = processorSoftTokens(dir); err != nil || dir == "" {
-		return soft, feat, err
+func readProcessor(dir string) (p processorSettings, err error) {
+	p.feat = gemma4.DefaultAudioFeatureConfig()
+	if p.softTokens, p.softFrom, err = processorSoftTokens(dir); err != nil || dir == "" {
+		return p, err
 	}
 	path := filepath.Join(dir, "processor_config.json")
 	data, err := safefile.ReadFile(path, MaxConfigBytes)
 	if errors.Is(err, os.ErrNotExist) {
-		return soft, feat, nil
+		return p, nil
 	}
 	if err != nil {
-		return 0, feat, err
+		return p, err
 	}
 	var top struct {
 		FeatureExtractor json.RawMessage `json:"feature_extractor"`
 	}
 	if err := json.Unmarshal(data, &top); err != nil {
-		return 0, feat, fmt.Errorf("%s: %w", path, err)
+		return p, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(top.FeatureExtractor) == 0 {
-		return soft, feat, nil
+		return p, nil
 	}
-	if feat, err = gemma4.ParseAudioFeatureConfig(data); err != nil {
-		return 0, feat, fmt.Errorf("%s: %w", path, err)
+	if p.feat, err = gemma4.ParseAudioFeatureConfig(data); err != nil {
+		return p, fmt.Errorf("%s: %w", path, err)
 	}
-	return soft, feat, nil
+	return p, nil
 }
 
 // processorSoftTokens reads the image processor's max_soft_tokens from a
-// checkpoint folder: processor_config.json's image_processor (transformers
-// 5) or preprocessor_config.json; DefaultImageSoftTokens when neither file
-// is there or names it. A value the processor does not allow is refused
-// when an image is encoded (ImageProcessorConfig's check names it).
-func processorSoftTokens(dir string) (int, error) {
+// checkpoint folder, and the file that gave it: processor_config.json's
+// image_processor (transformers 5) or preprocessor_config.json;
+// DefaultImageSoftTokens when neither file is there or names it. A model
+// with a vision tower refuses a value the processor does not allow when it
+// opens (gemma4.CheckSoftTokens, naming the file).
+func processorSoftTokens(dir string) (int, string, error) {
+	const byDefault = "the default"
 	if dir == "" {
-		return DefaultImageSoftTokens, nil
+		return DefaultImageSoftTokens, byDefault, nil
 	}
 	type proc struct {
 		MaxSoftTokens  *int `json:"max_soft_tokens"`
@@ -224,7 +236,7 @@ func processorSoftTokens(dir string) (int, error) {
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return 0, path, err
 		}
 		var p proc
 		if f.nested {
@@ -233,23 +245,23 @@ func processorSoftTokens(dir string) (int, error) {
 				proc
 			}
 			if err := json.Unmarshal(data, &outer); err != nil {
-				return 0, fmt.Errorf("%s: %w", path, err)
+				return 0, path, fmt.Errorf("%s: %w", path, err)
 			}
 			p = outer.proc
 			if outer.ImageProcessor != nil {
 				p = *outer.ImageProcessor
 			}
 		} else if err := json.Unmarshal(data, &p); err != nil {
-			return 0, fmt.Errorf("%s: %w", path, err)
+			return 0, path, fmt.Errorf("%s: %w", path, err)
 		}
 		switch {
 		case p.MaxSoftTokens != nil:
-			return *p.MaxSoftTokens, nil
+			return *p.MaxSoftTokens, path, nil
 		case p.ImageSeqLength != nil:
-			return *p.ImageSeqLength, nil
+			return *p.ImageSeqLength, path, nil
 		}
 	}
-	return DefaultImageSoftTokens, nil
+	return DefaultImageSoftTokens, byDefault, nil
 }
 
 // inputs reports what the model accepts: images when it has a vision

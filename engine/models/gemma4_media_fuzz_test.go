@@ -43,7 +43,8 @@ func FuzzReadProcessor(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		soft, feat, err := readProcessor(dir)
+		settings, err := readProcessor(dir)
+		soft, feat := settings.softTokens, settings.feat
 		if err != nil {
 			if !strings.Contains(err.Error(), "processor_config.json") {
 				t.Fatalf("error names no file: %v", err)

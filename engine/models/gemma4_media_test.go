@@ -377,6 +377,8 @@ func TestGemma4MediaRefuses(t *testing.T) {
 	for _, c := range []struct{ proc, want string }{
 		{`{"image_processor": `, "processor_config.json"},
 		{`{"feature_extractor": {"dither": 0.5}}`, "dither"},
+		{`{"image_processor": {"max_soft_tokens": 100}}`, "max_soft_tokens 100"},
+		{`{"image_seq_length": 256}`, "max_soft_tokens 256"},
 	} {
 		if err := os.WriteFile(filepath.Join(dir, "processor_config.json"), []byte(c.proc), 0o644); err != nil {
 			t.Fatal(err)
