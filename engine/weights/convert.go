@@ -24,7 +24,7 @@ func readable(dtype string) bool {
 
 // Readable reports whether a tensor of the element type Info reports can be
 // read as float32 by the Store that reported it: the safetensors F32, BF16
-// and F16, and the ggml types with a dequantiser (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+// and F16, and the ggml types with a dequantiser (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 func Readable(dtype string) bool {
 	if readable(dtype) {
 		return true

@@ -14,6 +14,9 @@ const (
 	GGMLF32  GGMLType = 0
 	GGMLF16  GGMLType = 1
 	GGMLQ4_0 GGMLType = 2
+	GGMLQ4_1 GGMLType = 3
+	GGMLQ5_0 GGMLType = 6
+	GGMLQ5_1 GGMLType = 7
 	GGMLQ8_0 GGMLType = 8
 	GGMLQ4_K GGMLType = 12
 	GGMLQ5_K GGMLType = 13
@@ -45,9 +48,9 @@ var ggmlTypes = map[GGMLType]ggmlType{
 	GGMLQ4_K: {"Q4_K", qkK, 144, dequantQ4_K},
 	GGMLQ5_K: {"Q5_K", qkK, 176, dequantQ5_K},
 	GGMLQ6_K: {"Q6_K", qkK, 210, dequantQ6_K},
-	3:        {"Q4_1", 32, 20, nil},
-	6:        {"Q5_0", 32, 22, nil},
-	7:        {"Q5_1", 32, 24, nil},
+	GGMLQ4_1: {"Q4_1", 32, 20, dequantQ4_1},
+	GGMLQ5_0: {"Q5_0", 32, 22, dequantQ5_0},
+	GGMLQ5_1: {"Q5_1", 32, 24, dequantQ5_1},
 	9:        {"Q8_1", 32, 36, nil},
 	10:       {"Q2_K", qkK, 84, nil},
 	11:       {"Q3_K", qkK, 110, nil},
@@ -83,7 +86,7 @@ func (t GGMLType) String() string {
 func DequantizeGGML(t GGMLType, dst []float32, src []byte) error {
 	tt, ok := ggmlTypes[t]
 	if !ok || tt.dequant == nil {
-		return fmt.Errorf("weights: ggml type %s cannot be read as float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K can)", t)
+		return fmt.Errorf("weights: ggml type %s cannot be read as float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K can)", t)
 	}
 	if len(dst)%tt.block != 0 || len(src) != len(dst)/tt.block*tt.size {
 		return fmt.Errorf("weights: %s: %d values from %d bytes is not whole blocks of %d values in %d bytes", tt.name, len(dst), len(src), tt.block, tt.size)
@@ -152,6 +155,59 @@ func dequantQ4_0(dst []float32, src []byte) {
 			q := blk[2+j]
 			y[j] = float32(int(q&0xf)-8) * d
 			y[j+16] = float32(int(q>>4)-8) * d
+		}
+	}
+}
+
+// Q4_1: blocks of 32 values: f16 d and m, then Q4_0's 16 bytes of nibbles;
+// x = d·q + m.
+func dequantQ4_1(dst []float32, src []byte) {
+	for b := 0; b < len(dst)/32; b++ {
+		blk := src[b*20 : b*20+20]
+		d, m := f16at(blk, 0), f16at(blk, 2)
+		y := dst[b*32 : b*32+32]
+		for j := 0; j < 16; j++ {
+			q := blk[4+j]
+			y[j] = float32(float32(q&0xf)*d) + m
+			y[j+16] = float32(float32(q>>4)*d) + m
+		}
+	}
+}
+
+// Q5_0: blocks of 32 values: f16 d, 4 bytes of fifth bits qh (a
+// little-endian uint32, bit j for value j), 16 bytes of nibbles as Q4_0;
+// x = d·(q−16). llama-quantize falls back to it for Q4_K tensors whose rows
+// are not whole 256-value super-blocks.
+func dequantQ5_0(dst []float32, src []byte) {
+	for b := 0; b < len(dst)/32; b++ {
+		blk := src[b*22 : b*22+22]
+		d := f16at(blk, 0)
+		qh := binary.LittleEndian.Uint32(blk[2:])
+		y := dst[b*32 : b*32+32]
+		for j := 0; j < 16; j++ {
+			q := blk[6+j]
+			lo := uint32(q&0xf) | (qh>>j&1)<<4
+			hi := uint32(q>>4) | (qh>>(j+16)&1)<<4
+			y[j] = float32(int(lo)-16) * d
+			y[j+16] = float32(int(hi)-16) * d
+		}
+	}
+}
+
+// Q5_1: blocks of 32 values: f16 d and m, then Q5_0's fifth bits and
+// nibbles; x = d·q + m. llama-quantize's fallback for Q5_K.
+func dequantQ5_1(dst []float32, src []byte) {
+	for b := 0; b < len(dst)/32; b++ {
+		blk := src[b*24 : b*24+24]
+		d, m := f16at(blk, 0), f16at(blk, 2)
+		qh := binary.LittleEndian.Uint32(blk[4:])
+		y := dst[b*32 : b*32+32]
+		for j := 0; j < 16; j++ {
+			q := blk[8+j]
+			lo := uint32(q&0xf) | (qh>>j&1)<<4
+			hi := uint32(q>>4) | (qh>>(j+16)&1)<<4
+			y[j] = float32(float32(lo)*d) + m
+			y[j+16] = float32(float32(hi)*d) + m
 		}
 	}
 }

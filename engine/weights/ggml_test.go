@@ -81,6 +81,33 @@ func refQ5_K(blk []byte, i int) float32 {
 	return float32(d1*float32(q)) - m1
 }
 
+// refQ4_1: block_q4_1 is d, m, qs (4..19); element i is the low (i < 16) or
+// high nibble of qs[i%16].
+func refQ4_1(blk []byte, i int) float32 {
+	q := blk[4+i%16]
+	if i >= 16 {
+		q >>= 4
+	}
+	return float32(float32(q&15)*h16(blk, 0)) + h16(blk, 2)
+}
+
+// fifth is element i's 5-bit value in a block_q5_0/q5_1 whose qh starts at
+// byte at (qs follows at at+4): the nibble as Q4_0's, the fifth bit bit i of
+// qh read as a little-endian 32-bit word.
+func fifth(blk []byte, at, i int) int {
+	q := int(blk[at+4+i%16])
+	if i >= 16 {
+		q >>= 4
+	}
+	return q&15 | int(blk[at+i/8]>>(i%8)&1)<<4
+}
+
+func refQ5_0(blk []byte, i int) float32 { return float32(fifth(blk, 2, i)-16) * h16(blk, 0) }
+
+func refQ5_1(blk []byte, i int) float32 {
+	return float32(float32(fifth(blk, 4, i))*h16(blk, 0)) + h16(blk, 2)
+}
+
 func refQ6_K(blk []byte, i int) float32 {
 	half, r := i/128, i%128
 	g, l := r/32, r%32 // group 0..3 of 32 within the half
@@ -107,11 +134,25 @@ var refs = []struct {
 	{weights.GGMLQ6_K, 256, 210, []int{208}, refQ6_K},
 }
 
+// refs32 are the 32-value types llama-quantize falls back to on rows that
+// are not whole K-quant super-blocks (Q4_K → Q5_0, Q5_K → Q5_1) and Q4_1;
+// kept apart from refs, whose order is the oracle file's.
+var refs32 = []struct {
+	typ          weights.GGMLType
+	block, bytes int
+	scaleAt      []int
+	ref          func([]byte, int) float32
+}{
+	{weights.GGMLQ4_1, 32, 20, []int{0, 2}, refQ4_1},
+	{weights.GGMLQ5_0, 32, 22, []int{0}, refQ5_0},
+	{weights.GGMLQ5_1, 32, 24, []int{0, 2}, refQ5_1},
+}
+
 // Random blocks (finite f16 scales) dequantise exactly as the references
 // say, bit for bit, in one call over several blocks.
 func TestDequantizeMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, r := range refs {
+	for _, r := range append(refs, refs32...) {
 		const nb = 7
 		src := make([]byte, nb*r.bytes)
 		for i := range src {

@@ -344,7 +344,7 @@ func (s *GGUFStore) lookup(name string) (*ggufView, error) {
 		return nil, fmt.Errorf("weights: %s: %w", name, ErrNotFound)
 	}
 	if tt := ggmlTypes[v.t.Type]; tt.dequant == nil {
-		return nil, fmt.Errorf("weights: %s: %s (GGUF %s): type %s cannot be read as float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K can)", s.G.Path, name, v.t.Name, tt.name)
+		return nil, fmt.Errorf("weights: %s: %s (GGUF %s): type %s cannot be read as float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K can)", s.G.Path, name, v.t.Name, tt.name)
 	}
 	return v, nil
 }

@@ -256,8 +256,8 @@ func TestGGUFStoreErrors(t *testing.T) {
 			t.Errorf("OpenGGUF(%s) = %v, want %q", filepath.Base(tc.path), err, tc.want)
 		}
 	}
-	if err := weights.DequantizeGGML(6, make([]float32, 32), make([]byte, 22)); err == nil || !strings.Contains(err.Error(), "Q5_0 cannot be read") {
-		t.Errorf("Q5_0: %v", err)
+	if err := weights.DequantizeGGML(20, make([]float32, 32), make([]byte, 18)); err == nil || !strings.Contains(err.Error(), "IQ4_NL cannot be read") {
+		t.Errorf("IQ4_NL: %v", err)
 	}
 	if err := weights.DequantizeGGML(weights.GGMLQ8_0, make([]float32, 32), make([]byte, 33)); err == nil || !strings.Contains(err.Error(), "not whole blocks") {
 		t.Errorf("short Q8_0: %v", err)

@@ -563,9 +563,9 @@ func TestMMProjRefuses(t *testing.T) {
 		{"an audio tensor without the audio tower", set("clip.has_audio_encoder", false), nil, "belongs to the audio tower"},
 		{"an unreadable type", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 			x := tensor(ts, "v.blk.0.ffn_up.weight")
-			x.Type, x.Data = 6, make([]byte, 64*32/32*22) // Q5_0
+			x.Type, x.Data = 20, make([]byte, 64*32/32*18) // IQ4_NL
 			return ts
-		}, "v.blk.0.ffn_up.weight: type Q5_0 cannot be read"},
+		}, "v.blk.0.ffn_up.weight: type IQ4_NL cannot be read"},
 		{"the patch projection flat", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 			x := tensor(ts, "v.patch_embd.weight")
 			x.Dims = []int{48, 32}

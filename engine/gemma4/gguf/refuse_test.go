@@ -206,7 +206,7 @@ func TestRefuses(t *testing.T) {
 	path := tinyF32(t)
 	q5 := func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 		x := tensor(ts, "blk.0.attn_q.weight")
-		x.Type, x.Data = 6, make([]byte, 64*64/32*22) // Q5_0
+		x.Type, x.Data = 20, make([]byte, 64*64/32*18) // IQ4_NL
 		return ts
 	}
 	for _, c := range []struct {
@@ -278,17 +278,17 @@ func TestRefuses(t *testing.T) {
 			x.Name = "blk.0.attn_qkv.weight"
 			return append(ts, x)
 		}, "tensor blk.0.attn_qkv.weight is not part"},
-		{"split experts", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
+		{"a split expert gate without its up", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 			x := *tensor(ts, "blk.0.attn_q.weight")
 			x.Name = "blk.0.ffn_gate_exps.weight"
 			return append(ts, x)
-		}, "blk.0.ffn_gate_exps.weight: separate expert gate and up"},
+		}, "tensor blk.0.ffn_gate_exps.weight without blk.0.ffn_up_exps.weight"},
 		{"a block past the count", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 			x := *tensor(ts, "blk.0.attn_q.weight")
 			x.Name = "blk.9.attn_q.weight"
 			return append(ts, x)
 		}, "blk.9.attn_q.weight: block 9 beyond gemma4.block_count 6"},
-		{"an unreadable type", nil, q5, "blk.0.attn_q.weight: type Q5_0 cannot be read"},
+		{"an unreadable type", nil, q5, "blk.0.attn_q.weight: type IQ4_NL cannot be read"},
 		{"the embeddings transposed", nil, func(ts []ggufwrite.Tensor) []ggufwrite.Tensor {
 			x := tensor(ts, "token_embd.weight")
 			x.Dims = []int{512, 64}
