@@ -274,17 +274,22 @@ func (s *Stream) AltUpCorrect(out, pred, act, c Tensor, n, d int) {
 // kernels.h): queries Q [n, HeadsQ·HeadDim] at positions QPos of sequences
 // QSeq; sequence s's key entries are SeqEnt[s]..SeqEnt[s+1]-1, entry e
 // holding EntLen[e] keys from position EntPos[e] in block EntBlk[e] of the
-// pool K, V [blocks·Block, HeadsKV·HeadDim].
+// pool K, V [blocks·Block, HeadsKV·HeadDim]. QLim, when not Nil, is [n]
+// int32: the last key position each query sees, at least its own (an image
+// block's queries see the block's later keys); the window (Window > 0)
+// still counts back from the query's own position. Nil: causal.
 type PagedAttn struct {
 	Out, Q, K, V                               Tensor
 	QPos, QSeq, SeqEnt, EntBlk, EntPos, EntLen Tensor
 	HeadsQ, HeadsKV, HeadDim, Block, Window    int
 	MaxKeys                                    int
 	Scale                                      float32
+	QLim                                       Tensor
 }
 
-// Attention runs paged causal attention; every query's output equals
-// Attention's over its keys in one array, bit for bit.
+// Attention runs paged causal attention (past each query's own position up
+// to QLim when given); every query's output equals Attention's over its
+// keys in one array, bit for bit.
 func (s *Stream) Attention(a *PagedAttn) {
 	n := a.Q.Rows()
 	if n == 0 {
@@ -294,12 +299,16 @@ func (s *Stream) Attention(a *PagedAttn) {
 	check(a.Q.Cols() == a.HeadsQ*a.HeadDim && a.Out.Len() >= n*a.Q.Cols(), "Stream.Attention: q or out")
 	check(a.K.Cols() == a.HeadsKV*a.HeadDim && a.V.Cols() == a.K.Cols() && a.Block > 0, "Stream.Attention: pool")
 	check(a.QPos.Len() >= n && a.QSeq.Len() >= n, "Stream.Attention: positions")
+	check(a.QLim.Nil() || (a.QLim.DType() == I32 && a.QLim.Len() >= n), "Stream.Attention: key limits")
 	if s.left(OpAttention) {
 		s.onCPU(1, func(c *Stream, h []Tensor) {
 			b := *a
 			b.Out, b.Q, b.K, b.V, b.QPos, b.QSeq, b.SeqEnt, b.EntBlk, b.EntPos, b.EntLen = h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
+			if !a.QLim.Nil() {
+				b.QLim = h[10]
+			}
 			c.Attention(&b)
-		}, a.Out, a.Q, a.K, a.V, a.QPos, a.QSeq, a.SeqEnt, a.EntBlk, a.EntPos, a.EntLen)
+		}, a.Out, a.Q, a.K, a.V, a.QPos, a.QSeq, a.SeqEnt, a.EntBlk, a.EntPos, a.EntLen, a.QLim)
 		return
 	}
 	C.vdc_attention(s.be.t, s.s, C.vd_attn{
@@ -307,7 +316,7 @@ func (s *Stream) Attention(a *PagedAttn) {
 		seq_ent: a.SeqEnt.t, ent_blk: a.EntBlk.t, ent_pos: a.EntPos.t, ent_len: a.EntLen.t,
 		hq: C.int64_t(a.HeadsQ), hkv: C.int64_t(a.HeadsKV), d: C.int64_t(a.HeadDim),
 		block: C.int64_t(a.Block), window: C.int64_t(a.Window), max_keys: C.int64_t(a.MaxKeys),
-		scale: C.float(a.Scale),
+		scale: C.float(a.Scale), qlim: a.QLim.t,
 	})
 }
 

@@ -63,12 +63,16 @@ typedef struct {
 
 /* Paged attention over a pool of key/value blocks (see vk_paged_attention
  * in kernels.h for the rules): k and v are the layer's pool [blocks·block,
- * hkv·d]; q and out [nq, hq·d]; the int32 tensors describe the sequences. */
+ * hkv·d]; q and out [nq, hq·d]; the int32 tensors describe the sequences.
+ * qlim (VD_ABI 13), when its data is not NULL, is [nq] int32: the last key
+ * position each query sees (at least its own; the window still counts back
+ * from qpos); NULL: its own position, causal. */
 typedef struct {
 	vd_tensor out, q, k, v;
 	vd_tensor qpos, qseq, seq_ent, ent_blk, ent_pos, ent_len;
 	int64_t hq, hkv, d, block, window, max_keys;
 	float scale;
+	vd_tensor qlim;
 } vd_attn;
 
 /* Elementwise operations (vd_ops.ew): y = f(a, b, c) over y's elements. */

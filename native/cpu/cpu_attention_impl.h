@@ -217,7 +217,8 @@ typedef struct {
  *
  * Keys live in blocks of a pool; a sequence's keys are a list of entries
  * (block, first position, count) in position order. A query sees its
- * sequence's keys up to itself (window > 0: the last window positions).
+ * sequence's keys up to itself, or up to qlim[i] when qlim is given
+ * (window > 0: from the last window positions before its own on).
  * Entries that sit back to back in the pool are read as one segment.
  * Scores, softmax and the weighted sum of values are computed over the
  * segments in position order with exactly the arithmetic of vk_attention
@@ -239,6 +240,7 @@ static void VK_ISA(pattn_task)(void *vc, int64_t task)
 	int64_t H = (g + 1) * G - h0 < c->hc ? (g + 1) * G - h0 : c->hc;
 	int64_t ldk = p->hkv * d;
 	int64_t pos = p->qpos[i], lo = 0, s = p->qseq[i];
+	int64_t lim = p->qlim ? p->qlim[i] : pos;
 	if (p->window > 0 && pos - p->window + 1 > lo)
 		lo = pos - p->window + 1;
 	float *o = p->out + (i * p->hq + h0) * d;
@@ -248,7 +250,7 @@ static void VK_ISA(pattn_task)(void *vc, int64_t task)
 	int64_t ns = 0, nkeys = 0;
 	for (int64_t e = e0; e < e1; e++) {
 		int64_t a = p->ent_pos[e], b = a + p->ent_len[e];
-		int64_t first = a > lo ? a : lo, last = b < pos + 1 ? b : pos + 1;
+		int64_t first = a > lo ? a : lo, last = b < lim + 1 ? b : lim + 1;
 		if (last <= first)
 			continue;
 		const float *kp =

@@ -303,7 +303,8 @@ static void cpu_attention(vd_stream *s, const vd_attn *a)
 	                   a->seq_ent.data, a->ent_blk.data, a->ent_pos.data,
 	                   a->ent_len.data, a->q.rows,       a->hq,
 	                   a->hkv,          a->d,            a->block,
-	                   a->window,       a->max_keys,     a->scale};
+	                   a->window,       a->max_keys,     a->scale,
+	                   a->qlim.data};
 	vk_paged_attention(&p);
 }
 

@@ -88,9 +88,12 @@ void vk_attention(float *out, const float *q, const float *k, const float *v,
  * qseq[i], whose keys are the entries seq_ent[s] .. seq_ent[s+1]-1: entry e
  * holds ent_len[e] keys at positions ent_pos[e].. in slots 0.. of block
  * ent_blk[e], entries in position order. The query sees its sequence's keys
- * at positions <= qpos[i] (window > 0: the last window of them). Results
- * equal vk_attention over the same keys in one array, bit for bit.
- * max_keys (a hint for threading) bounds the keys any query sees. */
+ * at positions <= qpos[i] (qlim not NULL: <= qlim[i], which a caller sets at
+ * qpos[i] or later, as for an image block that attends both ways), and
+ * with window > 0 only those > qpos[i] - window (the window counts back
+ * from the query's own position). Results equal vk_attention over the same
+ * keys in one array, bit for bit. max_keys (a hint for threading) bounds
+ * the keys any query sees. */
 typedef struct {
 	float *out;           /* [nq, hq, d] */
 	const float *q;       /* [nq, hq, d] */
@@ -98,6 +101,7 @@ typedef struct {
 	const int32_t *qpos, *qseq, *seq_ent, *ent_blk, *ent_pos, *ent_len;
 	int64_t nq, hq, hkv, d, block, window, max_keys;
 	float scale;
+	const int32_t *qlim; /* [nq] or NULL */
 } vk_paged_attn;
 void vk_paged_attention(const vk_paged_attn *p);
 

@@ -13,10 +13,19 @@
  * them in chunk order: M = max m_c, w_c = exp(m_c − M), out = Σ w_c·o_c /
  * Σ w_c·l_c. Chunks past a query's keys are empty and add exact zeros, so
  * the result depends on the query's own keys only, never on the batch or
- * the grid (max_keys fixes only the number of chunk blocks launched). */
+ * the grid (max_keys fixes only the number of chunk blocks launched). A
+ * query's keys end at its own position, or at qlim[i] when qlim is given. */
 #define AB 256
 #define AC 64
 #define AK 4 /* keys a warp scores at once */
+
+/* attn_lim: the last key position query i sees: qlim[i] when given (an
+ * image block's queries see their block's later keys), else its own. The
+ * window still counts back from its own position. */
+__device__ __forceinline__ int64_t attn_lim(const vd_attn &a, int64_t i)
+{
+	return a.qlim.data ? ((const int32_t *)a.qlim.data)[i] : ((const int32_t *)a.qpos.data)[i];
+}
 
 __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
                                              int64_t *e1_out)
@@ -24,13 +33,13 @@ __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_
 	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
 	const int32_t *sent = (const int32_t *)a.seq_ent.data;
 	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
-	int64_t pos = qpos[i], lo = 0, s = qseq[i];
+	int64_t pos = qpos[i], lo = 0, s = qseq[i], lim = attn_lim(a, i);
 	if (a.window > 0 && pos - a.window + 1 > lo)
 		lo = pos - a.window + 1;
 	int64_t e0 = sent[s], e1 = sent[s + 1], nkeys = 0;
 	for (int64_t e = e0; e < e1; e++) {
 		int64_t p0 = epos[e], p1 = p0 + elen[e];
-		int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
+		int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
 		if (last > first)
 			nkeys += last - first;
 	}
@@ -93,13 +102,13 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	{ /* the chunk's key rows in the pool, in key order */
 		const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
 		const int32_t *elen = (const int32_t *)a.ent_len.data;
-		int64_t pos = ((const int32_t *)a.qpos.data)[i], base = 0;
+		int64_t lim = attn_lim(a, i), base = 0;
 		for (int64_t t0 = e0; t0 < e1 && base < ce; t0 += AB) {
 			int64_t e = t0 + threadIdx.x;
 			int vis = 0;
 			if (e < e1) {
 				int64_t p0 = epos[e], p1 = p0 + elen[e];
-				int64_t first = p0 > lo ? p0 : lo, last = p1 < pos + 1 ? p1 : pos + 1;
+				int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
 				vis = last > first ? (int)(last - first) : 0;
 			}
 			int incl = block_scan(vis, ws);
@@ -250,6 +259,8 @@ void c_attention(vd_stream *s, const vd_attn *a)
 		c.out.data = (float *)a->out.data + q0 * a->hq * a->d;
 		c.qpos.data = (int32_t *)a->qpos.data + q0;
 		c.qseq.data = (int32_t *)a->qseq.data + q0;
+		if (a->qlim.data)
+			c.qlim.data = (int32_t *)a->qlim.data + q0;
 		/* the query heads of a key/value group in one block (up to 8)
 		 * once there are queries enough to fill the device; a head a
 		 * block for a few (decode steps: more blocks, shorter ones) */

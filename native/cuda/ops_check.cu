@@ -717,14 +717,22 @@ static void check_rope_altup()
 
 /* Paged attention: several sequences whose keys sit in shuffled blocks,
  * entries of assorted lengths (some blocks partly filled), queries at
- * several positions of each (prefill runs and decode steps). */
-static void check_attention()
+ * several positions of each (prefill runs and decode steps). Each shape
+ * runs causal and with key limits (qlim: a random later position of the
+ * query's sequence for about two queries in three, as an image block's
+ * queries see their block's later keys). small: a few small shapes and
+ * sequences, for the host emulation (ops_check -attn). */
+static void check_attention(bool small)
 {
 	struct S {
 		int64_t hq, hkv, d, block, window;
-	} shapes[] = {{8, 2, 64, 16, 0}, {8, 2, 64, 16, 20}, {4, 1, 256, 8, 0}, {2, 2, 128, 32, 0}, {8, 4, 256, 16, 48},
-	              {4, 2, 64, 1, 0}, {8, 2, 64, 1, 40}}; /* blocks of one key: over 256 entries a sequence */
-	for (S s : shapes) {
+	};
+	static const S all[] = {{8, 2, 64, 16, 0}, {8, 2, 64, 16, 20}, {4, 1, 256, 8, 0}, {2, 2, 128, 32, 0}, {8, 4, 256, 16, 48},
+	                        {4, 2, 64, 1, 0}, {8, 2, 64, 1, 40}}; /* blocks of one key: over 256 entries a sequence */
+	static const S few[] = {{4, 2, 16, 4, 0}, {4, 2, 16, 4, 6}, {2, 1, 32, 1, 5}, {8, 2, 16, 8, 0}};
+	std::vector<S> shapes = small ? std::vector<S>(std::begin(few), std::end(few)) : std::vector<S>(std::begin(all), std::end(all));
+	for (S s : shapes)
+	for (bool withLim : {false, true}) {
 		int64_t nblocks = 600, ldk = s.hkv * s.d;
 		size_t pool = (size_t)(nblocks * s.block * ldk);
 		Pair K = in(randf(pool)), V = in(randf(pool));
@@ -732,9 +740,10 @@ static void check_attention()
 		for (int64_t i = 0; i < nblocks; i++)
 			perm[(size_t)i] = (int32_t)i;
 		std::shuffle(perm.begin(), perm.end(), rng);
-		std::vector<int32_t> seq_ent{0}, blk, pos, len, qpos, qseq;
+		std::vector<int32_t> seq_ent{0}, blk, pos, len, qpos, qseq, qlim;
 		int64_t nb = 0, max_keys = 1;
-		int lens[] = {37, 150, 5, 300};
+		int lens_all[] = {37, 150, 5, 300}, lens_few[] = {13, 40, 5, 27};
+		int *lens = small ? lens_few : lens_all;
 		for (int sq = 0; sq < 4; sq++) {
 			int64_t p = 0;
 			while (p < lens[sq]) {
@@ -756,10 +765,14 @@ static void check_attention()
 			qpos.push_back(lens[sq] / 2);
 			qseq.push_back(sq);
 		}
+		for (size_t i = 0; i < qpos.size(); i++) {
+			int32_t last = lens[qseq[i]] - 1, q = qpos[i];
+			qlim.push_back(q < last && rng() % 3 != 0 ? q + 1 + (int32_t)(rng() % (uint64_t)(last - q)) : q);
+		}
 		int64_t nq = (int64_t)qpos.size();
 		size_t qn = (size_t)(nq * s.hq * s.d);
 		Pair Qp = in(randf(qn)), O = out(qn * 4);
-		Pair QP = in(qpos), QS = in(qseq), SE = in(seq_ent), EB = in(blk), EP = in(pos), EL = in(len);
+		Pair QP = in(qpos), QS = in(qseq), SE = in(seq_ent), EB = in(blk), EP = in(pos), EL = in(len), QL = in(qlim);
 		auto attn = [&](bool g, const Pair &out_, const Pair &q_, int64_t qoff, int64_t nqq) {
 			vd_attn a;
 			memset(&a, 0, sizeof a);
@@ -784,11 +797,16 @@ static void check_attention()
 			a.window = s.window;
 			a.max_keys = max_keys;
 			a.scale = 1.0f / sqrtf((float)s.d);
+			if (withLim) {
+				a.qlim = T(QL, g, VD_I32, 1, nqq);
+				a.qlim.data = (int32_t *)a.qlim.data + qoff;
+			}
 			return a;
 		};
-		char nm[120];
-		snprintf(nm, sizeof nm, "attention hq=%lld hkv=%lld d=%lld blk=%lld win=%lld nq=%lld", (long long)s.hq,
-		         (long long)s.hkv, (long long)s.d, (long long)s.block, (long long)s.window, (long long)nq);
+		char nm[140];
+		snprintf(nm, sizeof nm, "attention%s hq=%lld hkv=%lld d=%lld blk=%lld win=%lld nq=%lld", withLim ? " qlim" : "",
+		         (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)s.block, (long long)s.window,
+		         (long long)nq);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
 			    vd_attn a = attn(g, O, Qp, 0, nq);
 			    b->op.attention(st, &a);
@@ -985,10 +1003,13 @@ int main(int argc, char **argv)
 	/* -steps: the layer steps alone, at small shapes (the host emulation);
 	 * -q4: the q4 products and the sparse MLP, at small shapes (the same) */
 	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0, q4 = argc > 1 && strcmp(argv[1], "-q4") == 0;
+	bool attn = argc > 1 && strcmp(argv[1], "-attn") == 0; /* -attn: paged attention, causal and with key limits, small */
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
-	if (steps || q4) {
+	if (steps || q4 || attn) {
 		if (steps)
 			check_layer_steps(true);
+		else if (attn)
+			check_attention(true);
 		else
 			check_linear(true), check_sparse_mlp(true);
 		printf("ops_check %s: %d checks, %d failure(s)\n", argv[1], checks, failures);
@@ -1002,7 +1023,7 @@ int main(int argc, char **argv)
 	check_rows();
 	check_ew();
 	check_rope_altup();
-	check_attention();
+	check_attention(false);
 	check_memory();
 	check_sample();
 	check_loop();
