@@ -14,9 +14,9 @@ import (
 const headRows = kit.HeadRows
 
 // rowSegs is the segments of an Exec's rows description (rowsIn): ids,
-// positions, sequences, global slots, sliding slots, wanted rows and the
-// per-layer table's ids.
-const rowSegs = 7
+// positions, sequences, global slots, sliding slots, wanted rows, the
+// per-layer table's ids and the sliding layers' last keys (image blocks).
+const rowSegs = 8
 
 // Exec runs forward passes and output heads of a Decoder on one backend
 // stream, over scratch reserved once for its largest batch. It is used by
@@ -36,24 +36,25 @@ type Exec struct {
 	plTok, plProj, ple, pg, out                                               native.Tensor
 	// Int32: the rows' description (one span, uploaded at once), the
 	// experts' rows, the key runs, the heads' ids.
-	rowsIn, ids, pos, qseq, slot0, slot1, gsel, plIDs native.Tensor
-	eidx, seqEnt, sid                                 native.Tensor
-	entAr                                             *native.Arena
-	entBlk, entPos, entLen                            native.Tensor
+	rowsIn, ids, pos, qseq, slot0, slot1, gsel, plIDs, qlim native.Tensor
+	eidx, seqEnt, sid                                       native.Tensor
+	entAr                                                   *native.Arena
+	entBlk, entPos, entLen                                  native.Tensor
 
 	// Host staging, reused.
-	hRowsIn                          []int32
-	hIDs, hPos, hQSeq, hGSel, hPLIDs []int32
-	hSlot                            [2][]int32 // rows' slots, batch order
-	hGrow                            [2][]int32 // Grow's slots, sequence order
-	hSeqEnt, hEnt, hOne, hEIdx       []int32
-	hEmb, hHook, hRL, hRW, hPLE      []float32
-	runs                             []kvpool.Run
-	caches                           []*kvpool.Cache
-	cnt, lim                         []int // rows per sequence; positions its keys reach
-	outs, maxKeys                    int
-	keysArg                          int // the attention's key capacity in a loop's step (0: maxKeys)
-	loop                             loopBufs
+	hRowsIn                                 []int32
+	hIDs, hPos, hQSeq, hGSel, hPLIDs, hQLim []int32
+	hSlot                                   [2][]int32 // rows' slots, batch order
+	hGrow                                   [2][]int32 // Grow's slots, sequence order
+	hSeqEnt, hEnt, hOne, hEIdx              []int32
+	hEmb, hHook, hRL, hRW, hPLE             []float32
+	runs                                    []kvpool.Run
+	caches                                  []*kvpool.Cache
+	cnt, lim                                []int // rows per sequence; positions its keys reach
+	outs, maxKeys                           int
+	keysArg                                 int  // the attention's key capacity in a loop's step (0: maxKeys)
+	blocks                                  bool // this Forward has image blocks: the sliding layers read qlim
+	loop                                    loopBufs
 }
 
 // newExec reserves an Exec's scratch for rows rows.
@@ -99,11 +100,11 @@ func (d *Decoder) newExec(rows int) (*Exec, error) {
 	x.out, hd.LogitsBuf, hd.LSE, hd.Sel = ft(R, D), ft(headRows, V), ft(1, R), ft(1, 4*R)
 	x.rowsIn = it(1, rowSegs*R)
 	seg := func(k int) native.Tensor { return x.rowsIn.Sub(k*R, 1, R) }
-	x.ids, x.pos, x.qseq, x.slot0, x.slot1, x.gsel, x.plIDs = seg(0), seg(1), seg(2), seg(3), seg(4), seg(5), seg(6)
+	x.ids, x.pos, x.qseq, x.slot0, x.slot1, x.gsel, x.plIDs, x.qlim = seg(0), seg(1), seg(2), seg(3), seg(4), seg(5), seg(6), seg(7)
 	x.eidx, x.seqEnt, hd.IDs, x.sid, hd.SRow, hd.SCol = it(1, moeR*K), it(1, 2*(R+1)), it(1, V), it(1, R), it(1, 4*R), it(1, 4*R)
 	x.hRowsIn = make([]int32, rowSegs*R)
 	hseg := func(k int) []int32 { return x.hRowsIn[k*R : (k+1)*R] }
-	x.hIDs, x.hPos, x.hQSeq, x.hSlot[0], x.hSlot[1], x.hGSel, x.hPLIDs = hseg(0), hseg(1), hseg(2), hseg(3), hseg(4), hseg(5), hseg(6)
+	x.hIDs, x.hPos, x.hQSeq, x.hSlot[0], x.hSlot[1], x.hGSel, x.hPLIDs, x.hQLim = hseg(0), hseg(1), hseg(2), hseg(3), hseg(4), hseg(5), hseg(6), hseg(7)
 	x.hGrow = [2][]int32{make([]int32, R), make([]int32, R)}
 	x.hSeqEnt = make([]int32, 2*(R+1))
 	hd.HSRow, hd.HSCol, x.hOne = make([]int32, 4*R), make([]int32, 4*R), make([]int32, 4*R)
@@ -192,6 +193,7 @@ func (x *Exec) Forward(b *model.Batch) (native.Tensor, error) {
 		return native.Tensor{}, err
 	}
 	h, err := x.pass(b, n, native.Tensor{}, native.Tensor{})
+	x.blocks = false // a loop's steps, which prepare not, are causal
 	if err != nil {
 		x.settle(0)
 		return native.Tensor{}, err
@@ -252,6 +254,9 @@ func (x *Exec) prepare(b *model.Batch) error {
 	if b.Hook != nil && len(x.caches) != 1 {
 		return fmt.Errorf("gemma4: a hook needs a batch of one sequence")
 	}
+	if err := x.imageBlocks(b); err != nil {
+		return err
+	}
 	x.lim = x.lim[:0]
 	for s, cc := range x.caches {
 		if n, mp := cc.Len()+x.cnt[s], d.maxPositions(); n > mp {
@@ -283,6 +288,53 @@ func (x *Exec) prepare(b *model.Batch) error {
 	R := x.cap
 	x.st.UploadI32(x.rowsIn, x.hRowsIn[:rowSegs*R])
 	return nil
+}
+
+// imageBlocks sets each row's last key on the sliding layers (hQLim) under
+// use_bidirectional_attention "vision": a row that is an image placeholder
+// with its soft token given (Token the image id, Embed set) sees up to the
+// last row of its block, the run of such rows its sequence has back to back
+// (blockLimits); every other row its own position. blocks says whether any
+// row sees past itself. A block must end inside the batch: one that reaches
+// its sequence's last row here could go on in the next Forward, which would
+// see none of it, so it is refused (Prefill cuts its chunks before blocks).
+func (x *Exec) imageBlocks(b *model.Batch) error {
+	n := len(b.Rows)
+	copy(x.hQLim[:n], x.hPos[:n])
+	x.blocks = false
+	t := x.d.media
+	if t == nil || !t.VisionBidirectional {
+		return nil
+	}
+	open := make([][]int, len(x.caches)) // each sequence's open block: its rows
+	for r, row := range b.Rows {
+		s := x.hQSeq[r]
+		if row.Embed >= 0 && int(row.Token) == t.Image {
+			open[s] = append(open[s], r)
+			continue
+		}
+		x.closeBlock(open[s])
+		open[s] = open[s][:0]
+	}
+	for s, rs := range open {
+		if len(rs) > 0 {
+			return fmt.Errorf("gemma4: row %d: an image block of sequence %d (use_bidirectional_attention \"vision\") reaches the end of the batch; a block and the token after it must be in one Forward", rs[len(rs)-1], s)
+		}
+	}
+	return nil
+}
+
+// closeBlock gives the rows rs of one image block their block's last
+// position.
+func (x *Exec) closeBlock(rs []int) {
+	if len(rs) < 2 {
+		return
+	}
+	last := x.hPos[rs[len(rs)-1]]
+	for _, r := range rs {
+		x.hQLim[r] = last
+	}
+	x.blocks = true
 }
 
 // entries uploads the key runs of the batch's sequences (both kinds,
@@ -552,8 +604,12 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 	}
 	pk, pv := d.pool.Tensors(kind, c.KVSource(l))
 	window := 0
+	var qlim native.Tensor
 	if typ == Sliding {
 		window = c.SlidingWindow
+		if x.blocks {
+			qlim = x.qlim.Sub(0, 1, n)
+		}
 	}
 	S := len(x.caches)
 	keys := x.maxKeys
@@ -565,7 +621,7 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 		QPos: pos, QSeq: x.qseq.Sub(0, 1, n), SeqEnt: x.seqEnt.Sub(kind*(S+1), 1, S+1),
 		EntBlk: x.entBlk, EntPos: x.entPos, EntLen: x.entLen,
 		HeadsQ: H, HeadsKV: kvH, HeadDim: hd, Block: model.KVBlock,
-		Window: window, MaxKeys: keys, Scale: 1,
+		Window: window, MaxKeys: keys, Scale: 1, QLim: qlim,
 	})
 }
 
@@ -652,5 +708,53 @@ func (x *Exec) moe(l, n int) (native.Tensor, error) {
 
 // Prefill runs the batch's rows through Forward in chunks of the Exec's
 // rows and returns the wanted outputs on the host [outputs, D]
-// (kit.Prefill).
-func (x *Exec) Prefill(b *model.Batch) ([]float32, error) { return kit.Prefill("gemma4", x, b) }
+// (kit.Prefill). Under use_bidirectional_attention "vision" a chunk ends
+// before an image block that it would cut (and before a block's last row,
+// so that the block and the token after it share a Forward); a block with
+// that token longer than the Exec's rows is refused.
+func (x *Exec) Prefill(b *model.Batch) ([]float32, error) {
+	t := x.d.media
+	if t == nil || !t.VisionBidirectional || len(b.Rows) <= x.cap {
+		return kit.Prefill("gemma4", x, b)
+	}
+	// The cuts first, so that a refusal runs nothing.
+	rows := b.Rows
+	cuts := []int{0}
+	for lo := 0; lo < len(rows); {
+		hi := min(lo+x.cap, len(rows))
+		for hi < len(rows) && hi > lo && openBlock(rows[lo:hi], t.Image) {
+			hi--
+		}
+		if hi == lo {
+			return nil, fmt.Errorf("gemma4: an image block from row %d with the row after it is longer than the %d rows of one Forward", lo, x.cap)
+		}
+		cuts = append(cuts, hi)
+		lo = hi
+	}
+	var out []float32
+	for i := 1; i < len(cuts); i++ {
+		o, err := kit.Prefill("gemma4", x, &model.Batch{Rows: rows[cuts[i-1]:cuts[i]], Embeds: b.Embeds, Hook: b.Hook})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o...)
+	}
+	return out, nil
+}
+
+// openBlock reports whether some sequence's last row among rows is an
+// image placeholder with its soft token (a block the next rows may go on).
+func openBlock(rows []model.Row, image int) bool {
+	seen := make(map[model.Cache]bool)
+	for i := len(rows) - 1; i >= 0; i-- {
+		r := rows[i]
+		if seen[r.Cache] {
+			continue
+		}
+		seen[r.Cache] = true
+		if r.Embed >= 0 && int(r.Token) == image {
+			return true
+		}
+	}
+	return false
+}

@@ -75,14 +75,21 @@ func (m *Model) Forward(ids []int, cache *Cache, tr *Trace) ([]float32, error) {
 			h[i*D+j] = v * m.embScale
 		}
 	}
-	return m.forward(h, ids, cache, tr)
+	return m.forward(h, ids, nil, cache, tr)
 }
 
 // ForwardEmbeds is Forward from given input embeddings e [n·D] (a
 // multimodal prompt's merged embeddings, MergeMedia): ids [n] are the ids
 // the per-layer table reads (pad_token_id on media positions). e is not
-// changed.
+// changed. Attention is causal (ForwardMedia applies the image-block mask).
 func (m *Model) ForwardEmbeds(e []float32, ids []int, cache *Cache, tr *Trace) ([]float32, error) {
+	return m.forwardEmbeds(e, ids, nil, cache, tr)
+}
+
+// forwardEmbeds is ForwardEmbeds whose positions see, on the sliding
+// layers, keys up to lim[i] (absolute positions, at least their own, within
+// this call; nil: causal).
+func (m *Model) forwardEmbeds(e []float32, ids []int, lim []int, cache *Cache, tr *Trace) ([]float32, error) {
 	c := m.Cfg
 	n := len(ids)
 	switch {
@@ -111,12 +118,24 @@ func (m *Model) ForwardEmbeds(e []float32, ids []int, cache *Cache, tr *Trace) (
 			return nil, fmt.Errorf("gemma4: ForwardEmbeds: embedding value %d of position %d is %v", i%c.Hidden, i/c.Hidden, v)
 		}
 	}
-	return m.forward(clone(e), ids, cache, tr)
+	if lim != nil {
+		if len(lim) != n {
+			return nil, fmt.Errorf("gemma4: ForwardEmbeds: %d key limits for %d positions", len(lim), n)
+		}
+		for i, l := range lim {
+			if p := cache.n + i; l < p || l >= cache.n+n {
+				return nil, fmt.Errorf("gemma4: ForwardEmbeds: position %d's key limit %d is outside [%d, %d)", p, l, p, cache.n+n)
+			}
+		}
+	}
+	return m.forward(clone(e), ids, lim, cache, tr)
 }
 
 // forward runs the input embeddings h [n·D] (overwritten) of positions
-// whose per-layer ids are ids from cache.Len() on (GEMMA4.md §2-6).
-func (m *Model) forward(h []float32, ids []int, cache *Cache, tr *Trace) ([]float32, error) {
+// whose per-layer ids are ids from cache.Len() on (GEMMA4.md §2-6). lim,
+// when not nil, is each position's last key on the sliding layers
+// (blockLimits; nil: its own).
+func (m *Model) forward(h []float32, ids []int, lim []int, cache *Cache, tr *Trace) ([]float32, error) {
 	c := m.Cfg
 	n := len(ids)
 	D, L, P := c.Hidden, c.Layers, c.PerLayerInput
@@ -159,7 +178,7 @@ func (m *Model) forward(h []float32, ids []int, cache *Cache, tr *Trace) ([]floa
 	// 3. The decoder layers, each over all n tokens.
 	s := newScratch(m, n, cache.n+n)
 	for l := range L {
-		m.layer(l, h, pli, pos0, cache, s, tr)
+		m.layer(l, h, pli, pos0, lim, cache, s, tr)
 		if tr != nil {
 			tr.Hidden = append(tr.Hidden, clone(h))
 		}
@@ -233,7 +252,8 @@ func newScratch(m *Model, n, total int) *scratch {
 }
 
 // layer runs decoder layer l over the n tokens of h in place (GEMMA4.md §3-5).
-func (m *Model) layer(l int, h, pli []float32, pos0 int, cache *Cache, s *scratch, tr *Trace) {
+// On a sliding layer token i sees keys up to lim[i] (nil: its own).
+func (m *Model) layer(l int, h, pli []float32, pos0 int, lim []int, cache *Cache, s *scratch, tr *Trace) {
 	c := m.Cfg
 	ly := &m.Layers[l]
 	D, H, d, kvH := c.Hidden, c.Heads, ly.headDim, ly.kvH
@@ -271,13 +291,18 @@ func (m *Model) layer(l int, h, pli []float32, pos0 int, cache *Cache, s *scratc
 	group := H / kvH
 	for i := range n {
 		pos := pos0 + i
-		lo := 0
+		lo, end := 0, pos+1
 		if typ == Sliding {
+			// The window counts back from the query's own position; an image
+			// block's query also sees the block's later keys (lim).
 			lo = max(0, pos-c.SlidingWindow+1)
+			if lim != nil {
+				end = lim[i] + 1
+			}
 		}
 		att := s.att[:Hd]
 		for hh := range H {
-			attendHead(att[hh*d:(hh+1)*d], q[i*Hd+hh*d:i*Hd+(hh+1)*d], kc, vc, kvd, (hh/group)*d, lo, pos+1, s.scores)
+			attendHead(att[hh*d:(hh+1)*d], q[i*Hd+hh*d:i*Hd+(hh+1)*d], kc, vc, kvd, (hh/group)*d, lo, end, s.scores)
 		}
 		hi := h[i*D : (i+1)*D]
 		matVec(s.x, ly.O, att)

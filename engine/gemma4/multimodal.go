@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"verdict/engine/model"
 )
@@ -16,9 +17,22 @@ import (
 // embedding (the begin and end tokens of a run are ordinary tokens). The
 // per-layer table reads pad_token_id at the placeholders, and the per-layer
 // projection reads the merged embeddings, so the soft tokens reach the
-// per-layer inputs through it. Attention stays causal: images under
-// use_bidirectional_attention "vision" (the sliding layers' image-block
-// mask of the 26B-A4B and 31B) are refused.
+// per-layer inputs through it.
+//
+// Under text_config.use_bidirectional_attention "vision" (the 26B-A4B and
+// 31B), transformers 5.17's create_masks_for_vision_model (after its PR
+// 46850, as Google's own gemma library does it) masks the sliding layers
+// with AND(sliding window, OR(causal, same image block)) and keeps the full
+// layers causal. A block is a maximal run of consecutive vision tokens
+// (get_block_sequence_ids_for_mask over mm_token_type_ids, which the
+// processor sets by id: image and video placeholders; the begin and end
+// tokens and audio are text). So on a sliding layer an image placeholder
+// also sees its block's later placeholders, and the window still counts
+// back from its own position; everything else is as before (text after the
+// image attends causally, and sees the image through the ordinary mask).
+// Here that is a per-position last key (blockLimits), which the reference
+// and the Decoder's paged attention (native.PagedAttn.QLim) honour on the
+// sliding layers.
 
 // MediaTokens are a gemma4 config's media token ids: the placeholders the
 // towers' soft tokens replace (Image, Audio, and Video, which no tower
@@ -26,8 +40,8 @@ import (
 type MediaTokens struct {
 	BOI, EOI, Image, Video, BOA, EOA, Audio int
 	// VisionBidirectional is text_config.use_bidirectional_attention ==
-	// "vision": images then need a mask not implemented here, and are
-	// refused.
+	// "vision": an image block's placeholders attend to each other both
+	// ways on the sliding layers (blockLimits).
 	VisionBidirectional bool
 }
 
@@ -140,9 +154,6 @@ func placeMedia(ids []int, t *MediaTokens, vocab, nImage, nAudio int, imageCount
 		switch {
 		case t == nil:
 		case id == t.Image:
-			if t.VisionBidirectional {
-				return nil, fmt.Errorf("gemma4: an image placeholder (at %d) under use_bidirectional_attention \"vision\": its image-block attention mask is not supported yet", i)
-			}
 			if img == nImage {
 				return nil, fmt.Errorf("gemma4: the prompt has more image placeholders than the %d image soft tokens given", nImage)
 			}
@@ -206,6 +217,32 @@ func checkRuns(kind string, runs, counts []int, total int) error {
 	return nil
 }
 
+// blockLimits returns, under use_bidirectional_attention "vision", the
+// last key position each of ids (at positions pos0 on) attends to on a
+// sliding layer: an image placeholder's is the last placeholder of its
+// block (the maximal run of consecutive image placeholders), every other
+// id's its own position. It returns nil when no position sees past itself
+// (no image, or t nil or not bidirectional): attention is causal.
+func blockLimits(ids []int, t *MediaTokens, pos0 int) []int {
+	if t == nil || !t.VisionBidirectional || !slices.Contains(ids, t.Image) {
+		return nil
+	}
+	lim := make([]int, len(ids))
+	for i := 0; i < len(ids); {
+		j := i + 1
+		if ids[i] == t.Image {
+			for j < len(ids) && ids[j] == t.Image {
+				j++
+			}
+		}
+		for k := i; k < j; k++ {
+			lim[k] = pos0 + j - 1
+		}
+		i = j
+	}
+	return lim
+}
+
 // mediaRows checks the image and audio soft tokens (whole rows of d
 // finite values) and returns their row counts.
 func mediaRows(image, audio []float32, d int) (nImage, nAudio int, err error) {
@@ -267,13 +304,20 @@ func (m *Model) MergeMedia(ids []int, t MediaTokens, image, audio []float32) (em
 }
 
 // ForwardMedia is MergeMedia followed by ForwardEmbeds: the logits
-// [len(ids)·V] of a prompt with media.
+// [len(ids)·V] of a prompt with media. Under use_bidirectional_attention
+// "vision" each image block attends both ways on the sliding layers
+// (blockLimits); a block is this call's run of placeholders, so a prompt
+// must not be split inside one across calls.
 func (m *Model) ForwardMedia(ids []int, t MediaTokens, image, audio []float32, cache *Cache, tr *Trace) ([]float32, error) {
 	e, pl, err := m.MergeMedia(ids, t, image, audio)
 	if err != nil {
 		return nil, err
 	}
-	return m.ForwardEmbeds(e, pl, cache, tr)
+	pos0 := 0
+	if cache != nil {
+		pos0 = cache.Len()
+	}
+	return m.forwardEmbeds(e, pl, blockLimits(ids, &t, pos0), cache, tr)
 }
 
 // KeptAudio returns the rows of one clip's soft tokens soft [T', d] whose

@@ -471,8 +471,21 @@ func TestMultimodalRefuses(t *testing.T) {
 			t.Fatalf("%s: the batch took %d rows and %d values on a refusal", tc.name, len(b.Rows), len(b.Embeds))
 		}
 	}
-	if _, _, err := fx.m.MergeMedia(fx.meta.IDs, vis, fx.image, fx.audio); err == nil || !strings.Contains(err.Error(), "use_bidirectional_attention") {
+	// Bidirectional image blocks merge as causal ones do (the mask is the
+	// pass's); key limits outside the call's positions are refused.
+	if _, _, err := fx.m.MergeMedia(fx.meta.IDs, vis, fx.image, fx.audio); err != nil {
 		t.Errorf("an image under bidirectional vision attention: err %v", err)
+	}
+	if ve, vpl, err := fx.m.MergeMedia(fx.meta.IDs, vis, fx.image, fx.audio); err == nil {
+		lim := blockLimits(fx.meta.IDs, &vis, 0)
+		for _, bad := range []struct {
+			name string
+			lim  []int
+		}{{"short", lim[1:]}, {"before the position", append([]int{-1}, lim[1:]...)}, {"past the call", append(slices.Clone(lim[:len(lim)-1]), len(lim))}} {
+			if _, err := fx.m.forwardEmbeds(ve, vpl, bad.lim, nil, nil); err == nil || !strings.Contains(err.Error(), "key limit") {
+				t.Errorf("key limits %s: err %v", bad.name, err)
+			}
+		}
 	}
 	if _, _, err := fx.m.MergeMedia(fx.meta.IDs, fx.tok, fx.image, nil); err == nil || !strings.Contains(err.Error(), "more audio placeholders") {
 		t.Errorf("the reference merge without audio: err %v", err)
