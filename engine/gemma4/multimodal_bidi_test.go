@@ -1,6 +1,9 @@
 package gemma4
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -233,4 +236,109 @@ func TestMultimodalBidirectional(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMultimodalBidirectionalFixture holds the reference and the Decoder to
+// transformers' answer for the bidirectional case, and the masks it built to
+// the ones blockLimits implies, once the GPU machine has made
+// testdata/gemma4-synthetic-multimodal-bidi.tar.gz
+// (build/fixtures/make_gemma4_mm_fixtures.py). Until then it is skipped.
+func TestMultimodalBidirectionalFixture(t *testing.T) {
+	const name = "gemma4-synthetic-multimodal-bidi"
+	if _, err := os.Stat(filepath.Join("..", "..", "testdata", name+".tar.gz")); err != nil {
+		t.Skipf("testdata/%s.tar.gz is not made yet (make_gemma4_mm_fixtures.py on the GPU machine)", name)
+	}
+	fx := loadMMFixture(t) // the same model and inputs
+	dir := fixtureDir(t, name)
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ParseMediaTokens(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tok.VisionBidirectional {
+		t.Fatal("the fixture's config.json is not use_bidirectional_attention \"vision\"")
+	}
+	var meta struct {
+		Tolerances map[string]float64 `json:"tolerances"`
+		IDs        []int              `json:"input_ids"`
+	}
+	mj, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mj, &meta); err != nil {
+		t.Fatal(err)
+	}
+	exp, err := readExpected(filepath.Join(dir, "expected.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, W := len(meta.IDs), fx.m.Cfg.SlidingWindow
+	lim := blockLimits(meta.IDs, &tok, 0)
+	for kind, sliding := range map[string]bool{"mask_full_attention": false, "mask_sliding_attention": true} {
+		m := exp[kind]
+		if len(m.i) != n*n {
+			t.Fatalf("expected.safetensors: %s has %d values, want %d", kind, len(m.i), n*n)
+		}
+		bad := 0
+		for q := range n {
+			for k := range n {
+				want := k <= q
+				if sliding {
+					want = k > q-W && k <= lim[q]
+				}
+				if (m.i[q*n+k] != 0) != want {
+					bad++
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: transformers' mask differs from blockLimits' in %d places", kind, bad)
+		}
+	}
+	tol := max(1e-5, meta.Tolerances["bidi_logits"])
+	want := exp["logits"].f
+	ref, err := fx.m.ForwardMedia(meta.IDs, tok, fx.image, fx.audio, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder(fx.m, Options{KVPositions: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.SetMediaTokens(tok); err != nil {
+		t.Fatal(err)
+	}
+	x, err := d.acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	c := d.NewCache()
+	defer c.Free()
+	var b model.Batch
+	if err := d.AddMultimodal(&b, c, ids32(meta.IDs), model.Media{Image: fx.image, Audio: fx.audio}, n); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.Prefill(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := d.Logits(h, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ck := range []towerCheck{
+		{"reference logits", must(maxAbs(ref, want)), tol},
+		{"Decoder logits", must(maxAbs(lg, want)), tol},
+	} {
+		t.Logf("%-18s max err %.3g (tolerance %.3g)", ck.name, ck.err, ck.tol)
+		if !ck.ok() {
+			t.Errorf("%s: error %.3g over the tolerance %.3g", ck.name, ck.err, ck.tol)
+		}
+	}
 }
