@@ -46,10 +46,6 @@ type gemma4Media struct {
 	// feat is the audio feature extractor's settings: processor_config.json's
 	// feature_extractor block, else gemma4.DefaultAudioFeatureConfig.
 	feat gemma4.AudioFeatureConfig
-	// bidirectional: text_config.use_bidirectional_attention "vision"
-	// (26B-A4B, 31B), whose image-block mask the decoder does not have:
-	// images are refused.
-	bidirectional bool
 
 	vision lazy[*onBackend[*gemma4.VisionOps]]
 	audio  lazy[*onBackend[*gemma4.AudioOps]]
@@ -160,9 +156,6 @@ func newGemma4Media(name, dir string, st weights.Store, cfgJSON []byte, hidden i
 	if err := gemma4.CheckSoftTokens(proc.softTokens); err != nil {
 		return nil, fmt.Errorf("%s: %w", proc.softFrom, err)
 	}
-	if t, err := gemma4.ParseMediaTokens(cfgJSON); err == nil {
-		g.bidirectional = t.VisionBidirectional
-	}
 	vc, err := gemma4.ParseVisionConfig(cfgJSON)
 	if err != nil {
 		return nil, err
@@ -265,11 +258,10 @@ func processorSoftTokens(dir string) (int, string, error) {
 }
 
 // inputs reports what the model accepts: images when it has a vision
-// tower and no bidirectional image attention, audio when it has an audio
-// tower.
+// tower (under use_bidirectional_attention "vision" too: the decoder masks
+// the image blocks), audio when it has an audio tower.
 func (g *gemma4Media) inputs() (images, audio bool) {
-	images, audio = g.towers()
-	return images && !g.bidirectional, audio
+	return g.towers()
 }
 
 // towers reports which towers the checkpoint holds: a config section and
@@ -410,9 +402,6 @@ func rgb(img image.Image) (px []uint8, h, w int, err error) {
 // hidden]. The same patches encoded before come from the model's tower
 // cache (cached true).
 func (g *gemma4Media) image(ctx context.Context, img image.Image, progress TowerProgress) (soft []float32, cached bool, err error) {
-	if g.bidirectional {
-		return nil, false, fmt.Errorf("%s attends to images bidirectionally (use_bidirectional_attention \"vision\"), which is not supported yet: it takes no images", g.name)
-	}
 	v, err := g.visionTower(progress)
 	if err != nil {
 		return nil, false, err
@@ -435,8 +424,6 @@ func (g *gemma4Media) imageCount(width, height int) (int, error) {
 	switch {
 	case !images:
 		return 0, fmt.Errorf("%s has no vision tower (no vision_config or no %s tensors): it takes no images", g.name, gemma4.VisionPrefix)
-	case g.bidirectional:
-		return 0, fmt.Errorf("%s attends to images bidirectionally (use_bidirectional_attention \"vision\"), which is not supported yet: it takes no images", g.name)
 	case width < 1 || height < 1 || int64(width)*int64(height) > maxImagePixels:
 		return 0, fmt.Errorf("gemma4: an image of %dx%d pixels (want 1 to %d pixels)", width, height, maxImagePixels)
 	}

@@ -327,8 +327,9 @@ func mediaLogitsIDs(t testing.TB, m model.Model, ids []int32, md model.Media, cl
 
 // TestGemma4MediaRefuses: a Gemma 4 model without towers (gemma4_text)
 // names no media tokens and refuses an image and a clip, naming the
-// missing tower; a checkpoint with bidirectional image attention refuses
-// images; a processor config that is not JSON is refused by file.
+// missing tower; a checkpoint with bidirectional image attention takes
+// images (the decoder masks their blocks); a processor config that is not
+// JSON is refused by file.
 func TestGemma4MediaRefuses(t *testing.T) {
 	m, err := models.OpenWith(testmodel.Dir(t, "gemma4-synthetic-tiny.tar.gz"), models.Options{Weights: model.WeightsF32})
 	if err != nil {
@@ -366,11 +367,22 @@ func TestGemma4MediaRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img, aud := mb.Inputs(); img || !aud {
-		t.Errorf("bidirectional vision: Inputs() = %v, %v, want images off, audio on", img, aud)
+	if img, aud := mb.Inputs(); !img || !aud {
+		t.Errorf("bidirectional vision: Inputs() = %v, %v, want images and audio on", img, aud)
 	}
-	if _, _, err := mb.ImageTokens(context.Background(), image.NewRGBA(image.Rect(0, 0, 24, 24)), nil); err == nil || !strings.Contains(err.Error(), "bidirectional") {
+	if soft, _, err := mb.ImageTokens(context.Background(), image.NewRGBA(image.Rect(0, 0, 24, 24)), nil); err != nil {
 		t.Errorf("bidirectional vision, an image: %v", err)
+	} else {
+		// Its prompt runs through the decoder, the block masked both ways.
+		sp := mb.Chat().Media
+		n := len(soft) / mb.Config().Hidden
+		ids := append([]int32{2, int32(sp.BOI)}, slices.Repeat([]int32{int32(sp.Image)}, n)...)
+		ids = append(ids, int32(sp.EOI), 7)
+		for i, v := range mediaLogits(t, mb, ids, model.Media{Image: soft, ImageTokens: []int{n}}) {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("bidirectional vision: logit %d is %v", i, v)
+			}
+		}
 	}
 	mb.Close()
 

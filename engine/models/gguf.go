@@ -237,7 +237,6 @@ func mmprojTowers(m *Model, d *gemma4.Decoder, s *gemma4gguf.Store, p *gemma4ggu
 	if err != nil {
 		return nil, err
 	}
-	g.bidirectional = t.VisionBidirectional
 	g.closer, g.mmproj = p, p.Path()
 	return g, nil
 }
