@@ -12,7 +12,9 @@
 # and its batch identity ("q4": q4_check alone); ops_check -steps, the
 # layer steps against the CPU and the operations they stand for; and
 # ops_check -q4, the q4 products (tensor-core and float-core kernels) and
-# the sparse MLP against the CPU ("ops ARGS": ops_check ARGS alone).
+# the sparse MLP against the CPU; ops_check -attn, the paged attention,
+# causal and with per-query key limits, against the CPU ("ops ARGS":
+# ops_check ARGS alone).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -62,6 +64,7 @@ run)
 	"$tmp/q4_check"
 	"$tmp/ops_check" -steps
 	"$tmp/ops_check" -q4
+	"$tmp/ops_check" -attn
 	;;
 q4) "$tmp/q4_check" ;;
 ops) "$tmp/ops_check" "${@:2}" ;;
