@@ -353,7 +353,8 @@ func TestTruncated(t *testing.T) {
 // FuzzOpen holds the store and the config it rebuilds to what the parser
 // lets through: no panic; when a file opens, its config parses, every
 // tensor reads, and gemma4.Load either loads or names what is wrong. Seeds:
-// the tiny Q8_0 file without its vocabulary, and its header alone. Run by
+// the tiny Q8_0 file without its vocabulary, its header alone, and the MoE
+// Q8_0 file with split experts without its vocabulary. Run by
 // go test -fuzz FuzzOpen ./engine/gemma4/gguf/ (build/fuzz.sh's
 // convention). Each run decodes a whole model (about 18 ms), so CI's count
 // is capped: fuzz.sh: at most 4000x.
@@ -366,6 +367,12 @@ func FuzzOpen(f *testing.F) {
 	seed := encode(f, kvs, ts)
 	f.Add(seed)
 	f.Add(seed[:4096])
+	// The MoE file with split experts, without its vocabulary.
+	skv, sts := parts(f, filepath.Join(testmodel.Dir(f, "gguf-llamacpp/gemma4-tiny-moe-split.tar.gz"), "gemma4-synthetic-tiny-moe-split-Q8_0.gguf"))
+	skv = slices.DeleteFunc(skv, func(kv ggufwrite.KV) bool {
+		return strings.HasPrefix(kv.Key, "tokenizer.ggml.token") || kv.Key == "tokenizer.ggml.scores"
+	})
+	f.Add(encode(f, skv, sts))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := openBytes(t, data)
 		if err != nil {

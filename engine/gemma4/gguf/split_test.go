@@ -116,6 +116,14 @@ func TestSplitExpertsRefused(t *testing.T) {
 			}
 			return splitKV, ts
 		}, "want the same three dimensions"},
+		{"an empty dimension", func() ([]ggufwrite.KV, []ggufwrite.Tensor) {
+			ts := slices.Clone(splitTS)
+			for _, n := range []string{"blk.5.ffn_gate_exps.weight", "blk.5.ffn_up_exps.weight"} {
+				x := tensor(ts, n)
+				x.Dims, x.Data = []int{x.Dims[0], 0, x.Dims[2]}, nil
+			}
+			return splitKV, ts
+		}, "blk.5.ffn_gate_exps.weight (dimensions [64 0 8])"},
 		{"a block past the count", func() ([]ggufwrite.KV, []ggufwrite.Tensor) {
 			ts := slices.Clone(splitTS)
 			x := *tensor(ts, "blk.0.ffn_up_exps.weight")

@@ -141,7 +141,7 @@ const (
 // pairExperts serves each block's split gate and up expert tensors as
 // its experts.gate_up_proj, refusing a block with only one of them, one
 // that also has the fused tensor, and a pair whose shapes differ or are
-// not [E, F, H].
+// not [E, F, H] with every dimension at least 1.
 func (s *Store) pairExperts(gates, ups map[int]*weights.GGUFTensor) error {
 	blocks := make([]int, 0, len(gates)+len(ups))
 	for i := range gates {
@@ -165,7 +165,7 @@ func (s *Store) pairExperts(gates, ups map[int]*weights.GGUFTensor) error {
 		if fused, ok := s.byHF[hf]; ok {
 			return fmt.Errorf("tensor %s beside %s and %s: a block's experts are fused or split, not both", fused.Name, gate.Name, up.Name)
 		}
-		if len(gate.Dims) != 3 || !slices.Equal(gate.Dims, up.Dims) {
+		if len(gate.Dims) != 3 || !slices.Equal(gate.Dims, up.Dims) || slices.Min(gate.Dims) < 1 {
 			return fmt.Errorf("tensors %s (dimensions %v) and %s (%v): want the same three dimensions [hidden, expert width, experts]", gate.Name, gate.Dims, up.Name, up.Dims)
 		}
 		s.split[hf] = splitExperts{gate, up}
