@@ -74,5 +74,6 @@ static inline void vdc_glu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x
 static inline void vdc_silu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x) { b->op.silu(s, y, x); }
 static inline void vdc_clip(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, float lim) { b->op.clip(s, y, x, lim); }
 static inline void vdc_clamp(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi) { b->op.clamp(s, y, x, lo, hi); }
+static inline void vdc_linears(vd_backend *b, vd_stream *s, vd_linears l) { b->op.linears(s, &l); }
 
 #endif

@@ -53,6 +53,16 @@ typedef struct {
 	int64_t head_dim;
 } vd_norm_ropes;
 
+/* vd_linears: up to four products of one x [n, cols] (linears): part i is
+ * y[i] = x·w[i]ᵀ with linear's bits, then, when gelu_mul[i].data is set,
+ * y[i] = gelu_tanh(y[i])·gelu_mul[i] (ew gelu_mul's arithmetic on the
+ * stored product); nparts of them (1 to 4). */
+typedef struct {
+	vd_tensor x;
+	vd_tensor y[4], w[4], gelu_mul[4];
+	int nparts;
+} vd_linears;
+
 typedef struct {
 	vd_tensor y, f, x, norm_w, w, cw, cy, h, pred, out, out_w;
 	vd_tensor pre, pre_w; /* altup_correct_step: norm_add(x, pre, pre_w, x) first (pre.data NULL: none) */
@@ -293,6 +303,12 @@ typedef struct {
 	 * elementwise, a NaN kept (the clipped linears' bounds; lo 0, hi +inf
 	 * is a ReLU); y may be x. */
 	void (*clamp)(vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi);
+
+	/* linears (VD_ABI 14): the products of one x in one pass where the
+	 * backend can (vd_linears; a decoder layer's q, k, v and Laurel's left
+	 * matrix, the per-layer input's gate with its GELU product), each
+	 * part's bits those of linear (and ew gelu_mul) alone. */
+	void (*linears)(vd_stream *s, const vd_linears *l);
 } vd_ops;
 
 /* vd_op: an entry of vd_ops by its index, in the table's order. */
@@ -348,6 +364,7 @@ enum vd_op {
 	VD_OP_NORM_ADD_MORE,
 	VD_OP_NORM_ROPES,
 	VD_OP_CLAMP,
+	VD_OP_LINEARS,
 	VD_OP_COUNT
 };
 

@@ -143,3 +143,40 @@ func (s *Stream) NormRoPEs(parts []NormRoPEPart, eps float32, pos Tensor, headDi
 	r.nparts, r.idx, r.pos, r.eps, r.head_dim = C.int(len(parts)), idx.t, pos.t, C.float(eps), C.int64_t(headDim)
 	C.vdc_norm_ropes(s.be.t, s.s, r)
 }
+
+// LinearPart is one product of Linears: Y = x·Wᵀ, then, with GeluMul
+// given, Y = gelu_tanh(Y)·GeluMul (GeluMul of Y's length).
+type LinearPart struct {
+	Y, W, GeluMul Tensor
+}
+
+// Linears runs up to 4 products of one x [n, W.Cols] (a layer's q, k, v
+// and Laurel's left matrix; the per-layer input's gate with its GELU
+// product): each part's bits those of Linear, then GeluMul(Y, Y, GeluMul),
+// alone; one pass where the backend has it.
+func (s *Stream) Linears(x Tensor, parts []LinearPart) {
+	check(len(parts) <= 4, "Stream.Linears: more than 4 parts")
+	if x.Rows() == 0 || len(parts) == 0 {
+		return
+	}
+	for _, p := range parts {
+		check(p.W.Rows() > 0 && x.Cols() == p.W.Cols() && p.Y.DType() == F32 && p.Y.Rows() == x.Rows() && p.Y.Cols() == p.W.Rows(),
+			"Stream.Linears: shapes differ")
+		check(p.GeluMul.Nil() || (p.GeluMul.DType() == F32 && p.GeluMul.Len() >= p.Y.Len()), "Stream.Linears: GeluMul shorter than Y")
+	}
+	if s.left(OpLinears) {
+		for _, p := range parts {
+			s.Linear(p.Y, x, p.W)
+			if !p.GeluMul.Nil() {
+				s.GeluMul(p.Y, p.Y, p.GeluMul)
+			}
+		}
+		return
+	}
+	var l C.vd_linears
+	for i, p := range parts {
+		l.y[i], l.w[i], l.gelu_mul[i] = p.Y.t, p.W.t, p.GeluMul.t
+	}
+	l.x, l.nparts = x.t, C.int(len(parts))
+	C.vdc_linears(s.be.t, s.s, l)
+}

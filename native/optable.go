@@ -63,6 +63,7 @@ const (
 	OpNormAddMore      Op = C.VD_OP_NORM_ADD_MORE
 	OpNormRoPEs        Op = C.VD_OP_NORM_ROPES
 	OpClamp            Op = C.VD_OP_CLAMP
+	OpLinears          Op = C.VD_OP_LINEARS
 
 	opCount = C.VD_OP_COUNT
 )
@@ -119,6 +120,7 @@ var opNames = [opCount]string{
 	"norm_add_more",
 	"norm_ropes",
 	"clamp",
+	"linears",
 }
 
 // String is the operation's name in backend.h.

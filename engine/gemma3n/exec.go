@@ -31,6 +31,7 @@ type Exec struct {
 	cap  int                    // rows
 	step native.AltUpStep       // altupStep's operands, kept to spare an allocation a layer
 	nr   [3]native.NormRoPEPart // attention's q, k, v norms (likewise)
+	lin  [4]native.LinearPart   // a layer's products of one input (likewise)
 
 	// Activations.
 	e, H, H2, pred, an, laur, q, k, v, att, o, x, f, d, g, u, mod, coef, lr, pg native.Tensor

@@ -96,14 +96,25 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.AltUpPredictStep(x.altupStep(w, H.Slice(0, n), w.predCoefs, rows(x.coef), false, H, pred, an, w.inNorm, n))
 	a := pred.Slice(0, n)
 
-	// Laurel: an + norm(right(left(an))).
+	// The products of an, in one call: the queries, Laurel's left and,
+	// for a layer with keys of its own, the keys and values.
 	lr := rows(x.lr)
-	st.Linear(lr, an, w.laurelL)
+	x.lin[0] = native.LinearPart{Y: rows(x.q), W: w.q}
+	x.lin[1] = native.LinearPart{Y: lr, W: w.laurelL}
+	parts := x.lin[:2]
+	if y.kvSrc == i {
+		x.lin[2] = native.LinearPart{Y: rows(x.k), W: w.k}
+		x.lin[3] = native.LinearPart{Y: rows(x.v), W: w.v}
+		parts = x.lin[:4]
+	}
+	st.Linears(an, parts)
+
+	// Laurel: an + norm(right(left(an))).
 	st.Linear(laur, lr, w.laurelR)
 	st.NormAdd(laur, laur, w.laurelNorm, an, native.Tensor{}, D, eps, 0)
 
 	// Attention.
-	x.attention(i, y, w, n)
+	x.attention(i, y, n)
 	st.Linear(o, x.att.Slice(0, n), w.o)
 	f := rows(x.f) // the MLP's input: xa normalised
 	st.NormAddMore(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2), native.Tensor{}, f, w.preFFNorm)
@@ -145,15 +156,15 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	st.NormAddMore(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0, h23, native.Tensor{}, native.Tensor{})
 }
 
-// attention computes layer i's queries (and, for layers with their own,
-// keys and values, written to the pool) and its attention into x.att.
-func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
+// attention normalises and rotates layer i's queries (and, for layers
+// with their own, keys and values, written to the pool), the products
+// layer made, and computes its attention into x.att.
+func (x *Exec) attention(i int, y *layer, n int) {
 	m, st := x.m, x.st
 	cfg := m.Cfg
+	w := &m.t.layers[i]
 	hd, eps := cfg.HeadDim, float32(cfg.RMSNormEps)
-	an := x.an.Slice(0, n)
 	q := x.q.Slice(0, n)
-	st.Linear(q, an, w.q)
 	pos := x.pos.Sub(0, 1, n)
 	kind, slot := 0, x.slot0
 	if y.sliding {
@@ -164,8 +175,6 @@ func (x *Exec) attention(i int, y *layer, w *layerTensors, n int) {
 	parts := x.nr[:1]
 	if y.kvSrc == i {
 		k, v := x.k.Slice(0, n), x.v.Slice(0, n)
-		st.Linear(k, an, w.k)
-		st.Linear(v, an, w.v)
 		// normalised, rotated (keys) and written to the pool's slots
 		x.nr[1] = native.NormRoPEPart{X: k, W: w.kNorm, InvFreq: w.invFreq, To: pk, Heads: cfg.NumKVHeads}
 		x.nr[2] = native.NormRoPEPart{X: v, To: pv, Heads: cfg.NumKVHeads}

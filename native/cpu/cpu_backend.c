@@ -660,6 +660,15 @@ static void cpu_norm_ropes(vd_stream *s, const vd_norm_ropes *r)
 	}
 }
 
+static void cpu_linears(vd_stream *s, const vd_linears *l)
+{
+	for (int i = 0; i < l->nparts; i++) {
+		cpu_linear(s, l->y[i], l->x, l->w[i]);
+		if (l->gelu_mul[i].data)
+			cpu_ew(s, VD_EW_GELU_MUL, l->y[i], l->y[i], l->gelu_mul[i], 0);
+	}
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -738,6 +747,7 @@ static vd_backend cpu = {
 	.op.norm_add_more = cpu_norm_add_more,
 	.op.norm_ropes = cpu_norm_ropes,
 	.op.clamp = vd_cpu_clamp,
+	.op.linears = cpu_linears,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

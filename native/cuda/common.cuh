@@ -291,6 +291,7 @@ void c_linear_rows(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tenso
 void linear_q4(vd_stream *s, float *yd, const float *xd, vd_tensor w, const int32_t *ids, int64_t n, int64_t nout,
                dim3 grid, dim3 block);
 void q4_linear_init(int smem_optin);
+void c_linears(vd_stream *s, const vd_linears *l); /* the table's linears */
 
 /* sparse_mlp.cu */
 void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h, vd_tensor idx, vd_tensor x, vd_tensor up,

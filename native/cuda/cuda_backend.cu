@@ -714,6 +714,7 @@ static vd_backend table_template()
 	t.op.silu = c_silu;
 	t.op.clip = c_clip;
 	t.op.clamp = c_clamp;
+	t.op.linears = c_linears;
 	return t;
 }
 

@@ -14,6 +14,7 @@
  * Outputs are poisoned (NaN) before each op: an unwritten element fails.
  */
 #include "check_common.cuh"
+#include "q4_mma.h"
 
 /* A random q4 matrix: nibbles and per-group scales and offsets. */
 struct Q4 {
@@ -167,6 +168,95 @@ static void check_linear_alone()
 		same(std::string(nm) + " linear_rows = linear", back, all);
 		free_all();
 	}
+}
+
+/* check_linears: linears (the products of one x in one launch, with
+ * their GELU products) against the CPU and, on the GPU, bit for bit
+ * against each part's linear (and ew gelu_mul) alone: a layer's q, k, v
+ * and Laurel's left (E2B's shapes, and at reduced width), the KV-sharing
+ * layers' q and Laurel, the per-layer gate with its GELU product, a mix
+ * of groups; 1 to 8 tokens; x quantised in the blocks and by the
+ * pre-pass (q4_mma_set_own_max(0)); a part of groups of 32 (the
+ * float-core kernels) sends every part alone. small: the host
+ * emulation's shapes. */
+static void check_linears(bool small)
+{
+	struct P {
+		int64_t rows;
+		int group;
+		bool gelu;
+	};
+	struct S {
+		const char *name;
+		int64_t cols;
+		std::vector<P> parts;
+	};
+	std::vector<S> shapes = {
+		{"q k v laurel", 512, {{512, 64, false}, {128, 64, false}, {128, 64, false}, {64, 64, false}}},
+		{"q laurel (kv shared)", 512, {{512, 64, false}, {64, 64, false}}},
+		{"ple gate+gelu", 512, {{64, 64, true}}},
+		{"mixed groups, gelu", 256, {{100, 128, true}, {16, 64, false}, {40, 256, true}}},
+		{"a float-core part", 256, {{48, 64, false}, {32, 32, true}}},
+	};
+	if (!small) {
+		shapes.push_back({"E2B q k v laurel", 2048, {{2048, 64, false}, {512, 64, false}, {512, 64, false}, {64, 64, false}}});
+		shapes.push_back({"E2B ple gate+gelu", 2048, {{256, 64, true}}});
+	}
+	std::vector<int64_t> ns = small ? std::vector<int64_t>{1, 2, 5, 8} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8};
+	for (int prepass = 0; prepass < 2; prepass++) {
+		q4_mma_set_own_max(prepass ? 0 : (int64_t)40 << 10);
+		for (const S &s : shapes) {
+			int np = (int)s.parts.size();
+			std::vector<Q4> ws;
+			for (const P &p : s.parts)
+				ws.push_back(randq4(p.rows, s.cols, p.group));
+			for (int64_t n : ns) {
+				Pair X = in(randf((size_t)(n * s.cols), -3, 3));
+				std::vector<Pair> Y, YA, M;
+				for (const P &p : s.parts) {
+					Y.push_back(out((size_t)(n * p.rows * 4)));
+					YA.push_back(out((size_t)(n * p.rows * 4)));
+					M.push_back(in(randf((size_t)(n * p.rows), -2, 2)));
+				}
+				auto args = [&](bool g, std::vector<Pair> &y) {
+					vd_linears l;
+					memset(&l, 0, sizeof l);
+					l.x = T(X, g, VD_F32, n, s.cols), l.nparts = np;
+					for (int i = 0; i < np; i++) {
+						const P &p = s.parts[(size_t)i];
+						l.y[i] = T(y[(size_t)i], g, VD_F32, n, p.rows);
+						l.w[i] = Q(ws[(size_t)i].q, ws[(size_t)i].so, g, p.rows, s.cols, p.group);
+						l.gelu_mul[i] = p.gelu ? T(M[(size_t)i], g, VD_F32, n, p.rows) : NIL();
+					}
+					return l;
+				};
+				std::string nm = fmt("linears %s n=%lld%s", s.name, (long long)n, prepass ? " pre-pass" : "");
+				if (!run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+					    vd_linears l = args(g, Y);
+					    b->op.linears(st, &l);
+				    }))
+					continue;
+				/* each part alone on the GPU */
+				vd_linears l = args(true, YA);
+				for (int i = 0; i < np; i++) {
+					GPU->op.linear(GS, l.y[i], l.x, l.w[i]);
+					if (l.gelu_mul[i].data)
+						GPU->op.ew(GS, VD_EW_GELU_MUL, l.y[i], l.y[i], l.gelu_mul[i], 0);
+				}
+				GPU->stream.sync(GS);
+				for (int i = 0; i < np; i++) {
+					const P &p = s.parts[(size_t)i];
+					size_t m = (size_t)(n * p.rows);
+					std::string pn = nm + fmt(" part %d %lldx%lld g%d%s", i, (long long)p.rows, (long long)s.cols,
+					                          p.group, p.gelu ? " gelu" : "");
+					cmp(pn, Y[(size_t)i], m, TOL_DOT);
+					same(pn + " = alone", down_f(Y[(size_t)i], m), down_f(YA[(size_t)i], m));
+				}
+			}
+			free_all();
+		}
+	}
+	q4_mma_set_own_max((int64_t)40 << 10);
 }
 
 /* router: the fused kernel against the CPU's four operations, and a row
@@ -1004,10 +1094,13 @@ int main(int argc, char **argv)
 	 * -q4: the q4 products and the sparse MLP, at small shapes (the same) */
 	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0, q4 = argc > 1 && strcmp(argv[1], "-q4") == 0;
 	bool attn = argc > 1 && strcmp(argv[1], "-attn") == 0; /* -attn: paged attention, causal and with key limits, small */
+	bool linears = argc > 1 && strcmp(argv[1], "-linears") == 0; /* -linears: grouped products, small */
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
-	if (steps || q4 || attn) {
+	if (steps || q4 || attn || linears) {
 		if (steps)
 			check_layer_steps(true);
+		else if (linears)
+			check_linears(true);
 		else if (attn)
 			check_attention(true);
 		else
@@ -1028,6 +1121,7 @@ int main(int argc, char **argv)
 	check_sample();
 	check_loop();
 	check_layer_steps(false);
+	check_linears(false);
 	/* A bad call sets the sticky error that sync returns. */
 	{
 		Pair X = in(randf(64)), Y = out(64 * 4);

@@ -368,3 +368,49 @@ void q4_linear_init(int smem_optin)
 	                (void *)k_gemv_q4<5>, (void *)k_gemv_q4<6>, (void *)k_gemv_q4<7>, (void *)k_gemv_q4<8>})
 		cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin);
 }
+
+/* c_linears: the parts' products in one q4_mma_group launch where it
+ * takes them (every matrix q4 on the tensor cores, up to 8 tokens, fewer
+ * launches than apart: the same bits); else each part's c_linear, then
+ * its GELU product by c_ew, as the operations apart. VERDICT_LINEARS=0:
+ * always apart, for comparisons. */
+void c_linears(vd_stream *s, const vd_linears *l)
+{
+	ENTER(s);
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_LINEARS");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	int np = l->nparts;
+	vd_tensor x = l->x;
+	if (np < 1 || np > Q4_MMA_PARTS || x.rows <= 0) {
+		if (np != 0 && x.rows > 0)
+			fail(s, VDC_ESHAPE);
+		return;
+	}
+	bool group = on && x.dtype == VD_F32;
+	q4_mma_part parts[Q4_MMA_PARTS];
+	for (int i = 0; i < np && group; i++) {
+		vd_tensor w = l->w[i], y = l->y[i], m = l->gelu_mul[i];
+		group = w.dtype == VD_Q4 && w.cols == x.cols && y.dtype == VD_F32 && y.rows == x.rows && y.cols == w.rows &&
+		        (!m.data || (m.dtype == VD_F32 && elems(m) >= elems(y))) && q4_mma_fits(w.data, w.cols, w.group);
+		parts[i] = q4_mma_part{(float *)y.data, (const float *)m.data, (const uint8_t *)w.data, (const float *)w.aux,
+		                       w.rows, lg2(w.group)};
+	}
+	if (group) {
+		size_t b = q4_mma_scratch_bytes(x.rows, 0, x.cols, true);
+		if (!grow_scratch(s, &s->qpart, &s->qpart_n, b, (size_t)256 << 20))
+			return;
+		cudaError_t e;
+		if (q4_mma_group(s->st, pdl_of(s), parts, np, (const float *)x.data, x.rows, x.cols, s->qpart, s->qpart_n,
+		                 &e)) {
+			check(s, e);
+			return;
+		}
+	}
+	for (int i = 0; i < np; i++) {
+		c_linear(s, l->y[i], x, l->w[i]);
+		if (l->gelu_mul[i].data)
+			c_ew(s, VD_EW_GELU_MUL, l->y[i], l->y[i], l->gelu_mul[i], 0);
+	}
+}

@@ -30,6 +30,7 @@
  * limb.
  */
 #include "q4_mma.h"
+#include "device_math.cuh"
 #include "q4_mma.cuh"
 
 #include <cstdint>
@@ -64,22 +65,24 @@ __global__ void __launch_bounds__(32 * MW) k_q4_quant(uint4 *frag, float2 *xsx, 
 		quant_pair(frag, xsx, x, tok, ch, true, n, n8, G, cols, vec);
 }
 
-/* k_q4_mma_few: 8·NT tokens a block row (grid.y, striding), a warp per
- * (R row tiles of 16, slice): warp w takes slice w % S of row tiles
- * R·(blockIdx.x·(MW/S) + w/S) on. Lane (g, t) holds rows g and g + 8 of
- * each tile and, as the mma's B, token g of each of the NT token tiles
- * (NT > 1: one chunk's weights serve every tile); the slices' partials
- * meet in shared memory and warp w/S·S adds them in slice order. */
-template <int R, int MINB, int NT, bool OWN>
-__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, const float *x, const uint8_t *q,
-                                                           const float *so, const int32_t *ids, int64_t n,
-                                                           int64_t nout, int64_t cols, int lg, int S, bool vec)
+/* few_block: block bx of k_q4_mma_few's grid (or of a group's part):
+ * 8·NT tokens a block row (grid.y, striding), a warp per (R row tiles of
+ * 16, slice): warp w takes slice w % S of row tiles R·(bx·(MW/S) + w/S)
+ * on. Lane (g, t) holds rows g and g + 8 of each tile and, as the mma's
+ * B, token g of each of the NT token tiles (NT > 1: one chunk's weights
+ * serve every tile); the slices' partials meet in shared memory and warp
+ * w/S·S adds them in slice order. With mul set, the stored value is
+ * d_gelu(y)·mul (ew gelu_mul's arithmetic on the product's value). */
+template <int R, int NT, bool OWN>
+static __device__ __forceinline__ void few_block(int64_t bx, float *y, const float *mul, Xq xq, const float *x,
+                                                 const uint8_t *q, const float *so, const int32_t *ids, int64_t n,
+                                                 int64_t nout, int64_t cols, int lg, int S, bool vec)
 {
 	constexpr int FB = NT > 1 || R == 4 ? 1 : R == 1 ? 4 : 2;
 	__shared__ float red[MW][R][NT][4][32];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	int s = w % S;
-	int64_t r0 = ((int64_t)blockIdx.x * (MW / S) + w / S) * R * 16;
+	int64_t r0 = (bx * (MW / S) + w / S) * R * 16;
 	int64_t G = cols >> 6, c0 = s * G / S, c1 = (s + 1) * G / S;
 	if (ids)
 		pdl_wait();
@@ -125,6 +128,10 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, c
 					red[w][k][j][e][lane] = P[k][j][e];
 		__syncthreads();
 		if (s == 0) {
+			if (mul && !waited) { /* mul is an earlier kernel's */
+				pdl_wait();
+				waited = true;
+			}
 #pragma unroll
 			for (int k = 0; k < R; k++)
 #pragma unroll
@@ -137,12 +144,43 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, c
 						int64_t row = r0 + 16 * k + g + 8 * (e >> 1);
 						int64_t tk = (tile * NT + j) * 8 + 2 * t + (e & 1);
 						if (row < nout && tk < n)
-							y[tk * nout + row] = v;
+							y[tk * nout + row] = mul ? d_gelu(v) * mul[tk * nout + row] : v;
 					}
 		}
 	}
 	if (!waited)
 		pdl_wait();
+}
+
+/* k_q4_mma_few: one product, a block few_block's. */
+template <int R, int MINB, int NT, bool OWN>
+__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, const float *x, const uint8_t *q,
+                                                           const float *so, const int32_t *ids, int64_t n,
+                                                           int64_t nout, int64_t cols, int lg, int S, bool vec)
+{
+	few_block<R, NT, OWN>(blockIdx.x, y, nullptr, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
+}
+
+/* Group: the parts of q4_mma_group's launch, part i's blocks b0[i] ..
+ * b0[i+1]−1 of the grid. */
+struct Group {
+	q4_mma_part p[Q4_MMA_PARTS];
+	int64_t b0[Q4_MMA_PARTS + 1];
+	int np;
+};
+
+/* k_q4_mma_group: the products of one x, a block of one part's grid as
+ * k_q4_mma_few's (one token tile a warp). */
+template <int R, int MINB, bool OWN>
+__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq, const float *x, int64_t n,
+                                                              int64_t cols, int S, bool vec)
+{
+	int k = 0;
+	while (k + 1 < gr.np && (int64_t)blockIdx.x >= gr.b0[k + 1])
+		k++;
+	const q4_mma_part &p = gr.p[k];
+	few_block<R, 1, OWN>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, xq, x, p.q, p.so, nullptr, n, p.nout, cols,
+	                     p.lg, S, vec);
 }
 
 /* k_q4_mma_many: a block 128 rows × TB = 16·NTW tokens (grid.y), warp w
@@ -391,4 +429,66 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 		k = NT == 4 ? k_q4_mma_few<1, 1, 4, false> : NT == 2 ? k_q4_mma_few<1, 1, 2, false> : k_q4_mma_few<1, 1, 1, false>;
 	return launch_pdl(pdl, k, grid, dim3(32 * MW), own ? (size_t)own_smem : 0, st, y, xq, x, q, so, ids, n, nout, cols,
 	                  lg, S, vec);
+}
+
+bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t n,
+                  int64_t cols, void *scratch, size_t scratch_bytes, cudaError_t *err)
+{
+	*err = cudaSuccess;
+	if (np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols < 64 || cols % 64 != 0)
+		return false;
+	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8, xb = xq_bytes(n, cols);
+	int S = slices(G);
+	int64_t per = MW / S, own_smem = n * G * 12 * 16 + G * 8 * 8;
+	bool own_fits = own_smem <= own_max;
+	/* Row tiles a warp by the tallest part (any tiling gives the bits). */
+	int64_t most = 0;
+	for (int i = 0; i < np; i++)
+		most = parts[i].nout > most ? parts[i].nout : most;
+	int64_t mt = (most + 15) / 16;
+	int R = mt / per >= 4096 ? 4 : mt / per >= 512 ? 2 : 1;
+	Group gr;
+	gr.np = np;
+	gr.b0[0] = 0;
+	int alone = 0; /* the launches of the parts one by one */
+	for (int i = 0; i < np; i++) {
+		const q4_mma_part &p = parts[i];
+		if (p.nout <= 0)
+			return false;
+		gr.p[i] = p;
+		int64_t tiles = (p.nout + 15) / 16;
+		int Ri = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
+		int64_t bi = (tiles + per * Ri - 1) / (per * Ri);
+		alone += (own_fits && bi <= OWN_BLOCKS ? 1 : 2) + (p.mul ? 1 : 0);
+		gr.b0[i + 1] = gr.b0[i] + (tiles + per * R - 1) / (per * R);
+	}
+	int64_t blocks = gr.b0[np];
+	bool own = own_fits && blocks <= OWN_BLOCKS;
+	if ((own ? 1 : 2) >= alone || blocks > 0x7fffffff)
+		return false;
+	if (!scratch || (int64_t)scratch_bytes < xb) {
+		*err = cudaErrorInvalidValue;
+		return true;
+	}
+	Xq xq;
+	xq.frag = (const uint4 *)scratch;
+	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
+	xq.n8 = n8, xq.G = G, xq.nlive = n8;
+	bool vec = ((uintptr_t)x & 15) == 0;
+	if (!own) {
+		cudaError_t e = launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)),
+		                           dim3(32 * MW), 0, st, (uint4 *)xq.frag, (float2 *)xq.xsx, x, n, n8, cols, vec);
+		if (e != cudaSuccess) {
+			*err = e;
+			return true;
+		}
+	}
+	void (*k)(Group, Xq, const float *, int64_t, int64_t, int, bool);
+	if (own)
+		k = R == 4 ? k_q4_mma_group<4, 2, true> : R == 2 ? k_q4_mma_group<2, 2, true> : k_q4_mma_group<1, 1, true>;
+	else
+		k = R == 4 ? k_q4_mma_group<4, 2, false> : R == 2 ? k_q4_mma_group<2, 2, false> : k_q4_mma_group<1, 1, false>;
+	*err = launch_pdl(pdl, k, dim3((unsigned)blocks), dim3(32 * MW), own ? (size_t)own_smem : 0, st, gr, xq, x, n,
+	                  cols, S, vec);
+	return true;
 }

@@ -35,6 +35,36 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
                    const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, void *scratch,
                    size_t scratch_bytes);
 
+/* Q4_MMA_PARTS: the most products q4_mma_group takes. */
+#define Q4_MMA_PARTS 4
+
+/* q4_mma_part: one product of q4_mma_group: y [n, nout] = x·wᵀ for a
+ * matrix q4_mma_fits took (nibbles q, scales and offsets so, lg = log2 of
+ * its group), then, when mul is set, y = gelu_tanh(y)·mul (mul [n, nout]:
+ * ew gelu_mul's arithmetic on the stored product). */
+struct q4_mma_part {
+	float *y;
+	const float *mul;
+	const uint8_t *q;
+	const float *so;
+	int64_t nout;
+	int lg;
+};
+
+/* q4_mma_group enqueues np (1 to Q4_MMA_PARTS) products of the n tokens
+ * of x (rows of cols floats) in one launch, the grid's blocks partitioned
+ * over the parts (two launches when x takes the pre-pass, shared by
+ * them), each part's y the bits q4_mma gives it alone (the chunk sums are
+ * exact and the slices added in one order whatever the tiling). It
+ * returns whether it took them (*err: the launch's error,
+ * cudaErrorInvalidValue for too little scratch); it takes nothing for more
+ * than 8 tokens or where one launch would not be fewer than the parts'
+ * launches one by one (with their GELU products): the caller then runs
+ * them one by one. scratch holds scratch_bytes, at least
+ * q4_mma_scratch_bytes(n, 0, cols, true). */
+bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t n,
+                  int64_t cols, void *scratch, size_t scratch_bytes, cudaError_t *err);
+
 /* q4_mma_set_own_max: the most shared memory (bytes) a product of up to 8
  * tokens may take to quantise x in its own blocks rather than in a
  * pre-pass launch (0: always the pre-pass); for the harness's comparisons

@@ -1,0 +1,125 @@
+package native
+
+import (
+	"fmt"
+	"testing"
+)
+
+// linearsRun runs one Linears call on be over x [n, d] and the matrices
+// ms (each part's GELU product by gm when gelu[i]), or, alone, each
+// part's Linear then GeluMul, and returns every part's output and the
+// stream's op calls.
+func linearsRun(t *testing.T, be *Backend, xs []float32, n, d int, ms []Matrix, gelu []bool, gm [][]float32, alone bool) ([][]float32, OpCalls) {
+	t.Helper()
+	st, err := be.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &opsEnv{t: t, be: be, st: st, w: be.NewBound(), out: map[string][]float32{}}
+	defer e.free()
+	x := e.f32(xs, n, d)
+	parts := make([]LinearPart, len(ms))
+	for i, m := range ms {
+		parts[i] = LinearPart{Y: e.alloc(F32, n, m.Rows), W: e.mat(m)}
+		if gelu[i] {
+			parts[i].GeluMul = e.f32(gm[i], n, m.Rows)
+		}
+	}
+	if alone {
+		for _, p := range parts {
+			st.Linear(p.Y, x, p.W)
+			if !p.GeluMul.Nil() {
+				st.GeluMul(p.Y, p.Y, p.GeluMul)
+			}
+		}
+	} else {
+		st.Linears(x, parts)
+	}
+	var ys [][]float32
+	for i, p := range parts {
+		e.keep(fmt.Sprint(i), p.Y)
+		ys = append(ys, e.out[fmt.Sprint(i)])
+	}
+	return ys, st.OpCalls()
+}
+
+// TestLinears: the products of one x in one call give each product's
+// bits alone (with its GELU product when asked), at E2B's layer shapes
+// scaled down (q, k, v, Laurel's left; the per-layer gate with GELU) and
+// others, 1 to 8 tokens, q4 and f32, on the CPU backend (one call) and
+// through a backend without the entry (the operations one by one).
+func TestLinears(t *testing.T) {
+	partial := openPartial(t)
+	r := newRand(25)
+	for _, tc := range []struct {
+		name  string
+		d     int
+		rows  []int
+		gelu  []bool
+		dtype DType
+	}{
+		{"q k v laurel", 256, []int{256, 64, 64, 8}, []bool{false, false, false, false}, Q4},
+		{"q laurel (KV-shared layer)", 256, []int{256, 8}, []bool{false, false}, Q4},
+		{"per-layer gate with GELU", 256, []int{32}, []bool{true}, Q4},
+		{"mixed GELU", 128, []int{40, 7, 64}, []bool{true, false, true}, Q4},
+		{"f32", 96, []int{33, 16}, []bool{false, true}, F32},
+	} {
+		var ms []Matrix
+		for _, rows := range tc.rows {
+			m := randMatrix(r, F32, rows, tc.d)
+			if tc.dtype == Q4 {
+				m = Quantize(m, 64)
+			}
+			ms = append(ms, m)
+		}
+		for n := 1; n <= 8; n++ {
+			xs := randVec(r, n*tc.d, 2)
+			gm := make([][]float32, len(ms))
+			for i, m := range ms {
+				gm[i] = randVec(r, n*m.Rows, 1)
+			}
+			want, _ := linearsRun(t, Default(), xs, n, tc.d, ms, tc.gelu, gm, true)
+			got, calls := linearsRun(t, Default(), xs, n, tc.d, ms, tc.gelu, gm, false)
+			if calls.Total() != 1 || calls[OpLinears] != 1 {
+				t.Errorf("%s n=%d: calls %v, want linears 1", tc.name, n, calls)
+			}
+			viaPartial, _ := linearsRun(t, partial, xs, n, tc.d, ms, tc.gelu, gm, false)
+			for i := range ms {
+				nm := fmt.Sprintf("%s n=%d part %d", tc.name, n, i)
+				bitsEqual(t, nm, got[i], want[i])
+				bitsEqual(t, nm+" (backend without linears)", viaPartial[i], want[i])
+			}
+		}
+	}
+}
+
+// TestLinearsRefuses: a misused call panics before any work.
+func TestLinearsRefuses(t *testing.T) {
+	be := Default()
+	st, err := be.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	x := be.hostTensor(make([]float32, 2*64), 2, 64)
+	w := be.hostTensor(make([]float32, 8*64), 8, 64)
+	y := be.hostTensor(make([]float32, 2*8), 2, 8)
+	for _, tc := range []struct {
+		name  string
+		parts []LinearPart
+	}{
+		{"five parts", []LinearPart{{Y: y, W: w}, {Y: y, W: w}, {Y: y, W: w}, {Y: y, W: w}, {Y: y, W: w}}},
+		{"y of other rows", []LinearPart{{Y: be.hostTensor(make([]float32, 8), 1, 8), W: w}}},
+		{"w of other columns", []LinearPart{{Y: y, W: be.hostTensor(make([]float32, 8*32), 8, 32)}}},
+		{"short GELU factor", []LinearPart{{Y: y, W: w, GeluMul: be.hostTensor(make([]float32, 15), 1, 15)}}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", tc.name)
+				}
+			}()
+			st.Linears(x, tc.parts)
+		}()
+	}
+}
