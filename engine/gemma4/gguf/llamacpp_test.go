@@ -344,23 +344,18 @@ type dequantRecord struct {
 // wsumWeight is the checksum's weight of flat index i.
 func wsumWeight(i int) float64 { return float64(uint64(i)*2654435761%(1<<16)) / (1 << 16) }
 
-// checkDequant holds values to a record: every sample equal (both read the
-// same blocks with the same float32 products; gguf-py may order a product's
-// factors otherwise, so within 2 ulps of the tensor's largest sample) and
-// the sums, plain and position-weighted, within 1e-6 of the sum of
-// magnitudes. It returns what failed, or "".
+// checkDequant holds values to a record: every sample bit for bit (both
+// compute the same float32 products of the same fields), and the sums,
+// plain and position-weighted, within 1e-12 of the sum of magnitudes: they
+// differ only in the order of float64 additions (1e-18 measured), where one
+// value one ulp off moves the weighted sum by about 1e-10 of it. It returns
+// what failed, or "".
 func checkDequant(x []float32, r dequantRecord) string {
 	if len(x) != r.N {
 		return fmt.Sprintf("%d values, gguf-py's %d", len(x), r.N)
 	}
-	big := 0.0
 	for _, s := range r.Samples {
-		big = max(big, math.Abs(s[1]))
-	}
-	ulp := float64(math.Nextafter32(float32(big), float32(math.Inf(1)))) - big
-	for _, s := range r.Samples {
-		i := int(s[0])
-		if e := math.Abs(float64(x[i]) - s[1]); e > 2*ulp {
+		if i := int(s[0]); float64(x[i]) != s[1] {
 			return fmt.Sprintf("[%d] is %v, gguf-py's %v", i, x[i], s[1])
 		}
 	}
@@ -369,7 +364,7 @@ func checkDequant(x []float32, r dequantRecord) string {
 		sum += float64(v)
 		wsum += float64(v) * wsumWeight(i)
 	}
-	tol := 1e-6 * r.AbsSum
+	tol := 1e-12 * r.AbsSum
 	if math.Abs(sum-r.Sum) > tol || math.Abs(wsum-r.WSum) > tol {
 		return fmt.Sprintf("sums %.9g and %.9g (weighted), gguf-py's %.9g and %.9g", sum, wsum, r.Sum, r.WSum)
 	}
@@ -378,8 +373,9 @@ func checkDequant(x []float32, r dequantRecord) string {
 
 // TestLlamaCppDequant: every tensor of every file llama-quantize wrote, as
 // the store serves it, against gguf-py's own dequantisation of the same
-// bytes (stored as samples and checksums): every type llama-quantize chose
-// (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, F32). A tensor served in
+// bytes (stored as samples and checksums), bit for bit: every type
+// llama-quantize chose (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, F32).
+// One value one ulp off fails it (TestCheckDequantCanFail). A tensor served in
 // place of another of its shape (each block's attn_q against its attn_output
 // record where both are square, and ffn_gate against ffn_up) fails. The MoE
 // Q8_0 of llama-quantize holds the same values as gguf-py's (the converter's
@@ -396,7 +392,7 @@ func TestLlamaCppDequant(t *testing.T) {
 			if len(recs) != len(qs.G.Tensors) {
 				t.Fatalf("%s: %d records for %d tensors", file, len(recs), len(qs.G.Tensors))
 			}
-			caught := 0
+			caught, inexact, samples, sumDev := 0, 0, 0, 0.0
 			for _, x := range qs.G.Tensors {
 				r, ok := recs[x.Name]
 				if !ok {
@@ -422,6 +418,19 @@ func TestLlamaCppDequant(t *testing.T) {
 				if msg := checkDequant(vals, r); msg != "" {
 					t.Errorf("%s: %s (%s): %s", file, x.Name, x.Type, msg)
 				}
+				for _, sm := range r.Samples {
+					samples++
+					if float64(vals[int(sm[0])]) != sm[1] {
+						inexact++
+					}
+				}
+				var wsum float64
+				for i, v := range vals {
+					wsum += float64(v) * wsumWeight(i)
+				}
+				if r.AbsSum > 0 {
+					sumDev = max(sumDev, math.Abs(wsum-r.WSum)/r.AbsSum)
+				}
 				// The same values held to another tensor's record must fail.
 				other := strings.NewReplacer(".attn_q.weight", ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight").Replace(x.Name)
 				if o, ok := recs[other]; ok && other != x.Name && o.N == r.N {
@@ -435,7 +444,8 @@ func TestLlamaCppDequant(t *testing.T) {
 			if caught == 0 {
 				t.Errorf("%s: no tensor was held to another's record", file)
 			}
-			t.Logf("%s: %d tensors equal gguf-py's dequantisation; %d swapped tensors caught", file, len(qs.G.Tensors), caught)
+			t.Logf("%s: %d tensors equal gguf-py's dequantisation (%d of %d samples not bit for bit; weighted sums within %.2g of the magnitudes); %d swapped tensors caught",
+				file, len(qs.G.Tensors), inexact, samples, sumDev, caught)
 		}
 	}
 	for _, typ := range []string{"Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "F16"} {
@@ -451,6 +461,42 @@ func TestLlamaCppDequant(t *testing.T) {
 		b, err := lq.Float32(n)
 		if err != nil || !slices.Equal(a, b) {
 			t.Errorf("%s: llama-quantize's Q8_0 differs from gguf-py's (%v)", n, err)
+		}
+	}
+}
+
+// TestCheckDequantCanFail: checkDequant refuses one value one ulp off, at a
+// sample and away from the samples, and one value of a row moved.
+func TestCheckDequantCanFail(t *testing.T) {
+	x := make([]float32, 4096)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i))) * 0.03
+	}
+	rec := dequantRecord{N: len(x)}
+	for i, v := range x {
+		rec.Sum += float64(v)
+		rec.AbsSum += math.Abs(float64(v))
+		rec.WSum += float64(v) * wsumWeight(i)
+	}
+	for k := 0; k <= 16; k++ {
+		i := k * (len(x) - 1) / 16
+		rec.Samples = append(rec.Samples, [2]float64{float64(i), float64(x[i])})
+	}
+	if msg := checkDequant(x, rec); msg != "" {
+		t.Fatalf("the values themselves: %s", msg)
+	}
+	for _, c := range []struct {
+		name string
+		edit func([]float32)
+	}{
+		{"a sample one ulp up", func(y []float32) { y[255] = math.Nextafter32(y[255], 1) }},
+		{"a value between samples one ulp up", func(y []float32) { y[1000] = math.Nextafter32(y[1000], 1) }},
+		{"two values of a row swapped", func(y []float32) { y[1000], y[1001] = y[1001], y[1000] }},
+	} {
+		y := slices.Clone(x)
+		c.edit(y)
+		if checkDequant(y, rec) == "" {
+			t.Errorf("%s passes", c.name)
 		}
 	}
 }
