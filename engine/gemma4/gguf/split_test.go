@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"verdict/engine/fixture/testmodel"
+	"verdict/engine/weights"
 	"verdict/engine/weights/ggufwrite"
 )
 
@@ -22,7 +23,8 @@ func moeSplitQ8(t *testing.T) string {
 }
 
 // TestSplitExperts: the split file serves what the fused one does (names,
-// shapes, types, every value, Rows) and gives the same logits bit for bit;
+// shapes, types, every value, Rows) and gives the same logits bit for bit,
+// also with the up halves stored F32 beside Q8_0 gates (reported as F32);
 // the split file with its gate and up names crossed opens and does not.
 func TestSplitExperts(t *testing.T) {
 	fused, split := openStore(t, moeQ8(t)), openStore(t, moeSplitQ8(t))
@@ -62,7 +64,37 @@ func TestSplitExperts(t *testing.T) {
 	if got := forward(t, split, split.ConfigJSON(), ids, nil); !slices.Equal(got, want) {
 		t.Errorf("the split file's logits differ from the fused file's by %.3g", maxDiff(got, want))
 	}
+	// The up halves as F32 (their Q8_0 values), the gates Q8_0: served as
+	// F32, the same values and logits.
 	kvs, ts := parts(t, moeSplitQ8(t))
+	for i := range ts {
+		if strings.HasSuffix(ts[i].Name, ".ffn_up_exps.weight") {
+			n := 1
+			for _, d := range ts[i].Dims {
+				n *= d
+			}
+			v := make([]float32, n)
+			if err := weights.DequantizeGGML(ts[i].Type, v, ts[i].Data); err != nil {
+				t.Fatal(err)
+			}
+			b, err := ggufwrite.Encode(weights.GGMLF32, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts[i].Type, ts[i].Data = weights.GGMLF32, b
+		}
+	}
+	mixed, err := openBytes(t, encode(t, kvs, ts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, typ, _ := mixed.Info("model.layers.0.experts.gate_up_proj"); typ != "F32" {
+		t.Errorf("Q8_0 gate and F32 up reported as %s", typ)
+	}
+	if got := forward(t, mixed, mixed.ConfigJSON(), ids, nil); !slices.Equal(got, want) {
+		t.Errorf("Q8_0 gates and F32 ups: logits differ from the fused file's by %.3g", maxDiff(got, want))
+	}
+	kvs, ts = parts(t, moeSplitQ8(t))
 	for i := range ts {
 		if b, ok := strings.CutSuffix(ts[i].Name, ".ffn_gate_exps.weight"); ok {
 			ts[i].Name = b + ".ffn_up_exps.weight"

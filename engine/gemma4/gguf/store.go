@@ -36,12 +36,13 @@ func (x splitExperts) shape() []int {
 	return []int{sh[0], 2 * sh[1], sh[2]}
 }
 
-// dtype names the two tensors' types: one name when they agree.
+// dtype is the two tensors' type when they agree, else "F32": the view is
+// served as float32 either way, and each half's type was checked readable.
 func (x splitExperts) dtype() string {
 	if x.gate.Type == x.up.Type {
 		return x.gate.Type.String()
 	}
-	return x.gate.Type.String() + "/" + x.up.Type.String()
+	return weights.GGMLF32.String()
 }
 
 // experts writes the fused rows of experts e0 to e0+len(dst)/(2FH): for each
