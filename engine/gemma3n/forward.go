@@ -148,8 +148,8 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 
 	// Per-layer input, added to streams 1..3.
 	pg := rows(x.pg)
-	st.Linear(pg, d, w.pleGate)
-	st.GeluMul(pg, pg, ple)
+	x.lin[0] = native.LinearPart{Y: pg, W: w.pleGate, GeluMul: ple} // gelu(gate(d))·ple
+	st.Linears(d, x.lin[:1])
 	st.Linear(o, pg, w.pleProj)
 	h1 := H.Slice(n, 2*n)
 	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's normalised rows alike
