@@ -706,55 +706,60 @@ func (x *Exec) moe(l, n int) (native.Tensor, error) {
 	return mo, nil
 }
 
-// Prefill runs the batch's rows through Forward in chunks of the Exec's
-// rows and returns the wanted outputs on the host [outputs, D]
-// (kit.Prefill). Under use_bidirectional_attention "vision" a chunk ends
-// before an image block that it would cut (and before a block's last row,
-// so that the block and the token after it share a Forward); a block with
-// that token longer than the Exec's rows is refused.
-func (x *Exec) Prefill(b *model.Batch) ([]float32, error) {
+// Prefill runs the batch's rows through Forward in chunks of up to the
+// Exec's rows, cut where CutChunk allows, and returns the wanted outputs on
+// the host [outputs, D] (kit.Prefill: the cuts are chosen before anything
+// runs, so a refusal runs nothing).
+func (x *Exec) Prefill(b *model.Batch) ([]float32, error) { return kit.Prefill("gemma4", x, b) }
+
+// CutChunk is where a chunk of rows beginning at lo may end, at most at hi
+// (model.ChunkCutter): anywhere, except under use_bidirectional_attention
+// "vision", where an image block and the row after it must share a
+// Forward (imageBlocks refuses a batch that ends inside one). The chunk
+// then ends at the largest end in (lo, hi] where no sequence's last row in
+// it is an image placeholder, that is before the block it would cut (or
+// before the block's last row, so that the row after it comes along); an
+// end at len(rows) is taken as it is. A block that with the row after it
+// does not fit in (lo, hi] is refused, naming its first row.
+func (x *Exec) CutChunk(rows []model.Row, lo, hi int) (int, error) {
 	t := x.d.media
-	if t == nil || !t.VisionBidirectional || len(b.Rows) <= x.cap {
-		return kit.Prefill("gemma4", x, b)
+	if t == nil || !t.VisionBidirectional {
+		return hi, nil
 	}
-	// The cuts first, so that a refusal runs nothing.
-	rows := b.Rows
-	cuts := []int{0}
-	for lo := 0; lo < len(rows); {
-		hi := min(lo+x.cap, len(rows))
-		for hi < len(rows) && hi > lo && openBlock(rows[lo:hi], t.Image) {
-			hi--
-		}
-		if hi == lo {
-			return nil, fmt.Errorf("gemma4: an image block from row %d with the row after it is longer than the %d rows of one Forward", lo, x.cap)
-		}
-		cuts = append(cuts, hi)
-		lo = hi
-	}
-	var out []float32
-	for i := 1; i < len(cuts); i++ {
-		o, err := kit.Prefill("gemma4", x, &model.Batch{Rows: rows[cuts[i-1]:cuts[i]], Embeds: b.Embeds, Hook: b.Hook})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, o...)
-	}
-	return out, nil
+	return cutChunk(rows, lo, hi, t.Image)
 }
 
-// openBlock reports whether some sequence's last row among rows is an
-// image placeholder with its soft token (a block the next rows may go on).
-func openBlock(rows []model.Row, image int) bool {
-	seen := make(map[model.Cache]bool)
-	for i := len(rows) - 1; i >= 0; i-- {
-		r := rows[i]
-		if seen[r.Cache] {
-			continue
+var _ model.ChunkCutter = (*Exec)(nil)
+
+// cutChunk is CutChunk for image id image. It reads rows[lo:hi] once: open
+// holds, for each sequence whose last row so far is a placeholder (a row
+// with the image id and its embedding given, as imageBlocks counts them),
+// the first row of its block.
+func cutChunk(rows []model.Row, lo, hi, image int) (int, error) {
+	if hi >= len(rows) {
+		return hi, nil
+	}
+	open := map[model.Cache]int{}
+	end := lo
+	for r := lo; r < hi; r++ {
+		row := rows[r]
+		if row.Embed >= 0 && int(row.Token) == image {
+			if _, ok := open[row.Cache]; !ok {
+				open[row.Cache] = r
+			}
+		} else {
+			delete(open, row.Cache)
 		}
-		seen[r.Cache] = true
-		if r.Embed >= 0 && int(r.Token) == image {
-			return true
+		if len(open) == 0 {
+			end = r + 1
 		}
 	}
-	return false
+	if end > lo {
+		return end, nil
+	}
+	first := hi
+	for _, r := range open {
+		first = min(first, r)
+	}
+	return 0, fmt.Errorf("gemma4: an image block from row %d with the row after it is longer than the %d rows a chunk from row %d may take (use_bidirectional_attention \"vision\": a block and the row after it must be in one Forward)", first, hi-lo, lo)
 }

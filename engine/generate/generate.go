@@ -222,12 +222,16 @@ func RunOn(ctx context.Context, r model.Runner, m model.Model, prompt []int32, o
 		} else {
 			b.Add(c, input, 1) // only the last position's state is needed
 		}
-		for len(b.Rows) > r.Rows() { // a long prompt: its leading rows first
-			head := model.Batch{Rows: b.Rows[:r.Rows()], Embeds: b.Embeds}
+		for len(b.Rows) > r.Rows() { // a long prompt: its leading rows first, cut where the model allows
+			hi, err := model.NextCut(r, b.Rows, 0, len(b.Rows))
+			if err != nil {
+				return res, err
+			}
+			head := model.Batch{Rows: b.Rows[:hi], Embeds: b.Embeds}
 			if err := r.Run(&head, nil); err != nil {
 				return res, err
 			}
-			b.Rows = b.Rows[r.Rows():]
+			b.Rows = b.Rows[hi:]
 		}
 		var id int32
 		draw := s.draw()

@@ -21,8 +21,8 @@ type Exec interface {
 	// in batch order [outputs, Hidden]. Each row's result is the same, bit
 	// for bit, whatever batch it runs in.
 	Forward(b *Batch) (native.Tensor, error)
-	// Prefill runs b in chunks of Rows and returns the wanted outputs on
-	// the host [outputs, Hidden].
+	// Prefill runs b in chunks of up to Rows, cut where the model allows
+	// (Cuts), and returns the wanted outputs on the host [outputs, Hidden].
 	Prefill(b *Batch) ([]float32, error)
 	// Upload places host hidden states [n, Hidden] in the Exec's output
 	// tensor, for the heads; Download copies an output tensor to the host.
@@ -119,17 +119,25 @@ type Runner interface {
 	Run(b *Batch, then func(x Exec, h native.Tensor) error) error
 }
 
-// RunAll runs b's rows on r in chunks of r.Rows(), its outputs unread:
-// a prompt's keys and values, however long.
+// RunAll runs b's rows on r in chunks of up to r.Rows(), cut where r's
+// model allows (Cuts), its outputs unread: a prompt's keys and values,
+// however long. A batch no chunking keeps whole is refused before any
+// chunk runs.
 func RunAll(r Runner, b *Batch) error {
 	if len(b.Rows) == 0 {
 		return fmt.Errorf("model: empty input")
 	}
-	for lo := 0; lo < len(b.Rows); lo += r.Rows() {
-		part := Batch{Rows: b.Rows[lo:min(lo+r.Rows(), len(b.Rows))], Embeds: b.Embeds, Hook: b.Hook}
+	cuts, err := Cuts(r, b)
+	if err != nil {
+		return err
+	}
+	lo := 0
+	for _, hi := range cuts {
+		part := Batch{Rows: b.Rows[lo:hi], Embeds: b.Embeds, Hook: b.Hook}
 		if err := r.Run(&part, nil); err != nil {
 			return err
 		}
+		lo = hi
 	}
 	return nil
 }

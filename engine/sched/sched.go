@@ -215,6 +215,15 @@ func (s *Scheduler) Begin(ctx context.Context, prio Priority) *Request {
 // Rows reports the most rows one Run takes: the step's budget.
 func (r *Request) Rows() int { return r.s.rows }
 
+// CutChunk is where the scheduler's model lets a chunk of rows beginning
+// at lo end, at most at hi (model.ChunkCutter, through model.NextCut on the
+// scheduler's Exec): a request's callers cut their chunks as they would on
+// an Exec of their own. Each pass's chunk then keeps what must share a
+// Forward, and so does a step merging several passes.
+func (r *Request) CutChunk(rows []model.Row, lo, hi int) (int, error) {
+	return model.NextCut(r.s.x, rows, lo, hi)
+}
+
 // Admit waits until the pool can promise need blocks (model.KV.Need)
 // and returns the ticket that holds them; the caller releases it. A request
 // the whole pool could not hold is refused at once (*NeverFitsError), and

@@ -626,10 +626,17 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	// request that shares it. After the first of several chunks a text
 	// prefix is kept as it stands then too: its sliding-window keys are
 	// all there still, so that later requests can fork it anywhere before.
+	// Every chunk ends where the model allows (model.NextCut: not inside
+	// a Gemma 4 bidirectional image block).
 	for lo := 0; lo < len(b.Rows); {
-		hi := min(lo+x.Rows(), len(b.Rows))
+		hi := len(b.Rows)
 		if cut := split - reused; split > 0 && lo < cut && cut < hi {
 			hi = cut
+		}
+		hi, err := model.NextCut(x, b.Rows, lo, hi)
+		if err != nil {
+			cache.Free()
+			return nil, err
 		}
 		part := model.Batch{Rows: b.Rows[lo:hi], Embeds: b.Embeds}
 		if err := x.Run(&part, nil); err != nil {
@@ -692,7 +699,8 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 			}
 			b.Add(seqs[i], rw.b.IDs, outs)
 		}
-		// The rows run in chunks of the Exec's rows; each chunk's outputs
+		// The rows run in chunks of the Exec's rows (model.NextCut: the
+		// branch rows are text, so any end is taken); each chunk's outputs
 		// go through the head once.
 		out := 0 // outputs of the rows before
 		nodeAt := func(o int) (rw *row, node int, ok bool) {
@@ -716,10 +724,17 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 			}
 			return nil, 0, false
 		}
-		for lo := 0; lo < len(b.Rows); lo += x.Rows() {
-			chunk := model.Batch{Rows: b.Rows[lo:min(lo+x.Rows(), len(b.Rows))]}
+		for lo, hi := 0, 0; lo < len(b.Rows); lo = hi {
+			var err error
+			if hi, err = model.NextCut(x, b.Rows, lo, len(b.Rows)); err != nil {
+				for _, c := range seqs {
+					c.Free()
+				}
+				return nil, err
+			}
+			chunk := model.Batch{Rows: b.Rows[lo:hi]}
 			k := 0
-			err := x.Run(&chunk, func(x model.Exec, h native.Tensor) error {
+			err = x.Run(&chunk, func(x model.Exec, h native.Tensor) error {
 				k = h.Rows()
 				if k == 0 {
 					return nil

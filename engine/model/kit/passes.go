@@ -32,18 +32,24 @@ func Prepare(name string, n, rows int, prepare func() error) error {
 }
 
 // Prefill runs b's rows (of any sequences) through x.Forward in chunks of
-// x.Rows() and returns the wanted outputs' hidden states on the host
-// [outputs, D], in batch order (nil when none is wanted): for prompts
+// up to x.Rows(), cut where x's model allows (model.Cuts, all chosen before
+// anything runs), and returns the wanted outputs' hidden states on the
+// host [outputs, D], in batch order (nil when none is wanted): for prompts
 // longer than one batch. A hook sees every chunk's layers in turn. name
 // (the family) prefixes its errors.
 func Prefill(name string, x model.Exec, b *model.Batch) ([]float32, error) {
 	if len(b.Rows) == 0 {
 		return nil, fmt.Errorf("%s: empty input", name)
 	}
+	cuts, err := model.Cuts(x, b)
+	if err != nil {
+		return nil, err
+	}
 	var out []float32
-	rows, step := b.Rows, x.Rows()
-	for lo := 0; lo < len(rows); lo += step {
-		part := model.Batch{Rows: rows[lo:min(lo+step, len(rows))], Embeds: b.Embeds, Hook: b.Hook}
+	lo := 0
+	for _, hi := range cuts {
+		part := model.Batch{Rows: b.Rows[lo:hi], Embeds: b.Embeds, Hook: b.Hook}
+		lo = hi
 		h, err := x.Forward(&part)
 		if err != nil {
 			return nil, err
