@@ -13,8 +13,9 @@
 # layer steps against the CPU and the operations they stand for; and
 # ops_check -q4, the q4 products (tensor-core and float-core kernels) and
 # the sparse MLP against the CPU; ops_check -attn, the paged attention,
-# causal and with per-query key limits, against the CPU ("ops ARGS":
-# ops_check ARGS alone).
+# causal and with per-query key limits, against the CPU; ops_check
+# -linears, the grouped products against the CPU and each alone ("ops
+# ARGS": ops_check ARGS alone).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -65,6 +66,7 @@ run)
 	"$tmp/ops_check" -steps
 	"$tmp/ops_check" -q4
 	"$tmp/ops_check" -attn
+	"$tmp/ops_check" -linears
 	;;
 q4) "$tmp/q4_check" ;;
 ops) "$tmp/ops_check" "${@:2}" ;;
