@@ -353,6 +353,15 @@ func ConfigJSON(g *weights.GGUF) ([]byte, error) {
 		return nil, fmt.Errorf("metadata tokenizer.ggml.tokens has %d tokens, token_embd.weight %d rows", v.Len(), V)
 	}
 	cfg["vocab_size_per_layer_input"] = V
+	// A GGUF does not say whether images attend both ways within their
+	// block (use_bidirectional_attention "vision": the 26B-A4B and 31B,
+	// which have no per-layer inputs; null for the E2B and E4B, which
+	// have): the rebuilt config infers it from the per-layer inputs, as
+	// gemma4.TemplateOf infers the chat template. llama.cpp decodes every
+	// Gemma 4 image non-causally.
+	if cfg["hidden_size_per_layer_input"].(int) == 0 {
+		cfg["use_bidirectional_attention"] = "vision"
+	}
 	if P := cfg["hidden_size_per_layer_input"].(int); P > 0 {
 		pl, ok := shape(g, "per_layer_token_embd.weight")
 		if !ok {

@@ -1,6 +1,7 @@
 package gguf_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -313,6 +314,30 @@ func TestNames(t *testing.T) {
 	for _, bad := range []string{"model.vision_tower.x.weight", "model.layers.0.self_attn.qkv.weight", "lm_head.weight"} {
 		if g, ok := gguf.GGUFName(bad); ok {
 			t.Errorf("GGUFName(%s) = %s, want none", bad, g)
+		}
+	}
+}
+
+// TestConfigBidirectional: a GGUF cannot say use_bidirectional_attention,
+// so the rebuilt config infers "vision" for a model without per-layer
+// inputs (the 26B-A4B and 31B's shape: the MoE fixture) and leaves it out
+// for one with them (the E2B and E4B's: the dense fixture).
+func TestConfigBidirectional(t *testing.T) {
+	for _, c := range cases {
+		_, s := c.open(t)
+		var cfg struct {
+			PerLayer      int     `json:"hidden_size_per_layer_input"`
+			Bidirectional *string `json:"use_bidirectional_attention"`
+		}
+		if err := json.Unmarshal(s.ConfigJSON(), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		want := cfg.PerLayer == 0
+		if got := cfg.Bidirectional != nil && *cfg.Bidirectional == "vision"; got != want {
+			t.Errorf("%s (per-layer inputs %d): use_bidirectional_attention %v, want \"vision\" %v", c.file, cfg.PerLayer, cfg.Bidirectional, want)
+		}
+		if cfg.Bidirectional != nil && cfg.PerLayer > 0 {
+			t.Errorf("%s: use_bidirectional_attention %q with per-layer inputs", c.file, *cfg.Bidirectional)
 		}
 	}
 }
