@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"verdict/engine/generate"
 	"verdict/engine/model"
 	"verdict/engine/sched"
 	"verdict/engine/scorer"
@@ -158,6 +159,18 @@ func (r *recorder) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) 
 	return r.Exec.Run(b, then)
 }
 
+// blindCut is the fewest rows an Exec may take (the block first..last and
+// the row after it) whose chunks of a prompt of n rows, cut by rows alone,
+// end inside the block; 0 when none under n does.
+func blindCut(first, last, n int) int {
+	for k := last - first + 2; k < n; k++ {
+		if e := (first/k + 1) * k; e > first && e <= last {
+			return k
+		}
+	}
+	return 0
+}
+
 // TestScorerBidirectionalChunks: the scorer scores an image prompt on the
 // multimodal fixture under use_bidirectional_attention "vision" (its
 // 64-placeholder block longer than the window of 16) on an Exec of too few
@@ -238,12 +251,7 @@ func TestScorerBidirectionalChunks(t *testing.T) {
 	last := first + fx.images[0] - 1
 	// The fewest rows, at least the block and the row after it, whose
 	// chunks by rows alone end inside the block.
-	rows := 0
-	for k := fx.images[0] + 1; k < n && rows == 0; k++ {
-		if e := (first/k + 1) * k; e > first && e <= last {
-			rows = k
-		}
-	}
+	rows := blindCut(first, last, n)
 	if rows == 0 {
 		t.Fatalf("no Exec smaller than the prefix of %d rows cuts its block %d..%d", n, first, last)
 	}
@@ -316,4 +324,43 @@ func TestScorerBidirectionalChunks(t *testing.T) {
 	}
 	st := sch.Stats()
 	t.Logf("scheduler: %d steps, %d passes, at most %d merged", st.Steps, st.Passes, st.MaxPasses)
+
+	t.Run("generation", func(t *testing.T) {
+		// The fixture's prompt (its image block and a clip) generated on an
+		// Exec whose chunks by rows alone would cut the block: the tokens
+		// and their log-probabilities of one Forward, bit for bit.
+		ids := ids32(fx.meta.IDs)
+		first := slices.Index(fx.meta.IDs, tok.Image)
+		rows := blindCut(first, first+fx.images[0]-1, len(ids))
+		if rows == 0 {
+			t.Fatalf("no Exec smaller than the prompt of %d rows cuts its block from %d", len(ids), first)
+		}
+		md := model.Media{Image: fx.image, Audio: fx.audio}
+		gen := func(d *Decoder) []generate.Token {
+			x, err := d.Acquire()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Release()
+			var out []generate.Token
+			opt := generate.Options{MaxTokens: 3, Media: &md, Logprobs: true, TopLogprobs: 3}
+			if _, err := generate.RunOn(context.Background(), x, d, ids, opt, func(tk generate.Token) error {
+				out = append(out, tk)
+				return nil
+			}); err != nil {
+				t.Fatalf("Execs of %d rows: %v", x.Rows(), err)
+			}
+			return out
+		}
+		want, got := gen(big), gen(decoder(rows))
+		same := len(got) == len(want)
+		for i := range min(len(got), len(want)) {
+			same = same && got[i].ID == want[i].ID && got[i].Logprobs.Logprob == want[i].Logprobs.Logprob &&
+				slices.Equal(got[i].Logprobs.Top, want[i].Logprobs.Top)
+		}
+		if !same {
+			t.Errorf("Execs of %d rows generate %+v, one Forward %+v (want the same bits)", rows, got, want)
+		}
+		t.Logf("a prompt of %d rows, its block from %d, Execs of %d rows: %d tokens as one Forward's", len(ids), first, rows, len(got))
+	})
 }
