@@ -55,11 +55,14 @@ typedef struct {
 
 /* vd_linears: up to four products of one x [n, cols] (linears): part i is
  * y[i] = x·w[i]ᵀ with linear's bits, then, when gelu_mul[i].data is set,
- * y[i] = gelu_tanh(y[i])·gelu_mul[i] (ew gelu_mul's arithmetic on the
- * stored product); nparts of them (1 to 4). */
+ * y[i] = gelu_tanh(y[i])·gelu_mul[i], or, with gelu_into[i] (VD_ABI 15),
+ * gelu_mul[i] = gelu_tanh(gelu_mul[i])·y[i] (y[i] keeps the product: an
+ * MLP's gate by its up product): ew gelu_mul's arithmetic on the stored
+ * product; nparts of them (1 to 4). */
 typedef struct {
 	vd_tensor x;
 	vd_tensor y[4], w[4], gelu_mul[4];
+	int gelu_into[4];
 	int nparts;
 } vd_linears;
 
@@ -304,10 +307,11 @@ typedef struct {
 	 * is a ReLU); y may be x. */
 	void (*clamp)(vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi);
 
-	/* linears (VD_ABI 14): the products of one x in one pass where the
-	 * backend can (vd_linears; a decoder layer's q, k, v and Laurel's left
-	 * matrix, the per-layer input's gate with its GELU product), each
-	 * part's bits those of linear (and ew gelu_mul) alone. */
+	/* linears (VD_ABI 14; gelu_into 15): the products of one x in one pass
+	 * where the backend can (vd_linears; a decoder layer's q, k, v and
+	 * Laurel's left matrix, the per-layer input's gate with its GELU
+	 * product, the MLP's up product into its gate's GELU), each part's
+	 * bits those of linear (and ew gelu_mul) alone. */
 	void (*linears)(vd_stream *s, const vd_linears *l);
 } vd_ops;
 

@@ -145,15 +145,19 @@ func (s *Stream) NormRoPEs(parts []NormRoPEPart, eps float32, pos Tensor, headDi
 }
 
 // LinearPart is one product of Linears: Y = x·Wᵀ, then, with GeluMul
-// given, Y = gelu_tanh(Y)·GeluMul (GeluMul of Y's length).
+// given (of Y's length), Y = gelu_tanh(Y)·GeluMul, or, with GeluInto,
+// GeluMul = gelu_tanh(GeluMul)·Y (an MLP's gate by its up product; Y
+// keeps the product).
 type LinearPart struct {
 	Y, W, GeluMul Tensor
+	GeluInto      bool
 }
 
 // Linears runs up to 4 products of one x [n, W.Cols] (a layer's q, k, v
 // and Laurel's left matrix; the per-layer input's gate with its GELU
-// product): each part's bits those of Linear, then GeluMul(Y, Y, GeluMul),
-// alone; one pass where the backend has it.
+// product; the MLP's up product with its gate's GELU): each part's bits
+// those of Linear, then GeluMul(Y, Y, GeluMul) (GeluInto: GeluMul(GeluMul,
+// GeluMul, Y)), alone; one pass where the backend has it.
 func (s *Stream) Linears(x Tensor, parts []LinearPart) {
 	check(len(parts) <= 4, "Stream.Linears: more than 4 parts")
 	if x.Rows() == 0 || len(parts) == 0 {
@@ -163,11 +167,15 @@ func (s *Stream) Linears(x Tensor, parts []LinearPart) {
 		check(p.W.Rows() > 0 && x.Cols() == p.W.Cols() && p.Y.DType() == F32 && p.Y.Rows() == x.Rows() && p.Y.Cols() == p.W.Rows(),
 			"Stream.Linears: shapes differ")
 		check(p.GeluMul.Nil() || (p.GeluMul.DType() == F32 && p.GeluMul.Len() >= p.Y.Len()), "Stream.Linears: GeluMul shorter than Y")
+		check(!p.GeluInto || (!p.GeluMul.Nil() && p.GeluMul.Len() == p.Y.Len()), "Stream.Linears: GeluInto without a GeluMul of Y's length")
 	}
 	if s.left(OpLinears) {
 		for _, p := range parts {
 			s.Linear(p.Y, x, p.W)
-			if !p.GeluMul.Nil() {
+			switch {
+			case p.GeluInto:
+				s.GeluMul(p.GeluMul, p.GeluMul, p.Y)
+			case !p.GeluMul.Nil():
 				s.GeluMul(p.Y, p.Y, p.GeluMul)
 			}
 		}
@@ -176,6 +184,9 @@ func (s *Stream) Linears(x Tensor, parts []LinearPart) {
 	var l C.vd_linears
 	for i, p := range parts {
 		l.y[i], l.w[i], l.gelu_mul[i] = p.Y.t, p.W.t, p.GeluMul.t
+		if p.GeluInto {
+			l.gelu_into[i] = 1
+		}
 	}
 	l.x, l.nparts = x.t, C.int(len(parts))
 	C.vdc_linears(s.be.t, s.s, l)

@@ -5,11 +5,18 @@ import (
 	"testing"
 )
 
+// GELU products of a part of TestLinears.
+const (
+	noGelu   = iota
+	geluMul  // Y = gelu(Y)·GeluMul
+	geluInto // GeluMul = gelu(GeluMul)·Y
+)
+
 // linearsRun runs one Linears call on be over x [n, d] and the matrices
-// ms (each part's GELU product by gm when gelu[i]), or, alone, each
-// part's Linear then GeluMul, and returns every part's output and the
-// stream's op calls.
-func linearsRun(t *testing.T, be *Backend, xs []float32, n, d int, ms []Matrix, gelu []bool, gm [][]float32, alone bool) ([][]float32, OpCalls) {
+// ms (each part's GELU product by gm as gelu[i] says), or, alone, each
+// part's Linear then GeluMul, and returns every part's output (then the
+// GeluMul of each geluInto part) and the stream's op calls.
+func linearsRun(t *testing.T, be *Backend, xs []float32, n, d int, ms []Matrix, gelu []int, gm [][]float32, alone bool) ([][]float32, OpCalls) {
 	t.Helper()
 	st, err := be.NewStream()
 	if err != nil {
@@ -20,15 +27,18 @@ func linearsRun(t *testing.T, be *Backend, xs []float32, n, d int, ms []Matrix, 
 	x := e.f32(xs, n, d)
 	parts := make([]LinearPart, len(ms))
 	for i, m := range ms {
-		parts[i] = LinearPart{Y: e.alloc(F32, n, m.Rows), W: e.mat(m)}
-		if gelu[i] {
+		parts[i] = LinearPart{Y: e.alloc(F32, n, m.Rows), W: e.mat(m), GeluInto: gelu[i] == geluInto}
+		if gelu[i] != noGelu {
 			parts[i].GeluMul = e.f32(gm[i], n, m.Rows)
 		}
 	}
 	if alone {
 		for _, p := range parts {
 			st.Linear(p.Y, x, p.W)
-			if !p.GeluMul.Nil() {
+			switch {
+			case p.GeluInto:
+				st.GeluMul(p.GeluMul, p.GeluMul, p.Y)
+			case !p.GeluMul.Nil():
 				st.GeluMul(p.Y, p.Y, p.GeluMul)
 			}
 		}
@@ -40,14 +50,21 @@ func linearsRun(t *testing.T, be *Backend, xs []float32, n, d int, ms []Matrix, 
 		e.keep(fmt.Sprint(i), p.Y)
 		ys = append(ys, e.out[fmt.Sprint(i)])
 	}
+	for i, p := range parts {
+		if p.GeluInto {
+			e.keep(fmt.Sprint("into ", i), p.GeluMul)
+			ys = append(ys, e.out[fmt.Sprint("into ", i)])
+		}
+	}
 	return ys, st.OpCalls()
 }
 
 // TestLinears: the products of one x in one call give each product's
 // bits alone (with its GELU product when asked), at E2B's layer shapes
-// scaled down (q, k, v, Laurel's left; the per-layer gate with GELU) and
-// others, 1 to 8 tokens, q4 and f32, on the CPU backend (one call) and
-// through a backend without the entry (the operations one by one).
+// scaled down (q, k, v, Laurel's left; the per-layer gate with GELU; the
+// MLP's up product into its gate) and others, 1 to 8 tokens, q4 and f32,
+// on the CPU backend (one call) and through a backend without the entry
+// (the operations one by one).
 func TestLinears(t *testing.T) {
 	partial := openPartial(t)
 	r := newRand(25)
@@ -55,14 +72,15 @@ func TestLinears(t *testing.T) {
 		name  string
 		d     int
 		rows  []int
-		gelu  []bool
+		gelu  []int
 		dtype DType
 	}{
-		{"q k v laurel", 256, []int{256, 64, 64, 8}, []bool{false, false, false, false}, Q4},
-		{"q laurel (KV-shared layer)", 256, []int{256, 8}, []bool{false, false}, Q4},
-		{"per-layer gate with GELU", 256, []int{32}, []bool{true}, Q4},
-		{"mixed GELU", 128, []int{40, 7, 64}, []bool{true, false, true}, Q4},
-		{"f32", 96, []int{33, 16}, []bool{false, true}, F32},
+		{"q k v laurel", 256, []int{256, 64, 64, 8}, []int{noGelu, noGelu, noGelu, noGelu}, Q4},
+		{"q laurel (KV-shared layer)", 256, []int{256, 8}, []int{noGelu, noGelu}, Q4},
+		{"per-layer gate with GELU", 256, []int{32}, []int{geluMul}, Q4},
+		{"up into the gate", 256, []int{512}, []int{geluInto}, Q4},
+		{"mixed GELU", 128, []int{40, 7, 64}, []int{geluMul, noGelu, geluInto}, Q4},
+		{"f32", 96, []int{33, 16, 8}, []int{noGelu, geluMul, geluInto}, F32},
 	} {
 		var ms []Matrix
 		for _, rows := range tc.rows {
@@ -84,8 +102,11 @@ func TestLinears(t *testing.T) {
 				t.Errorf("%s n=%d: calls %v, want linears 1", tc.name, n, calls)
 			}
 			viaPartial, _ := linearsRun(t, partial, xs, n, tc.d, ms, tc.gelu, gm, false)
-			for i := range ms {
-				nm := fmt.Sprintf("%s n=%d part %d", tc.name, n, i)
+			if len(got) != len(want) || len(viaPartial) != len(want) {
+				t.Fatalf("%s n=%d: %d, %d and %d outputs", tc.name, n, len(got), len(viaPartial), len(want))
+			}
+			for i := range want {
+				nm := fmt.Sprintf("%s n=%d output %d", tc.name, n, i)
 				bitsEqual(t, nm, got[i], want[i])
 				bitsEqual(t, nm+" (backend without linears)", viaPartial[i], want[i])
 			}
@@ -112,6 +133,8 @@ func TestLinearsRefuses(t *testing.T) {
 		{"y of other rows", []LinearPart{{Y: be.hostTensor(make([]float32, 8), 1, 8), W: w}}},
 		{"w of other columns", []LinearPart{{Y: y, W: be.hostTensor(make([]float32, 8*32), 8, 32)}}},
 		{"short GELU factor", []LinearPart{{Y: y, W: w, GeluMul: be.hostTensor(make([]float32, 15), 1, 15)}}},
+		{"GeluInto without a factor", []LinearPart{{Y: y, W: w, GeluInto: true}}},
+		{"GeluInto a longer factor", []LinearPart{{Y: y, W: w, GeluMul: be.hostTensor(make([]float32, 17), 1, 17), GeluInto: true}}},
 	} {
 		func() {
 			defer func() {

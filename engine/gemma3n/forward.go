@@ -127,11 +127,12 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	if y.downT.DType == native.Q4 { // activation sparsity: only the survivors' rows
 		st.SparseMLP(d, g, u, x.idx.Sub(0, n, I), f, w.up, w.downT, y.sparsityZ)
 	} else {
-		st.Linear(u, f, w.up)
 		if y.sparsityZ != 0 {
+			st.Linear(u, f, w.up)
 			st.SparseGeluMul(g, u, I, y.sparsityZ)
-		} else {
-			st.GeluMul(g, g, u)
+		} else { // g = gelu(g)·up(f), in up's pass
+			x.lin[0] = native.LinearPart{Y: u, W: w.up, GeluMul: g, GeluInto: true}
+			st.Linears(f, x.lin[:1])
 		}
 		st.Linear(d, g, w.down)
 	}

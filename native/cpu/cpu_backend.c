@@ -664,7 +664,9 @@ static void cpu_linears(vd_stream *s, const vd_linears *l)
 {
 	for (int i = 0; i < l->nparts; i++) {
 		cpu_linear(s, l->y[i], l->x, l->w[i]);
-		if (l->gelu_mul[i].data)
+		if (l->gelu_mul[i].data && l->gelu_into[i])
+			cpu_ew(s, VD_EW_GELU_MUL, l->gelu_mul[i], l->gelu_mul[i], l->y[i], 0);
+		else if (l->gelu_mul[i].data)
 			cpu_ew(s, VD_EW_GELU_MUL, l->y[i], l->y[i], l->gelu_mul[i], 0);
 	}
 }

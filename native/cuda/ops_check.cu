@@ -174,8 +174,9 @@ static void check_linear_alone()
  * their GELU products) against the CPU and, on the GPU, bit for bit
  * against each part's linear (and ew gelu_mul) alone: a layer's q, k, v
  * and Laurel's left (E2B's shapes, and at reduced width), the KV-sharing
- * layers' q and Laurel, the per-layer gate with its GELU product, a mix
- * of groups; 1 to 8 tokens; x quantised in the blocks and by the
+ * layers' q and Laurel, the per-layer gate with its GELU product, the
+ * MLP's up product with its gate's GELU (gelu_into), a mix of groups; 1
+ * to 8 tokens; x quantised in the blocks and by the
  * pre-pass (q4_mma_set_own_max(0)); a part of groups of 32 (the
  * float-core kernels) sends every part alone. small: the host
  * emulation's shapes. */
@@ -184,7 +185,7 @@ static void check_linears(bool small)
 	struct P {
 		int64_t rows;
 		int group;
-		bool gelu;
+		bool gelu, into;
 	};
 	struct S {
 		const char *name;
@@ -192,15 +193,17 @@ static void check_linears(bool small)
 		std::vector<P> parts;
 	};
 	std::vector<S> shapes = {
-		{"q k v laurel", 512, {{512, 64, false}, {128, 64, false}, {128, 64, false}, {64, 64, false}}},
-		{"q laurel (kv shared)", 512, {{512, 64, false}, {64, 64, false}}},
-		{"ple gate+gelu", 512, {{64, 64, true}}},
-		{"mixed groups, gelu", 256, {{100, 128, true}, {16, 64, false}, {40, 256, true}}},
-		{"a float-core part", 256, {{48, 64, false}, {32, 32, true}}},
+		{"q k v laurel", 512, {{512, 64, false, false}, {128, 64, false, false}, {128, 64, false, false}, {64, 64, false, false}}},
+		{"q laurel (kv shared)", 512, {{512, 64, false, false}, {64, 64, false, false}}},
+		{"ple gate+gelu", 512, {{64, 64, true, false}}},
+		{"up into gate", 256, {{1024, 64, true, true}}},
+		{"mixed groups, gelu", 256, {{100, 128, true, false}, {16, 64, false, false}, {40, 256, true, true}}},
+		{"a float-core part", 256, {{48, 64, false, false}, {32, 32, true, false}, {40, 32, true, true}}},
 	};
 	if (!small) {
-		shapes.push_back({"E2B q k v laurel", 2048, {{2048, 64, false}, {512, 64, false}, {512, 64, false}, {64, 64, false}}});
-		shapes.push_back({"E2B ple gate+gelu", 2048, {{256, 64, true}}});
+		shapes.push_back({"E2B q k v laurel", 2048, {{2048, 64, false, false}, {512, 64, false, false}, {512, 64, false, false}, {64, 64, false, false}}});
+		shapes.push_back({"E2B ple gate+gelu", 2048, {{256, 64, true, false}}});
+		shapes.push_back({"E2B up into gate", 2048, {{8192, 64, true, true}}});
 	}
 	std::vector<int64_t> ns = small ? std::vector<int64_t>{1, 2, 5, 8} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8};
 	for (int prepass = 0; prepass < 2; prepass++) {
@@ -212,13 +215,15 @@ static void check_linears(bool small)
 				ws.push_back(randq4(p.rows, s.cols, p.group));
 			for (int64_t n : ns) {
 				Pair X = in(randf((size_t)(n * s.cols), -3, 3));
-				std::vector<Pair> Y, YA, M;
+				std::vector<Pair> Y, YA, M, MA; /* MA: M for the parts alone (gelu_into writes it) */
 				for (const P &p : s.parts) {
 					Y.push_back(out((size_t)(n * p.rows * 4)));
 					YA.push_back(out((size_t)(n * p.rows * 4)));
-					M.push_back(in(randf((size_t)(n * p.rows), -2, 2)));
+					std::vector<float> m = randf((size_t)(n * p.rows), -2, 2);
+					M.push_back(in(m));
+					MA.push_back(in(m));
 				}
-				auto args = [&](bool g, std::vector<Pair> &y) {
+				auto args = [&](bool g, std::vector<Pair> &y, std::vector<Pair> &mul) {
 					vd_linears l;
 					memset(&l, 0, sizeof l);
 					l.x = T(X, g, VD_F32, n, s.cols), l.nparts = np;
@@ -226,21 +231,24 @@ static void check_linears(bool small)
 						const P &p = s.parts[(size_t)i];
 						l.y[i] = T(y[(size_t)i], g, VD_F32, n, p.rows);
 						l.w[i] = Q(ws[(size_t)i].q, ws[(size_t)i].so, g, p.rows, s.cols, p.group);
-						l.gelu_mul[i] = p.gelu ? T(M[(size_t)i], g, VD_F32, n, p.rows) : NIL();
+						l.gelu_mul[i] = p.gelu ? T(mul[(size_t)i], g, VD_F32, n, p.rows) : NIL();
+						l.gelu_into[i] = p.into;
 					}
 					return l;
 				};
 				std::string nm = fmt("linears %s n=%lld%s", s.name, (long long)n, prepass ? " pre-pass" : "");
 				if (!run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
-					    vd_linears l = args(g, Y);
+					    vd_linears l = args(g, Y, M);
 					    b->op.linears(st, &l);
 				    }))
 					continue;
 				/* each part alone on the GPU */
-				vd_linears l = args(true, YA);
+				vd_linears l = args(true, YA, MA);
 				for (int i = 0; i < np; i++) {
 					GPU->op.linear(GS, l.y[i], l.x, l.w[i]);
-					if (l.gelu_mul[i].data)
+					if (l.gelu_mul[i].data && l.gelu_into[i])
+						GPU->op.ew(GS, VD_EW_GELU_MUL, l.gelu_mul[i], l.gelu_mul[i], l.y[i], 0);
+					else if (l.gelu_mul[i].data)
 						GPU->op.ew(GS, VD_EW_GELU_MUL, l.y[i], l.y[i], l.gelu_mul[i], 0);
 				}
 				GPU->stream.sync(GS);
@@ -248,9 +256,13 @@ static void check_linears(bool small)
 					const P &p = s.parts[(size_t)i];
 					size_t m = (size_t)(n * p.rows);
 					std::string pn = nm + fmt(" part %d %lldx%lld g%d%s", i, (long long)p.rows, (long long)s.cols,
-					                          p.group, p.gelu ? " gelu" : "");
+					                          p.group, p.into ? " gelu into" : p.gelu ? " gelu" : "");
 					cmp(pn, Y[(size_t)i], m, TOL_DOT);
 					same(pn + " = alone", down_f(Y[(size_t)i], m), down_f(YA[(size_t)i], m));
+					if (p.into) {
+						cmp(pn + " (gelu_mul)", M[(size_t)i], m, TOL_DOT);
+						same(pn + " (gelu_mul) = alone", down_f(M[(size_t)i], m), down_f(MA[(size_t)i], m));
+					}
 				}
 			}
 			free_all();

@@ -372,7 +372,8 @@ void q4_linear_init(int smem_optin)
 /* c_linears: the parts' products in one q4_mma_group launch where it
  * takes them (every matrix q4 on the tensor cores, up to 8 tokens, fewer
  * launches than apart: the same bits); else each part's c_linear, then
- * its GELU product by c_ew, as the operations apart. VERDICT_LINEARS=0:
+ * its GELU product by c_ew (into gelu_mul with gelu_into), as the
+ * operations apart. VERDICT_LINEARS=0:
  * always apart, for comparisons. */
 void c_linears(vd_stream *s, const vd_linears *l)
 {
@@ -394,8 +395,10 @@ void c_linears(vd_stream *s, const vd_linears *l)
 		vd_tensor w = l->w[i], y = l->y[i], m = l->gelu_mul[i];
 		group = w.dtype == VD_Q4 && w.cols == x.cols && y.dtype == VD_F32 && y.rows == x.rows && y.cols == w.rows &&
 		        (!m.data || (m.dtype == VD_F32 && elems(m) >= elems(y))) && q4_mma_fits(w.data, w.cols, w.group);
-		parts[i] = q4_mma_part{(float *)y.data, (const float *)m.data, (const uint8_t *)w.data, (const float *)w.aux,
-		                       w.rows, lg2(w.group)};
+		/* mul = gelu(mul)·y is ew's over mul's elements: y's shape */
+		group = group && !(m.data && l->gelu_into[i] && elems(m) != elems(y));
+		parts[i] = q4_mma_part{(float *)y.data, (float *)m.data, (const uint8_t *)w.data, (const float *)w.aux,
+		                       w.rows, lg2(w.group), m.data && l->gelu_into[i]};
 	}
 	if (group) {
 		size_t b = q4_mma_scratch_bytes(x.rows, 0, x.cols, true);
@@ -410,7 +413,9 @@ void c_linears(vd_stream *s, const vd_linears *l)
 	}
 	for (int i = 0; i < np; i++) {
 		c_linear(s, l->y[i], x, l->w[i]);
-		if (l->gelu_mul[i].data)
+		if (l->gelu_mul[i].data && l->gelu_into[i])
+			c_ew(s, VD_EW_GELU_MUL, l->gelu_mul[i], l->gelu_mul[i], l->y[i], 0);
+		else if (l->gelu_mul[i].data)
 			c_ew(s, VD_EW_GELU_MUL, l->y[i], l->y[i], l->gelu_mul[i], 0);
 	}
 }

@@ -72,9 +72,10 @@ __global__ void __launch_bounds__(32 * MW) k_q4_quant(uint4 *frag, float2 *xsx, 
  * B, token g of each of the NT token tiles (NT > 1: one chunk's weights
  * serve every tile); the slices' partials meet in shared memory and warp
  * w/S·S adds them in slice order. With mul set, the stored value is
- * d_gelu(y)·mul (ew gelu_mul's arithmetic on the product's value). */
+ * d_gelu(y)·mul, or with into y is stored and mul = d_gelu(mul)·y (ew
+ * gelu_mul's arithmetic on the product's value). */
 template <int R, int NT, bool OWN>
-static __device__ __forceinline__ void few_block(int64_t bx, float *y, const float *mul, Xq xq, const float *x,
+static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mul, bool into, Xq xq, const float *x,
                                                  const uint8_t *q, const float *so, const int32_t *ids, int64_t n,
                                                  int64_t nout, int64_t cols, int lg, int S, bool vec)
 {
@@ -143,8 +144,12 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, const flo
 							v = v + red[w + i][k][j][e][lane];
 						int64_t row = r0 + 16 * k + g + 8 * (e >> 1);
 						int64_t tk = (tile * NT + j) * 8 + 2 * t + (e & 1);
-						if (row < nout && tk < n)
-							y[tk * nout + row] = mul ? d_gelu(v) * mul[tk * nout + row] : v;
+						if (row < nout && tk < n) {
+							int64_t i = tk * nout + row;
+							if (mul && into)
+								mul[i] = d_gelu(mul[i]) * v;
+							y[i] = mul && !into ? d_gelu(v) * mul[i] : v;
+						}
 					}
 		}
 	}
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, c
                                                            const float *so, const int32_t *ids, int64_t n,
                                                            int64_t nout, int64_t cols, int lg, int S, bool vec)
 {
-	few_block<R, NT, OWN>(blockIdx.x, y, nullptr, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
+	few_block<R, NT, OWN>(blockIdx.x, y, nullptr, false, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
 }
 
 /* Group: the parts of q4_mma_group's launch, part i's blocks b0[i] ..
@@ -179,7 +184,7 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq,
 	while (k + 1 < gr.np && (int64_t)blockIdx.x >= gr.b0[k + 1])
 		k++;
 	const q4_mma_part &p = gr.p[k];
-	few_block<R, 1, OWN>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, xq, x, p.q, p.so, nullptr, n, p.nout, cols,
+	few_block<R, 1, OWN>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, p.into, xq, x, p.q, p.so, nullptr, n, p.nout, cols,
 	                     p.lg, S, vec);
 }
 

@@ -40,15 +40,17 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 
 /* q4_mma_part: one product of q4_mma_group: y [n, nout] = x·wᵀ for a
  * matrix q4_mma_fits took (nibbles q, scales and offsets so, lg = log2 of
- * its group), then, when mul is set, y = gelu_tanh(y)·mul (mul [n, nout]:
- * ew gelu_mul's arithmetic on the stored product). */
+ * its group), then, when mul is set, y = gelu_tanh(y)·mul, or with into,
+ * mul = gelu_tanh(mul)·y (mul [n, nout]: ew gelu_mul's arithmetic on the
+ * stored product). */
 struct q4_mma_part {
 	float *y;
-	const float *mul;
+	float *mul;
 	const uint8_t *q;
 	const float *so;
 	int64_t nout;
 	int lg;
+	bool into;
 };
 
 /* q4_mma_group enqueues np (1 to Q4_MMA_PARTS) products of the n tokens
