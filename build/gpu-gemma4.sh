@@ -18,8 +18,11 @@
 #   gemma4-synthetic-e2b-f64.tar.gz     the float64 answer, with meta.json tolerances, ~7 MB
 #   gemma4-e2b-stats.json               its distances, margins, tolerances, timings
 #   gemma4-preprocess.tar.gz            make_gemma4_preprocess_fixtures.py -> testdata/
-#   catalog-gemma4-synthetic-tiny.json, catalog-gemma4-synthetic-tiny-moe.json
+#   gemma4-catalog.tar.gz               catalog-gemma4-synthetic-tiny{,-moe}.json, from
 #                                       make_gemma4_catalog_fixture.py -> engine/gemma4/testdata/
+#   gemma4-synthetic-multimodal-bidi.tar.gz
+#                                       make_gemma4_mm_fixtures.py's bidirectional case (its other three
+#                                       tarballs are in testdata/ already) -> testdata/
 #
 # The order, so that running out of time loses the least: the CUDA library
 # builds in the background (CUDA_ARCH=90), and so do the small references
@@ -149,6 +152,8 @@ if want small; then
 		echo "$? $(now)" >"$work/small-preprocess.rc"
 		timeout --kill-after=10 240 "$PY" build/fixtures/make_gemma4_catalog_fixture.py "$fx" tiny moe >"$work/small-catalog.txt" 2>&1
 		echo "$? $(now)" >"$work/small-catalog.rc"
+		timeout --kill-after=10 240 "$PY" build/fixtures/make_gemma4_mm_fixtures.py "$fx/mm" >"$work/small-mm.txt" 2>&1
+		echo "$? $(now)" >"$work/small-mm.rc"
 	) &
 	small_pid=$!
 fi
@@ -157,14 +162,17 @@ small_wait() {
 	wait "$small_pid" 2>/dev/null
 	small_pid=
 	local k rc at
-	for k in preprocess catalog; do
+	for k in preprocess catalog mm; do
 		printf '\n==== %s\n' "$k" >>"$log"
 		cat "$work/small-$k.txt" >>"$log" 2>/dev/null
 		read -r rc at <"$work/small-$k.rc" 2>/dev/null || { rc=killed; at=$(now); }
 		say "$k: exit $rc at $at s"
 		grep -E "Error|error|FAIL|WARNING" "$work/small-$k.txt" 2>/dev/null | tail -3 | cut -c1-200 | tee -a "$sum"
 	done
-	copy "$fx/gemma4-preprocess.tar.gz" "$fx/catalog-gemma4-synthetic-tiny.json" "$fx/catalog-gemma4-synthetic-tiny-moe.json"
+	if [ -f "$fx/catalog-gemma4-synthetic-tiny.json" ] || [ -f "$fx/catalog-gemma4-synthetic-tiny-moe.json" ]; then
+		(cd "$fx" && tar -czf gemma4-catalog.tar.gz catalog-gemma4-synthetic-tiny*.json)
+	fi
+	copy "$fx/gemma4-preprocess.tar.gz" "$fx/gemma4-catalog.tar.gz" "$fx/mm/gemma4-synthetic-multimodal-bidi.tar.gz"
 }
 
 # 3. The E2B pair (GPU).
@@ -247,7 +255,8 @@ fi
 say ""
 say "Not run here (no Go), to run where Go is, after copying the files back:"
 say "  testdata/gemma4-preprocess.tar.gz -> go test -v -run 'TestPreprocessGoldens|TestAudioFeatureGoldens' ./engine/gemma4/"
-say "  engine/gemma4/testdata/catalog-gemma4-synthetic-tiny{,-moe}.json -> go test -v -run TestCatalogOnGemma4 ./engine/gemma4/"
+say "  gemma4-catalog.tar.gz, unpacked into engine/gemma4/testdata/ -> go test -v -run TestCatalogOnGemma4 ./engine/gemma4/"
+say "  testdata/gemma4-synthetic-multimodal-bidi.tar.gz -> go test -v -run TestMultimodalBidirectionalFixture ./engine/gemma4/"
 say "  the e2b pair: go test -run 'TestRecipeOnlyFixture|TestLogitsAtFixture' ./engine/gemma4/ covers its layout on the tiny fixtures;"
 say "  verify-fixture on it needs ~20 GB of memory and minutes of one core (the plain-Go reference)"
 say "total $(now) s"
