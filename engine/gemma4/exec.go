@@ -55,6 +55,8 @@ type Exec struct {
 	keysArg                                 int  // the attention's key capacity in a loop's step (0: maxKeys)
 	blocks                                  bool // this Forward has image blocks: the sliding layers read qlim
 	loop                                    loopBufs
+	lin                                     [3]native.LinearPart // a layer's products of one input, kept to spare an allocation
+	apart                                   bool                 // run linears' parts one by one (Linear, GeluMul): the tests' reference
 }
 
 // newExec reserves an Exec's scratch for rows rows.
@@ -545,9 +547,7 @@ func (x *Exec) layer(l, n int) error {
 	st.RMSNorm(f, h, w.preFF, D, eps)
 	I := ly.intermediate
 	g, u, dn := x.g.Sub(0, n, I), x.u.Sub(0, n, I), rows(x.dn)
-	st.Linear(g, f, w.gate)
-	st.Linear(u, f, w.up)
-	st.GeluMul(g, g, u)
+	x.gatedUp(f, g, u, w.gate, w.up)
 	st.Linear(dn, g, w.down)
 	if c.MoE {
 		mo, err := x.moe(l, n)
@@ -561,13 +561,43 @@ func (x *Exec) layer(l, n int) error {
 	st.NormAdd(h, dn, w.postFF, h, native.Tensor{}, D, eps, 0)
 	if P := c.PerLayerInput; P > 0 {
 		pg := x.pg.Sub(0, n, P)
-		st.Linear(pg, h, w.pleGate)
-		st.GeluMul(pg, pg, x.ple.Sub(l*n*P, n, P))
+		x.lin[0] = native.LinearPart{Y: pg, W: w.pleGate, GeluMul: x.ple.Sub(l*n*P, n, P)} // gelu(gate(h))·ple
+		x.linears(h, x.lin[:1])
 		st.Linear(o, pg, w.pleProj)
 		st.NormAdd(h, o, w.pleNorm, h, native.Tensor{}, D, eps, 0)
 	}
 	st.Scale(h, h, ly.scalar)
 	return nil
+}
+
+// gatedUp writes g = gelu_tanh(in·gateᵀ)·(in·upᵀ), an MLP's gated
+// product (u keeps the up product): the gate's product, then the up
+// product with the GELU product as its epilogue (linears' GeluInto; the
+// gate cannot be a part of the same call, whose parts may run at once).
+func (x *Exec) gatedUp(in, g, u, gate, up native.Tensor) {
+	x.st.Linear(g, in, gate)
+	x.lin[0] = native.LinearPart{Y: u, W: up, GeluMul: g, GeluInto: true}
+	x.linears(in, x.lin[:1])
+}
+
+// linears runs parts, products of one input in, as one Stream.Linears
+// call, or with x.apart each part's Linear and then its GELU product
+// (GeluMul), the operations it stands for: the same bits either way.
+func (x *Exec) linears(in native.Tensor, parts []native.LinearPart) {
+	st := x.st
+	if !x.apart {
+		st.Linears(in, parts)
+		return
+	}
+	for _, p := range parts {
+		st.Linear(p.Y, in, p.W)
+		switch {
+		case p.GeluInto:
+			st.GeluMul(p.GeluMul, p.GeluMul, p.Y)
+		case !p.GeluMul.Nil():
+			st.GeluMul(p.Y, p.Y, p.GeluMul)
+		}
+	}
 }
 
 // attention computes layer l's queries (and, on a layer with keys of its
@@ -588,16 +618,25 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 		slot = x.slot1
 	}
 	q := x.q.Sub(0, n, H*hd)
-	st.Linear(q, a, w.q)
+	shared := c.KVShared(l)
+	k, v := x.k.Sub(0, n, kvH*hd), x.v.Sub(0, n, kvH*hd)
+	if shared {
+		st.Linear(q, a, w.q)
+	} else { // the products of a in one call: q, k and (unless k is v) v
+		x.lin[0] = native.LinearPart{Y: q, W: w.q}
+		x.lin[1] = native.LinearPart{Y: k, W: w.k}
+		parts := x.lin[:2]
+		if !w.v.Nil() {
+			x.lin[2] = native.LinearPart{Y: v, W: w.v}
+			parts = x.lin[:3]
+		}
+		x.linears(a, parts)
+	}
 	st.NormRoPE(q, w.qNorm, eps, pos, H, hd, inv, native.Tensor{}, native.Tensor{})
-	if !c.KVShared(l) {
+	if !shared {
 		pk, pv := d.pool.Tensors(kind, l)
-		k, v := x.k.Sub(0, n, kvH*hd), x.v.Sub(0, n, kvH*hd)
-		st.Linear(k, a, w.k)
 		if w.v.Nil() {
 			st.Copy(v, k) // attention_k_eq_v: V is the raw K projection
-		} else {
-			st.Linear(v, a, w.v)
 		}
 		st.NormRoPE(k, w.kNorm, eps, pos, kvH, hd, inv, pk, slot.Sub(0, 1, n))
 		st.NormRoPE(v, native.Tensor{}, eps, pos, kvH, hd, native.Tensor{}, pv, slot.Sub(0, 1, n))
@@ -690,9 +729,7 @@ func (x *Exec) moe(l, n int) (native.Tensor, error) {
 			xa, g, u, y := x.xa.Slice(0, gr.m), x.eg.Slice(0, gr.m), x.eu.Slice(0, gr.m), x.ed.Slice(0, gr.m)
 			st.Gather(xa, a2, idx)
 			b := gr.e * 2 * Ie
-			st.Linear(g, xa, w.gateUp.Slice(b, b+Ie))
-			st.Linear(u, xa, w.gateUp.Slice(b+Ie, b+2*Ie))
-			st.GeluMul(g, g, u)
+			x.gatedUp(xa, g, u, w.gateUp.Slice(b, b+Ie), w.gateUp.Slice(b+Ie, b+2*Ie))
 			st.Linear(y, g, w.expDown.Slice(gr.e*D, (gr.e+1)*D))
 			st.Scatter(my, y, idx)
 		}
