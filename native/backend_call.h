@@ -55,7 +55,7 @@ static inline void vdc_loop_emit(vd_backend *b, vd_stream *s, vd_loop_emit e) { 
 static inline void vdc_altup_predict_step(vd_backend *b, vd_stream *s, vd_altup a) { b->op.altup_predict_step(s, &a); }
 static inline void vdc_altup_correct_step(vd_backend *b, vd_stream *s, vd_altup a) { b->op.altup_correct_step(s, &a); }
 static inline void vdc_norm_ropes(vd_backend *b, vd_stream *s, vd_norm_ropes r) { b->op.norm_ropes(s, &r); }
-static inline void vdc_norm_add_more(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor bb, int64_t dim, float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw) { b->op.norm_add_more(s, y, x, w, a, bb, dim, eps, c, rep, f, fw); }
+static inline void vdc_norm_add_more(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor bb, vd_tensor bw, vd_tensor ba, int64_t dim, float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw) { b->op.norm_add_more(s, y, x, w, a, bb, bw, ba, dim, eps, c, rep, f, fw); }
 static inline void vdc_router_coef(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps, float sc, vd_tensor cw, vd_tensor cy, float add, int has) { b->op.router_coef(s, y, f, x, nw, w, dim, eps, sc, cw, cy, add, has); }
 static inline void vdc_norm_rope(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tensor w, float eps, vd_tensor pos, int64_t h, int64_t hd, vd_tensor f) { b->op.norm_rope(s, y, idx, x, w, eps, pos, h, hd, f); }
 static inline void vdc_pointwise(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->op.pointwise(s, y, x, w); }

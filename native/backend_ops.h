@@ -68,7 +68,10 @@ typedef struct {
 
 typedef struct {
 	vd_tensor y, f, x, norm_w, w, cw, cy, h, pred, out, out_w;
-	vd_tensor pre, pre_w; /* altup_correct_step: norm_add(x, pre, pre_w, x) first (pre.data NULL: none) */
+	/* pre.data NULL: none. altup_correct_step: norm_add(x, pre, pre_w, x)
+	 * first; altup_predict_step (VD_ABI 16): streams 1..3 of h +=
+	 * rmsnorm(pre)·pre_w first (the previous layer's per-layer input). */
+	vd_tensor pre, pre_w;
 	float eps, scale, add;
 	int has_add;
 	int64_t n, dim;
@@ -285,21 +288,27 @@ typedef struct {
 	/* A decoder layer's row operations in fewer passes (the results, bit
 	 * for bit, of the operations they stand for, in this order; a backend
 	 * without them gets those operations from the engine).
-	 * altup_predict_step: router_coef (x = h's first n rows), then
+	 * altup_predict_step: with pre (VD_ABI 16), norm_add(h1, pre, pre_w,
+	 * h1) then ew add_rep(h23, h23, pre) (h1, h23: h's rows n..2n and
+	 * 2n..4n; the previous layer's per-layer input added to streams 1..3),
+	 * then router_coef (x = h's first n rows), then
 	 * altup_predict(pred, h, cy), then out = rmsnorm(pred's first n rows)·
 	 * out_w. altup_correct_step: with pre, norm_add(x, pre, pre_w, x) (the
 	 * layer's last norm-add: pre = rmsnorm(pre)·pre_w, x = x + pre), then
 	 * router_coef (x = the layer's output), then
 	 * altup_correct(h, pred, x, cy), then out = h's first n rows · out_w
-	 * (ew mul_rep; out_w NULL: a copy). norm_add_more: norm_add, then each
-	 * block of x.rows rows of rep (rep.data NULL: none) += x (ew add_rep),
-	 * then, when f.data is set, f = rmsnorm(y)·fw. norm_ropes: its parts'
-	 * norm_rope's. */
+	 * (ew mul_rep; out_w NULL: a copy). norm_add_more: when ba.data is set
+	 * (VD_ABI 16), norm_add(b, b, bw, ba) first (b = ba + rmsnorm(b)·bw,
+	 * in place: Laurel's norm-add before the attention's), then norm_add,
+	 * then each block of x.rows rows of rep (rep.data NULL: none) += x (ew
+	 * add_rep), then, when f.data is set, f = rmsnorm(y)·fw. norm_ropes:
+	 * its parts' norm_rope's. */
 	void (*altup_predict_step)(vd_stream *s, const vd_altup *a);
 	void (*altup_correct_step)(vd_stream *s, const vd_altup *a);
 	void (*norm_add_more)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
-	                      vd_tensor a, vd_tensor b, int64_t dim, float eps,
-	                      float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
+	                      vd_tensor a, vd_tensor b, vd_tensor bw, vd_tensor ba,
+	                      int64_t dim, float eps, float c, vd_tensor rep,
+	                      vd_tensor f, vd_tensor fw);
 	void (*norm_ropes)(vd_stream *s, const vd_norm_ropes *r);
 
 	/* Gemma 4's towers (VD_ABI 12). clamp: y = min(max(x, lo), hi)

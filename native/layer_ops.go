@@ -15,8 +15,10 @@ import "C"
 // prediction Pred [4·N, Dim], and Out [N, Dim] with OutW [Dim] (nil: none).
 type AltUpStep struct {
 	Y, F, X, NormW, W, CW, CY, H, Pred, Out, OutW Tensor
-	// Pre and PreW (AltUpCorrectStep; nil Pre: none): the layer's last
-	// norm-add first, NormAdd(X, Pre, PreW, X).
+	// Pre [N, Dim] and PreW (nil Pre: none): AltUpCorrectStep's first
+	// part, the layer's last norm-add NormAdd(X, Pre, PreW, X);
+	// AltUpPredictStep's, the previous layer's per-layer input added to
+	// streams 1..3 of H (NormAddMore(H1, Pre, PreW, H1, ..., rep H23)).
 	Pre, PreW       Tensor
 	Eps, Scale, Add float32
 	Plus            bool
@@ -44,16 +46,24 @@ func (a *AltUpStep) c() C.vd_altup {
 	}
 }
 
-// AltUpPredictStep is AltUp's prediction before a layer: RouterCoef on
-// the first stream (a.X, H's first N rows), AltUpPredict(Pred, H, CY),
-// then Out = RMSNorm(Pred's first N rows)·OutW.
+// AltUpPredictStep is AltUp's prediction before a layer: with a.Pre,
+// streams 1..3 of H += RMSNorm(Pre)·PreW first (NormAdd(H1, Pre, PreW,
+// H1), then AddRep(H23, H23, Pre): the previous layer's per-layer input,
+// Pre normalised in place); RouterCoef on the first stream (a.X, H's first
+// N rows), AltUpPredict(Pred, H, CY), then Out = RMSNorm(Pred's first N
+// rows)·OutW.
 func (s *Stream) AltUpPredictStep(a *AltUpStep) {
 	if a.N == 0 {
 		return
 	}
 	a.check("Stream.AltUpPredictStep: shapes differ")
-	check(a.Pre.Nil(), "Stream.AltUpPredictStep: Pre is AltUpCorrectStep's")
 	if s.left(OpAltUpPredictStep) {
+		if !a.Pre.Nil() {
+			n := a.N
+			h1 := a.H.Slice(n, 2*n)
+			s.NormAdd(h1, a.Pre, a.PreW, h1, Tensor{}, a.Dim, a.Eps, 0)
+			s.AddRep(a.H.Slice(2*n, 4*n), a.H.Slice(2*n, 4*n), a.Pre)
+		}
 		s.RouterCoef(a.Y, a.F, a.X, a.NormW, a.W, a.Dim, a.Eps, a.Scale, a.CW, a.CY, a.Add, a.Plus)
 		s.AltUpPredict(a.Pred, a.H, a.CY, a.N, a.Dim)
 		s.RMSNorm(a.Out, a.Pred.Slice(0, a.N), a.OutW, a.Dim, a.Eps)
@@ -91,13 +101,25 @@ func (s *Stream) AltUpCorrectStep(a *AltUpStep) {
 // len(x) elements of rep (nil: none) += x (AddRep), then, with f given,
 // f = RMSNorm(y)·fw.
 func (s *Stream) NormAddMore(y, x, w, a, b Tensor, dim int, eps, c float32, rep, f, fw Tensor) {
+	s.NormAddMoreB(y, x, w, a, b, Tensor{}, Tensor{}, dim, eps, c, rep, f, fw)
+}
+
+// NormAddMoreB is NormAddMore with b's own norm-add first when ba is
+// given: NormAdd(b, b, bw, ba) (b = ba + RMSNorm(b)·bw in place: Laurel's,
+// from its right matrix's product, before the attention's norm-add).
+func (s *Stream) NormAddMoreB(y, x, w, a, b, bw, ba Tensor, dim int, eps, c float32, rep, f, fw Tensor) {
 	if x.Len() == 0 {
 		return
 	}
 	check(dim > 0 && x.Len()%dim == 0 && y.Len() == x.Len() && a.Len() >= y.Len() && (b.Nil() || b.Len() >= y.Len()) &&
 		(w.Nil() || w.Len() >= dim) && (rep.Nil() || rep.Len()%x.Len() == 0) && (f.Nil() || f.Len() == y.Len()) &&
 		(fw.Nil() || fw.Len() >= dim), "Stream.NormAddMore: shapes differ")
+	check(ba.Nil() || (!b.Nil() && b.Len() == y.Len() && ba.Len() >= y.Len() && (bw.Nil() || bw.Len() >= dim)),
+		"Stream.NormAddMoreB: b's norm-add shapes differ")
 	if s.left(OpNormAddMore) {
+		if !ba.Nil() {
+			s.NormAdd(b, b, bw, ba, Tensor{}, dim, eps, 0)
+		}
 		s.NormAdd(y, x, w, a, b, dim, eps, c)
 		if !rep.Nil() {
 			s.AddRep(rep, rep, x)
@@ -107,7 +129,7 @@ func (s *Stream) NormAddMore(y, x, w, a, b Tensor, dim int, eps, c float32, rep,
 		}
 		return
 	}
-	C.vdc_norm_add_more(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, C.int64_t(dim), C.float(eps), C.float(c), rep.t, f.t, fw.t)
+	C.vdc_norm_add_more(s.be.t, s.s, y.t, x.t, w.t, a.t, b.t, bw.t, ba.t, C.int64_t(dim), C.float(eps), C.float(c), rep.t, f.t, fw.t)
 }
 
 // NormRoPEPart is one NormRoPE of NormRoPEs: x [n, Heads·headDim] by W,

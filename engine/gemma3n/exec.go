@@ -213,8 +213,13 @@ func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
 	first := L - cfg.NumKVSharedLayers
 	cur := n
 	H, ple := x.H, x.ple
+	pend := -1 // a layer whose per-layer input the next one adds (layer)
 	for i := range m.layers {
 		if i == first && cfg.NumKVSharedLayers > 0 && x.outs < n && b.Hook == nil {
+			if pend >= 0 { // the streams whole before they are gathered
+				x.pleAdd(pend, H, cur)
+				pend = -1
+			}
 			// Only the wanted rows go on: the layers from here on read the
 			// source layers' keys and values, all written.
 			cur = x.outs
@@ -238,7 +243,7 @@ func (x *Exec) layers(b *Batch, e native.Tensor, n int) native.Tensor {
 				x.qseq, x.oqseq = x.oqseq, x.qseq
 			}()
 		}
-		x.layer(i, H, ple.Sub(i*cur*P, cur, P), cur)
+		pend = x.layer(i, H, ple.Sub(i*cur*P, cur, P), cur, pend)
 		if b.Hook != nil {
 			x.hook(b.Hook, i, H.Slice(0, cur))
 		}

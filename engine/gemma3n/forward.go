@@ -82,8 +82,12 @@ func (x *Exec) altupStep(y *layerTensors, in, cw, out native.Tensor, plus bool, 
 }
 
 // layer runs decoder layer i over the n rows of the streams H [4, n, D]
-// (updated in place) with their per-layer inputs ple [n, P].
-func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
+// (updated in place) with their per-layer inputs ple [n, P]. pend >= 0:
+// layer pend's per-layer input (its projection in x.o) is not yet in
+// streams 1..3; this layer's AltUp predict step adds it first. Every layer
+// but the last leaves its own so (one launch fewer a layer) and returns
+// its index; the last adds it and returns -1 (see pleAdd).
+func (x *Exec) layer(i int, H, ple native.Tensor, n, pend int) int {
 	m, st := x.m, x.st
 	cfg := m.Cfg
 	y, w := &m.layers[i], &m.t.layers[i]
@@ -92,8 +96,12 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	rows := func(t native.Tensor) native.Tensor { return t.Slice(0, n) }
 	pred, an, laur, o, xa := x.pred.Slice(0, 4*n), rows(x.an), rows(x.laur), rows(x.o), rows(x.x)
 
-	// AltUp predict, then the input norm.
-	st.AltUpPredictStep(x.altupStep(w, H.Slice(0, n), w.predCoefs, rows(x.coef), false, H, pred, an, w.inNorm, n))
+	// The previous layer's per-layer input, AltUp predict, then the input norm.
+	pstep := x.altupStep(w, H.Slice(0, n), w.predCoefs, rows(x.coef), false, H, pred, an, w.inNorm, n)
+	if pend >= 0 {
+		pstep.Pre, pstep.PreW = rows(x.o), m.t.layers[pend].postPLENorm
+	}
+	st.AltUpPredictStep(pstep)
 	a := pred.Slice(0, n)
 
 	// The products of an, in one call: the queries, Laurel's left and,
@@ -109,15 +117,16 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	}
 	st.Linears(an, parts)
 
-	// Laurel: an + norm(right(left(an))).
+	// Laurel's right matrix (its norm-add, laur = an + norm(laur), runs
+	// in the attention's).
 	st.Linear(laur, lr, w.laurelR)
-	st.NormAdd(laur, laur, w.laurelNorm, an, native.Tensor{}, D, eps, 0)
 
-	// Attention.
+	// Attention, its norm-add with Laurel's (xa = (a + norm(o) + laur)/√2),
+	// and the MLP's input norm.
 	x.attention(i, y, n)
 	st.Linear(o, x.att.Slice(0, n), w.o)
 	f := rows(x.f) // the MLP's input: xa normalised
-	st.NormAddMore(xa, o, w.postAttnNorm, a, laur, D, eps, float32(1/math.Sqrt2), native.Tensor{}, f, w.preFFNorm)
+	st.NormAddMoreB(xa, o, w.postAttnNorm, a, laur, w.laurelNorm, an, D, eps, float32(1/math.Sqrt2), native.Tensor{}, f, w.preFFNorm)
 
 	// MLP.
 	I := y.inter
@@ -147,14 +156,27 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n int) {
 	step.Pre, step.PreW = d, w.postFFNorm
 	st.AltUpCorrectStep(step)
 
-	// Per-layer input, added to streams 1..3.
+	// Per-layer input, added to streams 1..3: by the next layer's predict
+	// step, or here for the last layer.
 	pg := rows(x.pg)
 	x.lin[0] = native.LinearPart{Y: pg, W: w.pleGate, GeluMul: ple} // gelu(gate(d))·ple
 	st.Linears(d, x.lin[:1])
 	st.Linear(o, pg, w.pleProj)
-	h1 := H.Slice(n, 2*n)
+	if i+1 < cfg.NumLayers {
+		return i
+	}
+	x.pleAdd(i, H, n)
+	return -1
+}
+
+// pleAdd adds layer i's per-layer input (its projection in x.o, normalised
+// in place) to streams 1..3 of H's n rows.
+func (x *Exec) pleAdd(i int, H native.Tensor, n int) {
+	m := x.m
+	D, eps := m.Cfg.HiddenSize, float32(m.Cfg.RMSNormEps)
+	o, h1 := x.o.Slice(0, n), H.Slice(n, 2*n)
 	h23 := H.Slice(2*n, 4*n) // streams 2 and 3 take o's normalised rows alike
-	st.NormAddMore(h1, o, w.postPLENorm, h1, native.Tensor{}, D, eps, 0, h23, native.Tensor{}, native.Tensor{})
+	x.st.NormAddMore(h1, o, m.t.layers[i].postPLENorm, h1, native.Tensor{}, D, eps, 0, h23, native.Tensor{}, native.Tensor{})
 }
 
 // attention normalises and rotates layer i's queries (and, for layers

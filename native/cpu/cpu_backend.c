@@ -624,6 +624,13 @@ static vd_tensor rows_of(vd_tensor t, int64_t n, int64_t dim)
 
 static void cpu_altup_predict_step(vd_stream *s, const vd_altup *a)
 {
+	if (a->pre.data) { /* the previous layer's per-layer input, to streams 1..3 */
+		vd_tensor h1 = rows_of(a->h, a->n, a->dim), h23 = rows_of(a->h, 2 * a->n, a->dim);
+		h1.data = (float *)a->h.data + a->n * a->dim;
+		h23.data = (float *)a->h.data + 2 * a->n * a->dim;
+		cpu_norm_add(s, h1, a->pre, a->pre_w, h1, (vd_tensor){0}, a->dim, a->eps, 0);
+		cpu_ew(s, VD_EW_ADD_REP, h23, h23, a->pre, 0);
+	}
 	cpu_router_coef(s, a->y, a->f, a->x, a->norm_w, a->w, a->dim, a->eps, a->scale, a->cw, a->cy, a->add, a->has_add);
 	cpu_altup_predict(s, a->pred, a->h, a->cy, a->n, a->dim);
 	cpu_rmsnorm(s, rows_of(a->out, a->n, a->dim), rows_of(a->pred, a->n, a->dim), a->out_w, a->dim, a->eps);
@@ -643,8 +650,11 @@ static void cpu_altup_correct_step(vd_stream *s, const vd_altup *a)
 }
 
 static void cpu_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b,
-                              int64_t dim, float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw)
+                              vd_tensor bw, vd_tensor ba, int64_t dim, float eps, float c, vd_tensor rep, vd_tensor f,
+                              vd_tensor fw)
 {
+	if (ba.data)
+		cpu_norm_add(s, b, b, bw, ba, (vd_tensor){0}, dim, eps, 0);
 	cpu_norm_add(s, y, x, w, a, b, dim, eps, c);
 	if (rep.data)
 		cpu_ew(s, VD_EW_ADD_REP, rep, rep, x, 0);

@@ -307,8 +307,8 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
                 float c);
 void c_router(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim, float eps,
               float scale);
-void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
-                     float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
+void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, vd_tensor bw,
+                     vd_tensor ba, int64_t dim, float eps, float c, vd_tensor rep, vd_tensor f, vd_tensor fw);
 void c_altup_predict_step(vd_stream *s, const vd_altup *a);
 void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r);
 /* layer_step_on: whether the layer step name (altup_predict_step,

@@ -360,8 +360,10 @@ static void check_layer_steps(bool small)
 			for (int pass = 0; pass < 2; pass++) {
 				bool pred = pass == 0;
 				int64_t nc = pred ? 16 : 4;
-				for (int variant = 0; variant < (pred ? 2 : 3); variant++) {
-					/* correct: the third with the layer's last norm-add first (pre) */
+				for (int variant = 0; variant < 3; variant++) {
+					/* the third with its pre part: correct, the layer's last
+					 * norm-add first; predict, the previous layer's per-layer
+					 * input to streams 1..3 first */
 					bool withw = variant != 1, withpre = variant == 2;
 					std::string name = std::string(pred ? "altup_predict_step" : "altup_correct_step") + nm +
 					                   (withw ? "" : " no out_w") + (withpre ? " +pre" : "");
@@ -395,13 +397,19 @@ static void check_layer_steps(bool small)
 						if (withpre) {
 							cmp(name + " (x after the norm-add)", X, nd, TOL_DOT);
 							cmp(name + " (pre normalised)", PRE, nd, TOL_DOT);
+							if (pred)
+								cmp(name + " (streams after the per-layer input)", HG, 4 * nd, TOL_DOT);
 						}
 					}
 					/* the operations it stands for, on the GPU, from the same h */
 					Pair HS = in(hnow), YS = out((size_t)n * 16), CS2 = out((size_t)(n * nc) * 4), PS = out(4 * nd * 4),
 					     OS = out(nd * 4);
 					vd_altup a = args(true, HS, PS, YS, CS2, OS, XS, PRES);
-					if (withpre)
+					if (withpre && pred) { /* the per-layer input's own norm_add_more, with its rep */
+						vd_tensor h1 = a.h, h23 = a.h;
+						h1.rows = n, h1.data = (float *)a.h.data + nd, h23.rows = 2 * n, h23.data = (float *)a.h.data + 2 * nd;
+						GPU->op.norm_add_more(GS, h1, a.pre, a.pre_w, h1, NIL(), NIL(), NIL(), dim, a.eps, 0.0f, h23, NIL(), NIL());
+					} else if (withpre)
 						GPU->op.norm_add(GS, a.x, a.pre, a.pre_w, a.x, NIL(), dim, a.eps, 0.0f);
 					GPU->op.router_coef(GS, a.y, a.f, a.x, a.norm_w, a.w, dim, a.eps, a.scale, a.cw, a.cy, a.add, a.has_add);
 					vd_tensor o = a.out, h0 = a.h, p0 = a.pred;
@@ -420,24 +428,33 @@ static void check_layer_steps(bool small)
 					same(name + " = the operations", down_f(CY, (size_t)(n * nc)), down_f(CS2, (size_t)(n * nc)));
 					same(name + " = the operations (out)", down_f(O, nd), down_f(OS, nd));
 					same(name + " = the operations (streams)", down_f(pred ? PR : HG, 4 * nd), down_f(pred ? PS : HS, 4 * nd));
-					if (withpre)
+					if (withpre) {
 						same(name + " = the operations (x)", down_f(X, nd), down_f(XS, nd));
+						same(name + " = the operations (pre normalised)", down_f(PRE, nd), down_f(PRES, nd));
+						if (pred)
+							same(name + " = the operations (streams after the per-layer input)", down_f(HG, 4 * nd),
+							     down_f(HS, 4 * nd));
+					}
 				}
 			}
 			/* norm_add_more: the attention's norm-add with the MLP's norm
-			 * (b, c, f), and the per-layer input's add to three streams
-			 * (rep of two blocks) */
-			for (int mode = 0; mode < 2; mode++) {
-				bool withf = mode == 0;
-				std::string name = std::string("norm_add_more") + nm + (withf ? " +b, f" : " rep");
-				std::vector<float> xv = randf(nd, -2, 2), av = randf(nd, -2, 2), rv = randf(2 * nd, -2, 2);
-				Pair XG = in(xv), XS = in(xv), A = in(av), AS = in(av), B = in(randf(nd, -1, 1)), W = in(randf((size_t)dim, 0.5f, 1.5f));
+			 * (b, c, f), with Laurel's norm-add of b first (bw, ba; with
+			 * and without bw), and the per-layer input's add to three
+			 * streams (rep of two blocks) */
+			for (int mode = 0; mode < 4; mode++) {
+				bool withf = mode != 1, laurel = mode >= 2, withbw = mode == 2;
+				std::string name = std::string("norm_add_more") + nm + (withf ? " +b, f" : " rep") +
+				                   (laurel ? (withbw ? " +laurel" : " +laurel no bw") : "");
+				std::vector<float> xv = randf(nd, -2, 2), av = randf(nd, -2, 2), rv = randf(2 * nd, -2, 2), bv = randf(nd, -1, 1);
+				Pair XG = in(xv), XS = in(xv), A = in(av), AS = in(av), BG = in(bv), BS = in(bv), W = in(randf((size_t)dim, 0.5f, 1.5f));
 				Pair RG = in(rv), RS = in(rv), FW = in(randf((size_t)dim, 0.5f, 1.5f));
+				Pair BW = in(randf((size_t)dim, 0.5f, 1.5f)), BA = in(randf(nd, -2, 2));
 				Pair Y = out(nd * 4), FO = out(nd * 4), YS = out(nd * 4), FS = out(nd * 4);
 				auto call = [&](vd_backend *b, vd_stream *st, bool g, Pair &x, Pair &y, Pair &a, Pair &r, Pair &f) {
 					b->op.norm_add_more(st, T(y, g, VD_F32, n, dim), T(x, g, VD_F32, n, dim), T(W, g, VD_F32, 1, dim),
-					                    T(a, g, VD_F32, n, dim), withf ? T(B, g, VD_F32, n, dim) : NIL(), dim, 1e-6f,
-					                    0.70710678f, withf ? NIL() : T(r, g, VD_F32, 2 * n, dim),
+					                    T(a, g, VD_F32, n, dim), withf ? T(BG, g, VD_F32, n, dim) : NIL(),
+					                    withbw ? T(BW, g, VD_F32, 1, dim) : NIL(), laurel ? T(BA, g, VD_F32, n, dim) : NIL(),
+					                    dim, 1e-6f, 0.70710678f, withf ? NIL() : T(r, g, VD_F32, 2 * n, dim),
 					                    withf ? T(f, g, VD_F32, n, dim) : NIL(), withf ? T(FW, g, VD_F32, 1, dim) : NIL());
 				};
 				if (run(name, [&](vd_backend *b, vd_stream *st, bool g) { call(b, st, g, XG, Y, A, RG, FO); })) {
@@ -447,9 +464,15 @@ static void check_layer_steps(bool small)
 						cmp(name + " (f)", FO, nd, TOL_DOT);
 					else
 						cmp(name + " (rep)", RG, 2 * nd, TOL_DOT);
+					if (laurel)
+						cmp(name + " (b after its norm-add)", BG, nd, TOL_DOT);
 				}
+				if (laurel) /* Laurel's own norm_add, in place */
+					GPU->op.norm_add(GS, T(BS, true, VD_F32, n, dim), T(BS, true, VD_F32, n, dim),
+					                 withbw ? T(BW, true, VD_F32, 1, dim) : NIL(), T(BA, true, VD_F32, n, dim), NIL(), dim,
+					                 1e-6f, 0.0f);
 				GPU->op.norm_add(GS, T(YS, true, VD_F32, n, dim), T(XS, true, VD_F32, n, dim), T(W, true, VD_F32, 1, dim),
-				                 T(AS, true, VD_F32, n, dim), withf ? T(B, true, VD_F32, n, dim) : NIL(), dim, 1e-6f, 0.70710678f);
+				                 T(AS, true, VD_F32, n, dim), withf ? T(BS, true, VD_F32, n, dim) : NIL(), dim, 1e-6f, 0.70710678f);
 				if (withf)
 					GPU->op.rmsnorm(GS, T(FS, true, VD_F32, n, dim), T(YS, true, VD_F32, n, dim), T(FW, true, VD_F32, 1, dim), dim, 1e-6f);
 				else
@@ -462,6 +485,8 @@ static void check_layer_steps(bool small)
 					same(name + " = norm_add, then its ops (f)", down_f(FO, nd), down_f(FS, nd));
 				else
 					same(name + " = norm_add, then its ops (rep)", down_f(RG, 2 * nd), down_f(RS, 2 * nd));
+				if (laurel)
+					same(name + " = norm_add, then its ops (b)", down_f(BG, nd), down_f(BS, nd));
 			}
 			/* norm_ropes: a layer's q (normed, rotated), k (normed, rotated,
 			 * scattered) and v (scattered) in one launch */
