@@ -40,6 +40,16 @@ import (
 // maxLevels bounds an integer range's levels.
 const maxLevels = 101
 
+// maxOptions bounds one property's enum (or consts): every option is
+// written in the scorer's prompt, which holds at most
+// scorer.MaxInputTokens tokens, so a longer list could never be scored.
+const maxOptions = scorer.MaxInputTokens
+
+// maxNesting bounds how deep anyOf/oneOf branches and the $refs they
+// follow may nest: a reference cycle through anyOf would otherwise recurse
+// without end.
+const maxNesting = 8
+
 // schemaField is a scorer field and how its answer is written.
 type schemaField struct {
 	kind scorer.Kind
@@ -219,6 +229,10 @@ func mapJSONSchema(raw json.RawMessage, instructions string) (*scorer.Schema, []
 	if len(n.Properties) == 0 {
 		return nil, nil, badParam(root+".properties", "no properties: give at least one decision")
 	}
+	if len(n.Properties) > scorer.MaxFields {
+		// Refused before any is mapped, as Validate would refuse them after.
+		return nil, nil, &scorer.LimitError{What: "named fields", Value: len(n.Properties), Max: scorer.MaxFields}
+	}
 	s := &scorer.Schema{Instructions: instructions}
 	var shapes []schemaField
 	for _, p := range n.Properties {
@@ -326,17 +340,26 @@ func (sm *schemaMapper) field(name string, raw json.RawMessage, path string) (sc
 // stringOptions are a string node's options: its enum, its const's, or the
 // consts of its anyOf/oneOf (with their descriptions).
 func (sm *schemaMapper) stringOptions(n *jsonNode, path string) ([]scorer.Option, error) {
+	return sm.options(n, path, 0)
+}
+
+// options are stringOptions' at depth levels of anyOf/oneOf below the
+// property.
+func (sm *schemaMapper) options(n *jsonNode, path string, depth int) ([]scorer.Option, error) {
 	var out []scorer.Option
+	seen := map[string]bool{}
 	add := func(raw json.RawMessage, desc, at string) error {
 		var v string
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return badParam(at, "%s is not a string: choices are strings", raw)
 		}
-		for _, o := range out {
-			if o.Name == v {
-				return badParam(at, "%q is listed twice", v)
-			}
+		if seen[v] {
+			return badParam(at, "%q is listed twice", v)
 		}
+		if len(out) == maxOptions {
+			return badParam(at, "more than %d options: the scorer's prompt lists every one and holds at most %d tokens", maxOptions, scorer.MaxInputTokens)
+		}
+		seen[v] = true
 		out = append(out, scorer.Option{Name: v, Description: desc})
 		return nil
 	}
@@ -352,6 +375,9 @@ func (sm *schemaMapper) stringOptions(n *jsonNode, path string) ([]scorer.Option
 			return nil, err
 		}
 	case n.AnyOf != nil:
+		if depth == maxNesting {
+			return nil, badParam(path, "anyOf/oneOf nested more than %d deep (through $ref or written out): give the options as one enum or one anyOf of consts", maxNesting)
+		}
 		for i, raw := range n.AnyOf {
 			at := fmt.Sprintf("%s.anyOf[%d]", path, i)
 			b, err := parseNode(raw, at)
@@ -364,7 +390,7 @@ func (sm *schemaMapper) stringOptions(n *jsonNode, path string) ([]scorer.Option
 			if b.Type == "null" {
 				return nil, badParam(at, "null is not a decision: leave it out (every field is answered)")
 			}
-			opts, err := sm.stringOptions(b, at)
+			opts, err := sm.options(b, at, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -393,6 +419,9 @@ func (sm *schemaMapper) stringOptions(n *jsonNode, path string) ([]scorer.Option
 func levels(n *jsonNode, path string) ([]scorer.Option, error) {
 	var out []scorer.Option
 	if n.Enum != nil {
+		if len(n.Enum) > maxOptions {
+			return nil, badParam(path+".enum", "%d levels, more than %d: the scorer's prompt lists every one and holds at most %d tokens", len(n.Enum), maxOptions, scorer.MaxInputTokens)
+		}
 		for i, e := range n.Enum {
 			var v float64
 			if err := json.Unmarshal(e, &v); err != nil {

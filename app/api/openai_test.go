@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -21,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"verdict/engine/catalog"
+	"verdict/engine/scorer"
 	"verdict/engine/session"
 )
 
@@ -508,6 +510,19 @@ func TestSchemaMapping(t *testing.T) {
 		{"not an object", `{"type":"array","items":{"type":"boolean"}}`, "", root + `.type: "array"`},
 		{"no properties", `{"type":"object","properties":{}}`, "", root + `.properties: no properties`},
 		{"open object", `{"type":"object","properties":{"a":{"type":"boolean"}},"additionalProperties":{"type":"string"}}`, "", root + `.additionalProperties`},
+		// Hostile schemas: a $ref cycle through anyOf (it recursed until the
+		// stack overflowed, killing the server), anyOf nested deep, enums
+		// longer than any prompt, more properties than fields.
+		{"ref cycle through anyOf", `{"type":"object","properties":{"p":{"$ref":"#/$defs/A"}},"$defs":{"A":{"anyOf":[{"$ref":"#/$defs/A"}]}}}`, "", "nested more than 8 deep"},
+		{"ref cycle in items", `{"type":"object","properties":{"p":{"type":"array","items":{"$ref":"#/$defs/A"}}},"$defs":{"A":{"oneOf":[{"const":"x"},{"$ref":"#/$defs/A"}]}}}`, "", "nested more than 8 deep"},
+		{"anyOf 8 deep", `{"type":"object","properties":{"p":` + nestedAnyOf(8) + `}}`, "p:choice[x y]", ""},
+		{"anyOf 9 deep", `{"type":"object","properties":{"p":` + nestedAnyOf(9) + `}}`, "", "nested more than 8 deep"},
+		{"enum at the limit", `{"type":"object","properties":{"p":{"enum":` + enumOf(maxOptions, `"o%d"`) + `}}}`, "p:choice[" + optionNames(maxOptions) + "]", ""},
+		{"enum over the limit", `{"type":"object","properties":{"p":{"enum":` + enumOf(maxOptions+1, `"o%d"`) + `}}}`, "", root + `.properties.p.enum[8192]: more than 8192 options`},
+		{"labels over the limit", `{"type":"object","properties":{"p":{"type":"array","items":{"enum":` + enumOf(maxOptions+1, `"o%d"`) + `}}}}`, "", "more than 8192 options"},
+		{"levels over the limit", `{"type":"object","properties":{"p":{"type":"integer","enum":` + enumOf(maxOptions+1, `%d`) + `}}}`, "", root + `.properties.p.enum: 8193 levels, more than 8192`},
+		{"duplicate far apart", `{"type":"object","properties":{"p":{"enum":` + strings.TrimSuffix(enumOf(100, `"o%d"`), "]") + `,"o7"]}}}`, "", root + `.properties.p.enum[100]: "o7" is listed twice`},
+		{"too many properties", `{"type":"object","properties":{` + manyProps(scorer.MaxFields+1) + `}}`, "", "named fields: 33 exceeds the limit of 32"},
 	} {
 		s, _, err := mapJSONSchema(json.RawMessage(c.schema), "")
 		if c.err != "" {
@@ -532,6 +547,42 @@ func TestSchemaMapping(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, strings.Join(got, " "), c.kinds)
 		}
 	}
+}
+
+// nestedAnyOf is a choice of x and y written inside depth anyOfs.
+func nestedAnyOf(depth int) string {
+	s := `{"anyOf":[{"const":"x"},{"const":"y"}]}`
+	for i := 1; i < depth; i++ {
+		s = `{"anyOf":[` + s + `]}`
+	}
+	return s
+}
+
+// enumOf is a JSON list of n values, each format with its index.
+func enumOf(n int, format string) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(format, i)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// optionNames are enumOf's strings' names, space-separated.
+func optionNames(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("o%d", i)
+	}
+	return strings.Join(parts, " ")
+}
+
+// manyProps are n boolean properties.
+func manyProps(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"b%d":{"type":"boolean"}`, i)
+	}
+	return strings.Join(parts, ",")
 }
 
 // TestToolSelection: with verdict.select_tools, the catalog decoder picks
