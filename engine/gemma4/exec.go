@@ -55,8 +55,9 @@ type Exec struct {
 	keysArg                                 int  // the attention's key capacity in a loop's step (0: maxKeys)
 	blocks                                  bool // this Forward has image blocks: the sliding layers read qlim
 	loop                                    loopBufs
-	lin                                     [3]native.LinearPart // a layer's products of one input, kept to spare an allocation
-	apart                                   bool                 // run linears' parts one by one (Linear, GeluMul): the tests' reference
+	lin                                     [3]native.LinearPart   // a layer's products of one input, kept to spare an allocation
+	nr                                      [3]native.NormRoPEPart // q's, k's and v's norms and rotations, the same
+	apart                                   bool                   // run linears' parts one by one (Linear, GeluMul), and NormRoPEs' (NormRoPE): the tests' reference
 }
 
 // newExec reserves an Exec's scratch for rows rows.
@@ -632,14 +633,23 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 		}
 		x.linears(a, parts)
 	}
-	st.NormRoPE(q, w.qNorm, eps, pos, H, hd, inv, native.Tensor{}, native.Tensor{})
-	if !shared {
+	if shared {
+		st.NormRoPE(q, w.qNorm, eps, pos, H, hd, inv, native.Tensor{}, native.Tensor{})
+	} else { // q's, k's and v's norms and rotations (k's and v's written to the pool) in one call
 		pk, pv := d.pool.Tensors(kind, l)
 		if w.v.Nil() {
 			st.Copy(v, k) // attention_k_eq_v: V is the raw K projection
 		}
-		st.NormRoPE(k, w.kNorm, eps, pos, kvH, hd, inv, pk, slot.Sub(0, 1, n))
-		st.NormRoPE(v, native.Tensor{}, eps, pos, kvH, hd, native.Tensor{}, pv, slot.Sub(0, 1, n))
+		x.nr[0] = native.NormRoPEPart{X: q, W: w.qNorm, InvFreq: inv, Heads: H}
+		x.nr[1] = native.NormRoPEPart{X: k, W: w.kNorm, InvFreq: inv, To: pk, Heads: kvH}
+		x.nr[2] = native.NormRoPEPart{X: v, To: pv, Heads: kvH}
+		if x.apart { // the tests' reference: each on its own
+			for _, p := range x.nr {
+				st.NormRoPE(p.X, p.W, eps, pos, p.Heads, hd, p.InvFreq, p.To, slot.Sub(0, 1, n))
+			}
+		} else {
+			st.NormRoPEs(x.nr[:], eps, pos, hd, slot.Sub(0, 1, n))
+		}
 	}
 	pk, pv := d.pool.Tensors(kind, c.KVSource(l))
 	window := 0

@@ -190,7 +190,9 @@ func stepCalls(t *testing.T, d *Decoder, apart bool) (layers []native.OpCalls, p
 // the MLP's up product and once for each expert a row takes (their gates'
 // GELU products) and once for the per-layer gate (with per-layer inputs);
 // apart it calls no linears, and each grouped call stands for one linear a
-// part and one ew (gelu_mul) an epilogue, every other operation the same.
+// part and one ew (gelu_mul) an epilogue; a layer with keys of its own
+// calls norm_ropes once grouped for the three norm_rope calls apart; every
+// other operation is the same.
 func TestDecodeOpCalls(t *testing.T) {
 	for _, name := range []string{"gemma4-synthetic-tiny", "gemma4-synthetic-tiny-moe"} {
 		fx := loadFixture(t, name)
@@ -242,16 +244,30 @@ func TestDecodeOpCalls(t *testing.T) {
 				t.Errorf("%s layer %d: linear %d apart, %d grouped, ew %d apart, %d grouped: want %d parts and %d epilogues grouped",
 					name, l, a[native.OpLinear], g[native.OpLinear], a[native.OpEW], g[native.OpEW], parts, epi)
 			}
+			// A layer with keys of its own normalises and rotates q, k and v
+			// in one norm_ropes call grouped, three norm_rope calls apart.
+			ropes := int64(0) // the calls it saves
+			if !c.KVShared(l) {
+				ropes = 2
+				if a[native.OpNormRoPE] != 3 || a[native.OpNormRoPEs] != 0 || g[native.OpNormRoPE] != 0 || g[native.OpNormRoPEs] != 1 {
+					t.Errorf("%s layer %d: norm_rope %d apart, %d grouped, norm_ropes %d apart, %d grouped: want 3, 0, 0, 1",
+						name, l, a[native.OpNormRoPE], g[native.OpNormRoPE], a[native.OpNormRoPEs], g[native.OpNormRoPEs])
+				}
+			}
 			for op := range a {
 				switch native.Op(op) {
 				case native.OpLinear, native.OpLinears, native.OpEW:
+				case native.OpNormRoPE, native.OpNormRoPEs:
+					if ropes == 0 && a[op] != g[op] {
+						t.Errorf("%s layer %d: %v %d apart, %d grouped", name, l, native.Op(op), a[op], g[op])
+					}
 				default:
 					if a[op] != g[op] {
 						t.Errorf("%s layer %d: %v %d apart, %d grouped", name, l, native.Op(op), a[op], g[op])
 					}
 				}
 			}
-			if want := a.Total() - int64(parts) - int64(epi) + int64(calls); g.Total() != want {
+			if want := a.Total() - int64(parts) - int64(epi) + int64(calls) - ropes; g.Total() != want {
 				t.Errorf("%s layer %d: %d calls grouped, want %d", name, l, g.Total(), want)
 			}
 		}
