@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"verdict/app"
+	"verdict/engine/model"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
@@ -39,6 +40,8 @@ func classify(err error) *apiError {
 	case errors.As(err, &mt):
 		return bad(CodeBadRequest, "%v", err)
 	case errors.As(err, &le):
+		return &apiError{http.StatusBadRequest, CodeLimit, err.Error()}
+	case errors.Is(err, model.ErrTooLong):
 		return &apiError{http.StatusBadRequest, CodeLimit, err.Error()}
 	case errors.As(err, &st):
 		// The settings' names (generation.max_tokens) become the body's.

@@ -209,7 +209,7 @@ func checkRequest(m model.Model, c *Catalog, i int, r Request) (int, error) {
 	}
 	answer := c.MaxAnswer(r.K)
 	if n, limit := past+len(r.Prompt)+answer, m.Config().MaxPositions; limit > 0 && n > limit {
-		return 0, fmt.Errorf("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), answer, limit)
+		return 0, model.TooLong("catalog: request %d: %d prompt tokens and up to %d answer tokens exceed the model's %d positions", i, past+len(r.Prompt), answer, limit)
 	}
 	if err := checkFits(m, i, past, len(r.Prompt), answer); err != nil {
 		return 0, err

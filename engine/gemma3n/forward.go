@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"verdict/engine/model"
 	"verdict/native"
 )
 
@@ -14,6 +15,9 @@ type PositionsError struct{ Positions, Max int }
 func (e *PositionsError) Error() string {
 	return fmt.Sprintf("gemma3n: %d tokens exceed the model's max_position_embeddings of %d", e.Positions, e.Max)
 }
+
+// Is matches model.ErrTooLong: the request is too long for the model.
+func (e *PositionsError) Is(target error) bool { return target == model.ErrTooLong }
 
 // checkPositions refuses a sequence of n positions beyond the model's
 // max_position_embeddings.

@@ -131,7 +131,7 @@ func RunOn(ctx context.Context, r model.Runner, m model.Model, prompt []int32, o
 	}
 	maxPos := m.Config().MaxPositions
 	if maxPos > 0 && len(prompt) > maxPos {
-		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
+		return res, model.TooLong("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
 	}
 	start := time.Now()
 	s := newSampler(opt)

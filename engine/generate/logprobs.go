@@ -99,7 +99,7 @@ func PromptLogprobs(ctx context.Context, r model.Runner, m model.Model, prompt [
 		return nil, fmt.Errorf("generate: top logprobs must be 0..%d, got %d", MaxTopLogprobs, top)
 	}
 	if maxPos := m.Config().MaxPositions; maxPos > 0 && len(prompt) > maxPos {
-		return nil, fmt.Errorf("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
+		return nil, model.TooLong("generate: the prompt has %d tokens, more than the model's max_position_embeddings of %d", len(prompt), maxPos)
 	}
 	c := m.NewCache()
 	defer c.Free()
