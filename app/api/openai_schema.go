@@ -40,6 +40,10 @@ import (
 // maxLevels bounds an integer range's levels.
 const maxLevels = 101
 
+// maxExactInt is the largest integer whose successor is a float64 too
+// (2^53 - 1): past it, counting levels one by one stalls.
+const maxExactInt = 1<<53 - 1
+
 // maxOptions bounds one property's enum (or consts): every option is
 // written in the scorer's prompt, which holds at most
 // scorer.MaxInputTokens tokens, so a longer list could never be scored.
@@ -459,10 +463,16 @@ func levels(n *jsonNode, path string) ([]scorer.Option, error) {
 		return nil, badParam(path, "type \"integer\" needs minimum and maximum (or an enum): the levels Verdict scores")
 	}
 	a, b := math.Ceil(*lo), math.Floor(*hi)
+	if math.Abs(a) > maxExactInt || math.Abs(b) > maxExactInt {
+		// From 2^53 a float64 skips integers: v+1 == v, and the levels
+		// would never be counted out.
+		return nil, badParam(path, "minimum %v, maximum %v: the bounds must lie within ±(2^53 - 1) (integers a JSON number holds exactly)", *lo, *hi)
+	}
 	if b < a+1 || b-a+1 > maxLevels {
 		return nil, badParam(path, "minimum %v, maximum %v: give 2 to %d integer levels", *lo, *hi, maxLevels)
 	}
-	for v := a; v <= b; v++ {
+	for i := range int(b-a) + 1 {
+		v := a + float64(i)
 		out = append(out, scorer.Option{Name: strconv.FormatFloat(v, 'f', -1, 64), Value: v})
 	}
 	return out, nil

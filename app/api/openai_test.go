@@ -522,6 +522,11 @@ func TestSchemaMapping(t *testing.T) {
 		{"labels over the limit", `{"type":"object","properties":{"p":{"type":"array","items":{"enum":` + enumOf(maxOptions+1, `"o%d"`) + `}}}}`, "", "more than 8192 options"},
 		{"levels over the limit", `{"type":"object","properties":{"p":{"type":"integer","enum":` + enumOf(maxOptions+1, `%d`) + `}}}`, "", root + `.properties.p.enum: 8193 levels, more than 8192`},
 		{"duplicate far apart", `{"type":"object","properties":{"p":{"enum":` + strings.TrimSuffix(enumOf(100, `"o%d"`), "]") + `,"o7"]}}}`, "", root + `.properties.p.enum[100]: "o7" is listed twice`},
+		// Past 2^53 v++ leaves v as it is: the range was counted out forever.
+		{"range past 2^53", `{"type":"object","properties":{"p":{"type":"integer","minimum":1e17,"maximum":100000000000000064}}}`, "", root + `.properties.p: minimum 1e+17, maximum 1.0000000000000006e+17: the bounds must lie within ±(2^53 - 1)`},
+		{"exclusive range past 2^53", `{"type":"object","properties":{"p":{"type":"integer","exclusiveMinimum":-100000000000000064,"maximum":-1e17}}}`, "", "within ±(2^53 - 1)"},
+		{"range up to 2^53 - 1", `{"type":"object","properties":{"p":{"type":"integer","minimum":9007199254740989,"maximum":9007199254740991}}}`, "p:score[9007199254740989 9007199254740990 9007199254740991]", ""},
+		{"range up to 2^53", `{"type":"object","properties":{"p":{"type":"integer","minimum":9007199254740990,"maximum":9007199254740992}}}`, "", "within ±(2^53 - 1)"},
 		{"too many properties", `{"type":"object","properties":{` + manyProps(scorer.MaxFields+1) + `}}`, "", "named fields: 33 exceeds the limit of 32"},
 	} {
 		s, _, err := mapJSONSchema(json.RawMessage(c.schema), "")
