@@ -197,7 +197,8 @@ type Stream struct {
 	recording bool             // between BeginGraph or BeginLoop and EndGraph
 	spoiled   bool             // an operation on the CPU was asked while recording
 
-	calls OpCalls // its calls into the op table (opcalls.go)
+	calls OpCalls     // its calls into the op table (opcalls.go)
+	apart map[Op]bool // composite operations it runs as their parts (Apart)
 }
 
 // NewStream returns a stream of the backend.

@@ -51,11 +51,30 @@ func (c OpCalls) String() string {
 // table since it was made.
 func (s *Stream) OpCalls() OpCalls { return s.calls }
 
+// composed are the operations a Stream composes of others where a
+// backend leaves them out (each part's bits those of the composite).
+var composed = map[Op]bool{OpLinears: true, OpNormRoPEs: true}
+
+// Apart makes the stream run ops, composite operations (linears,
+// norm_ropes), as the operations they are made of, as for a backend
+// without them: the same bits, the tests' reference for the composite.
+// Apart() gives the backend's own back.
+func (s *Stream) Apart(ops ...Op) {
+	s.apart = nil
+	for _, op := range ops {
+		check(composed[op], "Stream.Apart: the Stream composes no "+op.String())
+		if s.apart == nil {
+			s.apart = map[Op]bool{}
+		}
+		s.apart[op] = true
+	}
+}
+
 // left reports whether the stream's backend leaves op out of its table
-// (the caller then composes it or runs it on the CPU), and otherwise
-// counts the call the caller is about to make.
+// (the caller then composes it or runs it on the CPU), or the stream runs
+// it apart, and otherwise counts the call the caller is about to make.
 func (s *Stream) left(op Op) bool {
-	if s.be.lacks[op] {
+	if s.be.lacks[op] || s.apart[op] {
 		return true
 	}
 	s.calls[op]++

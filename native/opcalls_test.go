@@ -1,6 +1,9 @@
 package native
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // TestOpCalls: a stream counts each call into its backend's table under
 // its operation, a composed layer step as one call, and nothing for a call
@@ -46,4 +49,50 @@ func TestOpCalls(t *testing.T) {
 	if c := st.OpCalls(); c.Total() != 5 || c.String() != "linear 2, ew 2, norm_add_more 1" {
 		t.Errorf("in all: %d calls, %q", c.Total(), c.String())
 	}
+}
+
+// TestApart: a stream told to run linears apart calls linear and ew for
+// it, with the same bits; Apart() gives the backend's own back; an
+// operation the Stream does not compose is refused.
+func TestApart(t *testing.T) {
+	be := Default()
+	st, err := be.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := newRand(5)
+	const n, d = 3, 64
+	x, w, g := randVec(r, n*d, 1), randVec(r, d*d, 1), randVec(r, n*d, 1)
+	xt, wt := be.hostTensor(x, n, d), be.hostTensor(w, d, d)
+	run := func(apart bool) ([]float32, OpCalls) {
+		if apart {
+			st.Apart(OpLinears)
+		} else {
+			st.Apart()
+		}
+		y, m := make([]float32, n*d), append([]float32(nil), g...)
+		before := st.OpCalls()
+		st.Linears(xt, []LinearPart{{Y: be.hostTensor(y, n, d), W: wt, GeluMul: be.hostTensor(m, n, d)}})
+		if err := st.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return y, st.OpCalls().Sub(before)
+	}
+	yA, cA := run(true)
+	yG, cG := run(false)
+	if cA.String() != "linear 1, ew 1" || cG.String() != "linears 1" {
+		t.Errorf("calls apart %q, grouped %q", cA, cG)
+	}
+	for i := range yG {
+		if math.Float32bits(yA[i]) != math.Float32bits(yG[i]) {
+			t.Fatalf("value %d: %v apart, %v grouped", i, yA[i], yG[i])
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Apart(OpLinear): no refusal")
+		}
+	}()
+	st.Apart(OpLinear)
 }

@@ -57,7 +57,6 @@ type Exec struct {
 	loop                                    loopBufs
 	lin                                     [3]native.LinearPart   // a layer's products of one input, kept to spare an allocation
 	nr                                      [3]native.NormRoPEPart // q's, k's and v's norms and rotations, the same
-	apart                                   bool                   // run linears' parts one by one (Linear, GeluMul), and NormRoPEs' (NormRoPE): the tests' reference
 }
 
 // newExec reserves an Exec's scratch for rows rows.
@@ -563,7 +562,7 @@ func (x *Exec) layer(l, n int) error {
 	if P := c.PerLayerInput; P > 0 {
 		pg := x.pg.Sub(0, n, P)
 		x.lin[0] = native.LinearPart{Y: pg, W: w.pleGate, GeluMul: x.ple.Sub(l*n*P, n, P)} // gelu(gate(h))·ple
-		x.linears(h, x.lin[:1])
+		x.st.Linears(h, x.lin[:1])
 		st.Linear(o, pg, w.pleProj)
 		st.NormAdd(h, o, w.pleNorm, h, native.Tensor{}, D, eps, 0)
 	}
@@ -578,26 +577,16 @@ func (x *Exec) layer(l, n int) error {
 func (x *Exec) gatedUp(in, g, u, gate, up native.Tensor) {
 	x.st.Linear(g, in, gate)
 	x.lin[0] = native.LinearPart{Y: u, W: up, GeluMul: g, GeluInto: true}
-	x.linears(in, x.lin[:1])
+	x.st.Linears(in, x.lin[:1])
 }
 
-// linears runs parts, products of one input in, as one Stream.Linears
-// call, or with x.apart each part's Linear and then its GELU product
-// (GeluMul), the operations it stands for: the same bits either way.
-func (x *Exec) linears(in native.Tensor, parts []native.LinearPart) {
-	st := x.st
-	if !x.apart {
-		st.Linears(in, parts)
-		return
-	}
-	for _, p := range parts {
-		st.Linear(p.Y, in, p.W)
-		switch {
-		case p.GeluInto:
-			st.GeluMul(p.GeluMul, p.GeluMul, p.Y)
-		case !p.GeluMul.Nil():
-			st.GeluMul(p.Y, p.Y, p.GeluMul)
-		}
+// setApart makes the layers' grouped calls (Linears, NormRoPEs) run as
+// the operations they stand for (on), the tests' reference, or grouped.
+func (x *Exec) setApart(on bool) {
+	if on {
+		x.st.Apart(native.OpLinears, native.OpNormRoPEs)
+	} else {
+		x.st.Apart()
 	}
 }
 
@@ -631,7 +620,7 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 			x.lin[2] = native.LinearPart{Y: v, W: w.v}
 			parts = x.lin[:3]
 		}
-		x.linears(a, parts)
+		x.st.Linears(a, parts)
 	}
 	if shared {
 		st.NormRoPE(q, w.qNorm, eps, pos, H, hd, inv, native.Tensor{}, native.Tensor{})
@@ -643,13 +632,7 @@ func (x *Exec) attention(l int, a native.Tensor, n int) {
 		x.nr[0] = native.NormRoPEPart{X: q, W: w.qNorm, InvFreq: inv, Heads: H}
 		x.nr[1] = native.NormRoPEPart{X: k, W: w.kNorm, InvFreq: inv, To: pk, Heads: kvH}
 		x.nr[2] = native.NormRoPEPart{X: v, To: pv, Heads: kvH}
-		if x.apart { // the tests' reference: each on its own
-			for _, p := range x.nr {
-				st.NormRoPE(p.X, p.W, eps, pos, p.Heads, hd, p.InvFreq, p.To, slot.Sub(0, 1, n))
-			}
-		} else {
-			st.NormRoPEs(x.nr[:], eps, pos, hd, slot.Sub(0, 1, n))
-		}
+		st.NormRoPEs(x.nr[:], eps, pos, hd, slot.Sub(0, 1, n))
 	}
 	pk, pv := d.pool.Tensors(kind, c.KVSource(l))
 	window := 0

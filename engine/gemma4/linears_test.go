@@ -28,8 +28,8 @@ func runLinears(t *testing.T, d *Decoder, apart bool, prompt []int32, steps int,
 		t.Fatal(err)
 	}
 	defer ex.Release()
-	ex.apart = apart
-	defer func() { ex.apart = false }() // the Exec goes back to the pool
+	ex.setApart(apart)
+	defer ex.setApart(false) // the Exec goes back to the pool
 	c := d.NewCache()
 	defer c.Free()
 	V := d.cfg.Vocab
@@ -147,8 +147,8 @@ func stepCalls(t *testing.T, d *Decoder, apart bool) (layers []native.OpCalls, p
 		t.Fatal(err)
 	}
 	defer x.Release()
-	x.apart = apart
-	defer func() { x.apart = false }()
+	x.setApart(apart)
+	defer x.setApart(false)
 	c := d.NewCache()
 	defer c.Free()
 	var b model.Batch
