@@ -262,7 +262,7 @@ func (x *Exec) prepare(b *model.Batch) error {
 	x.lim = x.lim[:0]
 	for s, cc := range x.caches {
 		if n, mp := cc.Len()+x.cnt[s], d.maxPositions(); n > mp {
-			return fmt.Errorf("gemma4: %d positions exceed the model's max_position_embeddings of %d", n, mp)
+			return model.TooLong("gemma4: %d positions exceed the model's max_position_embeddings of %d", n, mp)
 		}
 		x.lim = append(x.lim, cc.Len()+x.cnt[s])
 	}

@@ -345,7 +345,7 @@ func (x *Exec) newLoop(seqs []model.Cache, steps int, tokens []int32) (*Loop, er
 			return nil, fmt.Errorf("gemma4: loop sequence %d repeats a cache", i)
 		}
 		if p := cc.Len() + steps; p > d.maxPositions() {
-			return nil, fmt.Errorf("gemma4: %d positions exceed the model's max_position_embeddings of %d", p, d.maxPositions())
+			return nil, model.TooLong("gemma4: %d positions exceed the model's max_position_embeddings of %d", p, d.maxPositions())
 		}
 		l.caches[i], l.base[i], add[i] = cc, cc.Len(), steps
 	}
