@@ -18,8 +18,6 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"verdict/app"
-	"verdict/engine/gemma3n"
-	"verdict/engine/model"
 	"verdict/engine/models"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
@@ -234,8 +232,8 @@ func TestClassify(t *testing.T) {
 		{&app.SettingsError{Setting: "generation.top_k", Msg: "too many"}, 400, CodeBadRequest},
 		{context.Canceled, 503, CodeCancelled},
 		{errors.New("gemma3n: out of memory"), 500, CodeEngine},
-		{fmt.Errorf("score: %w", model.TooLong("catalog: 9 tokens exceed the model's 8 positions")), 400, CodeLimit},
-		{fmt.Errorf("score: %w", &gemma3n.PositionsError{Positions: 9, Max: 8}), 400, CodeLimit},
+		{fmt.Errorf("score: catalog: 9 tokens exceed the model's 8 positions: %w", session.ErrTooLong), 400, CodeLimit},
+		{fmt.Errorf("score: %w", fmt.Errorf("generate: %w", session.ErrTooLong)), 400, CodeLimit},
 	} {
 		e := classify(c.err)
 		if e.status != c.status || e.code != c.code {

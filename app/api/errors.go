@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"verdict/app"
-	"verdict/engine/model"
 	"verdict/engine/prompt"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
@@ -41,7 +40,7 @@ func classify(err error) *apiError {
 		return bad(CodeBadRequest, "%v", err)
 	case errors.As(err, &le):
 		return &apiError{http.StatusBadRequest, CodeLimit, err.Error()}
-	case errors.Is(err, model.ErrTooLong):
+	case errors.Is(err, session.ErrTooLong):
 		return &apiError{http.StatusBadRequest, CodeLimit, err.Error()}
 	case errors.As(err, &st):
 		// The settings' names (generation.max_tokens) become the body's.

@@ -2,6 +2,7 @@ package gemma3n_test
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -422,7 +423,8 @@ func TestOutputs(t *testing.T) {
 }
 
 // TestMaxPositions: no forward pass runs past max_position_embeddings; the
-// error names both numbers and leaves the cache as it was.
+// error names both numbers, is marked model.ErrTooLong (the request's
+// fault) and leaves the cache as it was.
 func TestMaxPositions(t *testing.T) {
 	m := *testmodel.Tiny(t) // a copy: the shared model keeps its config
 	m.Cfg.MaxPositionEmbeddings = 8
@@ -430,8 +432,8 @@ func TestMaxPositions(t *testing.T) {
 	if _, err := m.Forward(c, []int32{2, 10, 11, 12, 13, 14}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Forward(c, []int32{15, 16, 17}, nil); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") {
-		t.Errorf("forward past the limit: %v", err)
+	if _, err := m.Forward(c, []int32{15, 16, 17}, nil); err == nil || !strings.Contains(err.Error(), "9 tokens exceed the model's max_position_embeddings of 8") || !errors.Is(err, model.ErrTooLong) {
+		t.Errorf("forward past the limit: %v, want it named and marked model.ErrTooLong", err)
 	}
 	if c.Len() != 6 {
 		t.Errorf("a refused pass changed the cache to %d positions", c.Len())

@@ -94,6 +94,11 @@ const (
 // admission: the caller may try again later.
 var ErrQueueFull = sched.ErrQueueFull
 
+// ErrTooLong marks the refusal of a sequence longer than the model's
+// positions (model.ErrTooLong): the request's fault, not the engine's.
+// Match it with errors.Is.
+var ErrTooLong = model.ErrTooLong
+
 // NeverFitsError refuses a request whose blocks exceed the whole key/value
 // pool, with the sizes named (its KV is a *KVError).
 type NeverFitsError = sched.NeverFitsError
