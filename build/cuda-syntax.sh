@@ -10,7 +10,8 @@
 # with libm's arithmetic for the device's intrinsics; and q4_check, the
 # tensor-core q4 product (the stub's mma sums in k order) against float64
 # and its batch identity ("q4": q4_check alone); ops_check -steps, the
-# layer steps against the CPU and the operations they stand for; and
+# layer steps against the CPU and the operations they stand for (again
+# with VERDICT_PRE_PARTS=1, their pre parts); and
 # ops_check -q4, the q4 products (tensor-core and float-core kernels) and
 # the sparse MLP against the CPU; ops_check -attn, the paged attention,
 # causal and with per-query key limits, against the CPU; ops_check
@@ -64,6 +65,7 @@ run)
 	"$tmp/tower_check" -small
 	"$tmp/q4_check"
 	"$tmp/ops_check" -steps
+	VERDICT_PRE_PARTS=1 "$tmp/ops_check" -steps # the pre parts, off by default
 	"$tmp/ops_check" -q4
 	"$tmp/ops_check" -attn
 	"$tmp/ops_check" -linears

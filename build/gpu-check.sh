@@ -42,6 +42,8 @@ if want harness; then
 "$lib/ops_check" >"$OUT/ops_check.txt" 2>&1
 say "ops_check exit $? ($(grep -c ' ok' "$OUT/ops_check.txt") checks ok, $(grep -c FAIL "$OUT/ops_check.txt") FAIL)"
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
+VERDICT_PRE_PARTS=1 "$lib/ops_check" -steps >>"$OUT/ops_check.txt" 2>&1 # the pre parts, off by default
+say "ops_check -steps with VERDICT_PRE_PARTS=1: exit $? ($(tail -1 "$OUT/ops_check.txt"))"
 "$lib/catalog_check" >"$OUT/catalog_check.txt" 2>&1
 say "catalog_check exit $?"
 tail -2 "$OUT/catalog_check.txt" | tee -a "$log"

@@ -666,13 +666,16 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
 
 /* pre_parts_on: whether a layer step takes the norm-add before it as its
  * first part (norm_add_more's Laurel, altup_predict_step's per-layer
- * input): always unless VERDICT_PRE_PARTS=0, which launches that norm-add
- * as before (norm_add; norm_add_more with its rep), for comparisons. */
+ * input): only with VERDICT_PRE_PARTS=1. Measured on the H200 (2026-12-05,
+ * gpu-compare.sh): 479 kernels a decode step with them, but decode 287.2
+ * tokens/s against 303.9 with the norm-adds launched apart (norm_add;
+ * norm_add_more with its rep), the same bits either way: the one-block row
+ * kernels' longer chains cost more than the launches they save. */
 static bool pre_parts_on()
 {
 	static const bool on = [] {
 		const char *e = getenv("VERDICT_PRE_PARTS");
-		return !(e && strcmp(e, "0") == 0);
+		return e && strcmp(e, "1") == 0;
 	}();
 	return on;
 }
