@@ -66,6 +66,15 @@ typedef struct {
 	int nparts;
 } vd_linears;
 
+/* vd_prefetch: up to VD_PREFETCH_MAX tensors of immutable data (weights,
+ * their q4 scales with them) that operations later on the stream will
+ * read (prefetch). */
+#define VD_PREFETCH_MAX 8
+typedef struct {
+	vd_tensor t[VD_PREFETCH_MAX];
+	int n;
+} vd_prefetch;
+
 typedef struct {
 	vd_tensor y, f, x, norm_w, w, cw, cy, h, pred, out, out_w;
 	/* pre.data NULL: none. altup_correct_step: norm_add(x, pre, pre_w, x)
@@ -322,6 +331,12 @@ typedef struct {
 	 * product, the MLP's up product into its gate's GELU), each part's
 	 * bits those of linear (and ew gelu_mul) alone. */
 	void (*linears)(vd_stream *s, const vd_linears *l);
+
+	/* prefetch (VD_ABI 17): a hint that the tensors (vd_prefetch) be
+	 * brought nearer to the operations that read them next (a GPU: into
+	 * its L2, while the operations before them run); no result changes,
+	 * and a backend may do nothing (the CPU's). */
+	void (*prefetch)(vd_stream *s, const vd_prefetch *p);
 } vd_ops;
 
 /* vd_op: an entry of vd_ops by its index, in the table's order. */
@@ -378,6 +393,7 @@ enum vd_op {
 	VD_OP_NORM_ROPES,
 	VD_OP_CLAMP,
 	VD_OP_LINEARS,
+	VD_OP_PREFETCH,
 	VD_OP_COUNT
 };
 

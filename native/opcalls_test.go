@@ -31,6 +31,10 @@ func TestOpCalls(t *testing.T) {
 		{"norm_add_more", func() {
 			st.NormAddMore(yt, xt, nw, xt, Tensor{}, d, 1e-6, 0, Tensor{}, Tensor{}, Tensor{})
 		}, map[Op]int64{OpNormAddMore: 1}},
+		// a hint: one call for up to VD_PREFETCH_MAX tensors, empty ones skipped
+		{"prefetch, an empty tensor skipped", func() { st.Prefetch(wt, Tensor{}, nw, xt.Sub(0, 0, d)) }, map[Op]int64{OpPrefetch: 1}},
+		{"prefetch of ten", func() { st.Prefetch(wt, wt, wt, wt, wt, wt, wt, wt, wt, nw) }, map[Op]int64{OpPrefetch: 2}},
+		{"prefetch of nothing", func() { st.Prefetch(Tensor{}) }, map[Op]int64{}},
 	} {
 		before := st.OpCalls()
 		tc.run()
@@ -46,7 +50,7 @@ func TestOpCalls(t *testing.T) {
 	if err := st.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if c := st.OpCalls(); c.Total() != 5 || c.String() != "linear 2, ew 2, norm_add_more 1" {
+	if c := st.OpCalls(); c.Total() != 8 || c.String() != "linear 2, ew 2, norm_add_more 1, prefetch 3" {
 		t.Errorf("in all: %d calls, %q", c.Total(), c.String())
 	}
 }

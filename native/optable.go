@@ -64,6 +64,7 @@ const (
 	OpNormRoPEs        Op = C.VD_OP_NORM_ROPES
 	OpClamp            Op = C.VD_OP_CLAMP
 	OpLinears          Op = C.VD_OP_LINEARS
+	OpPrefetch         Op = C.VD_OP_PREFETCH
 
 	opCount = C.VD_OP_COUNT
 )
@@ -121,6 +122,7 @@ var opNames = [opCount]string{
 	"norm_ropes",
 	"clamp",
 	"linears",
+	"prefetch",
 }
 
 // String is the operation's name in backend.h.

@@ -107,6 +107,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n, pend int) int {
 	}
 	st.AltUpPredictStep(pstep)
 	a := pred.Slice(0, n)
+	x.prefetchMLP(i, n)
 
 	// The products of an, in one call: the queries, Laurel's left and,
 	// for a layer with keys of its own, the keys and values.
@@ -131,6 +132,7 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n, pend int) int {
 	st.Linear(o, x.att.Slice(0, n), w.o)
 	f := rows(x.f) // the MLP's input: xa normalised
 	st.NormAddMoreB(xa, o, w.postAttnNorm, a, laur, w.laurelNorm, an, D, eps, float32(1/math.Sqrt2), native.Tensor{}, f, w.preFFNorm)
+	x.prefetchAttention(i+1, n)
 
 	// MLP.
 	I := y.inter
@@ -171,6 +173,36 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n, pend int) int {
 	}
 	x.pleAdd(i, H, n)
 	return -1
+}
+
+// prefetchRows is the most rows a pass asks for its weights ahead
+// (Stream.Prefetch): a decode step's, whose products wait on their
+// weights; a prefill's products are long enough to stream their own.
+const prefetchRows = 64
+
+// prefetchMLP asks, as layer i's attention starts, for the weights its
+// MLP and per-layer input read (of a layer with activation sparsity only
+// the gate: the sparse MLP reads a few rows of the others).
+func (x *Exec) prefetchMLP(i, n int) {
+	if n > prefetchRows {
+		return
+	}
+	w := &x.m.t.layers[i]
+	if x.m.layers[i].downT.DType == native.Q4 {
+		x.st.Prefetch(w.gate, w.pleGate, w.pleProj)
+		return
+	}
+	x.st.Prefetch(w.gate, w.up, w.down, w.pleGate, w.pleProj)
+}
+
+// prefetchAttention asks, as the MLP before it starts, for the weights of
+// layer i's attention and Laurel block (nothing past the last layer).
+func (x *Exec) prefetchAttention(i, n int) {
+	if n > prefetchRows || i >= x.m.Cfg.NumLayers {
+		return
+	}
+	w := &x.m.t.layers[i]
+	x.st.Prefetch(w.q, w.k, w.v, w.laurelL, w.laurelR, w.o)
 }
 
 // pleAdd adds layer i's per-layer input (its projection in x.o, normalised

@@ -681,6 +681,13 @@ static void cpu_linears(vd_stream *s, const vd_linears *l)
 	}
 }
 
+/* cpu_prefetch: nothing (the weights are in host memory already). */
+static void cpu_prefetch(vd_stream *s, const vd_prefetch *p)
+{
+	(void)s;
+	(void)p;
+}
+
 /* The catalog step (cpu_catalog.c). */
 int vd_cpu_grammar_bind(vd_backend *b, const vd_grammar *g, vd_gram **out);
 void vd_cpu_grammar_free(vd_backend *b, vd_gram *g);
@@ -760,6 +767,7 @@ static vd_backend cpu = {
 	.op.norm_ropes = cpu_norm_ropes,
 	.op.clamp = vd_cpu_clamp,
 	.op.linears = cpu_linears,
+	.op.prefetch = cpu_prefetch,
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -293,6 +293,9 @@ void linear_q4(vd_stream *s, float *yd, const float *xd, vd_tensor w, const int3
 void q4_linear_init(int smem_optin);
 void c_linears(vd_stream *s, const vd_linears *l); /* the table's linears */
 
+/* prefetch.cu */
+void c_prefetch(vd_stream *s, const vd_prefetch *p);
+
 /* sparse_mlp.cu */
 void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h, vd_tensor idx, vd_tensor x, vd_tensor up,
                   vd_tensor dt, float z);

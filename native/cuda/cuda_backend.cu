@@ -715,6 +715,7 @@ static vd_backend table_template()
 	t.op.clip = c_clip;
 	t.op.clamp = c_clamp;
 	t.op.linears = c_linears;
+	t.op.prefetch = c_prefetch;
 	return t;
 }
 

@@ -170,6 +170,32 @@ static void check_linear_alone()
 	}
 }
 
+/* check_prefetch: prefetch (a hint) leaves the stream without error and
+ * the product after it with the bits it has without it: q4 weights (data
+ * and scales), an f32 tensor at an odd offset and of an odd length, more
+ * pieces than the kernel has threads, an empty tensor. */
+static void check_prefetch(bool small)
+{
+	int64_t n = 3, rows = small ? 96 : 8192, cols = small ? 256 : 2048;
+	Pair X = in(randf((size_t)(n * cols), -3, 3)), Y0 = out((size_t)(n * rows * 4)), Y1 = out((size_t)(n * rows * 4));
+	Pair B = in(randf(small ? 4099 : (3 << 20) + 5));
+	Q4 q = randq4(rows, cols, 64);
+	vd_tensor w = Q(q.q, q.so, true, rows, cols, 64), x = T(X, true, VD_F32, n, cols);
+	GPU->op.linear(GS, T(Y0, true, VD_F32, n, rows), x, w);
+	vd_prefetch p = {};
+	p.t[0] = w;
+	p.t[1] = T(B, true, VD_F32, 1, small ? 4097 : (3 << 20) + 3);
+	p.t[1].data = (float *)B.g + 1; /* 4 bytes past an aligned start */
+	p.t[2] = T(B, true, VD_F32, 0, 16);
+	p.n = 3;
+	GPU->op.prefetch(GS, &p);
+	GPU->op.linear(GS, T(Y1, true, VD_F32, n, rows), x, w);
+	int rc = GPU->stream.sync(GS);
+	verdict(rc == 0, "%-44s sync -> %d", "prefetch: no error", rc);
+	same("prefetch: the product after it = before it", down_f(Y1, (size_t)(n * rows)), down_f(Y0, (size_t)(n * rows)));
+	free_all();
+}
+
 /* check_linears: linears (the products of one x in one launch, with
  * their GELU products) against the CPU and, on the GPU, bit for bit
  * against each part's linear (and ew gelu_mul) alone: a layer's q, k, v
@@ -1141,7 +1167,7 @@ int main(int argc, char **argv)
 		else if (attn)
 			check_attention(true);
 		else
-			check_linear(true), check_sparse_mlp(true);
+			check_linear(true), check_sparse_mlp(true), check_prefetch(true);
 		printf("ops_check %s: %d checks, %d failure(s)\n", argv[1], checks, failures);
 		return failures ? 1 : 0;
 	}
@@ -1159,6 +1185,7 @@ int main(int argc, char **argv)
 	check_loop();
 	check_layer_steps(false);
 	check_linears(false);
+	check_prefetch(false);
 	/* A bad call sets the sticky error that sync returns. */
 	{
 		Pair X = in(randf(64)), Y = out(64 * 4);

@@ -65,6 +65,29 @@ __global__ void __launch_bounds__(32 * MW) k_q4_quant(uint4 *frag, float2 *xsx, 
 		quant_pair(frag, xsx, x, tok, ch, true, n, n8, G, cols, vec);
 }
 
+/* prefetch_rows: the warp's weights and scales over chunks [c0, c1) of
+ * its rows asked into L2 at once (lane t a line in four of a row's), so
+ * that a slice's batches of loads find them there (before the wait: the
+ * product before may still be running; VERDICT_Q4_PREFETCH=0 asks only
+ * for the weights of a block that quantises x itself, as before). */
+template <int R>
+static __device__ __forceinline__ void prefetch_rows(const Rows<R> &rw, int64_t c0, int64_t c1, int lg, bool pf)
+{
+	int t = threadIdx.x & 3;
+	int64_t s0 = ((c0 << 6) >> lg) * 8, s1 = ((c1 << 6) >> lg) * 8; /* the scales' bytes in a row */
+#pragma unroll
+	for (int k = 0; k < R; k++) {
+		for (int64_t ch = c0 + t * 4; ch < c1; ch += 16) {
+			pdl_prefetch_l2(rw.qa[k] + ch * 32);
+			pdl_prefetch_l2(rw.qb[k] + ch * 32);
+		}
+		for (int64_t o = s0 + t * 128; pf && o < s1; o += 512) {
+			pdl_prefetch_l2((const char *)rw.sa[k] + o);
+			pdl_prefetch_l2((const char *)rw.sb[k] + o);
+		}
+	}
+}
+
 /* few_block: block bx of k_q4_mma_few's grid (or of a group's part):
  * 8·NT tokens a block row (grid.y, striding), a warp per (R row tiles of
  * 16, slice): warp w takes slice w % S of row tiles R·(bx·(MW/S) + w/S)
@@ -89,17 +112,13 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 		pdl_wait();
 	Rows<R> rw;
 	rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
+	if (OWN || xq.pf)
+		prefetch_rows<R>(rw, c0, c1, lg, xq.pf);
 	bool waited = false;
 	if (OWN) {
 		/* x quantised by this block (up to 8 tokens), as the pre-pass
-		 * would, into shared memory: a pair (token, chunk) a lane group;
-		 * the warp's first weights are asked into L2 before the wait. */
+		 * would, into shared memory: a pair (token, chunk) a lane group. */
 		extern __shared__ __align__(16) uint4 xsm[];
-		for (int k = 0; k < R; k++)
-			for (int64_t ch = c0 + t * 4; ch < c1; ch += 16) {
-				pdl_prefetch_l2(rw.qa[k] + ch * 32);
-				pdl_prefetch_l2(rw.qb[k] + ch * 32);
-			}
 		pdl_wait();
 		pdl_launch();
 		waited = true;
@@ -364,6 +383,18 @@ static int64_t own_max = [] {
 
 void q4_mma_set_own_max(int64_t bytes) { own_max = bytes; }
 
+/* prefetch_on: whether the products ask for their rows ahead
+ * (prefetch_rows); VERDICT_Q4_PREFETCH=0: only the weights of a block
+ * that quantises x itself, as before it (for comparisons). */
+static int prefetch_on()
+{
+	static const int on = [] {
+		const char *e = getenv("VERDICT_Q4_PREFETCH");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	return on;
+}
+
 size_t q4_mma_scratch_bytes(int64_t n, int64_t nout, int64_t cols, bool whole)
 {
 	if (n <= 0 || cols < 64)
@@ -383,7 +414,7 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G, xq.nlive = n8;
+	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
 	bool vec = ((uintptr_t)x & 15) == 0;
 	int S = slices(G);
 	int64_t sb = split_bytes(n, nout, cols);
@@ -478,7 +509,7 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G, xq.nlive = n8;
+	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
 	bool vec = ((uintptr_t)x & 15) == 0;
 	if (!own) {
 		cudaError_t e = launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)),

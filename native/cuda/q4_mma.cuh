@@ -171,6 +171,7 @@ struct Xq {
 	const uint4 *frag;
 	const float2 *xsx;
 	int64_t n8, G, nlive;
+	int pf; /* the products ask for their rows' scales and weights ahead (q4_mma.cu, prefetch_rows) */
 };
 
 /* quant_pair: quantises chunk ch of token tok of x (rows of cols) with
