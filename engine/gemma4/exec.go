@@ -534,9 +534,12 @@ func (x *Exec) layer(l, n int) error {
 	rows := func(t native.Tensor) native.Tensor { return t.Slice(0, n) }
 	h := rows(x.h)
 
-	// Attention.
+	// Attention, its MLP's weights asked for ahead (a decode step's).
 	a := rows(x.a)
 	st.RMSNorm(a, h, w.inNorm, D, eps)
+	if n <= prefetchRows {
+		st.Prefetch(w.gate, w.up, w.down, w.pleGate, w.pleProj)
+	}
 	x.attention(l, a, n)
 	o := rows(x.o)
 	st.Linear(o, x.att.Sub(0, n, H*hd), w.o)
@@ -545,6 +548,10 @@ func (x *Exec) layer(l, n int) error {
 	// Feed-forward: the dense MLP, the experts, the per-layer input.
 	f := rows(x.f)
 	st.RMSNorm(f, h, w.preFF, D, eps)
+	if n <= prefetchRows && l+1 < len(d.t.layers) { // the next layer's attention
+		nw := &d.t.layers[l+1]
+		st.Prefetch(nw.q, nw.k, nw.v, nw.o)
+	}
 	I := ly.intermediate
 	g, u, dn := x.g.Sub(0, n, I), x.u.Sub(0, n, I), rows(x.dn)
 	x.gatedUp(f, g, u, w.gate, w.up)
@@ -569,6 +576,11 @@ func (x *Exec) layer(l, n int) error {
 	st.Scale(h, h, ly.scalar)
 	return nil
 }
+
+// prefetchRows is the most rows a pass asks for its weights ahead
+// (Stream.Prefetch): a decode step's, whose products wait on their
+// weights; a prefill's products are long enough to stream their own.
+const prefetchRows = 64
 
 // gatedUp writes g = gelu_tanh(in·gateᵀ)·(in·upᵀ), an MLP's gated
 // product (u keeps the up product): the gate's product, then the up
