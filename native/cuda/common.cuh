@@ -74,6 +74,12 @@ struct vd_stream {
 	std::vector<void *> retired;
 	std::vector<struct prof_rec> pend; /* profiling: ops not yet summed */
 	std::vector<cudaEvent_t> events;   /* profiling: free events */
+	/* prefetch's branch (prefetch.cu): its kernels run on side, forked
+	 * from st by fork and joined back by join_side before st is recorded,
+	 * synchronised or freed, so that st's chain never waits for them. */
+	cudaStream_t side;
+	cudaEvent_t fork, join;
+	bool forked;
 };
 
 static inline cuda_state *st_of(vd_backend *b) { return (cuda_state *)b->state; }
@@ -293,8 +299,11 @@ void linear_q4(vd_stream *s, float *yd, const float *xd, vd_tensor w, const int3
 void q4_linear_init(int smem_optin);
 void c_linears(vd_stream *s, const vd_linears *l); /* the table's linears */
 
-/* prefetch.cu */
+/* prefetch.cu (join_side: st waits for the prefetch branch; free_side:
+ * its stream and events, with the stream's) */
 void c_prefetch(vd_stream *s, const vd_prefetch *p);
+void join_side(vd_stream *s);
+void free_side(vd_stream *s);
 
 /* sparse_mlp.cu */
 void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h, vd_tensor idx, vd_tensor x, vd_tensor up,

@@ -238,7 +238,9 @@ static void c_stream_free(vd_stream *s)
 	if (!s)
 		return;
 	cudaSetDevice(s->dev);
+	join_side(s);
 	cudaStreamSynchronize(s->st);
+	free_side(s);
 	prof_flush(s, -1); /* and write the table */
 	for (cudaEvent_t e : s->events)
 		cudaEventDestroy(e);
@@ -281,6 +283,7 @@ static int c_sync(vd_stream *s)
 {
 	cudaSetDevice(s->dev);
 	auto t0 = std::chrono::steady_clock::now();
+	join_side(s);
 	check(s, cudaStreamSynchronize(s->st));
 	prof_flush(s, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
 	int *flag = st_of(s->b)->dev_err;
@@ -302,6 +305,7 @@ static int c_graph_begin(vd_stream *s)
 	cudaSetDevice(s->dev);
 	if (s->err || s->recording)
 		return s->err ? s->err : -1;
+	join_side(s);
 	cudaError_t e = cudaStreamBeginCapture(s->st, cudaStreamCaptureModeRelaxed);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
@@ -345,6 +349,7 @@ static void *c_graph_end(vd_stream *s)
 	if (!s->recording)
 		return nullptr;
 	s->recording = false;
+	join_side(s); /* a capture ends with its branches joined */
 	cudaGraph_t g = nullptr;
 	cudaError_t e = cudaStreamEndCapture(s->st, &g);
 	if (e == cudaSuccess && g)
@@ -377,6 +382,7 @@ static int c_loop_begin(vd_stream *s)
 	cudaSetDevice(s->dev);
 	if (s->err || s->recording)
 		return s->err ? s->err : -1;
+	join_side(s);
 	cudaGraph_t g = nullptr;
 	cudaError_t e = cudaGraphCreate(&g, 0);
 	cudaGraphConditionalHandle h = 0;
