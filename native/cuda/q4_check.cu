@@ -2,7 +2,8 @@
  * q4_check.cu: the tensor-core q4 product (q4_mma.cu) against a float64
  * reference, and its batch identity: every token of a batch alone gives
  * the batch's bits, whichever kernel (few or many tokens, 1, 2 or 4 row
- * tiles a warp) each takes. Runs on a GPU, and on the host emulation of
+ * tiles a warp) each takes, and one token by q4_gemv.cu's kernel = by the
+ * mma kernels, bit for bit. Runs on a GPU, and on the host emulation of
  * build/cuda-syntax.sh (`run`), where it checks the kernels' indexing and
  * order with the stub's mma.
  */
@@ -245,6 +246,20 @@ int main(int argc, char **argv)
 		printf("q4 n=%lld %lldx%lld: tokens alone = in batch: %zu of 3 differ %s\n", (long long)s.n, (long long)nout,
 		       (long long)s.cols, differ, differ ? "FAIL" : "ok");
 		failures += differ != 0;
+		/* one token on the integer cores (q4_gemv) = on the tensor cores, bit for bit */
+		if (!s.ids) {
+			size_t differ1 = 0;
+			for (int64_t t : {(int64_t)0, s.n - 1}) {
+				q4_gemv_set(false);
+				std::vector<float> mma = run(X + t * s.cols, Q, SO, ID, 1, nout, s.cols, lg);
+				q4_gemv_set(true);
+				std::vector<float> gv = run(X + t * s.cols, Q, SO, ID, 1, nout, s.cols, lg);
+				differ1 += memcmp(mma.data(), gv.data(), gv.size() * sizeof(float)) != 0;
+			}
+			printf("q4 n=%lld %lldx%lld: one token by q4_gemv = by the mma kernels: %zu of 2 differ %s\n",
+			       (long long)s.n, (long long)nout, (long long)s.cols, differ1, differ1 ? "FAIL" : "ok");
+			failures += differ1 != 0;
+		}
 		/* x quantised in the blocks = by the pre-pass, for products of up to 8 tokens */
 		if (s.n <= 8) {
 			q4_mma_set_own_max(0);

@@ -408,6 +408,10 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 {
 	if (n <= 0 || nout <= 0)
 		return cudaSuccess;
+	if (!ids && q4_gemv_takes(n, cols) && ((uintptr_t)q & 15) == 0) {
+		q4_mma_part p = {y, nullptr, q, so, nout, lg, false};
+		return q4_gemv(st, pdl, &p, 1, x, cols);
+	}
 	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8, xb = xq_bytes(n, cols);
 	if (!scratch || (int64_t)scratch_bytes < xb)
 		return cudaErrorInvalidValue;
@@ -473,6 +477,13 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	*err = cudaSuccess;
 	if (np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols < 64 || cols % 64 != 0)
 		return false;
+	bool gemv = q4_gemv_takes(n, cols);
+	for (int i = 0; i < np && gemv; i++)
+		gemv = parts[i].nout > 0 && ((uintptr_t)parts[i].q & 15) == 0;
+	if (gemv) {
+		*err = q4_gemv(st, pdl, parts, np, x, cols);
+		return true;
+	}
 	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8, xb = xq_bytes(n, cols);
 	int S = slices(G);
 	int64_t per = MW / S, own_smem = n * G * 12 * 16 + G * 8 * 8;

@@ -96,6 +96,24 @@ struct Bq {
 	float xs0, sx0, xs1, sx1;
 };
 
+/* chunk_exp: for a chunk whose largest |x| is m (nb: a value is not
+ * finite), e with 2^(e−1) ≤ m < 2^e (0 for m = 0 or nb) and 2^(22 − e)
+ * in two factors s1, s2, each a float (e from −148 to 128): X =
+ * rint(x·s1·s2). */
+static __device__ __forceinline__ void chunk_exp(float m, int nb, int &e, float &s1, float &s2)
+{
+	e = 0;
+	if (m > 0.0f && !nb) {
+		int eb = (__float_as_int(m) >> 23) & 255;
+		if (eb > 0)
+			e = eb - 126;
+		else
+			frexpf(m, &e);
+	}
+	int k = 22 - e, k1 = k > 127 ? k - 64 : k < -126 ? k + 64 : k, k2 = k - k1;
+	s1 = pow2f(k1), s2 = pow2f(k2);
+}
+
 /* quant: Bq from this lane's 16 values of token g's chunk, xv[u] the
  * columns xcol(t) + 16(u >> 1) + 4(u & 1) + 0..3 (the four lanes of a
  * group hold the chunk); own gets the token's xs and Sx. Any column that
@@ -120,17 +138,9 @@ static __device__ __forceinline__ void quant(Bq &o, const float4 *xv, float *own
 	int nb = bad;
 	nb |= __shfl_xor_sync(0xffffffffu, nb, 1);
 	nb |= __shfl_xor_sync(0xffffffffu, nb, 2);
-	int e = 0;
-	if (m > 0.0f && !nb) {
-		int eb = (__float_as_int(m) >> 23) & 255;
-		if (eb > 0)
-			e = eb - 126;
-		else
-			frexpf(m, &e);
-	}
-	/* 2^(22 − e) in two factors, each a float (e from −148 to 128). */
-	int k = 22 - e, k1 = k > 127 ? k - 64 : k < -126 ? k + 64 : k, k2 = k - k1;
-	float s1 = pow2f(k1), s2 = pow2f(k2);
+	int e;
+	float s1, s2;
+	chunk_exp(m, nb, e, s1, s2);
 	int X[4][4], sum = 0;
 #pragma unroll
 	for (int u = 0; u < 4; u++) {

@@ -67,6 +67,18 @@ struct q4_mma_part {
 bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t n,
                   int64_t cols, void *scratch, size_t scratch_bytes, cudaError_t *err);
 
+/* q4_gemv_takes: whether q4_gemv takes a product of n tokens of cols
+ * columns (one token; VERDICT_Q4_GEMV=0 never). q4_gemv enqueues the np
+ * products of q4_mma_group's parts for one token x in one launch on the
+ * integer cores (q4_gemv.cu), each part's bits q4_mma's; q 16-byte
+ * aligned. q4_mma and q4_mma_group send it what it takes. */
+bool q4_gemv_takes(int64_t n, int64_t cols);
+cudaError_t q4_gemv(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t cols);
+
+/* q4_gemv_set: whether q4_gemv takes what it can (the harness's
+ * comparisons; VERDICT_Q4_GEMV sets it at start). */
+void q4_gemv_set(bool on);
+
 /* q4_mma_set_own_max: the most shared memory (bytes) a product of up to 8
  * tokens may take to quantise x in its own blocks rather than in a
  * pre-pass launch (0: always the pre-pass); for the harness's comparisons
