@@ -159,40 +159,50 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 	}
 	__syncthreads();
 
-	/* The chunk sums of this lane's row: byte i of a half h holds column
-	 * 32h + i (low nibble) and 32h + 16 + i (high): word j of the chunk's
-	 * 32 bytes pairs with limb words (j < 4 ? j : j + 4) and that + 4. */
-	for (int64_t c = w, u = 0; c < G; c += GV_W, u++) {
-		uint4 wa, wb;
-		if (u < GV_UP) {
+	/* The chunk sums of this lane's row, GV_UP chunks at a time, the next
+	 * GV_UP's weights on their way meanwhile: byte i of a half h holds
+	 * column 32h + i (low nibble) and 32h + 16 + i (high), so word j of
+	 * the chunk's 32 bytes pairs with limb words (j < 4 ? j : j + 4) and
+	 * that + 4. */
+	int nu = (int)((G - w + GV_W - 1) / GV_W);
+	for (int base = 0; base < nu; base += GV_UP) {
+		uint4 cur[GV_UP][2];
 #pragma unroll
-			for (int i = 0; i < GV_UP; i++)
-				if (i == u)
-					wa = wr[i][0], wb = wr[i][1];
-		} else {
-			wa = __ldg((const uint4 *)(qr + c * 32));
-			wb = __ldg((const uint4 *)(qr + c * 32 + 16));
-		}
-		uint32_t wd[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-		int D[3] = {0, 0, 0};
-#pragma unroll
-		for (int L = 0; L < 3; L++) {
-			const uint4 *lw = (const uint4 *)(pl + L * cols + c * 64);
-			uint4 l0 = lw[0], l1 = lw[1], l2 = lw[2], l3 = lw[3];
-			uint32_t lv[16] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w,
-			                   l2.x, l2.y, l2.z, l2.w, l3.x, l3.y, l3.z, l3.w};
-#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				int b = (j >> 2) * 8 + (j & 3);
-				uint32_t lo = wd[j] & 0x0f0f0f0fu, hi = wd[j] >> 4 & 0x0f0f0f0fu;
-				if (L == 2)
-					D[L] = dot4s(hi, lv[b + 4], dot4s(lo, lv[b], D[L]));
-				else
-					D[L] = dot4u(hi, lv[b + 4], dot4u(lo, lv[b], D[L]));
+		for (int i = 0; i < GV_UP; i++) {
+			cur[i][0] = wr[i][0], cur[i][1] = wr[i][1];
+			int64_t c = w + GV_W * (base + GV_UP + i);
+			if (base + GV_UP + i < nu) {
+				wr[i][0] = __ldg((const uint4 *)(qr + c * 32));
+				wr[i][1] = __ldg((const uint4 *)(qr + c * 32 + 16));
 			}
 		}
-		dsm[c * GV_ROWS + lane] =
-		    fmaf((float)D[2], 65536.0f, fmaf((float)D[1], 256.0f, (float)D[0])) * xsx[c].x;
+#pragma unroll
+		for (int i = 0; i < GV_UP; i++) {
+			if (base + i >= nu)
+				break;
+			int64_t c = w + GV_W * (base + i);
+			uint32_t wd[8] = {cur[i][0].x, cur[i][0].y, cur[i][0].z, cur[i][0].w,
+			                  cur[i][1].x, cur[i][1].y, cur[i][1].z, cur[i][1].w};
+			int D[3] = {0, 0, 0};
+#pragma unroll
+			for (int L = 0; L < 3; L++) {
+				const uint4 *lw = (const uint4 *)(pl + L * cols + c * 64);
+				uint4 l0 = lw[0], l1 = lw[1], l2 = lw[2], l3 = lw[3];
+				uint32_t lv[16] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w,
+				                   l2.x, l2.y, l2.z, l2.w, l3.x, l3.y, l3.z, l3.w};
+#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					int b = (j >> 2) * 8 + (j & 3);
+					uint32_t lo = wd[j] & 0x0f0f0f0fu, hi = wd[j] >> 4 & 0x0f0f0f0fu;
+					if (L == 2)
+						D[L] = dot4s(hi, lv[b + 4], dot4s(lo, lv[b], D[L]));
+					else
+						D[L] = dot4u(hi, lv[b + 4], dot4u(lo, lv[b], D[L]));
+				}
+			}
+			dsm[c * GV_ROWS + lane] =
+			    fmaf((float)D[2], 65536.0f, fmaf((float)D[1], 256.0f, (float)D[0])) * xsx[c].x;
+		}
 	}
 	__syncthreads();
 
