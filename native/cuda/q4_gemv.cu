@@ -19,7 +19,8 @@
  * registers (asks for the rest in L2) and the scales its epilogue reads:
  * behind a row operation the whole product's weights are on their way
  * while that operation runs. After it: x quantised into shared memory
- * (three byte planes in column order, a warp a chunk), the chunk sums
+ * (three byte planes in column order, each warp the chunks it sums), the
+ * chunk sums
  * (every lane of a warp reads the same x words: one broadcast), the d's
  * into shared memory, then a thread a (row, slice) adds its slice in
  * order and a thread a row its slices. VERDICT_Q4_GEMV=0 sends one token
@@ -123,7 +124,8 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 	float *dsm = (float *)(xsx + G);            /* d [G][32] */
 	float *psm = dsm + G * GV_ROWS;             /* P [8][32] */
 
-	/* x quantised: warp w the chunks w, w + 8, ...; lane l columns 2l, 2l + 1. */
+	/* x quantised: warp w the chunks w, w + 8, ... (those it sums below);
+	 * lane l columns 2l, 2l + 1. */
 	for (int64_t c = w; c < G; c += GV_W) {
 		const float *xc = x + c * 64 + 2 * lane;
 		float v0, v1;
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 			xsx[c] = float2{xs, (float)sum * xs};
 		}
 	}
-	__syncthreads();
+	__syncwarp(); /* a warp quantises the chunks it sums: no block barrier */
 
 	/* The chunk sums of this lane's row, GV_UP chunks at a time, the next
 	 * GV_UP's weights on their way meanwhile: byte i of a half h holds
