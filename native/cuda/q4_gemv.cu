@@ -20,11 +20,12 @@
  * behind a row operation the whole product's weights are on their way
  * while that operation runs. After it: x quantised into shared memory
  * (three byte planes in column order, each warp the chunks it sums), the
- * chunk sums
- * (every lane of a warp reads the same x words: one broadcast), the d's
+ * chunk sums (every lane of a warp reads the same x words: one
+ * broadcast), the d's
  * into shared memory, then a thread a (row, slice) adds its slice in
  * order and a thread a row its slices. VERDICT_Q4_GEMV=0 sends one token
- * to q4_mma's kernels, for comparisons.
+ * to q4_mma's kernels, =N only products of at most N rows, for
+ * comparisons.
  */
 #include "q4_mma.h"
 #include "device_math.cuh"
@@ -232,20 +233,20 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 
 } // namespace
 
-/* q4_gemv_takes: whether q4_gemv takes a product of n tokens of cols
- * columns: one token, at most 128 chunks (a slice's scales in
- * registers), its shared memory under the default 48 KB; never with
- * VERDICT_Q4_GEMV=0. */
-static bool gemv_on = [] {
+/* gemv_rows: the most rows of a product q4_gemv takes (every product by
+ * default); VERDICT_Q4_GEMV=0: none, =N: products of at most N rows (the
+ * head to the mma kernels, for comparisons); q4_gemv_set for the
+ * harness. */
+static int64_t gemv_rows = [] {
 	const char *e = getenv("VERDICT_Q4_GEMV");
-	return !(e && strcmp(e, "0") == 0);
+	return e ? (int64_t)atoll(e) : INT64_MAX;
 }();
 
-void q4_gemv_set(bool on) { gemv_on = on; }
+void q4_gemv_set(bool on) { gemv_rows = on ? INT64_MAX : 0; }
 
-bool q4_gemv_takes(int64_t n, int64_t cols)
+bool q4_gemv_takes(int64_t n, int64_t nout, int64_t cols)
 {
-	return gemv_on && n == 1 && cols >= 64 && cols % 64 == 0 && (cols >> 6) <= 8 * GV_SC &&
+	return nout <= gemv_rows && n == 1 && cols >= 64 && cols % 64 == 0 && (cols >> 6) <= 8 * GV_SC &&
 	       smem_bytes(cols) <= (48 << 10);
 }
 

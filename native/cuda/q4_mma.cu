@@ -408,7 +408,7 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 {
 	if (n <= 0 || nout <= 0)
 		return cudaSuccess;
-	if (!ids && q4_gemv_takes(n, cols) && ((uintptr_t)q & 15) == 0) {
+	if (!ids && q4_gemv_takes(n, nout, cols) && ((uintptr_t)q & 15) == 0) {
 		q4_mma_part p = {y, nullptr, q, so, nout, lg, false};
 		return q4_gemv(st, pdl, &p, 1, x, cols);
 	}
@@ -477,9 +477,9 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	*err = cudaSuccess;
 	if (np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols < 64 || cols % 64 != 0)
 		return false;
-	bool gemv = q4_gemv_takes(n, cols);
+	bool gemv = true;
 	for (int i = 0; i < np && gemv; i++)
-		gemv = parts[i].nout > 0 && ((uintptr_t)parts[i].q & 15) == 0;
+		gemv = parts[i].nout > 0 && q4_gemv_takes(n, parts[i].nout, cols) && ((uintptr_t)parts[i].q & 15) == 0;
 	if (gemv) {
 		*err = q4_gemv(st, pdl, parts, np, x, cols);
 		return true;
