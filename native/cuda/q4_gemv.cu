@@ -11,7 +11,7 @@
  * dp4a (four 8-bit products and their sum, exact) rather than by mma,
  * whose m16n8 tile holds 8 tokens where a decode step has one; the rest
  * is the same operations in the same order, so a row has q4_mma's bits
- * (ops_check compares them bit for bit).
+ * (q4_check compares them bit for bit).
  *
  * A block takes 32 rows of one product (lane = row) and every chunk: warp
  * w the chunks w, w + 8, ... . Before pdl_wait, which only weights may
@@ -21,9 +21,8 @@
  * while that operation runs. After it: x quantised into shared memory
  * (three byte planes in column order, each warp the chunks it sums), the
  * chunk sums (every lane of a warp reads the same x words: one
- * broadcast), the d's
- * into shared memory, then a thread a (row, slice) adds its slice in
- * order and a thread a row its slices. VERDICT_Q4_GEMV=0 sends one token
+ * broadcast), the d's into shared memory, then a thread a (row, slice)
+ * adds its slice in order and a thread a row its slices. VERDICT_Q4_GEMV=0 sends one token
  * to q4_mma's kernels, =N only products of at most N rows, for
  * comparisons.
  */
