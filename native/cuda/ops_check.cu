@@ -1158,6 +1158,7 @@ int main(int argc, char **argv)
 	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0, q4 = argc > 1 && strcmp(argv[1], "-q4") == 0;
 	bool attn = argc > 1 && strcmp(argv[1], "-attn") == 0; /* -attn: paged attention, causal and with key limits, small */
 	bool linears = argc > 1 && strcmp(argv[1], "-linears") == 0; /* -linears: grouped products, small */
+	setenv("VERDICT_PREFETCH", "1", 0); /* prefetch, off by default, is checked */
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
 	if (steps || q4 || attn || linears) {
 		if (steps)

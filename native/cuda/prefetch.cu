@@ -12,8 +12,12 @@
  * joined back only where the stream is recorded, synchronised or freed,
  * so no kernel of the chain waits for it (in the chain, the next kernel
  * waited for its completion: measured on the H200, 11% slower a decode
- * step than without it). VERDICT_PREFETCH=0 makes the operation do
- * nothing, for comparisons.
+ * step than without it). Off by default: measured on the H200 with
+ * Gemma 3n E2B's decode (2026-12-05), it bought nothing on the branch
+ * either (299.8 and 252.7 tokens/s against 303.9 and 257.4 without it, in
+ * two calls): a product's blocks already ask for their weights before
+ * they wait, behind the one-block row operation before most of them.
+ * VERDICT_PREFETCH=1 turns it on.
  */
 #include "common.cuh"
 
@@ -96,7 +100,7 @@ void c_prefetch(vd_stream *s, const vd_prefetch *p)
 {
 	static const bool on = [] {
 		const char *e = getenv("VERDICT_PREFETCH");
-		return !(e && strcmp(e, "0") == 0);
+		return e && strcmp(e, "1") == 0;
 	}();
 	if (!on || p->n <= 0)
 		return;

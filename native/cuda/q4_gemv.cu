@@ -41,7 +41,7 @@ namespace {
 constexpr int GV_W = 8;     /* warps a block */
 constexpr int GV_ROWS = 32; /* rows a block: a lane a row */
 constexpr int GV_UP = 4;    /* chunks a thread holds in registers from before the wait */
-constexpr int GV_SC = 16;   /* the most chunks a slice has (G ≤ 128) */
+constexpr int GV_SC = 16;   /* the most chunks a slice or a warp has (G ≤ 128) */
 
 /* Gv: the products of one launch, part i's blocks b0[i] .. b0[i+1]−1. */
 struct Gv {
@@ -125,16 +125,23 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 	float *psm = dsm + G * GV_ROWS;             /* P [8][32] */
 
 	/* x quantised: warp w the chunks w, w + 8, ... (those it sums below);
-	 * lane l columns 2l, 2l + 1. */
-	for (int64_t c = w; c < G; c += GV_W) {
-		const float *xc = x + c * 64 + 2 * lane;
-		float v0, v1;
-		if (vec) {
-			float2 v = *(const float2 *)xc;
-			v0 = v.x, v1 = v.y;
-		} else {
-			v0 = xc[0], v1 = xc[1];
+	 * lane l columns 2l, 2l + 1, every chunk's loaded first (one wait for
+	 * them all, not one a chunk). */
+	float2 xv[GV_SC];
+#pragma unroll
+	for (int i = 0; i < GV_SC; i++) {
+		int64_t c = w + GV_W * i;
+		if (c < G) {
+			const float *xc = x + c * 64 + 2 * lane;
+			xv[i] = vec ? *(const float2 *)xc : float2{xc[0], xc[1]};
 		}
+	}
+#pragma unroll
+	for (int i = 0; i < GV_SC; i++) {
+		int64_t c = w + GV_W * i;
+		if (c >= G)
+			break;
+		float v0 = xv[i].x, v1 = xv[i].y;
 		float a0 = fabsf(v0), a1 = fabsf(v1);
 		int bad = !(a0 <= 3.402823466e38f) || !(a1 <= 3.402823466e38f);
 		float m = fmaxf(fmaxf(0.0f, a0), a1);
