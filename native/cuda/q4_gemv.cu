@@ -239,13 +239,16 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 
 } // namespace
 
-/* gemv_rows: the most rows of a product q4_gemv takes (every product by
- * default); VERDICT_Q4_GEMV=0: none, =N: products of at most N rows (the
- * head to the mma kernels, for comparisons); q4_gemv_set for the
+/* gemv_rows: the most rows of a product q4_gemv takes: none by default
+ * (measured on the H200 it is slower than the mma kernels, see
+ * native/cuda/README.md); VERDICT_Q4_GEMV=1 every product, with
+ * VERDICT_Q4_GEMV_ROWS=N those of at most N rows; q4_gemv_set for the
  * harness. */
 static int64_t gemv_rows = [] {
-	const char *e = getenv("VERDICT_Q4_GEMV");
-	return e ? (int64_t)atoll(e) : INT64_MAX;
+	const char *e = getenv("VERDICT_Q4_GEMV"), *r = getenv("VERDICT_Q4_GEMV_ROWS");
+	if (!(e && strcmp(e, "1") == 0))
+		return (int64_t)0;
+	return r ? (int64_t)atoll(r) : INT64_MAX;
 }();
 
 void q4_gemv_set(bool on) { gemv_rows = on ? INT64_MAX : 0; }

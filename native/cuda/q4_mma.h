@@ -68,8 +68,8 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
                   int64_t cols, void *scratch, size_t scratch_bytes, cudaError_t *err);
 
 /* q4_gemv_takes: whether q4_gemv takes a product of n tokens, nout rows
- * and cols columns (one token; VERDICT_Q4_GEMV=0 never, =N up to N
- * rows). q4_gemv enqueues the np
+ * and cols columns (one token; only with VERDICT_Q4_GEMV=1, and up to
+ * VERDICT_Q4_GEMV_ROWS rows). q4_gemv enqueues the np
  * products of q4_mma_group's parts for one token x in one launch on the
  * integer cores (q4_gemv.cu), each part's bits q4_mma's; q 16-byte
  * aligned. q4_mma and q4_mma_group send it what it takes. */
