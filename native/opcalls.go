@@ -11,7 +11,8 @@ import (
 // operations they are made of). On a GPU each call is a kernel launch or
 // a few (a split product adds its sum, the sparse MLP and the attention
 // take several), so a pass's count on the CPU backend is the floor of its
-// launches on another.
+// launches on another, prefetch aside (a hint, which the CUDA backend
+// launches nothing for unless VERDICT_PREFETCH=1).
 type OpCalls [opCount]int64
 
 // Total is the calls of every operation.
