@@ -98,10 +98,11 @@ cat "$OUT/profile-prefill.txt" | tee -a "$log"
 fi
 if has ncu; then
 	# Per-kernel device times of about one decode step (graphs off), from
-	# the hardware's own timer: ncu, clocks left alone.
+	# the hardware's own timer: ncu, clocks left alone (an 8-token run
+	# makes about 5,000 launches: 600 from the 2,400th are about a step).
 	say "== ncu: kernels of one decode step"
 	VERDICT_GRAPHS=0 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-		--launch-skip "${NCU_SKIP:-6000}" --launch-count "${NCU_COUNT:-1480}" \
+		--launch-skip "${NCU_SKIP:-2400}" --launch-count "${NCU_COUNT:-600}" \
 		"$bin/verdict" "${gen[@]}" --temperature 0 --max-tokens 8 >"$tmp/ncu.csv" 2>"$tmp/ncu.err"
 	say "ncu exit $?"
 	python3 - "$tmp/ncu.csv" <<'PY' | tee -a "$log"
