@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"verdict/app"
+	"verdict/engine/catalog"
 	"verdict/engine/scorer"
 	"verdict/engine/session"
 	"verdict/media"
@@ -595,6 +596,13 @@ func (req *ChatRequest) mode() (string, error) {
 		}
 		if k < 1 || k > len(req.Tools) {
 			return "", badParam("verdict.select_tools", "%d, but there are %d tools (1..%d)", k, len(req.Tools), len(req.Tools))
+		}
+		entries := make([]catalog.Entry, len(req.Tools))
+		for i, t := range req.Tools {
+			entries[i] = catalog.Entry{Name: t.Function.Name, Description: t.Function.Description}
+		}
+		if err := catalog.CheckBounds(entries); err != nil {
+			return "", bad(CodeLimit, "tools: %v", err)
 		}
 		seen := map[string]bool{}
 		for i, t := range req.Tools {

@@ -331,6 +331,8 @@ func TestChatErrors(t *testing.T) {
 		{"too many tools asked", "chat/completions", user + `,` + tools + `,"verdict":{"select_tools":3}`, 400, "invalid_request_error", CodeBadRequest, "verdict.select_tools", `1..2`, false},
 		{"tool_choice none", "chat/completions", user + `,` + tools + `,"verdict":{"select_tools":1},"tool_choice":"none"`, 400, "invalid_request_error", CodeBadRequest, "tool_choice", `none`, false},
 		{"duplicate tool", "chat/completions", user + `,"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"a"}}],"verdict":{"select_tools":1}`, 400, "invalid_request_error", CodeBadRequest, "tools[1].function.name", `twice`, false},
+		{"tools over the limit", "chat/completions", user + `,` + manyTools(catalog.MaxEntries+1, 0) + `,"verdict":{"select_tools":1}`, 400, "invalid_request_error", CodeLimit, "tools", `4097 entries, over the limit of 4096`, false},
+		{"tool bytes over the limit", "chat/completions", user + `,` + manyTools(2, catalog.MaxBytes/2) + `,"verdict":{"select_tools":1}`, 400, "invalid_request_error", CodeLimit, "tools", `bytes of names and descriptions, over the limit`, false},
 		{"no model loaded", "chat/completions", user, 503, "server_error", CodeNoModel, "", `no model is loaded`, true},
 		{"completion: no prompt", "completions", `"max_tokens":2`, 400, "invalid_request_error", CodeBadRequest, "prompt", `required`, false},
 		{"completion: max_tokens 0", "completions", `"prompt":"a","max_tokens":0`, 400, "invalid_request_error", CodeBadRequest, "max_tokens", `echo`, false},
@@ -369,6 +371,16 @@ func TestChatErrors(t *testing.T) {
 	if e := openAIErrorOf(t, b); resp.StatusCode != 405 || e.Code != CodeMethod || resp.Header.Get("Allow") != "GET" {
 		t.Errorf("POST /v1/models: %d %s", resp.StatusCode, b)
 	}
+}
+
+// manyTools: "tools" with n functions, each with a description of desc bytes.
+func manyTools(n, desc int) string {
+	d := strings.Repeat("x", desc)
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`{"type":"function","function":{"name":"t%d","description":%q}}`, i, d)
+	}
+	return `"tools":[` + strings.Join(parts, ",") + `]`
 }
 
 func manyBools(n int) string {

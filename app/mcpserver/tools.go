@@ -29,13 +29,6 @@ const (
 	ToolGenerate = "generate"
 )
 
-// MaxCatalog bounds select_tools' catalog: its entries, and the bytes of
-// their names and descriptions together.
-const (
-	MaxCatalogEntries = 4096
-	MaxCatalogBytes   = 1 << 20
-)
-
 type tools struct{ src Source }
 
 // take lends the model for one call, its errors worded for a tool result.
@@ -347,23 +340,18 @@ func (t *tools) selectTools(ctx context.Context, _ *mcp.CallToolRequest, in sele
 	return nil, out, nil
 }
 
-// checkCatalog bounds the catalog and copies its names and descriptions
+// checkCatalog bounds the catalog (catalog.CheckBounds) and copies its names and descriptions
 // (token ids are the tokenizer's, never the caller's).
 func checkCatalog(in []catalog.Entry) ([]catalog.Entry, error) {
 	if len(in) == 0 {
 		return nil, errors.New("argument \"catalog\": the catalog has no entries")
 	}
-	if len(in) > MaxCatalogEntries {
-		return nil, fmt.Errorf("argument \"catalog\": %d entries, over the limit of %d", len(in), MaxCatalogEntries)
+	if err := catalog.CheckBounds(in); err != nil {
+		return nil, fmt.Errorf("argument \"catalog\": %v", err)
 	}
-	n := 0
 	out := make([]catalog.Entry, len(in))
 	for i, e := range in {
-		n += len(e.Name) + len(e.Description)
 		out[i] = catalog.Entry{Name: e.Name, Description: e.Description}
-	}
-	if n > MaxCatalogBytes {
-		return nil, fmt.Errorf("argument \"catalog\": %d bytes of names and descriptions, over the limit of %d", n, MaxCatalogBytes)
 	}
 	return out, nil
 }
