@@ -14,8 +14,10 @@
 #  2. verdict bench --device cuda on synthetic-e2b (q4; the card's read
 #     bandwidth and FMA peak measured in the same run): prefill of 512
 #     tokens, decode at batch 1 and 8, a scorer request, the towers;
-#  3. the ablation: decode at batch 1 and 8 again with each of ABLATE's
-#     switches off (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0, VERDICT_PRE_PARTS=1 (on: off by default),
+#  3. the ablation: prefill and decode at batch 1 and 8 again with each of
+#     ABLATE's switches turned (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0;
+#     on, being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_TILE=1,
+#     VERDICT_Q4_GEMV=1;
 #     VERDICT_GRAPHS=0, ...);
 #  4. llama.cpp on the same synthetic weights as Q4_0 (llamacpp-peer.sh
 #     bench, MODELS=e2b TYPES=q4_0);
@@ -28,7 +30,7 @@ cd "$root"
 OUT=${OUT:-/tmp/gpu-compare}
 CARRY=$(cd "${CARRY:-carry-cuda}" && pwd)
 MODEL=${MODEL:-synthetic-e2b}
-ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_PRE_PARTS=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
+ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_TILE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
 mkdir -p "$OUT"
 log=$OUT/log.txt
 : >"$log"
@@ -77,7 +79,7 @@ VERDICT_GRAPH_KERNELS=1 timeout 300 "$bin/verdict" "${b[@]}" >"$OUT/verdict.json
 for sw in $ABLATE; do
 	say "== verdict bench with $sw"
 	env "$sw" timeout 200 "$bin/verdict" "${b[@]}" --limits=false --scorer=false --towers=false \
-		>"$OUT/ablate-${sw%%=*}.json" 2>>"$OUT/verdict.err" || say "bench with $sw failed"
+		>"$OUT/ablate-$sw.json" 2>>"$OUT/verdict.err" || say "bench with $sw failed"
 done
 
 if [ "$llama_ok" = 1 ]; then

@@ -168,18 +168,20 @@ def main(out):
     abl = sorted(glob.glob(os.path.join(out, "ablate-*.json")))
     if abl:
         print()
-        print("Ablation (the same bench, one switch off; decode in tokens/s):")
+        print("Ablation (the same bench, one switch turned; prefill and decode in tokens/s):")
         print()
-        print("| run | decode, batch 1 | decode, batch 8 | batch 1 against all on |")
-        print("|---|---|---|---|")
-        print("| all on | {} | {} | 1.00 |".format(fmt(v.get("decode")), fmt(v.get("decode8"))))
+        print("| run | prefill | decode, batch 1 | decode, batch 8 | batch 1 against the defaults |")
+        print("|---|---|---|---|---|")
+        print("| defaults | {} | {} | {} | 1.00 |".format(fmt(v.get("prefill")), fmt(v.get("decode")), fmt(v.get("decode8"))))
         for p in abl:
             sw = os.path.basename(p)[len("ablate-"):-len(".json")]
             a = verdict_figures(load(p), "")
             r = "-"
             if a.get("decode") and v.get("decode"):
                 r = "{:.2f}".format(a["decode"] / v["decode"])
-            print("| {}=0 | {} | {} | {} |".format(sw, fmt(a.get("decode")), fmt(a.get("decode8")), r))
+            if "=" not in sw:  # a file of an older run: the switch's value was left out
+                sw += "=0"
+            print("| {} | {} | {} | {} | {} |".format(sw, fmt(a.get("prefill")), fmt(a.get("decode")), fmt(a.get("decode8")), r))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
  * attention.cu: paged attention over the key/value pool (k_attn_part,
  * k_attn_combine), in chunks of keys combined in chunk order.
  */
-#include "common.cuh"
+#include "attention.cuh"
 
 /* Paged attention in chunks of AC keys. A query's visible keys (in
  * position order, across its sequence's entries) are cut at fixed key
@@ -14,66 +14,21 @@
  * Σ w_c·l_c. Chunks past a query's keys are empty and add exact zeros, so
  * the result depends on the query's own keys only, never on the batch or
  * the grid (max_keys fixes only the number of chunk blocks launched). A
- * query's keys end at its own position, or at qlim[i] when qlim is given. */
-#define AB 256
-#define AC 64
-#define AK 4 /* keys a warp scores at once */
-
-/* attn_lim: the last key position query i sees: qlim[i] when given (an
- * image block's queries see their block's later keys), else its own. The
- * window still counts back from its own position. */
-__device__ __forceinline__ int64_t attn_lim(const vd_attn &a, int64_t i)
-{
-	return a.qlim.data ? ((const int32_t *)a.qlim.data)[i] : ((const int32_t *)a.qpos.data)[i];
-}
-
-__device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
-                                             int64_t *e1_out)
-{
-	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
-	const int32_t *sent = (const int32_t *)a.seq_ent.data;
-	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
-	int64_t pos = qpos[i], lo = 0, s = qseq[i], lim = attn_lim(a, i);
-	if (a.window > 0 && pos - a.window + 1 > lo)
-		lo = pos - a.window + 1;
-	int64_t e0 = sent[s], e1 = sent[s + 1], nkeys = 0;
-	for (int64_t e = e0; e < e1; e++) {
-		int64_t p0 = epos[e], p1 = p0 + elen[e];
-		int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-		if (last > first)
-			nkeys += last - first;
-	}
-	*lo_out = lo, *e0_out = e0, *e1_out = e1;
-	return nkeys;
-}
-
-/* block_scan: the inclusive prefix sum of v over the block's AB threads
- * (integers: any order is exact). */
-__device__ int block_scan(int v, int *ws)
-{
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	for (int o = 1; o < 32; o <<= 1) {
-		int u = __shfl_up_sync(0xffffffffu, v, o);
-		if (lane >= o)
-			v += u;
-	}
-	if (lane == 31)
-		ws[w] = v;
-	__syncthreads();
-	int before = 0;
-	for (int k = 0; k < w; k++)
-		before += ws[k];
-	__syncthreads();
-	return v + before;
-}
+ * query's keys end at its own position, or at qlim[i] when qlim is given.
+ * A prefill's queries go by tiles first where attention_tile.cu takes them
+ * (the same partials, key rows read once for a tile); k_attn_part then
+ * skips the queries of its even tiles. */
 
 /* k_attn_part: chunk blockIdx.y of GH query heads (of one key/value
  * group) of query i: block x = i·(hq/GH) + h0/GH. The chunk's key rows
  * are found in parallel (a scan of the entries' visible keys, then each
  * key's entry by bisection), every key row serves the GH heads, and each
- * head's scores, softmax and sums are those of a head alone. */
+ * head's scores, softmax and sums are those of a head alone. Where even
+ * is given, a query of an even tile of tq queries (even[i / tq]) has its
+ * partials from attn_tile already. */
 template <int GH>
-__global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_t nch, int *err)
+__global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_t nch, int *err, const int *even,
+                                                  int64_t tq)
 {
 	__shared__ float sc[GH][AC];
 	__shared__ int64_t krow[AC];
@@ -84,6 +39,8 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	pdl_launch();
 	int64_t per = a.hq / GH, bq = blockIdx.x, ch = blockIdx.y;
 	int64_t i = bq / per, h0 = (bq % per) * GH;
+	if (even && even[i / tq])
+		return;
 	int64_t d = a.d, G = a.hq / a.hkv, g = h0 / G, ldk = a.hkv * d;
 	int64_t lo, e0, e1;
 	int64_t nkeys = attn_keys(a, i, &lo, &e0, &e1);
@@ -117,14 +74,7 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 			int total = ecum[AB - 1];
 			int64_t kk = cs + threadIdx.x;
 			if (threadIdx.x < AC && kk < ce && kk >= base && kk < base + total) {
-				int r = (int)(kk - base), l0 = 0, l1 = AB - 1; /* the first entry with ecum > r */
-				while (l0 < l1) {
-					int mid = (l0 + l1) / 2;
-					if (ecum[mid] > r)
-						l1 = mid;
-					else
-						l0 = mid + 1;
-				}
+				int r = (int)(kk - base), l0 = first_above(ecum, r);
 				int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
 				krow[threadIdx.x] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
 			}
@@ -247,10 +197,16 @@ void c_attention(vd_stream *s, const vd_attn *a)
 		group = 1;
 	if (group > nq)
 		group = nq;
-	size_t need = per * (size_t)group;
+	/* a prefill's queries by tiles first, their even flags after the
+	 * partials */
+	int64_t tq = nq >= 16 ? attn_tile_q(a) : 0;
+	size_t need = per * (size_t)group, flags = (need + 255) & ~(size_t)255;
+	if (tq > 0)
+		need = flags + (size_t)((group + tq - 1) / tq) * sizeof(int);
 	if (!grow_scratch(s, &s->apart, &s->apart_n, need, APART_MAX))
 		return;
 	cuda_state *cs = st_of(s->b);
+	float *part = (float *)s->apart;
 	for (int64_t q0 = 0; q0 < nq; q0 += group) {
 		int64_t g = nq - q0 < group ? nq - q0 : group;
 		vd_attn c = *a;
@@ -261,15 +217,20 @@ void c_attention(vd_stream *s, const vd_attn *a)
 		c.qseq.data = (int32_t *)a->qseq.data + q0;
 		if (a->qlim.data)
 			c.qlim.data = (int32_t *)a->qlim.data + q0;
+		int *even = nullptr;
+		if (tq > 0 && g >= 16) {
+			even = (int *)((char *)s->apart + flags);
+			attn_tile(s, c, part, even, nch, g);
+		}
 		/* the query heads of a key/value group in one block (up to 8)
 		 * once there are queries enough to fill the device; a head a
 		 * block for a few (decode steps: more blocks, shorter ones) */
 		int64_t G = a->hkv > 0 && a->hq % a->hkv == 0 && g >= 16 ? a->hq / a->hkv : 1;
 		auto kp = G == 8 ? k_attn_part<8> : G == 4 ? k_attn_part<4> : G == 2 ? k_attn_part<2> : k_attn_part<1>;
 		int64_t gh = G == 8 || G == 4 || G == 2 ? G : 1;
-		launch(s, kp, dim3((unsigned)(g * (a->hq / gh)), (unsigned)nch), AB, 0, c, (float *)s->apart, nch,
-		       cs->dev_err);
-		launch(s, k_attn_combine, (unsigned)(g * a->hq), AB, 0, c, (const float *)s->apart, nch);
+		launch(s, kp, dim3((unsigned)(g * (a->hq / gh)), (unsigned)nch), AB, 0, c, part, nch, cs->dev_err,
+		       (const int *)even, tq > 0 ? tq : (int64_t)1);
+		launch(s, k_attn_combine, (unsigned)(g * a->hq), AB, 0, c, (const float *)part, nch);
 		launched(s);
 	}
 }

@@ -16,6 +16,8 @@
 #include "check_common.cuh"
 #include "q4_mma.h"
 
+#include <chrono>
+
 /* A random q4 matrix: nibbles and per-group scales and offsets. */
 struct Q4 {
 	Pair q, so;
@@ -882,7 +884,9 @@ static void check_attention(bool small)
 	};
 	static const S all[] = {{8, 2, 64, 16, 0}, {8, 2, 64, 16, 20}, {4, 1, 256, 8, 0}, {2, 2, 128, 32, 0}, {8, 4, 256, 16, 48},
 	                        {4, 2, 64, 1, 0}, {8, 2, 64, 1, 40}}; /* blocks of one key: over 256 entries a sequence */
-	static const S few[] = {{4, 2, 16, 4, 0}, {4, 2, 16, 4, 6}, {2, 1, 32, 1, 5}, {8, 2, 16, 8, 0}};
+	static const S few[] = {{4, 2, 16, 4, 0}, {4, 2, 16, 4, 6}, {2, 1, 32, 1, 5}, {8, 2, 16, 8, 0},
+	                        /* shapes the prefill tiles take (attention_tile.cu): G = 2, 4, 8, 1 */
+	                        {4, 2, 32, 4, 0}, {4, 1, 64, 4, 6}, {8, 1, 32, 8, 0}, {2, 2, 32, 2, 30}};
 	std::vector<S> shapes = small ? std::vector<S>(std::begin(few), std::end(few)) : std::vector<S>(std::begin(all), std::end(all));
 	for (S s : shapes)
 	for (bool withLim : {false, true}) {
@@ -895,7 +899,7 @@ static void check_attention(bool small)
 		std::shuffle(perm.begin(), perm.end(), rng);
 		std::vector<int32_t> seq_ent{0}, blk, pos, len, qpos, qseq, qlim;
 		int64_t nb = 0, max_keys = 1;
-		int lens_all[] = {37, 150, 5, 300}, lens_few[] = {13, 40, 5, 27};
+		int lens_all[] = {150, 37, 5, 300}, lens_few[] = {70, 13, 5, 27};
 		int *lens = small ? lens_few : lens_all;
 		for (int sq = 0; sq < 4; sq++) {
 			int64_t p = 0;
@@ -908,8 +912,11 @@ static void check_attention(bool small)
 			}
 			seq_ent.push_back((int32_t)blk.size());
 			max_keys = std::max<int64_t>(max_keys, lens[sq]);
-			/* a prefill run over the last 6 positions, a first one, one in the middle */
-			for (int64_t q = std::max<int64_t>(0, lens[sq] - 6); q < lens[sq]; q++) {
+			/* a prefill run over the last 6 positions (over all of sequence
+			 * 0 where d takes the prefill's tiles, attention_tile.cu:
+			 * whole tiles of one sequence), a first one, one in the middle */
+			bool whole = sq == 0 && s.d % 32 == 0;
+			for (int64_t q = whole ? 0 : std::max<int64_t>(0, lens[sq] - 6); q < lens[sq]; q++) {
 				qpos.push_back((int32_t)q);
 				qseq.push_back(sq);
 			}
@@ -1151,6 +1158,58 @@ static void check_loop()
 	}
 }
 
+/* -attn-bench (a GPU only): a prefill's attention at E2B's shape (8 query
+ * heads, 2 key/value heads, d 256, blocks of 16 keys), 512 and 2,048
+ * queries of one sequence from position 0 (the second with a window of 512,
+ * as the sliding layers), timed over 20 calls after 3; run it with
+ * VERDICT_ATTN_TILE=0 and =1 to compare the tiles with the queries alone. */
+static void bench_attention()
+{
+	const int64_t hq = 8, hkv = 2, d = 256, block = 16, ldk = hkv * d;
+	for (int64_t n : {512, 2048})
+		for (int64_t window : {0, 512}) {
+			if (n == 512 && window)
+				continue;
+			int64_t nb = n / block;
+			Pair K = in(randf((size_t)(nb * block * ldk))), V = in(randf((size_t)(nb * block * ldk)));
+			std::vector<int32_t> seq_ent{0, (int32_t)nb}, blk, pos, len, qpos, qseq;
+			for (int64_t b = 0; b < nb; b++)
+				blk.push_back((int32_t)b), pos.push_back((int32_t)(b * block)), len.push_back((int32_t)block);
+			for (int64_t q = 0; q < n; q++)
+				qpos.push_back((int32_t)q), qseq.push_back(0);
+			Pair Q = in(randf((size_t)(n * hq * d))), O = out((size_t)(n * hq * d * 4));
+			Pair QP = in(qpos), QS = in(qseq), SE = in(seq_ent), EB = in(blk), EP = in(pos), EL = in(len);
+			vd_attn a;
+			memset(&a, 0, sizeof a);
+			a.out = T(O, true, VD_F32, n, hq * d);
+			a.q = T(Q, true, VD_F32, n, hq * d);
+			a.k = T(K, true, VD_F32, nb * block, ldk);
+			a.v = T(V, true, VD_F32, nb * block, ldk);
+			a.qpos = T(QP, true, VD_I32, 1, n);
+			a.qseq = T(QS, true, VD_I32, 1, n);
+			a.seq_ent = T(SE, true, VD_I32, 1, 2);
+			a.ent_blk = T(EB, true, VD_I32, 1, nb);
+			a.ent_pos = T(EP, true, VD_I32, 1, nb);
+			a.ent_len = T(EL, true, VD_I32, 1, nb);
+			a.hq = hq, a.hkv = hkv, a.d = d, a.block = block, a.window = window, a.max_keys = n;
+			a.scale = 1.0f / 16.0f;
+			for (int i = 0; i < 3; i++)
+				GPU->op.attention(GS, &a);
+			int rc = GPU->stream.sync(GS);
+			auto t0 = std::chrono::steady_clock::now();
+			for (int i = 0; i < 20; i++)
+				GPU->op.attention(GS, &a);
+			rc = rc ? rc : GPU->stream.sync(GS);
+			double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
+			const char *e = getenv("VERDICT_ATTN_TILE");
+			printf("attention bench n=%lld window=%lld tiles=%s: %.1f us a call (sync %d)\n", (long long)n,
+			       (long long)window, e ? e : "unset", us, rc);
+			if (rc)
+				failures++;
+			free_all();
+		}
+}
+
 int main(int argc, char **argv)
 {
 	/* -steps: the layer steps alone, at small shapes (the host emulation);
@@ -1158,10 +1217,14 @@ int main(int argc, char **argv)
 	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0, q4 = argc > 1 && strcmp(argv[1], "-q4") == 0;
 	bool attn = argc > 1 && strcmp(argv[1], "-attn") == 0; /* -attn: paged attention, causal and with key limits, small */
 	bool linears = argc > 1 && strcmp(argv[1], "-linears") == 0; /* -linears: grouped products, small */
-	setenv("VERDICT_PREFETCH", "1", 0); /* prefetch, off by default, is checked */
+	bool abench = argc > 1 && strcmp(argv[1], "-attn-bench") == 0;
+	setenv("VERDICT_PREFETCH", "1", 0);   /* prefetch, off by default, is checked */
+	setenv("VERDICT_ATTN_TILE", "1", 0); /* so are the prefill's attention tiles */
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
-	if (steps || q4 || attn || linears) {
-		if (steps)
+	if (steps || q4 || attn || linears || abench) {
+		if (abench)
+			bench_attention();
+		else if (steps)
 			check_layer_steps(true);
 		else if (linears)
 			check_linears(true);

@@ -4,9 +4,9 @@
  * compiles the .cu files with g++ where there is no nvcc (their kernel
  * launches rewritten as stub_launch calls) and can run a harness on the
  * host: memory is host memory, a stream runs each operation at once, and a
- * launch runs its blocks one after another, each block's threads as host
- * threads with real barriers for __syncthreads and the warp's shuffles.
- * Slow (a thread per CUDA thread), for small shapes only; the arithmetic
+ * launch runs its blocks one after another on a host thread per CUDA
+ * thread of a block (made once a launch), with real barriers for
+ * __syncthreads and the warp's shuffles. Slow, for small shapes only; the arithmetic
  * of libm, not of the device's intrinsics. Not CUDA: no check of what
  * nvcc alone checks (device-only rules, register use).
  */
@@ -244,35 +244,48 @@ inline thread_local unsigned stub_tid;
 
 inline void *stub_dyn_smem() { return stub_cur->dyn.data(); }
 
+/* stub_launch: the launch's threads are made once and run its blocks one
+ * after another, in blockIdx order (x fastest), with a barrier of all of
+ * them between blocks; each block gets fresh barriers, shuffle slots and
+ * dynamic shared memory (filled with 0xff) before it starts. */
 template <class F> inline void stub_launch(F f, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = nullptr)
 {
 	unsigned nt = block.x * block.y * block.z;
 	unsigned nw = (nt + 31) / 32;
-	for (unsigned bz = 0; bz < grid.z; bz++)
-		for (unsigned by = 0; by < grid.y; by++)
-			for (unsigned bx = 0; bx < grid.x; bx++) {
-				stub_block b;
-				b.all.reset(new std::barrier<>(nt));
-				for (unsigned w = 0; w < nw; w++)
-					b.warp.emplace_back(new std::barrier<>(std::min(32u, nt - 32 * w)));
-				b.slot.assign((size_t)nw * 32, 0);
-				b.dyn.assign(smem + 16, 0xff);
-				std::vector<std::thread> th;
-				for (unsigned t = 0; t < nt; t++)
-					th.emplace_back([&, t] {
-						stub_cur = &b;
-						stub_tid = t;
-						threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-						blockIdx = {bx, by, bz};
-						blockDim = {block.x, block.y, block.z};
-						gridDim = {grid.x, grid.y, grid.z};
-						f();
-						b.all->arrive_and_drop();
-						b.warp[t / 32]->arrive_and_drop();
-					});
-				for (auto &x : th)
-					x.join();
+	size_t nb = (size_t)grid.x * grid.y * grid.z;
+	if (nt == 0 || nb == 0)
+		return;
+	stub_block b;
+	std::barrier<> gate(nt);
+	auto fresh = [&] {
+		b.all.reset(new std::barrier<>(nt));
+		b.warp.clear();
+		for (unsigned w = 0; w < nw; w++)
+			b.warp.emplace_back(new std::barrier<>(std::min(32u, nt - 32 * w)));
+		b.slot.assign((size_t)nw * 32, 0);
+		b.dyn.assign(smem + 16, 0xff);
+	};
+	std::vector<std::thread> th;
+	for (unsigned t = 0; t < nt; t++)
+		th.emplace_back([&, t] {
+			stub_cur = &b;
+			stub_tid = t;
+			threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+			blockDim = {block.x, block.y, block.z};
+			gridDim = {grid.x, grid.y, grid.z};
+			for (size_t k = 0; k < nb; k++) {
+				if (t == 0)
+					fresh();
+				gate.arrive_and_wait(); /* the block's state is fresh */
+				blockIdx = {(unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y), (unsigned)(k / ((size_t)grid.x * grid.y))};
+				f();
+				b.all->arrive_and_drop();
+				b.warp[t / 32]->arrive_and_drop();
+				gate.arrive_and_wait(); /* every thread is done with it */
 			}
+		});
+	for (auto &x : th)
+		x.join();
 }
 
 struct cudaLaunchConfig_t {

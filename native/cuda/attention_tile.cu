@@ -1,0 +1,291 @@
+/*
+ * attention_tile.cu: attention.cu's chunk partials for a tile of a
+ * prefill's queries at once (k_attn_tile), every key and value row of a
+ * chunk read once for the tile, each query's bits those of k_attn_part.
+ */
+#include "attention.cuh"
+
+#define TP 64       /* query·head pairs a tile */
+#define TU (2 * AC) /* keys a tile's chunk may span */
+
+/* A tile is TQ = TP/G consecutive queries with the G query heads of one
+ * key/value group (block x = tile·hkv + group, y = the chunk). It is even
+ * when its queries share a sequence whose entries run in position order
+ * (each starts at or after the end of the one before), so that a query's
+ * visible keys are a run [a_t, a_t + n_t) of the sequence's keys in entry
+ * order, and the runs start within TU − AC keys of each other: then chunk c
+ * of every query lies in one span of at most TU keys, whose rows are found
+ * once (a scan of the entries' lengths, each key's entry by bisection).
+ * Each query's arithmetic is k_attn_part's, step for step:
+ *
+ *  - a score is a warp's sum over lanes of each lane's fmaf chain over
+ *    d (c = lane + 32·k), summed in warp_sum's xor tree, times scale; a
+ *    warp scores 32/G keys of a query for its G heads at once and sums the
+ *    32 scores by halving (the lanes exchange half their sums at each of
+ *    warp_sum's distances, so each score's additions are the tree's);
+ *  - m = the max over the chunk (exact in any order), e_j = d_exp(s_j −
+ *    m), l = the sum of lanes 0..31's e_j plus that of lanes 32..63's, each
+ *    in warp_sum's tree (block_sum's result for 64 values over 256
+ *    threads);
+ *  - o[e] = the fmaf chain of e_j·v_j[e] over the chunk's keys in order.
+ *
+ * A tile that is not even (a sequence's boundary, entries out of order, a
+ * window's runs too far apart) writes even[t] = 0 and leaves its queries to
+ * k_attn_part. */
+template <int G, int DT>
+__global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *even, int64_t nch, int64_t nq,
+                                                  int *err)
+{
+	constexpr int TQ = TP / G, KB = 32 / G;
+	__shared__ float ev[TP * AC]; /* [t][j][hh]: the scores, then their exponentials */
+	__shared__ int64_t krow[TU];
+	__shared__ int ecum[AB], ws[AB / 32];
+	__shared__ int64_t qbef[TQ], qfirst[TQ]; /* keys before a query's run; its chunk's first key */
+	__shared__ int qn[TQ], qseq_s[TQ], qok[TQ];
+	__shared__ int qoff[TQ];                 /* the chunk's first key in the span */
+	__shared__ float sm[TP], sl[TP];
+	__shared__ int even_s;
+	__shared__ int64_t span0, spann, se0, se1;
+	pdl_wait();
+	pdl_launch();
+	int64_t g = blockIdx.x % a.hkv, tile = blockIdx.x / a.hkv, ch = blockIdx.y;
+	int64_t i0 = tile * TQ, d = a.d, ldk = a.hkv * d;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
+	const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
+	const int32_t *elen = (const int32_t *)a.ent_len.data;
+	if (threadIdx.x < TQ) {
+		int t = threadIdx.x;
+		int64_t i = i0 + t;
+		qseq_s[t] = -1, qn[t] = 0, qok[t] = 1, qbef[t] = 0, qfirst[t] = 0;
+		if (i < nq) {
+			int64_t lo, e0, e1;
+			int64_t nkeys = attn_keys(a, i, &lo, &e0, &e1);
+			if (nkeys > a.max_keys) {
+				if (ch == 0)
+					atomicExch(err, VDC_EKEYS);
+				nkeys = 0;
+			}
+			int64_t bef = 0, end = INT64_MIN;
+			int ok = 1;
+			for (int64_t e = e0; e < e1; e++) {
+				int64_t p0 = epos[e], p1 = p0 + elen[e];
+				if (p0 < end)
+					ok = 0;
+				end = p1 > end ? p1 : end;
+				if (lo > p0)
+					bef += (lo < p1 ? lo : p1) - p0;
+			}
+			int64_t cnt = nkeys - ch * AC;
+			qseq_s[t] = ((const int32_t *)a.qseq.data)[i];
+			qok[t] = ok, qbef[t] = bef, qfirst[t] = bef + ch * AC;
+			qn[t] = cnt <= 0 ? 0 : cnt < AC ? (int)cnt : AC;
+			if (t == 0)
+				se0 = e0, se1 = e1;
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int ok = 1;
+		int64_t bmin = INT64_MAX, bmax = INT64_MIN, A = INT64_MAX, B = INT64_MIN;
+		for (int t = 0; t < TQ; t++) {
+			if (qseq_s[t] < 0)
+				continue;
+			if (qseq_s[t] != qseq_s[0] || !qok[t])
+				ok = 0;
+			bmin = qbef[t] < bmin ? qbef[t] : bmin;
+			bmax = qbef[t] > bmax ? qbef[t] : bmax;
+			if (qn[t] > 0) {
+				A = qfirst[t] < A ? qfirst[t] : A;
+				B = qfirst[t] + qn[t] > B ? qfirst[t] + qn[t] : B;
+			}
+		}
+		if (bmax - bmin > TU - AC)
+			ok = 0;
+		even_s = ok;
+		span0 = A, spann = B > A ? B - A : 0;
+		if (g == 0 && ch == 0)
+			even[tile] = ok;
+	}
+	__syncthreads();
+	if (!even_s)
+		return;
+	auto pp = [&](int t, int hh) { return part + (((i0 + t) * a.hq + g * G + hh) * nch + ch) * (d + 2); };
+	if (threadIdx.x < TQ) {
+		int t = threadIdx.x;
+		qoff[t] = (int)(qfirst[t] - span0);
+		if (qseq_s[t] >= 0 && qn[t] == 0) /* empty: neutral in the combination */
+			for (int hh = 0; hh < G; hh++)
+				pp(t, hh)[0] = -INFINITY, pp(t, hh)[1] = 0.0f;
+	}
+	int64_t A = span0, U = spann;
+	if (U == 0)
+		return;
+	{ /* the span's key rows in the pool */
+		int64_t base = 0, e1 = se1;
+		for (int64_t t0 = se0; t0 < e1 && base < A + U; t0 += AB) {
+			int64_t e = t0 + threadIdx.x;
+			int incl = block_scan(e < e1 ? elen[e] : 0, ws);
+			ecum[threadIdx.x] = incl;
+			__syncthreads();
+			int total = ecum[AB - 1];
+			int64_t kk = A + threadIdx.x;
+			if (threadIdx.x < U && kk >= base && kk < base + total) {
+				int r = (int)(kk - base), l0 = first_above(ecum, r);
+				krow[threadIdx.x] = eblk[t0 + l0] * a.block + (r - (l0 ? ecum[l0 - 1] : 0));
+			}
+			base += total;
+			__syncthreads();
+		}
+	}
+	const float *K = (const float *)a.k.data + g * d, *V = (const float *)a.v.data + g * d;
+	/* scores: a warp a query, KB keys by G heads at a time */
+	for (int t = w; t < TQ; t += nw) {
+		int cnt = qn[t], off = qoff[t];
+		if (cnt == 0)
+			continue;
+		const float *q = (const float *)a.q.data + ((i0 + t) * a.hq + g * G) * d + lane;
+		float qr[G][DT];
+#pragma unroll
+		for (int hh = 0; hh < G; hh++)
+#pragma unroll
+			for (int k = 0; k < DT; k++)
+				qr[hh][k] = q[hh * d + 32 * k];
+		for (int j0 = 0; j0 < cnt; j0 += KB) {
+			float v[32];
+			const float *kr[KB];
+#pragma unroll
+			for (int kb = 0; kb < KB; kb++) {
+				int j = j0 + kb < cnt ? j0 + kb : cnt - 1;
+				kr[kb] = K + krow[off + j] * ldk + lane;
+			}
+#pragma unroll
+			for (int s = 0; s < 32; s++)
+				v[s] = 0.0f;
+#pragma unroll
+			for (int k = 0; k < DT; k++)
+#pragma unroll
+				for (int kb = 0; kb < KB; kb++) {
+					float kv = kr[kb][32 * k];
+#pragma unroll
+					for (int hh = 0; hh < G; hh++)
+						v[kb * G + hh] = fmaf(qr[hh][k], kv, v[kb * G + hh]);
+				}
+			/* halving: at distance o the lane keeps the half of its
+			 * sums its bit o picks and adds its partner's of that half */
+#pragma unroll
+			for (int n = 16, o = 16; o > 0; o >>= 1, n >>= 1) {
+				bool up = lane & o;
+#pragma unroll
+				for (int s = 0; s < n; s++) {
+					float send = up ? v[s] : v[s + n], keep = up ? v[s + n] : v[s];
+					v[s] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+				}
+			}
+			int kb = lane / G;
+			if (j0 + kb < cnt)
+				ev[(t * AC + j0) * G + lane] = v[0] * a.scale;
+		}
+	}
+	__syncthreads();
+	/* each pair's max, exponentials and their sum */
+	for (int p = w; p < TP; p += nw) {
+		int t = p / G, hh = p % G, cnt = qn[t];
+		if (cnt == 0)
+			continue;
+		float *e = ev + t * AC * G + hh;
+		float s0 = lane < cnt ? e[lane * G] : -INFINITY, s1 = lane + 32 < cnt ? e[(lane + 32) * G] : -INFINITY;
+		float mx = warp_max(fmaxf(fmaxf(-INFINITY, s0), s1));
+		float e0 = lane < cnt ? d_exp(s0 - mx) : 0.0f, e1 = lane + 32 < cnt ? d_exp(s1 - mx) : 0.0f;
+		float l = warp_sum(e0) + warp_sum(e1);
+		if (lane < cnt)
+			e[lane * G] = e0;
+		if (lane + 32 < cnt)
+			e[(lane + 32) * G] = e1;
+		if (lane == 0)
+			sm[p] = mx, sl[p] = l;
+	}
+	__syncthreads();
+	/* the value sums: a thread an element, the span's rows in order, each
+	 * row for every query whose chunk holds it */
+	for (int64_t c = threadIdx.x; c < d; c += AB) {
+		float acc[TQ][G];
+#pragma unroll
+		for (int t = 0; t < TQ; t++)
+#pragma unroll
+			for (int hh = 0; hh < G; hh++)
+				acc[t][hh] = 0.0f;
+		for (int u = 0; u < U; u++) {
+			float vv = V[krow[u] * ldk + c];
+#pragma unroll
+			for (int t = 0; t < TQ; t++) {
+				unsigned j = (unsigned)(u - qoff[t]);
+				if (j < (unsigned)qn[t])
+#pragma unroll
+					for (int hh = 0; hh < G; hh++)
+						acc[t][hh] = fmaf(ev[(t * AC + j) * G + hh], vv, acc[t][hh]);
+			}
+		}
+#pragma unroll
+		for (int t = 0; t < TQ; t++)
+			if (qn[t] > 0)
+#pragma unroll
+				for (int hh = 0; hh < G; hh++)
+					pp(t, hh)[2 + c] = acc[t][hh];
+	}
+	if (threadIdx.x < TP) {
+		int t = threadIdx.x / G, hh = threadIdx.x % G;
+		if (qn[t] > 0)
+			pp(t, hh)[0] = sm[threadIdx.x], pp(t, hh)[1] = sl[threadIdx.x];
+	}
+}
+
+/* attn_tile_on: VERDICT_ATTN_TILE=1 (off by default until timed on a GPU). */
+static bool attn_tile_on()
+{
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_ATTN_TILE");
+		return e && strcmp(e, "1") == 0;
+	}();
+	return on;
+}
+
+/* The tiles take G of 1, 2, 4 or 8 query heads a key/value head and d of
+ * 32, 64, 128, 256 or 512 with G·d/32 at most 64 (the registers of a
+ * query's G heads). */
+int attn_tile_q(const vd_attn *a)
+{
+	if (!attn_tile_on() || a->hkv <= 0 || a->hq % a->hkv != 0)
+		return 0;
+	int64_t G = a->hq / a->hkv, dt = a->d / 32;
+	if ((G != 1 && G != 2 && G != 4 && G != 8) || a->d % 32 != 0 || (dt & (dt - 1)) != 0 || dt < 1 || dt > 16 ||
+	    G * dt > 64)
+		return 0;
+	return (int)(TP / G);
+}
+
+template <int G>
+static void tile_of_d(vd_stream *s, const vd_attn &a, dim3 grid, float *part, int *even, int64_t nch, int64_t nq,
+                      int *err)
+{
+	switch (a.d / 32) {
+	case 1: launch(s, k_attn_tile<G, 1>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 2: launch(s, k_attn_tile<G, 2>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 4: launch(s, k_attn_tile<G, 4>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 8: launch(s, k_attn_tile<G, 8>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 16: if constexpr (G <= 4) launch(s, k_attn_tile<G, 16>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	default: break;
+	}
+}
+
+void attn_tile(vd_stream *s, const vd_attn &a, float *part, int *even, int64_t nch, int64_t nq)
+{
+	int64_t G = a.hq / a.hkv, tq = TP / G, nt = (nq + tq - 1) / tq;
+	dim3 grid((unsigned)(nt * a.hkv), (unsigned)nch);
+	int *err = st_of(s->b)->dev_err;
+	switch (G) {
+	case 1: tile_of_d<1>(s, a, grid, part, even, nch, nq, err); break;
+	case 2: tile_of_d<2>(s, a, grid, part, even, nch, nq, err); break;
+	case 4: tile_of_d<4>(s, a, grid, part, even, nch, nq, err); break;
+	default: tile_of_d<8>(s, a, grid, part, even, nch, nq, err); break;
+	}
+}
