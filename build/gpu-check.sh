@@ -140,9 +140,9 @@ r = json.load(open(sys.argv[1]))
 if r.get("device_limits"):
     print("device", json.dumps(r.get("device_info")), json.dumps(r["device_limits"]))
 for m in r.get("models") or []:
-    print("%s: prefill %.1f tok/s, decode %.1f tok/s (%.0f GB/s), scorer %.4f s (prefix %.4f s)" % (
+    print("%s: prefill %.1f tok/s, decode %.1f tok/s (%.0f GB/s), scorer %.4f s (prefix %.4f s; the first request %.4f s)" % (
         m["model"], m["prefill"]["tokens_per_second"], m["decode"]["tokens_per_second"], m["decode"]["gb_per_s"],
-        m["scorer"].get("seconds", 0), m["scorer"].get("prefix_prefill_seconds", 0)))
+        m["scorer"].get("seconds", 0), m["scorer"].get("prefix_prefill_seconds", 0), m["scorer"].get("cold_seconds", 0)))
 t = r.get("towers") or {}
 if not t:
     print("towers: not in the report")

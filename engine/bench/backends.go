@@ -42,6 +42,8 @@ func (c BackendComparison) String() string {
 
 // CompareBackends scores every input under base and other (after a warm-up
 // request each) and compares their distributions decision by decision.
+// Each timed request prefills its whole prompt (what the scorer kept from
+// the requests before is dropped first).
 func CompareBackends(ctx context.Context, sc *scorer.Scorer, name string, s *scorer.Schema, inputs []string, base, other string) (BackendComparison, error) {
 	c := BackendComparison{Schema: name, Inputs: len(inputs), Base: base, Other: other}
 	if len(inputs) == 0 {
@@ -56,6 +58,7 @@ func CompareBackends(ctx context.Context, sc *scorer.Scorer, name string, s *sco
 	for _, in := range inputs {
 		var rs [2]*scorer.Result
 		for i, b := range []string{base, other} {
+			sc.DropKept()
 			t := time.Now()
 			r, err := sc.Score(ctx, s, in, scorer.Options{Backend: b})
 			if err != nil {

@@ -20,8 +20,12 @@ type ScorerReport struct {
 	BranchRows     int     `json:"branch_rows"`
 	TotalSeconds   float64 `json:"total_seconds"`
 	PrefillSeconds float64 `json:"prefill_seconds"`
-	PrefillShare   float64 `json:"prefill_share"`
-	DecisionsPerS  float64 `json:"decisions_per_second"`
+	// PrefixReused counts the prompt tokens the measured request took from
+	// an earlier one: 0, as every timed request first drops what the
+	// scorer kept (Scorer.DropKept), so that each prefills its prefix.
+	PrefixReused  int     `json:"prefix_reused_tokens"`
+	PrefillShare  float64 `json:"prefill_share"`
+	DecisionsPerS float64 `json:"decisions_per_second"`
 	// FullPass* time scoring every candidate with its own forward pass over
 	// prompt + key + value; FullPassMeasured of them were timed and the
 	// total extrapolated from their mean.
@@ -105,6 +109,8 @@ func ScorerInput(tok scorer.Tokenizer, s *scorer.Schema, n int, c model.Chat) st
 // Scorer runs the scorer benchmark: one request at the default batch size,
 // the full-pass alternative (timing at most fullPasses candidates, 0: all),
 // a sweep over branch-batch sizes, and json against each of backends.
+// Every timed request prefills its whole prefix: the prefixes the scorer
+// kept from the requests before are dropped first.
 func Scorer(ctx context.Context, name string, m model.Model, tok scorer.Tokenizer, promptTokens, fields, fullPasses int, sweep []int, backends ...string) (ScorerReport, error) {
 	s := ScorerSchema(fields)
 	input := ScorerInput(tok, s, promptTokens, m.Chat())
@@ -113,11 +119,13 @@ func Scorer(ctx context.Context, name string, m model.Model, tok scorer.Tokenize
 	if _, err := sc.Score(ctx, s, input, scorer.Options{}); err != nil { // warm: compile the schema
 		return r, err
 	}
+	sc.DropKept()
 	res, err := sc.Score(ctx, s, input, scorer.Options{})
 	if err != nil {
 		return r, err
 	}
 	r.PromptTokens, r.Decisions, r.BranchRows = res.PromptTokens, res.Decisions, res.BranchRows
+	r.PrefixReused = res.Timings.PrefixReused
 	r.TotalSeconds = time.Duration(res.Timings.Total).Seconds()
 	r.PrefillSeconds = time.Duration(res.Timings.Prefill).Seconds()
 	r.PrefillShare = r.PrefillSeconds / r.TotalSeconds
@@ -160,6 +168,7 @@ func Scorer(ctx context.Context, name string, m model.Model, tok scorer.Tokenize
 	r.SpeedupVsFull = r.FullPassSeconds / r.TotalSeconds
 
 	for _, b := range sweep {
+		sc.DropKept()
 		res, err := sc.Score(ctx, s, input, scorer.Options{BranchBatch: b})
 		if err != nil {
 			return r, err
