@@ -384,7 +384,11 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 		decisionsLeft[d.field]++
 	}
 	res.Fields = make([]FieldResult, len(s.Fields))
-	r, err := sc.execute(ctx, comp, md, opt, start, func(r *run, dec int) {
+	var after [][]int32
+	for _, df := range decoded {
+		after = append(after, df.key)
+	}
+	r, err := sc.execute(ctx, comp, md, opt, start, after, func(r *run, dec int) {
 		f := comp.decisions[dec].field
 		decisionsLeft[f]--
 		if decisionsLeft[f] == 0 {
@@ -400,6 +404,9 @@ func (sc *Scorer) Score(ctx context.Context, s *Schema, input string, opt Option
 	}
 	defer r.cache.Free()
 	if len(decoded) > 0 {
+		for i := range decoded { // the prefix holds their lead
+			decoded[i].key = decoded[i].key[r.lead:]
+		}
 		if err := sc.decode(ctx, s, decoded, r.cache, res, opt, func(f *FieldResult) {
 			f.Elapsed = Duration(time.Since(start))
 			if r.timings.FirstDecision == 0 {
@@ -488,7 +495,7 @@ func (sc *Scorer) ScoreDecisions(ctx context.Context, prompt string, specs []Dec
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := sc.execute(ctx, comp, nil, opt, time.Now(), nil)
+	r, err := sc.execute(ctx, comp, nil, opt, time.Now(), nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -539,7 +546,8 @@ func (sc *Scorer) compileCached(p prompt.Prompt, ds []decision) (*compiled, bool
 
 // run is one execution's raw scores.
 type run struct {
-	cache   model.Cache   // the shared prefix (and the key rows' common lead)
+	cache   model.Cache   // the shared prefix and the key rows' common lead
+	lead    int           // the lead's tokens (at the cache's end)
 	scores  [][]float64   // per decision, per candidate: s(c)
 	tokLP   [][][]float64 // per decision, per candidate: each scored token
 	timings Timings
@@ -548,8 +556,11 @@ type run struct {
 }
 
 // execute computes the prefix once and runs every decision's branch rows in
-// batches, calling done(dec) as each decision completes.
-func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, opt Options, start time.Time, done func(r *run, dec int)) (*run, error) {
+// batches, calling done(dec) as each decision completes. after are the
+// rows that go on from the prefix once it returns (the decoded fields'
+// keys): the lead the prefix takes is one they start with too, short of
+// their last token.
+func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, opt Options, start time.Time, after [][]int32, done func(r *run, dec int)) (*run, error) {
 	batch := opt.BranchBatch
 	if batch == 0 {
 		batch = BranchBatchFor(sc.m)
@@ -572,10 +583,33 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	tries := make([]*trie, len(comp.decisions))
 	keys := make([]row, len(comp.decisions))
 	cands := make([][]row, len(comp.decisions))
-	seqs := []int{len(comp.prefixIDs)} // the sequences the request can hold at once, at most
 	for i := range comp.decisions {
 		tries[i], keys[i], cands[i] = comp.decisions[i].plan(i)
 		r.rows += 1 + len(cands[i])
+	}
+	// The shared prefix, computed once and only read by the branches, which
+	// fork it: only its keys and values are needed (no output state). The
+	// tokens every key row starts with (at least `{"`) that no decision
+	// scores join it, in the same passes: computed once, not in every row,
+	// and in no pass of their own. A branch row's outputs equal a full
+	// forward pass over prefix and row, bit for bit, so nothing changes but
+	// the work. The prefixes kept for later requests hold them too.
+	lead := commonLead(comp.decisions, keys)
+	for _, k := range after {
+		if lead > 0 {
+			lead = max(0, min(lead, len(k)-1, commonPrefix(k, keys[0].b.IDs)))
+		}
+	}
+	r.lead = lead
+	ids := comp.prefixIDs
+	if lead > 0 {
+		ids = append(slices.Clip(ids), keys[0].b.IDs[:lead]...)
+		for i := range keys {
+			keys[i].b.IDs = keys[i].b.IDs[lead:]
+		}
+	}
+	seqs := []int{len(ids)} // the sequences the request can hold at once, at most
+	for i := range keys {
 		seqs = append(seqs, len(keys[i].b.IDs))
 		for _, c := range cands[i] {
 			seqs = append(seqs, len(c.b.IDs))
@@ -592,15 +626,13 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	}
 	defer release()
 
-	// The shared prefix, computed once and only read by the branches, which
-	// fork it: only its keys and values are needed (no output state).
 	t := time.Now()
 	var cache model.Cache
 	reused, split := 0, 0
 	if md == nil {
 		// The longest prefix an earlier request kept, forked; ids' last
 		// token is computed here whatever is kept.
-		cache, reused, split = sc.prefixes.Lookup(comp.prefixIDs, len(comp.prefixIDs)-1)
+		cache, reused, split = sc.prefixes.Lookup(ids, len(ids)-1)
 		if reused < minReuse && cache != nil {
 			cache.Free()
 			cache, reused = nil, 0
@@ -617,9 +649,11 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	cache.OnLayer(opt.OnPrefill)
 	var b model.Batch
 	if md == nil {
-		b.Add(cache, comp.prefixIDs[reused:], 0)
+		b.Add(cache, ids[reused:], 0)
 	} else if err := sc.m.AddMultimodal(&b, cache, comp.prefixIDs, *md, 0); err != nil {
 		return nil, err
+	} else {
+		b.Add(cache, ids[len(comp.prefixIDs):], 0)
 	}
 	// In chunks of the Exec's rows, cut where this prompt parts from one
 	// kept before (split): that much is kept on its own, for every later
@@ -644,40 +678,23 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 			return nil, err
 		}
 		if md == nil && hi < len(b.Rows) && (hi == split-reused || lo == 0) {
-			sc.prefixes.Keep(comp.prefixIDs[:reused+hi], cache)
+			sc.prefixes.Keep(ids[:reused+hi], cache)
 		}
 		lo = hi
 	}
 	r.cache = cache
 	cache.OnLayer(nil)
 	if md == nil {
-		sc.prefixes.Keep(comp.prefixIDs, cache)
+		sc.prefixes.Keep(ids, cache)
 	}
 	r.timings.Prefill = Duration(time.Since(t))
-	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
+	r.timings.PrefillTPS = float64(len(ids)) / time.Since(t).Seconds()
 	stage("prefill")
 
 	r.scores = make([][]float64, len(comp.decisions))
 	r.tokLP = make([][][]float64, len(comp.decisions))
 
-	// The tokens every key row starts with (at least `{"`) that no decision
-	// scores join the shared prefix, in a fork of it: computed once, not in
-	// every row. A branch row's outputs equal a full forward pass over
-	// prefix and row, bit for bit, so nothing changes but the work. (Their
-	// time counts in the total, not in the prefix prefill's.)
 	base := cache
-	if lead := commonLead(comp.decisions, keys); lead > 0 {
-		base = cache.Clone()
-		defer base.Free()
-		b.Reset()
-		b.Add(base, keys[0].b.IDs[:lead], 0)
-		if err := model.RunAll(x, &b); err != nil {
-			return nil, err
-		}
-		for i := range keys {
-			keys[i].b.IDs = keys[i].b.IDs[lead:]
-		}
-	}
 
 	// forward runs one batch of rows, each in a fork of its parent's
 	// sequence, and records their nodes' log-probabilities; it returns the
