@@ -21,3 +21,14 @@ func CachedPrompt(s *Schema, input string, codes map[int][]string) string {
 
 // PriorsCached is the number of corrections whose reference results are kept.
 func (sc *Scorer) PriorsCached() int { return sc.priors.len() }
+
+// LeadInPrefix exposes where the key rows' common lead runs.
+func LeadInPrefix(n, lead, rows int, byPass bool) bool { return leadInPrefix(n, lead, rows, byPass) }
+
+// SetCostsByPass makes every model's passes cost by the pass (as a GPU's)
+// or by the row, until restore is called.
+func SetCostsByPass(byPass bool) (restore func()) {
+	old := costsByPass
+	costsByPass = func(model.Model) bool { return byPass }
+	return func() { costsByPass = old }
+}

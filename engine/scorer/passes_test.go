@@ -11,10 +11,18 @@ import (
 	"verdict/native"
 )
 
-// counting is a Runner that counts its passes.
+// counting is a Runner that counts its passes (and takes at most rows
+// rows a pass when rows is set).
 type counting struct {
 	model.Runner
-	passes int
+	passes, rows int
+}
+
+func (c *counting) Rows() int {
+	if c.rows > 0 {
+		return c.rows
+	}
+	return c.Runner.Rows()
 }
 
 func (c *counting) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) error) error {
@@ -53,6 +61,63 @@ func TestLeadInThePrefixPasses(t *testing.T) {
 	}
 	if after := c.passes - atPrefill; atPrefill < 1 || after != len(got.Timings.Batches) {
 		t.Errorf("%d passes for the prefix, %d after it for %d branch batches", atPrefill, after, len(got.Timings.Batches))
+	}
+	if d := maxDiff(distributions(got), distributions(want)); d != 0 {
+		t.Errorf("the distributions differ by %g", d)
+	}
+}
+
+// TestLeadInPrefix: the lead runs in the prefix's passes wherever passes
+// cost by the row, and where they cost by the pass only if it adds none.
+func TestLeadInPrefix(t *testing.T) {
+	for _, c := range []struct {
+		n, lead, rows int
+		byPass, want  bool
+	}{
+		{300, 2, 512, false, true},
+		{300, 2, 512, true, true},
+		{511, 1, 512, true, true},
+		{511, 2, 512, true, false}, // 513 rows: a second pass
+		{512, 2, 512, true, false},
+		{512, 2, 512, false, true},
+		{600, 3, 512, true, true}, // two passes either way
+		{1024, 3, 512, true, false},
+		{300, 0, 512, false, false}, // no lead
+	} {
+		if got := scorer.LeadInPrefix(c.n, c.lead, c.rows, c.byPass); got != c.want {
+			t.Errorf("%+v: %v", c, got)
+		}
+	}
+}
+
+// TestLeadInKeyRows: where passes cost by the pass and the lead would add
+// one to the prefix's, the key rows keep it: the prefix takes one pass, and
+// the distributions are the same bits.
+func TestLeadInKeyRows(t *testing.T) {
+	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
+	ctx := context.Background()
+	want, err := scorer.New(m, tk).Score(ctx, s, ticket, scorer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer scorer.SetCostsByPass(true)()
+	x, err := m.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	c := &counting{Runner: x, rows: want.PromptTokens}
+	atPrefill := -1
+	got, err := scorer.New(m, tk).Score(ctx, s, ticket, scorer.Options{Runner: c, OnStage: func(stage string, _ time.Duration) {
+		if stage == "prefill" {
+			atPrefill = c.passes
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if atPrefill != 1 || got.BranchBatch != scorer.MaxBranchBatch {
+		t.Errorf("%d passes for a prefix of one pass's rows, branch batch %d", atPrefill, got.BranchBatch)
 	}
 	if d := maxDiff(distributions(got), distributions(want)); d != 0 {
 		t.Errorf("the distributions differ by %g", d)

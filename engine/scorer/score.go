@@ -145,10 +145,26 @@ const MaxBranchBatch = 64
 
 // BranchBatchFor returns the default branch batch of a model's device.
 func BranchBatchFor(m model.Model) int {
-	if m.Backend().Name() != "cpu" {
+	if costsByPass(m) {
 		return MaxBranchBatch
 	}
 	return DefaultBranchBatch
+}
+
+// costsByPass reports whether m's passes cost by the pass more than by the
+// row (a GPU's; the CPU's cost by the row).
+var costsByPass = func(m model.Model) bool { return m.Backend().Name() != "cpu" }
+
+// leadInPrefix reports whether the key rows' common lead of lead tokens
+// runs in the passes of a prefix of n rows (rows a pass), computed once:
+// always where passes cost by the row, else where it adds no pass to them
+// (a pass costs a decode step on a GPU; the key rows take it then, each
+// its copy, in their one pass).
+func leadInPrefix(n, lead, rows int, byPass bool) bool {
+	if lead <= 0 || rows <= 0 {
+		return false
+	}
+	return !byPass || (n+lead+rows-1)/rows == (n+rows-1)/rows
 }
 
 // Candidate is one allowed value of a decision with its probability.
@@ -594,21 +610,15 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	// and in no pass of their own. A branch row's outputs equal a full
 	// forward pass over prefix and row, bit for bit, so nothing changes but
 	// the work. The prefixes kept for later requests hold them too.
+	// (Where it adds a pass to the prefix's on a GPU, the key rows keep it:
+	// leadInPrefix.)
 	lead := commonLead(comp.decisions, keys)
 	for _, k := range after {
 		if lead > 0 {
 			lead = max(0, min(lead, len(k)-1, commonPrefix(k, keys[0].b.IDs)))
 		}
 	}
-	r.lead = lead
-	ids := comp.prefixIDs
-	if lead > 0 {
-		ids = append(slices.Clip(ids), keys[0].b.IDs[:lead]...)
-		for i := range keys {
-			keys[i].b.IDs = keys[i].b.IDs[lead:]
-		}
-	}
-	seqs := []int{len(ids)} // the sequences the request can hold at once, at most
+	seqs := []int{len(comp.prefixIDs) + lead} // the sequences the request can hold at once, at most
 	for i := range keys {
 		seqs = append(seqs, len(keys[i].b.IDs))
 		for _, c := range cands[i] {
@@ -625,6 +635,14 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 		return nil, err
 	}
 	defer release()
+	ids := comp.prefixIDs
+	if leadInPrefix(len(ids), lead, x.Rows(), costsByPass(sc.m)) {
+		r.lead = lead
+		ids = append(slices.Clip(ids), keys[0].b.IDs[:lead]...)
+		for i := range keys {
+			keys[i].b.IDs = keys[i].b.IDs[lead:]
+		}
+	}
 
 	t := time.Now()
 	var cache model.Cache
