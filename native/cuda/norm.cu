@@ -5,6 +5,30 @@
  * launch where they fit and as the operations they stand for otherwise.
  */
 #include "common.cuh"
+
+/* row_sumsq: the sum of squares of a row of dim values, each thread's in
+ * column order (its RN register values v, columns threadIdx.x + u·RB, then
+ * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
+ * reciprocal of the root mean square plus eps, in double as the CPU kernel
+ * takes it. Every norm here is these two steps, then its own scaling. */
+static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
+{
+	int64_t i0 = threadIdx.x;
+	float a = 0.0f;
+#pragma unroll
+	for (int u = 0; u < RN; u++)
+		if (i0 + (int64_t)u * RB < dim)
+			a = fmaf(v[u], v[u], a);
+	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+		a = fmaf(xr[i], xr[i], a);
+	return block_sum(a, red);
+}
+
+static __device__ __forceinline__ float rms_inv(float ss, int64_t dim, float eps)
+{
+	return (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+}
+
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
                           float eps)
 {
@@ -22,15 +46,8 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
 		v[u] = i < dim ? xr[i] : 0.0f;
 		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
 	}
-	float a = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++)
-		if (i0 + (int64_t)u * RB < dim)
-			a = fmaf(v[u], v[u], a);
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-		a = fmaf(xr[i], xr[i], a);
-	float ss = block_sum(a, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float ss = row_sumsq(v, xr, dim, red);
+	float inv = rms_inv(ss, dim, eps);
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = i0 + (int64_t)u * RB;
@@ -55,14 +72,7 @@ __global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
 		int64_t i = i0 + (int64_t)u * RB;
 		v[u] = i < dim ? xr[i] : 0.0f;
 	}
-	float a = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++)
-		if (i0 + (int64_t)u * RB < dim)
-			a = fmaf(v[u], v[u], a);
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-		a = fmaf(xr[i], xr[i], a);
-	float m = block_sum(a, red) / (float)dim;
+	float m = row_sumsq(v, xr, dim, red) / (float)dim;
 	if (m < floor)
 		m = floor;
 	if (threadIdx.x == 0)
@@ -103,15 +113,8 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	}
 	if (br && ba) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba) */
 		const float *bar = ba + r * dim;
-		float bacc = 0.0f;
-#pragma unroll
-		for (int u = 0; u < RN; u++)
-			if (i0 + (int64_t)u * RB < dim)
-				bacc = fmaf(bv[u], bv[u], bacc);
-		for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-			bacc = fmaf(br[i], br[i], bacc);
-		float bss = block_sum(bacc, red);
-		float binv = (float)(1.0 / sqrt((double)(bss / (float)dim + eps)));
+		float bss = row_sumsq(bv, br, dim, red);
+		float binv = rms_inv(bss, dim, eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = i0 + (int64_t)u * RB;
@@ -126,15 +129,8 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 			br[i] = bar[i] + bn;
 		}
 	}
-	float acc = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++)
-		if (i0 + (int64_t)u * RB < dim)
-			acc = fmaf(v[u], v[u], acc);
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
-		acc = fmaf(xr[i], xr[i], acc);
-	float ss = block_sum(acc, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float ss = row_sumsq(v, xr, dim, red);
+	float inv = rms_inv(ss, dim, eps);
 	float acc2 = 0.0f;
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
@@ -177,7 +173,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	if (!f)
 		return;
 	float ss2 = block_sum(acc2, red);
-	float inv2 = (float)(1.0 / sqrt((double)(ss2 / (float)dim + eps)));
+	float inv2 = rms_inv(ss2, dim, eps);
 	float *fr = f + r * dim;
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
@@ -277,7 +273,7 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
 		a = fmaf(x1, x1, a);
 	}
 	float ss = block_sum(a, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float inv = rms_inv(ss, dim, eps);
 	for (int64_t i = threadIdx.x; i < dim; i += RB)
 		fx[i] = (nw ? (fx[i] * inv) * nw[i] : fx[i] * inv) * scale;
 	__syncthreads();
@@ -373,15 +369,8 @@ static __device__ __forceinline__ void rr_token(const rr_regs &g, float *yr, con
 		int64_t c = lo + lane + 32 * j;
 		xc[j] = c < hi ? xr[c] : 0.0f;
 	}
-	float a = 0.0f;
-#pragma unroll
-	for (int u = 0; u < RN; u++)
-		if (threadIdx.x + (int64_t)u * RB < dim)
-			a = fmaf(v[u], v[u], a);
-	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB)
-		a = fmaf(xr[i], xr[i], a);
-	float ss = block_sum(a, red);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
+	float ss = row_sumsq(v, xr, dim, red);
+	float inv = rms_inv(ss, dim, eps);
 	float acc[RR_OUT];
 #pragma unroll
 	for (int r = 0; r < RR_OUT; r++)
@@ -449,7 +438,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 	if (!PRED && a.pre.data) { /* the layer's last norm-add (k_norm_add's arithmetic): x = x + rmsnorm(pre)·pre_w */
 		float *pr = (float *)a.pre.data + row, *xw = (float *)a.x.data + row;
 		const float *pw = (const float *)a.pre_w.data;
-		float pv[RN], xv[RN], pwv[RN], acc = 0.0f;
+		float pv[RN], xv[RN], pwv[RN];
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = threadIdx.x + (int64_t)u * RB;
@@ -457,14 +446,8 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 			xv[u] = i < dim ? xw[i] : 0.0f;
 			pwv[u] = pw && i < dim ? __ldg(pw + i) : 1.0f;
 		}
-#pragma unroll
-		for (int u = 0; u < RN; u++)
-			if (threadIdx.x + (int64_t)u * RB < dim)
-				acc = fmaf(pv[u], pv[u], acc);
-		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB)
-			acc = fmaf(pr[i], pr[i], acc);
-		float ss = block_sum(acc, red);
-		float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + a.eps)));
+		float ss = row_sumsq(pv, pr, dim, red);
+		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = threadIdx.x + (int64_t)u * RB;
@@ -485,20 +468,14 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 	                            * 2, 3): streams 1..3 += rmsnorm(pre)·pre_w, pre normalised in place */
 		float *pr = (float *)a.pre.data + row;
 		const float *pw = (const float *)a.pre_w.data;
-		float pv[RN], acc = 0.0f;
+		float pv[RN];
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = threadIdx.x + (int64_t)u * RB;
 			pv[u] = i < dim ? pr[i] : 0.0f;
 		}
-#pragma unroll
-		for (int u = 0; u < RN; u++)
-			if (threadIdx.x + (int64_t)u * RB < dim)
-				acc = fmaf(pv[u], pv[u], acc);
-		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB)
-			acc = fmaf(pr[i], pr[i], acc);
-		float ss = block_sum(acc, red);
-		float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + a.eps)));
+		float ss = row_sumsq(pv, pr, dim, red);
+		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) { /* each thread its own columns: the streams' loads below follow */
 			int64_t i = threadIdx.x + (int64_t)u * RB;
@@ -562,7 +539,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 			acc = fmaf(o[0], o[0], acc);
 		}
 		float ss = block_sum(acc, red);
-		float inv = (float)(1.0 / sqrt((double)(ss / (float)dim + a.eps)));
+		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = threadIdx.x + (int64_t)u * RB;
