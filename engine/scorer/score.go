@@ -648,9 +648,10 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	var cache model.Cache
 	reused, split := 0, 0
 	if md == nil {
-		// The longest prefix an earlier request kept, forked; ids' last
-		// token is computed here whatever is kept.
-		cache, reused, split = sc.prefixes.Lookup(ids, len(ids)-1)
+		// The longest prefix an earlier request kept, forked; the
+		// prompt's last token (and the lead after it) is computed here
+		// whatever is kept.
+		cache, reused, split = sc.prefixes.Lookup(ids, len(comp.prefixIDs)-1)
 		if reused < minReuse && cache != nil {
 			cache.Free()
 			cache, reused = nil, 0
@@ -706,7 +707,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 		sc.prefixes.Keep(ids, cache)
 	}
 	r.timings.Prefill = Duration(time.Since(t))
-	r.timings.PrefillTPS = float64(len(ids)) / time.Since(t).Seconds()
+	r.timings.PrefillTPS = float64(len(comp.prefixIDs)) / time.Since(t).Seconds()
 	stage("prefill")
 
 	r.scores = make([][]float64, len(comp.decisions))
