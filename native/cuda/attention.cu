@@ -17,7 +17,9 @@
  * query's keys end at its own position, or at qlim[i] when qlim is given.
  * A prefill's queries go by tiles first where attention_tile.cu takes them
  * (the same partials, key rows read once for a tile); k_attn_part then
- * skips the queries of its even tiles. */
+ * skips the queries of its even tiles. A few queries may go through
+ * attention_one.cu instead: a block a query combines its own chunks, the
+ * same bits in one launch. */
 
 /* k_attn_part: chunk blockIdx.y of GH query heads (of one key/value
  * group) of query i: block x = i·(hq/GH) + h0/GH. The chunk's key rows
@@ -190,6 +192,13 @@ void c_attention(vd_stream *s, const vd_attn *a)
 	if (nq <= 0 || a->hq <= 0)
 		return;
 	int64_t mk = a->max_keys > 0 ? a->max_keys : 1;
+	if (attn_one_fits(a, nq, mk)) { /* a few queries, each in one block (attention_one.cu) */
+		vd_attn c = *a;
+		c.max_keys = mk;
+		attn_one(s, c, nq);
+		launched(s);
+		return;
+	}
 	int64_t nch = (mk + AC - 1) / AC;
 	size_t per = (size_t)a->hq * (size_t)nch * (size_t)(a->d + 2) * sizeof(float); /* one query's partials */
 	int64_t group = (int64_t)(APART_MAX / per);

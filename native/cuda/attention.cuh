@@ -75,6 +75,93 @@ static __device__ __forceinline__ int first_above(const int *ecum, int r)
 	return l0;
 }
 
+/* score_keys: a warp's scores of the cnt keys at rows krow[0..cnt) of K
+ * (K at the group's first column, rows ldk apart) for the G query heads
+ * whose rows start at q (d apart), into ev[j·G + hh]: 32/G keys by G heads
+ * at a time, each lane's fmaf chain over its columns (lane + 32·k), the 32
+ * sums added by halving (at each of warp_sum's distances a lane keeps the
+ * half its bit picks and adds its partner's of that half, so each score's
+ * additions are warp_sum's tree), times scale: k_attn_part's scores. The
+ * warp takes the keys from first on, stride keys apart (a multiple of 32/G;
+ * by default all of them). */
+template <int G, int DT>
+static __device__ __forceinline__ void score_keys(const float *q, int64_t d, const float *K, int64_t ldk,
+                                                  const int64_t *krow, int cnt, float scale, float *ev, int lane,
+                                                  int first = 0, int stride = 32 / G)
+{
+	constexpr int KB = 32 / G;
+	float qr[G][DT];
+#pragma unroll
+	for (int hh = 0; hh < G; hh++)
+#pragma unroll
+		for (int k = 0; k < DT; k++)
+			qr[hh][k] = q[hh * d + lane + 32 * k];
+	for (int j0 = first; j0 < cnt; j0 += stride) {
+		float v[32];
+		const float *kr[KB];
+#pragma unroll
+		for (int kb = 0; kb < KB; kb++) {
+			int j = j0 + kb < cnt ? j0 + kb : cnt - 1;
+			kr[kb] = K + krow[j] * ldk + lane;
+		}
+#pragma unroll
+		for (int s = 0; s < 32; s++)
+			v[s] = 0.0f;
+#pragma unroll
+		for (int k = 0; k < DT; k++)
+#pragma unroll
+			for (int kb = 0; kb < KB; kb++) {
+				float kv = kr[kb][32 * k];
+#pragma unroll
+				for (int hh = 0; hh < G; hh++)
+					v[kb * G + hh] = fmaf(qr[hh][k], kv, v[kb * G + hh]);
+			}
+#pragma unroll
+		for (int n = 16, o = 16; o > 0; o >>= 1, n >>= 1) {
+			bool up = lane & o;
+#pragma unroll
+			for (int s = 0; s < n; s++) {
+				float send = up ? v[s] : v[s + n], keep = up ? v[s + n] : v[s];
+				v[s] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+			}
+		}
+		if (j0 + lane / G < cnt)
+			ev[j0 * G + lane] = v[0] * scale;
+	}
+}
+
+/* chunk_softmax: a warp's softmax of one head's scores in a chunk of cnt
+ * (at most AC) keys, e[j·G]: their max m, e_j = d_exp(s_j − m) in place and
+ * l = the sum of lanes 0..31's e_j plus that of lanes 32..63's, each in
+ * warp_sum's tree: k_attn_part's block_max and block_sum over 256 threads
+ * (exact zeros past cnt) give these bits. Lane 0 writes *m and *l. */
+template <int G>
+static __device__ __forceinline__ void chunk_softmax(float *e, int cnt, int lane, float *m, float *l)
+{
+	float s0 = lane < cnt ? e[lane * G] : -INFINITY, s1 = lane + 32 < cnt ? e[(lane + 32) * G] : -INFINITY;
+	float mx = warp_max(fmaxf(fmaxf(-INFINITY, s0), s1));
+	float e0 = lane < cnt ? d_exp(s0 - mx) : 0.0f, e1 = lane + 32 < cnt ? d_exp(s1 - mx) : 0.0f;
+	float sum = warp_sum(e0) + warp_sum(e1);
+	if (lane < cnt)
+		e[lane * G] = e0;
+	if (lane + 32 < cnt)
+		e[(lane + 32) * G] = e1;
+	if (lane == 0)
+		*m = mx, *l = sum;
+}
+
+/* attn_one_fits: whether attention_one.cu takes a's nq queries in one
+ * launch (a few queries of at most ATTN_ONE_KEYS keys, a shape the tiles
+ * take, VERDICT_ATTN_ONE "1"); attn_one: that launch. */
+#define ATTN_ONE_KEYS 1024
+bool attn_one_fits(const vd_attn *a, int64_t nq, int64_t max_keys);
+void attn_one(vd_stream *s, const vd_attn &a, int64_t nq);
+
+/* attn_tiles_take: whether a's shape is one the tiles' kernels take (and
+ * attention_one.cu's): G of 1, 2, 4 or 8, d of 32 to 512, a power of two,
+ * G·d/32 at most 64. */
+bool attn_tiles_take(const vd_attn *a);
+
 /* attn_tile_q: the queries a tile of attention_tile.cu takes for a's
  * shape (0: the shape is not one the tiles take, or VERDICT_ATTN_TILE is
  * not "1"). attn_tile: its kernel over nq queries, writing the partials of

@@ -36,7 +36,7 @@ template <int G, int DT>
 __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *even, int64_t nch, int64_t nq,
                                                   int *err)
 {
-	constexpr int TQ = TP / G, KB = 32 / G;
+	constexpr int TQ = TP / G;
 	__shared__ float ev[TP * AC]; /* [t][j][hh]: the scores, then their exponentials */
 	__shared__ int64_t krow[TU];
 	__shared__ int ecum[AB], ws[AB / 32];
@@ -143,48 +143,8 @@ __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *e
 		int cnt = qn[t], off = qoff[t];
 		if (cnt == 0)
 			continue;
-		const float *q = (const float *)a.q.data + ((i0 + t) * a.hq + g * G) * d + lane;
-		float qr[G][DT];
-#pragma unroll
-		for (int hh = 0; hh < G; hh++)
-#pragma unroll
-			for (int k = 0; k < DT; k++)
-				qr[hh][k] = q[hh * d + 32 * k];
-		for (int j0 = 0; j0 < cnt; j0 += KB) {
-			float v[32];
-			const float *kr[KB];
-#pragma unroll
-			for (int kb = 0; kb < KB; kb++) {
-				int j = j0 + kb < cnt ? j0 + kb : cnt - 1;
-				kr[kb] = K + krow[off + j] * ldk + lane;
-			}
-#pragma unroll
-			for (int s = 0; s < 32; s++)
-				v[s] = 0.0f;
-#pragma unroll
-			for (int k = 0; k < DT; k++)
-#pragma unroll
-				for (int kb = 0; kb < KB; kb++) {
-					float kv = kr[kb][32 * k];
-#pragma unroll
-					for (int hh = 0; hh < G; hh++)
-						v[kb * G + hh] = fmaf(qr[hh][k], kv, v[kb * G + hh]);
-				}
-			/* halving: at distance o the lane keeps the half of its
-			 * sums its bit o picks and adds its partner's of that half */
-#pragma unroll
-			for (int n = 16, o = 16; o > 0; o >>= 1, n >>= 1) {
-				bool up = lane & o;
-#pragma unroll
-				for (int s = 0; s < n; s++) {
-					float send = up ? v[s] : v[s + n], keep = up ? v[s + n] : v[s];
-					v[s] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-				}
-			}
-			int kb = lane / G;
-			if (j0 + kb < cnt)
-				ev[(t * AC + j0) * G + lane] = v[0] * a.scale;
-		}
+		score_keys<G, DT>((const float *)a.q.data + ((i0 + t) * a.hq + g * G) * d, d, K, ldk, krow + off, cnt, a.scale,
+		                  ev + t * AC * G, lane);
 	}
 	__syncthreads();
 	/* each pair's max, exponentials and their sum */
@@ -192,17 +152,7 @@ __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *e
 		int t = p / G, hh = p % G, cnt = qn[t];
 		if (cnt == 0)
 			continue;
-		float *e = ev + t * AC * G + hh;
-		float s0 = lane < cnt ? e[lane * G] : -INFINITY, s1 = lane + 32 < cnt ? e[(lane + 32) * G] : -INFINITY;
-		float mx = warp_max(fmaxf(fmaxf(-INFINITY, s0), s1));
-		float e0 = lane < cnt ? d_exp(s0 - mx) : 0.0f, e1 = lane + 32 < cnt ? d_exp(s1 - mx) : 0.0f;
-		float l = warp_sum(e0) + warp_sum(e1);
-		if (lane < cnt)
-			e[lane * G] = e0;
-		if (lane + 32 < cnt)
-			e[(lane + 32) * G] = e1;
-		if (lane == 0)
-			sm[p] = mx, sl[p] = l;
+		chunk_softmax<G>(ev + t * AC * G + hh, cnt, lane, &sm[p], &sl[p]);
 	}
 	__syncthreads();
 	/* the value sums: a thread an element, the span's rows in order, each
@@ -252,15 +202,18 @@ static bool attn_tile_on()
 /* The tiles take G of 1, 2, 4 or 8 query heads a key/value head and d of
  * 32, 64, 128, 256 or 512 with G·d/32 at most 64 (the registers of a
  * query's G heads). */
+bool attn_tiles_take(const vd_attn *a)
+{
+	if (a->hkv <= 0 || a->hq % a->hkv != 0)
+		return false;
+	int64_t G = a->hq / a->hkv, dt = a->d / 32;
+	return (G == 1 || G == 2 || G == 4 || G == 8) && a->d % 32 == 0 && (dt & (dt - 1)) == 0 && dt >= 1 &&
+	       dt <= 16 && G * dt <= 64;
+}
+
 int attn_tile_q(const vd_attn *a)
 {
-	if (!attn_tile_on() || a->hkv <= 0 || a->hq % a->hkv != 0)
-		return 0;
-	int64_t G = a->hq / a->hkv, dt = a->d / 32;
-	if ((G != 1 && G != 2 && G != 4 && G != 8) || a->d % 32 != 0 || (dt & (dt - 1)) != 0 || dt < 1 || dt > 16 ||
-	    G * dt > 64)
-		return 0;
-	return (int)(TP / G);
+	return attn_tile_on() && attn_tiles_take(a) ? (int)(TP / (a->hq / a->hkv)) : 0;
 }
 
 template <int G>

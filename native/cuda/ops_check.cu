@@ -1220,6 +1220,7 @@ int main(int argc, char **argv)
 	bool abench = argc > 1 && strcmp(argv[1], "-attn-bench") == 0;
 	setenv("VERDICT_PREFETCH", "1", 0);   /* prefetch, off by default, is checked */
 	setenv("VERDICT_ATTN_TILE", "1", 0); /* so are the prefill's attention tiles */
+	setenv("VERDICT_ATTN_ONE", "1", 0);  /* and the few queries' one launch */
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
 	if (steps || q4 || attn || linears || abench) {
 		if (abench)
