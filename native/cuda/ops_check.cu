@@ -1158,56 +1158,61 @@ static void check_loop()
 	}
 }
 
-/* -attn-bench (a GPU only): a prefill's attention at E2B's shape (8 query
- * heads, 2 key/value heads, d 256, blocks of 16 keys), 512 and 2,048
- * queries of one sequence from position 0 (the second with a window of 512,
- * as the sliding layers), timed over 20 calls after 3; run it with
- * VERDICT_ATTN_TILE=0 and =1 to compare the tiles with the queries alone. */
+/* -attn-bench (a GPU only): attention at E2B's shape (8 query heads, 2
+ * key/value heads, d 256, blocks of 16 keys) over a sequence of n keys:
+ * a prefill of all n queries from position 0 (n = 512, 2,048, the second
+ * also with a window of 512, as the sliding layers), and a decode step's
+ * one query at the end (n = 256, 1,024), timed over 20 calls (200 for a
+ * decode step) after 3; run it with VERDICT_ATTN_TILE and VERDICT_ATTN_ONE
+ * at 0 and 1 to compare the tiles and the one launch with the chunks. */
 static void bench_attention()
 {
 	const int64_t hq = 8, hkv = 2, d = 256, block = 16, ldk = hkv * d;
-	for (int64_t n : {512, 2048})
-		for (int64_t window : {0, 512}) {
-			if (n == 512 && window)
-				continue;
-			int64_t nb = n / block;
-			Pair K = in(randf((size_t)(nb * block * ldk))), V = in(randf((size_t)(nb * block * ldk)));
-			std::vector<int32_t> seq_ent{0, (int32_t)nb}, blk, pos, len, qpos, qseq;
-			for (int64_t b = 0; b < nb; b++)
-				blk.push_back((int32_t)b), pos.push_back((int32_t)(b * block)), len.push_back((int32_t)block);
-			for (int64_t q = 0; q < n; q++)
-				qpos.push_back((int32_t)q), qseq.push_back(0);
-			Pair Q = in(randf((size_t)(n * hq * d))), O = out((size_t)(n * hq * d * 4));
-			Pair QP = in(qpos), QS = in(qseq), SE = in(seq_ent), EB = in(blk), EP = in(pos), EL = in(len);
-			vd_attn a;
-			memset(&a, 0, sizeof a);
-			a.out = T(O, true, VD_F32, n, hq * d);
-			a.q = T(Q, true, VD_F32, n, hq * d);
-			a.k = T(K, true, VD_F32, nb * block, ldk);
-			a.v = T(V, true, VD_F32, nb * block, ldk);
-			a.qpos = T(QP, true, VD_I32, 1, n);
-			a.qseq = T(QS, true, VD_I32, 1, n);
-			a.seq_ent = T(SE, true, VD_I32, 1, 2);
-			a.ent_blk = T(EB, true, VD_I32, 1, nb);
-			a.ent_pos = T(EP, true, VD_I32, 1, nb);
-			a.ent_len = T(EL, true, VD_I32, 1, nb);
-			a.hq = hq, a.hkv = hkv, a.d = d, a.block = block, a.window = window, a.max_keys = n;
-			a.scale = 1.0f / 16.0f;
-			for (int i = 0; i < 3; i++)
-				GPU->op.attention(GS, &a);
-			int rc = GPU->stream.sync(GS);
-			auto t0 = std::chrono::steady_clock::now();
-			for (int i = 0; i < 20; i++)
-				GPU->op.attention(GS, &a);
-			rc = rc ? rc : GPU->stream.sync(GS);
-			double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-			const char *e = getenv("VERDICT_ATTN_TILE");
-			printf("attention bench n=%lld window=%lld tiles=%s: %.1f us a call (sync %d)\n", (long long)n,
-			       (long long)window, e ? e : "unset", us, rc);
-			if (rc)
-				failures++;
-			free_all();
-		}
+	struct C {
+		int64_t n, window, nq;
+	} cases[] = {{512, 0, 512}, {2048, 0, 2048}, {2048, 512, 2048}, {256, 0, 1}, {1024, 0, 1}};
+	for (C cs : cases) {
+		int64_t n = cs.n, window = cs.window, nq = cs.nq, calls = nq == 1 ? 200 : 20;
+		int64_t nb = n / block;
+		Pair K = in(randf((size_t)(nb * block * ldk))), V = in(randf((size_t)(nb * block * ldk)));
+		std::vector<int32_t> seq_ent{0, (int32_t)nb}, blk, pos, len, qpos, qseq;
+		for (int64_t b = 0; b < nb; b++)
+			blk.push_back((int32_t)b), pos.push_back((int32_t)(b * block)), len.push_back((int32_t)block);
+		for (int64_t q = n - nq; q < n; q++)
+			qpos.push_back((int32_t)q), qseq.push_back(0);
+		Pair Q = in(randf((size_t)(nq * hq * d))), O = out((size_t)(nq * hq * d * 4));
+		Pair QP = in(qpos), QS = in(qseq), SE = in(seq_ent), EB = in(blk), EP = in(pos), EL = in(len);
+		vd_attn a;
+		memset(&a, 0, sizeof a);
+		a.out = T(O, true, VD_F32, nq, hq * d);
+		a.q = T(Q, true, VD_F32, nq, hq * d);
+		a.k = T(K, true, VD_F32, nb * block, ldk);
+		a.v = T(V, true, VD_F32, nb * block, ldk);
+		a.qpos = T(QP, true, VD_I32, 1, nq);
+		a.qseq = T(QS, true, VD_I32, 1, nq);
+		a.seq_ent = T(SE, true, VD_I32, 1, 2);
+		a.ent_blk = T(EB, true, VD_I32, 1, nb);
+		a.ent_pos = T(EP, true, VD_I32, 1, nb);
+		a.ent_len = T(EL, true, VD_I32, 1, nb);
+		a.hq = hq, a.hkv = hkv, a.d = d, a.block = block, a.window = window, a.max_keys = n;
+		a.scale = 1.0f / 16.0f;
+		for (int i = 0; i < 3; i++)
+			GPU->op.attention(GS, &a);
+		int rc = GPU->stream.sync(GS);
+		auto t0 = std::chrono::steady_clock::now();
+		for (int64_t i = 0; i < calls; i++)
+			GPU->op.attention(GS, &a);
+		rc = rc ? rc : GPU->stream.sync(GS);
+		double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+		            (double)calls;
+		const char *e = getenv("VERDICT_ATTN_TILE"), *o = getenv("VERDICT_ATTN_ONE");
+		printf("attention bench %s keys=%lld queries=%lld window=%lld tiles=%s one=%s: %.1f us a call (sync %d)\n",
+		       nq == 1 ? "decode" : "prefill", (long long)n, (long long)nq, (long long)window, e ? e : "unset",
+		       o ? o : "unset", us, rc);
+		if (rc)
+			failures++;
+		free_all();
+	}
 }
 
 int main(int argc, char **argv)
