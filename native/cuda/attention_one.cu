@@ -1,6 +1,6 @@
 /*
  * attention_one.cu: a few queries' attention in one launch (k_attn_one): a
- * block a query and key/value group takes every chunk of the query's keys
+ * block a query head takes every chunk of the query's keys
  * and combines them itself, with the bits of attention.cu's k_attn_part and
  * k_attn_combine, without their partials or the second launch.
  */
@@ -8,7 +8,8 @@
 
 #define OC (ATTN_ONE_KEYS / AC) /* chunks a block may take */
 
-/* k_attn_one: block x = query·hkv + group. The query's visible keys' rows
+/* k_attn_one: block x = query·(hq/G) + h0/G takes query heads h0..h0+G−1
+ * (of one key/value group: G divides gq = hq/hkv). The query's visible keys' rows
  * (attention.cu's scan of the entries' visible keys), their scores for the
  * group's G heads (score_keys: the warps take the keys 32/G at a time in
  * turn), each chunk's softmax (chunk_softmax: m_c, e_j, l_c), then
@@ -18,7 +19,7 @@
  * k_attn_part writes it (a chunk with l_c not above 0 adds nothing; no
  * keys: zeros). */
 template <int G, int DT>
-__global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int *err)
+__global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int64_t gq, int *err)
 {
 	__shared__ float ev[ATTN_ONE_KEYS * G]; /* [j][hh]: the scores, then their exponentials */
 	__shared__ int64_t krow[ATTN_ONE_KEYS];
@@ -27,12 +28,12 @@ __global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int *err)
 	__shared__ int64_t s_n, s_lo, s_e0, s_e1;
 	pdl_wait();
 	pdl_launch();
-	int64_t i = blockIdx.x / a.hkv, g = blockIdx.x % a.hkv, d = a.d, ldk = a.hkv * d;
+	int64_t per = a.hq / G, i = blockIdx.x / per, h0 = blockIdx.x % per * G, g = h0 / gq, d = a.d, ldk = a.hkv * d;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
 	if (threadIdx.x == 0) {
 		int64_t lo, e0, e1, n = attn_keys(a, i, &lo, &e0, &e1);
 		if (n > a.max_keys || n > ATTN_ONE_KEYS) {
-			if (g == 0)
+			if (h0 == 0)
 				atomicExch(err, VDC_EKEYS);
 			n = 0;
 		}
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int *err)
 	}
 	__syncthreads();
 	int nkeys = (int)s_n;
-	float *out = (float *)a.out.data + (i * a.hq + g * G) * d;
+	float *out = (float *)a.out.data + (i * a.hq + h0) * d;
 	if (nkeys == 0) {
 		for (int64_t e = threadIdx.x; e < G * d; e += AB)
 			out[e] = 0.0f;
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int *err)
 		}
 	}
 	const float *K = (const float *)a.k.data + g * d, *V = (const float *)a.v.data + g * d;
-	score_keys<G, DT>((const float *)a.q.data + (i * a.hq + g * G) * d, d, K, ldk, krow, nkeys, a.scale, ev, lane,
+	score_keys<G, DT>((const float *)a.q.data + (i * a.hq + h0) * d, d, K, ldk, krow, nkeys, a.scale, ev, lane,
 	                  w * (32 / G), nw * (32 / G));
 	__syncthreads();
 	int nch = (nkeys + AC - 1) / AC;
@@ -136,27 +137,20 @@ bool attn_one_fits(const vd_attn *a, int64_t nq, int64_t max_keys)
 	return attn_one_on() && nq > 0 && nq < 16 && max_keys <= ATTN_ONE_KEYS && attn_tiles_take(a);
 }
 
-template <int G>
-static void one_of_d(vd_stream *s, const vd_attn &a, unsigned blocks, int *err)
-{
-	switch (a.d / 32) {
-	case 1: launch(s, k_attn_one<G, 1>, blocks, AB, 0, a, err); break;
-	case 2: launch(s, k_attn_one<G, 2>, blocks, AB, 0, a, err); break;
-	case 4: launch(s, k_attn_one<G, 4>, blocks, AB, 0, a, err); break;
-	case 8: launch(s, k_attn_one<G, 8>, blocks, AB, 0, a, err); break;
-	case 16: if constexpr (G <= 4) launch(s, k_attn_one<G, 16>, blocks, AB, 0, a, err); break;
-	default: break;
-	}
-}
-
+/* attn_one: a block a query head (8 blocks a query for E2B, each with its
+ * own chunk loop: more blocks than a block a key/value group, each head's
+ * bits its own either way). */
 void attn_one(vd_stream *s, const vd_attn &a, int64_t nq)
 {
-	unsigned blocks = (unsigned)(nq * a.hkv);
+	unsigned blocks = (unsigned)(nq * a.hq);
+	int64_t gq = a.hq / a.hkv;
 	int *err = st_of(s->b)->dev_err;
-	switch (a.hq / a.hkv) {
-	case 1: one_of_d<1>(s, a, blocks, err); break;
-	case 2: one_of_d<2>(s, a, blocks, err); break;
-	case 4: one_of_d<4>(s, a, blocks, err); break;
-	default: one_of_d<8>(s, a, blocks, err); break;
+	switch (a.d / 32) {
+	case 1: launch(s, k_attn_one<1, 1>, blocks, AB, 0, a, gq, err); break;
+	case 2: launch(s, k_attn_one<1, 2>, blocks, AB, 0, a, gq, err); break;
+	case 4: launch(s, k_attn_one<1, 4>, blocks, AB, 0, a, gq, err); break;
+	case 8: launch(s, k_attn_one<1, 8>, blocks, AB, 0, a, gq, err); break;
+	case 16: launch(s, k_attn_one<1, 16>, blocks, AB, 0, a, gq, err); break;
+	default: break;
 	}
 }
