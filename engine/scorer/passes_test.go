@@ -30,11 +30,13 @@ func (c *counting) Run(b *model.Batch, then func(x model.Exec, h native.Tensor) 
 	return c.Runner.Run(b, then)
 }
 
-// TestLeadInThePrefixPasses: the tokens every key row starts with run in
-// the prefix's passes, not in a pass of their own: after the prefix, every
-// pass is a branch batch's, and the distributions are those of a request
-// without a runner.
-func TestLeadInThePrefixPasses(t *testing.T) {
+// countedScore scores the ticket on the tiny model twice, without a runner
+// and through a counting one that takes at most rows rows a pass (0: the
+// Exec's), checks that both give the same distributions bit for bit, and
+// returns the passes the prefix took, those after it, the branch batches
+// and the Exec's rows.
+func countedScore(t *testing.T, rows int) (prefix, after, batches, execRows int) {
+	t.Helper()
 	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
 	ctx := context.Background()
 	want, err := scorer.New(m, tk).Score(ctx, s, ticket, scorer.Options{})
@@ -46,24 +48,48 @@ func TestLeadInThePrefixPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Release()
-	if x.Rows() < 64 {
-		t.Skipf("the tiny model's passes take %d rows: a branch batch may take several", x.Rows())
+	if rows < 0 {
+		rows = want.PromptTokens
 	}
-	c := &counting{Runner: x}
-	atPrefill := -1
+	c := &counting{Runner: x, rows: rows}
+	prefix = -1
 	got, err := scorer.New(m, tk).Score(ctx, s, ticket, scorer.Options{Runner: c, OnStage: func(stage string, _ time.Duration) {
 		if stage == "prefill" {
-			atPrefill = c.passes
+			prefix = c.passes
 		}
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := c.passes - atPrefill; atPrefill < 1 || after != len(got.Timings.Batches) {
-		t.Errorf("%d passes for the prefix, %d after it for %d branch batches", atPrefill, after, len(got.Timings.Batches))
-	}
 	if d := maxDiff(distributions(got), distributions(want)); d != 0 {
 		t.Errorf("the distributions differ by %g", d)
+	}
+	if got.BranchBatch != scorer.BranchBatchFor(m) {
+		t.Errorf("branch batch %d, want %d", got.BranchBatch, scorer.BranchBatchFor(m))
+	}
+	return prefix, c.passes - prefix, len(got.Timings.Batches), x.Rows()
+}
+
+// TestLeadInThePrefixPasses: the tokens every key row starts with run in
+// the prefix's passes, not in a pass of their own: after the prefix, every
+// pass is a branch batch's.
+func TestLeadInThePrefixPasses(t *testing.T) {
+	prefix, after, batches, rows := countedScore(t, 0)
+	if rows < 64 {
+		t.Skipf("the tiny model's passes take %d rows: a branch batch may take several", rows)
+	}
+	if prefix < 1 || after != batches {
+		t.Errorf("%d passes for the prefix, %d after it for %d branch batches", prefix, after, batches)
+	}
+}
+
+// TestLeadInKeyRows: where passes cost by the pass and the lead would add
+// one to the prefix's, the key rows keep it: a prefix of one pass's rows
+// takes one pass, and the distributions are the same bits.
+func TestLeadInKeyRows(t *testing.T) {
+	defer scorer.SetCostsByPass(true)()
+	if prefix, _, _, _ := countedScore(t, -1); prefix != 1 {
+		t.Errorf("%d passes for a prefix of one pass's rows", prefix)
 	}
 }
 
@@ -87,39 +113,5 @@ func TestLeadInPrefix(t *testing.T) {
 		if got := scorer.LeadInPrefix(c.n, c.lead, c.rows, c.byPass); got != c.want {
 			t.Errorf("%+v: %v", c, got)
 		}
-	}
-}
-
-// TestLeadInKeyRows: where passes cost by the pass and the lead would add
-// one to the prefix's, the key rows keep it: the prefix takes one pass, and
-// the distributions are the same bits.
-func TestLeadInKeyRows(t *testing.T) {
-	m, tk, s := testmodel.Tiny(t), testmodel.Tokenizer(t), ticketSchema(t)
-	ctx := context.Background()
-	want, err := scorer.New(m, tk).Score(ctx, s, ticket, scorer.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer scorer.SetCostsByPass(true)()
-	x, err := m.Acquire()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Release()
-	c := &counting{Runner: x, rows: want.PromptTokens}
-	atPrefill := -1
-	got, err := scorer.New(m, tk).Score(ctx, s, ticket, scorer.Options{Runner: c, OnStage: func(stage string, _ time.Duration) {
-		if stage == "prefill" {
-			atPrefill = c.passes
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if atPrefill != 1 || got.BranchBatch != scorer.MaxBranchBatch {
-		t.Errorf("%d passes for a prefix of one pass's rows, branch batch %d", atPrefill, got.BranchBatch)
-	}
-	if d := maxDiff(distributions(got), distributions(want)); d != 0 {
-		t.Errorf("the distributions differ by %g", d)
 	}
 }

@@ -58,32 +58,7 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 			pp(threadIdx.x)[0] = -INFINITY, pp(threadIdx.x)[1] = 0.0f;
 		return;
 	}
-	{ /* the chunk's key rows in the pool, in key order */
-		const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
-		const int32_t *elen = (const int32_t *)a.ent_len.data;
-		int64_t lim = attn_lim(a, i), base = 0;
-		for (int64_t t0 = e0; t0 < e1 && base < ce; t0 += AB) {
-			int64_t e = t0 + threadIdx.x;
-			int vis = 0;
-			if (e < e1) {
-				int64_t p0 = epos[e], p1 = p0 + elen[e];
-				int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-				vis = last > first ? (int)(last - first) : 0;
-			}
-			int incl = block_scan(vis, ws);
-			ecum[threadIdx.x] = incl;
-			__syncthreads();
-			int total = ecum[AB - 1];
-			int64_t kk = cs + threadIdx.x;
-			if (threadIdx.x < AC && kk < ce && kk >= base && kk < base + total) {
-				int r = (int)(kk - base), l0 = first_above(ecum, r);
-				int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
-				krow[threadIdx.x] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
-			}
-			base += total;
-			__syncthreads();
-		}
-	}
+	key_rows(a, e0, e1, lo, attn_lim(a, i), cs, ce, krow, ecum, ws); /* the chunk's key rows, in key order */
 	int cnt = (int)(ce - cs);
 	const float *K = (const float *)a.k.data, *V = (const float *)a.v.data;
 	const float *q = (const float *)a.q.data + (i * a.hq + h0) * d;

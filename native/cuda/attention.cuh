@@ -75,6 +75,39 @@ static __device__ __forceinline__ int first_above(const int *ecum, int r)
 	return l0;
 }
 
+/* key_rows: the pool rows of keys [k0, k1) of a query's visible keys (its
+ * sequence's entries e0..e1 from position lo to lim, in entry order) into
+ * krow[k − k0]: a block scan of the entries' visible counts, AB entries at
+ * a time, each key's entry by bisection. The whole block calls it (ecum:
+ * AB ints, ws: AB/32). */
+static __device__ void key_rows(const vd_attn &a, int64_t e0, int64_t e1, int64_t lo, int64_t lim, int64_t k0,
+                                int64_t k1, int64_t *krow, int *ecum, int *ws)
+{
+	const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
+	const int32_t *elen = (const int32_t *)a.ent_len.data;
+	int64_t base = 0;
+	for (int64_t t0 = e0; t0 < e1 && base < k1; t0 += AB) {
+		int64_t e = t0 + threadIdx.x;
+		int vis = 0;
+		if (e < e1) {
+			int64_t p0 = epos[e], p1 = p0 + elen[e];
+			int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
+			vis = last > first ? (int)(last - first) : 0;
+		}
+		int incl = block_scan(vis, ws);
+		ecum[threadIdx.x] = incl;
+		__syncthreads();
+		int64_t total = ecum[AB - 1], from = base > k0 ? base : k0, to = base + total < k1 ? base + total : k1;
+		for (int64_t kk = from + threadIdx.x; kk < to; kk += AB) {
+			int r = (int)(kk - base), l0 = first_above(ecum, r);
+			int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
+			krow[kk - k0] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
+		}
+		base += total;
+		__syncthreads();
+	}
+}
+
 /* score_keys: a warp's scores of the cnt keys at rows krow[0..cnt) of K
  * (K at the group's first column, rows ldk apart) for the G query heads
  * whose rows start at q (d apart), into ev[j·G + hh]: 32/G keys by G heads

@@ -47,31 +47,7 @@ __global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int64_t gq, int *err
 			out[e] = 0.0f;
 		return;
 	}
-	{ /* the keys' rows in the pool, in key order */
-		const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
-		const int32_t *elen = (const int32_t *)a.ent_len.data;
-		int64_t lo = s_lo, e1 = s_e1, lim = attn_lim(a, i), base = 0;
-		for (int64_t t0 = s_e0; t0 < e1 && base < nkeys; t0 += AB) {
-			int64_t e = t0 + threadIdx.x;
-			int vis = 0;
-			if (e < e1) {
-				int64_t p0 = epos[e], p1 = p0 + elen[e];
-				int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-				vis = last > first ? (int)(last - first) : 0;
-			}
-			int incl = block_scan(vis, ws);
-			ecum[threadIdx.x] = incl;
-			__syncthreads();
-			int64_t total = ecum[AB - 1], end = base + total < nkeys ? base + total : nkeys;
-			for (int64_t kk = base + threadIdx.x; kk < end; kk += AB) {
-				int r = (int)(kk - base), l0 = first_above(ecum, r);
-				int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
-				krow[kk] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
-			}
-			base += total;
-			__syncthreads();
-		}
-	}
+	key_rows(a, s_e0, s_e1, s_lo, attn_lim(a, i), 0, nkeys, krow, ecum, ws); /* the keys' rows, in key order */
 	const float *K = (const float *)a.k.data + g * d, *V = (const float *)a.v.data + g * d;
 	score_keys<G, DT>((const float *)a.q.data + (i * a.hq + h0) * d, d, K, ldk, krow, nkeys, a.scale, ev, lane,
 	                  w * (32 / G), nw * (32 / G));
