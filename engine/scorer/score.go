@@ -713,8 +713,6 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 	r.scores = make([][]float64, len(comp.decisions))
 	r.tokLP = make([][][]float64, len(comp.decisions))
 
-	base := cache
-
 	// forward runs one batch of rows, each in a fork of its parent's
 	// sequence, and records their nodes' log-probabilities; it returns the
 	// rows' sequences.
@@ -831,7 +829,7 @@ func (sc *Scorer) execute(ctx context.Context, comp *compiled, md *model.Media, 
 		group := keys[lo:min(lo+batch, len(keys))]
 		parents := make([]model.Cache, len(group))
 		for i := range parents {
-			parents[i] = base
+			parents[i] = cache // the prefix, and the lead where it took it
 		}
 		keySeqs, err := forward(group, parents)
 		if err != nil {
