@@ -597,11 +597,7 @@ func (req *ChatRequest) mode() (string, error) {
 		if k < 1 || k > len(req.Tools) {
 			return "", badParam("verdict.select_tools", "%d, but there are %d tools (1..%d)", k, len(req.Tools), len(req.Tools))
 		}
-		entries := make([]catalog.Entry, len(req.Tools))
-		for i, t := range req.Tools {
-			entries[i] = catalog.Entry{Name: t.Function.Name, Description: t.Function.Description}
-		}
-		if err := catalog.CheckBounds(entries); err != nil {
+		if err := catalog.CheckBounds(req.toolEntries()); err != nil {
 			return "", bad(CodeLimit, "tools: %v", err)
 		}
 		seen := map[string]bool{}

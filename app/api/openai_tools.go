@@ -41,6 +41,16 @@ type SelectionTimings struct {
 	MsPerToken float64 `json:"ms_per_token"`
 }
 
+// toolEntries is the request's tools as catalog entries: their names and
+// descriptions.
+func (req *ChatRequest) toolEntries() []catalog.Entry {
+	entries := make([]catalog.Entry, len(req.Tools))
+	for i, t := range req.Tools {
+		entries[i] = catalog.Entry{Name: t.Function.Name, Description: t.Function.Description}
+	}
+	return entries
+}
+
 // chatTools answers a request with tools and verdict.select_tools: the
 // catalog decoder names exactly k distinct tools, as `verdict catalog`
 // does (the tools listed in a user turn with the request: the system
@@ -62,10 +72,7 @@ func (h *Handler) chatTools(w http.ResponseWriter, r *http.Request, req *ChatReq
 	if in.system != "" {
 		request = strings.TrimSpace(in.system) + "\n\n" + request
 	}
-	entries := make([]catalog.Entry, len(req.Tools))
-	for i, t := range req.Tools {
-		entries[i] = catalog.Entry{Name: t.Function.Name, Description: t.Function.Description}
-	}
+	entries := req.toolEntries()
 	d, ctx, err := h.svc.Runs.Direct(r.Context(), req.Model)
 	if err != nil {
 		h.failOpenAI(w, err)
