@@ -51,8 +51,7 @@ __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *e
 	int64_t g = blockIdx.x % a.hkv, tile = blockIdx.x / a.hkv, ch = blockIdx.y;
 	int64_t i0 = tile * TQ, d = a.d, ldk = a.hkv * d;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
-	const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
-	const int32_t *elen = (const int32_t *)a.ent_len.data;
+	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
 	if (threadIdx.x < TQ) {
 		int t = threadIdx.x;
 		int64_t i = i0 + t;
@@ -120,23 +119,9 @@ __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *e
 	int64_t A = span0, U = spann;
 	if (U == 0)
 		return;
-	{ /* the span's key rows in the pool */
-		int64_t base = 0, e1 = se1;
-		for (int64_t t0 = se0; t0 < e1 && base < A + U; t0 += AB) {
-			int64_t e = t0 + threadIdx.x;
-			int incl = block_scan(e < e1 ? elen[e] : 0, ws);
-			ecum[threadIdx.x] = incl;
-			__syncthreads();
-			int total = ecum[AB - 1];
-			int64_t kk = A + threadIdx.x;
-			if (threadIdx.x < U && kk >= base && kk < base + total) {
-				int r = (int)(kk - base), l0 = first_above(ecum, r);
-				krow[threadIdx.x] = eblk[t0 + l0] * a.block + (r - (l0 ? ecum[l0 - 1] : 0));
-			}
-			base += total;
-			__syncthreads();
-		}
-	}
+	/* the span's rows: keys [A, A + U) of all the sequence's keys in entry
+	 * order (no position bound) */
+	key_rows(a, se0, se1, INT64_MIN, INT64_MAX - 1, A, A + U, krow, ecum, ws);
 	const float *K = (const float *)a.k.data + g * d, *V = (const float *)a.v.data + g * d;
 	/* scores: a warp a query, KB keys by G heads at a time */
 	for (int t = w; t < TQ; t += nw) {
