@@ -255,18 +255,28 @@ int main(int argc, char **argv)
 		printf("q4 n=%lld %lldx%lld: tokens alone = in batch: %zu of 3 differ %s\n", (long long)s.n, (long long)nout,
 		       (long long)s.cols, differ, differ ? "FAIL" : "ok");
 		failures += differ != 0;
-		/* one token on the integer cores (q4_gemv) = on the tensor cores, bit for bit */
+		/* one token on the integer cores (q4_gemv) = on the tensor cores,
+		 * bit for bit, in units of each size, a unit a block and (small
+		 * matrices) several a block in turn */
 		if (!s.ids) {
-			size_t differ1 = 0;
+			size_t differ1 = 0, runs = 0;
 			for (int64_t t : {(int64_t)0, s.n - 1}) {
 				q4_gemv_set(false);
 				std::vector<float> mma = run(X + t * s.cols, Q, SO, ID, 1, nout, s.cols, lg);
 				q4_gemv_set(true);
-				std::vector<float> gv = run(X + t * s.cols, Q, SO, ID, 1, nout, s.cols, lg);
-				differ1 += memcmp(mma.data(), gv.data(), gv.size() * sizeof(float)) != 0;
+				for (int r : {0, 4, 8, 16, 32})
+					for (int g : {0, 3}) {
+						if ((r || g) && nout * s.cols > (1 << 22))
+							continue;
+						q4_gemv_shape(r, g);
+						std::vector<float> gv = run(X + t * s.cols, Q, SO, ID, 1, nout, s.cols, lg);
+						differ1 += memcmp(mma.data(), gv.data(), gv.size() * sizeof(float)) != 0;
+						runs++;
+					}
+				q4_gemv_shape(0, 0);
 			}
-			printf("q4 n=%lld %lldx%lld: one token by q4_gemv = by the mma kernels: %zu of 2 differ %s\n",
-			       (long long)s.n, (long long)nout, (long long)s.cols, differ1, differ1 ? "FAIL" : "ok");
+			printf("q4 n=%lld %lldx%lld: one token by q4_gemv = by the mma kernels: %zu of %zu differ %s\n",
+			       (long long)s.n, (long long)nout, (long long)s.cols, differ1, runs, differ1 ? "FAIL" : "ok");
 			failures += differ1 != 0;
 		}
 		/* x quantised in the blocks = by the pre-pass, for products of up to 8 tokens */

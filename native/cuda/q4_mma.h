@@ -80,6 +80,12 @@ cudaError_t q4_gemv(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np,
  * comparisons; VERDICT_Q4_GEMV sets it at start). */
 void q4_gemv_set(bool on);
 
+/* q4_gemv_shape: the rows of q4_gemv's units (4, 8, 16 or 32; 0: by the
+ * product's rows) and the most blocks of its grid (0: two a
+ * multiprocessor; fewer make each block take several units in turn), for
+ * the harness's comparisons (every shape gives the same bits). */
+void q4_gemv_shape(int rows, int grid);
+
 /* q4_mma_set_own_max: the most shared memory (bytes) a product of up to 8
  * tokens may take to quantise x in its own blocks rather than in a
  * pre-pass launch (0: always the pre-pass); for the harness's comparisons
