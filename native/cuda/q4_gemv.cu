@@ -14,7 +14,7 @@
  * (q4_check compares them bit for bit).
  *
  * A block takes a unit of R rows of one product (R = 32, 16, 8 or 4: the
- * fewest rows that still give the grid two blocks a multiprocessor, so
+ * most rows that still give the grid two blocks a multiprocessor, so
  * that a product of 2,048 rows is not 64 blocks) and every chunk: warp w
  * the chunks w, w + 8, ..., the 32/R lanes of a row each 8R/32 of a
  * chunk's eight words, their integer sums added across those lanes
@@ -149,18 +149,25 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 	int k;
 	int64_t r0;
 	unit(gv, u, R, k, r0);
-	/* the_row: a row of part k's to read (past its end: its last) */
+	/* the_row: a row of part kk's to read (past its end: its last);
+	 * row_q: this lane's words of row r0 + rl's chunks; at: of its chunk
+	 * w + 8i; rest_l2: those past the first UP asked into L2. */
 	auto the_row = [&](int kk, int64_t r) { return r < gv.p[kk].nout ? r : gv.p[kk].nout - 1; };
-	const uint8_t *qr = gv.p[k].q + the_row(k, r0 + rl) * (cols / 2) + 4 * j0;
+	auto row_q = [&](int kk, int64_t r) { return gv.p[kk].q + the_row(kk, r + rl) * (cols / 2) + 4 * j0; };
+	auto at = [&](const uint8_t *q, int i) { return q + (w + GV_W * i) * 32; };
+	auto rest_l2 = [&](const uint8_t *q) {
+		for (int i = Y::UP; i < nu; i++)
+			pdl_prefetch_l2(at(q, i));
+	};
+	const uint8_t *qr = row_q(k, r0);
 
 	/* Before the wait: weights and scales only. */
 	uint32_t wr[Y::UP][Y::WD];
 #pragma unroll
 	for (int i = 0; i < Y::UP; i++)
 		if (i < nu)
-			ldw<Y::WD>(wr[i], qr + (w + GV_W * i) * 32);
-	for (int i = Y::UP; i < nu; i++)
-		pdl_prefetch_l2(qr + (w + GV_W * i) * 32);
+			ldw<Y::WD>(wr[i], at(qr, i));
+	rest_l2(qr);
 	float2 sc[GV_SC];
 	auto scales = [&](int kk, int64_t rr) {
 		const q4_mma_part &p = gv.p[kk];
@@ -234,7 +241,7 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 		const uint8_t *qn = nullptr;
 		if (un < units) {
 			unit(gv, un, R, kn, rn);
-			qn = gv.p[kn].q + the_row(kn, rn + rl) * (cols / 2) + 4 * j0;
+			qn = row_q(kn, rn);
 		}
 		/* The chunk sums of this lane's row, UP chunks at a time, the next
 		 * UP's weights on their way meanwhile: byte i of a half h holds
@@ -250,9 +257,9 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 				for (int j = 0; j < Y::WD; j++)
 					cur[i][j] = wr[i][j];
 				if (!last && base + Y::UP + i < nu)
-					ldw<Y::WD>(wr[i], qr + (w + GV_W * (base + Y::UP + i)) * 32);
+					ldw<Y::WD>(wr[i], at(qr, base + Y::UP + i));
 				else if (last && qn && i < nu)
-					ldw<Y::WD>(wr[i], qn + (w + GV_W * i) * 32);
+					ldw<Y::WD>(wr[i], at(qn, i));
 			}
 #pragma unroll
 			for (int i = 0; i < Y::UP; i++) {
@@ -289,8 +296,8 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 					    fmaf((float)D[2], 65536.0f, fmaf((float)D[1], 256.0f, (float)D[0])) * xsx[c].x;
 			}
 		}
-		for (int i = Y::UP; i < nu && qn; i++)
-			pdl_prefetch_l2(qn + (w + GV_W * i) * 32);
+		if (qn)
+			rest_l2(qn);
 		__syncthreads();
 
 		/* A slice's P in chunk order, then the row's slices in order. */
@@ -389,15 +396,12 @@ cudaError_t q4_gemv(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np,
 	bool vec = ((uintptr_t)x & 7) == 0;
 	size_t smem = (size_t)smem_bytes(cols, R);
 	int S = slices(cols >> 6);
-	switch (R) {
-	case 4:
-		return launch_pdl(pdl, k_q4_gemv<4>, dim3(grid), dim3(32 * GV_W), smem, st, gv, x, cols, S, vec);
-	case 8:
-		return launch_pdl(pdl, k_q4_gemv<8>, dim3(grid), dim3(32 * GV_W), smem, st, gv, x, cols, S, vec);
-	case 16:
-		return launch_pdl(pdl, k_q4_gemv<16>, dim3(grid), dim3(32 * GV_W), smem, st, gv, x, cols, S, vec);
-	case 32:
-		return launch_pdl(pdl, k_q4_gemv<32>, dim3(grid), dim3(32 * GV_W), smem, st, gv, x, cols, S, vec);
-	}
-	return cudaErrorInvalidValue;
+	void (*k)(Gv, const float *, int64_t, int, bool) = R == 4    ? k_q4_gemv<4>
+	                                                   : R == 8  ? k_q4_gemv<8>
+	                                                   : R == 16 ? k_q4_gemv<16>
+	                                                   : R == 32 ? k_q4_gemv<32>
+	                                                             : nullptr;
+	if (!k)
+		return cudaErrorInvalidValue;
+	return launch_pdl(pdl, k, dim3(grid), dim3(32 * GV_W), smem, st, gv, x, cols, S, vec);
 }
