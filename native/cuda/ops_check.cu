@@ -1221,14 +1221,17 @@ int main(int argc, char **argv)
 	 * -q4: the q4 products and the sparse MLP, at small shapes (the same) */
 	bool steps = argc > 1 && strcmp(argv[1], "-steps") == 0, q4 = argc > 1 && strcmp(argv[1], "-q4") == 0;
 	bool attn = argc > 1 && strcmp(argv[1], "-attn") == 0; /* -attn: paged attention, causal and with key limits, small */
+	bool attn_all = argc > 1 && strcmp(argv[1], "-attn-all") == 0; /* -attn-all: the same at the full run's shapes */
 	bool linears = argc > 1 && strcmp(argv[1], "-linears") == 0; /* -linears: grouped products, small */
 	bool abench = argc > 1 && strcmp(argv[1], "-attn-bench") == 0;
 	setenv("VERDICT_PREFETCH", "1", 0);   /* prefetch, off by default, is checked */
 	setenv("VERDICT_ATTN_TILE", "1", 0); /* so are the prefill's attention tiles */
 	setenv("VERDICT_ATTN_ONE", "1", 0);  /* and the few queries' one launch */
 	cudaDeviceProp prop = check_open("ops_check", 12345, 44);
-	if (steps || q4 || attn || linears || abench) {
-		if (abench)
+	if (steps || q4 || attn || attn_all || linears || abench) {
+		if (attn_all)
+			check_attention(false);
+		else if (abench)
 			bench_attention();
 		else if (steps)
 			check_layer_steps(true);

@@ -8,9 +8,11 @@
  *   - memory ops (upsample_concat, transpose, im2col, avgpool2d, clip) give
  *     its values exactly: a thread per output element (transpose through a
  *     32×32 shared-memory tile);
- *   - pointwise and conv2d: one tiled product (64×64 outputs a block of 256
- *     threads, 4×4 a thread, 16 columns of the operands a step in shared
- *     memory; conv2d reads its im2col view of the image on the fly). Every
+ *   - pointwise and conv2d: one tiled product (128×128, 128×64 or 64×64
+ *     outputs a block of 256 threads by the grid's size, 8×8 to 4×4 a
+ *     thread, 16 columns of the operands a step in two shared buffers, the
+ *     next step's loaded during this one's; conv2d reads its im2col view of
+ *     the image on the fly). Every
  *     output sums its products with fmaf in column order in blocks of the
  *     CPU's K blocking (kc_step below), the blocks added in order, then the
  *     bias: the CPU's arithmetic, so the same bits;
@@ -19,11 +21,12 @@
  *   - norm_act: a warp per row (lane-strided sum of squares, the warp's
  *     shuffle tree), then the CPU's per-element arithmetic with the shared
  *     GELU of device_math.cuh;
- *   - mqa: a block per 32 (query, head) rows, keys in tiles of 32 in shared
- *     memory; pass 1 the rows' largest scores, pass 2 the same scores again
- *     (the same bits), their exponentials (terms under e^-60 dropped, as the
- *     CPU), the sum in key order and the products with v in the CPU's K
- *     blocking, then the division;
+ *   - mqa: a block per 32 (query, head) rows; pass 1 the rows' scores, kept
+ *     in shared memory, and their largest, pass 2 their exponentials (terms
+ *     under e^-60 dropped, as the CPU), pass 3 the sum in key order and the
+ *     products with v in the CPU's K blocking, then the division (k_mqa_s;
+ *     where the scores do not fit, k_mqa computes them twice, the same
+ *     bits);
  *   - cum_group_norm_relu: per-step sums in double (a block a step), the
  *     cumulative statistics by one thread in step order (staged through
  *     shared memory), the CPU's float arithmetic for the output;
@@ -41,6 +44,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #define TB 256           /* threads of the elementwise launches */
 #define MAXGRID 2147483647LL
@@ -85,26 +91,41 @@ struct conv_geom {
  * matrix x (row stride ldx) or, when CONV, the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel). The sum: fmaf in
  * p order from 0 within each block of kcs columns, the blocks' sums added
- * in order (ukr's acc), then the bias, as the CPU. */
-template <bool CONV>
+ * in order (ukr's acc), then the bias, as the CPU.
+ *
+ * A block takes (16·TM)×(16·TN) outputs, a thread TM×TN of them: rows
+ * ty·4 + (a & 3) + 64·(a >> 2), columns tx·4 + (b & 3) + 64·(b >> 2) (a
+ * row's and a column's four in one 16-byte read of shared memory). Each
+ * step sums GK operand columns from one of two shared buffers while the
+ * next step's are loaded from memory into registers; VA loads A four
+ * columns (one float4) at a time: x's rows 16-byte aligned, or an image
+ * whose channels are a multiple of 4 (four columns of one tap). The
+ * tiling changes who sums an output, never its operations or their
+ * order: every tiling gives the same bits. */
+template <bool CONV, int TM, int TN, bool VA>
 __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                               int64_t ldx, const float *__restrict__ bp,
                                               const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                               int64_t kcs, conv_geom g)
 {
-	__shared__ __align__(16) float As[GK][GM + 4];
-	__shared__ __align__(16) float Bs[GK][GN];
+	constexpr int BM = 16 * TM, BN = 16 * TN;
+	constexpr int NA = VA ? BM / 64 : TM; /* A's loads a thread a step: float4s or floats */
+	constexpr int NB = BN / 64;           /* B's float4s a thread a step */
+	__shared__ __align__(16) float As[2][GK][BM + 4];
+	__shared__ __align__(16) float Bs[2][GK][BN];
 	const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-	const int64_t m0 = (int64_t)blockIdx.x * GM, n0 = (int64_t)blockIdx.y * GN;
+	const int64_t m0 = (int64_t)blockIdx.x * BM, n0 = (int64_t)blockIdx.y * BN;
 	const int64_t npad = (n + 15) / 16 * 16;
-	const int lk = tid & 15; /* this thread's A column within a step */
-	/* The 4 A rows this thread loads: (tid >> 4) + 16·l. */
-	int64_t arow[4];
-	int iy0[4], ix0[4];
-	bool aok[4];
+	/* The A elements this thread loads: VA, rows (tid >> 2) + 64·l at
+	 * columns 4·(tid & 3)..+3 of a step; else rows (tid >> 4) + 16·l at
+	 * column tid & 15. */
+	const int acol = VA ? 4 * (tid & 3) : tid & 15;
+	int64_t arow[NA];
+	int iy0[NA], ix0[NA];
+	bool aok[NA];
 #pragma unroll
-	for (int l = 0; l < 4; l++) {
-		int64_t i = m0 + (tid >> 4) + 16 * l;
+	for (int l = 0; l < NA; l++) {
+		int64_t i = m0 + (VA ? (tid >> 2) + 64 * l : (tid >> 4) + 16 * l);
 		aok[l] = i < m;
 		arow[l] = i;
 		iy0[l] = ix0[l] = 0;
@@ -114,96 +135,130 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 			ix0[l] = ox * g.stride - g.pad_l;
 		}
 	}
-	float t[4][4], tot[4][4];
+	float4 ra[VA ? NA : 1];
+	float rs[VA ? 1 : NA];
+	float4 rb[NB];
+	auto load = [&](int64_t k0) {
+		int64_t p = k0 + acol;
+		bool pok = p < k;
+		int ky = 0, kx = 0, ci = 0;
+		if (CONV && pok) {
+			int tap = (int)(p / g.c);
+			ci = (int)(p - (int64_t)tap * g.c);
+			ky = tap / g.k;
+			kx = tap - ky * g.k;
+		}
 #pragma unroll
-	for (int a = 0; a < 4; a++)
+		for (int l = 0; l < NA; l++) {
+			const float *src = nullptr;
+			if (aok[l] && pok) {
+				if (CONV) {
+					int iy = iy0[l] + ky, ix = ix0[l] + kx;
+					if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+						src = x + ((int64_t)iy * g.w + ix) * g.c + ci;
+				} else {
+					src = x + arow[l] * ldx + p;
+				}
+			}
+			if constexpr (VA)
+				ra[l] = src ? *(const float4 *)src : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			else
+				rs[l] = src ? *src : 0.0f;
+		}
 #pragma unroll
-		for (int b = 0; b < 4; b++)
+		for (int l = 0; l < NB; l++) {
+			int f = tid + 256 * l, pr = (f & 63) >> 2;
+			int64_t j = n0 + 16 * (f >> 6), pp = k0 + pr;
+			rb[l] = j < npad && pp < k ? *(const float4 *)(bp + (j >> 4) * 16 * k + pp * 16 + 4 * (f & 3))
+			                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+	};
+	auto store = [&](int buf) {
+#pragma unroll
+		for (int l = 0; l < NA; l++) {
+			if constexpr (VA) {
+				int r = (tid >> 2) + 64 * l;
+				As[buf][acol][r] = ra[l].x;
+				As[buf][acol + 1][r] = ra[l].y;
+				As[buf][acol + 2][r] = ra[l].z;
+				As[buf][acol + 3][r] = ra[l].w;
+			} else {
+				As[buf][acol][(tid >> 4) + 16 * l] = rs[l];
+			}
+		}
+#pragma unroll
+		for (int l = 0; l < NB; l++) {
+			int f = tid + 256 * l;
+			*(float4 *)&Bs[buf][(f & 63) >> 2][16 * (f >> 6) + 4 * (f & 3)] = rb[l];
+		}
+	};
+	float t[TM][TN], tot[TM][TN];
+#pragma unroll
+	for (int a = 0; a < TM; a++)
+#pragma unroll
+		for (int b = 0; b < TN; b++)
 			t[a][b] = tot[a][b] = 0.0f;
+	auto fma_step = [&](int buf, int kk) {
+		float a4[TM], b4[TN];
+#pragma unroll
+		for (int h = 0; h < TM / 4; h++) {
+			float4 av = *(const float4 *)&As[buf][kk][ty * 4 + 64 * h];
+			a4[4 * h] = av.x, a4[4 * h + 1] = av.y, a4[4 * h + 2] = av.z, a4[4 * h + 3] = av.w;
+		}
+#pragma unroll
+		for (int h = 0; h < TN / 4; h++) {
+			float4 bv = *(const float4 *)&Bs[buf][kk][tx * 4 + 64 * h];
+			b4[4 * h] = bv.x, b4[4 * h + 1] = bv.y, b4[4 * h + 2] = bv.z, b4[4 * h + 3] = bv.w;
+		}
+#pragma unroll
+		for (int a = 0; a < TM; a++)
+#pragma unroll
+			for (int b = 0; b < TN; b++)
+				t[a][b] = fmaf(a4[a], b4[b], t[a][b]);
+	};
 	bool have = false;
 	int64_t next = kcs; /* the next K block's first column */
-	for (int64_t k0 = 0; k0 < k; k0 += GK) {
-		{
-			int64_t p = k0 + lk;
-			bool pok = p < k;
-			int ky = 0, kx = 0, ci = 0;
-			if (CONV && pok) {
-				int tap = (int)(p / g.c);
-				ci = (int)(p - (int64_t)tap * g.c);
-				ky = tap / g.k;
-				kx = tap - ky * g.k;
-			}
-#pragma unroll
-			for (int l = 0; l < 4; l++) {
-				float v = 0.0f;
-				if (aok[l] && pok) {
-					if (CONV) {
-						int iy = iy0[l] + ky, ix = ix0[l] + kx;
-						if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-							v = x[((int64_t)iy * g.w + ix) * g.c + ci];
-					} else {
-						v = x[arow[l] * ldx + p];
-					}
-				}
-				As[lk][(tid >> 4) + 16 * l] = v;
-			}
-		}
-#pragma unroll
-		for (int l = 0; l < 4; l++) {
-			int e = tid + 256 * l, kk = e >> 6, cc = e & 63;
-			int64_t j = n0 + cc, p = k0 + kk;
-			float v = 0.0f;
-			if (j < npad && p < k)
-				v = bp[(j >> 4) * 16 * k + p * 16 + (j & 15)];
-			Bs[kk][cc] = v;
-		}
-		__syncthreads();
+	load(0);
+	store(0);
+	__syncthreads();
+	int buf = 0;
+	for (int64_t k0 = 0; k0 < k; k0 += GK, buf ^= 1) {
+		bool more = k0 + GK < k;
+		if (more)
+			load(k0 + GK);
 		int64_t kn = k - k0 < GK ? k - k0 : GK;
 		if (kn == GK && next >= k0 + GK) {
 #pragma unroll
-			for (int kk = 0; kk < GK; kk++) {
-				float4 av = *(const float4 *)&As[kk][ty * 4];
-				float4 bv = *(const float4 *)&Bs[kk][tx * 4];
-				float a4[4] = {av.x, av.y, av.z, av.w}, b4[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-				for (int a = 0; a < 4; a++)
-#pragma unroll
-					for (int b = 0; b < 4; b++)
-						t[a][b] = fmaf(a4[a], b4[b], t[a][b]);
-			}
+			for (int kk = 0; kk < GK; kk++)
+				fma_step(buf, kk);
 		} else {
 			for (int kk = 0; kk < kn; kk++) {
 				if (k0 + kk == next) { /* a K block ends: its sum joins the total */
 #pragma unroll
-					for (int a = 0; a < 4; a++)
+					for (int a = 0; a < TM; a++)
 #pragma unroll
-						for (int b = 0; b < 4; b++) {
+						for (int b = 0; b < TN; b++) {
 							tot[a][b] = have ? tot[a][b] + t[a][b] : t[a][b];
 							t[a][b] = 0.0f;
 						}
 					have = true;
 					next += kcs;
 				}
-				float4 av = *(const float4 *)&As[kk][ty * 4];
-				float4 bv = *(const float4 *)&Bs[kk][tx * 4];
-				float a4[4] = {av.x, av.y, av.z, av.w}, b4[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-				for (int a = 0; a < 4; a++)
-#pragma unroll
-					for (int b = 0; b < 4; b++)
-						t[a][b] = fmaf(a4[a], b4[b], t[a][b]);
+				fma_step(buf, kk);
 			}
 		}
+		if (more)
+			store(buf ^ 1);
 		__syncthreads();
 	}
 #pragma unroll
-	for (int a = 0; a < 4; a++) {
-		int64_t i = m0 + ty * 4 + a;
+	for (int a = 0; a < TM; a++) {
+		int64_t i = m0 + ty * 4 + (a & 3) + 64 * (a >> 2);
 		if (i >= m)
 			continue;
 #pragma unroll
-		for (int b = 0; b < 4; b++) {
-			int64_t j = n0 + tx * 4 + b;
+		for (int b = 0; b < TN; b++) {
+			int64_t j = n0 + tx * 4 + (b & 3) + 64 * (b >> 2);
 			if (j >= n)
 				continue;
 			float v = have ? tot[a][b] + t[a][b] : t[a][b];
@@ -214,19 +269,70 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 	}
 }
 
+/* sm_count: the device's multiprocessors (for the product's tiling). */
+static int sm_count()
+{
+	int dev = 0, n = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+		return 0;
+	return n;
+}
+
+template <bool CONV, int TM, int TN>
+static void gemm_launch(const tow_ctx *c, bool va, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
+                        const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+{
+	dim3 grid((unsigned)((m + 16 * TM - 1) / (16 * TM)), (unsigned)((n + 16 * TN - 1) / (16 * TN)));
+	if (va)
+		k_gemm<CONV, TM, TN, true><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), g);
+	else
+		k_gemm<CONV, TM, TN, false><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), g);
+}
+
+/* gemm_pick: VERDICT_GEMM_TILE (88, 84 or 44: a thread's outputs, for
+ * the checks of every tiling) and VERDICT_GEMM_VEC=0 (A's loads one float
+ * at a time), read at each call; 0 and true when unset. */
+static int gemm_pick(bool *vec)
+{
+	const char *v = getenv("VERDICT_GEMM_VEC");
+	*vec = !(v && strcmp(v, "0") == 0);
+	const char *t = getenv("VERDICT_GEMM_TILE");
+	int n = t ? atoi(t) : 0;
+	return n == 88 || n == 84 || n == 44 ? n : 0;
+}
+
+/* gemm: the largest tiles (128×128, then 128×64, then 64×64) that still
+ * give every multiprocessor a block. */
 static int gemm(const tow_ctx *c, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
                 const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g)
 {
 	if (m <= 0 || n <= 0)
 		return 0;
-	int64_t gx = (m + GM - 1) / GM, gy = (n + GN - 1) / GN;
+	int64_t gx = (m + 63) / 64, gy = (n + 63) / 64;
 	if (gx > MAXGRID || gy > 65535 || k <= 0 || k > ((int64_t)1 << 31))
 		return TOW_ESHAPE;
-	dim3 grid((unsigned)gx, (unsigned)gy);
+	static const int sms = sm_count();
+	int64_t b88 = ((m + 127) / 128) * ((n + 127) / 128), b84 = ((m + 127) / 128) * gy;
+	int tile = b88 >= sms ? 88 : b84 >= sms ? 84 : 44;
+	bool vec = true;
+	if (int t = gemm_pick(&vec))
+		tile = t;
+	bool aligned = vec && ((uintptr_t)x & 15) == 0;
+	conv_geom cg = g ? *g : conv_geom{};
+	bool va = aligned && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
+	auto go = [&](auto conv) {
+		constexpr bool C = decltype(conv)::value;
+		if (tile == 88)
+			gemm_launch<C, 8, 8>(c, va, y, ldy, x, ldx, bp, bias, m, n, k, cg);
+		else if (tile == 84)
+			gemm_launch<C, 8, 4>(c, va, y, ldy, x, ldx, bp, bias, m, n, k, cg);
+		else
+			gemm_launch<C, 4, 4>(c, va, y, ldy, x, ldx, bp, bias, m, n, k, cg);
+	};
 	if (g)
-		k_gemm<true><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), *g);
+		go(std::true_type{});
 	else
-		k_gemm<false><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), conv_geom{});
+		go(std::false_type{});
 	return launched();
 }
 
@@ -596,6 +702,157 @@ __global__ void __launch_bounds__(256) k_mqa(float *__restrict__ out, const floa
 		}
 }
 
+/* k_mqa_s: k_mqa's arithmetic with each score computed once and kept in
+ * shared memory (k_mqa computes them twice, for the max and again for the
+ * exponentials). A block of 256 threads takes MQ_R rows, warp w rows 4w..4w
+ * + 3. Pass 1, keys in tiles of MS_K (keys transposed in shared memory,
+ * a key a lane, conflict-free): lane l scores its 4 rows with keys l and
+ * l + 32 of each tile (fmaf in d order, the four rows' q read as one
+ * broadcast), keeping the rows' largest; pass 2 turns the row's scores into
+ * k_mqa's exponentials in place; pass 3 sums them with v (tiles of MS_K
+ * keys, a column a lane, the keys in order in the CPU's K blocks of kcs,
+ * lane 0 adding the row's exponentials in key order), then divides. The
+ * same operations in the same order for every output as k_mqa: the same
+ * bits. St is [key][MS_RP] (a key's 32 rows, padded for 16-byte reads). */
+#define MS_K 64
+#define MS_RP 36
+
+/* ms_kv: the floats of the key and value tile, a multiple of 4 (St's
+ * 16-byte reads). */
+static __host__ __device__ size_t ms_kv(int64_t d) { return ((size_t)d * (MS_K + 1) + 3) & ~(size_t)3; }
+
+static size_t mqa_s_smem(int64_t nk, int64_t d)
+{
+	return ((size_t)d * MS_RP + ms_kv(d) + (size_t)nk * MS_RP) * sizeof(float);
+}
+
+__global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const float *__restrict__ q,
+                                               const float *__restrict__ kt, const float *__restrict__ vt,
+                                               int64_t rows, int nk, int d, float scale, int kcs)
+{
+	extern __shared__ __align__(16) float smq[];
+	float *Qt = smq;            /* [d][MS_RP]: q transposed, a column's 32 rows */
+	float *KV = Qt + d * MS_RP; /* [d][MS_K + 1] keys transposed, then [MS_K][d] values */
+	float *St = KV + ms_kv(d);  /* [nk][MS_RP]: the scores, then the exponentials */
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int64_t r0 = (int64_t)blockIdx.x * MQ_R;
+	for (int e = tid; e < MQ_R * d; e += 256) {
+		int rr = e / d, cc = e - rr * d;
+		Qt[cc * MS_RP + rr] = r0 + rr < rows ? q[(r0 + rr) * d + cc] : 0.0f;
+	}
+	/* Pass 1: the scores and each row's largest. */
+	float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	for (int j0 = 0; j0 < nk; j0 += MS_K) {
+		__syncthreads();
+		for (int e = tid; e < MS_K * d; e += 256) {
+			int jj = e / d, cc = e - jj * d;
+			KV[cc * (MS_K + 1) + jj] = j0 + jj < nk ? kt[(int64_t)(j0 + jj) * d + cc] : 0.0f;
+		}
+		__syncthreads();
+		float sc[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+		for (int p = 0; p < d; p++) {
+			float4 qv = *(const float4 *)&Qt[p * MS_RP + 4 * w];
+			float k0 = KV[p * (MS_K + 1) + lane], k1 = KV[p * (MS_K + 1) + lane + 32];
+			sc[0][0] = fmaf(qv.x, k0, sc[0][0]), sc[0][1] = fmaf(qv.x, k1, sc[0][1]);
+			sc[1][0] = fmaf(qv.y, k0, sc[1][0]), sc[1][1] = fmaf(qv.y, k1, sc[1][1]);
+			sc[2][0] = fmaf(qv.z, k0, sc[2][0]), sc[2][1] = fmaf(qv.z, k1, sc[2][1]);
+			sc[3][0] = fmaf(qv.w, k0, sc[3][0]), sc[3][1] = fmaf(qv.w, k1, sc[3][1]);
+		}
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			int j = j0 + lane + 32 * u;
+			if (j < nk) {
+				*(float4 *)&St[j * MS_RP + 4 * w] = make_float4(sc[0][u], sc[1][u], sc[2][u], sc[3][u]);
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					mx[i] = sc[i][u] > mx[i] ? sc[i][u] : mx[i];
+			}
+		}
+	}
+	/* Pass 2: the exponentials (the row's largest over the warp's lanes). */
+	float ms[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		for (int o = 1; o < 32; o <<= 1) {
+			float other = __shfl_xor_sync(0xffffffffu, mx[i], o);
+			mx[i] = other > mx[i] ? other : mx[i];
+		}
+		ms[i] = mx[i] * scale;
+	}
+	for (int j = lane; j < nk; j += 32) {
+		float4 v4 = *(const float4 *)&St[j * MS_RP + 4 * w];
+		float sv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float t = fmaf(sv[i], scale, -ms[i]);
+			sv[i] = t >= -60.0f ? d_exp(t) : 0.0f;
+		}
+		*(float4 *)&St[j * MS_RP + 4 * w] = make_float4(sv[0], sv[1], sv[2], sv[3]);
+	}
+	/* Pass 3: the products with v, the sums of the exponentials. */
+	float acc[4][MQ_MAXD / 32], tot[4][MQ_MAXD / 32], sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int u = 0; u < MQ_MAXD / 32; u++)
+			acc[i][u] = tot[i][u] = 0.0f;
+	bool have = false;
+	int next = kcs;
+	for (int j0 = 0; j0 < nk; j0 += MS_K) {
+		__syncthreads();
+		int kn = nk - j0 < MS_K ? nk - j0 : MS_K;
+		for (int e = tid; e < kn * d; e += 256)
+			KV[e] = vt[(int64_t)j0 * d + e];
+		__syncthreads();
+		for (int jj = 0; jj < kn; jj++) {
+			if (j0 + jj == next) {
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+#pragma unroll
+					for (int u = 0; u < MQ_MAXD / 32; u++) {
+						tot[i][u] = have ? tot[i][u] + acc[i][u] : acc[i][u];
+						acc[i][u] = 0.0f;
+					}
+				have = true;
+				next += kcs;
+			}
+			float4 p4 = *(const float4 *)&St[(j0 + jj) * MS_RP + 4 * w];
+			float pe[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				sum[i] += pe[i];
+#pragma unroll
+			for (int u = 0; u < MQ_MAXD / 32; u++)
+				if (lane + 32 * u < d) {
+					float vv = KV[jj * d + lane + 32 * u];
+#pragma unroll
+					for (int i = 0; i < 4; i++)
+						acc[i][u] = fmaf(pe[i], vv, acc[i][u]);
+				}
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		int64_t r = r0 + 4 * w + i;
+		if (r >= rows)
+			continue;
+		float inv = 1.0f / sum[i];
+#pragma unroll
+		for (int u = 0; u < MQ_MAXD / 32; u++)
+			if (lane + 32 * u < d) {
+				float o = have ? tot[i][u] + acc[i][u] : acc[i][u];
+				out[r * d + lane + 32 * u] = o * inv;
+			}
+	}
+}
+
+/* mqa_s_on: k_mqa_s unless VERDICT_MQA_S=0 (k_mqa, for comparisons). */
+static bool mqa_s_on()
+{
+	const char *e = getenv("VERDICT_MQA_S");
+	return !(e && strcmp(e, "0") == 0);
+}
+
 int tow_mqa(const tow_ctx *c, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, int64_t heads, float scale)
 {
 	int64_t nq = q.rows, nk = k.rows, d = k.cols;
@@ -609,6 +866,23 @@ int tow_mqa(const tow_ctx *c, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor
 	unsigned gr = grid1(rows, MQ_R);
 	if (!gr)
 		return TOW_ESHAPE;
+	size_t smem_s = mqa_s_smem(nk, d);
+	static const int optin = [] {
+		int dev = 0, n = 0;
+		cudaGetDevice(&dev);
+		cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+		return n;
+	}();
+	if (mqa_s_on() && smem_s <= (size_t)optin) { /* the scores fit in shared memory */
+		if (smem_s > 48 * 1024) {
+			cudaError_t e = cudaFuncSetAttribute(k_mqa_s, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_s);
+			if (e != cudaSuccess)
+				return (int)e;
+		}
+		k_mqa_s<<<gr, 256, smem_s, c->st>>>((float *)out.data, (const float *)q.data, (const float *)k.data,
+		                                    (const float *)v.data, rows, (int)nk, (int)d, scale, (int)kc_step(nk));
+		return launched();
+	}
 	size_t smem = ((size_t)MQ_R * (d + 1) + (size_t)MQ_K * (d + 1) + (size_t)MQ_K * d +
 	               (size_t)MQ_R * (MQ_K + 1)) * sizeof(float);
 	if (smem > 48 * 1024) {

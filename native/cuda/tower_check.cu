@@ -33,6 +33,25 @@ static std::vector<float> packed(int64_t n, int64_t k, float lim)
 	return p;
 }
 
+/* tilings: the product again with each tiling of tower.cu's gemm and with
+ * A's loads one float at a time (VERDICT_GEMM_TILE, VERDICT_GEMM_VEC),
+ * each against the default's bits in Y (n floats). */
+static void tilings(const std::string &nm, const Pair &Y, size_t n, const std::function<void()> &op)
+{
+	std::vector<float> want = down_f(Y, n);
+	static const char *tiles[] = {"88", "84", "44"};
+	for (const char *t : tiles)
+		for (const char *v : {"1", "0"}) {
+			setenv("VERDICT_GEMM_TILE", t, 1);
+			setenv("VERDICT_GEMM_VEC", v, 1);
+			op();
+			unsetenv("VERDICT_GEMM_TILE");
+			unsetenv("VERDICT_GEMM_VEC");
+			if (GPU->stream.sync(GS) == 0)
+				same(nm + " tiles " + t + (v[0] == '0' ? " scalar" : "") + " = default", down_f(Y, n), want);
+		}
+}
+
 static vd_conv geom(int64_t h, int64_t w, int64_t c, int k, int stride, int pt, int pl)
 {
 	vd_conv g;
@@ -67,7 +86,7 @@ static void check_pointwise()
 	struct S {
 		int64_t m, k, n;
 	} shapes[] = {{1, 3, 5},         {7, 17, 33},       {100, 64, 48},    {65, 1000, 70}, {300, 321, 16},
-	              {36864, 128, 512}, {2304, 640, 1280}, {576, 1280, 2560}, {9216, 256, 1536}};
+	              {140, 40, 140},    {130, 330, 130},   {132, 648, 136},  {36864, 128, 512}, {2304, 640, 1280}, {576, 1280, 2560}, {9216, 256, 1536}};
 	for (S s : shapes) {
 		if (skip(s.m * s.n))
 			continue;
@@ -75,8 +94,11 @@ static void check_pointwise()
 		std::string nm = fmt("pointwise m=%lld k=%lld n=%lld", (long long)s.m, (long long)s.k, (long long)s.n);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
 			    b->op.pointwise(st, F(Y, g, s.m, s.n), F(X, g, s.m, s.k), F(W, g, s.n, s.k));
-		    }))
+		    })) {
 			cmp(nm, Y, (size_t)(s.m * s.n), TOL_DOT);
+			tilings(nm, Y, (size_t)(s.m * s.n),
+			        [&] { GPU->op.pointwise(GS, F(Y, true, s.m, s.n), F(X, true, s.m, s.k), F(W, true, s.n, s.k)); });
+		}
 		if (s.m > 3) { /* rows 1..3 alone: their bits in the batch */
 			std::vector<float> all = down_f(Y, (size_t)(s.m * s.n));
 			Pair Y1 = out((size_t)(3 * s.n * 4));
@@ -114,8 +136,13 @@ static void check_conv2d()
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool gp) {
 			    b->op.conv2d(st, F(Y, gp, m, s.cout), F(X, gp, s.h * s.w, s.c), F(W, gp, s.cout, kk),
 			              s.bias ? F(B, gp, 1, s.cout) : NIL(), &g);
-		    }))
+		    })) {
 			cmp(nm, Y, (size_t)(m * s.cout), TOL_DOT);
+			tilings(nm, Y, (size_t)(m * s.cout), [&] {
+				GPU->op.conv2d(GS, F(Y, true, m, s.cout), F(X, true, s.h * s.w, s.c), F(W, true, s.cout, kk),
+				               s.bias ? F(B, true, 1, s.cout) : NIL(), &g);
+			});
+		}
 		free_all();
 	}
 }
@@ -243,6 +270,17 @@ static void check_mqa()
 			           scale);
 		    }))
 			cmp(nm, O, (size_t)(s.nq * hd), TOL_DOT);
+		{ /* k_mqa (scores computed twice) against the default's bits */
+			std::vector<float> want = down_f(O, (size_t)(s.nq * hd));
+			setenv("VERDICT_MQA_S", "0", 1);
+			GPU->op.mqa(GS, F(O, true, s.nq, hd), F(Q, true, s.nq, hd), F(K, true, s.nk, s.d), F(V, true, s.nk, s.d),
+			            s.heads, scale);
+			unsetenv("VERDICT_MQA_S");
+			if (GPU->stream.sync(GS) == 0)
+				same(nm + " scores twice = default", down_f(O, (size_t)(s.nq * hd)), want);
+			GPU->op.mqa(GS, F(O, true, s.nq, hd), F(Q, true, s.nq, hd), F(K, true, s.nk, s.d), F(V, true, s.nk, s.d),
+			            s.heads, scale);
+		}
 		if (s.nq > 2) { /* query 1 alone: its bits in the batch */
 			std::vector<float> all = down_f(O, (size_t)(s.nq * hd));
 			Pair O1 = out((size_t)hd * 4);

@@ -47,6 +47,7 @@ inline thread_local uint3s threadIdx, blockIdx, blockDim, gridDim;
 struct float4 {
 	float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 struct uint4 {
 	unsigned x, y, z, w;
 };
