@@ -69,15 +69,16 @@ static void check_linear(bool small)
 	/* small: q4 alone at shapes the host emulation runs in seconds: the
 	 * tensor-core path (group 64), and with groups of 32 the float-core
 	 * kernels (k_gemv_q4 for a few tokens, k_linear_q4_tiled past QT). */
-	static const S few[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {8, 40, 512, 32}, {130, 16, 512, 32}};
+	static const S few[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {8, 40, 512, 32}, {130, 16, 512, 32}, {70, 72, 256, 32}};
 	static const S all[] = {{1, 64, 2048, 64}, {3, 100, 96, 32}, {7, 257, 512, 128}, {65, 128, 1024, 64}, {1, 2048, 2048, 64}, {37, 300, 2112, 64},
 	             {9, 4, 2048, 64}, {130, 16, 512, 32}, {513, 40, 256, 64}, {130, 1100, 2048, 64},
 	             {200, 1024, 8192, 128}, {77, 2048, 512, 64}, {8, 8192, 2048, 64}, {64, 1030, 192, 64}};
 	std::vector<S> shapes = small ? std::vector<S>(std::begin(few), std::end(few)) : std::vector<S>(std::begin(all), std::end(all));
 	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
-		if (small && dt != VD_Q4)
-			continue;
 		for (S s : shapes) {
+			/* small: f32 only where a batch takes k_linear_f32_wide */
+			if (small && dt != VD_Q4 && !(dt == VD_F32 && s.n >= 64 && s.rows >= 64))
+				continue;
 			auto x = randf((size_t)(s.n * s.cols));
 			Pair X = in(x), W, SO;
 			if (dt == VD_F32) {
@@ -109,6 +110,13 @@ static void check_linear(bool small)
 				std::vector<float> one = down_f(Y1, (size_t)s.rows);
 				std::vector<float> last(all.end() - s.rows, all.end());
 				same(std::string(nm) + " row alone = in batch", one, last);
+				if (dt == VD_F32) { /* k_linear_f32_tiled's bits where the batch takes the wide kernel */
+					setenv("VERDICT_F32_WIDE", "0", 1);
+					GPU->op.linear(GS, T(Y, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), wt(true));
+					unsetenv("VERDICT_F32_WIDE");
+					GPU->stream.sync(GS);
+					same(std::string(nm) + " tiled = default", down_f(Y, (size_t)(s.n * s.rows)), all);
+				}
 			}
 			/* linear_rows over random rows. */
 			int64_t k = s.rows / 3 + 1;
