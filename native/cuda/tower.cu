@@ -302,7 +302,7 @@ static int gemm_pick(bool *vec)
 }
 
 /* gemm: the largest tiles (128×128, then 128×64, then 64×64) that still
- * give every multiprocessor a block. */
+ * give every multiprocessor a block and waste little past the edges. */
 static int gemm(const tow_ctx *c, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
                 const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g)
 {
@@ -312,8 +312,16 @@ static int gemm(const tow_ctx *c, float *y, int64_t ldy, const float *x, int64_t
 	if (gx > MAXGRID || gy > 65535 || k <= 0 || k > ((int64_t)1 << 31))
 		return TOW_ESHAPE;
 	static const int sms = sm_count();
-	int64_t b88 = ((m + 127) / 128) * ((n + 127) / 128), b84 = ((m + 127) / 128) * gy;
-	int tile = b88 >= sms ? 88 : b84 >= sms ? 84 : 44;
+	/* the first of 128×128, 128×64 with a block a multiprocessor or more
+	 * and at most a fifth of its outputs past the edges (n = 64: 128×64) */
+	int tile = 44;
+	for (int t : {88, 84}) {
+		int64_t bm = 16 * (t / 10), bn = 16 * (t % 10), gm = (m + bm - 1) / bm, gn = (n + bn - 1) / bn;
+		if (gm * gn >= sms && 5 * m * n >= 4 * gm * bm * gn * bn) {
+			tile = t;
+			break;
+		}
+	}
 	bool vec = true;
 	if (int t = gemm_pick(&vec))
 		tile = t;
