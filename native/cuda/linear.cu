@@ -193,84 +193,6 @@ __global__ void __launch_bounds__(32 * LW) k_linear_f32_tiled(float *y, const fl
 	}
 }
 
-/* k_linear_f32_wide: k_linear_f32_tiled's arithmetic for batches of
- * WQ·4 tokens and more (the towers' and a prefill's f32 products): a warp
- * takes RW rows by WQ tokens, the block's eight warps two row groups by four
- * token groups (16 rows by 4·WQ tokens), x staged WK columns at a time for
- * the block's tokens. A row group's four warps read the same weights (from
- * L1 after the first), so a weight leaves L2 once every 4·WQ tokens, not
- * every QT. Each (token, row) accumulator still takes lane l's columns in
- * order, then the shuffle tree: k_linear's bits. */
-#define WQ 16
-#define WK 128
-__global__ void __launch_bounds__(32 * LW) k_linear_f32_wide(float *y, const float *x, const float *w,
-                                                             const int32_t *ids, int64_t n, int64_t nout,
-                                                             int64_t cols)
-{
-	__shared__ float sx[4 * WQ][WK];
-	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, rg = wi & 1, tg = wi >> 1;
-	int64_t r0 = ((int64_t)blockIdx.x * 2 + rg) * RW;
-	int64_t tb = (int64_t)blockIdx.y * 4 * WQ, t0 = tb + (int64_t)tg * WQ;
-	int nt = n - t0 < WQ ? (int)(n - t0) : WQ;
-	pdl_wait();
-	pdl_launch();
-	int32_t row[RW];
-#pragma unroll
-	for (int k = 0; k < RW; k++) {
-		int64_t rr = r0 + k;
-		row[k] = rr < nout ? (ids ? ids[rr] : (int32_t)rr) : 0;
-	}
-	float acc[RW][WQ];
-#pragma unroll
-	for (int k = 0; k < RW; k++)
-#pragma unroll
-		for (int t = 0; t < WQ; t++)
-			acc[k][t] = 0.0f;
-	for (int64_t c0 = 0; c0 < cols; c0 += WK) {
-		int64_t wd = cols - c0 < WK ? cols - c0 : WK;
-		__syncthreads();
-		for (int e = threadIdx.x; e < 4 * WQ * WK; e += blockDim.x) {
-			int t = e / WK, c = e % WK;
-			sx[t][c] = tb + t < n && c < wd ? x[(tb + t) * cols + c0 + c] : 0.0f;
-		}
-		__syncthreads();
-		if (r0 >= nout || nt <= 0)
-			continue;
-		for (int64_t c = lane; c < wd; c += 32) {
-			float wv[RW], xv[WQ];
-#pragma unroll
-			for (int k = 0; k < RW; k++)
-				wv[k] = __ldg(w + (int64_t)row[k] * cols + c0 + c);
-#pragma unroll
-			for (int t = 0; t < WQ; t++)
-				xv[t] = sx[tg * WQ + t][c];
-#pragma unroll
-			for (int k = 0; k < RW; k++)
-#pragma unroll
-				for (int t = 0; t < WQ; t++)
-					acc[k][t] = fmaf(xv[t], wv[k], acc[k][t]);
-		}
-	}
-#pragma unroll
-	for (int k = 0; k < RW; k++) {
-		int64_t rr = r0 + k;
-#pragma unroll
-		for (int t = 0; t < WQ; t++) {
-			float v = warp_sum(acc[k][t]);
-			if (lane == 0 && rr < nout && t < nt)
-				y[(t0 + t) * nout + rr] = v;
-		}
-	}
-}
-
-/* f32_wide_on: k_linear_f32_wide for its batches unless VERDICT_F32_WIDE=0
- * (k_linear_f32_tiled, for comparisons), read at each call. */
-static bool f32_wide_on()
-{
-	const char *e = getenv("VERDICT_F32_WIDE");
-	return !(e && strcmp(e, "0") == 0);
-}
-
 /* k_linear_small: the f32 product of a matrix of at most SMALL_ROWS rows
  * (AltUp's router and coefficients), for every batch: one block per (row,
  * token), warp w summing the w-th eighth of the columns (lane l: columns
@@ -325,9 +247,6 @@ static void linear_ids(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w,
 		if (w.rows <= SMALL_ROWS && cols >= 32 * LW && n <= 65535)
 			launch(s, k_linear_small, dim3((unsigned)nout, (unsigned)n), block, 0, yd, xd, (const float *)w.data, ids,
 			                                                                     nout, cols);
-		else if (n >= 4 * WQ && nout >= 64 && n / (4 * WQ) <= 65535 && f32_wide_on())
-			launch(s, k_linear_f32_wide, dim3(blocks_for(nout, 2 * RW), (unsigned)((n + 4 * WQ - 1) / (4 * WQ))), block,
-			       0, yd, xd, (const float *)w.data, ids, n, nout, cols);
 		else if (n > QT && nout >= 64)
 			launch(s, k_linear_f32_tiled, dim3(blocks_for(nout, LW * RW), (unsigned)((n + QT - 1) / QT)), block, 0,
 			    yd, xd, (const float *)w.data, ids, n, nout, cols);

@@ -76,7 +76,7 @@ static void check_linear(bool small)
 	std::vector<S> shapes = small ? std::vector<S>(std::begin(few), std::end(few)) : std::vector<S>(std::begin(all), std::end(all));
 	for (int dt : {VD_F32, VD_BF16, VD_Q4}) {
 		for (S s : shapes) {
-			/* small: f32 only where a batch takes k_linear_f32_wide */
+			/* small: f32 where a batch takes k_linear_f32_tiled (a row alone: k_linear) */
 			if (small && dt != VD_Q4 && !(dt == VD_F32 && s.n >= 64 && s.rows >= 64))
 				continue;
 			auto x = randf((size_t)(s.n * s.cols));
@@ -110,13 +110,6 @@ static void check_linear(bool small)
 				std::vector<float> one = down_f(Y1, (size_t)s.rows);
 				std::vector<float> last(all.end() - s.rows, all.end());
 				same(std::string(nm) + " row alone = in batch", one, last);
-				if (dt == VD_F32) { /* k_linear_f32_tiled's bits where the batch takes the wide kernel */
-					setenv("VERDICT_F32_WIDE", "0", 1);
-					GPU->op.linear(GS, T(Y, true, VD_F32, s.n, s.rows), T(X, true, VD_F32, s.n, s.cols), wt(true));
-					unsetenv("VERDICT_F32_WIDE");
-					GPU->stream.sync(GS);
-					same(std::string(nm) + " tiled = default", down_f(Y, (size_t)(s.n * s.rows)), all);
-				}
 			}
 			/* linear_rows over random rows. */
 			int64_t k = s.rows / 3 + 1;
