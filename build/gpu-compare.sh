@@ -16,8 +16,8 @@
 #     tokens, decode at batch 1 and 8, a scorer request, the towers;
 #  3. the ablation: prefill and decode at batch 1 and 8 again with each of
 #     ABLATE's switches turned (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0;
-#     on, being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_TILE=1,
-#     VERDICT_ATTN_ONE=1, VERDICT_Q4_GEMV=1;
+#     on, being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_ONE=1,
+#     VERDICT_Q4_GEMV=1 (VERDICT_ATTN_TILE=1 faults on the card);
 #     VERDICT_GRAPHS=0, ...);
 #  4. llama.cpp on the same synthetic weights as Q4_0 (llamacpp-peer.sh
 #     bench, MODELS=e2b TYPES=q4_0);
@@ -30,7 +30,7 @@ cd "$root"
 OUT=${OUT:-/tmp/gpu-compare}
 CARRY=$(cd "${CARRY:-carry-cuda}" && pwd)
 MODEL=${MODEL:-synthetic-e2b}
-ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_TILE=1 VERDICT_ATTN_ONE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
+ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
 mkdir -p "$OUT"
 log=$OUT/log.txt
 : >"$log"

@@ -333,8 +333,9 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 } // namespace
 
 /* gemv_rows: the most rows of a product q4_gemv takes: none by default
- * (its 32-row blocks measured slower than the mma kernels on the H200;
- * the units are untimed: native/cuda/README.md); VERDICT_Q4_GEMV=1 every product, with
+ * (its 32-row blocks measured slower than the mma kernels on the H200,
+ * its units of 4 to 32 rows too on an H100: native/cuda/README.md);
+ * VERDICT_Q4_GEMV=1 every product, with
  * VERDICT_Q4_GEMV_ROWS=N those of at most N rows; q4_gemv_set for the
  * harness. force_r, force_grid: q4_gemv_shape's. */
 static int64_t gemv_rows = [] {
