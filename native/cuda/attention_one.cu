@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int64_t gq, int *err
 	}
 }
 
-/* attn_one_on: VERDICT_ATTN_ONE=1 (off by default until timed on a GPU). */
+/* attn_one_on: VERDICT_ATTN_ONE=1 (off by default: decode measured slower with
+ * it on an H100, 242 against 301 tokens/s; native/cuda/README.md). */
 static bool attn_one_on()
 {
 	static const bool on = [] {
