@@ -269,11 +269,12 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 	}
 }
 
-/* sm_count: the device's multiprocessors (for the product's tiling). */
-static int sm_count()
+/* dev_attr: an attribute of the current device (0 when it cannot be read):
+ * its multiprocessors for the product's tiling, its shared memory for mqa's. */
+static int dev_attr(cudaDeviceAttr a)
 {
 	int dev = 0, n = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+	if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, a, dev) != cudaSuccess)
 		return 0;
 	return n;
 }
@@ -311,7 +312,7 @@ static int gemm(const tow_ctx *c, float *y, int64_t ldy, const float *x, int64_t
 	int64_t gx = (m + 63) / 64, gy = (n + 63) / 64;
 	if (gx > MAXGRID || gy > 65535 || k <= 0 || k > ((int64_t)1 << 31))
 		return TOW_ESHAPE;
-	static const int sms = sm_count();
+	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
 	/* the first of 128×128, 128×64 with a block a multiprocessor or more
 	 * and at most a fifth of its outputs past the edges (n = 64: 128×64) */
 	int tile = 44;
@@ -874,32 +875,22 @@ int tow_mqa(const tow_ctx *c, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor
 	unsigned gr = grid1(rows, MQ_R);
 	if (!gr)
 		return TOW_ESHAPE;
-	size_t smem_s = mqa_s_smem(nk, d);
-	static const int optin = [] {
-		int dev = 0, n = 0;
-		cudaGetDevice(&dev);
-		cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-		return n;
-	}();
-	if (mqa_s_on() && smem_s <= (size_t)optin) { /* the scores fit in shared memory */
-		if (smem_s > 48 * 1024) {
-			cudaError_t e = cudaFuncSetAttribute(k_mqa_s, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_s);
-			if (e != cudaSuccess)
-				return (int)e;
-		}
-		k_mqa_s<<<gr, 256, smem_s, c->st>>>((float *)out.data, (const float *)q.data, (const float *)k.data,
-		                                    (const float *)v.data, rows, (int)nk, (int)d, scale, (int)kc_step(nk));
-		return launched();
+	/* k_mqa_s where the scores fit in shared memory, else k_mqa */
+	static const int optin = dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+	size_t smem = mqa_s_smem(nk, d);
+	auto kern = k_mqa_s;
+	if (!mqa_s_on() || smem > (size_t)optin) {
+		kern = k_mqa;
+		smem = ((size_t)MQ_R * (d + 1) + (size_t)MQ_K * (d + 1) + (size_t)MQ_K * d + (size_t)MQ_R * (MQ_K + 1)) *
+		       sizeof(float);
 	}
-	size_t smem = ((size_t)MQ_R * (d + 1) + (size_t)MQ_K * (d + 1) + (size_t)MQ_K * d +
-	               (size_t)MQ_R * (MQ_K + 1)) * sizeof(float);
 	if (smem > 48 * 1024) {
-		cudaError_t e = cudaFuncSetAttribute(k_mqa, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 		if (e != cudaSuccess)
 			return (int)e;
 	}
-	k_mqa<<<gr, 256, smem, c->st>>>((float *)out.data, (const float *)q.data, (const float *)k.data,
-	                                (const float *)v.data, rows, (int)nk, (int)d, scale, (int)kc_step(nk));
+	kern<<<gr, 256, smem, c->st>>>((float *)out.data, (const float *)q.data, (const float *)k.data,
+	                               (const float *)v.data, rows, (int)nk, (int)d, scale, (int)kc_step(nk));
 	return launched();
 }
 
