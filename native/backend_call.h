@@ -75,6 +75,7 @@ static inline void vdc_silu(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor 
 static inline void vdc_clip(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, float lim) { b->op.clip(s, y, x, lim); }
 static inline void vdc_clamp(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, float lo, float hi) { b->op.clamp(s, y, x, lo, hi); }
 static inline void vdc_linears(vd_backend *b, vd_stream *s, vd_linears l) { b->op.linears(s, &l); }
+static inline void vdc_tower_linear(vd_backend *b, vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w) { b->op.tower_linear(s, y, x, w); }
 static inline void vdc_prefetch(vd_backend *b, vd_stream *s, vd_prefetch p) { b->op.prefetch(s, &p); }
 
 #endif

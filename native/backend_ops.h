@@ -337,6 +337,13 @@ typedef struct {
 	 * its L2, while the operations before them run); no result changes,
 	 * and a backend may do nothing (the CPU's). */
 	void (*prefetch)(vd_stream *s, const vd_prefetch *p);
+
+	/* tower_linear (VD_ABI 18): linear's y = x·wᵀ for a tower's batch
+	 * (every row of an image or clip at once, never a row alone), which a
+	 * backend may sum in another order of float32 accuracy (CUDA: on the
+	 * tensor cores in three TF32 parts); each row's result still depends
+	 * on that row alone. The CPU's is its linear. */
+	void (*tower_linear)(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w);
 } vd_ops;
 
 /* vd_op: an entry of vd_ops by its index, in the table's order. */
@@ -394,6 +401,7 @@ enum vd_op {
 	VD_OP_CLAMP,
 	VD_OP_LINEARS,
 	VD_OP_PREFETCH,
+	VD_OP_TOWER_LINEAR,
 	VD_OP_COUNT
 };
 

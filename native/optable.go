@@ -65,6 +65,7 @@ const (
 	OpClamp            Op = C.VD_OP_CLAMP
 	OpLinears          Op = C.VD_OP_LINEARS
 	OpPrefetch         Op = C.VD_OP_PREFETCH
+	OpTowerLinear      Op = C.VD_OP_TOWER_LINEAR
 
 	opCount = C.VD_OP_COUNT
 )
@@ -123,6 +124,7 @@ var opNames = [opCount]string{
 	"clamp",
 	"linears",
 	"prefetch",
+	"tower_linear",
 }
 
 // String is the operation's name in backend.h.

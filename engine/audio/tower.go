@@ -402,12 +402,12 @@ func (t *Tower) encode(ctx context.Context, b *bound, feats []float32, mask []bo
 		patches := ar.Take(native.F32, u.tOut*u.fOut, c.kt*c.kf*u.cIn)
 		st.Im2Col(patches, x, u.tIn, u.fIn, u.tOut, u.fOut, c.kt, c.kf, c.st, c.sf, 0, 1)
 		y := ar.Take(native.F32, u.tOut*u.fOut, c.out)
-		st.Linear(y, patches, b.conv[i].w)
+		st.TowerLinear(y, patches, b.conv[i].w)
 		st.CumGroupNormReLU(y.View(u.tOut, u.fOut*c.out), b.conv[i].norm, float32(cfg.SSCPNormEps))
 		x = y
 	}
 	h := ar.Take(native.F32, T, D)
-	st.Linear(h, x.View(T, x.Len()/T), b.inputProj)
+	st.TowerLinear(h, x.View(T, x.Len()/T), b.inputProj)
 	if err := next(); err != nil {
 		return nil, nil, err
 	}
@@ -464,9 +464,9 @@ func (f *boundFFW) forward(s *scratch, x native.Tensor, cfg Config) {
 	clip := float32(cfg.GradClip)
 	st.Clip(s.h, x, clip)
 	st.RMSNorm(s.h, s.h, f.pre, D, normEps)
-	st.Linear(s.wide, s.h, f.up)
+	st.TowerLinear(s.wide, s.h, f.up)
 	st.SiLU(s.wide, s.wide)
-	st.Linear(s.h, s.wide, f.down)
+	st.TowerLinear(s.h, s.wide, f.down)
 	st.Clip(s.h, s.h, clip)
 	st.RMSNorm(s.h, s.h, f.post, D, normEps)
 	st.Scale(s.h, s.h, float32(cfg.ResidualWeight))
@@ -483,14 +483,14 @@ func (ly *conformerLayer) forward(s *scratch, b *boundLayer, x native.Tensor, cf
 	// Local self-attention with relative positions.
 	st.Clip(s.h, x, clip)
 	st.RMSNorm(s.h, s.h, b.preAttnNorm, D, normEps)
-	st.Linear(s.q, s.h, b.q)
-	st.Linear(s.k, s.h, b.k)
-	st.Linear(s.v, s.h, b.v)
+	st.TowerLinear(s.q, s.h, b.q)
+	st.TowerLinear(s.k, s.h, b.k)
+	st.TowerLinear(s.v, s.h, b.v)
 	st.Scale(s.q, s.q, ly.qScale)
 	st.MulRows(s.q, b.perDim)
 	st.LocalAttention(s.att, s.q, s.k, s.v, b.pos, s.valid, cfg.NumHeads,
 		max(0, cfg.ContextLeft-1), cfg.ContextRight, float32(cfg.LogitCap))
-	st.Linear(s.h, s.att, b.post)
+	st.TowerLinear(s.h, s.att, b.post)
 	st.Clip(s.h, s.h, clip)
 	st.RMSNorm(s.h, s.h, b.postNorm, D, normEps)
 	st.Add(x, x, s.h)
@@ -501,13 +501,13 @@ func (ly *conformerLayer) forward(s *scratch, b *boundLayer, x native.Tensor, cf
 	// Light convolution: GLU, causal depthwise convolution, SiLU.
 	glu := s.wide.View(T, 2*D)
 	st.RMSNorm(s.h, x, b.lconvPre, D, lconvEps)
-	st.Linear(glu, s.h, b.linStart)
+	st.TowerLinear(glu, s.h, b.linStart)
 	st.GLU(s.q, glu)
 	st.DepthwiseConvCausal(s.h, s.q, b.depthwise)
 	st.Clip(s.h, s.h, clip)
 	st.RMSNorm(s.h, s.h, b.convNorm, D, lconvEps)
 	st.SiLU(s.h, s.h)
-	st.Linear(s.q, s.h, b.linEnd)
+	st.TowerLinear(s.q, s.h, b.linEnd)
 	st.Add(x, x, s.q)
 
 	b.ffwEnd.forward(s, x, cfg)

@@ -768,6 +768,7 @@ static vd_backend cpu = {
 	.op.clamp = vd_cpu_clamp,
 	.op.linears = cpu_linears,
 	.op.prefetch = cpu_prefetch,
+	.op.tower_linear = cpu_linear, /* the CPU's tower products are its linear */
 };
 
 vd_backend *vd_cpu_backend(void) { return &cpu; }

@@ -566,6 +566,23 @@ static void c_pointwise(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
 	TOW(s, tow_pointwise(&ctx_, y, x, w));
 }
 
+/* c_tower_linear: tow_linear's tensor-core product, or linear where it
+ * does not take the call (VERDICT_TOWER_MMA=0, another dtype, rows not
+ * 16-byte aligned). */
+static void c_tower_linear(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w)
+{
+	int e;
+	{
+		ENTER(s);
+		tow_ctx ctx_ {s->st, tow_scratch, s};
+		e = tow_linear(&ctx_, y, x, w);
+	}
+	if (e == TOW_ELINEAR)
+		c_linear(s, y, x, w);
+	else if (e)
+		fail(s, e);
+}
+
 static void c_conv2d(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, const vd_conv *g)
 {
 	TOW(s, tow_conv2d(&ctx_, y, x, w, bias, g));
@@ -722,6 +739,7 @@ static vd_backend table_template()
 	t.op.clamp = c_clamp;
 	t.op.linears = c_linears;
 	t.op.prefetch = c_prefetch;
+	t.op.tower_linear = c_tower_linear;
 	return t;
 }
 

@@ -16,6 +16,7 @@ enum {
 	TOW_EDTYPE = 1001,   /* a tensor of a dtype the op does not take */
 	TOW_ESCRATCH = 1004, /* the stream's scratch could not grow */
 	TOW_ESHAPE = 1006,   /* a shape past the kernels' limits (see tower.cu) */
+	TOW_ELINEAR = -1,    /* tow_linear: not taken, linear's kernels are the caller's to run */
 };
 
 /* A tower op's stream and its scratch: scratch(owner, bytes) returns device
@@ -28,6 +29,7 @@ struct tow_ctx {
 };
 
 int tow_pointwise(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w);
+int tow_linear(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w);
 int tow_conv2d(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor bias, const vd_conv *g);
 int tow_dwconv2d(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w, const vd_conv *g);
 int tow_norm_act(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor gamma, vd_tensor res,

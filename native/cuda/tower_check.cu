@@ -24,32 +24,79 @@ static bool small_only; /* -small: the small shapes only (the host emulation of 
 /* skip: a check of n output elements is left out under -small. */
 static bool skip(int64_t n) { return small_only && n > 20000; }
 
-/* packed: a random weight [n, k] in the panel layout (vk_conv_pack). */
-static std::vector<float> packed(int64_t n, int64_t k, float lim)
+/* packed: a random weight [n, k] in the panel layout (vk_conv_pack); raw,
+ * when set, gets it by rows. */
+static std::vector<float> packed(int64_t n, int64_t k, float lim, std::vector<float> *raw = nullptr)
 {
 	std::vector<float> w = randf((size_t)(n * k), -lim, lim);
 	std::vector<float> p((size_t)vk_conv_packed_len(n, k));
 	vk_conv_pack(p.data(), w.data(), n, k);
+	if (raw)
+		*raw = w;
 	return p;
 }
 
 /* tilings: the product again with each tiling of tower.cu's gemm and with
- * A's loads one float at a time (VERDICT_GEMM_TILE, VERDICT_GEMM_VEC),
- * each against the default's bits in Y (n floats). */
+ * A's loads one float at a time (VERDICT_GEMM_TILE, VERDICT_GEMM_VEC):
+ * on the tensor cores (the default) each against the default's bits in Y
+ * (n floats), on the float cores (VERDICT_TOWER_MMA=0) each against the
+ * CPU's bits; then the default again, leaving its values in Y. */
 static void tilings(const std::string &nm, const Pair &Y, size_t n, const std::function<void()> &op)
 {
 	std::vector<float> want = down_f(Y, n);
 	static const char *tiles[] = {"88", "84", "44"};
-	for (const char *t : tiles)
-		for (const char *v : {"1", "0"}) {
-			setenv("VERDICT_GEMM_TILE", t, 1);
-			setenv("VERDICT_GEMM_VEC", v, 1);
-			op();
-			unsetenv("VERDICT_GEMM_TILE");
-			unsetenv("VERDICT_GEMM_VEC");
-			if (GPU->stream.sync(GS) == 0)
-				same(nm + " tiles " + t + (v[0] == '0' ? " scalar" : "") + " = default", down_f(Y, n), want);
+	for (const char *mma : {"1", "0"})
+		for (const char *t : tiles)
+			for (const char *v : {"1", "0"}) {
+				setenv("VERDICT_TOWER_MMA", mma, 1);
+				setenv("VERDICT_GEMM_TILE", t, 1);
+				setenv("VERDICT_GEMM_VEC", v, 1);
+				op();
+				unsetenv("VERDICT_TOWER_MMA");
+				unsetenv("VERDICT_GEMM_TILE");
+				unsetenv("VERDICT_GEMM_VEC");
+				if (GPU->stream.sync(GS) != 0)
+					continue;
+				std::string what = nm + (mma[0] == '1' ? " tiles " : " float cores, tiles ") + t +
+				                   (v[0] == '0' ? " scalar" : "");
+				if (mma[0] == '1')
+					same(what + " = default", down_f(Y, n), want);
+				else
+					same(what + " = cpu", down_f(Y, n).data(), (const float *)Y.c, n);
+			}
+	op();
+	GPU->stream.sync(GS);
+}
+
+/* accuracy: the product's error against float64 (x [m, k] by w [n, k] by
+ * rows, up to 48 rows spread over m), the GPU's (Y.g) beside the CPU's
+ * (Y.c), both relative to max|float64|. The tensor cores' three TF32
+ * parts must stay near float32: within 8 times the CPU's error, or 2e-6
+ * (one TF32 part alone is about 5e-4). */
+static void accuracy(const std::string &nm, const Pair &Y, const std::vector<float> &x, const std::vector<float> &w,
+                     int64_t m, int64_t k, int64_t n)
+{
+	std::vector<float> g = down_f(Y, (size_t)(m * n));
+	const float *c = (const float *)Y.c;
+	int64_t step = m > 48 ? m / 48 : 1;
+	double ec = 0, eg = 0, mref = 0;
+	for (int64_t i = 0; i < m; i += step)
+		for (int64_t j = 0; j < n; j++) {
+			double r = 0;
+			for (int64_t p = 0; p < k; p++)
+				r += (double)x[(size_t)(i * k + p)] * (double)w[(size_t)(j * k + p)];
+			mref = std::max(mref, fabs(r));
+			ec = std::max(ec, fabs((double)c[i * n + j] - r));
+			eg = std::max(eg, fabs((double)g[(size_t)(i * n + j)] - r));
 		}
+	ec = mref > 0 ? ec / mref : ec;
+	eg = mref > 0 ? eg / mref : eg;
+	bool ok = eg <= std::max(8 * ec, 2e-6);
+	checks++;
+	printf("%-*s against float64: gpu %.3e cpu %.3e (bound %.1e) %s\n", check_col, (nm + " accuracy").c_str(), eg,
+	       ec, std::max(8 * ec, 2e-6), ok ? "ok" : "FAIL");
+	if (!ok)
+		failures++;
 }
 
 static vd_conv geom(int64_t h, int64_t w, int64_t c, int k, int stride, int pt, int pl)
@@ -90,12 +137,14 @@ static void check_pointwise()
 	for (S s : shapes) {
 		if (skip(s.m * s.n))
 			continue;
-		Pair X = in(randf((size_t)(s.m * s.k))), W = in(packed(s.n, s.k, 0.2f)), Y = out((size_t)(s.m * s.n * 4));
+		std::vector<float> xv = randf((size_t)(s.m * s.k)), wv;
+		Pair X = in(xv), W = in(packed(s.n, s.k, 0.2f, &wv)), Y = out((size_t)(s.m * s.n * 4));
 		std::string nm = fmt("pointwise m=%lld k=%lld n=%lld", (long long)s.m, (long long)s.k, (long long)s.n);
 		if (run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
 			    b->op.pointwise(st, F(Y, g, s.m, s.n), F(X, g, s.m, s.k), F(W, g, s.n, s.k));
 		    })) {
 			cmp(nm, Y, (size_t)(s.m * s.n), TOL_DOT);
+			accuracy(nm, Y, xv, wv, s.m, s.k, s.n);
 			tilings(nm, Y, (size_t)(s.m * s.n),
 			        [&] { GPU->op.pointwise(GS, F(Y, true, s.m, s.n), F(X, true, s.m, s.k), F(W, true, s.n, s.k)); });
 		}
@@ -143,6 +192,56 @@ static void check_conv2d()
 				               s.bias ? F(B, true, 1, s.cout) : NIL(), &g);
 			});
 		}
+		free_all();
+	}
+}
+
+/* tower_linear: the audio conformer's products (w by rows) against the
+ * CPU's linear, against float64, rows 1..3 alone against their batch, and
+ * with VERDICT_TOWER_MMA=0 (or k not a multiple of 4) the bits of the
+ * backend's linear. */
+static void check_tower_linear()
+{
+	struct S {
+		int64_t m, k, n;
+	} shapes[] = {{5, 16, 7},       {130, 64, 70},     {33, 100, 129},    {70, 37, 20},      {200, 48, 64},
+	              {750, 1536, 6144}, {750, 6144, 1536}, {750, 1536, 1536}, {750, 1536, 3072}};
+	for (S s : shapes) {
+		if (skip(s.m * s.n))
+			continue;
+		std::vector<float> xv = randf((size_t)(s.m * s.k)), wv = randf((size_t)(s.n * s.k), -0.2f, 0.2f);
+		Pair X = in(xv), W = in(wv), Y = out((size_t)(s.m * s.n * 4));
+		std::string nm = fmt("tower_linear m=%lld k=%lld n=%lld", (long long)s.m, (long long)s.k, (long long)s.n);
+		auto gpu = [&](Pair &y, int64_t rows, int64_t from) {
+			vd_tensor x = F(X, true, rows, s.k);
+			x.data = (float *)X.g + from * s.k;
+			GPU->op.tower_linear(GS, F(y, true, rows, s.n), x, F(W, true, s.n, s.k));
+		};
+		if (!run(nm, [&](vd_backend *b, vd_stream *st, bool g) {
+			    b->op.tower_linear(st, F(Y, g, s.m, s.n), F(X, g, s.m, s.k), F(W, g, s.n, s.k));
+		    })) {
+			free_all();
+			continue;
+		}
+		cmp(nm, Y, (size_t)(s.m * s.n), TOL_DOT);
+		accuracy(nm, Y, xv, wv, s.m, s.k, s.n);
+		std::vector<float> all = down_f(Y, (size_t)(s.m * s.n));
+		if (s.m > 4) { /* rows 1..3 alone (x's rows 16-byte aligned when k is a multiple of 4) */
+			Pair Y1 = out((size_t)(3 * s.n * 4));
+			gpu(Y1, 3, 1);
+			if (GPU->stream.sync(GS) == 0)
+				same(nm + " rows 1..3 alone", down_f(Y1, (size_t)(3 * s.n)).data(), all.data() + s.n,
+				     (size_t)(3 * s.n));
+		}
+		GPU->op.linear(GS, F(Y, true, s.m, s.n), F(X, true, s.m, s.k), F(W, true, s.n, s.k));
+		std::vector<float> lin = GPU->stream.sync(GS) == 0 ? down_f(Y, (size_t)(s.m * s.n)) : std::vector<float>();
+		if (s.k % 4)
+			same(nm + " = linear", all, lin);
+		setenv("VERDICT_TOWER_MMA", "0", 1);
+		gpu(Y, s.m, 0);
+		unsetenv("VERDICT_TOWER_MMA");
+		if (GPU->stream.sync(GS) == 0)
+			same(nm + " VERDICT_TOWER_MMA=0 = linear", down_f(Y, (size_t)(s.m * s.n)), lin);
 		free_all();
 	}
 }
@@ -501,6 +600,7 @@ int main(int argc, char **argv)
 	       prop.minor, vk_simd_active(), vk_conv_set_simd(1));
 	check_pointwise();
 	check_conv2d();
+	check_tower_linear();
 	check_dwconv2d();
 	check_norm_act();
 	check_memory();
