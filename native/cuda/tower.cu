@@ -39,7 +39,7 @@
 #include "tower.h"
 
 #include "device_math.cuh"
-#include "tf32.cuh"
+#include "tower_mma.h"
 
 #include <cuda_runtime.h>
 
@@ -83,89 +83,6 @@ static int64_t kc_step(int64_t k)
 #define GN 64 /* output columns a block */
 #define GK 16 /* operand columns a step */
 
-struct conv_geom {
-	int h, w, c, ow, k, stride, pad_t, pad_l;
-};
-
-/* mma_tiles: k_gemm's sums on the tensor cores (TC), each product in
- * three TF32 parts (tf32.cuh): float32's accuracy, not the CPU's bits. The
- * block's eight warps split its tile WM × WN, a warp MT × NT fragments of
- * 16×8 outputs; each step's GK columns are two k8 steps of every fragment,
- * in column order from 0 (zeros past k), so an output's operations depend
- * on k alone, never on the tiling or the batch. load and store are
- * k_gemm's staging of the operands (two shared buffers, as its float
- * path). */
-template <int TM, int TN, class AS, class BS, class L, class S>
-static __device__ __forceinline__ void mma_tiles(float *__restrict__ y, int64_t ldy, const float *__restrict__ bias,
-                                                 int64_t m, int64_t n, int64_t k, int64_t m0, int64_t n0, AS &As,
-                                                 BS &Bs, L &load, S &store)
-{
-	constexpr int BM = 16 * TM, BN = 16 * TN;
-	constexpr int WM = TM == 8 && TN == 4 ? 4 : 2, WN = 8 / WM;
-	constexpr int MT = BM / WM / 16, NT = BN / WN / 8;
-	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-	const int wm0 = wid % WM * (BM / WM), wn0 = wid / WM * (BN / WN);
-	float acc[MT][NT][4];
-#pragma unroll
-	for (int a = 0; a < MT; a++)
-#pragma unroll
-		for (int b = 0; b < NT; b++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				acc[a][b][e] = 0.0f;
-	load(0);
-	store(0);
-	__syncthreads();
-	int buf = 0;
-	for (int64_t k0 = 0; k0 < k; k0 += GK, buf ^= 1) {
-		bool more = k0 + GK < k;
-		if (more)
-			load(k0 + GK);
-#pragma unroll
-		for (int kk = 0; kk < GK; kk += 8) {
-			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
-#pragma unroll
-			for (int a = 0; a < MT; a++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					tf32::split(As[buf][kk + t + 4 * (e >> 1)][wm0 + 16 * a + g + 8 * (e & 1)], ah[a][e], al[a][e]);
-#pragma unroll
-			for (int b = 0; b < NT; b++)
-#pragma unroll
-				for (int e = 0; e < 2; e++)
-					tf32::split(Bs[buf][kk + t + 4 * e][wn0 + 8 * b + g], bh[b][e], bl[b][e]);
-#pragma unroll
-			for (int a = 0; a < MT; a++)
-#pragma unroll
-				for (int b = 0; b < NT; b++)
-					tf32::mma3(acc[a][b], ah[a], al[a], bh[b], bl[b]);
-		}
-		if (more)
-			store(buf ^ 1);
-		__syncthreads();
-	}
-#pragma unroll
-	for (int a = 0; a < MT; a++)
-#pragma unroll
-		for (int e2 = 0; e2 < 2; e2++) {
-			int64_t i = m0 + wm0 + 16 * a + g + 8 * e2;
-			if (i >= m)
-				continue;
-#pragma unroll
-			for (int b = 0; b < NT; b++)
-#pragma unroll
-				for (int e1 = 0; e1 < 2; e1++) {
-					int64_t j = n0 + wn0 + 8 * b + 2 * t + e1;
-					if (j >= n)
-						continue;
-					float v = acc[a][b][2 * e2 + e1];
-					if (bias)
-						v = v + bias[j];
-					y[i * ldy + j] = v;
-				}
-		}
-}
-
 /* k_gemm: y[i·ldy + j] = Σ_p A[i, p]·B[j, p] (+ bias[j]) for i < m,
  * j < n, B packed (kernels_conv.h: panels of 16 columns, k-major), A the
  * matrix x (row stride ldx) or, when CONV, the im2col view of the image x
@@ -182,20 +99,17 @@ static __device__ __forceinline__ void mma_tiles(float *__restrict__ y, int64_t 
  * whose channels are a multiple of 4 (four columns of one tap). The
  * tiling changes who sums an output, never its operations or their
  * order: every tiling gives the same bits. */
-template <bool CONV, int TM, int TN, bool VA, bool TC, bool BP>
+template <bool CONV, int TM, int TN, bool VA>
 __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                               int64_t ldx, const float *__restrict__ bp,
                                               const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                               int64_t kcs, conv_geom g)
 {
-	static_assert(BP || !CONV, "a convolution's weight is packed");
 	constexpr int BM = 16 * TM, BN = 16 * TN;
 	constexpr int NA = VA ? BM / 64 : TM; /* A's loads a thread a step: float4s or floats */
 	constexpr int NB = BN / 64;           /* B's float4s a thread a step */
-	/* rows of 8 floats past the tile put the mma's fragment reads on 32
-	 * distinct banks */
-	__shared__ __align__(16) float As[2][GK][BM + (TC ? 8 : 4)];
-	__shared__ __align__(16) float Bs[2][GK][BN + (TC ? 8 : 0)];
+	__shared__ __align__(16) float As[2][GK][BM + 4];
+	__shared__ __align__(16) float Bs[2][GK][BN];
 	const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
 	const int64_t m0 = (int64_t)blockIdx.x * BM, n0 = (int64_t)blockIdx.y * BN;
 	const int64_t npad = (n + 15) / 16 * 16;
@@ -250,16 +164,10 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 		}
 #pragma unroll
 		for (int l = 0; l < NB; l++) {
-			int f = tid + 256 * l;
-			if constexpr (BP) {
-				int pr = (f & 63) >> 2;
-				int64_t j = n0 + 16 * (f >> 6), pp = k0 + pr;
-				rb[l] = j < npad && pp < k ? *(const float4 *)(bp + (j >> 4) * 16 * k + pp * 16 + 4 * (f & 3))
-				                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-			} else { /* W [n, k] by rows (k a multiple of 4): row f / 4, columns 4·(f % 4)..+3 */
-				int64_t j = n0 + (f >> 2), pp = k0 + 4 * (f & 3);
-				rb[l] = j < n && pp < k ? *(const float4 *)(bp + j * k + pp) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-			}
+			int f = tid + 256 * l, pr = (f & 63) >> 2;
+			int64_t j = n0 + 16 * (f >> 6), pp = k0 + pr;
+			rb[l] = j < npad && pp < k ? *(const float4 *)(bp + (j >> 4) * 16 * k + pp * 16 + 4 * (f & 3))
+			                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		}
 	};
 	auto store = [&](int buf) {
@@ -278,21 +186,9 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 #pragma unroll
 		for (int l = 0; l < NB; l++) {
 			int f = tid + 256 * l;
-			if constexpr (BP) {
-				*(float4 *)&Bs[buf][(f & 63) >> 2][16 * (f >> 6) + 4 * (f & 3)] = rb[l];
-			} else {
-				int c = 4 * (f & 3), j = f >> 2;
-				Bs[buf][c][j] = rb[l].x;
-				Bs[buf][c + 1][j] = rb[l].y;
-				Bs[buf][c + 2][j] = rb[l].z;
-				Bs[buf][c + 3][j] = rb[l].w;
-			}
+			*(float4 *)&Bs[buf][(f & 63) >> 2][16 * (f >> 6) + 4 * (f & 3)] = rb[l];
 		}
 	};
-	if constexpr (TC) {
-		mma_tiles<TM, TN>(y, ldy, bias, m, n, k, m0, n0, As, Bs, load, store);
-		return;
-	}
 	float t[TM][TN], tot[TM][TN];
 #pragma unroll
 	for (int a = 0; a < TM; a++)
@@ -380,15 +276,15 @@ static int dev_attr(cudaDeviceAttr a)
 	return n;
 }
 
-template <bool CONV, int TM, int TN, bool TC, bool BP>
+template <bool CONV, int TM, int TN>
 static void gemm_launch(const tow_ctx *c, bool va, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
                         const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	dim3 grid((unsigned)((m + 16 * TM - 1) / (16 * TM)), (unsigned)((n + 16 * TN - 1) / (16 * TN)));
-	if (va || !BP) /* a weight by rows comes with x's rows aligned (tow_linear) */
-		k_gemm<CONV, TM, TN, true, TC, BP><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), g);
+	if (va)
+		k_gemm<CONV, TM, TN, true><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), g);
 	else
-		k_gemm<CONV, TM, TN, false, TC, BP><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), g);
+		k_gemm<CONV, TM, TN, false><<<grid, 256, 0, c->st>>>(y, ldy, x, ldx, bp, bias, m, n, k, kc_step(k), g);
 }
 
 /* gemm_pick: VERDICT_GEMM_TILE (88, 84 or 44: a thread's outputs, for
@@ -412,12 +308,12 @@ static bool tower_mma()
 	return !(v && strcmp(v, "0") == 0);
 }
 
-/* gemm: the largest tiles (128×128, then 128×64, then 64×64) that still
- * give every multiprocessor a block and waste little past the edges; tc
- * sums on the tensor cores, bp says b is packed (else w [n, k] by rows,
- * tensor cores only). */
-static int gemm(const tow_ctx *c, bool tc, bool bp, float *y, int64_t ldy, const float *x, int64_t ldx,
-                const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g)
+/* gemm: on the tensor cores when tc (mma_gemm, tower_mma.cu), else on the
+ * float cores by the largest tiles (128×128, then 128×64, then 64×64)
+ * that still give every multiprocessor a block and waste little past the
+ * edges. */
+static int gemm(const tow_ctx *c, bool tc, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
+                const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g)
 {
 	if (m <= 0 || n <= 0)
 		return 0;
@@ -425,6 +321,10 @@ static int gemm(const tow_ctx *c, bool tc, bool bp, float *y, int64_t ldy, const
 	if (gx > MAXGRID || gy > 65535 || k <= 0 || k > ((int64_t)1 << 31))
 		return TOW_ESHAPE;
 	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
+	bool vec = true;
+	int forced = gemm_pick(&vec);
+	if (tc)
+		return mma_gemm(c->st, sms, forced, vec, true, y, ldy, x, ldx, bp, bias, m, n, k, g);
 	/* the first of 128×128, 128×64 with a block a multiprocessor or more
 	 * and at most a fifth of its outputs past the edges (n = 64: 128×64) */
 	int tile = 44;
@@ -435,39 +335,24 @@ static int gemm(const tow_ctx *c, bool tc, bool bp, float *y, int64_t ldy, const
 			break;
 		}
 	}
-	bool vec = true;
-	if (int t = gemm_pick(&vec))
-		tile = t;
+	if (forced)
+		tile = forced;
 	bool aligned = vec && ((uintptr_t)x & 15) == 0;
 	conv_geom cg = g ? *g : conv_geom{};
 	bool va = aligned && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
-	auto go = [&](auto conv, auto mma) {
-		constexpr bool C = decltype(conv)::value, T = decltype(mma)::value;
+	auto go = [&](auto conv) {
+		constexpr bool C = decltype(conv)::value;
 		if (tile == 88)
-			gemm_launch<C, 8, 8, T, true>(c, va, y, ldy, x, ldx, b, bias, m, n, k, cg);
+			gemm_launch<C, 8, 8>(c, va, y, ldy, x, ldx, bp, bias, m, n, k, cg);
 		else if (tile == 84)
-			gemm_launch<C, 8, 4, T, true>(c, va, y, ldy, x, ldx, b, bias, m, n, k, cg);
+			gemm_launch<C, 8, 4>(c, va, y, ldy, x, ldx, bp, bias, m, n, k, cg);
 		else
-			gemm_launch<C, 4, 4, T, true>(c, va, y, ldy, x, ldx, b, bias, m, n, k, cg);
+			gemm_launch<C, 4, 4>(c, va, y, ldy, x, ldx, bp, bias, m, n, k, cg);
 	};
-	if (!bp) { /* tow_linear: x's rows and w aligned, k a multiple of 4 */
-		if (tile == 88)
-			gemm_launch<false, 8, 8, true, false>(c, true, y, ldy, x, ldx, b, bias, m, n, k, cg);
-		else if (tile == 84)
-			gemm_launch<false, 8, 4, true, false>(c, true, y, ldy, x, ldx, b, bias, m, n, k, cg);
-		else
-			gemm_launch<false, 4, 4, true, false>(c, true, y, ldy, x, ldx, b, bias, m, n, k, cg);
-	} else if (g) {
-		if (tc)
-			go(std::true_type{}, std::true_type{});
-		else
-			go(std::true_type{}, std::false_type{});
-	} else {
-		if (tc)
-			go(std::false_type{}, std::true_type{});
-		else
-			go(std::false_type{}, std::false_type{});
-	}
+	if (g)
+		go(std::true_type{});
+	else
+		go(std::false_type{});
 	return launched();
 }
 
@@ -477,8 +362,8 @@ int tow_pointwise(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w)
 		return 0;
 	if (!f32(y) || !f32(x) || !f32(w))
 		return TOW_EDTYPE;
-	return gemm(c, tower_mma(), true, (float *)y.data, w.rows, (const float *)x.data, w.cols,
-	            (const float *)w.data, nullptr, x.rows, w.rows, w.cols, nullptr);
+	return gemm(c, tower_mma(), (float *)y.data, w.rows, (const float *)x.data, w.cols, (const float *)w.data,
+	            nullptr, x.rows, w.rows, w.cols, nullptr);
 }
 
 int tow_linear(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w)
@@ -487,8 +372,13 @@ int tow_linear(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w)
 		return 0;
 	if (!f32(y) || !f32(x) || !f32(w) || !tower_mma() || w.cols % 4 || ((uintptr_t)x.data & 15) || ((uintptr_t)w.data & 15))
 		return TOW_ELINEAR;
-	return gemm(c, true, false, (float *)y.data, w.rows, (const float *)x.data, w.cols, (const float *)w.data,
-	            nullptr, x.rows, w.rows, w.cols, nullptr);
+	if (x.rows > MAXGRID || w.rows > ((int64_t)1 << 31) || w.cols > ((int64_t)1 << 31))
+		return TOW_ESHAPE;
+	bool vec = true;
+	int forced = gemm_pick(&vec);
+	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
+	return mma_gemm(c->st, sms, forced, true, false, (float *)y.data, w.rows, (const float *)x.data, w.cols,
+	                (const float *)w.data, nullptr, x.rows, w.rows, w.cols, nullptr);
 }
 
 static bool geom_ok(const vd_conv *g)
@@ -506,7 +396,7 @@ int tow_conv2d(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w, vd_tenso
 	if (!geom_ok(g))
 		return TOW_ESHAPE;
 	conv_geom cg{(int)g->h, (int)g->w, (int)g->c, (int)g->ow, g->k, g->stride, g->pad_t, g->pad_l};
-	return gemm(c, tower_mma(), true, (float *)y.data, w.rows, (const float *)x.data, 0, (const float *)w.data,
+	return gemm(c, tower_mma(), (float *)y.data, w.rows, (const float *)x.data, 0, (const float *)w.data,
 	            (const float *)bias.data, g->oh * g->ow, w.rows, (int64_t)g->k * g->k * g->c, &cg);
 }
 

@@ -1,0 +1,278 @@
+/*
+ * tower_mma.cu: the towers' product on the tensor cores (pointwise,
+ * conv2d and tower_linear of tower.cu, unless VERDICT_TOWER_MMA=0), each
+ * product in three TF32 parts (tf32.cuh): float32's accuracy, not the
+ * CPU's bits (tower.cu's float-core product keeps those).
+ *
+ * A block of 256 threads takes BM×BN outputs (128×128, 128×64 or 64×64),
+ * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8. The
+ * operands stream through STAGES shared buffers of BK columns by cp.async
+ * (zeros past the edges, the im2col view of an image gathered on the way),
+ * STAGES − 1 of them in flight while one is summed. A is kept by rows (BK
+ * + 4 floats a row: the fragments' reads fall on 32 distinct banks), B by
+ * rows too when it is w [n, k], or k-major (BN + 8 floats a row) when it
+ * is packed in panels of 16 rows. Each output takes its k8 steps in column
+ * order from 0, each step's three mma's summed from 0 and added to the
+ * output by the float cores (tf32::mma3), so its operations depend on k
+ * alone: never on the tiling, the stage count or the batch.
+ */
+#include "tower_mma.h"
+
+#include "tf32.cuh"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace {
+
+constexpr int BK = 16;     /* columns a stage */
+constexpr int STAGES = 4;  /* buffers: STAGES − 1 stages loading while one is summed */
+constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
+
+/* cp16 and cp4: cp.async of 16 or 4 bytes from src to the shared dst, or
+ * zeros when !ok (src then is not read). */
+__device__ __forceinline__ void cp16(float *dst, const float *src, bool ok)
+{
+#if defined(__CUDA_ARCH__)
+	unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+#elif defined(VERDICT_CUDA_STUB_H)
+	for (int i = 0; i < 4; i++)
+		dst[i] = ok ? src[i] : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool ok)
+{
+#if defined(__CUDA_ARCH__)
+	unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+#elif defined(VERDICT_CUDA_STUB_H)
+	*dst = ok ? *src : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void cp_commit()
+{
+#if defined(__CUDA_ARCH__)
+	asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+/* cp_wait: until at most N of this thread's groups are still in flight. */
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+#if defined(__CUDA_ARCH__)
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+template <int BM, int BN, bool BP> struct shape {
+	static constexpr int WM = BM == 128 && BN == 64 ? 4 : 2, WN = 8 / WM; /* the warps' grid */
+	static constexpr int MT = BM / WM / 16, NT = BN / WN / 8;            /* a warp's fragments */
+	static constexpr int ASZ = BM * AP;                                  /* floats of A a stage */
+	static constexpr int BSZ = BP ? BK * (BN + 8) : BN * AP;             /* of B */
+	static constexpr size_t smem = (size_t)STAGES * (ASZ + BSZ) * sizeof(float);
+};
+
+/* k_mma: the product (tower_mma.h's mma_gemm). VA loads A 16 bytes at a
+ * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
+ * multiple of 4 channels); CONV reads A as the im2col view of the image x
+ * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
+template <int BM, int BN, bool CONV, bool VA, bool BP>
+__global__ void __launch_bounds__(256) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
+                                             int64_t ldx, const float *__restrict__ b,
+                                             const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
+                                             conv_geom g)
+{
+	using S = shape<BM, BN, BP>;
+	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN;
+	constexpr int NA = VA ? BM * BK / 4 / 256 : BM * BK / 256; /* A's copies a thread a stage */
+	constexpr int NB = BN * BK / 4 / 256;                      /* B's (16 bytes each) */
+	extern __shared__ __align__(16) float sm[];
+	float *As = sm, *Bs = sm + STAGES * S::ASZ;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
+	const int wm0 = wid % WM * (BM / WM), wn0 = wid / WM * (BN / WN);
+	const int64_t m0 = (int64_t)blockIdx.x * BM, n0 = (int64_t)blockIdx.y * BN;
+	const int64_t npad = (n + 15) / 16 * 16, nst = (k + BK - 1) / BK;
+	/* This thread's rows of A: VA, row f / 4 at columns 4·(f % 4)..+3;
+	 * else row f / 16 at column f % 16 (f = tid + 256·l). */
+	int64_t arow[NA];
+	int iy0[NA], ix0[NA];
+	bool aok[NA];
+#pragma unroll
+	for (int l = 0; l < NA; l++) {
+		int f = tid + 256 * l;
+		int64_t i = m0 + (VA ? f >> 2 : f >> 4);
+		aok[l] = i < m;
+		arow[l] = i;
+		iy0[l] = ix0[l] = 0;
+		if (CONV && aok[l]) {
+			int oy = (int)(i / g.ow), ox = (int)(i - (int64_t)oy * g.ow);
+			iy0[l] = oy * g.stride - g.pad_t;
+			ix0[l] = ox * g.stride - g.pad_l;
+		}
+	}
+	auto load = [&](int64_t s, int slot) {
+		int64_t k0 = s * BK;
+		float *as = As + slot * S::ASZ, *bs = Bs + slot * S::BSZ;
+#pragma unroll
+		for (int l = 0; l < NA; l++) {
+			int f = tid + 256 * l, r = VA ? f >> 2 : f >> 4, c = VA ? 4 * (f & 3) : f & 15;
+			int64_t p = k0 + c;
+			bool ok = aok[l] && p < k;
+			const float *src = x;
+			if (ok) {
+				if (CONV) {
+					int tap = (int)(p / g.c), ci = (int)(p - (int64_t)tap * g.c);
+					int ky = tap / g.k, kx = tap - ky * g.k, iy = iy0[l] + ky, ix = ix0[l] + kx;
+					ok = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+					if (ok)
+						src = x + ((int64_t)iy * g.w + ix) * g.c + ci;
+				} else {
+					src = x + arow[l] * ldx + p;
+				}
+			}
+			if constexpr (VA)
+				cp16(as + r * AP + c, src, ok);
+			else
+				cp4(as + r * AP + c, src, ok);
+		}
+#pragma unroll
+		for (int l = 0; l < NB; l++) {
+			int f = tid + 256 * l;
+			if constexpr (BP) { /* panel f / 64, its column k0 + (f % 64) / 4, quarter f % 4 */
+				int q = f >> 6, pr = (f & 63) >> 2, h = f & 3;
+				int64_t j = n0 + 16 * q, pp = k0 + pr;
+				bool ok = j < npad && pp < k;
+				cp16(bs + pr * (BN + 8) + 16 * q + 4 * h, ok ? b + (j >> 4) * 16 * k + pp * 16 + 4 * h : b, ok);
+			} else { /* row f / 4, columns 4·(f % 4)..+3 */
+				int r = f >> 2, c = 4 * (f & 3);
+				int64_t j = n0 + r, p = k0 + c;
+				bool ok = j < n && p < k;
+				cp16(bs + r * AP + c, ok ? b + j * k + p : b, ok);
+			}
+		}
+	};
+	float acc[MT][NT][4];
+#pragma unroll
+	for (int a = 0; a < MT; a++)
+#pragma unroll
+		for (int c = 0; c < NT; c++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[a][c][e] = 0.0f;
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s < nst)
+			load(s, s);
+		cp_commit();
+	}
+	for (int64_t s = 0; s < nst; s++) {
+		cp_wait<STAGES - 2>(); /* stage s has landed (this thread's copies) */
+		__syncthreads();       /* ... and everyone's; the slot refilled below was summed by all */
+		int64_t nx = s + STAGES - 1;
+		if (nx < nst)
+			load(nx, (int)(nx % STAGES));
+		cp_commit();
+		const float *as = As + (int)(s % STAGES) * S::ASZ, *bs = Bs + (int)(s % STAGES) * S::BSZ;
+#pragma unroll
+		for (int kk = 0; kk < BK; kk += 8) {
+			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
+#pragma unroll
+			for (int a = 0; a < MT; a++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					tf32::split(as[(wm0 + 16 * a + g8 + 8 * (e & 1)) * AP + kk + t4 + 4 * (e >> 1)], ah[a][e],
+					            al[a][e]);
+#pragma unroll
+			for (int c = 0; c < NT; c++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					int j = wn0 + 8 * c + g8, p = kk + t4 + 4 * e;
+					tf32::split(BP ? bs[p * (BN + 8) + j] : bs[j * AP + p], bh[c][e], bl[c][e]);
+				}
+#pragma unroll
+			for (int a = 0; a < MT; a++)
+#pragma unroll
+				for (int c = 0; c < NT; c++)
+					tf32::mma3(acc[a][c], ah[a], al[a], bh[c], bl[c]);
+		}
+	}
+	cp_wait<0>();
+#pragma unroll
+	for (int a = 0; a < MT; a++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t i = m0 + wm0 + 16 * a + g8 + 8 * h;
+			if (i >= m)
+				continue;
+#pragma unroll
+			for (int c = 0; c < NT; c++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					int64_t j = n0 + wn0 + 8 * c + 2 * t4 + e;
+					if (j >= n)
+						continue;
+					float v = acc[a][c][2 * h + e];
+					if (bias)
+						v = v + bias[j];
+					y[i * ldy + j] = v;
+				}
+		}
+}
+
+template <int BM, int BN, bool CONV, bool VA, bool BP>
+cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
+                   const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+{
+	constexpr size_t smem = shape<BM, BN, BP>::smem;
+	auto kern = k_mma<BM, BN, CONV, VA, BP>;
+	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+		return e;
+	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
+	kern<<<grid, 256, smem, st>>>(y, ldy, x, ldx, b, bias, m, n, k, g);
+	return cudaGetLastError();
+}
+
+template <bool CONV, bool VA, bool BP>
+cudaError_t by_tile(int tile, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
+                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+{
+	if (tile == 88)
+		return launch<128, 128, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	if (tile == 84)
+		return launch<128, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+}
+
+} // namespace
+
+int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y, int64_t ldy, const float *x,
+             int64_t ldx, const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g)
+{
+	if (m <= 0 || n <= 0)
+		return 0;
+	if (tile != 88 && tile != 84 && tile != 44) {
+		/* the first of 128×128, 128×64 with a block a multiprocessor or
+		 * more and at most a fifth of its outputs past the edges */
+		tile = 44;
+		for (int t : {88, 84}) {
+			int64_t bm = 16 * (t / 10), bn = 16 * (t % 10), gm = (m + bm - 1) / bm, gn = (n + bn - 1) / bn;
+			if (gm * gn >= sms && 5 * m * n >= 4 * gm * bm * gn * bn) {
+				tile = t;
+				break;
+			}
+		}
+	}
+	conv_geom cg = g ? *g : conv_geom{};
+	if (!packed) /* w by rows: tower_linear has checked the alignment */
+		return (int)by_tile<false, true, false>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
+	bool va = vec && ((uintptr_t)x & 15) == 0 && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
+	if (g)
+		return (int)(va ? by_tile<true, true, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+		                : by_tile<true, false, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+	return (int)(va ? by_tile<false, true, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+	                : by_tile<false, false, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+}
