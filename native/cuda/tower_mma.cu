@@ -5,7 +5,8 @@
  * CPU's bits (tower.cu's float-core product keeps those).
  *
  * A block of 256 threads takes BM×BN outputs (128×128, 128×64 or 64×64),
- * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8. The
+ * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8; two
+ * blocks fit a multiprocessor (registers held to 128 a thread). The
  * operands stream through STAGES shared buffers of BK columns by cp.async
  * (zeros past the edges, the im2col view of an image gathered on the way),
  * STAGES − 1 of them in flight while one is summed. A is kept by rows (BK
@@ -81,7 +82,7 @@ template <int BM, int BN, bool BP> struct shape {
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
 template <int BM, int BN, bool CONV, bool VA, bool BP>
-__global__ void __launch_bounds__(256) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
+__global__ void __launch_bounds__(256, 2) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                              int64_t ldx, const float *__restrict__ b,
                                              const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                              conv_geom g)
@@ -223,6 +224,22 @@ __global__ void __launch_bounds__(256) k_mma(float *__restrict__ y, int64_t ldy,
 		}
 }
 
+/* resident: the blocks of k_mma<...> a multiprocessor holds (at least
+ * 1), asked once; its shared memory allowed first. */
+template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
+{
+	static const int r = [] {
+		constexpr size_t smem = shape<BM, BN, BP>::smem;
+		auto kern = k_mma<BM, BN, CONV, VA, BP>;
+		int n = 0;
+		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
+			n = 1;
+		return n;
+	}();
+	return r;
+}
+
 template <int BM, int BN, bool CONV, bool VA, bool BP>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
@@ -236,10 +253,35 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
 	return cudaGetLastError();
 }
 
-template <bool CONV, bool VA, bool BP>
-cudaError_t by_tile(int tile, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
-                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+/* pick: the tile (88: 128×128, 84: 128×64, 44: 64×64) of the least
+ * estimated time: the waves of blocks the multiprocessors run (resident
+ * blocks each at once) times a wave's work, a smaller tile's outputs
+ * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
+ * that fills a last wave by a tenth pays a whole wave (144 blocks of
+ * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
+template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
 {
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP>(),
+	                                             resident<128, 64, CONV, VA, BP>(), resident<64, 64, CONV, VA, BP>()};
+	const double dear[3] = {1.0, 1.15, 1.3};
+	int best = 44;
+	double least = 0;
+	for (int i = 0; i < 3; i++) {
+		int64_t bm = 16 * (tiles[i] / 10), bn = 16 * (tiles[i] % 10);
+		int64_t blocks = ((m + bm - 1) / bm) * ((n + bn - 1) / bn), slots = (int64_t)(sms > 0 ? sms : 1) * occ[i];
+		double t = (double)((blocks + slots - 1) / slots) * occ[i] * bm * bn * dear[i];
+		if (i == 0 || t < least)
+			least = t, best = tiles[i];
+	}
+	return best;
+}
+
+template <bool CONV, bool VA, bool BP>
+cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
+                    const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+{
+	if (tile != 88 && tile != 84 && tile != 44)
+		tile = pick<CONV, VA, BP>(sms, m, n);
 	if (tile == 88)
 		return launch<128, 128, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
@@ -254,25 +296,13 @@ int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y
 {
 	if (m <= 0 || n <= 0)
 		return 0;
-	if (tile != 88 && tile != 84 && tile != 44) {
-		/* the first of 128×128, 128×64 with a block a multiprocessor or
-		 * more and at most a fifth of its outputs past the edges */
-		tile = 44;
-		for (int t : {88, 84}) {
-			int64_t bm = 16 * (t / 10), bn = 16 * (t % 10), gm = (m + bm - 1) / bm, gn = (n + bn - 1) / bn;
-			if (gm * gn >= sms && 5 * m * n >= 4 * gm * bm * gn * bn) {
-				tile = t;
-				break;
-			}
-		}
-	}
 	conv_geom cg = g ? *g : conv_geom{};
 	if (!packed) /* w by rows: tower_linear has checked the alignment */
-		return (int)by_tile<false, true, false>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
+		return (int)by_tile<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
 	bool va = vec && ((uintptr_t)x & 15) == 0 && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
 	if (g)
-		return (int)(va ? by_tile<true, true, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-		                : by_tile<true, false, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
-	return (int)(va ? by_tile<false, true, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-	                : by_tile<false, false, true>(tile, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+		return (int)(va ? by_tile<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+		                : by_tile<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+	return (int)(va ? by_tile<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+	                : by_tile<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
 }

@@ -196,6 +196,12 @@ STUB_API(cudaEventElapsedTime)
 STUB_API(cudaEventDestroy)
 STUB_API(cudaEventQuery)
 STUB_API(cudaFuncSetAttribute)
+/* one block a multiprocessor: the emulation runs one at a time */
+template <class F> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t)
+{
+	*n = 1;
+	return cudaSuccess;
+}
 STUB_API(cudaStreamBeginCapture)
 STUB_API(cudaStreamEndCapture)
 STUB_API(cudaGraphInstantiate)
