@@ -5,7 +5,7 @@
  * An operand a is split into hi = a rounded to TF32 (10 mantissa bits, to
  * nearest, ties away) and lo = (a − hi) rounded to TF32 (a − hi is exact in
  * float32); a·b is then summed as lo_a·hi_b + hi_a·lo_b + hi_a·hi_b by
- * three m16n8k8 mma's into float32 accumulators. The term left out, lo·lo,
+ * three m16n8k8 mma's (mma3 below). The term left out, lo·lo,
  * and lo's own rounding are about 2^-22 of |a·b|: products of float32
  * accuracy at the tensor cores' rate (a plain TF32 product keeps 2^-11).
  *
@@ -13,10 +13,11 @@
  * (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); B b0 (k t, n g), b1 (k t +
  * 4, n g); C c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1).
  *
- * Off the device (build/cuda-syntax.sh's emulation) mma3 is a warp exchange through memory, each output
- * summing its products in k order in float (a TF32 product is exact in
- * float32); the hardware's order within an mma is its own, so the
- * emulation checks the arithmetic's logic, not its bits.
+ * Off the device (build/cuda-syntax.sh's emulation) mma3 is a warp
+ * exchange through memory, each output summing its products in k order in
+ * float (a TF32 product is exact in float32); the hardware's order and
+ * rounding within an mma are its own, so the emulation checks the
+ * arithmetic's logic, not its bits.
  */
 #ifndef VERDICT_TF32_CUH
 #define VERDICT_TF32_CUH

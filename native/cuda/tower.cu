@@ -8,7 +8,11 @@
  *   - memory ops (upsample_concat, transpose, im2col, avgpool2d, clip) give
  *     its values exactly: a thread per output element (transpose through a
  *     32×32 shared-memory tile);
- *   - pointwise and conv2d: one tiled product (128×128, 128×64 or 64×64
+ *   - pointwise and conv2d (and tower_linear): on the tensor cores by
+ *     default (tower_mma.cu: three TF32 parts, float32's accuracy, not the
+ *     CPU's bits); with VERDICT_TOWER_MMA=0 (tower_linear: linear's
+ *     kernels) the float cores' product below, the CPU's bits:
+ *     one tiled product (128×128, 128×64 or 64×64
  *     outputs a block of 256 threads by the grid's size, 8×8 to 4×4 a
  *     thread, 16 columns of the operands a step in two shared buffers, the
  *     next step's loaded during this one's; conv2d reads its im2col view of

@@ -20,9 +20,9 @@ struct conv_geom {
  * im2col view of the image x; B is packed (panels of 16 rows, k-major:
  * kernels_conv.h) or, when not, w [n, k] by rows (k a multiple of 4, x and
  * w 16-byte aligned, x's rows too). sms is the device's multiprocessors
- * (the tile's choice), tile 88, 84 or 44 forces a tile (0: chosen by the
- * waves its blocks take), vec
- * false loads A a float at a time. Returns 0 or the launch's error. */
+ * (the tile's choice); tile 88, 84 or 44 forces a tile (0: chosen by the
+ * waves its blocks take); vec false loads A a float at a time. Returns 0
+ * or the launch's error. */
 int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y, int64_t ldy, const float *x,
              int64_t ldx, const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g);
 
