@@ -271,7 +271,7 @@ func (o *AudioOps) Encode(feats []float32, mask []bool, trace *AudioTrace) (soft
 	}
 	y1 := o.convNormReLU(st, ar, &o.conv[1], y0, t1, f1, t2, f2)
 	h := ar.Take(native.F32, t2, H)
-	st.Linear(h, y1.View(t2, f2*C1), o.inputProj)
+	st.TowerLinear(h, y1.View(t2, f2*C1), o.inputProj)
 	s := &audioScratch{st: st, valid: ar.Take(native.I32, 1, t2)}
 	st.UploadI32(s.valid, valid)
 	for _, p := range []*native.Tensor{&s.x, &s.q, &s.k, &s.v, &s.att, &s.o, &s.g} {
@@ -289,7 +289,7 @@ func (o *AudioOps) Encode(feats []float32, mask []bool, trace *AudioTrace) (soft
 		}
 	}
 	out := ar.Take(native.F32, t2, O)
-	st.Linear(out, h, o.outProj)
+	st.TowerLinear(out, h, o.outProj)
 	st.AddRep(out, out, o.outBias)
 	var towerOut []float32
 	if trace != nil {
@@ -298,7 +298,7 @@ func (o *AudioOps) Encode(feats []float32, mask []bool, trace *AudioTrace) (soft
 	nrm := ar.Take(native.F32, t2, O)
 	st.RMSNorm(nrm, out, native.Tensor{}, O, float32(c.Eps))
 	sv := ar.Take(native.F32, t2, c.TextHidden)
-	st.Linear(sv, nrm, o.embedProj)
+	st.TowerLinear(sv, nrm, o.embedProj)
 	soft = down(sv)
 	if err := st.Sync(); err != nil {
 		return nil, nil, fmt.Errorf("gemma4: audio ops on %s: %w", o.be.Name(), err)
@@ -315,9 +315,9 @@ func (o *AudioOps) convNormReLU(st *native.Stream, ar *native.Arena, cv *audioOp
 	p := ar.Take(native.F32, tOut*fOut, 9*cv.cin)
 	st.Im2Col(p, x, tIn, fIn, tOut, fOut, 3, 3, 2, 2, 1, 1)
 	y := ar.Take(native.F32, tOut*fOut, cv.cout)
-	st.Linear(y, p, cv.w)
+	st.TowerLinear(y, p, cv.w)
 	z := ar.Take(native.F32, tOut*fOut, cv.cout)
-	st.Linear(z, y, cv.center)
+	st.TowerLinear(z, y, cv.center)
 	st.RMSNorm(z, z, cv.norm, cv.cout, o.convEps)
 	st.Clamp(z, z, 0, float32(math.Inf(1)))
 	return z

@@ -28,15 +28,15 @@ type opsLinear struct {
 	inMin, inMax, outMin, outMax float32
 }
 
-// apply writes y = the clipped x·wᵀ; scratch holds at least x.Len()
-// values and must not be x or y.
+// apply writes y = the clipped x·wᵀ, a tower's batch (Stream.TowerLinear);
+// scratch holds at least x.Len() values and must not be x or y.
 func (l *opsLinear) apply(st *native.Stream, y, x, scratch native.Tensor) {
 	in := x
 	if l.clip {
 		in = scratch.View(x.Rows(), x.Cols())
 		st.Clamp(in, x, l.inMin, l.inMax)
 	}
-	st.Linear(y, in, l.w)
+	st.TowerLinear(y, in, l.w)
 	if l.clip {
 		st.Clamp(y, y, l.outMin, l.outMax)
 	}
@@ -303,7 +303,7 @@ func (o *VisionOps) Encode(pixels []float32, pos []Patch, trace *VisionTrace) (s
 	hAll := ar.Take(native.F32, P+1, H)
 	h := hAll.Slice(0, P)
 	st.Upload(hAll.Slice(P, P+1), make([]float32, H))
-	st.Linear(h, pix, o.inputProj)
+	st.TowerLinear(h, pix, o.inputProj)
 	tx, ty := ar.Take(native.F32, P, H), ar.Take(native.F32, P, H)
 	st.Gather(tx, o.posTable, i32(pl.tx))
 	st.Gather(ty, o.posTable, i32(pl.ty))
@@ -372,7 +372,7 @@ func (o *VisionOps) Encode(pixels []float32, pos []Patch, trace *VisionTrace) (s
 	nrm := ar.Take(native.F32, n, H)
 	st.RMSNorm(nrm, pooled, native.Tensor{}, H, float32(c.Eps))
 	out := ar.Take(native.F32, n, c.TextHidden)
-	st.Linear(out, nrm, o.embedProj)
+	st.TowerLinear(out, nrm, o.embedProj)
 	soft = down(out)
 	if err := st.Sync(); err != nil {
 		return nil, 0, fmt.Errorf("gemma4: vision ops on %s: %w", o.be.Name(), err)
