@@ -19,6 +19,8 @@
 #     on, being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_ONE=1,
 #     VERDICT_Q4_GEMV=1 (VERDICT_ATTN_TILE=1 faults on the card);
 #     VERDICT_GRAPHS=0, ...);
+#     the towers alone again with each of TOWER_ABLATE's
+#     (VERDICT_TOWER_MMA=0: their products on the float cores);
 #  4. llama.cpp on the same synthetic weights as Q4_0 (llamacpp-peer.sh
 #     bench, MODELS=e2b TYPES=q4_0);
 #  5. one table (summary.md under OUT): each figure, llama.cpp's, the
@@ -31,6 +33,7 @@ OUT=${OUT:-/tmp/gpu-compare}
 CARRY=$(cd "${CARRY:-carry-cuda}" && pwd)
 MODEL=${MODEL:-synthetic-e2b}
 ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
+TOWER_ABLATE=${TOWER_ABLATE:-"VERDICT_TOWER_MMA=0"}
 mkdir -p "$OUT"
 log=$OUT/log.txt
 : >"$log"
@@ -80,6 +83,11 @@ for sw in $ABLATE; do
 	say "== verdict bench with $sw"
 	env "$sw" timeout 200 "$bin/verdict" "${b[@]}" --limits=false --scorer=false --towers=false \
 		>"$OUT/ablate-$sw.json" 2>>"$OUT/verdict.err" || say "bench with $sw failed"
+done
+for sw in $TOWER_ABLATE; do
+	say "== verdict bench, towers only, with $sw"
+	env "$sw" timeout 200 "$bin/verdict" "${b[@]}" --limits=false --scorer=false --prompt-tokens 8 --decode-tokens 1 \
+		--batch 0 >"$OUT/tower-ablate-$sw.json" 2>>"$OUT/verdict.err" || say "towers with $sw failed"
 done
 
 if [ "$llama_ok" = 1 ]; then

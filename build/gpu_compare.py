@@ -183,6 +183,21 @@ def main(out):
                 sw += "=0"
             print("| {} | {} | {} | {} | {} |".format(sw, fmt(a.get("prefill")), fmt(a.get("decode")), fmt(a.get("decode8")), r))
 
+    tabl = sorted(glob.glob(os.path.join(out, "tower-ablate-*.json")))
+    if tabl:
+        print()
+        print("Towers' ablation (the towers alone, one switch turned; ms):")
+        print()
+        print("| run | an image | the audio clip | image against the defaults | audio against the defaults |")
+        print("|---|---|---|---|---|")
+        print("| defaults | {} | {} | 1.00 | 1.00 |".format(fmt(v.get("image")), fmt(v.get("audio"))))
+        for p in tabl:
+            sw = os.path.basename(p)[len("tower-ablate-"):-len(".json")]
+            a = verdict_figures(load(p), "")
+            ri = "{:.2f}".format(a["image"] / v["image"]) if a.get("image") and v.get("image") else "-"
+            ra = "{:.2f}".format(a["audio"] / v["audio"]) if a.get("audio") and v.get("audio") else "-"
+            print("| {} | {} | {} | {} | {} |".format(sw, fmt(a.get("image")), fmt(a.get("audio")), ri, ra))
+
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
