@@ -130,11 +130,8 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 		aok[l] = i < m;
 		arow[l] = i;
 		iy0[l] = ix0[l] = 0;
-		if (CONV && aok[l]) {
-			int oy = (int)(i / g.ow), ox = (int)(i - (int64_t)oy * g.ow);
-			iy0[l] = oy * g.stride - g.pad_t;
-			ix0[l] = ox * g.stride - g.pad_l;
-		}
+		if (CONV && aok[l])
+			conv_origin(g, i, &iy0[l], &ix0[l]);
 	}
 	float4 ra[VA ? NA : 1];
 	float rs[VA ? 1 : NA];

@@ -109,11 +109,8 @@ __global__ void __launch_bounds__(256, 2) k_mma(float *__restrict__ y, int64_t l
 		aok[l] = i < m;
 		arow[l] = i;
 		iy0[l] = ix0[l] = 0;
-		if (CONV && aok[l]) {
-			int oy = (int)(i / g.ow), ox = (int)(i - (int64_t)oy * g.ow);
-			iy0[l] = oy * g.stride - g.pad_t;
-			ix0[l] = ox * g.stride - g.pad_l;
-		}
+		if (CONV && aok[l])
+			conv_origin(g, i, &iy0[l], &ix0[l]);
 	}
 	auto load = [&](int64_t s, int slot) {
 		int64_t k0 = s * BK;

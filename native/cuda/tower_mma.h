@@ -15,6 +15,15 @@ struct conv_geom {
 	int h, w, c, ow, k, stride, pad_t, pad_l;
 };
 
+/* conv_origin: the input pixel (padding counted) at the top left of
+ * output pixel i's window. */
+static __device__ __forceinline__ void conv_origin(const conv_geom &g, int64_t i, int *iy, int *ix)
+{
+	int oy = (int)(i / g.ow), ox = (int)(i - (int64_t)oy * g.ow);
+	*iy = oy * g.stride - g.pad_t;
+	*ix = ox * g.stride - g.pad_l;
+}
+
 /* mma_gemm enqueues y[i·ldy + j] = Σ_p A[i, p]·B[j, p] (+ bias[j]) for
  * i < m, j < n on st. A is x (rows of stride ldx) or, when g is set, the
  * im2col view of the image x; B is packed (panels of 16 rows, k-major:
