@@ -14,7 +14,11 @@
  * norm, local attention, causal conv). Each line also says how many
  * elements differ in their bits ("bits≠"). A row of a product or of mqa
  * alone must give its bits in the batch, and bad calls set the stream's
- * sticky error.
+ * sticky error. The products (pointwise, conv2d, tower_linear) run on the
+ * tensor cores by default (tower_mma.cu): each tiling must give the
+ * default's bits, the float cores (VERDICT_TOWER_MMA=0) the CPU's bits
+ * (tower_linear: linear's), and pointwise and tower_linear stay within 8
+ * times the CPU's error against float64 ("accuracy" lines).
  */
 #include "check_common.cuh"
 #include "../cpu/kernels_conv.h"
