@@ -309,11 +309,11 @@ static bool tower_mma()
 	return !(v && strcmp(v, "0") == 0);
 }
 
-/* gemm: on the tensor cores when tc (mma_gemm, tower_mma.cu), else on the
- * float cores by the largest tiles (128×128, then 128×64, then 64×64)
- * that still give every multiprocessor a block and waste little past the
- * edges. */
-static int gemm(const tow_ctx *c, bool tc, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
+/* gemm: on the tensor cores when tc (mma_gemm, tower_mma.cu; bp packed,
+ * or when not w [n, k] by rows), else on the float cores (bp packed) by the
+ * largest tiles (128×128, then 128×64, then 64×64) that still give every
+ * multiprocessor a block and waste little past the edges. */
+static int gemm(const tow_ctx *c, bool tc, bool packed, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
                 const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom *g)
 {
 	if (m <= 0 || n <= 0)
@@ -325,7 +325,7 @@ static int gemm(const tow_ctx *c, bool tc, float *y, int64_t ldy, const float *x
 	bool vec = true;
 	int forced = gemm_pick(&vec);
 	if (tc)
-		return mma_gemm(c->st, sms, forced, vec, true, y, ldy, x, ldx, bp, bias, m, n, k, g);
+		return mma_gemm(c->st, sms, forced, vec, packed, y, ldy, x, ldx, bp, bias, m, n, k, g);
 	/* the first of 128×128, 128×64 with a block a multiprocessor or more
 	 * and at most a fifth of its outputs past the edges (n = 64: 128×64) */
 	int tile = 44;
@@ -363,8 +363,8 @@ int tow_pointwise(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w)
 		return 0;
 	if (!f32(y) || !f32(x) || !f32(w))
 		return TOW_EDTYPE;
-	return gemm(c, tower_mma(), (float *)y.data, w.rows, (const float *)x.data, w.cols, (const float *)w.data,
-	            nullptr, x.rows, w.rows, w.cols, nullptr);
+	return gemm(c, tower_mma(), true, (float *)y.data, w.rows, (const float *)x.data, w.cols,
+	            (const float *)w.data, nullptr, x.rows, w.rows, w.cols, nullptr);
 }
 
 int tow_linear(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w)
@@ -373,13 +373,8 @@ int tow_linear(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w)
 		return 0;
 	if (!f32(y) || !f32(x) || !f32(w) || !tower_mma() || w.cols % 4 || ((uintptr_t)x.data & 15) || ((uintptr_t)w.data & 15))
 		return TOW_ELINEAR;
-	if (x.rows > MAXGRID || w.rows > ((int64_t)1 << 31) || w.cols > ((int64_t)1 << 31))
-		return TOW_ESHAPE;
-	bool vec = true;
-	int forced = gemm_pick(&vec);
-	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
-	return mma_gemm(c->st, sms, forced, true, false, (float *)y.data, w.rows, (const float *)x.data, w.cols,
-	                (const float *)w.data, nullptr, x.rows, w.rows, w.cols, nullptr);
+	return gemm(c, true, false, (float *)y.data, w.rows, (const float *)x.data, w.cols, (const float *)w.data,
+	            nullptr, x.rows, w.rows, w.cols, nullptr);
 }
 
 static bool geom_ok(const vd_conv *g)
@@ -397,7 +392,7 @@ int tow_conv2d(const tow_ctx *c, vd_tensor y, vd_tensor x, vd_tensor w, vd_tenso
 	if (!geom_ok(g))
 		return TOW_ESHAPE;
 	conv_geom cg{(int)g->h, (int)g->w, (int)g->c, (int)g->ow, g->k, g->stride, g->pad_t, g->pad_l};
-	return gemm(c, tower_mma(), (float *)y.data, w.rows, (const float *)x.data, 0, (const float *)w.data,
+	return gemm(c, tower_mma(), true, (float *)y.data, w.rows, (const float *)x.data, 0, (const float *)w.data,
 	            (const float *)bias.data, g->oh * g->ow, w.rows, (int64_t)g->k * g->k * g->c, &cg);
 }
 
