@@ -8,6 +8,7 @@ import { fmtMs } from './format';
 import { applyUpdate, fromRecord, markStopping, running, startRun, stopping } from './run';
 import { emptySchema, fromEngine, problems, toEngine, type SchemaDraft } from './schema';
 import { inputKey, recordKey, staleness } from './stale';
+import { ModelStateFeed } from './modelState';
 import { Store, type State } from './store';
 import { detectTransport } from './transport';
 import {
@@ -55,6 +56,8 @@ const MAX_LOGS = 2000;
 class App {
   api: Api;
   store: Store;
+  /** Orders the model's state from events and calls' answers. */
+  private modelFeed = new ModelStateFeed();
   private editor: SchemaEditor;
   private inputPanel: InputPanel;
   private mediaPanel: MediaPanel;
@@ -120,7 +123,9 @@ class App {
       loadFolder: (p) => this.openModel(p),
       cancelLoad: async () => {
         try {
-          this.store.set({ model: await this.api.unloadModel() });
+          const mark = this.modelFeed.mark();
+          const m = await this.api.unloadModel();
+          this.store.set({ model: this.modelFeed.answer(mark, m, this.store.state.model) });
         } catch (e) {
           toast(errorText(e), 'error');
         }
@@ -376,7 +381,7 @@ class App {
     st.on(['model', 'draft'], () => this.datasetPanel.renderControls());
 
     const t = this.api.t;
-    t.on(Events.model, (m: ModelInfo) => st.set({ model: m }));
+    t.on(Events.model, (m: ModelInfo) => st.set({ model: this.modelFeed.event(m) }));
     t.on(DatasetEvent, (d) => this.datasetPanel.update(d));
     t.on(Events.runStarted, (a: RunAnnounce) => {
       // A run started here, in another page or by the window itself.
@@ -440,10 +445,12 @@ class App {
   private async boot() {
     const s = this.store.state;
     try {
-      const [system, prefs, presets, limits, model, history, logs, media, mediaLimits, camera, recording] = await Promise.all([
+      const mark = this.modelFeed.mark();
+      const [system, prefs, presets, limits, got, history, logs, media, mediaLimits, camera, recording] = await Promise.all([
         this.api.system(), this.api.settings(), this.api.presets(), this.api.limits(), this.api.modelInfo(), this.api.history(), this.api.logs(0, 500),
         this.api.mediaItems(), this.api.mediaLimits(), this.api.cameraState(), this.api.recording(),
       ]);
+      const model = this.modelFeed.answer(mark, got, s.model);
       this.store.set({ system, prefs, presets, limits, model, history, logs, media, mediaLimits, camera, recording, booting: false });
       // Looking for devices may take a moment: the page does not wait for it.
       this.api.mediaAvailability().then((a) => this.store.set({ mediaAvail: a })).catch((e) => toast(`Media devices: ${errorText(e)}`, 'error'));
@@ -463,9 +470,11 @@ class App {
   /** After a reconnection: model, history and the run in progress. */
   private async sync() {
     try {
-      const [model, history, cur, media, camera, recording] = await Promise.all([
+      const mark = this.modelFeed.mark();
+      const [got, history, cur, media, camera, recording] = await Promise.all([
         this.api.modelInfo(), this.api.history(), this.api.currentRun(), this.api.mediaItems(), this.api.cameraState(), this.api.recording(),
       ]);
+      const model = this.modelFeed.answer(mark, got, this.store.state.model);
       this.store.set({ model, history, media, camera, recording });
       const s = this.store.state;
       if (s.run && !s.run.record) {
@@ -600,8 +609,9 @@ class App {
 
   private async openModel(spec: string) {
     try {
+      const mark = this.modelFeed.mark();
       const m = await this.api.openModel(spec);
-      this.store.set({ model: m });
+      this.store.set({ model: this.modelFeed.answer(mark, m, this.store.state.model) });
     } catch (e) {
       toast(errorText(e), 'error');
     }
