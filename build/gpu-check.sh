@@ -3,7 +3,8 @@
 # Go). Builds libverdict_cuda.so and the harnesses (build/cuda.sh), runs
 # them (ops_check, catalog_check, tower_check, q4_check), then the carried
 # verdict binary:
-# verify-fixture on the synthetic and micro fixtures and the E2B float64
+# verify-fixture on the synthetic and micro fixtures, Gemma 4's tower
+# fixtures (vision, audio: the towers on the device's operations) and the E2B float64
 # one (when carried) with --device cuda and cpu; greedy and sampled
 # generation with and without graphs; bench of both shapes with --device
 # cuda (with the card's limits) and cpu; the catalog decoder's gates, its
@@ -70,6 +71,7 @@ export VERDICT_TOKENIZER=/tmp/tokenizer.json
 export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export VERDICT_PACKED_CACHE=/tmp/verdict-packed
 want fixtures && for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz \
+	testdata/gemma4-synthetic-vision.tar.gz testdata/gemma4-synthetic-audio.tar.gz \
 	"$CARRY/gemma3n-synthetic-e2b-f64.tar.gz"; do
 	[ -f "$fx" ] || { say "== $(basename "$fx"): not carried, skipped"; continue; }
 	for dev in ${FIXTURE_DEVICES:-cuda cpu}; do

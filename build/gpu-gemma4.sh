@@ -224,7 +224,9 @@ verdict_line() { # the last "N passed, M failed" of a file, or what it ended wit
 	[ -n "$l" ] && echo "$l" || echo "no summary line: $(grep -v ALSA "$1" | tail -1 | cut -c1-160)"
 }
 if want tiny; then
-	for f in testdata/gemma4-synthetic-tiny.tar.gz testdata/gemma4-synthetic-tiny-moe.tar.gz testdata/gemma4-synthetic-tiny-f64.tar.gz; do
+	# the decoder's, then the towers' (the plain-Go tower, then its "ops." on the device)
+	for f in testdata/gemma4-synthetic-tiny.tar.gz testdata/gemma4-synthetic-tiny-moe.tar.gz testdata/gemma4-synthetic-tiny-f64.tar.gz \
+		testdata/gemma4-synthetic-vision.tar.gz testdata/gemma4-synthetic-audio.tar.gz; do
 		for dev in cpu cuda; do
 			[ "$dev" = cuda ] && [ "$built" != 1 ] && { say "verify-fixture --device cuda $(basename "$f"): no library, skipped"; continue; }
 			s=$(date +%s)

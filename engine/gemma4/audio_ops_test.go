@@ -2,7 +2,6 @@ package gemma4
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -13,82 +12,16 @@ import (
 	"verdict/native/nativetest"
 )
 
-// audioEncoder is Audio.Encode's signature: the plain-Go tower and
-// AudioOps both have it.
-type audioEncoder func(feats []float32, mask []bool, trace *AudioTrace) ([]float32, []bool, error)
-
-// audioChecksOf is audioChecks for any encoder: every stage of both clips
-// against the fixture's references on the valid output frames, with the
-// fixture's tolerances.
+// audioChecksOf is audioTowerChecks as towerChecks: every stage of both
+// clips against the fixture's references on the valid output frames, with
+// the fixture's tolerances.
 func audioChecksOf(t testing.TB, fx *towerFixture, cfg *AudioConfig, enc audioEncoder) []towerCheck {
 	t.Helper()
-	om, oshape := fx.ints(t, "output_mask")
-	B, T2 := oshape[0], oshape[1]
-	H, O, D := cfg.Hidden, cfg.OutputDims, cfg.TextHidden
-	worst := map[string]float64{}
-	var names []string
-	cmp := func(name string, got []float32, ref string, k, b, w int, scaled bool) {
-		r := fx.f32(t, ref)
-		base := ((k*B + b) * T2) * w
-		var e float64
-		for i := range T2 {
-			if om[b*T2+i] == 0 {
-				continue
-			}
-			d, err := maxAbs(got[i*w:(i+1)*w], r[base+i*w:base+(i+1)*w])
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			e = max(e, d)
-		}
-		if scaled {
-			e /= max(1, maxMag(r[k*B*T2*w:(k+1)*B*T2*w]))
-		}
-		if _, ok := worst[name]; !ok {
-			names = append(names, name)
-		}
-		worst[name] = max(worst[name], e)
+	cs, err := audioTowerChecks(fx, cfg, enc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for b := range B {
-		feats, mask := audioClip(t, fx, b)
-		var tr AudioTrace
-		soft, outMask, err := enc(feats, mask, &tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, m := range outMask {
-			if m != (om[b*T2+i] != 0) {
-				t.Fatalf("clip %d: output mask differs from transformers' at frame %d", b, i)
-			}
-		}
-		for l, h := range tr.Hidden {
-			cmp(fmt.Sprintf("hidden_states[%d]", l), h, "hidden_states", l, b, H, true)
-		}
-		for l := range tr.FF1 {
-			for _, part := range []struct {
-				name string
-				v    []float32
-			}{{"ff1", tr.FF1[l]}, {"attn", tr.Attn[l]}, {"lconv", tr.LConv[l]}, {"ff2", tr.FF2[l]}} {
-				ref := fmt.Sprintf("layer%d_%s", l, part.name)
-				cmp(ref, part.v, ref, 0, b, H, true)
-			}
-		}
-		cmp("tower_output", tr.TowerOut, "tower_output", 0, b, O, false)
-		cmp("tower_output_f64", tr.TowerOut, "tower_output_f64", 0, b, O, false)
-		cmp("soft_tokens", soft, "soft_tokens", 0, b, D, false)
-		cmp("soft_tokens_f64", soft, "soft_tokens_f64", 0, b, D, false)
-	}
-	tolOf := map[string]string{"tower_output": "audio_tower_output", "tower_output_f64": "audio_tower_output",
-		"soft_tokens": "audio_soft_tokens", "soft_tokens_f64": "audio_soft_tokens"}
-	var out []towerCheck
-	for _, n := range names {
-		key, ok := tolOf[n]
-		if !ok {
-			key = "audio_hidden_states_scaled"
-		}
-		out = append(out, towerCheck{n, worst[n], fx.tol(t, key)})
-	}
-	return out
+	return towerChecks(t, cs)
 }
 
 func newAudioOps(t testing.TB, a *Audio, be *native.Backend) *AudioOps {

@@ -25,15 +25,11 @@ func loadAudioFixture(t testing.TB) (*towerFixture, *Audio) {
 // audioClip is clip b of the fixture's batch: features [T, bins] and mask.
 func audioClip(t testing.TB, fx *towerFixture, b int) ([]float32, []bool) {
 	t.Helper()
-	f := fx.f32(t, "input_features")
-	m, shape := fx.ints(t, "input_features_mask")
-	T := shape[1]
-	F := len(f) / (shape[0] * T)
-	mask := make([]bool, T)
-	for i := range mask {
-		mask[i] = m[b*T+i] != 0
+	f, m, err := fx.clip(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return f[b*T*F : (b+1)*T*F], mask
+	return f, m
 }
 
 // audioChecks runs a over both clips and compares every stage on the valid

@@ -3,96 +3,48 @@ package gemma4
 import (
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"verdict/engine/weights"
 )
 
-// towerFixture is one of testdata/gemma4-synthetic-{vision,audio}.tar.gz
-// (build/fixtures/make_gemma4_mm_fixtures.py), opened.
-type towerFixture struct {
-	dir  string
-	cfg  []byte
-	exp  map[string]refTensor
-	st   weights.Store
-	meta struct {
-		Tolerances map[string]float64 `json:"tolerances"`
-		Dist       map[string]float64 `json:"transformers_f32_vs_f64"`
-		Processor  struct {
-			PatchSize     int `json:"patch_size"`
-			MaxSoftTokens int `json:"max_soft_tokens"`
-			PoolingKernel int `json:"pooling_kernel_size"`
-		} `json:"image_processor"`
-		NumSoft json.RawMessage `json:"num_soft_tokens"`
-	}
-}
-
+// openTowerFixture opens testdata/<name>.tar.gz (a tower fixture,
+// verify_towers.go), closed when the test ends.
 func openTowerFixture(t testing.TB, name string) *towerFixture {
 	t.Helper()
-	fx := &towerFixture{dir: fixtureDir(t, name)}
-	var err error
-	if fx.cfg, err = os.ReadFile(filepath.Join(fx.dir, "config.json")); err != nil {
-		t.Fatal(err)
-	}
-	mj, err := os.ReadFile(filepath.Join(fx.dir, "meta.json"))
+	fx, err := openTowerDir(fixtureDir(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(mj, &fx.meta); err != nil {
-		t.Fatal(err)
-	}
-	if fx.exp, err = readExpected(filepath.Join(fx.dir, "expected.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	if fx.st, err = weights.Open(fx.dir); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fx.st.Close() })
+	t.Cleanup(fx.close)
 	return fx
 }
 
 func (fx *towerFixture) f32(t testing.TB, name string) []float32 {
 	t.Helper()
-	r, ok := fx.exp[name]
-	if !ok || r.f == nil {
-		t.Fatalf("expected.safetensors has no F32 %s", name)
-	}
-	return r.f
-}
-
-func (fx *towerFixture) ints(t testing.TB, name string) ([]int, []int) {
-	t.Helper()
-	r, ok := fx.exp[name]
-	if !ok || r.i == nil {
-		t.Fatalf("expected.safetensors has no I32 %s", name)
-	}
-	return r.i, r.shape
-}
-
-// tol is meta.json's tolerance for a check: 4× transformers' own float32
-// distance from its float64 answer, at least 1e-5.
-func (fx *towerFixture) tol(t testing.TB, name string) float64 {
-	t.Helper()
-	v, ok := fx.meta.Tolerances[name]
-	if !ok || !(v > 0) {
-		t.Fatalf("meta.json has no tolerance %s", name)
+	v, err := fx.ref(name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return v
 }
 
-// scaledErr is max |a−b| / max(1, max|b|) over each block of n values (a
-// layer), the largest over the blocks.
-func scaledErr(a, b []float32, n int) float64 {
-	var worst float64
-	for s := 0; s+n <= len(b); s += n {
-		e, _ := maxAbs(a[s:s+n], b[s:s+n])
-		worst = max(worst, e/max(1, maxMag(b[s:s+n])))
+func (fx *towerFixture) ints(t testing.TB, name string) ([]int, []int) {
+	t.Helper()
+	v, shape, err := fx.refInts(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return worst
+	return v, shape
+}
+
+func (fx *towerFixture) tol(t testing.TB, name string) float64 {
+	t.Helper()
+	v, err := fx.tolerance(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // towerCheck is one comparison; the perturbation tests look them up by name.
@@ -105,11 +57,9 @@ func (c towerCheck) ok() bool { return c.err <= c.tol }
 
 func visionPatches(t testing.TB, fx *towerFixture) ([]float32, []Patch) {
 	t.Helper()
-	pv := fx.f32(t, "pixel_values")
-	ids, shape := fx.ints(t, "image_position_ids")
-	pos := make([]Patch, shape[0])
-	for i := range pos {
-		pos[i] = Patch{ids[2*i], ids[2*i+1]}
+	pv, pos, err := fx.patches()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return pv, pos
 }
