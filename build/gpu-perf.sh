@@ -5,9 +5,12 @@
 # (graphs) give the bits of direct ones (greedy generation and a scorer
 # request, VERDICT_GRAPHS=0 against the default), and times bench
 # synthetic-e2b with graphs, without, and without under the per-operation
-# profile (VERDICT_CUDA_PROFILE=file). Results under $OUT (default
-# /tmp/gpu-perf); CARRY as for gpu-check.sh; STAGES picks from "graphs
-# bench profile"; HARNESS=0 skips the harness.
+# profile (VERDICT_CUDA_PROFILE=file: decoding, a prefill, a scorer
+# request). Results under $OUT (default /tmp/gpu-perf); CARRY as for
+# gpu-check.sh; STAGES picks from "f64 graphs bench profile" (the default)
+# and "ncu" (one decode step's kernels), "ncu-prefill" (a prefill's) and
+# "sanitize" (compute-sanitizer on the attention tiles); HARNESS=0 skips
+# the harness.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -95,17 +98,15 @@ say "== profile of a 512-token prefill (graphs off)"
 VERDICT_GRAPHS=0 VERDICT_CUDA_PROFILE=$OUT/profile-prefill.txt timeout 200 "$bin/verdict" "${b[@]}" \
 	--decode-tokens 1 --scorer=false >/dev/null 2>&1
 cat "$OUT/profile-prefill.txt" | tee -a "$log"
+say "== profile of a scorer request after a 512-token prefill (graphs off)"
+VERDICT_GRAPHS=0 VERDICT_CUDA_PROFILE=$OUT/profile-scorer.txt timeout 200 "$bin/verdict" "${b[@]}" \
+	--decode-tokens 1 --batch 0 --towers=false >"$OUT/bench-scorer.json" 2>/dev/null
+cat "$OUT/profile-scorer.txt" | tee -a "$log"
 fi
-if has ncu; then
-	# Per-kernel device times of about one decode step (graphs off), from
-	# the hardware's own timer: ncu, clocks left alone (an 8-token run
-	# makes about 5,000 launches: 600 from the 2,400th are about a step).
-	say "== ncu: kernels of one decode step"
-	VERDICT_GRAPHS=0 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-		--launch-skip "${NCU_SKIP:-2400}" --launch-count "${NCU_COUNT:-600}" \
-		"$bin/verdict" "${gen[@]}" --temperature 0 --max-tokens 8 >"$tmp/ncu.csv" 2>"$tmp/ncu.err"
-	say "ncu exit $?"
-	python3 - "$tmp/ncu.csv" <<'PY' | tee -a "$log"
+# ncu_table CSV: an ncu CSV of gpu__time_duration as one line a kernel
+# (name, grid, block), its calls and device time, the largest first.
+ncu_table() {
+	python3 - "$1" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows:
@@ -122,5 +123,40 @@ print("kernels %d, device time %.1f us" % (sum(v[0] for v in tot.values()), all_
 for k, v in sorted(tot.items(), key=lambda kv: -kv[1][1])[:45]:
     print("%-70s %5d %9.1f us %7.2f us/call" % (k, v[0], v[1] / 1e3, v[1] / 1e3 / v[0]))
 PY
+}
+if has ncu; then
+	# Per-kernel device times of about one decode step (graphs off), from
+	# the hardware's own timer: ncu, clocks left alone (an 8-token run
+	# makes about 5,000 launches: 600 from the 2,400th are about a step).
+	say "== ncu: kernels of one decode step"
+	VERDICT_GRAPHS=0 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+		--launch-skip "${NCU_SKIP:-2400}" --launch-count "${NCU_COUNT:-600}" \
+		"$bin/verdict" "${gen[@]}" --temperature 0 --max-tokens 8 >"$tmp/ncu.csv" 2>"$tmp/ncu.err"
+	say "ncu exit $?"
+	ncu_table "$tmp/ncu.csv" | tee -a "$log"
 	tail -3 "$tmp/ncu.err" | tee -a "$log"
+fi
+if has ncu-prefill; then
+	# The same for the first 512-token prefill of bench (its first
+	# launches: the model's upload makes none), graphs off.
+	say "== ncu: kernels of a 512-token prefill"
+	VERDICT_GRAPHS=0 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+		--launch-skip 0 --launch-count "${NCU_PREFILL_COUNT:-700}" \
+		"$bin/verdict" "${b[@]}" --decode-tokens 1 --scorer=false --batch 0 --towers=false >"$tmp/ncu-p.csv" 2>"$tmp/ncu-p.err"
+	say "ncu exit $?"
+	ncu_table "$tmp/ncu-p.csv" | tee -a "$log"
+	tail -3 "$tmp/ncu-p.err" | tee -a "$log"
+fi
+if has sanitize; then
+	# The prefill's attention tiles (VERDICT_ATTN_TILE=1) read past the
+	# value pool on the card (native/cuda/README.md): compute-sanitizer's
+	# initcheck (a read of shared or global memory never written) and
+	# memcheck over the attention's checks at the full shapes.
+	for tool in initcheck memcheck; do
+		say "== compute-sanitizer --tool $tool ops_check -attn-all, VERDICT_ATTN_TILE=1"
+		VERDICT_ATTN_TILE=1 timeout 240 compute-sanitizer --tool "$tool" --print-limit 8 "$lib/ops_check" -attn-all \
+			>"$OUT/sanitize-$tool.txt" 2>&1
+		say "exit $?"
+		grep -v ' ok$' "$OUT/sanitize-$tool.txt" | head -40 | tee -a "$log"
+	done
 fi
