@@ -84,9 +84,9 @@ for g in 1 0; do
 	python3 - "$OUT/bench-g$g.json" <<'PY' | tee -a "$log"
 import json, sys
 m = json.load(open(sys.argv[1]))["models"][0]
-print("prefill %.1f tok/s  decode %.1f tok/s  scorer %.4f s (prefix %.4f s)" % (
+print("prefill %.1f tok/s  decode %.1f tok/s  scorer %.4f s (prefix %.4f s; branch passes %s ms)" % (
     m["prefill"]["tokens_per_second"], m["decode"]["tokens_per_second"],
-    m["scorer"]["seconds"], m["scorer"]["prefix_prefill_seconds"]))
+    m["scorer"]["seconds"], m["scorer"]["prefix_prefill_seconds"], m["scorer"].get("branch_passes_ms")))
 PY
 done
 fi

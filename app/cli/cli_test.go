@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,13 +164,19 @@ func TestBenchJSON(t *testing.T) {
 				TPS float64 `json:"tokens_per_second"`
 			} `json:"decode"`
 			Scorer struct {
-				Seconds float64 `json:"seconds"`
+				Seconds     float64   `json:"seconds"`
+				BranchBatch int       `json:"branch_batch"`
+				Passes      []float64 `json:"branch_passes_ms"`
 			} `json:"scorer"`
 		} `json:"models"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || len(r.Models) != 1 || r.Models[0].Weights != "q4" ||
 		r.Models[0].Prefill.TPS <= 0 || r.Models[0].Decode.TPS <= 0 || r.Models[0].Scorer.Seconds <= 0 {
 		t.Errorf("exit %d, %s %s", code, out, errOut)
+	}
+	// The scorer's passes of branch rows after the prefix, each timed.
+	if sc := r.Models[0].Scorer; sc.BranchBatch < 1 || len(sc.Passes) == 0 || slices.ContainsFunc(sc.Passes, func(ms float64) bool { return !(ms > 0) }) {
+		t.Errorf("scorer branch batch %d, passes %v ms: want a batch and each pass's time", sc.BranchBatch, sc.Passes)
 	}
 	code, _, errOut = run("bench", "--weights", "f16")
 	if code != 2 || !strings.Contains(errOut, "want f32 or q4") {

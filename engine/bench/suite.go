@@ -122,17 +122,21 @@ type BatchDecode struct {
 // PrefixReused is 0) with the shapes seen before (a GPU replays its
 // recordings from the third request on).
 type ScorerSummary struct {
-	PromptTokens     int     `json:"prompt_tokens"`
-	Fields           int     `json:"fields"`
-	Decisions        int     `json:"decisions"`
-	BranchRows       int     `json:"branch_rows"`
-	Seconds          float64 `json:"seconds"`
-	PrefillSeconds   float64 `json:"prefix_prefill_seconds"`
-	TotalOverPrefill float64 `json:"total_over_prefill"`
-	ColdSeconds      float64 `json:"cold_seconds"`
-	Runs             int     `json:"runs"`
-	PrefixReused     int     `json:"prefix_reused_tokens"`
-	Skipped          string  `json:"skipped,omitempty"`
+	PromptTokens int `json:"prompt_tokens"`
+	Fields       int `json:"fields"`
+	Decisions    int `json:"decisions"`
+	BranchRows   int `json:"branch_rows"`
+	// BranchBatch is the most branch rows a pass ran; BranchPassesMs the
+	// time of each pass of branch rows after the prefix, in order.
+	BranchBatch      int       `json:"branch_batch"`
+	BranchPassesMs   []float64 `json:"branch_passes_ms"`
+	Seconds          float64   `json:"seconds"`
+	PrefillSeconds   float64   `json:"prefix_prefill_seconds"`
+	TotalOverPrefill float64   `json:"total_over_prefill"`
+	ColdSeconds      float64   `json:"cold_seconds"`
+	Runs             int       `json:"runs"`
+	PrefixReused     int       `json:"prefix_reused_tokens"`
+	Skipped          string    `json:"skipped,omitempty"`
 }
 
 // ScorerRuns is the number of scorer requests timed after the first.
@@ -261,7 +265,11 @@ func MeasureModel(ctx context.Context, o Opened, opt SuiteOptions, lim *Limits) 
 		slices.SortFunc(timed, func(a, b *scorer.Result) int { return cmp.Compare(a.Timings.Total, b.Timings.Total) })
 		res := timed[len(timed)/2]
 		s.Runs = len(timed)
-		s.PromptTokens, s.Decisions, s.BranchRows = res.PromptTokens, res.Decisions, res.BranchRows
+		s.PromptTokens, s.Decisions, s.BranchRows, s.BranchBatch = res.PromptTokens, res.Decisions, res.BranchRows, res.BranchBatch
+		s.BranchPassesMs = nil
+		for _, d := range res.Timings.Batches {
+			s.BranchPassesMs = append(s.BranchPassesMs, float64(time.Duration(d).Microseconds())/1e3)
+		}
 		s.Seconds = time.Duration(res.Timings.Total).Seconds()
 		s.PrefillSeconds = time.Duration(res.Timings.Prefill).Seconds()
 		s.TotalOverPrefill = s.Seconds / s.PrefillSeconds
@@ -324,6 +332,9 @@ func (r SuiteReport) String() string {
 		} else {
 			fmt.Fprintf(&b, "  scorer: %d-token prefix, %d fields (%d branch rows): %.3fs = %.2fx the prefix prefill (%.3fs), median of %d after a first of %.3fs\n",
 				s.PromptTokens, s.Fields, s.BranchRows, s.Seconds, s.TotalOverPrefill, s.PrefillSeconds, s.Runs, s.ColdSeconds)
+			if len(s.BranchPassesMs) > 0 {
+				fmt.Fprintf(&b, "  scorer's branch rows: %d passes of at most %d rows, %v ms\n", len(s.BranchPassesMs), s.BranchBatch, s.BranchPassesMs)
+			}
 		}
 	}
 	if r.Towers != nil {
