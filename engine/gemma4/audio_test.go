@@ -2,7 +2,6 @@ package gemma4
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -33,84 +32,10 @@ func audioClip(t testing.TB, fx *towerFixture, b int) ([]float32, []bool) {
 }
 
 // audioChecks runs a over both clips and compares every stage on the valid
-// output frames (padding frames never reach a valid one).
+// output frames (audioTowerChecks).
 func audioChecks(t testing.TB, fx *towerFixture, a *Audio) []towerCheck {
 	t.Helper()
-	om, oshape := fx.ints(t, "output_mask")
-	B, T2 := oshape[0], oshape[1]
-	H, O, D := a.Cfg.Hidden, a.Cfg.OutputDims, a.Cfg.TextHidden
-	worst := map[string]float64{}
-	var names []string
-	note := func(name string, e float64) {
-		if _, ok := worst[name]; !ok {
-			names = append(names, name)
-		}
-		worst[name] = max(worst[name], e)
-	}
-	// cmp compares the valid rows of clip b: got [T2, w] against ref's rows
-	// [block][B][T2][w] at block index k; scaled by the reference block's
-	// largest magnitude when scaled.
-	cmp := func(name string, got []float32, ref string, k, b, w int, scaled bool) {
-		r := fx.f32(t, ref)
-		base := ((k*B + b) * T2) * w
-		full := r[k*B*T2*w : (k+1)*B*T2*w]
-		var e float64
-		for i := range T2 {
-			if om[b*T2+i] == 0 {
-				continue
-			}
-			d, err := maxAbs(got[i*w:(i+1)*w], r[base+i*w:base+(i+1)*w])
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			e = max(e, d)
-		}
-		if scaled {
-			e /= max(1, maxMag(full))
-		}
-		note(name, e)
-	}
-	for b := range B {
-		feats, mask := audioClip(t, fx, b)
-		var tr AudioTrace
-		soft, outMask, err := a.Encode(feats, mask, &tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, m := range outMask {
-			if m != (om[b*T2+i] != 0) {
-				t.Fatalf("clip %d: output mask %v differs from transformers' at frame %d", b, outMask, i)
-			}
-		}
-		for l, h := range tr.Hidden {
-			cmp(fmt.Sprintf("hidden_states[%d]", l), h, "hidden_states", l, b, H, true)
-		}
-		for l := range a.Layers {
-			for _, part := range []struct {
-				name string
-				v    []float32
-			}{{"ff1", tr.FF1[l]}, {"attn", tr.Attn[l]}, {"lconv", tr.LConv[l]}, {"ff2", tr.FF2[l]}} {
-				ref := fmt.Sprintf("layer%d_%s", l, part.name)
-				cmp(ref, part.v, ref, 0, b, H, true)
-			}
-		}
-		cmp("tower_output", tr.TowerOut, "tower_output", 0, b, O, false)
-		cmp("tower_output_f64", tr.TowerOut, "tower_output_f64", 0, b, O, false)
-		cmp("soft_tokens", soft, "soft_tokens", 0, b, D, false)
-		cmp("soft_tokens_f64", soft, "soft_tokens_f64", 0, b, D, false)
-		cmp("hidden_states_f64[last]", tr.Hidden[len(tr.Hidden)-1], "hidden_states_f64", len(tr.Hidden)-1, b, H, true)
-	}
-	tolOf := map[string]string{"tower_output": "audio_tower_output", "tower_output_f64": "audio_tower_output",
-		"soft_tokens": "audio_soft_tokens", "soft_tokens_f64": "audio_soft_tokens"}
-	var out []towerCheck
-	for _, n := range names {
-		key, ok := tolOf[n]
-		if !ok {
-			key = "audio_hidden_states_scaled"
-		}
-		out = append(out, towerCheck{n, worst[n], fx.tol(t, key)})
-	}
-	return out
+	return audioChecksOf(t, fx, a.Cfg, a.Encode)
 }
 
 func TestAudioForward(t *testing.T) {

@@ -230,7 +230,7 @@ type audioEncoder func(feats []float32, mask []bool, trace *AudioTrace) ([]float
 // audioTowerChecks runs enc over both clips of the fixture and compares
 // every stage on the valid output frames (padding frames never reach a
 // valid one) with the fixture's references and tolerances: the hidden
-// states and each layer's parts scaled by max(1, the reference block's
+// states (the last layer's also against float64) and each layer's parts scaled by max(1, the reference block's
 // max|value|), the tower's output and the soft tokens unscaled, and the
 // output mask exactly (frames that differ from transformers').
 func audioTowerChecks(fx *towerFixture, cfg *AudioConfig, enc audioEncoder) ([]Check, error) {
@@ -295,6 +295,11 @@ func audioTowerChecks(fx *towerFixture, cfg *AudioConfig, enc audioEncoder) ([]C
 		}
 		for l, h := range tr.Hidden {
 			if err := cmp(fmt.Sprintf("hidden_states[%d]", l), h, "hidden_states", l, b, H, true); err != nil {
+				return nil, err
+			}
+		}
+		if last := len(tr.Hidden) - 1; last >= 0 {
+			if err := cmp("hidden_states_f64[last]", tr.Hidden[last], "hidden_states_f64", last, b, H, true); err != nil {
 				return nil, err
 			}
 		}

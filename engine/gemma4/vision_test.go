@@ -64,56 +64,11 @@ func visionPatches(t testing.TB, fx *towerFixture) ([]float32, []Patch) {
 	return pv, pos
 }
 
-// visionChecks runs v over the fixture's image and compares every stage.
+// visionChecks runs v over the fixture's image and compares every stage
+// (visionTowerChecks).
 func visionChecks(t testing.TB, fx *towerFixture, v *Vision) []towerCheck {
 	t.Helper()
-	pv, pos := visionPatches(t, fx)
-	var tr VisionTrace
-	soft, n, err := v.Encode(pv, pos, &tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []towerCheck
-	add := func(name string, got, want []float32, tol float64, block int) {
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d values, the reference has %d", name, len(got), len(want))
-		}
-		if block == 0 {
-			block = len(want)
-		}
-		out = append(out, towerCheck{name, scaledErr(got, want, block), tol})
-	}
-	H := v.Cfg.Hidden
-	hs := fx.f32(t, "hidden_states")
-	block := len(pos) * H
-	if len(tr.Hidden)*block != len(hs) {
-		t.Fatalf("%d hidden states of %d, the reference holds %d values", len(tr.Hidden), block, len(hs))
-	}
-	ht := fx.tol(t, "vision_hidden_states_scaled")
-	for l, h := range tr.Hidden {
-		name := "hidden_states[" + string(rune('0'+l)) + "]"
-		add(name, h, hs[l*block:(l+1)*block], ht, 0)
-	}
-	add("pooled", tr.Pooled, fx.f32(t, "pooled"), fx.tol(t, "vision_pooled"), 0)
-	add("pooled_f64", tr.Pooled, fx.f32(t, "pooled_f64"), fx.tol(t, "vision_pooled"), 0)
-	// tower_output and the soft tokens are compared unscaled, as the fixture
-	// measured transformers' own error.
-	abs := func(name string, got []float32, ref, tolKey string) {
-		want := fx.f32(t, ref)
-		e, err := maxAbs(got, want)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out = append(out, towerCheck{name, e, fx.tol(t, tolKey)})
-	}
-	abs("tower_output", tr.TowerOut, "tower_output", "vision_tower_output")
-	abs("tower_output_f64", tr.TowerOut, "tower_output_f64", "vision_tower_output")
-	abs("soft_tokens", soft, "soft_tokens", "vision_soft_tokens")
-	abs("soft_tokens_f64", soft, "soft_tokens_f64", "vision_soft_tokens")
-	if want := len(fx.f32(t, "soft_tokens")) / v.Cfg.TextHidden; n != want {
-		t.Fatalf("%d soft tokens, the reference has %d", n, want)
-	}
-	return out
+	return visionChecksOf(t, fx, v.Cfg, v.Encode)
 }
 
 func loadVisionFixture(t testing.TB) (*towerFixture, *Vision) {
