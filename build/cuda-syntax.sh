@@ -67,7 +67,7 @@ run)
 	"$tmp/ops_check" -steps
 	VERDICT_PRE_PARTS=1 "$tmp/ops_check" -steps # the pre parts, off by default
 	"$tmp/ops_check" -q4
-	VERDICT_ATTN_TILE=1 "$tmp/ops_check" -attn # the prefill's tiles, off by default
+	VERDICT_ATTN_TILE=1 "$tmp/ops_check" -attn # the prefill's tiles wherever the shape allows, against each query alone
 	"$tmp/ops_check" -linears
 	;;
 q4) "$tmp/q4_check" ;;

@@ -17,7 +17,7 @@
 #  3. the ablation: prefill and decode at batch 1 and 8 again with each of
 #     ABLATE's switches turned (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0;
 #     on, being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_ONE=1,
-#     VERDICT_Q4_GEMV=1 (VERDICT_ATTN_TILE=1 faults on the card);
+#     VERDICT_Q4_GEMV=1; off, being on: VERDICT_ATTN_TILE=0;
 #     VERDICT_GRAPHS=0, ...);
 #     the towers alone again with each of TOWER_ABLATE's
 #     (VERDICT_TOWER_MMA=0: their products on the float cores);
@@ -32,7 +32,7 @@ cd "$root"
 OUT=${OUT:-/tmp/gpu-compare}
 CARRY=$(cd "${CARRY:-carry-cuda}" && pwd)
 MODEL=${MODEL:-synthetic-e2b}
-ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
+ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_ATTN_TILE=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
 TOWER_ABLATE=${TOWER_ABLATE:-"VERDICT_TOWER_MMA=0"}
 mkdir -p "$OUT"
 log=$OUT/log.txt

@@ -148,10 +148,10 @@ if has ncu-prefill; then
 	tail -3 "$tmp/ncu-p.err" | tee -a "$log"
 fi
 if has sanitize; then
-	# The prefill's attention tiles (VERDICT_ATTN_TILE=1) read past the
-	# value pool on the card (native/cuda/README.md): compute-sanitizer's
-	# initcheck (a read of shared or global memory never written) and
-	# memcheck over the attention's checks at the full shapes.
+	# compute-sanitizer's initcheck (a read of shared or global memory
+	# never written) and memcheck over the attention's checks at the full
+	# shapes, the prefill's tiles among them (they once read past the
+	# value pool: native/cuda/README.md).
 	for tool in initcheck memcheck; do
 		say "== compute-sanitizer --tool $tool ops_check -attn-all, VERDICT_ATTN_TILE=1"
 		VERDICT_ATTN_TILE=1 timeout 240 compute-sanitizer --tool "$tool" --print-limit 8 "$lib/ops_check" -attn-all \

@@ -182,8 +182,12 @@ void c_attention(vd_stream *s, const vd_attn *a)
 	if (group > nq)
 		group = nq;
 	/* a prefill's queries by tiles first, their even flags after the
-	 * partials */
-	int64_t tq = nq >= 16 ? attn_tile_q(a) : 0;
+	 * partials; not where the queries are many short sequences (a
+	 * scorer's branch rows: fewer queries than a tile a sequence), whose
+	 * tiles would all be uneven */
+	int64_t tq = nq >= 16 ? attn_tile_q(a) : 0, nseq = a->seq_ent.cols - 1;
+	if (tq > 0 && nseq > 0 && nq < tq * nseq && !attn_tile_forced())
+		tq = 0;
 	size_t need = per * (size_t)group, flags = (need + 255) & ~(size_t)255;
 	if (tq > 0)
 		need = flags + (size_t)((group + tq - 1) / tq) * sizeof(int);
