@@ -8,6 +8,101 @@
 #define TP 64       /* query·head pairs a tile */
 #define TU (2 * AC) /* keys a tile's chunk may span */
 
+/* load_g: G consecutive floats of shared memory (16-byte aligned for G
+ * of 4 and 8, 8-byte for 2) in one or two loads. */
+template <int G>
+static __device__ __forceinline__ void load_g(float *e, const float *p)
+{
+	if constexpr (G >= 4) {
+#pragma unroll
+		for (int k = 0; k < G; k += 4) {
+			float4 f = *(const float4 *)(p + k);
+			e[k] = f.x, e[k + 1] = f.y, e[k + 2] = f.z, e[k + 3] = f.w;
+		}
+	} else if constexpr (G == 2) {
+		float2 f = *(const float2 *)p;
+		e[0] = f.x, e[1] = f.y;
+	} else {
+		e[0] = p[0];
+	}
+}
+
+/* value_sums: a tile's value sums, o[t, hh][c] = the fmaf chain of
+ * e_j·v_j[c] over query t's chunk keys j in order (k_attn_part's). A work
+ * item is 4 columns by 16/G queries (16 pairs, 64 accumulators), the
+ * column groups fastest, so a warp reads 512 contiguous bytes of a row and
+ * one pair's exponentials together: an item reads each row of its
+ * queries' span once (two rows ahead) and adds it into every query whose
+ * chunk holds it. */
+template <int G, typename PP>
+static __device__ __forceinline__ void value_sums(const float *V, int64_t ldk, int64_t d, const int64_t *krow,
+                                                   const float *ev, const int *qoff, const int *qn, PP pp)
+{
+	constexpr int TQ = TP / G, QI = 16 / G, NG = TQ / QI;
+	int64_t ncg = d / 4;
+	bool al = ((uintptr_t)V & 15) == 0 && ldk % 4 == 0;
+	for (int64_t it = threadIdx.x; it < ncg * NG; it += AB) {
+		int qg = (int)(it / ncg);
+		int64_t c = (it % ncg) * 4;
+		int qo[QI], qc[QI], ulo = TU, uhi = 0;
+#pragma unroll
+		for (int i = 0; i < QI; i++) {
+			qo[i] = qoff[qg * QI + i], qc[i] = qn[qg * QI + i];
+			if (qc[i] > 0) {
+				ulo = qo[i] < ulo ? qo[i] : ulo;
+				uhi = qo[i] + qc[i] > uhi ? qo[i] + qc[i] : uhi;
+			}
+		}
+		float acc[QI][G][4];
+#pragma unroll
+		for (int i = 0; i < QI; i++)
+#pragma unroll
+			for (int hh = 0; hh < G; hh++)
+#pragma unroll
+				for (int k = 0; k < 4; k++)
+					acc[i][hh][k] = 0.0f;
+		const float *Vc = V + c;
+		auto row = [&](int u) {
+			const float *p = Vc + krow[u] * ldk;
+			return al ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+		};
+		float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
+		if (ulo < uhi)
+			v0 = row(ulo);
+		if (ulo + 1 < uhi)
+			v1 = row(ulo + 1);
+		for (int u = ulo; u < uhi; u++) {
+			float vc[4] = {v0.x, v0.y, v0.z, v0.w};
+			v0 = v1;
+			if (u + 2 < uhi)
+				v1 = row(u + 2);
+#pragma unroll
+			for (int i = 0; i < QI; i++) {
+				unsigned j = (unsigned)(u - qo[i]);
+				if (j < (unsigned)qc[i]) {
+					float e[G];
+					load_g<G>(e, ev + ((qg * QI + i) * AC + j) * G);
+#pragma unroll
+					for (int hh = 0; hh < G; hh++)
+#pragma unroll
+						for (int k = 0; k < 4; k++)
+							acc[i][hh][k] = fmaf(e[hh], vc[k], acc[i][hh][k]);
+				}
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < QI; i++)
+			if (qc[i] > 0)
+#pragma unroll
+				for (int hh = 0; hh < G; hh++) {
+					float *o = pp(qg * QI + i, hh) + 2 + c;
+#pragma unroll
+					for (int k = 0; k < 4; k++)
+						o[k] = acc[i][hh][k];
+				}
+	}
+}
+
 /* A tile is TQ = TP/G consecutive queries with the G query heads of one
  * key/value group (block x = tile·hkv + group, y = the chunk). It is even
  * when its queries share a sequence whose entries run in position order
@@ -34,10 +129,10 @@
  * k_attn_part. */
 template <int G, int DT>
 __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *even, int64_t nch, int64_t nq,
-                                                  int *err)
+                                                  int *err, bool vsum_old)
 {
 	constexpr int TQ = TP / G;
-	__shared__ float ev[TP * AC]; /* [t][j][hh]: the scores, then their exponentials */
+	__shared__ __align__(16) float ev[TP * AC]; /* [t][j][hh]: the scores, then their exponentials */
 	__shared__ int64_t krow[TU];
 	__shared__ int ecum[AB], ws[AB / 32];
 	__shared__ int64_t qbef[TQ], qfirst[TQ]; /* keys before a query's run; its chunk's first key */
@@ -147,8 +242,7 @@ __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *e
 		chunk_softmax<G>(ev + t * AC * G + hh, cnt, lane, &sm[p], &sl[p]);
 	}
 	__syncthreads();
-	/* the value sums: a thread an element, the span's rows in order, each
-	 * row for every query whose chunk holds it */
+	if (vsum_old) {
 	for (int64_t c = threadIdx.x; c < d; c += AB) {
 		float acc[TQ][G];
 #pragma unroll
@@ -174,6 +268,8 @@ __global__ void __launch_bounds__(AB) k_attn_tile(vd_attn a, float *part, int *e
 				for (int hh = 0; hh < G; hh++)
 					pp(t, hh)[2 + c] = acc[t][hh];
 	}
+	} else
+	value_sums<G>(V, ldk, d, krow, ev, qoff, qn, pp);
 	if (threadIdx.x < TP) {
 		int t = threadIdx.x / G, hh = threadIdx.x % G;
 		if (qn[t] > 0)
@@ -192,6 +288,12 @@ static int attn_tile_mode()
 		return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : 2;
 	}();
 	return m;
+}
+
+static bool vsum_old()
+{
+	static const bool o = getenv("VERDICT_ATTN_VSUM") && strcmp(getenv("VERDICT_ATTN_VSUM"), "0") == 0;
+	return o;
 }
 
 bool attn_tile_forced() { return attn_tile_mode() == 1; }
@@ -218,11 +320,11 @@ static void tile_of_d(vd_stream *s, const vd_attn &a, dim3 grid, float *part, in
                       int *err)
 {
 	switch (a.d / 32) {
-	case 1: launch(s, k_attn_tile<G, 1>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 2: launch(s, k_attn_tile<G, 2>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 4: launch(s, k_attn_tile<G, 4>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 8: launch(s, k_attn_tile<G, 8>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 16: if constexpr (G <= 4) launch(s, k_attn_tile<G, 16>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 1: launch(s, k_attn_tile<G, 1>, grid, AB, 0, a, part, even, nch, nq, err, vsum_old()); break;
+	case 2: launch(s, k_attn_tile<G, 2>, grid, AB, 0, a, part, even, nch, nq, err, vsum_old()); break;
+	case 4: launch(s, k_attn_tile<G, 4>, grid, AB, 0, a, part, even, nch, nq, err, vsum_old()); break;
+	case 8: launch(s, k_attn_tile<G, 8>, grid, AB, 0, a, part, even, nch, nq, err, vsum_old()); break;
+	case 16: if constexpr (G <= 4) launch(s, k_attn_tile<G, 16>, grid, AB, 0, a, part, even, nch, nq, err, vsum_old()); break;
 	default: break;
 	}
 }

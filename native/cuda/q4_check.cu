@@ -61,7 +61,9 @@ static void *scratch_for(int64_t n, int64_t nout, int64_t cols, size_t *bytes)
 
 /* bench: the E2B decode's q4 shapes at 1 and 8 tokens, timed (a graph of
  * 20 products replayed 10 times, PDL on), with the bytes they read a
- * microsecond. The products take their weights from as many copies as
+ * microsecond; and at 40 (a scorer's branch rows) and 512 tokens (a
+ * prefill; not the head), with their rate in int8 operations of the three
+ * limbs (a multiply-add counted as two). The products take their weights from as many copies as
  * make 256 MB (at most 20), so that they come from memory, as in a decode
  * step, and not from L2. */
 static int bench()
@@ -87,7 +89,8 @@ static int bench()
 		std::uniform_real_distribution<float> d(-1.0f, 1.0f);
 		for (auto &v : so)
 			v = d(rng);
-		std::vector<float> x((size_t)(8 * b.cols));
+		const int64_t NMAX = 512;
+		std::vector<float> x((size_t)(NMAX * b.cols));
 		for (auto &v : x)
 			v = d(rng);
 		double bytes = (double)q.size() + 4.0 * (double)so.size();
@@ -97,10 +100,12 @@ static int bench()
 		for (int c = 0; c < nc; c++)
 			SO[c] = dev(so), Q[c] = dev(q);
 		float *X = dev(x), *Y = nullptr;
-		cudaMalloc(&Y, (size_t)(8 * b.nout) * sizeof(float));
+		cudaMalloc(&Y, (size_t)(NMAX * b.nout) * sizeof(float));
 		size_t sbytes = 0;
-		void *SC = scratch_for(8, b.nout, b.cols, &sbytes);
-		for (int64_t n : {1, 8}) {
+		void *SC = scratch_for(NMAX, b.nout, b.cols, &sbytes);
+		for (int64_t n : {1, 8, 40, 512}) {
+			if (n > 40 && b.nout > 65536)
+				continue;
 			{
 				cudaGraph_t g;
 				cudaGraphExec_t ge;
@@ -122,8 +127,9 @@ static int bench()
 				float ms = 0;
 				cudaEventElapsedTime(&ms, e0, e1);
 				double us = ms * 1000.0 / 200.0;
-				printf("bench %-22s %6lldx%-5lld n=%lld: %8.2f us  %7.0f GB/s\n", b.name, (long long)b.nout,
-				       (long long)b.cols, (long long)n, us, bytes / us / 1e3);
+				printf("bench %-22s %6lldx%-5lld n=%-3lld: %8.2f us  %7.0f GB/s  %6.1f TOPS\n", b.name,
+				       (long long)b.nout, (long long)b.cols, (long long)n, us, bytes / us / 1e3,
+				       6.0 * (double)n * (double)b.nout * (double)b.cols / us / 1e6);
 				cudaGraphExecDestroy(ge);
 				cudaGraphDestroy(g);
 			}
