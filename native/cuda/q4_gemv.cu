@@ -292,7 +292,8 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 					for (int L = 0; L < 3; L++)
 						D[L] += __shfl_xor_sync(0xffffffffu, D[L], o);
 				if (sub == 0)
-					dsm[c * R + rl] = limbs_sum(D[0], D[1], D[2]) * xsx[c].x;
+					dsm[c * R + rl] =
+					    fmaf((float)D[2], 65536.0f, fmaf((float)D[1], 256.0f, (float)D[0])) * xsx[c].x;
 			}
 		}
 		if (qn)

@@ -288,22 +288,6 @@ static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 
 	a[1][0] = wa.y & M, a[1][1] = wb.y & M, a[1][2] = wa.y >> 4 & M, a[1][3] = wb.y >> 4 & M;
 }
 
-/* limbs_sum: a chunk's sum of nib·X from its limbs' exact integer sums,
- * fmaf(D2, 2^16, fmaf(D1, 2^8, D0)) with each D_L as a float. The
- * conversions go without the integer-to-float instruction (quarter rate,
- * twelve of them for an mma tile's four outputs): 0 ≤ D0, D1 < 2^18
- * (64 nibbles times bytes) are or-ed into the mantissa of 2^23, and
- * |D2| < 2^17 (a signed top limb of at most 2^6) is added to 2^23 + 2^22
- * as an integer, then 2^23 (2^23 + 2^22) subtracted: each step exact, so
- * the values, and the bits that follow, are (float)D_L's. */
-static __device__ __forceinline__ float limbs_sum(int D0, int D1, int D2)
-{
-	float f0 = __int_as_float(0x4B000000 | D0) - 8388608.0f;
-	float f1 = __int_as_float(0x4B000000 | D1) - 8388608.0f;
-	float f2 = __int_as_float(0x4B400000 + D2) - 12582912.0f;
-	return fmaf(f2, 65536.0f, fmaf(f1, 256.0f, f0));
-}
-
 /* chunk_mma_a: d = a chunk's sum of nib·x for rows g, g + 8 (d[0], d[1]
  * tokens 2t, 2t + 1 of row g; d[2], d[3] of row g + 8). */
 static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)[4], const Bq &b)
@@ -316,7 +300,8 @@ static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)
 	}
 #pragma unroll
 	for (int i = 0; i < 4; i++)
-		d[i] = limbs_sum(D[0][i], D[1][i], D[2][i]) * ((i & 1) ? b.xs1 : b.xs0);
+		d[i] = fmaf((float)D[2][i], 65536.0f, fmaf((float)D[1][i], 256.0f, (float)D[0][i])) *
+		       ((i & 1) ? b.xs1 : b.xs0);
 }
 
 /* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of
