@@ -63,9 +63,9 @@ static void *scratch_for(int64_t n, int64_t nout, int64_t cols, size_t *bytes)
  * 20 products replayed 10 times, PDL on), with the bytes they read a
  * microsecond; and at 40 (a scorer's branch rows) and 512 tokens (a
  * prefill; not the head), with their rate in int8 operations of the three
- * limbs (a multiply-add counted as two). The products take their weights from as many copies as
- * make 256 MB (at most 20), so that they come from memory, as in a decode
- * step, and not from L2. */
+ * limbs (a multiply-add counted as two). The products take their weights
+ * from as many copies as make 256 MB (at most 20), so that they come from
+ * memory, as in a decode step, and not from L2. */
 static int bench()
 {
 	struct B {
