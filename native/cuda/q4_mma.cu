@@ -32,6 +32,7 @@
 #include "q4_mma.h"
 #include "device_math.cuh"
 #include "q4_mma.cuh"
+#include "cp_async.cuh"
 
 #include <cstdint>
 #include <cstdlib>
@@ -293,6 +294,171 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
 			}
 }
 
+/* The staged product (k_q4_mma_staged): k_q4_mma_many's block and warp
+ * tiles, with each chunk's operands for the block (128 rows' weights and
+ * scales, TB tokens' x fragments and (xs, Sx)) copied into shared memory
+ * ST_NS − 1 chunks ahead (cp.async), so that the warps' loads are shared
+ * ones and the copies overlap the products. The same operations in the
+ * same order as k_q4_mma_many: the same bits. */
+constexpr int ST_NS = 4; /* chunks in shared memory: ST_NS − 1 in flight while one is summed */
+
+template <int TB> struct Stage {
+	static constexpr int A = 0, S = A + 128 * 32, B = S + 128 * 8, X = B + TB * 192, BYTES = X + TB * 8;
+};
+
+/* stage_weights, stage_x: this thread's copies of chunk ch's weights and
+ * scales (qrow, srow: its row's, or null when it copies none), and of its
+ * x fragments and (xs, Sx) (token tiles of the block from tok0), into st. */
+template <int TB>
+static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *qrow, const float *srow, int64_t ch,
+                                                     int lg)
+{
+	int i = threadIdx.x;
+	if (qrow)
+		cp16(st + Stage<TB>::A + 16 * i, qrow + ch * 32 + 16 * (i & 1));
+	if (srow)
+		cp8(st + Stage<TB>::S + 8 * i, srow + ((ch << 6) >> lg) * 2);
+}
+
+template <int TB>
+static __device__ __forceinline__ void stage_x(uint8_t *st, const Xq &xq, int64_t tok0, int64_t ch)
+{
+	for (int p = threadIdx.x; p < TB * 12; p += 32 * MW) {
+		int64_t tk = tok0 + p / 12;
+		tk = tk < xq.n8 ? tk : xq.n8 - 1;
+		cp16(st + Stage<TB>::B + 16 * p, xq.frag + (tk * xq.G + ch) * 12 + p % 12);
+	}
+	if (threadIdx.x < TB) {
+		int64_t tk = tok0 + threadIdx.x;
+		tk = tk < xq.n8 ? tk : xq.n8 - 1;
+		cp8(st + Stage<TB>::X + 8 * threadIdx.x, xq.xsx + ch * xq.n8 + tk);
+	}
+}
+
+/* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
+ * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many. */
+template <int NTW>
+__global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
+                                                             const int32_t *ids, int64_t n, int64_t nout,
+                                                             int64_t cols, int lg, int S, bool split)
+{
+	constexpr int TB = 16 * NTW;
+	extern __shared__ __align__(16) uint8_t stsm[];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int64_t tok0 = (int64_t)blockIdx.y * TB, rb = (int64_t)blockIdx.x * 128;
+	int tw = (w & 1) * 8 * NTW, rw = (w >> 1) * 32;
+	int64_t G = cols >> 6;
+	int64_t c0 = split ? blockIdx.z * G / S : 0, c1 = split ? (blockIdx.z + 1) * G / S : G;
+	if (split)
+		y += (int64_t)blockIdx.z * n * nout;
+	if (ids)
+		pdl_wait();
+	/* This thread's copies: half of row i/2's 32 weight bytes, and row i's
+	 * scales (i < 128); rows past nout copy the last one. */
+	const uint8_t *qrow;
+	const float *srow = nullptr;
+	{
+		int64_t r = rb + (threadIdx.x >> 1);
+		r = r < nout ? r : nout - 1;
+		qrow = q + (ids ? ids[r] : r) * (cols / 2);
+		if (threadIdx.x < 128) {
+			int64_t rs = rb + threadIdx.x;
+			rs = rs < nout ? rs : nout - 1;
+			srow = so + (ids ? ids[rs] : rs) * ((cols >> lg) * 2);
+		}
+	}
+	int64_t nch = c1 - c0;
+	constexpr int SB = Stage<TB>::BYTES;
+	/* The first stages' weights before the wait, their x after it: the
+	 * first group holds them all. */
+	for (int s = 0; s < ST_NS - 1; s++)
+		if (s < nch)
+			stage_weights<TB>(stsm + s * SB, qrow, srow, c0 + s, lg);
+	pdl_wait();
+	pdl_launch();
+	for (int s = 0; s < ST_NS - 1; s++) {
+		if (s < nch)
+			stage_x<TB>(stsm + s * SB, xq, tok0, c0 + s);
+		cp_commit();
+	}
+
+	float Y[2][NTW][4], P[2][NTW][4];
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
+	int sl = 0;
+	int64_t send = split ? c1 : G / S;
+	for (int64_t k = 0; k < nch; k++) {
+		cp_wait<ST_NS - 2>();
+		__syncthreads(); /* chunk k has landed; every warp is done with chunk k − 1's stage */
+		if (k + ST_NS - 1 < nch) {
+			uint8_t *nx = stsm + (int)((k + ST_NS - 1) % ST_NS) * SB;
+			stage_weights<TB>(nx, qrow, srow, c0 + k + ST_NS - 1, lg);
+			stage_x<TB>(nx, xq, tok0, c0 + k + ST_NS - 1);
+		}
+		cp_commit();
+		const uint8_t *st = stsm + (int)(k % ST_NS) * SB;
+		Wchunk<2> wc;
+		uint32_t a[2][2][4];
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++) {
+			int ra = rw + 16 * mt + g;
+			wc.wa[mt] = *(const uint2 *)(st + Stage<TB>::A + ra * 32 + 8 * t);
+			wc.wb[mt] = *(const uint2 *)(st + Stage<TB>::A + (ra + 8) * 32 + 8 * t);
+			float2 sa = *(const float2 *)(st + Stage<TB>::S + ra * 8), sb = *(const float2 *)(st + Stage<TB>::S + (ra + 8) * 8);
+			wc.sca[mt] = sa.x, wc.ofa[mt] = sa.y, wc.scb[mt] = sb.x, wc.ofb[mt] = sb.y;
+			afrags(a[mt], wc.wa[mt], wc.wb[mt]);
+		}
+#pragma unroll
+		for (int nt = 0; nt < NTW; nt++) {
+			int tl = tw + 8 * nt;
+			Bq bq;
+			const uint4 *f = (const uint4 *)(st + Stage<TB>::B) + (tl + g) * 12 + t;
+#pragma unroll
+			for (int L = 0; L < 3; L++) {
+				uint4 v = f[4 * L];
+				bq.b[L][0][0] = v.x, bq.b[L][0][1] = v.y, bq.b[L][1][0] = v.z, bq.b[L][1][1] = v.w;
+			}
+			float4 xs = *(const float4 *)(st + Stage<TB>::X + 8 * (tl + 2 * t));
+			bq.xs0 = xs.x, bq.sx0 = xs.y, bq.xs1 = xs.z, bq.sx1 = xs.w;
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				float d[4];
+				chunk_mma_a(d, a[mt], bq);
+				combine(P[mt][nt], wc, mt, d, bq);
+			}
+		}
+		if (c0 + k + 1 == send) { /* the slice's end: into y, in slice order */
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+				for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
+						P[mt][nt][e] = 0.0f;
+					}
+			sl++;
+			send = (sl + 1) * G / S;
+		}
+	}
+	cp_wait<0>();
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int64_t row = rb + rw + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
+				if (row < nout && tk < n)
+					y[tk * nout + row] = Y[mt][nt][e];
+			}
+}
+
 /* k_q4_slice_sum: y = ((0 + P_0) + P_1) + ... over the S slice parts of
  * a split product (each [n][nout], m elements), the order every kernel
  * adds its slices in. */
@@ -309,15 +475,35 @@ __global__ void k_q4_slice_sum(float *y, const float *part, int S, int64_t m)
 	y[i] = v;
 }
 
-/* many: launches k_q4_mma_many<NTW>. */
+/* staged_on: whether the products of many tokens take k_q4_mma_staged
+ * (VERDICT_Q4_STAGED=0: k_q4_mma_many, for comparisons). */
+static bool staged_on()
+{
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_Q4_STAGED");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	return on;
+}
+
+/* many: launches k_q4_mma_staged<NTW> (weights 16-byte aligned) or
+ * k_q4_mma_many<NTW>. */
 template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const uint8_t *q, const float *so,
                         const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, int S, float *part = nullptr)
 {
 	int64_t ty = (n + 16 * NTW - 1) / (16 * NTW);
 	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
-	cudaError_t e = launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), 0, st, part ? part : y, xq, q, so, ids,
-	                           n, nout, cols, lg, S, part != nullptr);
+	cudaError_t e;
+	if (staged_on() && ((uintptr_t)q & 15) == 0) {
+		constexpr int smem = ST_NS * Stage<16 * NTW>::BYTES;
+		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+		if (e == cudaSuccess)
+			e = launch_pdl(pdl, k_q4_mma_staged<NTW>, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so,
+			               ids, n, nout, cols, lg, S, part != nullptr);
+	} else
+		e = launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), 0, st, part ? part : y, xq, q, so, ids, n,
+		               nout, cols, lg, S, part != nullptr);
 	if (e != cudaSuccess || !part)
 		return e;
 	int64_t m = n * nout;

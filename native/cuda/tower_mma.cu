@@ -19,6 +19,7 @@
  */
 #include "tower_mma.h"
 
+#include "cp_async.cuh"
 #include "tf32.cuh"
 
 #include <cuda_runtime.h>
@@ -30,44 +31,6 @@ namespace {
 constexpr int BK = 16;     /* columns a stage */
 constexpr int STAGES = 4;  /* buffers: STAGES − 1 stages loading while one is summed */
 constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
-
-/* cp16 and cp4: cp.async of 16 or 4 bytes from src to the shared dst, or
- * zeros when !ok (src then is not read). */
-__device__ __forceinline__ void cp16(float *dst, const float *src, bool ok)
-{
-#if defined(__CUDA_ARCH__)
-	unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
-#elif defined(VERDICT_CUDA_STUB_H)
-	for (int i = 0; i < 4; i++)
-		dst[i] = ok ? src[i] : 0.0f;
-#endif
-}
-
-__device__ __forceinline__ void cp4(float *dst, const float *src, bool ok)
-{
-#if defined(__CUDA_ARCH__)
-	unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
-#elif defined(VERDICT_CUDA_STUB_H)
-	*dst = ok ? *src : 0.0f;
-#endif
-}
-
-__device__ __forceinline__ void cp_commit()
-{
-#if defined(__CUDA_ARCH__)
-	asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-/* cp_wait: until at most N of this thread's groups are still in flight. */
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-#if defined(__CUDA_ARCH__)
-	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
 
 template <int BM, int BN, bool BP> struct shape {
 	static constexpr int WM = BM == 128 && BN == 64 ? 4 : 2, WN = 8 / WM; /* the warps' grid */
