@@ -301,10 +301,19 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
  * ones and the copies overlap the products. The same operations in the
  * same order as k_q4_mma_many: the same bits. */
 constexpr int ST_NS = 4; /* chunks in shared memory: ST_NS − 1 in flight while one is summed */
+/* ST_YS: the slices' running sums Y in shared memory (a thread's own
+ * words) rather than in registers. */
+constexpr bool ST_YS = false;
 
 template <int TB> struct Stage {
 	static constexpr int A = 0, S = A + 128 * 32, B = S + 128 * 8, X = B + TB * 192, BYTES = X + TB * 8;
 };
+
+/* staged_smem: the dynamic shared memory of k_q4_mma_staged<NTW>. */
+template <int NTW> constexpr int staged_smem()
+{
+	return ST_NS * Stage<16 * NTW>::BYTES + (ST_YS ? 32 * MW * 8 * NTW * (int)sizeof(float) : 0);
+}
 
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
  * scales (qrow, srow: its row's, or null when it copies none), and of its
@@ -383,13 +392,17 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 	}
 
 	float Y[2][NTW][4], P[2][NTW][4];
+	float *ys = (float *)(stsm + ST_NS * SB) + threadIdx.x; /* ST_YS: element i at ys[32·MW·i] */
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 #pragma unroll
 		for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
-			for (int e = 0; e < 4; e++)
+			for (int e = 0; e < 4; e++) {
 				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
+				if (ST_YS)
+					ys[32 * MW * ((mt * NTW + nt) * 4 + e)] = 0.0f;
+			}
 	int sl = 0;
 	int64_t send = split ? c1 : G / S;
 	for (int64_t k = 0; k < nch; k++) {
@@ -439,7 +452,8 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 				for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
+						float *yv = ST_YS ? &ys[32 * MW * ((mt * NTW + nt) * 4 + e)] : &Y[mt][nt][e];
+						*yv = *yv + P[mt][nt][e];
 						P[mt][nt][e] = 0.0f;
 					}
 			sl++;
@@ -455,7 +469,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 			for (int e = 0; e < 4; e++) {
 				int64_t row = rb + rw + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
 				if (row < nout && tk < n)
-					y[tk * nout + row] = Y[mt][nt][e];
+					y[tk * nout + row] = ST_YS ? ys[32 * MW * ((mt * NTW + nt) * 4 + e)] : Y[mt][nt][e];
 			}
 }
 
@@ -496,7 +510,7 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
 	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
 	cudaError_t e;
 	if (staged_on() && ((uintptr_t)q & 15) == 0) {
-		constexpr int smem = ST_NS * Stage<16 * NTW>::BYTES;
+		constexpr int smem = staged_smem<NTW>();
 		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 		if (e == cudaSuccess)
 			e = launch_pdl(pdl, k_q4_mma_staged<NTW>, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so,
