@@ -316,15 +316,21 @@ template <int NTW> constexpr int staged_smem()
 }
 
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
- * scales (qrow, srow: its row's, or null when it copies none), and of its
- * x fragments and (xs, Sx) (token tiles of the block from tok0), into st. */
+ * scales (qrow: its half row's; srow: its row's, or null when it copies
+ * none), and of its x fragments and (xs, Sx) (token tiles of the block
+ * from tok0), into st. */
 template <int TB>
 static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *qrow, const float *srow, int64_t ch,
                                                      int lg)
 {
 	int i = threadIdx.x;
-	if (qrow)
-		cp16(st + Stage<TB>::A + 16 * i, qrow + ch * 32 + 16 * (i & 1));
+	const uint8_t *src = qrow + ch * 32 + 16 * (i & 1);
+	if (((uintptr_t)src & 15) == 0)
+		cp16(st + Stage<TB>::A + 16 * i, src);
+	else { /* weights 8-byte aligned only */
+		cp8(st + Stage<TB>::A + 16 * i, src);
+		cp8(st + Stage<TB>::A + 16 * i + 8, src + 8);
+	}
 	if (srow)
 		cp8(st + Stage<TB>::S + 8 * i, srow + ((ch << 6) >> lg) * 2);
 }
@@ -500,8 +506,7 @@ static bool staged_on()
 	return on;
 }
 
-/* many: launches k_q4_mma_staged<NTW> (weights 16-byte aligned) or
- * k_q4_mma_many<NTW>. */
+/* many: launches k_q4_mma_staged<NTW>, or k_q4_mma_many<NTW>. */
 template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const uint8_t *q, const float *so,
                         const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, int S, float *part = nullptr)
@@ -509,7 +514,7 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
 	int64_t ty = (n + 16 * NTW - 1) / (16 * NTW);
 	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
 	cudaError_t e;
-	if (staged_on() && ((uintptr_t)q & 15) == 0) {
+	if (staged_on()) {
 		constexpr int smem = staged_smem<NTW>();
 		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 		if (e == cudaSuccess)
