@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
 						D[L] += __shfl_xor_sync(0xffffffffu, D[L], o);
 				if (sub == 0)
 					dsm[c * R + rl] =
-					    fmaf((float)D[2], 65536.0f, fmaf((float)D[1], 256.0f, (float)D[0])) * xsx[c].x;
+					    fmaf((float)D[2], 65536.0f, limbs01(D[0], D[1])) * xsx[c].x;
 			}
 		}
 		if (qn)

@@ -22,12 +22,13 @@
  * catalog step's head, which quantises in registers with the same code)
  * gives the same bits for a row: k_q4_mma_few (up to 64 tokens, or small
  * matrices: a warp per slice of 16, 32 or 64 rows and up to four token
- * tiles of 8, the slices added in shared memory) and k_q4_mma_many (a warp
- * 32 rows × 16 or 32 tokens over every slice in turn, or a block a slice
- * when split). The permutation of a chunk's columns over the mma's k
- * slots (thread t's bytes 8t..8t+7 of the chunk's 32) lets each thread
- * read its weights as one 8-byte load and its x fragments as 16 bytes a
- * limb.
+ * tiles of 8, the slices added in shared memory) and k_q4_mma_staged (a
+ * warp 32 rows × 16 or 32 tokens over every slice in turn, or a block a
+ * slice when split; its operands staged in shared memory; k_q4_mma_many
+ * the same without the staging, for comparisons). The permutation of a
+ * chunk's columns over the mma's k slots (thread t's bytes 8t..8t+7 of
+ * the chunk's 32) lets each thread read its weights as one 8-byte load
+ * and its x fragments as 16 bytes a limb.
  */
 #include "q4_mma.h"
 #include "device_math.cuh"
@@ -301,9 +302,6 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
  * ones and the copies overlap the products. The same operations in the
  * same order as k_q4_mma_many: the same bits. */
 constexpr int ST_NS = 4; /* chunks in shared memory: ST_NS − 1 in flight while one is summed */
-/* ST_YS: the slices' running sums Y in shared memory (a thread's own
- * words) rather than in registers. */
-constexpr bool ST_YS = false;
 
 template <int TB> struct Stage {
 	static constexpr int A = 0, S = A + 128 * 32, B = S + 128 * 8, X = B + TB * 192, BYTES = X + TB * 8;
@@ -312,7 +310,7 @@ template <int TB> struct Stage {
 /* staged_smem: the dynamic shared memory of k_q4_mma_staged<NTW>. */
 template <int NTW> constexpr int staged_smem()
 {
-	return ST_NS * Stage<16 * NTW>::BYTES + (ST_YS ? 32 * MW * 8 * NTW * (int)sizeof(float) : 0);
+	return ST_NS * Stage<16 * NTW>::BYTES;
 }
 
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
@@ -398,17 +396,13 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 	}
 
 	float Y[2][NTW][4], P[2][NTW][4];
-	float *ys = (float *)(stsm + ST_NS * SB) + threadIdx.x; /* ST_YS: element i at ys[32·MW·i] */
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 #pragma unroll
 		for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
-			for (int e = 0; e < 4; e++) {
+			for (int e = 0; e < 4; e++)
 				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
-				if (ST_YS)
-					ys[32 * MW * ((mt * NTW + nt) * 4 + e)] = 0.0f;
-			}
 	int sl = 0;
 	int64_t send = split ? c1 : G / S;
 	for (int64_t k = 0; k < nch; k++) {
@@ -458,8 +452,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 				for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						float *yv = ST_YS ? &ys[32 * MW * ((mt * NTW + nt) * 4 + e)] : &Y[mt][nt][e];
-						*yv = *yv + P[mt][nt][e];
+						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
 						P[mt][nt][e] = 0.0f;
 					}
 			sl++;
@@ -475,7 +468,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 			for (int e = 0; e < 4; e++) {
 				int64_t row = rb + rw + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
 				if (row < nout && tk < n)
-					y[tk * nout + row] = ST_YS ? ys[32 * MW * ((mt * NTW + nt) * 4 + e)] : Y[mt][nt][e];
+					y[tk * nout + row] = Y[mt][nt][e];
 			}
 }
 

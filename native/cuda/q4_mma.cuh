@@ -25,8 +25,8 @@ namespace q4mma {
  * three byte limbs X = b0 + 2^8·b1 + 2^16·b2 (b0, b1 unsigned, b2 signed).
  * A chunk's sums of nib·limb are integers, exact in any order (8-bit
  * tensor-core products, int32 sums); D = fmaf(D2, 2^16, fmaf(D1, 2^8, D0))
- * scaled by xs = 2^(e−22) is its sum of nib·x, Sx = float(ΣX)·xs its sum
- * of x. */
+ * (the inner one by limbs01) scaled by xs = 2^(e−22) is its sum of nib·x,
+ * Sx = float(ΣX)·xs its sum of x. */
 
 /* pow2f: 2^k as a float (0 below the subnormals). */
 static __device__ __forceinline__ float pow2f(int k)
@@ -228,6 +228,13 @@ static __device__ __forceinline__ void load_bq(Bq &o, const Xq &xq, int64_t tok0
 	o.xs0 = s.x, o.sx0 = s.y, o.xs1 = s.z, o.sx1 = s.w;
 }
 
+/* limbs01: fmaf(D1, 2^8, D0) for a chunk's limb sums (0 ≤ D0, D1 < 2^18):
+ * D0 + 2^8·D1 is an exact int32, and its conversion rounds it once to
+ * nearest as fmaf does, so the bits are fmaf's with one conversion and
+ * no float multiply-add (2-3% faster products of 40 and 512 tokens on an
+ * H100, 2026-12-06). */
+static __device__ __forceinline__ float limbs01(int D0, int D1) { return (float)(D0 + (D1 << 8)); }
+
 /* imma: d += a·b, m16n8k32, u8 A (the nibbles), B u8 (sgn false) or s8,
  * int32 sums: exact. */
 static __device__ __forceinline__ void imma(int *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool sgn)
@@ -300,8 +307,7 @@ static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)
 	}
 #pragma unroll
 	for (int i = 0; i < 4; i++)
-		d[i] = fmaf((float)D[2][i], 65536.0f, fmaf((float)D[1][i], 256.0f, (float)D[0][i])) *
-		       ((i & 1) ? b.xs1 : b.xs0);
+		d[i] = fmaf((float)D[2][i], 65536.0f, limbs01(D[0][i], D[1][i])) * ((i & 1) ? b.xs1 : b.xs0);
 }
 
 /* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of
