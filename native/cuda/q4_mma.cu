@@ -210,6 +210,40 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq,
 	                     p.lg, S, vec);
 }
 
+/* add_slice: a slice's partials P of a warp's 2 × NTW tiles added into
+ * its running sums Y (Y + P: the slices in order), P back to zeros. */
+template <int NTW> static __device__ __forceinline__ void add_slice(float (*Y)[NTW][4], float (*P)[NTW][4])
+{
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
+				P[mt][nt][e] = 0.0f;
+			}
+}
+
+/* store_tiles: a warp's 2 × NTW tiles Y (rows r0 + 0..31, tokens tk0 +
+ * 0..8·NTW − 1) into y, those inside n tokens × nout rows. */
+template <int NTW>
+static __device__ __forceinline__ void store_tiles(float *y, float (*Y)[NTW][4], int64_t r0, int64_t tk0, int64_t n,
+                                                   int64_t nout)
+{
+	int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int64_t row = r0 + 16 * mt + g + 8 * (e >> 1), tk = tk0 + 8 * nt + 2 * t + (e & 1);
+				if (row < nout && tk < n)
+					y[tk * nout + row] = Y[mt][nt][e];
+			}
+}
+
 /* k_q4_mma_many: a block 128 rows × TB = 16·NTW tokens (grid.y), warp w
  * rows 32(w >> 1) and tokens (w & 1)·8·NTW of it (2 × NTW mma tiles, a
  * chunk's A fragments converted once for its NTW tiles; the x fragments
@@ -220,7 +254,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
                                                            int64_t cols, int lg, int S, bool split)
 {
 	constexpr int TB = 16 * NTW;
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int w = threadIdx.x >> 5;
 	int64_t tok0 = (int64_t)blockIdx.y * TB;
 	int64_t r0 = (int64_t)blockIdx.x * 128 + (w >> 1) * 32;
 	int tw = (w & 1) * 8 * NTW;
@@ -239,14 +273,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
 	pdl_wait();
 	pdl_launch();
 
-	float Y[2][NTW][4], P[2][NTW][4];
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
+	float Y[2][NTW][4] = {}, P[2][NTW][4] = {};
 	int sl = 0;
 	int64_t send = split ? c1 : G / S;
 	for (int64_t ch = c0; ch < c1; ch++) {
@@ -269,30 +296,13 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
 			}
 		}
 		if (ch + 1 == send) { /* the slice's end: into y, in slice order */
-#pragma unroll
-			for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-				for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-					for (int e = 0; e < 4; e++) {
-						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
-						P[mt][nt][e] = 0.0f;
-					}
+			add_slice<NTW>(Y, P);
 			sl++;
 			send = (sl + 1) * G / S;
 		}
 		wc = wn;
 	}
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int64_t row = r0 + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
-				if (row < nout && tk < n)
-					y[tk * nout + row] = Y[mt][nt][e];
-			}
+	store_tiles<NTW>(y, Y, r0, tok0 + tw, n, nout);
 }
 
 /* The staged product (k_q4_mma_staged): k_q4_mma_many's block and warp
@@ -395,14 +405,7 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 		cp_commit();
 	}
 
-	float Y[2][NTW][4], P[2][NTW][4];
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				Y[mt][nt][e] = P[mt][nt][e] = 0.0f;
+	float Y[2][NTW][4] = {}, P[2][NTW][4] = {};
 	int sl = 0;
 	int64_t send = split ? c1 : G / S;
 	for (int64_t k = 0; k < nch; k++) {
@@ -446,30 +449,13 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 			}
 		}
 		if (c0 + k + 1 == send) { /* the slice's end: into y, in slice order */
-#pragma unroll
-			for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-				for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-					for (int e = 0; e < 4; e++) {
-						Y[mt][nt][e] = Y[mt][nt][e] + P[mt][nt][e];
-						P[mt][nt][e] = 0.0f;
-					}
+			add_slice<NTW>(Y, P);
 			sl++;
 			send = (sl + 1) * G / S;
 		}
 	}
 	cp_wait<0>();
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int64_t row = rb + rw + 16 * mt + g + 8 * (e >> 1), tk = tok0 + tw + 8 * nt + 2 * t + (e & 1);
-				if (row < nout && tk < n)
-					y[tk * nout + row] = Y[mt][nt][e];
-			}
+	store_tiles<NTW>(y, Y, rb + rw, tok0 + tw, n, nout);
 }
 
 /* k_q4_slice_sum: y = ((0 + P_0) + P_1) + ... over the S slice parts of
