@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(32 * CAT_HW) k_cat_head_mma(Args a, int S)
 		q4mma::load_x(xv, xr + ch * 64, g == 0, vec);
 		q4mma::quant(b, xv);
 	};
-	q4mma::slice<1, 1, 4>(P1, rw, bload, s * G / S, (s + 1) * G / S, a.lg, waited);
+	q4mma::slice<1, 1, 4, true>(P1, rw, bload, s * G / S, (s + 1) * G / S, a.lg, waited);
 	float *P = P1[0][0];
 #pragma unroll
 	for (int e = 0; e < 4; e++)
