@@ -180,7 +180,9 @@ int main(int argc, char **argv)
 	    {3, 40, 2048, 64, false, 1}, /* wide magnitudes within a chunk */
 	    {70, 1030, 256, 64, false, 1},
 	    {4, 40, 512, 64, false, 2},  /* a NaN: token 0 NaN, the others finite */
+	    {72, 256, 1024, 64, false},  /* many tokens, few rows: split (as k and v in a prefill) */
 	};
+	q4_mma_set_split_sms(132); /* an H100's: the emulation's one would never split them */
 	int failures = 0;
 	for (S s : shapes) {
 		if (!q4_mma_fits((const void *)16, s.cols, s.group)) {

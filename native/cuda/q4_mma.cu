@@ -565,12 +565,41 @@ static int64_t split_min()
 	return v;
 }
 
+/* split_sms: the multiprocessors split_wide counts on: the device's, 0
+ * with VERDICT_Q4_SPLIT_WIDE=0 (never split wide, for comparisons), or
+ * q4_mma_set_split_sms's (split_sms_set ≥ 0). */
+static int split_sms_set = -1;
+static int split_sms()
+{
+	static const int v = [] {
+		const char *e = getenv("VERDICT_Q4_SPLIT_WIDE");
+		int dev = 0, m = 0;
+		if ((e && strcmp(e, "0") == 0) || cudaGetDevice(&dev) != cudaSuccess ||
+		    cudaDeviceGetAttribute(&m, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+			return 0;
+		return m;
+	}();
+	return split_sms_set >= 0 ? split_sms_set : v;
+}
+
+/* split_wide: whether a product of more than SPLIT_MAX tokens is split
+ * because its blocks unsplit (128 rows × 32 or 64 tokens) would fill at
+ * most half of the multiprocessors (k, v, the per-layer gate and Laurel's
+ * left matrix in a prefill). */
+static bool split_wide(int64_t n, int64_t nout)
+{
+	int64_t tb = n >= 256 ? 64 : 32, blocks = (nout + 127) / 128 * ((n + tb - 1) / tb);
+	return 2 * blocks <= split_sms();
+}
+
 /* split_bytes: the slice parts of a split product of that shape, or 0
  * when it is not split. */
 static int64_t split_bytes(int64_t n, int64_t nout, int64_t cols)
 {
 	int64_t S = slices(cols >> 6), b = S * n * nout * (int64_t)sizeof(float);
-	if (n < split_min() || n > SPLIT_MAX || S < 2 || nout <= 0 || b > SPLIT_PART)
+	if (n < split_min() || split_min() > SPLIT_MAX || S < 2 || nout <= 0 || b > SPLIT_PART)
+		return 0;
+	if (n > SPLIT_MAX && !split_wide(n, nout))
 		return 0;
 	return b;
 }
@@ -583,6 +612,8 @@ static int64_t own_max = [] {
 }();
 
 void q4_mma_set_own_max(int64_t bytes) { own_max = bytes; }
+
+void q4_mma_set_split_sms(int sms) { split_sms_set = sms; }
 
 /* prefetch_on: whether the products ask for all their rows' weights and
  * scales ahead (prefetch_rows; VERDICT_Q4_PREFETCH=1); by default only a

@@ -235,19 +235,6 @@ static __device__ __forceinline__ void load_bq(Bq &o, const Xq &xq, int64_t tok0
  * H100, 2026-12-06). */
 static __device__ __forceinline__ float limbs01(int D0, int D1) { return (float)(D0 + (D1 << 8)); }
 
-/* A chunk's limb sums to floats (Q4_CVT): 0 converts each (I2F; with
- * limbs01, two conversions an output), 1 only D0 + 2^8·D1 (D2 biased), 2
- * none: the first mma of a limb starts its sums from CVT_BIAS, the bits of
- * 1.5·2^23, so that a sum v (|v| < 2^22: D0, D1 < 2^18, |D2| < 2^16) ends
- * as the bits of the float 1.5·2^23 + v, and biased() subtracts 1.5·2^23
- * exactly: (float)v with one FADD. The bits are the same for every
- * setting; an SM converts 16 integers a clock against 128 FADDs. */
-#ifndef Q4_CVT
-#define Q4_CVT 2
-#endif
-constexpr int CVT_BIAS = 0x4B400000;
-static __device__ __forceinline__ float biased(int v) { return __int_as_float(v) - 12582912.0f; }
-
 /* imma: d += a·b, m16n8k32, u8 A (the nibbles), B u8 (sgn false) or s8,
  * int32 sums: exact. */
 static __device__ __forceinline__ void imma(int *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool sgn)
@@ -299,26 +286,6 @@ static __device__ __forceinline__ void imma(int *d, const uint32_t *a, uint32_t 
 #endif
 }
 
-/* imma_c: d = a·b + c (c in each of the four sums). */
-static __device__ __forceinline__ void imma_c(int *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool sgn, int c)
-{
-#if defined(__CUDA_ARCH__)
-	if (sgn)
-		asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		    "{%10,%10,%10,%10};"
-		    : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-	else
-		asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		    "{%10,%10,%10,%10};"
-		    : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-#else
-	d[0] = d[1] = d[2] = d[3] = c;
-	imma(d, a, b0, b1, sgn);
-#endif
-}
-
 /* afrags: a chunk's A fragments (k32 steps 0, 1) from the 8 bytes of rows
  * g (wa) and g + 8 (wb): step s takes word s, low nibbles then high. */
 static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 wb)
@@ -334,24 +301,16 @@ static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 
 template <bool ONE = false>
 static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)[4], const Bq &b)
 {
-	int D[3][4];
+	int D[3][4] = {};
 #pragma unroll
 	for (int L = 0; L < 3; L++) {
-		imma_c(D[L], a[0], b.b[L][0][0], b.b[L][0][1], L == 2, Q4_CVT == 2 || (Q4_CVT == 1 && L == 2) ? CVT_BIAS : 0);
+		imma(D[L], a[0], b.b[L][0][0], b.b[L][0][1], L == 2);
 		imma(D[L], a[1], b.b[L][1][0], b.b[L][1][1], L == 2);
 	}
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
-		if (ONE && (i & 1))
-			continue;
-		float xs = (i & 1) ? b.xs1 : b.xs0;
-		if (Q4_CVT == 2)
-			d[i] = fmaf(biased(D[2][i]), 65536.0f, fmaf(biased(D[1][i]), 256.0f, biased(D[0][i]))) * xs;
-		else if (Q4_CVT == 1)
-			d[i] = fmaf(biased(D[2][i]), 65536.0f, limbs01(D[0][i], D[1][i])) * xs;
-		else
-			d[i] = fmaf((float)D[2][i], 65536.0f, limbs01(D[0][i], D[1][i])) * xs;
-	}
+	for (int i = 0; i < 4; i++)
+		if (!ONE || !(i & 1))
+			d[i] = fmaf((float)D[2][i], 65536.0f, limbs01(D[0][i], D[1][i])) * ((i & 1) ? b.xs1 : b.xs0);
 }
 
 /* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of

@@ -92,4 +92,9 @@ void q4_gemv_shape(int rows, int grid);
  * (both give the same bits). */
 void q4_mma_set_own_max(int64_t bytes);
 
+/* q4_mma_set_split_sms: the multiprocessors the split of products of many
+ * tokens with few rows counts on (0: never split them); for the harness,
+ * so that the host emulation (one multiprocessor) takes that path too. */
+void q4_mma_set_split_sms(int sms);
+
 #endif
