@@ -330,7 +330,8 @@ template <int NTW> constexpr int staged_smem()
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
  * scales (qrow: its half row's; srow: its row's, or null when it copies
  * none), and of its x fragments and (xs, Sx) (token tiles of the block
- * from tok0), into st. */
+ * from tok0; none past the quantised tokens n8: the tiles past n, which
+ * alone would read them, are skipped), into st. */
 template <int TB>
 static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *qrow, const float *srow, int64_t ch,
                                                      int lg)
@@ -352,14 +353,11 @@ static __device__ __forceinline__ void stage_x(uint8_t *st, const Xq &xq, int64_
 {
 	for (int p = threadIdx.x; p < TB * 12; p += 32 * MW) {
 		int64_t tk = tok0 + p / 12;
-		tk = tk < xq.n8 ? tk : xq.n8 - 1;
-		cp16(st + Stage<TB>::B + 16 * p, xq.frag + (tk * xq.G + ch) * 12 + p % 12);
+		if (tk < xq.n8)
+			cp16(st + Stage<TB>::B + 16 * p, xq.frag + (tk * xq.G + ch) * 12 + p % 12);
 	}
-	if (threadIdx.x < TB) {
-		int64_t tk = tok0 + threadIdx.x;
-		tk = tk < xq.n8 ? tk : xq.n8 - 1;
-		cp8(st + Stage<TB>::X + 8 * threadIdx.x, xq.xsx + ch * xq.n8 + tk);
-	}
+	if (threadIdx.x < TB && tok0 + threadIdx.x < xq.n8)
+		cp8(st + Stage<TB>::X + 8 * threadIdx.x, xq.xsx + ch * xq.n8 + tok0 + threadIdx.x);
 }
 
 /* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
@@ -436,6 +434,8 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 #pragma unroll
 		for (int nt = 0; nt < NTW; nt++) {
 			int tl = tw + 8 * nt;
+			if (tok0 + tl >= n)
+				break; /* this tile and the rest past the tokens (their copies skipped too) */
 			Bq bq;
 			const uint4 *f = (const uint4 *)(st + Stage<TB>::B) + (tl + g) * 12 + t;
 #pragma unroll
@@ -660,8 +660,9 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	bool big = part || (n > FEW_MAX && nout >= 1024 && (n + 31) / 32 <= 65535);
 	int64_t tiles = (nout + 15) / 16, per = MW / S;
 	/* Row tiles a warp: more for tall matrices, so that the grid is a few
-	 * waves. */
-	int R = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
+	 * waves; two at most for one token (the head: 179 against 191 µs with
+	 * four, which spill at 128 registers; an H100, 2026-12-06). */
+	int R = tiles / per >= 4096 && n > 1 ? 4 : tiles / per >= 512 ? 2 : 1;
 	int64_t blocks = (tiles + per * R - 1) / (per * R);
 	/* x quantised in the product's blocks (no pre-pass launch) for up to
 	 * 8 tokens when it fits their shared memory and the grid is at most
