@@ -820,8 +820,10 @@ __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const fl
 		}
 		*(float4 *)&St[j * MS_RP + 4 * w] = make_float4(sv[0], sv[1], sv[2], sv[3]);
 	}
-	/* Pass 3: the products with v, the sums of the exponentials. */
-	float acc[4][MQ_MAXD / 32], tot[4][MQ_MAXD / 32], sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	/* Pass 3: the products with v, the sums of the exponentials (lane l
+	 * the sum of row 4w + l % 4, in key order). Each K block's keys run
+	 * without a test a key: a tile is cut where a block ends. */
+	float acc[4][MQ_MAXD / 32], tot[4][MQ_MAXD / 32], mine = 0.0f;
 #pragma unroll
 	for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -829,13 +831,14 @@ __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const fl
 			acc[i][u] = tot[i][u] = 0.0f;
 	bool have = false;
 	int next = kcs;
+	const int nu = (d + 31) / 32;
 	for (int j0 = 0; j0 < nk; j0 += MS_K) {
 		__syncthreads();
 		int kn = nk - j0 < MS_K ? nk - j0 : MS_K;
 		for (int e = tid; e < kn * d; e += 256)
 			KV[e] = vt[(int64_t)j0 * d + e];
 		__syncthreads();
-		for (int jj = 0; jj < kn; jj++) {
+		for (int jj = 0; jj < kn;) {
 			if (j0 + jj == next) {
 #pragma unroll
 				for (int i = 0; i < 4; i++)
@@ -847,21 +850,50 @@ __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const fl
 				have = true;
 				next += kcs;
 			}
-			float4 p4 = *(const float4 *)&St[(j0 + jj) * MS_RP + 4 * w];
-			float pe[4] = {p4.x, p4.y, p4.z, p4.w};
+			int end = next - j0 < kn ? next - j0 : kn;
+			const float *sp = St + (int64_t)j0 * MS_RP + 4 * w;
+			if (nu == 2 && lane + 32 < d) /* d 33..64: every lane two columns */
+				for (; jj < end; jj++) {
+					float4 p4 = *(const float4 *)&sp[jj * MS_RP];
+					mine += sp[jj * MS_RP + (lane & 3)];
+					float v0 = KV[jj * d + lane], v1 = KV[jj * d + lane + 32];
+					acc[0][0] = fmaf(p4.x, v0, acc[0][0]), acc[0][1] = fmaf(p4.x, v1, acc[0][1]);
+					acc[1][0] = fmaf(p4.y, v0, acc[1][0]), acc[1][1] = fmaf(p4.y, v1, acc[1][1]);
+					acc[2][0] = fmaf(p4.z, v0, acc[2][0]), acc[2][1] = fmaf(p4.z, v1, acc[2][1]);
+					acc[3][0] = fmaf(p4.w, v0, acc[3][0]), acc[3][1] = fmaf(p4.w, v1, acc[3][1]);
+				}
+			else if (nu == 3 && lane + 64 < d) /* d 65..96: three */
+				for (; jj < end; jj++) {
+					float4 p4 = *(const float4 *)&sp[jj * MS_RP];
+					float pe[4] = {p4.x, p4.y, p4.z, p4.w};
+					mine += sp[jj * MS_RP + (lane & 3)];
+					float vv[3] = {KV[jj * d + lane], KV[jj * d + lane + 32], KV[jj * d + lane + 64]};
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-				sum[i] += pe[i];
+					for (int u = 0; u < 3; u++)
 #pragma unroll
-			for (int u = 0; u < MQ_MAXD / 32; u++)
-				if (lane + 32 * u < d) {
-					float vv = KV[jj * d + lane + 32 * u];
+						for (int i = 0; i < 4; i++)
+							acc[i][u] = fmaf(pe[i], vv[u], acc[i][u]);
+				}
+			else
+				for (; jj < end; jj++) {
+					float4 p4 = *(const float4 *)&sp[jj * MS_RP];
+					float pe[4] = {p4.x, p4.y, p4.z, p4.w};
+					mine += sp[jj * MS_RP + (lane & 3)];
 #pragma unroll
-					for (int i = 0; i < 4; i++)
-						acc[i][u] = fmaf(pe[i], vv, acc[i][u]);
+					for (int u = 0; u < MQ_MAXD / 32; u++)
+						if (lane + 32 * u < d) {
+							float vv = KV[jj * d + lane + 32 * u];
+#pragma unroll
+							for (int i = 0; i < 4; i++)
+								acc[i][u] = fmaf(pe[i], vv, acc[i][u]);
+						}
 				}
 		}
 	}
+	float sum[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		sum[i] = __shfl_sync(0xffffffffu, mine, i);
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		int64_t r = r0 + 4 * w + i;
