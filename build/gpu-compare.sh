@@ -7,18 +7,21 @@
 #
 # CARRY holds what gpu-check.sh's does (verdict.xz: the stripped binary,
 # xz-compressed; tokenizer.json.xz; the shared libraries it links).
-# LLAMA_SRC is a .tar.xz of llama.cpp's source (build/llamacpp-peer.sh).
-# Steps, about 450 s on an H200 machine of 16 cores:
+# LLAMA_SRC is a .tar.xz of llama.cpp's source (build/llamacpp-peer.sh;
+# its pack step makes one small enough to carry beside the tree), and
+# CARRY's shared libraries may be xz-compressed (name.so.N.xz).
+# Steps, about 450 s on an H200 machine of 16 cores (241 s on an H100 with
+# the packed source, 2026-12-06):
 #  1. llama.cpp's CUDA build (llamacpp-peer.sh build) and verdict's library
 #     (build/cuda.sh), at the same time;
 #  2. verdict bench --device cuda on synthetic-e2b (q4; the card's read
 #     bandwidth and FMA peak measured in the same run): prefill of 512
 #     tokens, decode at batch 1 and 8, a scorer request, the towers;
 #  3. the ablation: prefill and decode at batch 1 and 8 again with each of
-#     ABLATE's switches turned (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0;
-#     on, being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_ONE=1,
-#     VERDICT_Q4_GEMV=1; off, being on: VERDICT_ATTN_TILE=0;
-#     VERDICT_GRAPHS=0, ...);
+#     ABLATE's switches turned (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0,
+#     VERDICT_Q4_ONE=0, VERDICT_Q4_SPLIT_WIDE=0, VERDICT_Q4_STAGED=0; on,
+#     being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_ONE=1; off,
+#     being on: VERDICT_ATTN_TILE=0; VERDICT_GRAPHS=0);
 #     the towers alone again with each of TOWER_ABLATE's
 #     (VERDICT_TOWER_MMA=0: their products on the float cores);
 #  4. llama.cpp on the same synthetic weights as Q4_0 (llamacpp-peer.sh
@@ -32,7 +35,7 @@ cd "$root"
 OUT=${OUT:-/tmp/gpu-compare}
 CARRY=$(cd "${CARRY:-carry-cuda}" && pwd)
 MODEL=${MODEL:-synthetic-e2b}
-ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_ATTN_TILE=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_Q4_GEMV=1 VERDICT_GRAPHS=0 VERDICT_CUDA_MMA=0"}
+ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_Q4_ONE=0 VERDICT_Q4_SPLIT_WIDE=0 VERDICT_Q4_STAGED=0 VERDICT_ATTN_TILE=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_GRAPHS=0"}
 TOWER_ABLATE=${TOWER_ABLATE:-"VERDICT_TOWER_MMA=0"}
 mkdir -p "$OUT"
 log=$OUT/log.txt
@@ -58,6 +61,9 @@ mkdir -p "$bin"
 xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
 cp "$lib/libverdict_cuda.so" "$bin/"
 cp "$CARRY"/*.so* "$bin/" 2>/dev/null || true
+for z in "$CARRY"/*.so*.xz; do # libraries carried compressed
+	[ -f "$z" ] && xz -dc "$z" >"$bin/$(basename "${z%.xz}")"
+done
 xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
 export VERDICT_TOKENIZER=/tmp/tokenizer.json
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

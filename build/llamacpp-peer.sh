@@ -27,6 +27,12 @@
 #          gpu.txt and summary.md, one table of all. The build step leaves
 #          build.txt (its log) and build-info.txt.
 #   all    build, then bench.
+#   pack   (on any machine; no CUDA) repack LLAMA_SRC without what the two
+#          benchmarks never build (the multimodal tools and their vendored
+#          audio and image code, the server, the UI, the CLI, TTS, and
+#          backends for other hardware) into PACKED, a .tar.xz the build
+#          step takes as it is: 1.6 MB against 3.6 for llama.cpp d32676d,
+#          so that it fits the GPU machine's 64 MB upload beside the tree.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -175,12 +181,31 @@ print(open(os.path.join(res, "summary.md")).read())
 EOF
 }
 
+step_pack() {
+	need_file LLAMA_SRC "a .tar.xz of llama.cpp's source"
+	need_var PACKED "the .tar.xz to write"
+	local tmp top
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' RETURN
+	tar -xJf "$LLAMA_SRC" -C "$tmp"
+	top=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -1)
+	[ -f "$top/CMakeLists.txt" ] || die "LLAMA_SRC=$LLAMA_SRC holds no CMakeLists.txt under its top folder"
+	rm -rf "$top"/tools/{mtmd,server,ui,cli,tts} "$top"/vendor/{miniaudio,stb} "$top"/ggml/src/ggml-et \
+		"$top"/ggml/src/ggml-cpu/spacemit
+	for d in mtmd tts cli server ui; do
+		sed -i "s|^\([[:space:]]*\)add_subdirectory($d)|\1# add_subdirectory($d): not packed|" "$top/tools/CMakeLists.txt"
+	done
+	tar -C "$tmp" -cf - "$(basename "$top")" | xz -9 -T0 >"$PACKED"
+	echo "llamacpp-peer: $PACKED: $(stat -c %s "$PACKED") bytes (from $(stat -c %s "$LLAMA_SRC"))"
+}
+
 case "${1:-}" in
 build) step_build ;;
+pack) step_pack ;;
 bench) step_bench ;;
 all)
 	step_build
 	step_bench
 	;;
-*) die "usage: bash build/llamacpp-peer.sh build|bench|all (inputs: LLAMA_SRC, VERDICT_BIN, TOKENIZER, OUT; CUDA_ARCH, MODELS, TYPES, LLAMA_FA, LLAMA_REPS, BATCHED_FA, KEEP_GGUF)" ;;
+*) die "usage: bash build/llamacpp-peer.sh build|bench|all|pack (inputs: LLAMA_SRC, PACKED, VERDICT_BIN, TOKENIZER, OUT; CUDA_ARCH, MODELS, TYPES, LLAMA_FA, LLAMA_REPS, BATCHED_FA, KEEP_GGUF)" ;;
 esac
