@@ -317,20 +317,19 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_many(float *y, Xq xq, con
  * same order as k_q4_mma_many: the same bits. */
 constexpr int ST_NS = 4; /* chunks in shared memory: ST_NS − 1 in flight while one is summed */
 
-/* Stage: a chunk's place in shared memory for a block of RB rows and TB
- * tokens: the weights (32 bytes a row), the scales, the x fragments and
- * (xs, Sx). */
-template <int TB, int RB = 128> struct Stage {
-	static constexpr int A = 0, S = A + RB * 32, B = S + RB * 8, X = B + TB * 192, BYTES = X + TB * 8;
+template <int TB> struct Stage {
+	static constexpr int A = 0, S = A + 128 * 32, B = S + 128 * 8, X = B + TB * 192, BYTES = X + TB * 8;
 };
 
-/* WR: warps along a block's rows (32 rows each): 4 (a block 128 rows ×
- * 2·8·NTW tokens, two warps a row group) or 8 (256 rows × 8·NTW tokens, a
- * warp a row group: the split products of 9 to 64 tokens, so that no
- * token tile is dead when the tokens are not a multiple of 32). */
-template <int NTW, int WR> struct Staged {
-	static constexpr int WT = MW / WR, TB = 8 * NTW * WT, RB = 32 * WR, SMEM = ST_NS * Stage<TB, RB>::BYTES;
-};
+/* staged_smem: the dynamic shared memory of k_q4_mma_staged<NTW>. (Blocks
+ * of 256 rows × all the tokens' tiles for split products of 9 to 64
+ * tokens, so that no warp sums dead tokens, measured level or slower at
+ * 40 tokens on an H100: gate 50.6 against 50.4 µs, down 27.5 against 23.7,
+ * k and v 9.9 against 8.9; 2026-12-06.) */
+template <int NTW> constexpr int staged_smem()
+{
+	return ST_NS * Stage<16 * NTW>::BYTES;
+}
 
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
  * scales (qrow: its half row's; srow: its row's, or null when it copies
@@ -338,90 +337,81 @@ template <int NTW, int WR> struct Staged {
  * from tok0), into st. (Skipping the token tiles past n, and their
  * copies, measured 7% slower at 512 tokens and level at 40 on an H100,
  * 2026-12-06.) */
-template <int TB, int RB>
-static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *const *qrow, const float *srow,
-                                                     int64_t ch, int lg)
+template <int TB>
+static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *qrow, const float *srow, int64_t ch,
+                                                     int lg)
 {
-#pragma unroll
-	for (int k = 0; k < RB / 128; k++) {
-		int i = threadIdx.x + 32 * MW * k;
-		const uint8_t *src = qrow[k] + ch * 32 + 16 * (i & 1);
-		if (((uintptr_t)src & 15) == 0)
-			cp16(st + Stage<TB, RB>::A + 16 * i, src);
-		else { /* weights 8-byte aligned only */
-			cp8(st + Stage<TB, RB>::A + 16 * i, src);
-			cp8(st + Stage<TB, RB>::A + 16 * i + 8, src + 8);
-		}
+	int i = threadIdx.x;
+	const uint8_t *src = qrow + ch * 32 + 16 * (i & 1);
+	if (((uintptr_t)src & 15) == 0)
+		cp16(st + Stage<TB>::A + 16 * i, src);
+	else { /* weights 8-byte aligned only */
+		cp8(st + Stage<TB>::A + 16 * i, src);
+		cp8(st + Stage<TB>::A + 16 * i + 8, src + 8);
 	}
 	if (srow)
-		cp8(st + Stage<TB, RB>::S + 8 * threadIdx.x, srow + ((ch << 6) >> lg) * 2);
+		cp8(st + Stage<TB>::S + 8 * i, srow + ((ch << 6) >> lg) * 2);
 }
 
-template <int TB, int RB>
+template <int TB>
 static __device__ __forceinline__ void stage_x(uint8_t *st, const Xq &xq, int64_t tok0, int64_t ch)
 {
 	for (int p = threadIdx.x; p < TB * 12; p += 32 * MW) {
 		int64_t tk = tok0 + p / 12;
 		tk = tk < xq.n8 ? tk : xq.n8 - 1;
-		cp16(st + Stage<TB, RB>::B + 16 * p, xq.frag + (tk * xq.G + ch) * 12 + p % 12);
+		cp16(st + Stage<TB>::B + 16 * p, xq.frag + (tk * xq.G + ch) * 12 + p % 12);
 	}
 	if (threadIdx.x < TB) {
 		int64_t tk = tok0 + threadIdx.x;
 		tk = tk < xq.n8 ? tk : xq.n8 - 1;
-		cp8(st + Stage<TB, RB>::X + 8 * threadIdx.x, xq.xsx + ch * xq.n8 + tk);
+		cp8(st + Stage<TB>::X + 8 * threadIdx.x, xq.xsx + ch * xq.n8 + tk);
 	}
 }
 
-/* k_q4_mma_staged: warp w takes rows 32(w / WT) + 0..31 and tokens
- * (w % WT)·8·NTW + 0..8·NTW − 1 of the block's RB × TB (WR = 4: as
- * k_q4_mma_many). */
-template <int NTW, int WR = 4>
+/* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
+ * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many. */
+template <int NTW>
 __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
                                                              const int32_t *ids, int64_t n, int64_t nout,
                                                              int64_t cols, int lg, int S, bool split)
 {
-	using K = Staged<NTW, WR>;
-	constexpr int TB = K::TB, RB = K::RB;
+	constexpr int TB = 16 * NTW;
 	extern __shared__ __align__(16) uint8_t stsm[];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-	int64_t tok0 = (int64_t)blockIdx.y * TB, rb = (int64_t)blockIdx.x * RB;
-	int tw = (w % K::WT) * 8 * NTW, rw = (w / K::WT) * 32;
+	int64_t tok0 = (int64_t)blockIdx.y * TB, rb = (int64_t)blockIdx.x * 128;
+	int tw = (w & 1) * 8 * NTW, rw = (w >> 1) * 32;
 	int64_t G = cols >> 6;
 	int64_t c0 = split ? blockIdx.z * G / S : 0, c1 = split ? (blockIdx.z + 1) * G / S : G;
 	if (split)
 		y += (int64_t)blockIdx.z * n * nout;
 	if (ids)
 		pdl_wait();
-	/* This thread's copies: half of row i/2's 32 weight bytes (i its
-	 * index, and i + 256 with 256 rows), and row i's scales (i < RB); rows
-	 * past nout copy the last one. */
-	const uint8_t *qrow[RB / 128];
+	/* This thread's copies: half of row i/2's 32 weight bytes, and row i's
+	 * scales (i < 128); rows past nout copy the last one. */
+	const uint8_t *qrow;
 	const float *srow = nullptr;
 	{
-#pragma unroll
-		for (int k = 0; k < RB / 128; k++) {
-			int64_t r = rb + (threadIdx.x >> 1) + 128 * k;
-			r = r < nout ? r : nout - 1;
-			qrow[k] = q + (ids ? ids[r] : r) * (cols / 2);
-		}
-		if (threadIdx.x < RB) {
+		int64_t r = rb + (threadIdx.x >> 1);
+		r = r < nout ? r : nout - 1;
+		qrow = q + (ids ? ids[r] : r) * (cols / 2);
+		if (threadIdx.x < 128) {
 			int64_t rs = rb + threadIdx.x;
 			rs = rs < nout ? rs : nout - 1;
 			srow = so + (ids ? ids[rs] : rs) * ((cols >> lg) * 2);
 		}
 	}
 	int64_t nch = c1 - c0;
-	constexpr int SB = Stage<TB, RB>::BYTES;
+	constexpr int SB = Stage<TB>::BYTES;
 	/* The first stages' weights before the wait, their x after it: the
 	 * first group holds them all. */
 	for (int s = 0; s < ST_NS - 1; s++)
 		if (s < nch)
-			stage_weights<TB, RB>(stsm + s * SB, qrow, srow, c0 + s, lg);
+			stage_weights<TB>(stsm + s * SB, qrow, srow, c0 + s, lg);
 	pdl_wait();
 	pdl_launch();
 	for (int s = 0; s < ST_NS - 1; s++) {
 		if (s < nch)
-			stage_x<TB, RB>(stsm + s * SB, xq, tok0, c0 + s);
+			stage_x<TB>(stsm + s * SB, xq, tok0, c0 + s);
 		cp_commit();
 	}
 
@@ -433,8 +423,8 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 		__syncthreads(); /* chunk k has landed; every warp is done with chunk k − 1's stage */
 		if (k + ST_NS - 1 < nch) {
 			uint8_t *nx = stsm + (int)((k + ST_NS - 1) % ST_NS) * SB;
-			stage_weights<TB, RB>(nx, qrow, srow, c0 + k + ST_NS - 1, lg);
-			stage_x<TB, RB>(nx, xq, tok0, c0 + k + ST_NS - 1);
+			stage_weights<TB>(nx, qrow, srow, c0 + k + ST_NS - 1, lg);
+			stage_x<TB>(nx, xq, tok0, c0 + k + ST_NS - 1);
 		}
 		cp_commit();
 		const uint8_t *st = stsm + (int)(k % ST_NS) * SB;
@@ -443,10 +433,9 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 #pragma unroll
 		for (int mt = 0; mt < 2; mt++) {
 			int ra = rw + 16 * mt + g;
-			wc.wa[mt] = *(const uint2 *)(st + Stage<TB, RB>::A + ra * 32 + 8 * t);
-			wc.wb[mt] = *(const uint2 *)(st + Stage<TB, RB>::A + (ra + 8) * 32 + 8 * t);
-			float2 sa = *(const float2 *)(st + Stage<TB, RB>::S + ra * 8),
-			       sb = *(const float2 *)(st + Stage<TB, RB>::S + (ra + 8) * 8);
+			wc.wa[mt] = *(const uint2 *)(st + Stage<TB>::A + ra * 32 + 8 * t);
+			wc.wb[mt] = *(const uint2 *)(st + Stage<TB>::A + (ra + 8) * 32 + 8 * t);
+			float2 sa = *(const float2 *)(st + Stage<TB>::S + ra * 8), sb = *(const float2 *)(st + Stage<TB>::S + (ra + 8) * 8);
 			wc.sca[mt] = sa.x, wc.ofa[mt] = sa.y, wc.scb[mt] = sb.x, wc.ofb[mt] = sb.y;
 			afrags(a[mt], wc.wa[mt], wc.wb[mt]);
 		}
@@ -454,13 +443,13 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 		for (int nt = 0; nt < NTW; nt++) {
 			int tl = tw + 8 * nt;
 			Bq bq;
-			const uint4 *f = (const uint4 *)(st + Stage<TB, RB>::B) + (tl + g) * 12 + t;
+			const uint4 *f = (const uint4 *)(st + Stage<TB>::B) + (tl + g) * 12 + t;
 #pragma unroll
 			for (int L = 0; L < 3; L++) {
 				uint4 v = f[4 * L];
 				bq.b[L][0][0] = v.x, bq.b[L][0][1] = v.y, bq.b[L][1][0] = v.z, bq.b[L][1][1] = v.w;
 			}
-			float4 xs = *(const float4 *)(st + Stage<TB, RB>::X + 8 * (tl + 2 * t));
+			float4 xs = *(const float4 *)(st + Stage<TB>::X + 8 * (tl + 2 * t));
 			bq.xs0 = xs.x, bq.sx0 = xs.y, bq.xs1 = xs.z, bq.sx1 = xs.w;
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++) {
@@ -506,21 +495,20 @@ static bool staged_on()
 	return on;
 }
 
-/* many: launches k_q4_mma_staged<NTW, WR>, or k_q4_mma_many<NTW>
- * (VERDICT_Q4_STAGED=0, WR 4). */
-template <int NTW, int WR = 4>
+/* many: launches k_q4_mma_staged<NTW>, or k_q4_mma_many<NTW>. */
+template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const uint8_t *q, const float *so,
                         const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, int S, float *part = nullptr)
 {
-	using K = Staged<NTW, WR>;
-	int64_t ty = (n + K::TB - 1) / K::TB;
-	dim3 grid((unsigned)((nout + K::RB - 1) / K::RB), (unsigned)ty, part ? (unsigned)S : 1u);
+	int64_t ty = (n + 16 * NTW - 1) / (16 * NTW);
+	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
 	cudaError_t e;
-	if (staged_on() || WR != 4) {
-		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW, WR>, cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM);
+	if (staged_on()) {
+		constexpr int smem = staged_smem<NTW>();
+		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 		if (e == cudaSuccess)
-			e = launch_pdl(pdl, k_q4_mma_staged<NTW, WR>, grid, dim3(32 * MW), K::SMEM, st, part ? part : y, xq, q,
-			               so, ids, n, nout, cols, lg, S, part != nullptr);
+			e = launch_pdl(pdl, k_q4_mma_staged<NTW>, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so,
+			               ids, n, nout, cols, lg, S, part != nullptr);
 	} else
 		e = launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), 0, st, part ? part : y, xq, q, so, ids, n,
 		               nout, cols, lg, S, part != nullptr);
@@ -529,18 +517,6 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
 	int64_t m = n * nout;
 	return launch_pdl(pdl, k_q4_slice_sum, dim3((unsigned)((m + 255) / 256)), dim3(256), 0, st, y, (const float *)part,
 	                  S, m);
-}
-
-/* fit_on: whether a split product of 9 to 64 tokens takes blocks of 256
- * rows × 8·⌈n/8⌉ tokens where ⌈n/8⌉ is not 4 or 8 (VERDICT_Q4_FIT=0: 128
- * rows × 32 or 64 tokens, for comparisons; the same bits). */
-static bool fit_on()
-{
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_Q4_FIT");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	return on;
 }
 
 /* one_on: whether a product of one token takes the kernels that skip
@@ -706,18 +682,8 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 			return e;
 	}
 	if (part) {
-		/* A few to a few dozen tokens: a block a slice, 256 rows × all the
-		 * token tiles, or 128 rows × 32 tokens (64 past 32). */
-		int nt = (int)((n + 7) / 8);
-		if (n <= FEW_MAX && fit_on())
-			switch (nt) {
-			case 2: return many<2, 8>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
-			case 3: return many<3, 8>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
-			case 5: return many<5, 8>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
-			case 6: return many<6, 8>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
-			case 7: return many<7, 8>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
-			default: break;
-			}
+		/* A few to a few dozen tokens: blocks of 128 rows × 32 tokens (64
+		 * past 32), one slice each. */
 		if (n > 32)
 			return many<4>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
 		return many<2>(st, pdl, y, xq, q, so, ids, n, nout, cols, lg, S, part);
