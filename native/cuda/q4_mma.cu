@@ -332,18 +332,18 @@ template <int NTW> constexpr int staged_smem()
 }
 
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
- * scales (qrow: its half row's; srow: its row's, or null when it copies
- * none), and of its x fragments and (xs, Sx) (token tiles of the block
+ * scales (qrow: its half row's, a16 when 16-byte aligned; srow: its row's,
+ * or null when it copies none), and of its x fragments and (xs, Sx) (token tiles of the block
  * from tok0), into st. (Skipping the token tiles past n, and their
  * copies, measured 7% slower at 512 tokens and level at 40 on an H100,
  * 2026-12-06.) */
 template <int TB>
 static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *qrow, const float *srow, int64_t ch,
-                                                     int lg)
+                                                     int lg, bool a16)
 {
 	int i = threadIdx.x;
 	const uint8_t *src = qrow + ch * 32 + 16 * (i & 1);
-	if (((uintptr_t)src & 15) == 0)
+	if (a16)
 		cp16(st + Stage<TB>::A + 16 * i, src);
 	else { /* weights 8-byte aligned only */
 		cp8(st + Stage<TB>::A + 16 * i, src);
@@ -353,19 +353,42 @@ static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t 
 		cp8(st + Stage<TB>::S + 8 * i, srow + ((ch << 6) >> lg) * 2);
 }
 
-template <int TB>
-static __device__ __forceinline__ void stage_x(uint8_t *st, const Xq &xq, int64_t tok0, int64_t ch)
+/* XCopies: this thread's x copies of every chunk, found once: copy i
+ * (of the block's TB·12 fragments, p = threadIdx.x + 256·i) reads chunk
+ * ch's fragment at frag + off[i] + 12·ch, and (threadIdx.x < TB) its
+ * token's (xs, Sx) at xs + n8·ch; tokens past n8 read the last one. */
+template <int TB> struct XCopies {
+	static constexpr int N = (TB * 12 + 32 * MW - 1) / (32 * MW);
+	const uint4 *frag;
+	const float2 *xs;
+	uint32_t off[N];
+};
+
+template <int TB> static __device__ __forceinline__ void x_copies(XCopies<TB> &c, const Xq &xq, int64_t tok0)
 {
-	for (int p = threadIdx.x; p < TB * 12; p += 32 * MW) {
+	c.frag = xq.frag + tok0 * xq.G * 12;
+#pragma unroll
+	for (int i = 0; i < XCopies<TB>::N; i++) {
+		int p = threadIdx.x + 32 * MW * i;
 		int64_t tk = tok0 + p / 12;
 		tk = tk < xq.n8 ? tk : xq.n8 - 1;
-		cp16(st + Stage<TB>::B + 16 * p, xq.frag + (tk * xq.G + ch) * 12 + p % 12);
+		c.off[i] = (uint32_t)((tk - tok0) * xq.G * 12 + p % 12);
 	}
-	if (threadIdx.x < TB) {
-		int64_t tk = tok0 + threadIdx.x;
-		tk = tk < xq.n8 ? tk : xq.n8 - 1;
-		cp8(st + Stage<TB>::X + 8 * threadIdx.x, xq.xsx + ch * xq.n8 + tk);
+	int64_t tk = tok0 + (threadIdx.x < TB ? threadIdx.x : 0);
+	c.xs = xq.xsx + (tk < xq.n8 ? tk : xq.n8 - 1);
+}
+
+template <int TB>
+static __device__ __forceinline__ void stage_x(uint8_t *st, const XCopies<TB> &c, int64_t n8, int64_t ch)
+{
+#pragma unroll
+	for (int i = 0; i < XCopies<TB>::N; i++) {
+		int p = threadIdx.x + 32 * MW * i;
+		if (p < TB * 12)
+			cp16(st + Stage<TB>::B + 16 * p, c.frag + c.off[i] + 12 * ch);
 	}
+	if (threadIdx.x < TB)
+		cp8(st + Stage<TB>::X + 8 * threadIdx.x, c.xs + n8 * ch);
 }
 
 /* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
@@ -402,16 +425,19 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 	}
 	int64_t nch = c1 - c0;
 	constexpr int SB = Stage<TB>::BYTES;
+	XCopies<TB> xc;
+	x_copies<TB>(xc, xq, tok0);
+	bool a16 = (((uintptr_t)qrow + 16 * (threadIdx.x & 1)) & 15) == 0; /* every chunk's, the chunks 32 bytes apart */
 	/* The first stages' weights before the wait, their x after it: the
 	 * first group holds them all. */
 	for (int s = 0; s < ST_NS - 1; s++)
 		if (s < nch)
-			stage_weights<TB>(stsm + s * SB, qrow, srow, c0 + s, lg);
+			stage_weights<TB>(stsm + s * SB, qrow, srow, c0 + s, lg, a16);
 	pdl_wait();
 	pdl_launch();
 	for (int s = 0; s < ST_NS - 1; s++) {
 		if (s < nch)
-			stage_x<TB>(stsm + s * SB, xq, tok0, c0 + s);
+			stage_x<TB>(stsm + s * SB, xc, xq.n8, c0 + s);
 		cp_commit();
 	}
 
@@ -423,8 +449,8 @@ __global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, c
 		__syncthreads(); /* chunk k has landed; every warp is done with chunk k − 1's stage */
 		if (k + ST_NS - 1 < nch) {
 			uint8_t *nx = stsm + (int)((k + ST_NS - 1) % ST_NS) * SB;
-			stage_weights<TB>(nx, qrow, srow, c0 + k + ST_NS - 1, lg);
-			stage_x<TB>(nx, xq, tok0, c0 + k + ST_NS - 1);
+			stage_weights<TB>(nx, qrow, srow, c0 + k + ST_NS - 1, lg, a16);
+			stage_x<TB>(nx, xc, xq.n8, c0 + k + ST_NS - 1);
 		}
 		cp_commit();
 		const uint8_t *st = stsm + (int)(k % ST_NS) * SB;
