@@ -757,6 +757,30 @@ static size_t mqa_s_smem(int64_t nk, int64_t d)
 	return ((size_t)d * MS_RP + ms_kv(d) + (size_t)nk * MS_RP) * sizeof(float);
 }
 
+/* ms_pv: k_mqa_s's pass 3 for keys jj..end - 1 of a tile (sp their
+ * exponentials at the warp's rows, KV their values), jj left at end: in key
+ * order, mine += row 4w + lane % 4's exponential and acc[i][u] += row i's
+ * times column lane + 32u (fmaf), u < NU. Below MQ_MAXD / 32 the lane's NU
+ * columns are all in d (no test); at MQ_MAXD / 32 each is tested. */
+template <int NU>
+static __device__ __forceinline__ void ms_pv(float (&acc)[4][MQ_MAXD / 32], float &mine, const float *sp,
+                                             const float *KV, int &jj, int end, int d, int lane)
+{
+	for (; jj < end; jj++) {
+		float4 p4 = *(const float4 *)&sp[jj * MS_RP];
+		float pe[4] = {p4.x, p4.y, p4.z, p4.w};
+		mine += sp[jj * MS_RP + (lane & 3)];
+#pragma unroll
+		for (int u = 0; u < NU; u++)
+			if (NU < MQ_MAXD / 32 || lane + 32 * u < d) {
+				float vv = KV[jj * d + lane + 32 * u];
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					acc[i][u] = fmaf(pe[i], vv, acc[i][u]);
+			}
+	}
+}
+
 __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const float *__restrict__ q,
                                                const float *__restrict__ kt, const float *__restrict__ vt,
                                                int64_t rows, int nk, int d, float scale, int kcs)
@@ -853,41 +877,11 @@ __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const fl
 			int end = next - j0 < kn ? next - j0 : kn;
 			const float *sp = St + (int64_t)j0 * MS_RP + 4 * w;
 			if (nu == 2 && lane + 32 < d) /* d 33..64: every lane two columns */
-				for (; jj < end; jj++) {
-					float4 p4 = *(const float4 *)&sp[jj * MS_RP];
-					mine += sp[jj * MS_RP + (lane & 3)];
-					float v0 = KV[jj * d + lane], v1 = KV[jj * d + lane + 32];
-					acc[0][0] = fmaf(p4.x, v0, acc[0][0]), acc[0][1] = fmaf(p4.x, v1, acc[0][1]);
-					acc[1][0] = fmaf(p4.y, v0, acc[1][0]), acc[1][1] = fmaf(p4.y, v1, acc[1][1]);
-					acc[2][0] = fmaf(p4.z, v0, acc[2][0]), acc[2][1] = fmaf(p4.z, v1, acc[2][1]);
-					acc[3][0] = fmaf(p4.w, v0, acc[3][0]), acc[3][1] = fmaf(p4.w, v1, acc[3][1]);
-				}
+				ms_pv<2>(acc, mine, sp, KV, jj, end, d, lane);
 			else if (nu == 3 && lane + 64 < d) /* d 65..96: three */
-				for (; jj < end; jj++) {
-					float4 p4 = *(const float4 *)&sp[jj * MS_RP];
-					float pe[4] = {p4.x, p4.y, p4.z, p4.w};
-					mine += sp[jj * MS_RP + (lane & 3)];
-					float vv[3] = {KV[jj * d + lane], KV[jj * d + lane + 32], KV[jj * d + lane + 64]};
-#pragma unroll
-					for (int u = 0; u < 3; u++)
-#pragma unroll
-						for (int i = 0; i < 4; i++)
-							acc[i][u] = fmaf(pe[i], vv[u], acc[i][u]);
-				}
+				ms_pv<3>(acc, mine, sp, KV, jj, end, d, lane);
 			else
-				for (; jj < end; jj++) {
-					float4 p4 = *(const float4 *)&sp[jj * MS_RP];
-					float pe[4] = {p4.x, p4.y, p4.z, p4.w};
-					mine += sp[jj * MS_RP + (lane & 3)];
-#pragma unroll
-					for (int u = 0; u < MQ_MAXD / 32; u++)
-						if (lane + 32 * u < d) {
-							float vv = KV[jj * d + lane + 32 * u];
-#pragma unroll
-							for (int i = 0; i < 4; i++)
-								acc[i][u] = fmaf(pe[i], vv, acc[i][u]);
-						}
-				}
+				ms_pv<MQ_MAXD / 32>(acc, mine, sp, KV, jj, end, d, lane);
 		}
 	}
 	float sum[4];
