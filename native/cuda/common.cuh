@@ -133,15 +133,23 @@ struct prof_rec {
  * prof_event: a free event of the stream's (cuda_backend.cu). */
 bool profiling();
 cudaEvent_t prof_event(vd_stream *s);
+/* op_skipped: whether VERDICT_CUDA_SKIP (a comma-separated list of the
+ * profile's operation names) names this operation: its kernels are then
+ * not launched, so that a recorded step's time without them shows what
+ * they cost inside it (their results are garbage: for measuring only). */
+bool op_skipped(const char *name);
 
-/* prof_scope times the operation it lives in. */
+/* prof_scope times the operation it lives in, and leaves its launches
+ * out when op_skipped. */
 struct prof_scope {
 	vd_stream *s = nullptr;
 	const char *name;
 	cudaEvent_t a = nullptr;
+	bool skip;
 	std::chrono::steady_clock::time_point t0;
-	prof_scope(vd_stream *st, const char *n) : name(n)
+	prof_scope(vd_stream *st, const char *n) : name(n), skip(op_skipped(n))
 	{
+		pdl_skip_depth += skip;
 		if (!profiling() || st->recording || !(a = prof_event(st)))
 			return;
 		s = st;
@@ -150,6 +158,7 @@ struct prof_scope {
 	}
 	~prof_scope()
 	{
+		pdl_skip_depth -= skip;
 		if (!s)
 			return;
 		cudaEvent_t b = prof_event(s);
@@ -171,6 +180,16 @@ struct prof_scope {
 #define ENTER_AS(s, name)         \
 	cudaSetDevice((s)->dev);  \
 	prof_scope prof_ {(s), (name)}
+
+/* name_listed: whether list (names separated by commas) holds name. */
+static inline bool name_listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; (p = strstr(p, name)) != nullptr; p += n)
+		if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+			return true;
+	return false;
+}
 
 static inline int64_t elems(vd_tensor t) { return t.rows * t.cols; }
 

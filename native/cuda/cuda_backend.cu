@@ -59,6 +59,12 @@ static const char *prof_path()
 
 bool profiling() { return prof_path() != nullptr; }
 
+bool op_skipped(const char *name)
+{
+	static const char *e = getenv("VERDICT_CUDA_SKIP");
+	return e && *e && name_listed(e, name);
+}
+
 static void prof_print_locked(FILE *f);
 
 static void prof_write()

@@ -758,13 +758,7 @@ bool layer_step_on(const char *name)
 	static const char *e = getenv("VERDICT_LAYER_STEPS");
 	if (!e || !*e)
 		return true;
-	if (strcmp(e, "0") == 0)
-		return false;
-	size_t n = strlen(name);
-	for (const char *p = e; (p = strstr(p, name)) != nullptr; p += n)
-		if ((p == e || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-			return true;
-	return false;
+	return strcmp(e, "0") != 0 && name_listed(e, name);
 }
 
 void c_altup_predict_step(vd_stream *s, const vd_altup *a)

@@ -51,12 +51,20 @@ __device__ __forceinline__ void pdl_prefetch_l2(const void *p)
 #endif
 }
 
+/* pdl_skip_depth: above 0 while the calling thread is inside an
+ * operation that VERDICT_CUDA_SKIP names (common.cuh, prof_scope): its
+ * launches are left out (a measuring aid only, the results are wrong). */
+inline thread_local int pdl_skip_depth = 0;
+
 /* launch_pdl launches k<<<grid, block, smem, st>>>(args...), with
- * programmatic stream serialization when pdl is set; the launch's error. */
+ * programmatic stream serialization when pdl is set; the launch's error
+ * (none and no launch inside a skipped operation). */
 template <typename... P, typename... A>
 static inline cudaError_t launch_pdl(bool pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                                      cudaStream_t st, A &&...args)
 {
+	if (pdl_skip_depth > 0)
+		return cudaSuccess;
 	cudaLaunchAttribute at[1];
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
