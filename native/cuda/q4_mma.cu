@@ -214,6 +214,22 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq,
 	                     p.lg, S, vec);
 }
 
+using FewK = void (*)(float *, Xq, const float *, const uint8_t *, const float *, const int32_t *, int64_t, int64_t,
+                      int64_t, int, int, bool);
+using GroupK = void (*)(Group, Xq, const float *, int64_t, int64_t, int, bool);
+
+/* few_rows, group_rows: the kernel of one token tile a warp for R row
+ * tiles a warp (4, 2 or 1; two blocks a multiprocessor but at one). */
+template <bool OWN, bool ONE> static FewK few_rows(int R)
+{
+	return R == 4 ? k_q4_mma_few<4, 2, 1, OWN, ONE> : R == 2 ? k_q4_mma_few<2, 2, 1, OWN, ONE> : k_q4_mma_few<1, 1, 1, OWN, ONE>;
+}
+
+template <bool OWN, bool ONE> static GroupK group_rows(int R)
+{
+	return R == 4 ? k_q4_mma_group<4, 2, OWN, ONE> : R == 2 ? k_q4_mma_group<2, 2, OWN, ONE> : k_q4_mma_group<1, 1, OWN, ONE>;
+}
+
 /* add_slice: a slice's partials P of a warp's 2 × NTW tiles added into
  * its running sums Y (Y + P: the slices in order), P back to zeros. */
 template <int NTW> static __device__ __forceinline__ void add_slice(float (*Y)[NTW][4], float (*P)[NTW][4])
@@ -724,25 +740,18 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	int NT = R == 4 || own ? 1 : n > 16 ? 4 : n > 8 ? 2 : 1;
 	int64_t ty = (n + 8 * NT - 1) / (8 * NT);
 	dim3 grid((unsigned)blocks, (unsigned)(ty < 65535 ? ty : 65535));
-	void (*k)(float *, Xq, const float *, const uint8_t *, const float *, const int32_t *, int64_t, int64_t, int64_t,
-	          int, int, bool);
 	bool one = n == 1 && one_on();
-	if (own && one)
-		k = R == 4   ? k_q4_mma_few<4, 2, 1, true, true>
-		    : R == 2 ? k_q4_mma_few<2, 2, 1, true, true>
-		             : k_q4_mma_few<1, 1, 1, true, true>;
-	else if (own)
-		k = R == 4 ? k_q4_mma_few<4, 2, 1, true> : R == 2 ? k_q4_mma_few<2, 2, 1, true> : k_q4_mma_few<1, 1, 1, true>;
+	FewK k;
+	if (own)
+		k = one ? few_rows<true, true>(R) : few_rows<true, false>(R);
 	else if (one)
-		k = R == 4 ? k_q4_mma_few<4, 2, 1, false, true>
-		    : R == 2 ? k_q4_mma_few<2, 2, 1, false, true>
-		             : k_q4_mma_few<1, 1, 1, false, true>;
-	else if (R == 4)
-		k = k_q4_mma_few<4, 2, 1, false>;
+		k = few_rows<false, true>(R);
+	else if (NT == 1)
+		k = few_rows<false, false>(R);
 	else if (R == 2)
-		k = NT == 4 ? k_q4_mma_few<2, 1, 4, false> : NT == 2 ? k_q4_mma_few<2, 1, 2, false> : k_q4_mma_few<2, 2, 1, false>;
+		k = NT == 4 ? k_q4_mma_few<2, 1, 4, false> : k_q4_mma_few<2, 1, 2, false>;
 	else
-		k = NT == 4 ? k_q4_mma_few<1, 1, 4, false> : NT == 2 ? k_q4_mma_few<1, 1, 2, false> : k_q4_mma_few<1, 1, 1, false>;
+		k = NT == 4 ? k_q4_mma_few<1, 1, 4, false> : k_q4_mma_few<1, 1, 2, false>;
 	return launch_pdl(pdl, k, grid, dim3(32 * MW), own ? (size_t)own_smem : 0, st, y, xq, x, q, so, ids, n, nout, cols,
 	                  lg, S, vec);
 }
@@ -806,20 +815,9 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 			return true;
 		}
 	}
-	void (*k)(Group, Xq, const float *, int64_t, int64_t, int, bool);
 	bool one = n == 1 && one_on();
-	if (own && one)
-		k = R == 4   ? k_q4_mma_group<4, 2, true, true>
-		    : R == 2 ? k_q4_mma_group<2, 2, true, true>
-		             : k_q4_mma_group<1, 1, true, true>;
-	else if (own)
-		k = R == 4 ? k_q4_mma_group<4, 2, true> : R == 2 ? k_q4_mma_group<2, 2, true> : k_q4_mma_group<1, 1, true>;
-	else if (one)
-		k = R == 4   ? k_q4_mma_group<4, 2, false, true>
-		    : R == 2 ? k_q4_mma_group<2, 2, false, true>
-		             : k_q4_mma_group<1, 1, false, true>;
-	else
-		k = R == 4 ? k_q4_mma_group<4, 2, false> : R == 2 ? k_q4_mma_group<2, 2, false> : k_q4_mma_group<1, 1, false>;
+	GroupK k = own ? (one ? group_rows<true, true>(R) : group_rows<true, false>(R))
+	               : (one ? group_rows<false, true>(R) : group_rows<false, false>(R));
 	*err = launch_pdl(pdl, k, dim3((unsigned)blocks), dim3(32 * MW), own ? (size_t)own_smem : 0, st, gr, xq, x, n,
 	                  cols, S, vec);
 	return true;

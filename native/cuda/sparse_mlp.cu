@@ -12,17 +12,98 @@
 
 /* k_sp_select: one block a token. cut = mean + std·z of g_t; survivors i
  * (g_i − cut > 0) compacted in increasing i: idx[k] = i, g[k] = g_i − cut;
- * cnt[t] their number. */
+ * cnt[t] their number. Thread j's sums take its gates j, j + SPB, ... in
+ * order, then block_sum. Up to SPN·SPB gates (E2B's 8,192) are read once
+ * into registers, and every survivor's place comes from one scan of the
+ * SPN·32 warps' counts (warp 0, in (chunk, warp) order): two barriers in
+ * place of three a chunk of SPB; more gates take the chunks in turn. */
+#define SPN 8
+static_assert(SPB == 1024, "sp_places takes SPB / 32 = 32 warps' counts a chunk");
+
+/* sp_places: the exclusive prefix sums of the SPN·32 counts c (index u·32
+ * + warp) in place, and their total into *tot: warp 0, lane l taking
+ * entries SPN·l .. SPN·l + SPN − 1. */
+static __device__ __forceinline__ void sp_places(int *c, int *tot)
+{
+	int lane = threadIdx.x & 31;
+	if (threadIdx.x >= 32)
+		return;
+	int v[SPN], s = 0;
+#pragma unroll
+	for (int k = 0; k < SPN; k++)
+		s += v[k] = c[SPN * lane + k];
+	int incl = s;
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		int u = __shfl_up_sync(0xffffffffu, incl, o);
+		if (lane >= o)
+			incl += u;
+	}
+	int run = incl - s;
+#pragma unroll
+	for (int k = 0; k < SPN; k++) {
+		c[SPN * lane + k] = run;
+		run += v[k];
+	}
+	if (lane == 31)
+		*tot = incl;
+}
+
 __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
                             float z)
 {
 	__shared__ float red[32];
-	__shared__ int wc[SPB / 32];
+	__shared__ int wc[SPN * (SPB / 32)], tot;
 	pdl_wait();
 	pdl_launch();
 	int64_t t = blockIdx.x;
 	float *gr = g + t * inter;
 	int32_t *ir = idx + t * inter;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	if (inter <= SPN * SPB) {
+		float gv[SPN];
+#pragma unroll
+		for (int u = 0; u < SPN; u++) {
+			int64_t i = threadIdx.x + (int64_t)u * SPB;
+			gv[u] = i < inter ? gr[i] : 0.0f;
+		}
+		float a = 0.0f;
+#pragma unroll
+		for (int u = 0; u < SPN; u++)
+			if (threadIdx.x + (int64_t)u * SPB < inter)
+				a += gv[u];
+		float mu = block_sum(a, red) / (float)inter;
+		a = 0.0f;
+#pragma unroll
+		for (int u = 0; u < SPN; u++)
+			if (threadIdx.x + (int64_t)u * SPB < inter) {
+				float d = gv[u] - mu;
+				a = fmaf(d, d, a);
+			}
+		float var = block_sum(a, red) / (float)inter;
+		float cut = mu + (float)sqrt((double)var) * z;
+		unsigned m[SPN];
+#pragma unroll
+		for (int u = 0; u < SPN; u++) { /* every gate was read before block_sum's barriers */
+			gv[u] = gv[u] - cut;
+			m[u] = __ballot_sync(0xffffffffu, threadIdx.x + (int64_t)u * SPB < inter && gv[u] > 0);
+			if (lane == 0)
+				wc[u * (SPB / 32) + w] = __popc(m[u]);
+		}
+		__syncthreads();
+		sp_places(wc, &tot);
+		__syncthreads();
+#pragma unroll
+		for (int u = 0; u < SPN; u++)
+			if (m[u] >> lane & 1u) {
+				int at = wc[u * (SPB / 32) + w] + __popc(m[u] & ((1u << lane) - 1u));
+				ir[at] = (int32_t)(threadIdx.x + u * SPB);
+				gr[at] = gv[u];
+			}
+		if (threadIdx.x == 0)
+			cnt[t] = tot;
+		return;
+	}
 	float a = 0.0f;
 #pragma unroll 8
 	for (int64_t i = threadIdx.x; i < inter; i += SPB)
@@ -36,7 +117,6 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 	}
 	float var = block_sum(a, red) / (float)inter;
 	float cut = mu + (float)sqrt((double)var) * z;
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	int base = 0;
 	for (int64_t i0 = 0; i0 < inter; i0 += SPB) {
 		int64_t i = i0 + threadIdx.x;
