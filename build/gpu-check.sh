@@ -13,7 +13,8 @@
 # peer_catalog_hf.py; and transformers on the same card when PEER_HF names
 # peer_bench_hf.py. Everything goes under $OUT (default
 # /tmp/gpu-check). CARRY names the folder holding verdict.xz,
-# tokenizer.json.xz and libasound.so.2 (default carry-cuda).
+# tokenizer.json.xz and libasound.so.2 (or libasound.so.2.xz; default
+# carry-cuda).
 #
 # STAGES (default all) picks the parts, space-separated: harness fixtures
 # gates graphs bench catbench catpeer peer; FIXTURE_DEVICES (default "cuda
@@ -66,9 +67,12 @@ bin=/tmp/verdict-bin
 mkdir -p "$bin"
 xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
 cp "$lib/libverdict_cuda.so" "$bin/"
+for z in "$CARRY"/*.so*.xz; do # libraries carried compressed (name.so.N.xz)
+	[ -f "$z" ] && xz -dc "$z" >"$bin/$(basename "${z%.xz}")"
+done
 xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
 export VERDICT_TOKENIZER=/tmp/tokenizer.json
-export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$bin:$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export VERDICT_PACKED_CACHE=/tmp/verdict-packed
 want fixtures && for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz \
 	testdata/gemma4-synthetic-vision.tar.gz testdata/gemma4-synthetic-audio.tar.gz \

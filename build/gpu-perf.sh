@@ -8,9 +8,10 @@
 # profile (VERDICT_CUDA_PROFILE=file: decoding, a prefill, a scorer
 # request). Results under $OUT (default /tmp/gpu-perf); CARRY as for
 # gpu-check.sh; STAGES picks from "f64 graphs bench profile" (the default)
-# and "ncu" (one decode step's kernels), "ncu-prefill" (a prefill's) and
-# "sanitize" (compute-sanitizer on the attention tiles); HARNESS=0 skips
-# the harness.
+# and "ncu" (one decode step's kernels), "ncu-prefill" (a prefill's),
+# "sanitize" (compute-sanitizer on the attention tiles) and "chain" (the
+# cost a kernel of a chain of dependent ones, native/cuda/bench); HARNESS=0
+# skips the harness.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -41,9 +42,12 @@ bin=/tmp/verdict-bin
 mkdir -p "$bin"
 xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
 cp "$lib/libverdict_cuda.so" "$bin/"
+for z in "$CARRY"/*.so*.xz; do # libraries carried compressed (name.so.N.xz)
+	[ -f "$z" ] && xz -dc "$z" >"$bin/$(basename "${z%.xz}")"
+done
 xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
 export VERDICT_TOKENIZER=/tmp/tokenizer.json
-export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$bin:$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export VERDICT_PACKED_CACHE=/tmp/verdict-packed
 v() { "$bin/verdict" "$@" 2> >(grep -v ALSA >&2); }
 
@@ -146,6 +150,16 @@ if has ncu-prefill; then
 	say "ncu exit $?"
 	ncu_table "$tmp/ncu-p.csv" | tee -a "$log"
 	tail -3 "$tmp/ncu-p.err" | tee -a "$log"
+fi
+if has chain; then
+	say "== the chain's floor (native/cuda/bench/chain_floor.cu)"
+	if nvcc -O3 -arch=sm_"${CUDA_ARCH:-90}" -std=c++17 -I native/cuda -o "$tmp/chain" native/cuda/bench/chain_floor.cu \
+		>"$OUT/chain-build.log" 2>&1; then
+		timeout 120 "$tmp/chain" 2>&1 | tee -a "$log"
+	else
+		say "chain_floor: BUILD FAILED"
+		tail -5 "$OUT/chain-build.log" | tee -a "$log"
+	fi
 fi
 if has sanitize; then
 	# compute-sanitizer's initcheck (a read of shared or global memory
