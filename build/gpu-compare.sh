@@ -55,6 +55,8 @@ if ! HARNESS=0 CUDA_ARCH=${CUDA_ARCH:-90} bash build/cuda.sh "$lib" >"$OUT/build
 	exit 1
 fi
 say "verdict's library built at $(($(date +%s) - t0)) s"
+nvcc -O3 -arch=sm_"${CUDA_ARCH:-90}" -std=c++17 -I native/cuda -o /tmp/chain-floor native/cuda/bench/chain_floor.cu \
+	>"$OUT/chain-build.log" 2>&1 || say "chain_floor: BUILD FAILED (chain-build.log)"
 
 bin=/tmp/verdict-bin
 mkdir -p "$bin"
@@ -80,6 +82,10 @@ if [ "${SKIP_LLAMA:-0}" != 1 ]; then
 		tail -5 "$OUT/llama-build.txt" | tee -a "$log"
 	fi
 fi
+
+# The chain's floor (what a kernel of a chain of dependent ones costs
+# on this card), after the build, for the table's kernels line.
+[ -x /tmp/chain-floor ] && timeout 120 /tmp/chain-floor >"$OUT/chain.txt" 2>&1
 
 b=(bench --device cuda --model "$MODEL" --json)
 say "== verdict bench ($MODEL, q4, limits measured)"

@@ -2,6 +2,8 @@
 
 Reads OUT/verdict.json (verdict bench --json --device cuda, the limits
 measured), OUT/verdict.err (its stderr, with VERDICT_GRAPH_KERNELS' lines),
+OUT/chain.txt (native/cuda/bench/chain_floor.cu's output: what a kernel of
+a chain of dependent ones costs on the card),
 OUT/ablate-*.json (the same bench with one switch off) and OUT/llamacpp/
 (llamacpp-peer.sh bench's bench.jsonl and batched.jsonl), and prints
 Markdown: the figures side by side with the goals of issue 25 and each
@@ -99,6 +101,20 @@ def llama_figures(res):
     return f
 
 
+def chain_floor(path):
+    """The chain's floor in µs a kernel (a graph of one-block kernels
+    with PDL), or None."""
+    try:
+        with open(path) as f:
+            for line in f:
+                m = re.match(r"graph 1-block ops\s+pdl=1: ([0-9.]+) us/op", line)
+                if m:
+                    return float(m.group(1))
+    except OSError:
+        pass
+    return None
+
+
 def share(v, limit):
     return "-" if v is None or not limit else "{:.1f}%".format(100 * v / limit)
 
@@ -158,6 +174,12 @@ def main(out):
     if floor:
         print("A decoded token reads {:.2f} GB: the bandwidth bounds decode at {} tokens/s.".format(
             v["decode_bytes"] / 1e9, fmt(floor)))
+    cf = chain_floor(os.path.join(out, "chain.txt"))
+    if cf and v.get("kernels") and v.get("decode"):
+        step = 1e6 / v["decode"]
+        print("A kernel of a chain of dependent ones costs {:.2f} µs on this card: the decode step's {} kernels "
+              "take at least {:,.0f} µs of its {:,.0f} µs ({:.0f}%).".format(
+                  cf, fmt(v["kernels"]), cf * v["kernels"], step, 100 * cf * v["kernels"] / step))
     if v.get("scorer_prefix") is not None:
         print("The scorer request's 512-token prefix: {} ms.".format(fmt(v["scorer_prefix"])))
     if v.get("audio_seconds"):
