@@ -63,17 +63,8 @@ tail -1 "$OUT/tower_check.txt" | tee -a "$log"
 grep -E "FAIL|ERROR" "$OUT/tower_check.txt" | tee -a "$log"
 fi
 
-bin=/tmp/verdict-bin
-mkdir -p "$bin"
-xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
-cp "$lib/libverdict_cuda.so" "$bin/"
-for z in "$CARRY"/*.so*.xz; do # libraries carried compressed (name.so.N.xz)
-	[ -f "$z" ] && xz -dc "$z" >"$bin/$(basename "${z%.xz}")"
-done
-xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
-export VERDICT_TOKENIZER=/tmp/tokenizer.json
-export LD_LIBRARY_PATH=$bin:$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export VERDICT_PACKED_CACHE=/tmp/verdict-packed
+. build/gpu-carry.sh
+carry_bin "$lib"
 want fixtures && for fx in testdata/gemma3n-synthetic-tiny.tar.gz testdata/gemma3n-micro-bf16.tar.gz \
 	testdata/gemma4-synthetic-vision.tar.gz testdata/gemma4-synthetic-audio.tar.gz \
 	"$CARRY/gemma3n-synthetic-e2b-f64.tar.gz"; do

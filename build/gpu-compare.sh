@@ -58,18 +58,8 @@ say "verdict's library built at $(($(date +%s) - t0)) s"
 nvcc -O3 -arch=sm_"${CUDA_ARCH:-90}" -std=c++17 -I native/cuda -o /tmp/chain-floor native/cuda/bench/chain_floor.cu \
 	>"$OUT/chain-build.log" 2>&1 || say "chain_floor: BUILD FAILED (chain-build.log)"
 
-bin=/tmp/verdict-bin
-mkdir -p "$bin"
-xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
-cp "$lib/libverdict_cuda.so" "$bin/"
-cp "$CARRY"/*.so* "$bin/" 2>/dev/null || true
-for z in "$CARRY"/*.so*.xz; do # libraries carried compressed
-	[ -f "$z" ] && xz -dc "$z" >"$bin/$(basename "${z%.xz}")"
-done
-xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
-export VERDICT_TOKENIZER=/tmp/tokenizer.json
-export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export VERDICT_PACKED_CACHE=/tmp/verdict-packed
+. build/gpu-carry.sh
+carry_bin "$lib"
 
 # The llama.cpp build uses every core; verdict's timings wait for it so
 # that the host side of a launch does not share the CPU.

@@ -38,17 +38,8 @@ if [ "${HARNESS:-1}" != 0 ]; then
 	grep -E "FAIL|ERROR" "$OUT/ops_check.txt" | head -20 | tee -a "$log"
 fi
 
-bin=/tmp/verdict-bin
-mkdir -p "$bin"
-xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
-cp "$lib/libverdict_cuda.so" "$bin/"
-for z in "$CARRY"/*.so*.xz; do # libraries carried compressed (name.so.N.xz)
-	[ -f "$z" ] && xz -dc "$z" >"$bin/$(basename "${z%.xz}")"
-done
-xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
-export VERDICT_TOKENIZER=/tmp/tokenizer.json
-export LD_LIBRARY_PATH=$bin:$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export VERDICT_PACKED_CACHE=/tmp/verdict-packed
+. build/gpu-carry.sh
+carry_bin "$lib"
 v() { "$bin/verdict" "$@" 2> >(grep -v ALSA >&2); }
 
 say "== verify-fixture --device cuda synthetic-tiny"

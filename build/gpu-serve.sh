@@ -29,14 +29,8 @@ if ! HARNESS=0 CUDA_ARCH=${CUDA_ARCH:-90} bash build/cuda.sh "$lib" >"$OUT/build
 	exit 1
 fi
 say "build: $(($(date +%s) - t0)) s"
-bin=/tmp/verdict-bin
-mkdir -p "$bin"
-xz -dc "$CARRY/verdict.xz" >"$bin/verdict" && chmod +x "$bin/verdict"
-cp "$lib/libverdict_cuda.so" "$bin/"
-xz -dc "$CARRY/tokenizer.json.xz" >/tmp/tokenizer.json
-export VERDICT_TOKENIZER=/tmp/tokenizer.json
-export LD_LIBRARY_PATH=$CARRY${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export VERDICT_PACKED_CACHE=/tmp/verdict-packed
+. build/gpu-carry.sh
+carry_bin "$lib"
 
 say "== bench serve --device cuda $MODEL"
 t0=$(date +%s)
