@@ -134,8 +134,8 @@ struct prof_rec {
 bool profiling();
 cudaEvent_t prof_event(vd_stream *s);
 /* op_skipped: whether VERDICT_CUDA_SKIP (a comma-separated list of the
- * profile's operation names) names this operation: its kernels are then
- * not launched, so that a recorded step's time without them shows what
+ * profile's operation names) names this operation: its launch_pdl
+ * kernels are then not launched, so that a recorded step's time without them shows what
  * they cost inside it (their results are garbage: for measuring only). */
 bool op_skipped(const char *name);
 

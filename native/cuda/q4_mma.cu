@@ -219,7 +219,8 @@ using FewK = void (*)(float *, Xq, const float *, const uint8_t *, const float *
 using GroupK = void (*)(Group, Xq, const float *, int64_t, int64_t, int, bool);
 
 /* few_rows, group_rows: the kernel of one token tile a warp for R row
- * tiles a warp (4, 2 or 1; two blocks a multiprocessor but at one). */
+ * tiles a warp (4, 2 or 1; two blocks a multiprocessor at 4 and 2, one
+ * at 1). */
 template <bool OWN, bool ONE> static FewK few_rows(int R)
 {
 	return R == 4 ? k_q4_mma_few<4, 2, 1, OWN, ONE> : R == 2 ? k_q4_mma_few<2, 2, 1, OWN, ONE> : k_q4_mma_few<1, 1, 1, OWN, ONE>;
@@ -348,11 +349,11 @@ template <int NTW> constexpr int staged_smem()
 }
 
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
- * scales (qrow: its half row's, a16 when 16-byte aligned; srow: its row's,
- * or null when it copies none), and of its x fragments and (xs, Sx) (token tiles of the block
- * from tok0), into st. (Skipping the token tiles past n, and their
- * copies, measured 7% slower at 512 tokens and level at 40 on an H100,
- * 2026-12-06.) */
+ * scales (qrow: its half row's, a16 when 16-byte aligned; srow: its
+ * row's, or null when it copies none), and of its x fragments and (xs,
+ * Sx) (token tiles of the block from tok0), into st. (Skipping the token
+ * tiles past n, and their copies, measured 7% slower at 512 tokens and
+ * level at 40 on an H100, 2026-12-06.) */
 template <int TB>
 static __device__ __forceinline__ void stage_weights(uint8_t *st, const uint8_t *qrow, const float *srow, int64_t ch,
                                                      int lg, bool a16)
