@@ -1164,17 +1164,20 @@ static void check_loop()
  * key/value heads, d 256, blocks of 16 keys) over a sequence of n keys:
  * a prefill of all n queries from position 0 (n = 512, 2,048, the second
  * also with a window of 512, as the sliding layers), and a decode step's
- * one query at the end (n = 256, 1,024), timed over 20 calls (200 for a
- * decode step) after 3; run it with VERDICT_ATTN_TILE and VERDICT_ATTN_ONE
- * at 0 and 1 to compare the tiles and the one launch with the chunks. */
+ * one query at the end (n = 256, 1,024, and 560 in a capacity of 1,024
+ * keys, as a decode step after a 512-token prompt records it), timed
+ * over 20 calls (200 for a decode step) after 3; run it with
+ * VERDICT_ATTN_TILE and VERDICT_ATTN_ONE at 0 and 1 to compare the tiles
+ * and the one launch with the chunks. */
 static void bench_attention()
 {
 	const int64_t hq = 8, hkv = 2, d = 256, block = 16, ldk = hkv * d;
 	struct C {
-		int64_t n, window, nq;
-	} cases[] = {{512, 0, 512}, {2048, 0, 2048}, {2048, 512, 2048}, {256, 0, 1}, {1024, 0, 1}};
+		int64_t n, window, nq, cap; /* cap: the key capacity (max_keys), 0: n */
+	} cases[] = {{512, 0, 512, 0}, {2048, 0, 2048, 0}, {2048, 512, 2048, 0}, {256, 0, 1, 0}, {1024, 0, 1, 0},
+	             {560, 0, 1, 1024}};
 	for (C cs : cases) {
-		int64_t n = cs.n, window = cs.window, nq = cs.nq, calls = nq == 1 ? 200 : 20;
+		int64_t n = cs.n, window = cs.window, nq = cs.nq, calls = nq == 1 ? 200 : 20, cap = cs.cap ? cs.cap : n;
 		int64_t nb = n / block;
 		Pair K = in(randf((size_t)(nb * block * ldk))), V = in(randf((size_t)(nb * block * ldk)));
 		std::vector<int32_t> seq_ent{0, (int32_t)nb}, blk, pos, len, qpos, qseq;
@@ -1196,7 +1199,7 @@ static void bench_attention()
 		a.ent_blk = T(EB, true, VD_I32, 1, nb);
 		a.ent_pos = T(EP, true, VD_I32, 1, nb);
 		a.ent_len = T(EL, true, VD_I32, 1, nb);
-		a.hq = hq, a.hkv = hkv, a.d = d, a.block = block, a.window = window, a.max_keys = n;
+		a.hq = hq, a.hkv = hkv, a.d = d, a.block = block, a.window = window, a.max_keys = cap;
 		a.scale = 1.0f / 16.0f;
 		for (int i = 0; i < 3; i++)
 			GPU->op.attention(GS, &a);
@@ -1208,8 +1211,9 @@ static void bench_attention()
 		double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
 		            (double)calls;
 		const char *e = getenv("VERDICT_ATTN_TILE"), *o = getenv("VERDICT_ATTN_ONE");
-		printf("attention bench %s keys=%lld queries=%lld window=%lld tiles=%s one=%s: %.1f us a call (sync %d)\n",
-		       nq == 1 ? "decode" : "prefill", (long long)n, (long long)nq, (long long)window, e ? e : "unset",
+		printf("attention bench %s keys=%lld cap=%lld queries=%lld window=%lld tiles=%s one=%s: %.1f us a call (sync "
+		       "%d)\n",
+		       nq == 1 ? "decode" : "prefill", (long long)n, (long long)cap, (long long)nq, (long long)window, e ? e : "unset",
 		       o ? o : "unset", us, rc);
 		if (rc)
 			failures++;
