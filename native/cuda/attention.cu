@@ -177,13 +177,15 @@ __global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *par
 				lsh[threadIdx.x] = l > 0.0f ? l : -1.0f; /* −1: no keys, left out */
 			}
 			__syncthreads();
-#pragma unroll 4
-			for (int k = 0; k < nc; k++)
+#pragma unroll 16
+			for (int k = 0; k < nc; k++) {
+				float v = pe[(c0 + k) * ld]; /* loaded whether or not it counts: the loads go together */
 				if (lsh[k] > 0.0f) {
 					float w = wsh[k];
 					L = fmaf(w, lsh[k], L);
-					acc = fmaf(w, pe[(c0 + k) * ld], acc);
+					acc = fmaf(w, v, acc);
 				}
+			}
 		}
 		if (e < d)
 			o[e] = L > 0.0f ? acc / L : 0.0f; /* no keys: 0 */
