@@ -46,7 +46,7 @@ say "ops_check exit $? ($(grep -c ' ok' "$OUT/ops_check.txt") checks ok, $(grep 
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
 VERDICT_PRE_PARTS=1 "$lib/ops_check" -steps >>"$OUT/ops_check.txt" 2>&1 # the pre parts, off by default
 say "ops_check -steps with VERDICT_PRE_PARTS=1: exit $? ($(tail -1 "$OUT/ops_check.txt"))"
-for t in 0 1; do # the few queries' one launch (off by default) against the chunks; the prefill's tiles fault on the card (native/cuda/README.md)
+for t in 0 1; do # the few queries' one launch (off by default) against the chunks; the prefill's tiles (on by default) in both
 	VERDICT_ATTN_ONE=$t "$lib/ops_check" -attn-bench 2>&1 | tee -a "$OUT/attn_bench.txt" | grep 'attention bench' | tee -a "$log"
 done
 "$lib/catalog_check" >"$OUT/catalog_check.txt" 2>&1

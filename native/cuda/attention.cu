@@ -40,11 +40,11 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	__shared__ long long kred[AB / 32];
 	pdl_wait();
 	pdl_launch();
-	int per = (int)a.hq / GH, bq = (int)blockIdx.x; /* 32-bit: head counts and grids are small */
-	int64_t ch = blockIdx.y, i = bq / per, h0 = bq % per * GH;
+	int64_t per = a.hq / GH, bq = blockIdx.x, ch = blockIdx.y;
+	int64_t i = bq / per, h0 = (bq % per) * GH;
 	if (even && even[i / tq])
 		return;
-	int64_t d = a.d, g = (int)h0 / ((int)a.hq / (int)a.hkv), ldk = a.hkv * d;
+	int64_t d = a.d, G = a.hq / a.hkv, g = h0 / G, ldk = a.hkv * d;
 	int64_t lo, e0, e1;
 	int64_t nkeys = attn_keys_block(a, i, &lo, &e0, &e1, kred);
 	if (nkeys > a.max_keys) {
@@ -65,10 +65,8 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	const float *q = (const float *)a.q.data + (i * a.hq + h0) * d;
 	rows_to_l2(V + g * d, ldk, krow, cnt, d); /* the values' rows on their way while the scores are made */
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = AB / 32;
-	/* a warp's scores AK keys at a time, AU of each key's columns loaded at
-	 * once (the loads in flight together), each key's sum in the order of
-	 * a key alone (its columns lane, lane + 32, ... in turn) */
-	constexpr int QA = GH == 1 ? 1 : AK; /* one head: one query row for every key */
+	/* a warp's scores AK keys at a time (their loads in flight together),
+	 * each key's sum in the order of a key alone */
 	for (int pj0 = w; pj0 < GH * cnt; pj0 += AK * nw) {
 		const float *kr[AK], *qh[AK];
 		float acc[AK];
@@ -76,30 +74,16 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 #pragma unroll
 		for (int u = 0; u < AK; u++) {
 			int pj = pj0 + u * nw;
-			on[u] = pj < GH * cnt; /* the same for the whole warp; on[0] always */
-			int hh = GH == 1 || !on[u] ? 0 : pj / cnt, j = !on[u] ? 0 : GH == 1 ? pj : pj % cnt;
+			on[u] = pj < GH * cnt; /* the same for the whole warp */
+			int hh = on[u] ? pj / cnt : 0, j = on[u] ? pj % cnt : 0;
 			kr[u] = K + krow[j] * ldk + g * d, qh[u] = q + hh * d;
 			acc[u] = 0.0f;
 		}
-		for (int64_t c0 = lane; c0 < d; c0 += 32 * AU) {
-			float kv[AK][AU], qv[QA][AU];
-#pragma unroll
-			for (int k = 0; k < AU; k++) {
-				int64_t c = c0 + 32 * k;
-#pragma unroll
-				for (int u = 0; u < AK; u++) {
-					kv[u][k] = on[u] && c < d ? kr[u][c] : 0.0f;
-					if (u < QA)
-						qv[u][k] = on[u] && c < d ? qh[u][c] : 0.0f;
-				}
-			}
+		for (int64_t c = lane; c < d; c += 32)
 #pragma unroll
 			for (int u = 0; u < AK; u++)
-#pragma unroll
-				for (int k = 0; k < AU; k++)
-					if (on[u] && c0 + 32 * k < d)
-						acc[u] = fmaf(qv[u % QA][k], kv[u][k], acc[u]);
-		}
+				if (on[u])
+					acc[u] = fmaf(qh[u][c], kr[u][c], acc[u]);
 #pragma unroll
 		for (int u = 0; u < AK; u++) {
 			if (!on[u])
@@ -107,7 +91,7 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 			int pj = pj0 + u * nw;
 			float sum = warp_sum(acc[u]);
 			if (lane == 0)
-				sc[GH == 1 ? 0 : pj / cnt][GH == 1 ? pj : pj % cnt] = sum * a.scale;
+				sc[pj / cnt][pj % cnt] = sum * a.scale;
 		}
 	}
 	__syncthreads();
@@ -177,15 +161,13 @@ __global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *par
 				lsh[threadIdx.x] = l > 0.0f ? l : -1.0f; /* −1: no keys, left out */
 			}
 			__syncthreads();
-#pragma unroll 16
-			for (int k = 0; k < nc; k++) {
-				float v = pe[(c0 + k) * ld]; /* loaded whether or not it counts: the loads go together */
+#pragma unroll 4
+			for (int k = 0; k < nc; k++)
 				if (lsh[k] > 0.0f) {
 					float w = wsh[k];
 					L = fmaf(w, lsh[k], L);
-					acc = fmaf(w, v, acc);
+					acc = fmaf(w, pe[(c0 + k) * ld], acc);
 				}
-			}
 		}
 		if (e < d)
 			o[e] = L > 0.0f ? acc / L : 0.0f; /* no keys: 0 */

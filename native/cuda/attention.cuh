@@ -11,7 +11,6 @@
 #define AB 256
 #define AC 64
 #define AK 4 /* keys a warp scores at once */
-#define AU 4 /* columns a lane of k_attn_part loads at once a key */
 
 /* attn_lim: the last key position query i sees: qlim[i] when given (an
  * image block's queries see their block's later keys), else its own. The
@@ -21,8 +20,12 @@ static __device__ __forceinline__ int64_t attn_lim(const vd_attn &a, int64_t i)
 	return a.qlim.data ? ((const int32_t *)a.qlim.data)[i] : ((const int32_t *)a.qpos.data)[i];
 }
 
+/* attn_keys: query i's first visible position (*lo_out) and its
+ * sequence's entries [e0, e1) (*e0_out, *e1_out); returns the visible
+ * keys of entries e0 + first, e0 + first + step, ... (by default all of
+ * them: one thread's loop over the sequence's entries). */
 static __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
-                                             int64_t *e1_out)
+                                                    int64_t *e1_out, int64_t first = 0, int64_t step = 1)
 {
 	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
 	const int32_t *sent = (const int32_t *)a.seq_ent.data;
@@ -31,11 +34,11 @@ static __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i,
 	if (a.window > 0 && pos - a.window + 1 > lo)
 		lo = pos - a.window + 1;
 	int64_t e0 = sent[s], e1 = sent[s + 1], nkeys = 0;
-	for (int64_t e = e0; e < e1; e++) {
+	for (int64_t e = e0 + first; e < e1; e += step) {
 		int64_t p0 = epos[e], p1 = p0 + elen[e];
-		int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-		if (last > first)
-			nkeys += last - first;
+		int64_t f = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
+		if (last > f)
+			nkeys += last - f;
 	}
 	*lo_out = lo, *e0_out = e0, *e1_out = e1;
 	return nkeys;
@@ -49,20 +52,7 @@ static __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i,
 static __device__ int64_t attn_keys_block(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
                                           int64_t *e1_out, long long *red)
 {
-	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
-	const int32_t *sent = (const int32_t *)a.seq_ent.data;
-	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
-	int64_t pos = qpos[i], lo = 0, s = qseq[i], lim = attn_lim(a, i);
-	if (a.window > 0 && pos - a.window + 1 > lo)
-		lo = pos - a.window + 1;
-	int64_t e0 = sent[s], e1 = sent[s + 1];
-	long long n = 0;
-	for (int64_t e = e0 + threadIdx.x; e < e1; e += AB) {
-		int64_t p0 = epos[e], p1 = p0 + elen[e];
-		int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-		if (last > first)
-			n += last - first;
-	}
+	long long n = attn_keys(a, i, lo_out, e0_out, e1_out, threadIdx.x, AB);
 	for (int o = 16; o > 0; o >>= 1)
 		n += __shfl_xor_sync(0xffffffffu, n, o);
 	if ((threadIdx.x & 31) == 0)
@@ -72,12 +62,11 @@ static __device__ int64_t attn_keys_block(const vd_attn &a, int64_t i, int64_t *
 	for (int k = 0; k < AB / 32; k++)
 		t += red[k];
 	__syncthreads(); /* red free again */
-	*lo_out = lo, *e0_out = e0, *e1_out = e1;
 	return t;
 }
 
-/* rows_to_l2: asks the cnt rows krow[0..cnt) of X (from column x0, n
- * floats each, rows ldx apart) into L2, a 128-byte line a thread at a
+/* rows_to_l2: asks the cnt rows krow[0..cnt) of X (n floats each from
+ * X's first column, rows ldx apart) into L2, a 128-byte line a thread at a
  * time: for rows read later in the kernel (the values, while the scores
  * are made). */
 static __device__ __forceinline__ void rows_to_l2(const float *X, int64_t ldx, const int64_t *krow, int cnt, int64_t n)
