@@ -22,9 +22,11 @@
  * same bits in one launch. */
 
 /* k_attn_part: chunk blockIdx.y of GH query heads (of one key/value
- * group) of query i: block x = i·(hq/GH) + h0/GH. The chunk's key rows
- * are found in parallel (a scan of the entries' visible keys, then each
- * key's entry by bisection), every key row serves the GH heads, and each
+ * group) of query i: block x = i·(hq/GH) + h0/GH. The query's keys are
+ * counted by the whole block (attn_keys_block), the chunk's key rows
+ * found in parallel (a scan of the entries' visible keys, then each key's
+ * entry by bisection) and its value rows asked into L2 before the scores
+ * (rows_to_l2), every key row serves the GH heads, and each
  * head's scores, softmax and sums are those of a head alone. Where even
  * is given, a query of an even tile of tq queries (even[i / tq]) has its
  * partials from attn_tile already. */
