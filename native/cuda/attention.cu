@@ -130,50 +130,15 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 		pp(threadIdx.x)[0] = smx[threadIdx.x], pp(threadIdx.x)[1] = sl[threadIdx.x];
 }
 
-/* k_attn_combine: a query head's chunks in chunk order (those with keys,
- * l_c > 0): M = max m_c, w_c = exp(m_c − M), out = Σ w_c·o_c / Σ w_c·l_c.
- * The block finds M together (a max: exact in any order), then takes the
- * chunks AB at a time: each w_c made once into shared memory by a thread,
- * then every thread adds them into L and its columns in chunk order, the
- * rows' loads independent of each other. */
+/* k_attn_combine: a query head's chunks in chunk order (combine_chunks,
+ * attention.cuh). */
 __global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
 {
 	__shared__ float wsh[AB], lsh[AB], red[32];
 	pdl_wait();
 	pdl_launch();
-	int64_t bq = blockIdx.x, d = a.d, ld = d + 2;
-	const float *pp = part + bq * nch * ld;
-	float *o = (float *)a.out.data + bq * d;
-	float m = -INFINITY;
-	for (int64_t c = threadIdx.x; c < nch; c += AB)
-		if (pp[c * ld + 1] > 0.0f)
-			m = fmaxf(m, pp[c * ld]);
-	float M = block_max(m, red);
-	for (int64_t e0 = 0; e0 < d; e0 += AB) {
-		int64_t e = e0 + threadIdx.x;
-		const float *pe = pp + 2 + (e < d ? e : 0);
-		float L = 0.0f, acc = 0.0f;
-		for (int64_t c0 = 0; c0 < nch; c0 += AB) {
-			int nc = nch - c0 < AB ? (int)(nch - c0) : AB;
-			__syncthreads(); /* the last segment's weights read */
-			if (threadIdx.x < nc) {
-				const float *pc = pp + (c0 + threadIdx.x) * ld;
-				float l = pc[1];
-				wsh[threadIdx.x] = l > 0.0f ? d_exp(pc[0] - M) : 0.0f;
-				lsh[threadIdx.x] = l > 0.0f ? l : -1.0f; /* −1: no keys, left out */
-			}
-			__syncthreads();
-#pragma unroll 4
-			for (int k = 0; k < nc; k++)
-				if (lsh[k] > 0.0f) {
-					float w = wsh[k];
-					L = fmaf(w, lsh[k], L);
-					acc = fmaf(w, pe[(c0 + k) * ld], acc);
-				}
-		}
-		if (e < d)
-			o[e] = L > 0.0f ? acc / L : 0.0f; /* no keys: 0 */
-	}
+	int64_t bq = blockIdx.x;
+	combine_chunks(part + bq * nch * (a.d + 2), nch, a.d, (float *)a.out.data + bq * a.d, wsh, lsh, red);
 }
 
 /* c_attention: the chunked kernels over the stream's partials buffer,
@@ -235,6 +200,10 @@ void c_attention(vd_stream *s, const vd_attn *a)
 		/* the query heads of a key/value group in one block (up to 8)
 		 * once there are queries enough to fill the device; a head a
 		 * block for a few (decode steps: more blocks, shorter ones) */
+		if (!even && attn_dec(s, c, part, nch, g)) { /* a few queries: one launch */
+			launched(s);
+			continue;
+		}
 		int64_t G = a->hkv > 0 && a->hq % a->hkv == 0 && g >= 16 ? a->hq / a->hkv : 1;
 		auto kp = G == 8 ? k_attn_part<8> : G == 4 ? k_attn_part<4> : G == 2 ? k_attn_part<2> : k_attn_part<1>;
 		int64_t gh = G == 8 || G == 4 || G == 2 ? G : 1;

@@ -219,12 +219,64 @@ static __device__ __forceinline__ void chunk_softmax(float *e, int cnt, int lane
 		*m = mx, *l = sum;
 }
 
+/* combine_chunks: the nc chunks' partials of one query head (pp: m_c,
+ * l_c, o_c[0..d) a chunk, d + 2 floats apart) in chunk order, those with
+ * keys (l_c > 0): M = max m_c, w_c = d_exp(m_c − M), out = Σ w_c·o_c / Σ
+ * w_c·l_c (no keys: zeros). The block finds M together (a max: exact in
+ * any order), then takes the chunks AB at a time: each w_c made once into
+ * shared memory by a thread, then every thread adds them into L and its
+ * columns in chunk order, the rows' loads independent of each other. The
+ * partials are read from L2 (__ldcg: other blocks may have written them in
+ * the same launch). The whole block calls it (wsh, lsh: AB floats; red: 32). */
+static __device__ void combine_chunks(const float *pp, int64_t nc, int64_t d, float *o, float *wsh, float *lsh,
+                                      float *red)
+{
+	int64_t ld = d + 2;
+	float m = -INFINITY;
+	for (int64_t c = threadIdx.x; c < nc; c += AB)
+		if (__ldcg(pp + c * ld + 1) > 0.0f)
+			m = fmaxf(m, __ldcg(pp + c * ld));
+	float M = block_max(m, red);
+	for (int64_t e0 = 0; e0 < d; e0 += AB) {
+		int64_t e = e0 + threadIdx.x;
+		const float *pe = pp + 2 + (e < d ? e : 0);
+		float L = 0.0f, acc = 0.0f;
+		for (int64_t c0 = 0; c0 < nc; c0 += AB) {
+			int n = nc - c0 < AB ? (int)(nc - c0) : AB;
+			__syncthreads(); /* the last segment's weights read */
+			if (threadIdx.x < n) {
+				const float *pc = pp + (c0 + threadIdx.x) * ld;
+				float l = __ldcg(pc + 1);
+				wsh[threadIdx.x] = l > 0.0f ? d_exp(__ldcg(pc) - M) : 0.0f;
+				lsh[threadIdx.x] = l > 0.0f ? l : -1.0f; /* −1: no keys, left out */
+			}
+			__syncthreads();
+#pragma unroll 4
+			for (int k = 0; k < n; k++)
+				if (lsh[k] > 0.0f) {
+					float w = wsh[k];
+					L = fmaf(w, lsh[k], L);
+					acc = fmaf(w, __ldcg(pe + (c0 + k) * ld), acc);
+				}
+		}
+		if (e < d)
+			o[e] = L > 0.0f ? acc / L : 0.0f; /* no keys: 0 */
+	}
+}
+
 /* attn_one_fits: whether attention_one.cu takes a's nq queries in one
  * launch (a few queries of at most ATTN_ONE_KEYS keys, a shape the tiles
  * take, VERDICT_ATTN_ONE "1"); attn_one: that launch. */
 #define ATTN_ONE_KEYS 1024
 bool attn_one_fits(const vd_attn *a, int64_t nq, int64_t max_keys);
 void attn_one(vd_stream *s, const vd_attn &a, int64_t nq);
+
+/* attn_dec: a few queries' attention in one launch of attention_dec.cu
+ * (the bits of k_attn_part with one head a block and k_attn_combine), its
+ * partials in part (nch chunks a query head); false where it does not
+ * take the shape (d past 256 or not a multiple of 32, more queries than
+ * VERDICT_ATTN_DEC allows, 1 by default) and nothing was launched. */
+bool attn_dec(vd_stream *s, const vd_attn &a, float *part, int64_t nch, int64_t nq);
 
 /* attn_tiles_take: whether a's shape is one the tiles' kernels take (and
  * attention_one.cu's): G of 1, 2, 4 or 8, d of 32 to 512, a power of two,

@@ -66,6 +66,7 @@ struct vd_stream {
 	cudaGraphConditionalHandle cond; /* that node's condition */
 	void *amax;     /* argmax partials: AP floats, AP int64s */
 	void *apart;    /* attention partials */
+	int *adone;     /* attention_dec.cu's counters of a query head's finished chunks (zeros between launches) */
 	size_t apart_n;
 	void *qpart;    /* the q4 products' scratch: quantised x, a split one's slice parts (q4_mma_scratch_bytes) */
 	size_t qpart_n;
@@ -362,8 +363,9 @@ void c_rope(vd_stream *s, vd_tensor x, vd_tensor pos, int64_t heads, int64_t hea
 void c_norm_rope(vd_stream *s, vd_tensor y, vd_tensor idx, vd_tensor x, vd_tensor w, float eps, vd_tensor pos,
                  int64_t heads, int64_t head_dim, vd_tensor inv_freq);
 
-/* attention.cu */
+/* attention.cu; attention_dec.cu's counters' bytes (vd_stream adone) */
 void c_attention(vd_stream *s, const vd_attn *a);
+size_t attn_dec_counters();
 
 /* gather.cu */
 void c_embed(vd_stream *s, vd_tensor y, vd_tensor t, vd_tensor ids, float scale);

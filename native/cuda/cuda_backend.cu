@@ -236,6 +236,13 @@ static vd_stream *c_stream_new(vd_backend *b)
 		cudaGetLastError();
 		s->amax = nullptr; /* argmax in one launch */
 	}
+	if (cudaMalloc(&s->adone, attn_dec_counters()) != cudaSuccess ||
+	    cudaMemsetAsync(s->adone, 0, attn_dec_counters(), s->st) != cudaSuccess) {
+		cudaGetLastError();
+		if (s->adone)
+			cudaFree(s->adone);
+		s->adone = nullptr; /* attention in two launches */
+	}
 	return s;
 }
 
@@ -256,6 +263,8 @@ static void c_stream_free(vd_stream *s)
 		cudaFree(s->amax);
 	if (s->apart)
 		cudaFree(s->apart);
+	if (s->adone)
+		cudaFree(s->adone);
 	if (s->qpart)
 		cudaFree(s->qpart);
 	for (void *p : s->retired)

@@ -974,15 +974,32 @@ static void check_attention(bool small)
 			    b->op.attention(st, &a);
 		    })) {
 			cmp(nm, O, qn, TOL_DOT);
-			/* every query alone on the GPU: the same bits */
+			/* every query alone on the GPU, each way a few queries
+			 * take (attention_one.cu's launch, attention_dec.cu's,
+			 * k_attn_part and k_attn_combine): the same bits */
 			std::vector<float> all = down_f(O, qn), each(qn);
 			Pair O1 = out(qn * 4);
-			for (int64_t i = 0; i < nq; i++) {
-				vd_attn a = attn(true, O1, Qp, i, 1);
-				GPU->op.attention(GS, &a);
+			std::string one = getenv("VERDICT_ATTN_ONE") ? getenv("VERDICT_ATTN_ONE") : "";
+			const char *dec = getenv("VERDICT_ATTN_DEC");
+			std::string dec0 = dec ? dec : "";
+			struct W {
+				const char *one, *dec, *name;
+			} ways[] = {{"1", "1", "one launch"}, {"0", "1", "dec"}, {"0", "0", "parts"}};
+			for (W way : ways) {
+				setenv("VERDICT_ATTN_ONE", way.one, 1);
+				setenv("VERDICT_ATTN_DEC", way.dec, 1);
+				for (int64_t i = 0; i < nq; i++) {
+					vd_attn a = attn(true, O1, Qp, i, 1);
+					GPU->op.attention(GS, &a);
+				}
+				GPU->stream.sync(GS);
+				same(std::string(nm) + " alone = batched (" + way.name + ")", down_f(O1, qn), all);
 			}
-			GPU->stream.sync(GS);
-			same(std::string(nm) + " alone = batched", down_f(O1, qn), all);
+			setenv("VERDICT_ATTN_ONE", one.c_str(), 1);
+			if (dec)
+				setenv("VERDICT_ATTN_DEC", dec0.c_str(), 1);
+			else
+				unsetenv("VERDICT_ATTN_DEC");
 		}
 		free_all();
 	}
@@ -1167,8 +1184,9 @@ static void check_loop()
  * one query at the end (n = 256, 1,024, and 560 in a capacity of 1,024
  * keys, as a decode step after a 512-token prompt records it), timed
  * over 20 calls (200 for a decode step) after 3; run it with
- * VERDICT_ATTN_TILE and VERDICT_ATTN_ONE at 0 and 1 to compare the tiles
- * and the one launch with the chunks. */
+ * VERDICT_ATTN_TILE at 0 and 1 to compare the tiles with the chunks; a
+ * decode step's query runs each way a few queries take (attention_one.cu,
+ * attention_dec.cu, k_attn_part and k_attn_combine). */
 static void bench_attention()
 {
 	const int64_t hq = 8, hkv = 2, d = 256, block = 16, ldk = hkv * d;
@@ -1201,22 +1219,35 @@ static void bench_attention()
 		a.ent_len = T(EL, true, VD_I32, 1, nb);
 		a.hq = hq, a.hkv = hkv, a.d = d, a.block = block, a.window = window, a.max_keys = cap;
 		a.scale = 1.0f / 16.0f;
-		for (int i = 0; i < 3; i++)
-			GPU->op.attention(GS, &a);
-		int rc = GPU->stream.sync(GS);
-		auto t0 = std::chrono::steady_clock::now();
-		for (int64_t i = 0; i < calls; i++)
-			GPU->op.attention(GS, &a);
-		rc = rc ? rc : GPU->stream.sync(GS);
-		double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-		            (double)calls;
-		const char *e = getenv("VERDICT_ATTN_TILE"), *o = getenv("VERDICT_ATTN_ONE");
-		printf("attention bench %s keys=%lld cap=%lld queries=%lld window=%lld tiles=%s one=%s: %.1f us a call (sync "
-		       "%d)\n",
-		       nq == 1 ? "decode" : "prefill", (long long)n, (long long)cap, (long long)nq, (long long)window, e ? e : "unset",
-		       o ? o : "unset", us, rc);
-		if (rc)
-			failures++;
+		/* a decode step's query each way a few queries take (the
+		 * environment's for a prefill) */
+		struct W {
+			const char *one, *dec, *name;
+		} ways[] = {{nullptr, nullptr, "env"}, {"1", "1", "one"}, {"0", "1", "dec"}, {"0", "0", "parts"}};
+		for (W way : ways) {
+			if (nq == 1 && !way.one)
+				continue;
+			if (nq > 1 && way.one)
+				break;
+			if (way.one)
+				setenv("VERDICT_ATTN_ONE", way.one, 1), setenv("VERDICT_ATTN_DEC", way.dec, 1);
+			for (int i = 0; i < 3; i++)
+				GPU->op.attention(GS, &a);
+			int rc = GPU->stream.sync(GS);
+			auto t0 = std::chrono::steady_clock::now();
+			for (int64_t i = 0; i < calls; i++)
+				GPU->op.attention(GS, &a);
+			rc = rc ? rc : GPU->stream.sync(GS);
+			double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+			            (double)calls;
+			const char *e = getenv("VERDICT_ATTN_TILE");
+			printf("attention bench %s keys=%lld cap=%lld queries=%lld window=%lld tiles=%s way=%s: %.1f us a call "
+			       "(sync %d)\n",
+			       nq == 1 ? "decode" : "prefill", (long long)n, (long long)cap, (long long)nq, (long long)window,
+			       e ? e : "unset", way.name, us, rc);
+			if (rc)
+				failures++;
+		}
 		free_all();
 	}
 }
