@@ -134,11 +134,11 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
  * attention.cuh). */
 __global__ void __launch_bounds__(AB) k_attn_combine(vd_attn a, const float *part, int64_t nch)
 {
-	__shared__ float wsh[AB], lsh[AB], red[32];
+	__shared__ float wsh[AB], lsh[AB], ms[1];
 	pdl_wait();
 	pdl_launch();
 	int64_t bq = blockIdx.x;
-	combine_chunks(part + bq * nch * (a.d + 2), nch, a.d, (float *)a.out.data + bq * a.d, wsh, lsh, red);
+	combine_chunks(part + bq * nch * (a.d + 2), 0, nch, a.d, (float *)a.out.data + bq * a.d, wsh, lsh, ms);
 }
 
 /* c_attention: the chunked kernels over the stream's partials buffer,

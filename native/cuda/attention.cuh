@@ -20,6 +20,30 @@ static __device__ __forceinline__ int64_t attn_lim(const vd_attn &a, int64_t i)
 	return a.qlim.data ? ((const int32_t *)a.qlim.data)[i] : ((const int32_t *)a.qpos.data)[i];
 }
 
+/* attn_span: query i's first and last visible positions (*lo, *lim: the
+ * window counts back from its own position) and its sequence's entries
+ * [e0, e1). */
+static __device__ __forceinline__ void attn_span(const vd_attn &a, int64_t i, int64_t *lo, int64_t *lim, int64_t *e0,
+                                                 int64_t *e1)
+{
+	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
+	const int32_t *sent = (const int32_t *)a.seq_ent.data;
+	int64_t pos = qpos[i], s = qseq[i];
+	*lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+	*lim = attn_lim(a, i);
+	*e0 = sent[s], *e1 = sent[s + 1];
+}
+
+/* ent_vis: the keys of entry e a query sees (positions lo..lim), and
+ * the entry's first position (*p0). */
+static __device__ __forceinline__ int64_t ent_vis(const vd_attn &a, int64_t e, int64_t lo, int64_t lim, int64_t *p0)
+{
+	int64_t p = ((const int32_t *)a.ent_pos.data)[e], p1 = p + ((const int32_t *)a.ent_len.data)[e];
+	int64_t f = p > lo ? p : lo, last = p1 < lim + 1 ? p1 : lim + 1;
+	*p0 = p;
+	return last > f ? last - f : 0;
+}
+
 /* attn_keys: query i's first visible position (*lo_out) and its
  * sequence's entries [e0, e1) (*e0_out, *e1_out); returns the visible
  * keys of entries e0 + first, e0 + first + step, ... (by default all of
@@ -27,19 +51,10 @@ static __device__ __forceinline__ int64_t attn_lim(const vd_attn &a, int64_t i)
 static __device__ __forceinline__ int64_t attn_keys(const vd_attn &a, int64_t i, int64_t *lo_out, int64_t *e0_out,
                                                     int64_t *e1_out, int64_t first = 0, int64_t step = 1)
 {
-	const int32_t *qpos = (const int32_t *)a.qpos.data, *qseq = (const int32_t *)a.qseq.data;
-	const int32_t *sent = (const int32_t *)a.seq_ent.data;
-	const int32_t *epos = (const int32_t *)a.ent_pos.data, *elen = (const int32_t *)a.ent_len.data;
-	int64_t pos = qpos[i], lo = 0, s = qseq[i], lim = attn_lim(a, i);
-	if (a.window > 0 && pos - a.window + 1 > lo)
-		lo = pos - a.window + 1;
-	int64_t e0 = sent[s], e1 = sent[s + 1], nkeys = 0;
-	for (int64_t e = e0 + first; e < e1; e += step) {
-		int64_t p0 = epos[e], p1 = p0 + elen[e];
-		int64_t f = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-		if (last > f)
-			nkeys += last - f;
-	}
+	int64_t lo, lim, e0, e1, nkeys = 0, p0;
+	attn_span(a, i, &lo, &lim, &e0, &e1);
+	for (int64_t e = e0 + first; e < e1; e += step)
+		nkeys += ent_vis(a, e, lo, lim, &p0);
 	*lo_out = lo, *e0_out = e0, *e1_out = e1;
 	return nkeys;
 }
@@ -111,6 +126,21 @@ static __device__ __forceinline__ int first_above(const int *ecum, int r)
 	return l0;
 }
 
+/* rows_of: the pool rows of keys [k0, k1) that fall in a batch of AB
+ * entries from t0 (base keys before it; ecum the batch's inclusive sums
+ * of visible keys) into krow[k − k0], each key's entry by bisection. */
+static __device__ __forceinline__ void rows_of(const vd_attn &a, int64_t t0, int64_t base, int64_t k0, int64_t k1,
+                                               int64_t lo, int64_t *krow, const int *ecum)
+{
+	const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
+	int64_t total = ecum[AB - 1], from = base > k0 ? base : k0, to = base + total < k1 ? base + total : k1;
+	for (int64_t kk = from + threadIdx.x; kk < to; kk += AB) {
+		int r = (int)(kk - base), l0 = first_above(ecum, r);
+		int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
+		krow[kk - k0] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
+	}
+}
+
 /* key_rows: the pool rows of keys [k0, k1) of a query's visible keys (its
  * sequence's entries e0..e1 from position lo to lim, in entry order) into
  * krow[k − k0]: a block scan of the entries' visible counts, AB entries at
@@ -119,26 +149,15 @@ static __device__ __forceinline__ int first_above(const int *ecum, int r)
 static __device__ void key_rows(const vd_attn &a, int64_t e0, int64_t e1, int64_t lo, int64_t lim, int64_t k0,
                                 int64_t k1, int64_t *krow, int *ecum, int *ws)
 {
-	const int32_t *eblk = (const int32_t *)a.ent_blk.data, *epos = (const int32_t *)a.ent_pos.data;
-	const int32_t *elen = (const int32_t *)a.ent_len.data;
 	int64_t base = 0;
 	for (int64_t t0 = e0; t0 < e1 && base < k1; t0 += AB) {
-		int64_t e = t0 + threadIdx.x;
-		int vis = 0;
-		if (e < e1) {
-			int64_t p0 = epos[e], p1 = p0 + elen[e];
-			int64_t first = p0 > lo ? p0 : lo, last = p1 < lim + 1 ? p1 : lim + 1;
-			vis = last > first ? (int)(last - first) : 0;
-		}
+		int64_t e = t0 + threadIdx.x, p0;
+		int vis = e < e1 ? (int)ent_vis(a, e, lo, lim, &p0) : 0;
 		int incl = block_scan(vis, ws);
 		ecum[threadIdx.x] = incl;
 		__syncthreads();
-		int64_t total = ecum[AB - 1], from = base > k0 ? base : k0, to = base + total < k1 ? base + total : k1;
-		for (int64_t kk = from + threadIdx.x; kk < to; kk += AB) {
-			int r = (int)(kk - base), l0 = first_above(ecum, r);
-			int64_t ee = t0 + l0, p0 = epos[ee], first = p0 > lo ? p0 : lo;
-			krow[kk - k0] = eblk[ee] * a.block + (first - p0) + (r - (l0 ? ecum[l0 - 1] : 0));
-		}
+		int64_t total = ecum[AB - 1];
+		rows_of(a, t0, base, k0, k1, lo, krow, ecum);
 		base += total;
 		__syncthreads();
 	}
@@ -219,48 +238,64 @@ static __device__ __forceinline__ void chunk_softmax(float *e, int cnt, int lane
 		*m = mx, *l = sum;
 }
 
-/* combine_chunks: the nc chunks' partials of one query head (pp: m_c,
- * l_c, o_c[0..d) a chunk, d + 2 floats apart) in chunk order, those with
- * keys (l_c > 0): M = max m_c, w_c = d_exp(m_c − M), out = Σ w_c·o_c / Σ
- * w_c·l_c (no keys: zeros). The block finds M together (a max: exact in
- * any order), then takes the chunks AB at a time: each w_c made once into
- * shared memory by a thread, then every thread adds them into L and its
- * columns in chunk order, the rows' loads independent of each other. The
- * partials are read from L2 (__ldcg: other blocks may have written them in
- * the same launch). The whole block calls it (wsh, lsh: AB floats; red: 32). */
-static __device__ void combine_chunks(const float *pp, int64_t nc, int64_t d, float *o, float *wsh, float *lsh,
-                                      float *red)
+/* combine_chunks: the nc chunks' partials of NH query heads (head hh's
+ * at pp + hh·hs: m_c, l_c, o_c[0..d) a chunk, d + 2 floats apart), each
+ * head's in chunk order, those with keys (l_c > 0): M = max m_c, w_c =
+ * d_exp(m_c − M), out = Σ w_c·o_c / Σ w_c·l_c (no keys: zeros), head hh's
+ * into o + hh·d. Warp hh finds head hh's M (a max: exact in any order);
+ * then the chunks go AB/NH at a time: each (head, chunk)'s w_c made once
+ * into shared memory by a thread, then every thread adds them into L and
+ * its column of each head in chunk order, the rows' loads independent of
+ * each other. The partials are read from L2 (__ldcg: other blocks may
+ * have written them in the same launch). The whole block calls it (wsh,
+ * lsh: AB floats; ms: NH). */
+template <int NH = 1>
+static __device__ void combine_chunks(const float *pp, int64_t hs, int64_t nc, int64_t d, float *o, float *wsh,
+                                      float *lsh, float *ms)
 {
+	constexpr int SEG = AB / NH;
 	int64_t ld = d + 2;
-	float m = -INFINITY;
-	for (int64_t c = threadIdx.x; c < nc; c += AB)
-		if (__ldcg(pp + c * ld + 1) > 0.0f)
-			m = fmaxf(m, __ldcg(pp + c * ld));
-	float M = block_max(m, red);
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	if (w < NH) {
+		float m = -INFINITY;
+		for (int64_t c = lane; c < nc; c += 32)
+			if (__ldcg(pp + w * hs + c * ld + 1) > 0.0f)
+				m = fmaxf(m, __ldcg(pp + w * hs + c * ld));
+		m = warp_max(m);
+		if (lane == 0)
+			ms[w] = m;
+	}
+	int hm = threadIdx.x / SEG, km = threadIdx.x % SEG; /* the (head, chunk) whose weight this thread makes */
 	for (int64_t e0 = 0; e0 < d; e0 += AB) {
-		int64_t e = e0 + threadIdx.x;
-		const float *pe = pp + 2 + (e < d ? e : 0);
-		float L = 0.0f, acc = 0.0f;
-		for (int64_t c0 = 0; c0 < nc; c0 += AB) {
-			int n = nc - c0 < AB ? (int)(nc - c0) : AB;
-			__syncthreads(); /* the last segment's weights read */
-			if (threadIdx.x < n) {
-				const float *pc = pp + (c0 + threadIdx.x) * ld;
+		int64_t e = e0 + threadIdx.x, ec = e < d ? e : 0;
+		float L[NH], acc[NH];
+#pragma unroll
+		for (int hh = 0; hh < NH; hh++)
+			L[hh] = acc[hh] = 0.0f;
+		for (int64_t c0 = 0; c0 < nc; c0 += SEG) {
+			int n = nc - c0 < SEG ? (int)(nc - c0) : SEG;
+			__syncthreads(); /* ms written, the last segment's weights read */
+			if (km < n) {
+				const float *pc = pp + hm * hs + (c0 + km) * ld;
 				float l = __ldcg(pc + 1);
-				wsh[threadIdx.x] = l > 0.0f ? d_exp(__ldcg(pc) - M) : 0.0f;
+				wsh[threadIdx.x] = l > 0.0f ? d_exp(__ldcg(pc) - ms[hm]) : 0.0f;
 				lsh[threadIdx.x] = l > 0.0f ? l : -1.0f; /* −1: no keys, left out */
 			}
 			__syncthreads();
 #pragma unroll 4
 			for (int k = 0; k < n; k++)
-				if (lsh[k] > 0.0f) {
-					float w = wsh[k];
-					L = fmaf(w, lsh[k], L);
-					acc = fmaf(w, __ldcg(pe + (c0 + k) * ld), acc);
-				}
+#pragma unroll
+				for (int hh = 0; hh < NH; hh++)
+					if (lsh[hh * SEG + k] > 0.0f) {
+						float wc = wsh[hh * SEG + k];
+						L[hh] = fmaf(wc, lsh[hh * SEG + k], L[hh]);
+						acc[hh] = fmaf(wc, __ldcg(pp + hh * hs + 2 + ec + (c0 + k) * ld), acc[hh]);
+					}
 		}
 		if (e < d)
-			o[e] = L > 0.0f ? acc / L : 0.0f; /* no keys: 0 */
+#pragma unroll
+			for (int hh = 0; hh < NH; hh++)
+				o[hh * d + e] = L[hh] > 0.0f ? acc[hh] / L[hh] : 0.0f; /* no keys: 0 */
 	}
 }
 
@@ -275,7 +310,7 @@ void attn_one(vd_stream *s, const vd_attn &a, int64_t nq);
  * (the bits of k_attn_part with one head a block and k_attn_combine), its
  * partials in part (nch chunks a query head); false where it does not
  * take the shape (d past 256 or not a multiple of 32, more queries than
- * VERDICT_ATTN_DEC allows, 1 by default) and nothing was launched. */
+ * VERDICT_ATTN_DEC allows, 8 by default) and nothing was launched. */
 bool attn_dec(vd_stream *s, const vd_attn &a, float *part, int64_t nch, int64_t nq);
 
 /* attn_tiles_take: whether a's shape is one the tiles' kernels take (and

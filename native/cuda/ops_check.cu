@@ -983,11 +983,16 @@ static void check_attention(bool small)
 			const char *dec = getenv("VERDICT_ATTN_DEC");
 			std::string dec0 = dec ? dec : "";
 			struct W {
-				const char *one, *dec, *name;
-			} ways[] = {{"1", "1", "one launch"}, {"0", "1", "dec"}, {"0", "0", "parts"}};
+				const char *one, *dec, *gh, *name;
+			} ways[] = {{"1", "1", "1", "one launch"},
+			            {"0", "1", "1", "dec"},
+			            {"0", "1", "g", "dec, the group's heads a block"},
+			            {"0", "0", "1", "parts"}};
+			std::string G = std::to_string(s.hq / s.hkv);
 			for (W way : ways) {
 				setenv("VERDICT_ATTN_ONE", way.one, 1);
 				setenv("VERDICT_ATTN_DEC", way.dec, 1);
+				setenv("VERDICT_ATTN_DEC_GH", strcmp(way.gh, "g") == 0 ? G.c_str() : way.gh, 1);
 				for (int64_t i = 0; i < nq; i++) {
 					vd_attn a = attn(true, O1, Qp, i, 1);
 					GPU->op.attention(GS, &a);
@@ -996,6 +1001,7 @@ static void check_attention(bool small)
 				same(std::string(nm) + " alone = batched (" + way.name + ")", down_f(O1, qn), all);
 			}
 			setenv("VERDICT_ATTN_ONE", one.c_str(), 1);
+			unsetenv("VERDICT_ATTN_DEC_GH");
 			if (dec)
 				setenv("VERDICT_ATTN_DEC", dec0.c_str(), 1);
 			else
@@ -1186,7 +1192,8 @@ static void check_loop()
  * over 20 calls (200 for a decode step) after 3; run it with
  * VERDICT_ATTN_TILE at 0 and 1 to compare the tiles with the chunks; a
  * decode step's query runs each way a few queries take (attention_one.cu,
- * attention_dec.cu, k_attn_part and k_attn_combine). */
+ * attention_dec.cu with a head a block and with the group's 4, k_attn_part
+ * and k_attn_combine). */
 static void bench_attention()
 {
 	const int64_t hq = 8, hkv = 2, d = 256, block = 16, ldk = hkv * d;
@@ -1222,15 +1229,20 @@ static void bench_attention()
 		/* a decode step's query each way a few queries take (the
 		 * environment's for a prefill) */
 		struct W {
-			const char *one, *dec, *name;
-		} ways[] = {{nullptr, nullptr, "env"}, {"1", "1", "one"}, {"0", "1", "dec"}, {"0", "0", "parts"}};
+			const char *one, *dec, *gh, *name;
+		} ways[] = {{nullptr, nullptr, nullptr, "env"},
+		            {"1", "1", "1", "one"},
+		            {"0", "1", "1", "dec"},
+		            {"0", "1", "4", "dec-group"},
+		            {"0", "0", "1", "parts"}};
 		for (W way : ways) {
 			if (nq == 1 && !way.one)
 				continue;
 			if (nq > 1 && way.one)
 				break;
 			if (way.one)
-				setenv("VERDICT_ATTN_ONE", way.one, 1), setenv("VERDICT_ATTN_DEC", way.dec, 1);
+				setenv("VERDICT_ATTN_ONE", way.one, 1), setenv("VERDICT_ATTN_DEC", way.dec, 1),
+				    setenv("VERDICT_ATTN_DEC_GH", way.gh, 1);
 			for (int i = 0; i < 3; i++)
 				GPU->op.attention(GS, &a);
 			int rc = GPU->stream.sync(GS);
