@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 /* VD_ABI changes whenever the table or its operands do. */
-#define VD_ABI 18
+#define VD_ABI 19
 
 struct vd_backend {
 	int abi;          /* VD_ABI */

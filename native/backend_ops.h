@@ -54,16 +54,20 @@ typedef struct {
 } vd_norm_ropes;
 
 /* vd_linears: up to four products of one x [n, cols] (linears): part i is
- * y[i] = x·w[i]ᵀ with linear's bits, then, when gelu_mul[i].data is set,
+ * y[i] = x·w[i]ᵀ with linear's bits (x: xs[i] where xs[i].data is set,
+ * VD_ABI 19, of n rows too: a product of another input in the same
+ * launch), then, when gelu_mul[i].data is set,
  * y[i] = gelu_tanh(y[i])·gelu_mul[i], or, with gelu_into[i] (VD_ABI 15),
  * gelu_mul[i] = gelu_tanh(gelu_mul[i])·y[i] (y[i] keeps the product: an
  * MLP's gate by its up product): ew gelu_mul's arithmetic on the stored
- * product; nparts of them (1 to 4). */
+ * product; nparts of them (1 to 4), in part order (a gelu_mul may be an
+ * earlier part's y: the MLP's gate, then its up product into it). */
 typedef struct {
 	vd_tensor x;
 	vd_tensor y[4], w[4], gelu_mul[4];
 	int gelu_into[4];
 	int nparts;
+	vd_tensor xs[4];
 } vd_linears;
 
 /* vd_prefetch: up to VD_PREFETCH_MAX tensors of immutable data (weights,

@@ -173,27 +173,41 @@ func (s *Stream) NormRoPEs(parts []NormRoPEPart, eps float32, pos Tensor, headDi
 type LinearPart struct {
 	Y, W, GeluMul Tensor
 	GeluInto      bool
+	X             Tensor // the part's own input, of x's rows (nil: x)
 }
 
 // Linears runs up to 4 products of one x [n, W.Cols] (a layer's q, k, v
 // and Laurel's left matrix; the per-layer input's gate with its GELU
-// product; the MLP's up product with its gate's GELU): each part's bits
-// those of Linear, then GeluMul(Y, Y, GeluMul) (GeluInto: GeluMul(GeluMul,
-// GeluMul, Y)), alone; one pass where the backend has it.
+// product; the MLP's gate, then its up product with the gate's GELU):
+// each part's bits those of Linear, then GeluMul(Y, Y, GeluMul) (GeluInto:
+// GeluMul(GeluMul, GeluMul, Y)), alone, in part order (a part's GeluMul
+// may be an earlier part's Y); one pass where the backend has it. A part
+// with its own X (of x's rows) takes it in place of x: products of
+// different inputs in one pass (a layer's output product and Laurel's
+// right matrix).
 func (s *Stream) Linears(x Tensor, parts []LinearPart) {
 	check(len(parts) <= 4, "Stream.Linears: more than 4 parts")
 	if x.Rows() == 0 || len(parts) == 0 {
 		return
 	}
 	for _, p := range parts {
-		check(p.W.Rows() > 0 && x.Cols() == p.W.Cols() && p.Y.DType() == F32 && p.Y.Rows() == x.Rows() && p.Y.Cols() == p.W.Rows(),
+		px := x
+		if !p.X.Nil() {
+			px = p.X
+		}
+		check(px.Rows() == x.Rows() && px.DType() == x.DType(), "Stream.Linears: a part's X differs from x in rows or type")
+		check(p.W.Rows() > 0 && px.Cols() == p.W.Cols() && p.Y.DType() == F32 && p.Y.Rows() == x.Rows() && p.Y.Cols() == p.W.Rows(),
 			"Stream.Linears: shapes differ")
 		check(p.GeluMul.Nil() || (p.GeluMul.DType() == F32 && p.GeluMul.Len() >= p.Y.Len()), "Stream.Linears: GeluMul shorter than Y")
 		check(!p.GeluInto || (!p.GeluMul.Nil() && p.GeluMul.Len() == p.Y.Len()), "Stream.Linears: GeluInto without a GeluMul of Y's length")
 	}
 	if s.left(OpLinears) {
 		for _, p := range parts {
-			s.Linear(p.Y, x, p.W)
+			px := x
+			if !p.X.Nil() {
+				px = p.X
+			}
+			s.Linear(p.Y, px, p.W)
 			switch {
 			case p.GeluInto:
 				s.GeluMul(p.GeluMul, p.GeluMul, p.Y)
@@ -206,6 +220,9 @@ func (s *Stream) Linears(x Tensor, parts []LinearPart) {
 	var l C.vd_linears
 	for i, p := range parts {
 		l.y[i], l.w[i], l.gelu_mul[i] = p.Y.t, p.W.t, p.GeluMul.t
+		if !p.X.Nil() {
+			l.xs[i] = p.X.t
+		}
 		if p.GeluInto {
 			l.gelu_into[i] = 1
 		}

@@ -114,6 +114,60 @@ func TestLinears(t *testing.T) {
 	}
 }
 
+// TestLinearsOrder: a part whose GeluMul is an earlier part's Y (an MLP's
+// gate, then its up product into it) and a part with its own input X (a
+// layer's output product with Laurel's right matrix) give the operations'
+// bits one by one in part order, on the CPU backend (one call) and
+// through a backend without the entry.
+func TestLinearsOrder(t *testing.T) {
+	partial := openPartial(t)
+	r := newRand(26)
+	const d, dx = 256, 64
+	gate, up := Quantize(randMatrix(r, F32, 512, d), 64), Quantize(randMatrix(r, F32, 512, d), 64)
+	o, lr := Quantize(randMatrix(r, F32, 96, d), 64), Quantize(randMatrix(r, F32, 96, dx), 64)
+	for n := 1; n <= 8; n++ {
+		xs, ls := randVec(r, n*d, 2), randVec(r, n*dx, 2)
+		run := func(be *Backend, alone bool) ([][]float32, OpCalls) {
+			st, err := be.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := &opsEnv{t: t, be: be, st: st, w: be.NewBound(), out: map[string][]float32{}}
+			defer e.free()
+			x, l := e.f32(xs, n, d), e.f32(ls, n, dx)
+			g, u := e.alloc(F32, n, 512), e.alloc(F32, n, 512)
+			yo, yl := e.alloc(F32, n, 96), e.alloc(F32, n, 96)
+			wg, wu, wo, wl := e.mat(gate), e.mat(up), e.mat(o), e.mat(lr)
+			if alone {
+				st.Linear(g, x, wg)
+				st.Linear(u, x, wu)
+				st.GeluMul(g, g, u)
+				st.Linear(yo, x, wo)
+				st.Linear(yl, l, wl)
+			} else {
+				st.Linears(x, []LinearPart{{Y: g, W: wg}, {Y: u, W: wu, GeluMul: g, GeluInto: true}})
+				st.Linears(x, []LinearPart{{Y: yo, W: wo}, {Y: yl, W: wl, X: l}})
+			}
+			var ys [][]float32
+			for i, y := range []Tensor{g, u, yo, yl} {
+				e.keep(fmt.Sprint(i), y)
+				ys = append(ys, e.out[fmt.Sprint(i)])
+			}
+			return ys, st.OpCalls()
+		}
+		want, _ := run(Default(), true)
+		got, calls := run(Default(), false)
+		if calls.Total() != 2 || calls[OpLinears] != 2 {
+			t.Errorf("n=%d: calls %v, want linears 2", n, calls)
+		}
+		viaPartial, _ := run(partial, false)
+		for i, nm := range []string{"gelu(gate)·up", "up", "output", "laurel right (its own x)"} {
+			bitsEqual(t, fmt.Sprintf("n=%d %s", n, nm), got[i], want[i])
+			bitsEqual(t, fmt.Sprintf("n=%d %s (backend without linears)", n, nm), viaPartial[i], want[i])
+		}
+	}
+}
+
 // TestLinearsRefuses: a misused call panics before any work.
 func TestLinearsRefuses(t *testing.T) {
 	be := Default()
@@ -135,6 +189,8 @@ func TestLinearsRefuses(t *testing.T) {
 		{"short GELU factor", []LinearPart{{Y: y, W: w, GeluMul: be.hostTensor(make([]float32, 15), 1, 15)}}},
 		{"GeluInto without a factor", []LinearPart{{Y: y, W: w, GeluInto: true}}},
 		{"GeluInto a longer factor", []LinearPart{{Y: y, W: w, GeluMul: be.hostTensor(make([]float32, 17), 1, 17), GeluInto: true}}},
+		{"an X of other rows", []LinearPart{{Y: y, W: w, X: be.hostTensor(make([]float32, 64), 1, 64)}}},
+		{"an X of w's other columns", []LinearPart{{Y: y, W: w, X: be.hostTensor(make([]float32, 2*32), 2, 32)}}},
 	} {
 		func() {
 			defer func() {

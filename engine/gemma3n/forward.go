@@ -122,14 +122,14 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n, pend int) int {
 	}
 	st.Linears(an, parts)
 
-	// Laurel's right matrix (its norm-add, laur = an + norm(laur), runs
-	// in the attention's).
-	st.Linear(laur, lr, w.laurelR)
-
-	// Attention, its norm-add with Laurel's (xa = (a + norm(o) + laur)/√2),
-	// and the MLP's input norm.
+	// Attention, then its output product with Laurel's right matrix (of
+	// its own input lr) in one call; the norm-add with Laurel's (laur =
+	// an + norm(laur), xa = (a + norm(o) + laur)/√2) and the MLP's input
+	// norm.
 	x.attention(i, y, n)
-	st.Linear(o, x.att.Slice(0, n), w.o)
+	x.lin[0] = native.LinearPart{Y: o, W: w.o}
+	x.lin[1] = native.LinearPart{Y: laur, W: w.laurelR, X: lr}
+	st.Linears(x.att.Slice(0, n), x.lin[:2])
 	f := rows(x.f) // the MLP's input: xa normalised
 	st.NormAddMoreB(xa, o, w.postAttnNorm, a, laur, w.laurelNorm, an, D, eps, float32(1/math.Sqrt2), native.Tensor{}, f, w.preFFNorm)
 	x.prefetchAttention(i+1, n)
@@ -138,17 +138,19 @@ func (x *Exec) layer(i int, H, ple native.Tensor, n, pend int) int {
 	I := y.inter
 	g, u := x.g.Sub(0, n, I), x.u.Sub(0, n, I)
 	d := rows(x.d)
-	st.Linear(g, f, w.gate)
-	if y.downT.DType == native.Q4 { // activation sparsity: only the survivors' rows
+	switch {
+	case y.downT.DType == native.Q4: // activation sparsity: only the survivors' rows
+		st.Linear(g, f, w.gate)
 		st.SparseMLP(d, g, u, x.idx.Sub(0, n, I), f, w.up, w.downT, y.sparsityZ)
-	} else {
-		if y.sparsityZ != 0 {
-			st.Linear(u, f, w.up)
-			st.SparseGeluMul(g, u, I, y.sparsityZ)
-		} else { // g = gelu(g)·up(f), in up's pass
-			x.lin[0] = native.LinearPart{Y: u, W: w.up, GeluMul: g, GeluInto: true}
-			st.Linears(f, x.lin[:1])
-		}
+	case y.sparsityZ != 0:
+		st.Linear(g, f, w.gate)
+		st.Linear(u, f, w.up)
+		st.SparseGeluMul(g, u, I, y.sparsityZ)
+		st.Linear(d, g, w.down)
+	default: // g = gelu(gate(f))·up(f): both products in one call (one pass where the backend pairs them)
+		x.lin[0] = native.LinearPart{Y: g, W: w.gate}
+		x.lin[1] = native.LinearPart{Y: u, W: w.up, GeluMul: g, GeluInto: true}
+		st.Linears(f, x.lin[:2])
 		st.Linear(d, g, w.down)
 	}
 

@@ -584,12 +584,12 @@ const prefetchRows = 64
 
 // gatedUp writes g = gelu_tanh(in·gateᵀ)·(in·upᵀ), an MLP's gated
 // product (u keeps the up product): the gate's product, then the up
-// product with the GELU product as its epilogue (linears' GeluInto; the
-// gate cannot be a part of the same call, whose parts may run at once).
+// product with the GELU product into it (linears' GeluInto on an earlier
+// part's Y), in one call: one pass where the backend pairs them.
 func (x *Exec) gatedUp(in, g, u, gate, up native.Tensor) {
-	x.st.Linear(g, in, gate)
-	x.lin[0] = native.LinearPart{Y: u, W: up, GeluMul: g, GeluInto: true}
-	x.st.Linears(in, x.lin[:1])
+	x.lin[0] = native.LinearPart{Y: g, W: gate}
+	x.lin[1] = native.LinearPart{Y: u, W: up, GeluMul: g, GeluInto: true}
+	x.st.Linears(in, x.lin[:2])
 }
 
 // setApart makes the layers' grouped calls (Linears, NormRoPEs) run as

@@ -222,7 +222,7 @@ func TestDecodeOpCalls(t *testing.T) {
 			}
 			// What layer l's grouping should do: its linears calls, the
 			// parts (products) they hold and their epilogues.
-			calls, parts, epi := 1, 1, 1 // the MLP's up product into its gate
+			calls, parts, epi := 1, 2, 1 // the MLP's gate, then its up product into it
 			if !c.KVShared(l) {
 				calls++
 				parts += 2 // q and k
@@ -231,7 +231,7 @@ func TestDecodeOpCalls(t *testing.T) {
 				}
 			}
 			if c.MoE {
-				calls, parts, epi = calls+c.TopK, parts+c.TopK, epi+c.TopK // one row: its TopK experts, a group each
+				calls, parts, epi = calls+c.TopK, parts+2*c.TopK, epi+c.TopK // one row: its TopK experts, a gate and up each
 			}
 			if c.PerLayerInput > 0 {
 				calls, parts, epi = calls+1, parts+1, epi+1

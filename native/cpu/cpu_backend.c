@@ -673,7 +673,7 @@ static void cpu_norm_ropes(vd_stream *s, const vd_norm_ropes *r)
 static void cpu_linears(vd_stream *s, const vd_linears *l)
 {
 	for (int i = 0; i < l->nparts; i++) {
-		cpu_linear(s, l->y[i], l->x, l->w[i]);
+		cpu_linear(s, l->y[i], l->xs[i].data ? l->xs[i] : l->x, l->w[i]);
 		if (l->gelu_mul[i].data && l->gelu_into[i])
 			cpu_ew(s, VD_EW_GELU_MUL, l->gelu_mul[i], l->gelu_mul[i], l->y[i], 0);
 		else if (l->gelu_mul[i].data)

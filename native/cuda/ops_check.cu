@@ -216,6 +216,8 @@ static void check_linears(bool small)
 		int64_t rows;
 		int group;
 		bool gelu, into;
+		int mul_of = -1; /* the GELU product goes into this earlier part's y (a pair) */
+		int64_t xcols = 0; /* the part's own x of xcols columns (0: the call's) */
 	};
 	struct S {
 		const char *name;
@@ -229,11 +231,15 @@ static void check_linears(bool small)
 		{"up into gate", 256, {{1024, 64, true, true}}},
 		{"mixed groups, gelu", 256, {{100, 128, true, false}, {16, 64, false, false}, {40, 256, true, true}}},
 		{"a float-core part", 256, {{48, 64, false, false}, {32, 32, true, false}, {40, 32, true, true}}},
+		{"gate, up into it", 256, {{1000, 64, false, false}, {1000, 64, true, true, 0}}},
+		{"output, laurel right (its own x)", 256, {{256, 64, false, false}, {256, 64, false, false, -1, 64}}},
 	};
 	if (!small) {
 		shapes.push_back({"E2B q k v laurel", 2048, {{2048, 64, false, false}, {512, 64, false, false}, {512, 64, false, false}, {64, 64, false, false}}});
 		shapes.push_back({"E2B ple gate+gelu", 2048, {{256, 64, true, false}}});
 		shapes.push_back({"E2B up into gate", 2048, {{8192, 64, true, true}}});
+		shapes.push_back({"E2B gate, up into it", 2048, {{8192, 64, false, false}, {8192, 64, true, true, 0}}});
+		shapes.push_back({"E2B output, laurel right", 2048, {{2048, 64, false, false}, {2048, 64, false, false, -1, 64}}});
 	}
 	std::vector<int64_t> ns = small ? std::vector<int64_t>{1, 2, 5, 8} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8};
 	for (int prepass = 0; prepass < 2; prepass++) {
@@ -242,9 +248,12 @@ static void check_linears(bool small)
 			int np = (int)s.parts.size();
 			std::vector<Q4> ws;
 			for (const P &p : s.parts)
-				ws.push_back(randq4(p.rows, s.cols, p.group));
+				ws.push_back(randq4(p.rows, p.xcols ? p.xcols : s.cols, p.group));
 			for (int64_t n : ns) {
 				Pair X = in(randf((size_t)(n * s.cols), -3, 3));
+				std::vector<Pair> XS;
+				for (const P &p : s.parts)
+					XS.push_back(p.xcols ? in(randf((size_t)(n * p.xcols), -3, 3)) : Pair());
 				std::vector<Pair> Y, YA, M, MA; /* MA: M for the parts alone (gelu_into writes it) */
 				for (const P &p : s.parts) {
 					Y.push_back(out((size_t)(n * p.rows * 4)));
@@ -260,8 +269,10 @@ static void check_linears(bool small)
 					for (int i = 0; i < np; i++) {
 						const P &p = s.parts[(size_t)i];
 						l.y[i] = T(y[(size_t)i], g, VD_F32, n, p.rows);
-						l.w[i] = Q(ws[(size_t)i].q, ws[(size_t)i].so, g, p.rows, s.cols, p.group);
-						l.gelu_mul[i] = p.gelu ? T(mul[(size_t)i], g, VD_F32, n, p.rows) : NIL();
+						l.w[i] = Q(ws[(size_t)i].q, ws[(size_t)i].so, g, p.rows, p.xcols ? p.xcols : s.cols, p.group);
+						l.xs[i] = p.xcols ? T(XS[(size_t)i], g, VD_F32, n, p.xcols) : NIL();
+						l.gelu_mul[i] = p.mul_of >= 0 ? T(y[(size_t)p.mul_of], g, VD_F32, n, p.rows)
+						                : p.gelu ? T(mul[(size_t)i], g, VD_F32, n, p.rows) : NIL();
 						l.gelu_into[i] = p.into;
 					}
 					return l;
@@ -275,7 +286,7 @@ static void check_linears(bool small)
 				/* each part alone on the GPU */
 				vd_linears l = args(true, YA, MA);
 				for (int i = 0; i < np; i++) {
-					GPU->op.linear(GS, l.y[i], l.x, l.w[i]);
+					GPU->op.linear(GS, l.y[i], l.xs[i].data ? l.xs[i] : l.x, l.w[i]);
 					if (l.gelu_mul[i].data && l.gelu_into[i])
 						GPU->op.ew(GS, VD_EW_GELU_MUL, l.gelu_mul[i], l.gelu_mul[i], l.y[i], 0);
 					else if (l.gelu_mul[i].data)
@@ -285,11 +296,11 @@ static void check_linears(bool small)
 				for (int i = 0; i < np; i++) {
 					const P &p = s.parts[(size_t)i];
 					size_t m = (size_t)(n * p.rows);
-					std::string pn = nm + fmt(" part %d %lldx%lld g%d%s", i, (long long)p.rows, (long long)s.cols,
+					std::string pn = nm + fmt(" part %d %lldx%lld g%d%s", i, (long long)p.rows, (long long)(p.xcols ? p.xcols : s.cols),
 					                          p.group, p.into ? " gelu into" : p.gelu ? " gelu" : "");
 					cmp(pn, Y[(size_t)i], m, TOL_DOT);
 					same(pn + " = alone", down_f(Y[(size_t)i], m), down_f(YA[(size_t)i], m));
-					if (p.into) {
+					if (p.into && p.mul_of < 0) {
 						cmp(pn + " (gelu_mul)", M[(size_t)i], m, TOL_DOT);
 						same(pn + " (gelu_mul) = alone", down_f(M[(size_t)i], m), down_f(MA[(size_t)i], m));
 					}

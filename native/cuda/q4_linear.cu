@@ -371,13 +371,23 @@ void q4_linear_init(int smem_optin)
 
 /* c_linears: the parts' products in one q4_mma_group launch where it
  * takes them (every matrix q4 on the tensor cores, up to 8 tokens, fewer
- * launches than apart: the same bits); else each part's c_linear, then
- * its GELU product by c_ew (into gelu_mul with gelu_into), as the
- * operations apart. VERDICT_LINEARS=0:
- * always apart, for comparisons. */
+ * launches than apart: the same bits; two parts where the second's GELU
+ * product goes into the first's y as one pair part); else each part's
+ * c_linear, then its GELU product by c_ew (into gelu_mul with
+ * gelu_into), in order, as the operations apart. VERDICT_LINEARS=0:
+ * always apart, for comparisons; VERDICT_Q4_PAIR=0: a pair as the gate's
+ * product, then the up product's launch with its GELU product;
+ * VERDICT_Q4_MIXED=0: parts with their own x one by one. */
+static void linears(vd_stream *s, const vd_linears *l);
+
 void c_linears(vd_stream *s, const vd_linears *l)
 {
 	ENTER(s);
+	linears(s, l);
+}
+
+static void linears(vd_stream *s, const vd_linears *l)
+{
 	static const bool on = [] {
 		const char *e = getenv("VERDICT_LINEARS");
 		return !(e && strcmp(e, "0") == 0);
@@ -390,15 +400,64 @@ void c_linears(vd_stream *s, const vd_linears *l)
 		return;
 	}
 	bool group = on && x.dtype == VD_F32;
+	/* a part whose GELU product takes an earlier part's y goes after it:
+	 * as one pair part (an MLP's gate, then its up product into it) where
+	 * q4_mma_group takes it, else one by one */
+	for (int i = 0; i < np; i++)
+		for (int j = 0; j < np; j++)
+			if (j != i && l->gelu_mul[i].data && l->gelu_mul[i].data == l->y[j].data)
+				group = group && np == 2 && i == 1 && j == 0 && l->gelu_into[1] && !l->gelu_mul[0].data;
+	static const bool pair_on = [] {
+		const char *e = getenv("VERDICT_Q4_PAIR");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	static const bool mixed_on = [] {
+		const char *e = getenv("VERDICT_Q4_MIXED");
+		return !(e && strcmp(e, "0") == 0);
+	}();
+	for (int i = 0; i < np; i++)
+		group = group && (mixed_on || !l->xs[i].data);
+	bool pair = group && np == 2 && l->gelu_mul[1].data && l->gelu_mul[1].data == l->y[0].data && !l->xs[0].data &&
+	            !l->xs[1].data;
+	if (pair && pair_on) {
+		vd_tensor w0 = l->w[0], w1 = l->w[1], y0 = l->y[0], y1 = l->y[1];
+		group = w0.dtype == VD_Q4 && w1.dtype == VD_Q4 && w0.rows == w1.rows && w0.cols == x.cols &&
+		        w1.cols == x.cols && w0.group == w1.group && y0.dtype == VD_F32 && y1.dtype == VD_F32 &&
+		        y0.rows == x.rows && y1.rows == x.rows && y0.cols == w0.rows && y1.cols == w1.rows &&
+		        q4_mma_fits(w0.data, w0.cols, w0.group) && q4_mma_fits(w1.data, w1.cols, w1.group);
+		if (group) {
+			q4_mma_part p = {(float *)y1.data, (float *)y0.data, (const uint8_t *)w1.data, (const float *)w1.aux,
+			                 w1.rows, lg2(w1.group), true, (const uint8_t *)w0.data, (const float *)w0.aux};
+			size_t b = q4_mma_scratch_bytes(x.rows, 0, x.cols, true);
+			if (!grow_scratch(s, &s->qpart, &s->qpart_n, b, (size_t)256 << 20))
+				return;
+			cudaError_t e;
+			if (q4_mma_group(s->st, pdl_of(s), &p, 1, (const float *)x.data, x.rows, x.cols, s->qpart, s->qpart_n,
+			                 &e)) {
+				check(s, e);
+				return;
+			}
+		}
+	}
+	if (pair) { /* the gate alone, then the up product with its GELU product */
+		c_linear(s, l->y[0], x, l->w[0]);
+		vd_linears up = *l;
+		up.y[0] = l->y[1], up.w[0] = l->w[1], up.gelu_mul[0] = l->gelu_mul[1], up.gelu_into[0] = 1;
+		up.nparts = 1;
+		linears(s, &up);
+		return;
+	}
 	q4_mma_part parts[Q4_MMA_PARTS];
 	for (int i = 0; i < np && group; i++) {
-		vd_tensor w = l->w[i], y = l->y[i], m = l->gelu_mul[i];
-		group = w.dtype == VD_Q4 && w.cols == x.cols && y.dtype == VD_F32 && y.rows == x.rows && y.cols == w.rows &&
+		vd_tensor w = l->w[i], y = l->y[i], m = l->gelu_mul[i], px = l->xs[i].data ? l->xs[i] : x;
+		group = w.dtype == VD_Q4 && px.dtype == VD_F32 && px.rows == x.rows && w.cols == px.cols &&
+		        y.dtype == VD_F32 && y.rows == x.rows && y.cols == w.rows &&
 		        (!m.data || (m.dtype == VD_F32 && elems(m) >= elems(y))) && q4_mma_fits(w.data, w.cols, w.group);
 		/* mul = gelu(mul)·y is ew's over mul's elements: y's shape */
 		group = group && !(m.data && l->gelu_into[i] && elems(m) != elems(y));
 		parts[i] = q4_mma_part{(float *)y.data, (float *)m.data, (const uint8_t *)w.data, (const float *)w.aux,
-		                       w.rows, lg2(w.group), m.data && l->gelu_into[i]};
+		                       w.rows, lg2(w.group), m.data && l->gelu_into[i], nullptr, nullptr,
+		                       l->xs[i].data ? (const float *)px.data : nullptr, px.cols};
 	}
 	if (group) {
 		size_t b = q4_mma_scratch_bytes(x.rows, 0, x.cols, true);
@@ -412,7 +471,7 @@ void c_linears(vd_stream *s, const vd_linears *l)
 		}
 	}
 	for (int i = 0; i < np; i++) {
-		c_linear(s, l->y[i], x, l->w[i]);
+		c_linear(s, l->y[i], l->xs[i].data ? l->xs[i] : x, l->w[i]);
 		if (l->gelu_mul[i].data && l->gelu_into[i])
 			c_ew(s, VD_EW_GELU_MUL, l->gelu_mul[i], l->gelu_mul[i], l->y[i], 0);
 		else if (l->gelu_mul[i].data)

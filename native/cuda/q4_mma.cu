@@ -100,22 +100,34 @@ static __device__ __forceinline__ void prefetch_rows(const Rows<R> &rw, int64_t 
  * w/S·S adds them in slice order. With mul set, the stored value is
  * d_gelu(y)·mul, or with into y is stored and mul = d_gelu(mul)·y (ew
  * gelu_mul's arithmetic on the product's value). ONE: n is 1 (the odd
- * tokens' sums skipped). */
-template <int R, int NT, bool OWN, bool ONE>
+ * tokens' sums skipped). PAIR (R of 2): the warp's two row tiles are the
+ * same 16 rows of two matrices, q2's (tile 0) and q's (tile 1), and the
+ * stored values are y = tile 1's and mul = d_gelu(tile 0's)·y (a pair
+ * part of q4_mma_group, mul set, into). */
+template <int R, int NT, bool OWN, bool ONE, bool PAIR = false>
 static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mul, bool into, Xq xq, const float *x,
                                                  const uint8_t *q, const float *so, const int32_t *ids, int64_t n,
-                                                 int64_t nout, int64_t cols, int lg, int S, bool vec)
+                                                 int64_t nout, int64_t cols, int lg, int S, bool vec,
+                                                 const uint8_t *q2 = nullptr, const float *so2 = nullptr)
 {
+	static_assert(!PAIR || R == 2, "a pair is two row tiles");
 	constexpr int FB = NT > 1 || R == 4 ? 1 : R == 1 ? 4 : 2;
 	__shared__ float red[MW][R][NT][4][32];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	int s = w % S;
-	int64_t r0 = (bx * (MW / S) + w / S) * R * 16;
+	int64_t r0 = (bx * (MW / S) + w / S) * (PAIR ? 1 : R) * 16;
 	int64_t G = cols >> 6, c0 = s * G / S, c1 = (s + 1) * G / S;
 	if (ids)
 		pdl_wait();
 	Rows<R> rw;
-	rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
+	if (PAIR) {
+		Rows<1> a, b;
+		rows_at<1>(a, q2, so2, nullptr, r0, nout, cols, lg);
+		rows_at<1>(b, q, so, nullptr, r0, nout, cols, lg);
+		rw.qa[0] = a.qa[0], rw.qb[0] = a.qb[0], rw.sa[0] = a.sa[0], rw.sb[0] = a.sb[0];
+		rw.qa[R - 1] = b.qa[0], rw.qb[R - 1] = b.qb[0], rw.sa[R - 1] = b.sa[0], rw.sb[R - 1] = b.sb[0];
+	} else
+		rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
 	if (OWN || xq.pf)
 		prefetch_rows<R>(rw, c0, c1, lg, xq.pf);
 	bool waited = false;
@@ -152,7 +164,27 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 					if (!ONE || !(e & 1))
 						red[w][k][j][e][lane] = P[k][j][e];
 		__syncthreads();
-		if (s == 0) {
+		if (PAIR && s == 0) {
+#pragma unroll
+			for (int j = 0; j < NT; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					if (ONE && (e & 1))
+						continue;
+					float v0 = 0.0f, v1 = 0.0f;
+					for (int i = 0; i < S; i++)
+						v0 = v0 + red[w + i][0][j][e][lane];
+					for (int i = 0; i < S; i++)
+						v1 = v1 + red[w + i][R - 1][j][e][lane];
+					int64_t row = r0 + g + 8 * (e >> 1);
+					int64_t tk = (tile * NT + j) * 8 + 2 * t + (e & 1);
+					if (row < nout && tk < n) {
+						int64_t i = tk * nout + row;
+						mul[i] = d_gelu(v0) * v1;
+						y[i] = v1;
+					}
+				}
+		} else if (s == 0) {
 			if (mul && !waited) { /* mul is an earlier kernel's */
 				pdl_wait();
 				waited = true;
@@ -193,30 +225,34 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, c
 }
 
 /* Group: the parts of q4_mma_group's launch, part i's blocks b0[i] ..
- * b0[i+1]−1 of the grid. */
+ * b0[i+1]−1 of the grid, its input x[i] of cols[i] columns (16-byte
+ * aligned: vec[i]) in S[i] slices. */
 struct Group {
 	q4_mma_part p[Q4_MMA_PARTS];
 	int64_t b0[Q4_MMA_PARTS + 1];
+	const float *x[Q4_MMA_PARTS];
+	int64_t cols[Q4_MMA_PARTS];
+	int S[Q4_MMA_PARTS];
+	bool vec[Q4_MMA_PARTS];
 	int np;
 };
 
-/* k_q4_mma_group: the products of one x, a block of one part's grid as
+/* k_q4_mma_group: the parts' products, a block of one part's grid as
  * k_q4_mma_few's (one token tile a warp). */
-template <int R, int MINB, bool OWN, bool ONE = false>
-__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq, const float *x, int64_t n,
-                                                              int64_t cols, int S, bool vec)
+template <int R, int MINB, bool OWN, bool ONE = false, bool PAIR = false>
+__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq, int64_t n)
 {
 	int k = 0;
 	while (k + 1 < gr.np && (int64_t)blockIdx.x >= gr.b0[k + 1])
 		k++;
 	const q4_mma_part &p = gr.p[k];
-	few_block<R, 1, OWN, ONE>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, p.into, xq, x, p.q, p.so, nullptr, n, p.nout, cols,
-	                     p.lg, S, vec);
+	few_block<R, 1, OWN, ONE, PAIR>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, p.into, xq, gr.x[k], p.q, p.so, nullptr,
+	                                n, p.nout, gr.cols[k], p.lg, gr.S[k], gr.vec[k], p.q2, p.so2);
 }
 
 using FewK = void (*)(float *, Xq, const float *, const uint8_t *, const float *, const int32_t *, int64_t, int64_t,
                       int64_t, int, int, bool);
-using GroupK = void (*)(Group, Xq, const float *, int64_t, int64_t, int, bool);
+using GroupK = void (*)(Group, Xq, int64_t);
 
 /* few_rows, group_rows: the kernel of one token tile a warp for R row
  * tiles a warp (4, 2 or 1; two blocks a multiprocessor at 4 and 2, one
@@ -230,6 +266,10 @@ template <bool OWN, bool ONE> static GroupK group_rows(int R)
 {
 	return R == 4 ? k_q4_mma_group<4, 2, OWN, ONE> : R == 2 ? k_q4_mma_group<2, 2, OWN, ONE> : k_q4_mma_group<1, 1, OWN, ONE>;
 }
+
+/* pair_rows: a pair part's kernel (two row tiles a warp: its 16 rows of
+ * both matrices). */
+template <bool OWN, bool ONE> static GroupK pair_rows() { return k_q4_mma_group<2, 2, OWN, ONE, true>; }
 
 /* add_slice: a slice's partials P of a warp's 2 × NTW tiles added into
  * its running sums Y (Y + P: the slices in order), P back to zeros. */
@@ -763,7 +803,16 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	*err = cudaSuccess;
 	if (np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols < 64 || cols % 64 != 0)
 		return false;
-	bool gemv = true;
+	bool pair = parts[0].q2 != nullptr, mixed = false;
+	if (pair && (np != 1 || !parts[0].mul || !parts[0].into || !parts[0].so2 || parts[0].x))
+		return false;
+	for (int i = 0; i < np; i++) {
+		const q4_mma_part &p = parts[i];
+		if (p.x && (p.cols < 64 || p.cols % 64 != 0))
+			return false;
+		mixed = mixed || (p.x && (p.x != x || p.cols != cols));
+	}
+	bool gemv = !pair && !mixed;
 	for (int i = 0; i < np && gemv; i++)
 		gemv = parts[i].nout > 0 && q4_gemv_takes(n, parts[i].nout, cols) && ((uintptr_t)parts[i].q & 15) == 0;
 	if (gemv) {
@@ -771,33 +820,43 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 		return true;
 	}
 	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8, xb = xq_bytes(n, cols);
-	int S = slices(G);
-	int64_t per = MW / S, own_smem = n * G * 12 * 16 + G * 8 * 8;
-	bool own_fits = own_smem <= own_max;
-	/* Row tiles a warp by the tallest part (any tiling gives the bits). */
-	int64_t most = 0;
-	for (int i = 0; i < np; i++)
-		most = parts[i].nout > most ? parts[i].nout : most;
-	int64_t mt = (most + 15) / 16;
-	int R = mt / per >= 4096 ? 4 : mt / per >= 512 ? 2 : 1;
 	Group gr;
 	gr.np = np;
 	gr.b0[0] = 0;
-	int alone = 0; /* the launches of the parts one by one */
+	/* Each part's slices and row groups a block by its columns; row tiles
+	 * a warp by the tallest part (any tiling gives the bits). */
+	int64_t own_smem = 0, per[Q4_MMA_PARTS], tiles[Q4_MMA_PARTS];
+	int R = 1;
 	for (int i = 0; i < np; i++) {
 		const q4_mma_part &p = parts[i];
 		if (p.nout <= 0)
 			return false;
 		gr.p[i] = p;
-		int64_t tiles = (p.nout + 15) / 16;
-		int Ri = tiles / per >= 4096 ? 4 : tiles / per >= 512 ? 2 : 1;
-		int64_t bi = (tiles + per * Ri - 1) / (per * Ri);
-		alone += (own_fits && bi <= OWN_BLOCKS ? 1 : 2) + (p.mul ? 1 : 0);
-		gr.b0[i + 1] = gr.b0[i] + (tiles + per * R - 1) / (per * R);
+		gr.x[i] = p.x ? p.x : x;
+		gr.cols[i] = p.x ? p.cols : cols;
+		gr.vec[i] = ((uintptr_t)gr.x[i] & 15) == 0;
+		int64_t Gi = gr.cols[i] >> 6, own_i = n * Gi * 12 * 16 + Gi * 8 * 8;
+		gr.S[i] = slices(Gi);
+		per[i] = MW / gr.S[i];
+		tiles[i] = (p.nout + 15) / 16;
+		int Ri = tiles[i] / per[i] >= 4096 ? 4 : tiles[i] / per[i] >= 512 ? 2 : 1;
+		R = Ri > R ? Ri : R;
+		own_smem = own_i > own_smem ? own_i : own_smem;
+	}
+	if (pair) /* two row tiles a warp: 16 rows of each matrix */
+		R = 1;
+	bool own_fits = own_smem <= own_max;
+	int alone = 0; /* the launches of the parts one by one */
+	for (int i = 0; i < np; i++) {
+		int Ri = tiles[i] / per[i] >= 4096 ? 4 : tiles[i] / per[i] >= 512 ? 2 : 1;
+		int64_t bi = (tiles[i] + per[i] * Ri - 1) / (per[i] * Ri);
+		alone += (own_fits && bi <= OWN_BLOCKS ? 1 : 2) * (pair ? 2 : 1) + (parts[i].mul ? 1 : 0);
+		gr.b0[i + 1] = gr.b0[i] + (tiles[i] + per[i] * R - 1) / (per[i] * R);
 	}
 	int64_t blocks = gr.b0[np];
 	bool own = own_fits && blocks <= OWN_BLOCKS;
-	if ((own ? 1 : 2) >= alone || blocks > 0x7fffffff)
+	/* the pre-pass quantises one x for every part */
+	if ((own ? 1 : 2) >= alone || blocks > 0x7fffffff || (mixed && !own))
 		return false;
 	if (!scratch || (int64_t)scratch_bytes < xb) {
 		*err = cudaErrorInvalidValue;
@@ -807,19 +866,20 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
 	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
-	bool vec = ((uintptr_t)x & 15) == 0;
 	if (!own) {
 		cudaError_t e = launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)),
-		                           dim3(32 * MW), 0, st, (uint4 *)xq.frag, (float2 *)xq.xsx, x, n, n8, cols, vec);
+		                           dim3(32 * MW), 0, st, (uint4 *)xq.frag, (float2 *)xq.xsx, x, n, n8, cols,
+		                           ((uintptr_t)x & 15) == 0);
 		if (e != cudaSuccess) {
 			*err = e;
 			return true;
 		}
 	}
 	bool one = n == 1 && one_on();
-	GroupK k = own ? (one ? group_rows<true, true>(R) : group_rows<true, false>(R))
-	               : (one ? group_rows<false, true>(R) : group_rows<false, false>(R));
-	*err = launch_pdl(pdl, k, dim3((unsigned)blocks), dim3(32 * MW), own ? (size_t)own_smem : 0, st, gr, xq, x, n,
-	                  cols, S, vec);
+	GroupK k = pair ? (own ? (one ? pair_rows<true, true>() : pair_rows<true, false>())
+	                       : (one ? pair_rows<false, true>() : pair_rows<false, false>()))
+	       : own ? (one ? group_rows<true, true>(R) : group_rows<true, false>(R))
+	             : (one ? group_rows<false, true>(R) : group_rows<false, false>(R));
+	*err = launch_pdl(pdl, k, dim3((unsigned)blocks), dim3(32 * MW), own ? (size_t)own_smem : 0, st, gr, xq, n);
 	return true;
 }

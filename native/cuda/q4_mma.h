@@ -42,7 +42,13 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
  * matrix q4_mma_fits took (nibbles q, scales and offsets so, lg = log2 of
  * its group), then, when mul is set, y = gelu_tanh(y)·mul, or with into,
  * mul = gelu_tanh(mul)·y (mul [n, nout]: ew gelu_mul's arithmetic on the
- * stored product). */
+ * stored product). With q2 set (a pair: into, mul set, q2's matrix of q's
+ * shape and group), mul's product is made in the same launch: mul =
+ * x·w2ᵀ (nibbles q2, scales so2), then mul = gelu_tanh(mul)·y, y kept (an
+ * MLP's gate and up products in one pass); such a part goes alone. With
+ * x set, the part's input is x (n rows of cols columns) in place of the
+ * launch's: products of different inputs in one launch, where each
+ * block quantises its part's x itself. */
 struct q4_mma_part {
 	float *y;
 	float *mul;
@@ -51,6 +57,10 @@ struct q4_mma_part {
 	int64_t nout;
 	int lg;
 	bool into;
+	const uint8_t *q2;
+	const float *so2;
+	const float *x;
+	int64_t cols;
 };
 
 /* q4_mma_group enqueues np (1 to Q4_MMA_PARTS) products of the n tokens
