@@ -112,16 +112,8 @@ __global__ void __launch_bounds__(AB) k_attn_part(vd_attn a, float *part, int64_
 	}
 	for (int64_t c = threadIdx.x; c < d; c += AB) {
 		float acc[GH];
-#pragma unroll
-		for (int hh = 0; hh < GH; hh++)
-			acc[hh] = 0.0f;
-#pragma unroll 8
-		for (int j = 0; j < cnt; j++) {
-			float v = V[krow[j] * ldk + g * d + c];
-#pragma unroll
-			for (int hh = 0; hh < GH; hh++)
-				acc[hh] = fmaf(sc[hh][j], v, acc[hh]);
-		}
+		chunk_values<GH>(
+		    acc, cnt, [&](int hh, int j) { return sc[hh][j]; }, [&](int j) { return V[krow[j] * ldk + g * d + c]; });
 #pragma unroll
 		for (int hh = 0; hh < GH; hh++)
 			pp(hh)[2 + c] = acc[hh];

@@ -218,6 +218,24 @@ static __device__ __forceinline__ void score_keys(const float *q, int64_t d, con
 	}
 }
 
+/* chunk_values: a thread's column of GH heads' value sums over a chunk's
+ * cnt keys, each head's fmaf chain of e(hh, j)·v(j) in key order into
+ * acc[hh] (from zeros): k_attn_part's and k_attn_dec's. */
+template <int GH, class E, class V>
+static __device__ __forceinline__ void chunk_values(float *acc, int cnt, E e, V v)
+{
+#pragma unroll
+	for (int hh = 0; hh < GH; hh++)
+		acc[hh] = 0.0f;
+#pragma unroll 8
+	for (int j = 0; j < cnt; j++) {
+		float vj = v(j);
+#pragma unroll
+		for (int hh = 0; hh < GH; hh++)
+			acc[hh] = fmaf(e(hh, j), vj, acc[hh]);
+	}
+}
+
 /* chunk_softmax: a warp's softmax of one head's scores in a chunk of cnt
  * (at most AC) keys, e[j·G]: their max m, e_j = d_exp(s_j − m) in place and
  * l = the sum of lanes 0..31's e_j plus that of lanes 32..63's, each in

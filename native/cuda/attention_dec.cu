@@ -155,16 +155,7 @@ __global__ void __launch_bounds__(AB, 1) k_attn_dec(vd_attn a, float *part, int6
 	auto pp = [&](int hh) { return part + ((i * a.hq + h0 + hh) * nch + ch) * (D + 2); };
 	for (int c = threadIdx.x; c < D; c += AB) {
 		float acc[GH];
-#pragma unroll
-		for (int hh = 0; hh < GH; hh++)
-			acc[hh] = 0.0f;
-#pragma unroll 8
-		for (int j = 0; j < cnt; j++) {
-			float v = Vs[j * D + c];
-#pragma unroll
-			for (int hh = 0; hh < GH; hh++)
-				acc[hh] = fmaf(ev[j * GH + hh], v, acc[hh]);
-		}
+		chunk_values<GH>(acc, cnt, [&](int hh, int j) { return ev[j * GH + hh]; }, [&](int j) { return Vs[j * D + c]; });
 #pragma unroll
 		for (int hh = 0; hh < GH; hh++)
 			pp(hh)[2 + c] = acc[hh];

@@ -164,27 +164,13 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 					if (!ONE || !(e & 1))
 						red[w][k][j][e][lane] = P[k][j][e];
 		__syncthreads();
-		if (PAIR && s == 0) {
-#pragma unroll
-			for (int j = 0; j < NT; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					if (ONE && (e & 1))
-						continue;
-					float v0 = 0.0f, v1 = 0.0f;
-					for (int i = 0; i < S; i++)
-						v0 = v0 + red[w + i][0][j][e][lane];
-					for (int i = 0; i < S; i++)
-						v1 = v1 + red[w + i][R - 1][j][e][lane];
-					int64_t row = r0 + g + 8 * (e >> 1);
-					int64_t tk = (tile * NT + j) * 8 + 2 * t + (e & 1);
-					if (row < nout && tk < n) {
-						int64_t i = tk * nout + row;
-						mul[i] = d_gelu(v0) * v1;
-						y[i] = v1;
-					}
-				}
-		} else if (s == 0) {
+		auto slices_sum = [&](int k, int j, int e) { /* the S slices' partials in slice order */
+			float v = 0.0f;
+			for (int i = 0; i < S; i++)
+				v = v + red[w + i][k][j][e][lane];
+			return v;
+		};
+		if (s == 0) {
 			if (mul && !waited) { /* mul is an earlier kernel's */
 				pdl_wait();
 				waited = true;
@@ -195,14 +181,16 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 				for (int j = 0; j < NT; j++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						if (ONE && (e & 1))
+						if ((ONE && (e & 1)) || (PAIR && k == 0)) /* a pair's gate: with its up */
 							continue;
-						float v = 0.0f;
-						for (int i = 0; i < S; i++)
-							v = v + red[w + i][k][j][e][lane];
-						int64_t row = r0 + 16 * k + g + 8 * (e >> 1);
+						float v = slices_sum(k, j, e);
+						int64_t row = r0 + 16 * (PAIR ? 0 : k) + g + 8 * (e >> 1);
 						int64_t tk = (tile * NT + j) * 8 + 2 * t + (e & 1);
-						if (row < nout && tk < n) {
+						if (PAIR && row < nout && tk < n) {
+							int64_t i = tk * nout + row;
+							mul[i] = d_gelu(slices_sum(0, j, e)) * v;
+							y[i] = v;
+						} else if (row < nout && tk < n) {
 							int64_t i = tk * nout + row;
 							if (mul && into)
 								mul[i] = d_gelu(mul[i]) * v;
@@ -854,7 +842,13 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 		gr.b0[i + 1] = gr.b0[i] + (tiles[i] + per[i] * R - 1) / (per[i] * R);
 	}
 	int64_t blocks = gr.b0[np];
-	bool own = own_fits && blocks <= OWN_BLOCKS;
+	/* a pair of E2B's MLP (8,192 rows) is 512 blocks: VERDICT_Q4_PAIR_OWN=1
+	 * lets them quantise x themselves (for comparisons) */
+	static const bool pair_own = [] {
+		const char *e = getenv("VERDICT_Q4_PAIR_OWN");
+		return e && strcmp(e, "1") == 0;
+	}();
+	bool own = own_fits && blocks <= (pair && pair_own ? 2 * OWN_BLOCKS : OWN_BLOCKS);
 	/* the pre-pass quantises one x for every part */
 	if ((own ? 1 : 2) >= alone || blocks > 0x7fffffff || (mixed && !own))
 		return false;
