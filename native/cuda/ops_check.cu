@@ -218,6 +218,7 @@ static void check_linears(bool small)
 		bool gelu, into;
 		int mul_of = -1; /* the GELU product goes into this earlier part's y (a pair) */
 		int64_t xcols = 0; /* the part's own x of xcols columns (0: the call's) */
+		int x_of = -1;     /* that x is this earlier part's y (of xcols columns) */
 	};
 	struct S {
 		const char *name;
@@ -233,6 +234,7 @@ static void check_linears(bool small)
 		{"a float-core part", 256, {{48, 64, false, false}, {32, 32, true, false}, {40, 32, true, true}}},
 		{"gate, up into it", 256, {{1000, 64, false, false}, {1000, 64, true, true, 0}}},
 		{"output, laurel right (its own x)", 256, {{256, 64, false, false}, {256, 64, false, false, -1, 64}}},
+		{"laurel left, right (x the left's y)", 256, {{64, 64, false, false}, {256, 64, false, false, -1, 64, 0}}},
 	};
 	if (!small) {
 		shapes.push_back({"E2B q k v laurel", 2048, {{2048, 64, false, false}, {512, 64, false, false}, {512, 64, false, false}, {64, 64, false, false}}});
@@ -270,7 +272,9 @@ static void check_linears(bool small)
 						const P &p = s.parts[(size_t)i];
 						l.y[i] = T(y[(size_t)i], g, VD_F32, n, p.rows);
 						l.w[i] = Q(ws[(size_t)i].q, ws[(size_t)i].so, g, p.rows, p.xcols ? p.xcols : s.cols, p.group);
-						l.xs[i] = p.xcols ? T(XS[(size_t)i], g, VD_F32, n, p.xcols) : NIL();
+						l.xs[i] = p.x_of >= 0  ? T(y[(size_t)p.x_of], g, VD_F32, n, p.xcols)
+						          : p.xcols ? T(XS[(size_t)i], g, VD_F32, n, p.xcols)
+						                    : NIL();
 						l.gelu_mul[i] = p.mul_of >= 0 ? T(y[(size_t)p.mul_of], g, VD_F32, n, p.rows)
 						                : p.gelu ? T(mul[(size_t)i], g, VD_F32, n, p.rows) : NIL();
 						l.gelu_into[i] = p.into;

@@ -402,11 +402,15 @@ static void linears(vd_stream *s, const vd_linears *l)
 	bool group = on && x.dtype == VD_F32;
 	/* a part whose GELU product takes an earlier part's y goes after it:
 	 * as one pair part (an MLP's gate, then its up product into it) where
-	 * q4_mma_group takes it, else one by one */
+	 * q4_mma_group takes it, else one by one; so does a part whose own x
+	 * is another part's y (one by one) */
 	for (int i = 0; i < np; i++)
-		for (int j = 0; j < np; j++)
+		for (int j = 0; j < np; j++) {
 			if (j != i && l->gelu_mul[i].data && l->gelu_mul[i].data == l->y[j].data)
 				group = group && np == 2 && i == 1 && j == 0 && l->gelu_into[1] && !l->gelu_mul[0].data;
+			if (j != i && l->xs[i].data && l->xs[i].data == l->y[j].data)
+				group = false;
+		}
 	static const bool pair_on = [] {
 		const char *e = getenv("VERDICT_Q4_PAIR");
 		return !(e && strcmp(e, "0") == 0);
