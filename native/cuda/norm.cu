@@ -33,18 +33,22 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
                           float eps)
 {
 	__shared__ float red[32];
+	float v[RN], wv[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the weights while the kernel before drains */
+		int64_t i = i0 + (int64_t)u * RB;
+		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+	}
 	pdl_wait();
 	pdl_launch();
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * dim;
 	float *yr = y + r * dim;
-	float v[RN], wv[RN];
-	int64_t i0 = threadIdx.x;
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = i0 + (int64_t)u * RB;
 		v[u] = i < dim ? xr[i] : 0.0f;
-		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
 	}
 	float ss = row_sumsq(v, xr, dim, red);
 	float inv = rms_inv(ss, dim, eps);
@@ -84,43 +88,52 @@ __global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
  * (written back), then y = a + x and, with b, y = (y + b)·c; then, with
  * rep, each of its nrep blocks of rows rows += x (k_ew add_rep); then,
  * with f, f = k_rmsnorm of y by fw: the separate kernels' arithmetic in
- * one launch. */
+ * one launch. The weights of a thread's first RN columns are loaded
+ * before pdl_wait, and every value it reads of them after it at once (one
+ * trip to memory before the sums). */
 __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, float *b, const float *bw,
                            const float *ba, int64_t dim, float eps, float c, float *rep, int64_t nrep, int64_t rows,
                            float *f, const float *fw)
 {
 	__shared__ float red[32];
+	float wv[RN], fwv[RN], bwv[RN];
+	int64_t i0 = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the weights (no kernel writes them) while the kernel before drains */
+		int64_t i = i0 + (int64_t)u * RB;
+		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
+		fwv[u] = f && fw && i < dim ? __ldg(fw + i) : 1.0f;
+		bwv[u] = b && ba && bw && i < dim ? __ldg(bw + i) : 1.0f;
+	}
 	pdl_wait();
 	pdl_launch();
 	int64_t r = blockIdx.x;
 	float *xr = x + r * dim, *yr = y + r * dim;
 	const float *ar = a + r * dim;
 	float *br = b ? b + r * dim : nullptr;
-	float v[RN], wv[RN], av[RN], bv[RN], rv[2][RN], fwv[RN];
-	int64_t i0 = threadIdx.x;
+	const float *bar = br && ba ? ba + r * dim : nullptr;
+	float v[RN], av[RN], bv[RN], bav[RN], rv[2][RN];
 	bool rreg = nrep <= 2; /* rep's first RN columns read with the rest */
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* every load of the first RN columns at once (y may be a: read first) */
 		int64_t i = i0 + (int64_t)u * RB;
 		v[u] = i < dim ? xr[i] : 0.0f;
-		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
-		fwv[u] = f && fw && i < dim ? __ldg(fw + i) : 1.0f;
 		av[u] = i < dim ? ar[i] : 0.0f;
 		bv[u] = br && i < dim ? br[i] : 0.0f;
+		bav[u] = bar && i < dim ? bar[i] : 0.0f;
 #pragma unroll
 		for (int k = 0; k < 2; k++)
 			rv[k][u] = rreg && k < nrep && i < dim ? rep[(k * rows + r) * dim + i] : 0.0f;
 	}
-	if (br && ba) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba) */
-		const float *bar = ba + r * dim;
+	if (bar) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba) */
 		float bss = row_sumsq(bv, br, dim, red);
 		float binv = rms_inv(bss, dim, eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = i0 + (int64_t)u * RB;
 			if (i < dim) {
-				float bn = bw ? (bv[u] * binv) * __ldg(bw + i) : bv[u] * binv;
-				bv[u] = bar[i] + bn;
+				float bn = bw ? (bv[u] * binv) * bwv[u] : bv[u] * binv;
+				bv[u] = bav[u] + bn;
 				br[i] = bv[u];
 			}
 		}
@@ -187,9 +200,11 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 
 /* router_out: a router block's outputs from each lane's accumulators acc
  * (one an output): each warp's sum by the shuffle tree, then thread r adds
- * output r's warp sums in warp order and writes tanh of it to y[r]. */
+ * output r's warp sums in warp order and writes tanh of it to y[r] (and,
+ * given, to ys[r] in shared memory). */
 template <int NO>
-__device__ __forceinline__ void router_out(float *y, const float *acc, float (*wsum)[LW], int64_t nout)
+__device__ __forceinline__ void router_out(float *y, const float *acc, float (*wsum)[LW], int64_t nout,
+                                           float *ys = nullptr)
 {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 #pragma unroll
@@ -205,16 +220,20 @@ __device__ __forceinline__ void router_out(float *y, const float *acc, float (*w
 		float sum = 0.0f;
 		for (int k = 0; k < LW; k++)
 			sum += wsum[r][k];
-		y[r] = d_tanh(sum);
+		float t = d_tanh(sum);
+		y[r] = t;
+		if (ys)
+			ys[r] = t;
 	}
 }
 
 /* coef_tail: AltUp's coefficients from the router's outputs yr [nout] of
  * a block's token (after every thread's write): cy[j] = yr · cw[j] as
  * k_linear sums it (lane l's column l from 0, the shuffle tree), then
- * + cadd when hasadd (ew add_const), warp w taking rows w, w + LW, ... */
+ * + cadd when hasadd (ew add_const), warp w taking rows w, w + LW, ...
+ * yr may be shared memory; cs, given, gets a shared copy of cy. */
 __device__ __forceinline__ void coef_tail(const float *yr, int64_t nout, const float *cw, float *cy, int64_t ncoef,
-                                          float cadd, int hasadd)
+                                          float cadd, int hasadd, float *cs = nullptr)
 {
 	__syncthreads();
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -222,8 +241,12 @@ __device__ __forceinline__ void coef_tail(const float *yr, int64_t nout, const f
 	for (int64_t j = wi; j < ncoef; j += blockDim.x >> 5) {
 		float acc = lane < nout ? fmaf(m, __ldg(cw + j * nout + lane), 0.0f) : 0.0f;
 		acc = warp_sum(acc);
-		if (lane == 0)
-			cy[j] = hasadd ? acc + cadd : acc;
+		if (lane == 0) {
+			float c = hasadd ? acc + cadd : acc;
+			cy[j] = c;
+			if (cs)
+				cs[j] = c;
+		}
 	}
 }
 
@@ -349,26 +372,31 @@ static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, cons
 	}
 }
 
-/* rr_token: the router of one token's row xr into yr [nout] (and, cw
- * given, its coefficients into cyr [ncoef]), from rr_load's registers. */
-static __device__ __forceinline__ void rr_token(const rr_regs &g, float *yr, const float *xr, bool nw, int64_t nout,
-                                                int64_t dim, float eps, float scale, float *red, float (*wsum)[LW],
-                                                const float *cw, float *cyr, int64_t ncoef, float cadd, int hasadd)
+/* rr_xcols: a lane's router columns of the row xr (rr_load's columns). */
+static __device__ __forceinline__ void rr_xcols(float (&xc)[RR_J], const float *xr, int64_t dim)
 {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
 	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
-	float v[RN], xc[RR_J];
-#pragma unroll
-	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
-		int64_t i = threadIdx.x + (int64_t)u * RB;
-		v[u] = i < dim ? xr[i] : 0.0f;
-	}
 #pragma unroll
 	for (int j = 0; j < RR_J; j++) {
 		int64_t c = lo + lane + 32 * j;
 		xc[j] = c < hi ? xr[c] : 0.0f;
 	}
+}
+
+/* rr_sums: the router of one token into yr [nout] (and ys, given, in
+ * shared memory) and, cw given, its coefficients into cyr [ncoef] (and
+ * cs): from rr_load's registers, the row's first RN columns of the thread
+ * in v (the rest read from xr) and the lane's router columns in xc. */
+static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, const float (&v)[RN], const float (&xc)[RR_J],
+                                               const float *xr, bool nw, int64_t nout, int64_t dim, float eps,
+                                               float scale, float *red, float (*wsum)[LW], const float *cw, float *cyr,
+                                               int64_t ncoef, float cadd, int hasadd, float *ys, float *cs)
+{
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
+	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
 	float ss = row_sumsq(v, xr, dim, red);
 	float inv = rms_inv(ss, dim, eps);
 	float acc[RR_OUT];
@@ -384,9 +412,25 @@ static __device__ __forceinline__ void rr_token(const rr_regs &g, float *yr, con
 				if (r < nout)
 					acc[r] = fmaf(xv, g.wr[j][r], acc[r]);
 		}
-	router_out<RR_OUT>(yr, acc, wsum, nout);
+	router_out<RR_OUT>(yr, acc, wsum, nout, ys);
 	if (cw)
-		coef_tail(yr, nout, cw, cyr, ncoef, cadd, hasadd);
+		coef_tail(ys ? ys : yr, nout, cw, cyr, ncoef, cadd, hasadd, cs);
+}
+
+/* rr_token: the router of one token's row xr into yr [nout] (and, cw
+ * given, its coefficients into cyr [ncoef]), from rr_load's registers. */
+static __device__ __forceinline__ void rr_token(const rr_regs &g, float *yr, const float *xr, bool nw, int64_t nout,
+                                                int64_t dim, float eps, float scale, float *red, float (*wsum)[LW],
+                                                const float *cw, float *cyr, int64_t ncoef, float cadd, int hasadd)
+{
+	float v[RN], xc[RR_J];
+#pragma unroll
+	for (int u = 0; u < RN; u++) { /* the loads at once; the sum in the plain loop's order */
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		v[u] = i < dim ? xr[i] : 0.0f;
+	}
+	rr_xcols(xc, xr, dim);
+	rr_sums(g, yr, v, xc, xr, nw, nout, dim, eps, scale, red, wsum, cw, cyr, ncoef, cadd, hasadd, nullptr, nullptr);
 }
 
 __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
@@ -405,47 +449,61 @@ __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, con
 }
 
 /* k_altup_step: AltUp's step before (PRED) or after a layer for one token
- * a block: the router and its coefficients (rr_token, the coefficients
- * read back after the barrier), then, before, k_altup_predict's elements
- * and k_rmsnorm of the first stream's prediction into out; after,
- * k_altup_correct's elements into h and out = h's first stream · out_w
- * (k_ew mul_rep) or its copy: each the same operations in the same order
- * as those kernels. */
+ * a block: the router and its coefficients (rr_sums), then, before,
+ * k_altup_predict's elements and k_rmsnorm of the first stream's
+ * prediction into out; after, k_altup_correct's elements into h and out =
+ * h's first stream · out_w (k_ew mul_rep) or its copy: each the same
+ * operations in the same order as those kernels. The weights are loaded
+ * before pdl_wait and every value of the thread's first RN columns at once
+ * after it; the router's outputs and coefficients pass through shared
+ * memory, and so, after, does x's new row where pre changed it (xrow: dim
+ * floats of dynamic shared memory; none: x read back from memory). */
 template <bool PRED>
-__global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
+__global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 {
+	extern __shared__ float xs[];
 	__shared__ float red[32];
 	__shared__ float wsum[RR_OUT][LW];
-	const float *ow = (const float *)a.out_w.data;
+	__shared__ float ys[RR_OUT], cs[16];
+	const float *ow = (const float *)a.out_w.data, *pw = (const float *)a.pre_w.data;
 	int64_t nout = a.w.rows, ncoef = a.cw.rows, dim = a.dim, nd = a.n * dim;
 	rr_regs g;
 	rr_load(g, (const float *)a.norm_w.data, (const float *)a.w.data, nout, dim);
-	float owv[RN];
+	float owv[RN], pwv[RN];
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = threadIdx.x + (int64_t)u * RB;
 		owv[u] = ow && i < dim ? __ldg(ow + i) : 1.0f;
+		pwv[u] = pw && i < dim ? __ldg(pw + i) : 1.0f;
 	}
 	pdl_wait();
 	pdl_launch();
 	int64_t t = blockIdx.x, row = t * dim;
 	float *cyr = (float *)a.cy.data + t * ncoef, *h = (float *)a.h.data, *pred = (float *)a.pred.data;
-	float *out = (float *)a.out.data + row;
-	const float *x = (const float *)a.x.data + row;
-	/* the thread's first RN columns of the four streams (and, after, of the
-	 * layer's output) in registers at once, before the router: their
-	 * loads wait behind none of this block's stores */
-	if (!PRED && a.pre.data) { /* the layer's last norm-add (k_norm_add's arithmetic): x = x + rmsnorm(pre)·pre_w */
-		float *pr = (float *)a.pre.data + row, *xw = (float *)a.x.data + row;
-		const float *pw = (const float *)a.pre_w.data;
-		float pv[RN], xv[RN], pwv[RN];
+	float *out = (float *)a.out.data + row, *x = (float *)a.x.data + row;
+	float *pr = a.pre.data ? (float *)a.pre.data + row : nullptr;
+	/* every value of the thread's first RN columns at once: pre's, x's and
+	 * the four streams' (before: h, which pre's part adds to; after: the
+	 * prediction), and the router's columns of x where nothing before the
+	 * router changes them (before, x is not among streams 1..3) */
+	const float *src = PRED ? h : pred;
+	float pv[RN], xv[RN], sv[4][RN], xc[RR_J];
 #pragma unroll
-		for (int u = 0; u < RN; u++) {
-			int64_t i = threadIdx.x + (int64_t)u * RB;
-			pv[u] = i < dim ? pr[i] : 0.0f;
-			xv[u] = i < dim ? xw[i] : 0.0f;
-			pwv[u] = pw && i < dim ? __ldg(pw + i) : 1.0f;
-		}
+	for (int u = 0; u < RN; u++) {
+		int64_t i = threadIdx.x + (int64_t)u * RB;
+		bool on = i < dim;
+		pv[u] = pr && on ? pr[i] : 0.0f;
+		xv[u] = on ? x[i] : 0.0f;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			sv[k][u] = on ? src[k * nd + row + i] : 0.0f;
+	}
+	bool xlate = !PRED && pr; /* x changes before the router */
+	if (!xlate)
+		rr_xcols(xc, x, dim);
+	if (pr) { /* before: the previous layer's per-layer input (k_norm_add's arithmetic, rep of streams 2, 3):
+	           * streams 1..3 += rmsnorm(pre)·pre_w; after: the layer's last norm-add, x = x + rmsnorm(pre)·pre_w;
+	           * pre normalised in place either way */
 		float ss = row_sumsq(pv, pr, dim, red);
 		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
@@ -454,65 +512,45 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 			if (i < dim) {
 				float xn = pw ? (pv[u] * inv) * pwv[u] : pv[u] * inv;
 				pr[i] = xn;
-				xw[i] = xv[u] + xn;
-			}
-		}
-		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
-			float xn = pw ? (pr[i] * inv) * pw[i] : pr[i] * inv;
-			pr[i] = xn;
-			xw[i] = xw[i] + xn;
-		}
-		__syncthreads(); /* x's new row, for the router */
-	}
-	if (PRED && a.pre.data) { /* the previous layer's per-layer input (k_norm_add's arithmetic, rep of streams
-	                            * 2, 3): streams 1..3 += rmsnorm(pre)·pre_w, pre normalised in place */
-		float *pr = (float *)a.pre.data + row;
-		const float *pw = (const float *)a.pre_w.data;
-		float pv[RN];
+				if (PRED) {
 #pragma unroll
-		for (int u = 0; u < RN; u++) {
-			int64_t i = threadIdx.x + (int64_t)u * RB;
-			pv[u] = i < dim ? pr[i] : 0.0f;
-		}
-		float ss = row_sumsq(pv, pr, dim, red);
-		float inv = rms_inv(ss, dim, a.eps);
-#pragma unroll
-		for (int u = 0; u < RN; u++) { /* each thread its own columns: the streams' loads below follow */
-			int64_t i = threadIdx.x + (int64_t)u * RB;
-			if (i < dim) {
-				float xn = pw ? (pv[u] * inv) * __ldg(pw + i) : pv[u] * inv;
-				pr[i] = xn;
-#pragma unroll
-				for (int k = 1; k < 4; k++)
-					h[k * nd + row + i] = h[k * nd + row + i] + xn;
+					for (int k = 1; k < 4; k++) {
+						sv[k][u] = sv[k][u] + xn;
+						h[k * nd + row + i] = sv[k][u];
+					}
+				} else {
+					xv[u] = xv[u] + xn;
+					x[i] = xv[u];
+					if (xrow)
+						xs[i] = xv[u];
+				}
 			}
 		}
 		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
 			float xn = pw ? (pr[i] * inv) * __ldg(pw + i) : pr[i] * inv;
 			pr[i] = xn;
-			for (int k = 1; k < 4; k++)
-				h[k * nd + row + i] = h[k * nd + row + i] + xn;
+			if (PRED) {
+				for (int k = 1; k < 4; k++)
+					h[k * nd + row + i] = h[k * nd + row + i] + xn;
+			} else {
+				x[i] = x[i] + xn;
+				if (xrow)
+					xs[i] = x[i];
+			}
+		}
+		if (xlate) {
+			__syncthreads(); /* x's new row, for the router */
+			rr_xcols(xc, xrow ? xs : x, dim);
 		}
 	}
-	float sv[4][RN], av[RN];
-	const float *src = PRED ? h : pred;
-#pragma unroll
-	for (int u = 0; u < RN; u++) {
-		int64_t i = threadIdx.x + (int64_t)u * RB;
-		bool on = i < dim;
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			sv[k][u] = on ? src[k * nd + row + i] : 0.0f;
-		av[u] = !PRED && on ? x[i] : 0.0f;
-	}
-	rr_token(g, (float *)a.y.data + t * nout, x, a.norm_w.data != nullptr, nout, dim, a.eps, a.scale, red, wsum,
-	         (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add);
+	rr_sums(g, (float *)a.y.data + t * nout, xv, xc, xlate && xrow ? xs : x, a.norm_w.data != nullptr, nout, dim,
+	        a.eps, a.scale, red, wsum, (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add, ys, cs);
 	__syncthreads(); /* the coefficients, written by lane 0 of each warp */
 	if (PRED) {
 		float cf[16];
 #pragma unroll
 		for (int j = 0; j < 16; j++)
-			cf[j] = cyr[j];
+			cf[j] = cs[j];
 		float v[RN], acc = 0.0f;
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
@@ -552,13 +590,13 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a)
 		}
 		return;
 	}
-	float cf[4] = {cyr[0], cyr[1], cyr[2], cyr[3]};
+	float cf[4] = {cs[0], cs[1], cs[2], cs[3]};
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = threadIdx.x + (int64_t)u * RB;
 		if (i < dim) {
-			float pv[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
-			altup_corr_elem(o, pv, 1, av[u], cf);
+			float pv4[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
+			altup_corr_elem(o, pv4, 1, xv[u], cf);
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				h[k * nd + row + i] = o[k];
@@ -780,7 +818,7 @@ void c_altup_predict_step(vd_stream *s, const vd_altup *a)
 		return;
 	}
 	if (fits) {
-		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a);
+		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a, 0);
 		launched(s);
 		return;
 	}
@@ -796,7 +834,8 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 		return;
 	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4) &&
 	    !(a->pre.data && (a->pre.dtype != VD_F32 || (a->pre_w.data && a->pre_w.dtype != VD_F32)))) {
-		launch(s, k_altup_step<false>, (unsigned)a->n, RB, 0, *a);
+		int xrow = a->pre.data && a->dim * (int64_t)sizeof(float) <= 48 * 1024; /* x's new row in shared memory */
+		launch(s, k_altup_step<false>, (unsigned)a->n, RB, xrow ? (size_t)a->dim * sizeof(float) : 0, *a, xrow);
 		launched(s);
 		return;
 	}
