@@ -11,7 +11,7 @@
 # tensor-core q4 product (the stub's mma sums in k order) against float64
 # and its batch identity ("q4": q4_check alone); ops_check -steps, the
 # layer steps against the CPU and the operations they stand for (again
-# with VERDICT_PRE_PARTS=1, their pre parts); and
+# with VERDICT_PRE_PARTS=0, the norm-adds apart); and
 # ops_check -q4, the q4 products (tensor-core and float-core kernels) and
 # the sparse MLP against the CPU; ops_check -attn, the paged attention,
 # causal and with per-query key limits, against the CPU; ops_check
@@ -65,7 +65,7 @@ run)
 	"$tmp/tower_check" -small
 	"$tmp/q4_check"
 	"$tmp/ops_check" -steps
-	VERDICT_PRE_PARTS=1 "$tmp/ops_check" -steps # the pre parts, off by default
+	VERDICT_PRE_PARTS=0 "$tmp/ops_check" -steps # the norm-adds apart (the pre parts are on by default)
 	"$tmp/ops_check" -q4
 	VERDICT_ATTN_TILE=1 "$tmp/ops_check" -attn # the prefill's tiles wherever the shape allows, against each query alone
 	"$tmp/ops_check" -linears

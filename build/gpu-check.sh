@@ -44,8 +44,8 @@ if want harness; then
 "$lib/ops_check" >"$OUT/ops_check.txt" 2>&1
 say "ops_check exit $? ($(grep -c ' ok' "$OUT/ops_check.txt") checks ok, $(grep -c FAIL "$OUT/ops_check.txt") FAIL)"
 grep -E "FAIL|ERROR|failure" "$OUT/ops_check.txt" | tee -a "$log"
-VERDICT_PRE_PARTS=1 "$lib/ops_check" -steps >>"$OUT/ops_check.txt" 2>&1 # the pre parts, off by default
-say "ops_check -steps with VERDICT_PRE_PARTS=1: exit $? ($(tail -1 "$OUT/ops_check.txt"))"
+VERDICT_PRE_PARTS=0 "$lib/ops_check" -steps >>"$OUT/ops_check.txt" 2>&1 # the norm-adds apart (the pre parts are on by default)
+say "ops_check -steps with VERDICT_PRE_PARTS=0: exit $? ($(tail -1 "$OUT/ops_check.txt"))"
 for t in 0 1; do # the few queries' one launch (off by default) against the chunks; the prefill's tiles (on by default) in both
 	VERDICT_ATTN_ONE=$t "$lib/ops_check" -attn-bench 2>&1 | tee -a "$OUT/attn_bench.txt" | grep 'attention bench' | tee -a "$log"
 done

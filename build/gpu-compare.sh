@@ -18,10 +18,11 @@
 #     bandwidth and FMA peak measured in the same run): prefill of 512
 #     tokens, decode at batch 1 and 8, a scorer request, the towers;
 #  3. the ablation: prefill and decode at batch 1 and 8 again with each of
-#     ABLATE's switches turned (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0,
-#     VERDICT_Q4_ONE=0, VERDICT_Q4_SPLIT_WIDE=0, VERDICT_Q4_STAGED=0; on,
-#     being off by default: VERDICT_PRE_PARTS=1, VERDICT_ATTN_ONE=1; off,
-#     being on: VERDICT_ATTN_TILE=0; VERDICT_GRAPHS=0);
+#     ABLATE's switches turned, each turning one thing off
+#     (VERDICT_LAYER_STEPS=0, VERDICT_LINEARS=0, VERDICT_Q4_PAIR=0,
+#     VERDICT_Q4_MIXED=0, VERDICT_PRE_PARTS=0, VERDICT_ATTN_DEC=0,
+#     VERDICT_Q4_ONE=0, VERDICT_Q4_SPLIT_WIDE=0, VERDICT_Q4_STAGED=0,
+#     VERDICT_ATTN_TILE=0, VERDICT_GRAPHS=0);
 #     the towers alone again with each of TOWER_ABLATE's
 #     (VERDICT_TOWER_MMA=0: their products on the float cores);
 #  4. llama.cpp on the same synthetic weights as Q4_0 (llamacpp-peer.sh
@@ -35,7 +36,7 @@ cd "$root"
 OUT=${OUT:-/tmp/gpu-compare}
 CARRY=$(cd "${CARRY:-carry-cuda}" && pwd)
 MODEL=${MODEL:-synthetic-e2b}
-ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_Q4_ONE=0 VERDICT_Q4_SPLIT_WIDE=0 VERDICT_Q4_STAGED=0 VERDICT_ATTN_TILE=0 VERDICT_PRE_PARTS=1 VERDICT_ATTN_ONE=1 VERDICT_GRAPHS=0"}
+ABLATE=${ABLATE:-"VERDICT_LAYER_STEPS=0 VERDICT_LINEARS=0 VERDICT_Q4_PAIR=0 VERDICT_Q4_MIXED=0 VERDICT_PRE_PARTS=0 VERDICT_ATTN_DEC=0 VERDICT_Q4_ONE=0 VERDICT_Q4_SPLIT_WIDE=0 VERDICT_Q4_STAGED=0 VERDICT_ATTN_TILE=0 VERDICT_GRAPHS=0"}
 TOWER_ABLATE=${TOWER_ABLATE:-"VERDICT_TOWER_MMA=0"}
 mkdir -p "$OUT"
 log=$OUT/log.txt

@@ -224,6 +224,22 @@ static __device__ inline float block_sum(float v, float *red)
 	return warp_sum(r);
 }
 
+/* block_sum2: block_sum of two values at once, each summed as block_sum
+ * sums it (the same trees, the same bits), one pair of barriers for both.
+ * red2: 32 float2. */
+static __device__ inline float2 block_sum2(float a, float b, float2 *red2)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	a = warp_sum(a);
+	b = warp_sum(b);
+	__syncthreads();
+	if (lane == 0)
+		red2[w] = make_float2(a, b);
+	__syncthreads();
+	float2 r = lane < nw ? red2[lane] : make_float2(0.0f, 0.0f);
+	return make_float2(warp_sum(r.x), warp_sum(r.y));
+}
+
 /* altup_pred_elem: AltUp's prediction of one element of the four streams
  * hv from a token's 16 coefficients a (the CPU kernel's order). */
 static __device__ __forceinline__ void altup_pred_elem(float o[4], const float hv[4], const float *a)

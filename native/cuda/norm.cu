@@ -11,7 +11,15 @@
  * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
  * reciprocal of the root mean square plus eps, in double as the CPU kernel
  * takes it. Every norm here is these two steps, then its own scaling. */
+static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const float *xr, int64_t dim);
+
 static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
+{
+	return block_sum(sumsq_part(v, xr, dim), red);
+}
+
+/* sumsq_part: a thread's part of row_sumsq (before the block's sum). */
+static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const float *xr, int64_t dim)
 {
 	int64_t i0 = threadIdx.x;
 	float a = 0.0f;
@@ -21,7 +29,14 @@ static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const fl
 			a = fmaf(v[u], v[u], a);
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		a = fmaf(xr[i], xr[i], a);
-	return block_sum(a, red);
+	return a;
+}
+
+/* row_sumsq2: row_sumsq of two rows (v1 and xr1, v2 and xr2) at once. */
+static __device__ __forceinline__ float2 row_sumsq2(const float (&v1)[RN], const float *xr1, const float (&v2)[RN],
+                                                    const float *xr2, int64_t dim, float2 *red2)
+{
+	return block_sum2(sumsq_part(v1, xr1, dim), sumsq_part(v2, xr2, dim), red2);
 }
 
 static __device__ __forceinline__ float rms_inv(float ss, int64_t dim, float eps)
@@ -96,6 +111,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
                            float *f, const float *fw)
 {
 	__shared__ float red[32];
+	__shared__ float2 red2[32];
 	float wv[RN], fwv[RN], bwv[RN];
 	int64_t i0 = threadIdx.x;
 #pragma unroll
@@ -125,9 +141,11 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 		for (int k = 0; k < 2; k++)
 			rv[k][u] = rreg && k < nrep && i < dim ? rep[(k * rows + r) * dim + i] : 0.0f;
 	}
-	if (bar) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba) */
-		float bss = row_sumsq(bv, br, dim, red);
-		float binv = rms_inv(bss, dim, eps);
+	float ss;
+	if (bar) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba); b's and x's sums at once */
+		float2 q = row_sumsq2(bv, br, v, xr, dim, red2);
+		ss = q.y;
+		float binv = rms_inv(q.x, dim, eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int64_t i = i0 + (int64_t)u * RB;
@@ -142,7 +160,8 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 			br[i] = bar[i] + bn;
 		}
 	}
-	float ss = row_sumsq(v, xr, dim, red);
+	else
+		ss = row_sumsq(v, xr, dim, red);
 	float inv = rms_inv(ss, dim, eps);
 	float acc2 = 0.0f;
 #pragma unroll
@@ -387,17 +406,16 @@ static __device__ __forceinline__ void rr_xcols(float (&xc)[RR_J], const float *
 
 /* rr_sums: the router of one token into yr [nout] (and ys, given, in
  * shared memory) and, cw given, its coefficients into cyr [ncoef] (and
- * cs): from rr_load's registers, the row's first RN columns of the thread
- * in v (the rest read from xr) and the lane's router columns in xc. */
-static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, const float (&v)[RN], const float (&xc)[RR_J],
-                                               const float *xr, bool nw, int64_t nout, int64_t dim, float eps,
-                                               float scale, float *red, float (*wsum)[LW], const float *cw, float *cyr,
-                                               int64_t ncoef, float cadd, int hasadd, float *ys, float *cs)
+ * cs): from rr_load's registers, the row's sum of squares ss (row_sumsq)
+ * and the lane's router columns in xc. */
+static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, float ss, const float (&xc)[RR_J], bool nw,
+                                               int64_t nout, int64_t dim, float eps, float scale, float (*wsum)[LW],
+                                               const float *cw, float *cyr, int64_t ncoef, float cadd, int hasadd,
+                                               float *ys, float *cs)
 {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
 	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
-	float ss = row_sumsq(v, xr, dim, red);
 	float inv = rms_inv(ss, dim, eps);
 	float acc[RR_OUT];
 #pragma unroll
@@ -430,7 +448,8 @@ static __device__ __forceinline__ void rr_token(const rr_regs &g, float *yr, con
 		v[u] = i < dim ? xr[i] : 0.0f;
 	}
 	rr_xcols(xc, xr, dim);
-	rr_sums(g, yr, v, xc, xr, nw, nout, dim, eps, scale, red, wsum, cw, cyr, ncoef, cadd, hasadd, nullptr, nullptr);
+	rr_sums(g, yr, row_sumsq(v, xr, dim, red), xc, nw, nout, dim, eps, scale, wsum, cw, cyr, ncoef, cadd, hasadd, nullptr,
+	        nullptr);
 }
 
 __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, const float *nw, const float *w,
@@ -463,6 +482,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 {
 	extern __shared__ float xs[];
 	__shared__ float red[32];
+	__shared__ float2 red2[32];
 	__shared__ float wsum[RR_OUT][LW];
 	__shared__ float ys[RR_OUT], cs[16];
 	const float *ow = (const float *)a.out_w.data, *pw = (const float *)a.pre_w.data;
@@ -501,10 +521,16 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	bool xlate = !PRED && pr; /* x changes before the router */
 	if (!xlate)
 		rr_xcols(xc, x, dim);
+	float xss = 0.0f; /* x's sum of squares, for the router */
 	if (pr) { /* before: the previous layer's per-layer input (k_norm_add's arithmetic, rep of streams 2, 3):
 	           * streams 1..3 += rmsnorm(pre)·pre_w; after: the layer's last norm-add, x = x + rmsnorm(pre)·pre_w;
 	           * pre normalised in place either way */
-		float ss = row_sumsq(pv, pr, dim, red);
+		float ss;
+		if (PRED) { /* x is not among the streams pre adds to: both sums at once */
+			float2 q = row_sumsq2(pv, pr, xv, x, dim, red2);
+			ss = q.x, xss = q.y;
+		} else
+			ss = row_sumsq(pv, pr, dim, red);
 		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
@@ -541,10 +567,12 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		if (xlate) {
 			__syncthreads(); /* x's new row, for the router */
 			rr_xcols(xc, xrow ? xs : x, dim);
+			xss = row_sumsq(xv, xrow ? xs : x, dim, red);
 		}
-	}
-	rr_sums(g, (float *)a.y.data + t * nout, xv, xc, xlate && xrow ? xs : x, a.norm_w.data != nullptr, nout, dim,
-	        a.eps, a.scale, red, wsum, (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add, ys, cs);
+	} else
+		xss = row_sumsq(xv, x, dim, red);
+	rr_sums(g, (float *)a.y.data + t * nout, xss, xc, a.norm_w.data != nullptr, nout, dim, a.eps, a.scale, wsum,
+	        (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add, ys, cs);
 	__syncthreads(); /* the coefficients, written by lane 0 of each warp */
 	if (PRED) {
 		float cf[16];
@@ -681,16 +709,15 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
 
 /* pre_parts_on: whether a layer step takes the norm-add before it as its
  * first part (norm_add_more's Laurel, altup_predict_step's per-layer
- * input): only with VERDICT_PRE_PARTS=1. Measured on the H200 (2026-12-05,
- * gpu-compare.sh): 479 kernels a decode step with them, but decode 287.2
- * tokens/s against 303.9 with the norm-adds launched apart (norm_add;
- * norm_add_more with its rep), the same bits either way: the one-block row
- * kernels' longer chains cost more than the launches they save. */
+ * input); VERDICT_PRE_PARTS=0 launches them apart (norm_add; norm_add_more
+ * with its rep), the same bits either way. Off by default until the row
+ * kernels read every value in one trip and summed the independent norms
+ * together: then measured faster (stop 49, below in README.md). */
 static bool pre_parts_on()
 {
 	static const bool on = [] {
 		const char *e = getenv("VERDICT_PRE_PARTS");
-		return e && strcmp(e, "1") == 0;
+		return !(e && strcmp(e, "0") == 0);
 	}();
 	return on;
 }

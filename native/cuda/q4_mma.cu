@@ -131,10 +131,6 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 	if (OWN || xq.pf)
 		prefetch_rows<R>(rw, c0, c1, lg, xq.pf);
 	bool waited = false;
-	Wchunk<R> w0[FB]; /* OWN: the first batch's weights before the wait (VERDICT_Q4_W0=0: after x's quantisation) */
-	bool pre = OWN && xq.w0;
-	if (pre)
-		first_batch<R, FB>(w0, rw, c0, c1, lg);
 	if (OWN) {
 		/* x quantised by this block (up to 8 tokens), as the pre-pass
 		 * would, into shared memory: a pair (token, chunk) a lane group. */
@@ -157,7 +153,7 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 			int64_t tok0 = (tile * NT + j) * 8;
 			load_bq(b, xq, tok0 < xq.n8 ? tok0 : 0, ch);
 		};
-		slice<R, NT, FB, ONE>(P, rw, bload, c0, c1, lg, waited, pre && tile == blockIdx.y ? &w0 : nullptr);
+		slice<R, NT, FB, ONE>(P, rw, bload, c0, c1, lg, waited);
 		__syncthreads();
 #pragma unroll
 		for (int k = 0; k < R; k++)
@@ -710,18 +706,6 @@ static int prefetch_on()
 	return on;
 }
 
-/* w0_on: whether a block that quantises x itself loads its first batch of
- * weights into registers before it waits (few_block; VERDICT_Q4_W0=0: the
- * batch's loads after the quantisation, the L2 prefetch only). */
-static int w0_on()
-{
-	static const int on = [] {
-		const char *e = getenv("VERDICT_Q4_W0");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	return on;
-}
-
 size_t q4_mma_scratch_bytes(int64_t n, int64_t nout, int64_t cols, bool whole)
 {
 	if (n <= 0 || cols < 64)
@@ -745,7 +729,7 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on(), xq.w0 = w0_on();
+	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
 	bool vec = ((uintptr_t)x & 15) == 0;
 	int S = slices(G);
 	int64_t sb = split_bytes(n, nout, cols);
@@ -878,7 +862,7 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on(), xq.w0 = w0_on();
+	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
 	if (!own) {
 		cudaError_t e = launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)),
 		                           dim3(32 * MW), 0, st, (uint4 *)xq.frag, (float2 *)xq.xsx, x, n, n8, cols,

@@ -182,7 +182,6 @@ struct Xq {
 	const float2 *xsx;
 	int64_t n8, G, nlive;
 	int pf; /* the products ask for their rows' scales and weights ahead (q4_mma.cu, prefetch_rows) */
-	int w0; /* a block that quantises x itself loads its first weights before it waits (few_block) */
 };
 
 /* quant_pair: quantises chunk ch of token tok of x (rows of cols) with
@@ -376,30 +375,17 @@ static __device__ __forceinline__ void combine(float *p, const Wchunk<R> &w, int
 	p[3] = fmaf(w.scb[k], d[3], fmaf(w.ofb[k], b.sx1, p[3]));
 }
 
-/* first_batch: a warp's first FB chunks' weights from c0 (up to c1), for
- * slice's w0: loaded before a kernel waits on the kernel before it where
- * the wait comes before slice (a block that quantises x itself). */
-template <int R, int FB>
-static __device__ __forceinline__ void first_batch(Wchunk<R> (&w0)[FB], const Rows<R> &r, int64_t c0, int64_t c1, int lg)
-{
-#pragma unroll
-	for (int i = 0; i < FB; i++)
-		if (c0 + i < c1)
-			load_w(w0[i], r, c0 + i, lg);
-}
-
 /* slice: a warp's partials over chunks [c0, c1) for its R row tiles and NT
  * token tiles (P[k][j] as combine's p for row tile k, token tile j), the
  * B side of chunk ch, tile j from bload(Bq &, j, ch) (after pdl_wait).
  * FB chunks' weights are requested at once (the first batch before
  * pdl_wait), so that a warp waits one memory latency a batch. (Loading a
  * batch's B sides before its products, ahead of the interleaved order
- * here, measured slower on the H200: more registers, fewer warps.) w0,
- * given: the first batch's weights, loaded already (first_batch). ONE:
+ * here, measured slower on the H200: more registers, fewer warps.) ONE:
  * one token (token 0), P's odd tokens left zeros. */
 template <int R, int NT, int FB, bool ONE = false, class BL>
 static __device__ __forceinline__ void slice(float (*P)[NT][4], const Rows<R> &r, BL bload, int64_t c0, int64_t c1,
-                                             int lg, bool &waited, Wchunk<R> (*w0)[FB] = nullptr)
+                                             int lg, bool &waited)
 {
 #pragma unroll
 	for (int k = 0; k < R; k++)
@@ -411,12 +397,8 @@ static __device__ __forceinline__ void slice(float (*P)[NT][4], const Rows<R> &r
 		Wchunk<R> wc[FB];
 #pragma unroll
 		for (int i = 0; i < FB; i++)
-			if (i < nb) {
-				if (w0 && ch == c0) /* the first batch, loaded before the wait (first_batch) */
-					wc[i] = (*w0)[i];
-				else
-					load_w(wc[i], r, ch + i, lg);
-			}
+			if (i < nb)
+				load_w(wc[i], r, ch + i, lg);
 		if (!waited) { /* the first weights are on their way */
 			pdl_wait();
 			pdl_launch();

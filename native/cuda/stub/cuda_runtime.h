@@ -57,6 +57,7 @@ struct uint2 {
 struct float2 {
 	float x, y;
 };
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
