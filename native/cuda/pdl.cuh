@@ -51,17 +51,6 @@ __device__ __forceinline__ void pdl_prefetch_l2(const void *p)
 #endif
 }
 
-/* pdl_prefetch_l1: the same hint for the multiprocessor's L1 (the line
- * read soon after the wait by this block). */
-__device__ __forceinline__ void pdl_prefetch_l1(const void *p)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-#else
-	(void)p;
-#endif
-}
-
 /* pdl_skip_depth: above 0 while the calling thread is inside an
  * operation that VERDICT_CUDA_SKIP names (common.cuh, prof_scope): its
  * launches are left out (a measuring aid only, the results are wrong). */

@@ -91,29 +91,6 @@ static __device__ __forceinline__ void prefetch_rows(const Rows<R> &rw, int64_t 
 	}
 }
 
-/* first_l1: the lines of a warp's first FB chunks from c0 (load_w's
- * weights and scales, this lane's) asked into L1, before the block waits
- * and quantises x: load_w then finds them there, at no cost in registers
- * (loading them into registers there spilled). */
-template <int R, int FB>
-static __device__ __forceinline__ void first_l1(const Rows<R> &r, int64_t c0, int64_t c1, int lg)
-{
-#pragma unroll
-	for (int i = 0; i < FB; i++) {
-		int64_t ch = c0 + i;
-		if (ch >= c1)
-			break;
-		int64_t gi = ((ch << 6) >> lg) * 2;
-#pragma unroll
-		for (int k = 0; k < R; k++) {
-			pdl_prefetch_l1(r.qa[k] + ch * 32);
-			pdl_prefetch_l1(r.qb[k] + ch * 32);
-			pdl_prefetch_l1(r.sa[k] + gi);
-			pdl_prefetch_l1(r.sb[k] + gi);
-		}
-	}
-}
-
 /* few_block: block bx of k_q4_mma_few's grid (or of a group's part):
  * 8·NT tokens a block row (grid.y, striding), a warp per (R row tiles of
  * 16, slice): warp w takes slice w % S of row tiles R·(bx·(MW/S) + w/S)
@@ -153,8 +130,6 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 		rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
 	if (OWN || xq.pf)
 		prefetch_rows<R>(rw, c0, c1, lg, xq.pf);
-	if (OWN && xq.l1)
-		first_l1<R, FB>(rw, c0, c1, lg);
 	bool waited = false;
 	if (OWN) {
 		/* x quantised by this block (up to 8 tokens), as the pre-pass
@@ -731,17 +706,6 @@ static int prefetch_on()
 	return on;
 }
 
-/* l1_on: whether a block that quantises x itself asks its first weights
- * into L1 before it waits (first_l1; VERDICT_Q4_L1=0: L2 only). */
-static int l1_on()
-{
-	static const int on = [] {
-		const char *e = getenv("VERDICT_Q4_L1");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	return on;
-}
-
 size_t q4_mma_scratch_bytes(int64_t n, int64_t nout, int64_t cols, bool whole)
 {
 	if (n <= 0 || cols < 64)
@@ -765,7 +729,7 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on(), xq.l1 = l1_on();
+	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
 	bool vec = ((uintptr_t)x & 15) == 0;
 	int S = slices(G);
 	int64_t sb = split_bytes(n, nout, cols);
@@ -898,7 +862,7 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	Xq xq;
 	xq.frag = (const uint4 *)scratch;
 	xq.xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
-	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on(), xq.l1 = l1_on();
+	xq.n8 = n8, xq.G = G, xq.nlive = n8, xq.pf = prefetch_on();
 	if (!own) {
 		cudaError_t e = launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)),
 		                           dim3(32 * MW), 0, st, (uint4 *)xq.frag, (float2 *)xq.xsx, x, n, n8, cols,

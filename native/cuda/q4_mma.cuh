@@ -182,7 +182,6 @@ struct Xq {
 	const float2 *xsx;
 	int64_t n8, G, nlive;
 	int pf; /* the products ask for their rows' scales and weights ahead (q4_mma.cu, prefetch_rows) */
-	int l1; /* a block that quantises x itself asks its first weights into L1 before it waits (few_block) */
 };
 
 /* quant_pair: quantises chunk ch of token tok of x (rows of cols) with
