@@ -6,18 +6,6 @@
  */
 #include "common.cuh"
 
-/* row_sumsq: the sum of squares of a row of dim values, each thread's in
- * column order (its RN register values v, columns threadIdx.x + u·RB, then
- * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
- * reciprocal of the root mean square plus eps, in double as the CPU kernel
- * takes it. Every norm here is these two steps, then its own scaling. */
-static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const float *xr, int64_t dim);
-
-static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
-{
-	return block_sum(sumsq_part(v, xr, dim), red);
-}
-
 /* sumsq_part: a thread's part of row_sumsq (before the block's sum). */
 static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const float *xr, int64_t dim)
 {
@@ -30,6 +18,16 @@ static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const f
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		a = fmaf(xr[i], xr[i], a);
 	return a;
+}
+
+/* row_sumsq: the sum of squares of a row of dim values, each thread's in
+ * column order (its RN register values v, columns threadIdx.x + u·RB, then
+ * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
+ * reciprocal of the root mean square plus eps, in double as the CPU kernel
+ * takes it. Every norm here is these two steps, then its own scaling. */
+static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
+{
+	return block_sum(sumsq_part(v, xr, dim), red);
 }
 
 /* row_sumsq2: row_sumsq of two rows (v1 and xr1, v2 and xr2) at once. */
