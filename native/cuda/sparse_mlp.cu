@@ -145,11 +145,57 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 		cnt[t] = base;
 }
 
+/* sp_dots: q4_sums<1> (Linear's lane sums, x from xs with a word of
+ * padding every 32) of R rows at once, rows[r] (negative: none), into
+ * acc[r]: each row's operations in q4_sums's order, the rows' weights and
+ * scales for two of the lane's 32-column blocks asked for together. */
+template <int R>
+static __device__ __forceinline__ void sp_dots(float (&acc)[R], const float *xs, const uint8_t *w, const float *so,
+                                               const int32_t (&rows)[R], int64_t cols, int lg, int lane)
+{
+	int64_t ldq = cols / 2, lds = (cols >> lg) * 2;
+	for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 2 * 32 * 32) {
+		uint32_t q[2][R][4];
+		float s[2][R], off[2][R];
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t j = j0 + h * 32 * 32;
+#pragma unroll
+			for (int r = 0; r < R; r++) {
+				bool on = rows[r] >= 0 && j < cols;
+				const uint32_t *p = (const uint32_t *)(w + (on ? rows[r] : 0) * ldq + (on ? j / 2 : 0));
+				const float *sr = so + (on ? rows[r] : 0) * lds + (on ? (j >> lg) * 2 : 0);
+#pragma unroll
+				for (int k = 0; k < 4; k++)
+					q[h][r][k] = on ? __ldg(p + k) : 0u;
+				s[h][r] = on ? __ldg(sr) : 0.0f;
+				off[h][r] = on ? __ldg(sr + 1) : 0.0f;
+			}
+		}
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t j = j0 + h * 32 * 32;
+			if (j >= cols)
+				break;
+#pragma unroll
+			for (int b = 0; b < 32; b++) {
+				int64_t c = j + b;
+				float xv = xs[c + (c >> 5)];
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					acc[r] = fmaf(xv, fmaf(s[h][r], q4_wnib(q[h][r], b), off[h][r]), acc[r]);
+			}
+		}
+	}
+}
+
 /* k_sp_up: h[k] = gelu(g[k])·(x_t · up[idx[k]]) for the survivors, one
  * warp a survivor, the dot product exactly Linear's (q4_sums, then the
  * shuffle tree), x_t read from shared memory: staged once a block with a
  * word of padding every 32, so that the lanes' 32-column blocks fall in
- * distinct banks. */
+ * distinct banks. A warp takes R of its survivors at a time (sp_dots),
+ * each the same operations as alone. */
+template <int R>
 __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
                         const int32_t *cnt, const float *x, const void *uq,
                         const float *uso, int64_t inter, int64_t d, int lg)
@@ -162,20 +208,29 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 	int64_t nk = cnt[t];
 	if ((int64_t)blockIdx.x * LW >= nk)
 		return; /* no survivor for this block: the whole block leaves */
+	const float *xt = x + t * d;
+#pragma unroll 8
 	for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-		xs[c + (c >> 5)] = x[t * d + c];
+		xs[c + (c >> 5)] = xt[c];
 	__syncthreads();
-	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk;
-	     k += (int64_t)gridDim.x * LW) {
-		float acc[LT];
+	int64_t stride = (int64_t)gridDim.x * LW;
+	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk; k += R * stride) {
+		int32_t rows[R];
+		float acc[R];
 #pragma unroll
-		for (int u = 0; u < LT; u++)
-			acc[u] = 0.0f;
-		q4_sums<LT>(acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso,
-		            idx[t * inter + k], d, lg, lane);
-		acc[0] = warp_sum(acc[0]);
-		if (lane == 0)
-			h[t * inter + k] = d_gelu(g[t * inter + k]) * acc[0];
+		for (int r = 0; r < R; r++) {
+			int64_t kr = k + r * stride;
+			rows[r] = kr < nk ? idx[t * inter + kr] : -1;
+			acc[r] = 0.0f;
+		}
+		sp_dots<R>(acc, xs, (const uint8_t *)uq, uso, rows, d, lg, lane);
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			float v = warp_sum(acc[r]);
+			int64_t kr = k + r * stride;
+			if (lane == 0 && kr < nk)
+				h[t * inter + kr] = d_gelu(g[t * inter + kr]) * v;
+		}
 	}
 }
 
@@ -209,9 +264,10 @@ __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, 
 	const int32_t *ir = idx + t * inter;
 	const float *hr = h + t * inter;
 	const uint32_t *dw = (const uint32_t *)dq;
+	bool pair = ((uintptr_t)dso & 7) == 0; /* a scale and its offset in one 8-byte load */
 	float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 	for (int64_t k0 = w; k0 < nk; k0 += (int64_t)SPK * SPD) {
-		int64_t ii[SPK];
+		int32_t ii[SPK];
 		float hv[SPK];
 #pragma unroll
 		for (int j = 0; j < SPK; j++) {
@@ -224,9 +280,12 @@ __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, 
 #pragma unroll
 		for (int j = 0; j < SPK; j++) {
 			bool live = ii[j] >= 0 && on;
-			v[j] = live ? __ldg(dw + ii[j] * ldw + word) : 0u;
-			sc[j] = live ? __ldg(dso + ii[j] * ldso + so) : 0.0f;
-			of[j] = live ? __ldg(dso + ii[j] * ldso + so + 1) : 0.0f;
+			int64_t i = live ? ii[j] : 0;
+			v[j] = live ? __ldg(dw + i * ldw + word) : 0u;
+			float2 so2 = live ? (pair ? __ldg((const float2 *)(dso + i * ldso + so))
+			                          : make_float2(__ldg(dso + i * ldso + so), __ldg(dso + i * ldso + so + 1)))
+			                  : make_float2(0.0f, 0.0f);
+			sc[j] = so2.x, of[j] = so2.y;
 		}
 #pragma unroll
 		for (int j = 0; j < SPK; j++) {
@@ -283,6 +342,29 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 	}
 }
 
+/* sp_rows: the survivors a warp of k_sp_up takes at a time
+ * (VERDICT_SP_ROWS=1: one, for comparisons; the same bits); sp_up_blocks:
+ * its blocks a token when there are 64 tokens or more
+ * (VERDICT_SP_UP_BLOCKS, default 32). */
+static int sp_rows()
+{
+	static const int r = [] {
+		const char *e = getenv("VERDICT_SP_ROWS");
+		return e && strcmp(e, "1") == 0 ? 1 : 2;
+	}();
+	return r;
+}
+
+static int64_t sp_up_blocks()
+{
+	static const int64_t b = [] {
+		const char *e = getenv("VERDICT_SP_UP_BLOCKS");
+		long v = e ? strtol(e, nullptr, 10) : 0;
+		return (int64_t)(v >= 1 && v <= 1024 ? v : 32);
+	}();
+	return b;
+}
+
 void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
                          vd_tensor idx, vd_tensor x, vd_tensor up, vd_tensor dt,
                          float z)
@@ -301,18 +383,19 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	launched(s);
 	/* Blocks a token: enough warps for every survivor of one token; for
 	 * many tokens fewer, each warp taking several (any warp computes a
-	 * survivor's product the same way). */
-	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? 32 : 128;
+	 * survivor's product the same way), two at a time (sp_rows). */
+	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? sp_up_blocks() : 128;
 	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
 	size_t xs = (size_t)(d + d / 32) * sizeof(float);
+	auto up_k = sp_rows() == 2 ? k_sp_up<2> : k_sp_up<1>;
 	if (xs > 48 * 1024 && (xs > (size_t)st_of(s->b)->smem_optin ||
-	                       cudaFuncSetAttribute(k_sp_up, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
+	                       cudaFuncSetAttribute(up_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
 	                           cudaSuccess)) {
 		cudaGetLastError();
 		fail(s, VDC_ESHAPE); /* a row of x past shared memory */
 		return;
 	}
-	launch(s, k_sp_up, ug, 32 * LW, xs, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
+	launch(s, up_k, ug, 32 * LW, xs, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
