@@ -164,7 +164,7 @@ void c_attention(vd_stream *s, const vd_attn *a)
 	 * partials; not where the queries are many short sequences (a
 	 * scorer's branch rows: fewer queries than a tile a sequence), whose
 	 * tiles would all be uneven */
-	int64_t tq = nq >= 16 ? attn_tile_q(a) : 0, nseq = a->seq_ent.cols - 1;
+	int64_t tq = nq >= 16 ? attn_tile_q(a, nq) : 0, nseq = a->seq_ent.cols - 1;
 	if (tq > 0 && nseq > 0 && nq < tq * nseq && !attn_tile_forced())
 		tq = 0;
 	size_t need = per * (size_t)group, flags = (need + 255) & ~(size_t)255;
@@ -187,7 +187,7 @@ void c_attention(vd_stream *s, const vd_attn *a)
 		int *even = nullptr;
 		if (tq > 0 && g >= 16) {
 			even = (int *)((char *)s->apart + flags);
-			attn_tile(s, c, part, even, nch, g);
+			attn_tile(s, c, part, even, nch, g, tq);
 		}
 		/* the query heads of a key/value group in one block (up to 8)
 		 * once there are queries enough to fill the device; a head a

@@ -337,12 +337,12 @@ bool attn_dec(vd_stream *s, const vd_attn &a, float *part, int64_t nch, int64_t 
 bool attn_tiles_take(const vd_attn *a);
 
 /* attn_tile_q: the queries a tile of attention_tile.cu takes for a's
- * shape (0: the shape is not one the tiles take, or VERDICT_ATTN_TILE is
- * "0"). attn_tile: its kernel over nq queries, writing the partials of
- * k_attn_part for the queries of every even tile and even[t] (1 or 0) for
- * every tile t. */
-int attn_tile_q(const vd_attn *a);
+ * shape and nq queries (0: the shape is not one the tiles take, or
+ * VERDICT_ATTN_TILE is "0"). attn_tile: its kernel over nq queries by
+ * tiles of tq (attn_tile_q's), writing the partials of k_attn_part for the
+ * queries of every even tile and even[t] (1 or 0) for every tile t. */
+int attn_tile_q(const vd_attn *a, int64_t nq);
 bool attn_tile_forced(); /* VERDICT_ATTN_TILE=1: wherever the shape allows */
-void attn_tile(vd_stream *s, const vd_attn &a, float *part, int *even, int64_t nch, int64_t nq);
+void attn_tile(vd_stream *s, const vd_attn &a, float *part, int *even, int64_t nch, int64_t nq, int64_t tq);
 
 #endif

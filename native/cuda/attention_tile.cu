@@ -5,7 +5,6 @@
  */
 #include "attention.cuh"
 
-#define TP 64       /* query·head pairs a tile */
 #define TU (2 * AC) /* keys a tile's chunk may span */
 
 /* load_g: G consecutive floats of shared memory (16-byte aligned for G
@@ -27,18 +26,19 @@ static __device__ __forceinline__ void load_g(float *e, const float *p)
 	}
 }
 
-/* value_sums: a tile's value sums, o[t, hh][c] = the fmaf chain of
- * e_j·v_j[c] over query t's chunk keys j in order (k_attn_part's). A work
- * item is 4 columns by 16/G queries (16 pairs, 64 accumulators), the
+/* value_sums: a tile's value sums (TP query·head pairs), o[t, hh][c] = the
+ * fmaf chain of e_j·v_j[c] over query t's chunk keys j in order
+ * (k_attn_part's). A work item is 4 columns by TP/(4G) queries (TP/4
+ * pairs, TP accumulators), the
  * column groups fastest, so a warp reads 512 contiguous bytes of a row and
  * one pair's exponentials together: an item reads each row of its
  * queries' span once (two rows ahead) and adds it into every query whose
  * chunk holds it. */
-template <int G, typename PP>
+template <int G, int TP, typename PP>
 static __device__ __forceinline__ void value_sums(const float *V, int64_t ldk, int64_t d, const int64_t *krow,
                                                    const float *ev, const int *qoff, const int *qn, PP pp)
 {
-	constexpr int TQ = TP / G, QI = 16 / G, NG = TQ / QI;
+	constexpr int TQ = TP / G, QI = TP / (4 * G), NG = TQ / QI;
 	int64_t ncg = d / 4;
 	bool al = ((uintptr_t)V & 15) == 0 && ldk % 4 == 0;
 	for (int64_t it = threadIdx.x; it < ncg * NG; it += AB) {
@@ -103,7 +103,7 @@ static __device__ __forceinline__ void value_sums(const float *V, int64_t ldk, i
 	}
 }
 
-/* A tile is TQ = TP/G consecutive queries with the G query heads of one
+/* A tile is TQ = TP/G consecutive queries (TP of 32 or 64 pairs) with the G query heads of one
  * key/value group (block x = tile·hkv + group, y = the chunk). It is even
  * when its queries share a sequence whose entries run in position order
  * (each starts at or after the end of the one before), so that a query's
@@ -129,7 +129,7 @@ static __device__ __forceinline__ void value_sums(const float *V, int64_t ldk, i
  * k_attn_part. Two blocks a multiprocessor (128 registers, the scores'
  * loads partly spilled) measured faster than one of 255 registers on an
  * H100: 191 against 219 us for E2B's 512-query prefill. */
-template <int G, int DT>
+template <int G, int DT, int TP>
 __global__ void __launch_bounds__(AB, 2) k_attn_tile(vd_attn a, float *part, int *even, int64_t nch, int64_t nq,
                                                   int *err)
 {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(AB, 2) k_attn_tile(vd_attn a, float *part, int
 	}
 	__syncthreads();
 	/* the value sums */
-	value_sums<G>(V, ldk, d, krow, ev, qoff, qn, pp);
+	value_sums<G, TP>(V, ldk, d, krow, ev, qoff, qn, pp);
 	if (threadIdx.x < TP) {
 		int t = threadIdx.x / G, hh = threadIdx.x % G;
 		if (qn[t] > 0)
@@ -280,34 +280,59 @@ bool attn_tiles_take(const vd_attn *a)
 	       dt <= 16 && G * dt <= 64;
 }
 
-int attn_tile_q(const vd_attn *a)
+/* tile_pairs: a tile's query·head pairs for nq queries: 32 up to
+ * TP_SMALL_MAX queries (twice the blocks of 64), 64 past it;
+ * VERDICT_ATTN_TP=32 or 64 takes that one (for comparisons: a query's
+ * bits are the same in any tile). */
+#define TP_SMALL_MAX 1024
+
+static int tile_pairs(int64_t nq)
 {
-	return attn_tile_mode() != 0 && attn_tiles_take(a) ? (int)(TP / (a->hq / a->hkv)) : 0;
+	static const int forced = [] {
+		const char *e = getenv("VERDICT_ATTN_TP");
+		return e && strcmp(e, "32") == 0 ? 32 : e && strcmp(e, "64") == 0 ? 64 : 0;
+	}();
+	return forced ? forced : nq <= TP_SMALL_MAX ? 32 : 64;
 }
 
-template <int G>
+int attn_tile_q(const vd_attn *a, int64_t nq)
+{
+	return attn_tile_mode() != 0 && attn_tiles_take(a) ? (int)(tile_pairs(nq) / (a->hq / a->hkv)) : 0;
+}
+
+template <int G, int TP>
 static void tile_of_d(vd_stream *s, const vd_attn &a, dim3 grid, float *part, int *even, int64_t nch, int64_t nq,
                       int *err)
 {
 	switch (a.d / 32) {
-	case 1: launch(s, k_attn_tile<G, 1>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 2: launch(s, k_attn_tile<G, 2>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 4: launch(s, k_attn_tile<G, 4>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 8: launch(s, k_attn_tile<G, 8>, grid, AB, 0, a, part, even, nch, nq, err); break;
-	case 16: if constexpr (G <= 4) launch(s, k_attn_tile<G, 16>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 1: launch(s, k_attn_tile<G, 1, TP>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 2: launch(s, k_attn_tile<G, 2, TP>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 4: launch(s, k_attn_tile<G, 4, TP>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 8: launch(s, k_attn_tile<G, 8, TP>, grid, AB, 0, a, part, even, nch, nq, err); break;
+	case 16: if constexpr (G <= 4) launch(s, k_attn_tile<G, 16, TP>, grid, AB, 0, a, part, even, nch, nq, err); break;
 	default: break;
 	}
 }
 
-void attn_tile(vd_stream *s, const vd_attn &a, float *part, int *even, int64_t nch, int64_t nq)
+template <int G>
+static void tile_of_g(vd_stream *s, const vd_attn &a, dim3 grid, float *part, int *even, int64_t nch, int64_t nq,
+                      int64_t tq, int *err)
 {
-	int64_t G = a.hq / a.hkv, tq = TP / G, nt = (nq + tq - 1) / tq;
+	if (tq * G == 32)
+		tile_of_d<G, 32>(s, a, grid, part, even, nch, nq, err);
+	else
+		tile_of_d<G, 64>(s, a, grid, part, even, nch, nq, err);
+}
+
+void attn_tile(vd_stream *s, const vd_attn &a, float *part, int *even, int64_t nch, int64_t nq, int64_t tq)
+{
+	int64_t G = a.hq / a.hkv, nt = (nq + tq - 1) / tq;
 	dim3 grid((unsigned)(nt * a.hkv), (unsigned)nch);
 	int *err = st_of(s->b)->dev_err;
 	switch (G) {
-	case 1: tile_of_d<1>(s, a, grid, part, even, nch, nq, err); break;
-	case 2: tile_of_d<2>(s, a, grid, part, even, nch, nq, err); break;
-	case 4: tile_of_d<4>(s, a, grid, part, even, nch, nq, err); break;
-	default: tile_of_d<8>(s, a, grid, part, even, nch, nq, err); break;
+	case 1: tile_of_g<1>(s, a, grid, part, even, nch, nq, tq, err); break;
+	case 2: tile_of_g<2>(s, a, grid, part, even, nch, nq, tq, err); break;
+	case 4: tile_of_g<4>(s, a, grid, part, even, nch, nq, tq, err); break;
+	default: tile_of_g<8>(s, a, grid, part, even, nch, nq, tq, err); break;
 	}
 }
