@@ -241,8 +241,9 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
  * columns of one token and SPD warps, warp w class w; lane l takes the
  * 4-byte word l of the block's slice of a row (columns 4q..4q + 3 and
  * 16 + 4q.. of its 32-column run, q = l & 3: eight columns, one group),
- * its survivors SPK at a time (their indices and h, then their words and
- * scales, all requested before the sums). */
+ * its survivors SPK at a time (their indices and h staged in shared
+ * memory for the block, then their words and scales, all requested
+ * before the sums). */
 #define SPD_COLS 256
 #define SPK 8
 
@@ -251,6 +252,9 @@ __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, 
                                                       int64_t inter, int64_t d, int lg)
 {
 	__shared__ float part[SPD][SPD_COLS];
+	__shared__ int32_t sidx[2][SPK * SPD];
+	__shared__ float sh[2][SPK * SPD];
+	static_assert(2 * SPK * SPD <= 32 * SPD, "a thread stages one index or one h");
 	pdl_wait();
 	pdl_launch();
 	int64_t t = blockIdx.y;
@@ -266,14 +270,25 @@ __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, 
 	const uint32_t *dw = (const uint32_t *)dq;
 	bool pair = ((uintptr_t)dso & 7) == 0; /* a scale and its offset in one 8-byte load */
 	float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-	for (int64_t k0 = w; k0 < nk; k0 += (int64_t)SPK * SPD) {
+	/* the token's survivors SPK·SPD at a time: their indices and h staged
+	 * in shared memory by the block (one load a thread), then warp w takes
+	 * k = kb + w + SPD·j in increasing k, as before */
+	for (int64_t kb = 0; kb < nk; kb += (int64_t)SPK * SPD) {
+		int st = (int)((kb / (SPK * SPD)) & 1); /* two buffers: one barrier a round */
+		if (threadIdx.x < SPK * SPD) {
+			int64_t k = kb + threadIdx.x;
+			sidx[st][threadIdx.x] = k < nk ? ir[k] : -1;
+		} else if (threadIdx.x < 2 * SPK * SPD) {
+			int64_t k = kb + threadIdx.x - SPK * SPD;
+			sh[st][threadIdx.x - SPK * SPD] = k < nk ? hr[k] : 0.0f;
+		}
+		__syncthreads();
 		int32_t ii[SPK];
 		float hv[SPK];
 #pragma unroll
 		for (int j = 0; j < SPK; j++) {
-			int64_t k = k0 + (int64_t)j * SPD;
-			ii[j] = k < nk ? ir[k] : -1;
-			hv[j] = k < nk ? hr[k] : 0.0f;
+			ii[j] = sidx[st][w + SPD * j];
+			hv[j] = sh[st][w + SPD * j];
 		}
 		uint32_t v[SPK];
 		float sc[SPK], of[SPK];
