@@ -357,15 +357,19 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 	}
 }
 
-/* sp_rows: the survivors a warp of k_sp_up takes at a time
- * (VERDICT_SP_ROWS=1: one, for comparisons; the same bits); sp_up_blocks:
- * its blocks a token when there are 64 tokens or more
- * (VERDICT_SP_UP_BLOCKS, default 32). */
+/* sp_rows: the survivors a warp of k_sp_up takes at a time (one;
+ * VERDICT_SP_ROWS=2 takes two, for comparisons: the same bits, measured
+ * slower); sp_up_blocks: its blocks a token when there are 64 tokens or
+ * more (VERDICT_SP_UP_BLOCKS, default 8: each block stages x once for
+ * more survivors). Measured on an H100, 2026-12-07 (ncu, a 521-token
+ * prefill, k_sp_up over its 20 calls): 1,797 us at 8 blocks and one
+ * survivor, 1,842 with two, 2,149 at 16 blocks, 2,209 at 32 (1,971 with
+ * the former kernel at 32). */
 static int sp_rows()
 {
 	static const int r = [] {
 		const char *e = getenv("VERDICT_SP_ROWS");
-		return e && strcmp(e, "1") == 0 ? 1 : 2;
+		return e && strcmp(e, "2") == 0 ? 2 : 1;
 	}();
 	return r;
 }
@@ -375,7 +379,7 @@ static int64_t sp_up_blocks()
 	static const int64_t b = [] {
 		const char *e = getenv("VERDICT_SP_UP_BLOCKS");
 		long v = e ? strtol(e, nullptr, 10) : 0;
-		return (int64_t)(v >= 1 && v <= 1024 ? v : 32);
+		return (int64_t)(v >= 1 && v <= 1024 ? v : 8);
 	}();
 	return b;
 }
@@ -398,7 +402,7 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	launched(s);
 	/* Blocks a token: enough warps for every survivor of one token; for
 	 * many tokens fewer, each warp taking several (any warp computes a
-	 * survivor's product the same way), two at a time (sp_rows). */
+	 * survivor's product the same way; sp_rows at a time). */
 	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? sp_up_blocks() : 128;
 	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
 	size_t xs = (size_t)(d + d / 32) * sizeof(float);
