@@ -438,8 +438,8 @@ static __device__ __forceinline__ void stage_x(uint8_t *st, const XCopies<TB> &c
 
 /* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
  * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many. */
-template <int NTW>
-__global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
+template <int NTW, int MINB = 1>
+__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
                                                              const int32_t *ids, int64_t n, int64_t nout,
                                                              int64_t cols, int lg, int S, bool split)
 {
@@ -566,6 +566,18 @@ static bool staged_on()
 	return on;
 }
 
+/* staged_blocks: the blocks a multiprocessor k_q4_mma_staged is built to
+ * hold (its registers capped for them): 1, or 2 with
+ * VERDICT_Q4_STAGED_BLOCKS=2, for comparisons. */
+static int staged_blocks()
+{
+	static const int b = [] {
+		const char *e = getenv("VERDICT_Q4_STAGED_BLOCKS");
+		return e && strcmp(e, "2") == 0 ? 2 : 1;
+	}();
+	return b;
+}
+
 /* many: launches k_q4_mma_staged<NTW>, or k_q4_mma_many<NTW>. */
 template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const uint8_t *q, const float *so,
@@ -576,10 +588,11 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
 	cudaError_t e;
 	if (staged_on()) {
 		constexpr int smem = staged_smem<NTW>();
-		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+		auto k = staged_blocks() == 2 ? k_q4_mma_staged<NTW, 2> : k_q4_mma_staged<NTW, 1>;
+		e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 		if (e == cudaSuccess)
-			e = launch_pdl(pdl, k_q4_mma_staged<NTW>, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so,
-			               ids, n, nout, cols, lg, S, part != nullptr);
+			e = launch_pdl(pdl, k, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so, ids, n, nout, cols,
+			               lg, S, part != nullptr);
 	} else
 		e = launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), 0, st, part ? part : y, xq, q, so, ids, n,
 		               nout, cols, lg, S, part != nullptr);
