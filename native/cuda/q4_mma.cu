@@ -376,6 +376,10 @@ template <int NTW> constexpr int staged_smem()
 	return ST_NS * Stage<16 * NTW>::BYTES;
 }
 
+/* ys_floats: the floats of a warp's running sums Y when they are kept in
+ * shared memory (k_q4_mma_staged's YS), after the stages. */
+template <int NTW> constexpr int ys_floats() { return 2 * NTW * 4 * 32; }
+
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
  * scales (qrow: its half row's, a16 when 16-byte aligned; srow: its
  * row's, or null when it copies none), and of its x fragments and (xs,
@@ -437,8 +441,10 @@ static __device__ __forceinline__ void stage_x(uint8_t *st, const XCopies<TB> &c
 }
 
 /* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
- * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many. */
-template <int NTW, int MINB = 1>
+ * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many.
+ * MINB: the blocks a multiprocessor its registers are capped for; YS: the
+ * running sums Y in shared memory (the same additions), not registers. */
+template <int NTW, int MINB = 1, bool YS = false>
 __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
                                                              const int32_t *ids, int64_t n, int64_t nout,
                                                              int64_t cols, int lg, int S, bool split)
@@ -487,6 +493,10 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq
 	}
 
 	float Y[2][NTW][4] = {}, P[2][NTW][4] = {};
+	float *ys = (float *)(stsm + ST_NS * SB) + w * ys_floats<NTW>(); /* YS: Y[mt][nt][e] at its 32 lanes' */
+	if constexpr (YS)
+		for (int i = 0; i < 2 * NTW * 4; i++)
+			ys[32 * i + lane] = 0.0f;
 	int sl = 0;
 	int64_t send = split ? c1 : G / S;
 	for (int64_t k = 0; k < nch; k++) {
@@ -530,12 +540,24 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq
 			}
 		}
 		if (c0 + k + 1 == send) { /* the slice's end: into y, in slice order */
-			add_slice<NTW>(Y, P);
+			if constexpr (YS) {
+#pragma unroll
+				for (int i = 0; i < 2 * NTW * 4; i++) {
+					float &p = P[i / (4 * NTW)][i / 4 % NTW][i % 4];
+					ys[32 * i + lane] = ys[32 * i + lane] + p;
+					p = 0.0f;
+				}
+			} else
+				add_slice<NTW>(Y, P);
 			sl++;
 			send = (sl + 1) * G / S;
 		}
 	}
 	cp_wait<0>();
+	if constexpr (YS)
+#pragma unroll
+		for (int i = 0; i < 2 * NTW * 4; i++)
+			Y[i / (4 * NTW)][i / 4 % NTW][i % 4] = ys[32 * i + lane];
 	store_tiles<NTW>(y, Y, rb + rw, tok0 + tw, n, nout);
 }
 
@@ -578,6 +600,17 @@ static int staged_blocks()
 	return b;
 }
 
+/* staged_ys: whether k_q4_mma_staged keeps its running sums in shared
+ * memory (VERDICT_Q4_STAGED_YS=1, for comparisons). */
+static bool staged_ys()
+{
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_Q4_STAGED_YS");
+		return e && strcmp(e, "1") == 0;
+	}();
+	return on;
+}
+
 /* many: launches k_q4_mma_staged<NTW>, or k_q4_mma_many<NTW>. */
 template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const uint8_t *q, const float *so,
@@ -587,8 +620,10 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
 	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
 	cudaError_t e;
 	if (staged_on()) {
-		constexpr int smem = staged_smem<NTW>();
-		auto k = staged_blocks() == 2 ? k_q4_mma_staged<NTW, 2> : k_q4_mma_staged<NTW, 1>;
+		bool ys = staged_ys();
+		int smem = staged_smem<NTW>() + (ys ? MW * ys_floats<NTW>() * 4 : 0);
+		auto k = staged_blocks() == 2 ? (ys ? k_q4_mma_staged<NTW, 2, true> : k_q4_mma_staged<NTW, 2>)
+		                              : (ys ? k_q4_mma_staged<NTW, 1, true> : k_q4_mma_staged<NTW, 1>);
 		e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 		if (e == cudaSuccess)
 			e = launch_pdl(pdl, k, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so, ids, n, nout, cols,
