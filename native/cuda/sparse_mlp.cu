@@ -145,32 +145,27 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 		cnt[t] = base;
 }
 
-/* sp_dots: q4_sums<1> (Linear's lane sums, x from xs with a word of
- * padding every 32) of R rows at once, rows[r] (negative: none), into
- * acc[r]: each row's operations in q4_sums's order, the rows' weights and
- * scales for two of the lane's 32-column blocks asked for together. */
-template <int R>
-static __device__ __forceinline__ void sp_dots(float (&acc)[R], const float *xs, const uint8_t *w, const float *so,
-                                               const int32_t (&rows)[R], int64_t cols, int lg, int lane)
+/* sp_dot: q4_sums<1> (Linear's lane sums, x from xs with a word of
+ * padding every 32) of row r into acc, in q4_sums's order, the weights
+ * and scales of two of the lane's 32-column blocks asked for together. */
+static __device__ __forceinline__ void sp_dot(float &acc, const float *xs, const uint8_t *w, const float *so,
+                                              int64_t r, int64_t cols, int lg, int lane)
 {
-	int64_t ldq = cols / 2, lds = (cols >> lg) * 2;
+	const uint8_t *qr = w + r * (cols / 2);
+	const float *sr = so + r * ((cols >> lg) * 2);
 	for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 2 * 32 * 32) {
-		uint32_t q[2][R][4];
-		float s[2][R], off[2][R];
+		uint32_t q[2][4];
+		float s[2], off[2];
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			int64_t j = j0 + h * 32 * 32;
+			bool on = j < cols;
+			const uint32_t *p = (const uint32_t *)(qr + (on ? j / 2 : 0));
 #pragma unroll
-			for (int r = 0; r < R; r++) {
-				bool on = rows[r] >= 0 && j < cols;
-				const uint32_t *p = (const uint32_t *)(w + (on ? rows[r] : 0) * ldq + (on ? j / 2 : 0));
-				const float *sr = so + (on ? rows[r] : 0) * lds + (on ? (j >> lg) * 2 : 0);
-#pragma unroll
-				for (int k = 0; k < 4; k++)
-					q[h][r][k] = on ? __ldg(p + k) : 0u;
-				s[h][r] = on ? __ldg(sr) : 0.0f;
-				off[h][r] = on ? __ldg(sr + 1) : 0.0f;
-			}
+			for (int k = 0; k < 4; k++)
+				q[h][k] = on ? __ldg(p + k) : 0u;
+			s[h] = on ? __ldg(sr + (j >> lg) * 2) : 0.0f;
+			off[h] = on ? __ldg(sr + (j >> lg) * 2 + 1) : 0.0f;
 		}
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
@@ -180,10 +175,7 @@ static __device__ __forceinline__ void sp_dots(float (&acc)[R], const float *xs,
 #pragma unroll
 			for (int b = 0; b < 32; b++) {
 				int64_t c = j + b;
-				float xv = xs[c + (c >> 5)];
-#pragma unroll
-				for (int r = 0; r < R; r++)
-					acc[r] = fmaf(xv, fmaf(s[h][r], q4_wnib(q[h][r], b), off[h][r]), acc[r]);
+				acc = fmaf(xs[c + (c >> 5)], fmaf(s[h], q4_wnib(q[h], b), off[h]), acc);
 			}
 		}
 	}
@@ -193,9 +185,9 @@ static __device__ __forceinline__ void sp_dots(float (&acc)[R], const float *xs,
  * warp a survivor, the dot product exactly Linear's (q4_sums, then the
  * shuffle tree), x_t read from shared memory: staged once a block with a
  * word of padding every 32, so that the lanes' 32-column blocks fall in
- * distinct banks. A warp takes R of its survivors at a time (sp_dots),
- * each the same operations as alone. */
-template <int R>
+ * distinct banks. PAIR: the sums by sp_dot (two blocks' weights at once),
+ * else by q4_sums itself; the same operations. */
+template <bool PAIR>
 __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
                         const int32_t *cnt, const float *x, const void *uq,
                         const float *uso, int64_t inter, int64_t d, int lg)
@@ -213,24 +205,17 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 	for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
 		xs[c + (c >> 5)] = xt[c];
 	__syncthreads();
-	int64_t stride = (int64_t)gridDim.x * LW;
-	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk; k += R * stride) {
-		int32_t rows[R];
-		float acc[R];
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			int64_t kr = k + r * stride;
-			rows[r] = kr < nk ? idx[t * inter + kr] : -1;
-			acc[r] = 0.0f;
-		}
-		sp_dots<R>(acc, xs, (const uint8_t *)uq, uso, rows, d, lg, lane);
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			float v = warp_sum(acc[r]);
-			int64_t kr = k + r * stride;
-			if (lane == 0 && kr < nk)
-				h[t * inter + kr] = d_gelu(g[t * inter + kr]) * v;
-		}
+	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk; k += (int64_t)gridDim.x * LW) {
+		float acc = 0.0f;
+		int64_t r = idx[t * inter + k];
+		if constexpr (PAIR)
+			sp_dot(acc, xs, (const uint8_t *)uq, uso, r, d, lg, lane);
+		else
+			q4_sums<1>(&acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso, r, d, lg,
+			           lane);
+		float v = warp_sum(acc);
+		if (lane == 0)
+			h[t * inter + k] = d_gelu(g[t * inter + k]) * v;
 	}
 }
 
@@ -357,21 +342,20 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 	}
 }
 
-/* sp_rows: the survivors a warp of k_sp_up takes at a time (one;
- * VERDICT_SP_ROWS=2 takes two, for comparisons: the same bits, measured
- * slower); sp_up_blocks: its blocks a token when there are 64 tokens or
- * more (VERDICT_SP_UP_BLOCKS, default 8: each block stages x once for
- * more survivors). Measured on an H100, 2026-12-07 (ncu, a 521-token
- * prefill, k_sp_up over its 20 calls): 1,797 us at 8 blocks and one
- * survivor, 1,842 with two, 2,149 at 16 blocks, 2,209 at 32 (1,971 with
- * the former kernel at 32). */
-static int sp_rows()
+/* sp_pair: whether k_sp_up sums by sp_dot (VERDICT_SP_DOTS=0: by
+ * q4_sums, for comparisons: the same bits); sp_up_blocks: its blocks a
+ * token when there are 64 tokens or more (VERDICT_SP_UP_BLOCKS, default 8:
+ * each block stages x once for more survivors). Measured on an H100,
+ * 2026-12-07 (ncu, a 521-token prefill, k_sp_up over its 20 calls):
+ * 1,797 us at 8 blocks, 2,149 at 16, 2,209 at 32 (1,971 with q4_sums at
+ * 32); two survivors a warp at once, 1,842 at 8 blocks. */
+static bool sp_pair()
 {
-	static const int r = [] {
-		const char *e = getenv("VERDICT_SP_ROWS");
-		return e && strcmp(e, "2") == 0 ? 2 : 1;
+	static const bool on = [] {
+		const char *e = getenv("VERDICT_SP_DOTS");
+		return !(e && strcmp(e, "0") == 0);
 	}();
-	return r;
+	return on;
 }
 
 static int64_t sp_up_blocks()
@@ -402,11 +386,11 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	launched(s);
 	/* Blocks a token: enough warps for every survivor of one token; for
 	 * many tokens fewer, each warp taking several (any warp computes a
-	 * survivor's product the same way; sp_rows at a time). */
+	 * survivor's product the same way). */
 	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? sp_up_blocks() : 128;
 	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
 	size_t xs = (size_t)(d + d / 32) * sizeof(float);
-	auto up_k = sp_rows() == 2 ? k_sp_up<2> : k_sp_up<1>;
+	auto up_k = sp_pair() ? k_sp_up<true> : k_sp_up<false>;
 	if (xs > 48 * 1024 && (xs > (size_t)st_of(s->b)->smem_optin ||
 	                       cudaFuncSetAttribute(up_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
 	                           cudaSuccess)) {
