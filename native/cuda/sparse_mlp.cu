@@ -226,12 +226,13 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
  * columns of one token and SPD warps, warp w class w; lane l takes the
  * 4-byte word l of the block's slice of a row (columns 4q..4q + 3 and
  * 16 + 4q.. of its 32-column run, q = l & 3: eight columns, one group),
- * its survivors SPK at a time (their indices and h staged in shared
- * memory for the block, then their words and scales, all requested
- * before the sums). */
+ * its survivors SPK at a time (8, or 16 with VERDICT_SP_DOWN_K=16, for
+ * comparisons: the same sums; their indices and h staged in shared memory
+ * for the block, then their words and scales, all requested before the
+ * sums). */
 #define SPD_COLS 256
-#define SPK 8
 
+template <int SPK>
 __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, const int32_t *idx,
                                                       const int32_t *cnt, const uint8_t *dq, const float *dso,
                                                       int64_t inter, int64_t d, int lg)
@@ -368,6 +369,17 @@ static int64_t sp_up_blocks()
 	return b;
 }
 
+/* sp_down_k: the survivors a warp of k_sp_down loads at once (8;
+ * VERDICT_SP_DOWN_K=16, for comparisons). */
+static int sp_down_k()
+{
+	static const int k = [] {
+		const char *e = getenv("VERDICT_SP_DOWN_K");
+		return e && strcmp(e, "16") == 0 ? 16 : 8;
+	}();
+	return k;
+}
+
 void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
                          vd_tensor idx, vd_tensor x, vd_tensor up, vd_tensor dt,
                          float z)
@@ -402,8 +414,9 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
-	launch(s, k_sp_down, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
-	                                 (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
+	auto down_k = sp_down_k() == 16 ? k_sp_down<16> : k_sp_down<8>;
+	launch(s, down_k, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
+	       (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
 	launched(s);
 }
 
