@@ -9,7 +9,8 @@
 # request). Results under $OUT (default /tmp/gpu-perf); CARRY as for
 # gpu-check.sh; STAGES picks from "f64 graphs bench profile" (the default)
 # and "ncu" (one decode step's kernels), "ncu-prefill" (a prefill's),
-# "sanitize" (compute-sanitizer on the attention tiles) and "chain" (the
+# "ncu-switches" (a prefill's kernels under each of SWITCHES against the
+# defaults), "sanitize" (compute-sanitizer on the attention tiles) and "chain" (the
 # cost a kernel of a chain of dependent ones, native/cuda/bench); HARNESS=0
 # skips the harness.
 set -uo pipefail
@@ -141,6 +142,38 @@ if has ncu-prefill; then
 	say "ncu exit $?"
 	ncu_table "$tmp/ncu-p.csv" | tee -a "$log"
 	tail -3 "$tmp/ncu-p.err" | tee -a "$log"
+fi
+if has ncu-switches; then
+	# Each comparison switch against the defaults, by the kernels it
+	# touches: their device time summed by family over a 512-token prefill
+	# (graphs off, clocks and caches left alone), the settings in turn,
+	# ROUNDS times. SWITCHES: settings separated by spaces, a setting's
+	# variables by commas ("default" for none); NCU_KERNELS: the kernels'
+	# regex.
+	say "== ncu: switches, kernels /${NCU_KERNELS:=k_q4|k_sp_}/ of a 512-token prefill"
+	for r in $(seq "${ROUNDS:-2}"); do
+		for sw in default ${SWITCHES:-VERDICT_Q4_STAGED_BLOCKS=2 VERDICT_Q4_STAGED_YS=1,VERDICT_Q4_STAGED_BLOCKS=2 VERDICT_SP_DOWN_K=16 VERDICT_SP_DOTS=0}; do
+			vars=()
+			[ "$sw" = default ] || IFS=, read -ra vars <<<"$sw"
+			env "${vars[@]}" VERDICT_GRAPHS=0 timeout 300 ncu --cache-control none --clock-control none \
+				--metrics gpu__time_duration.sum --csv -k "regex:$NCU_KERNELS" --launch-count "${NCU_PREFILL_COUNT:-700}" \
+				"$bin/verdict" "${b[@]}" --decode-tokens 1 --scorer=false --batch 0 --towers=false >"$tmp/ncu-s.csv" 2>/dev/null
+			python3 - "$tmp/ncu-s.csv" "$sw" "$r" <<'PY' | tee -a "$log"
+import csv, sys, collections, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows:
+    print("%s round %s: no ncu rows" % (sys.argv[2], sys.argv[3])); sys.exit()
+h = rows[0]; ki, vi = h.index("Kernel Name"), h.index("Metric Value")
+fam = collections.defaultdict(float)
+for r in rows[1:]:
+    name = r[ki].replace("(anonymous namespace)::", "").replace("void ", "")
+    try: fam[re.split(r"[<(]", name)[0]] += float(r[vi].replace(",", "")) / 1e3
+    except (ValueError, IndexError): pass
+print("%s round %s: %.1f us | %s" % (sys.argv[2], sys.argv[3], sum(fam.values()),
+      " ".join("%s %.1f" % kv for kv in sorted(fam.items(), key=lambda kv: -kv[1]))))
+PY
+		done
+	done
 fi
 if has chain; then
 	say "== the chain's floor (native/cuda/bench/chain_floor.cu)"
