@@ -104,8 +104,7 @@ __global__ void __launch_bounds__(AB) k_attn_one(vd_attn a, int64_t gq, int *err
  * process. */
 static bool attn_one_on()
 {
-	const char *e = getenv("VERDICT_ATTN_ONE");
-	return e && strcmp(e, "1") == 0;
+	return env_is("VERDICT_ATTN_ONE", "1");
 }
 
 bool attn_one_fits(const vd_attn *a, int64_t nq, int64_t max_keys)

@@ -259,10 +259,7 @@ __global__ void __launch_bounds__(AB, 2) k_attn_tile(vd_attn a, float *part, int
  * short sequences. */
 static int attn_tile_mode()
 {
-	static const int m = [] {
-		const char *e = getenv("VERDICT_ATTN_TILE");
-		return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : 2;
-	}();
+	static const int m = env_is("VERDICT_ATTN_TILE", "0") ? 0 : env_is("VERDICT_ATTN_TILE", "1") ? 1 : 2;
 	return m;
 }
 
@@ -291,10 +288,7 @@ bool attn_tiles_take(const vd_attn *a)
 
 static int tile_pairs(int64_t nq)
 {
-	static const int forced = [] {
-		const char *e = getenv("VERDICT_ATTN_TP");
-		return e && strcmp(e, "32") == 0 ? 32 : e && strcmp(e, "64") == 0 ? 64 : 0;
-	}();
+	static const int forced = env_is("VERDICT_ATTN_TP", "32") ? 32 : env_is("VERDICT_ATTN_TP", "64") ? 64 : 0;
 	return forced ? forced : nq <= TP_SMALL_MAX ? 32 : 64;
 }
 

@@ -17,6 +17,7 @@
 
 #include "../backend.h"
 #include "device_math.cuh"
+#include "env.h"
 #include "pdl.cuh"
 
 #include <cuda_runtime.h>

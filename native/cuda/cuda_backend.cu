@@ -335,10 +335,7 @@ static int c_graph_begin(vd_stream *s)
  * the launches a replayed step costs. */
 static void count_kernels(cudaGraph_t g, bool body)
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_GRAPH_KERNELS");
-		return e && strcmp(e, "1") == 0;
-	}();
+	static const bool on = env_is("VERDICT_GRAPH_KERNELS", "1");
 	if (!on)
 		return;
 	size_t n = 0;
@@ -852,9 +849,8 @@ vd_cuda_backend(int device, char *err, size_t errlen)
 	int optin = 0;
 	cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 	cs->smem_optin = optin > 0 ? optin - 1024 : 48 * 1024; /* room for the static part */
-	const char *pe = getenv("VERDICT_PDL"), *pl = getenv("VERDICT_PDL_LOOP");
-	cs->pdl = prop.major >= 9 && !(pe && strcmp(pe, "0") == 0);
-	cs->pdl_loop = !(pl && strcmp(pl, "0") == 0);
+	cs->pdl = prop.major >= 9 && !env_is("VERDICT_PDL", "0");
+	cs->pdl_loop = !env_is("VERDICT_PDL_LOOP", "0");
 	if ((e = cudaMalloc(&cs->dev_err, sizeof(int))) != cudaSuccess ||
 	    (e = cudaMemset(cs->dev_err, 0, sizeof(int))) != cudaSuccess) {
 		say(err, errlen, "cuda: device %d: cannot allocate (error %d): %s", device, (int)e, cudaGetErrorString(e));

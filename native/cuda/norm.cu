@@ -713,10 +713,7 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
  * together: then measured faster (stop 49, below in README.md). */
 static bool pre_parts_on()
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_PRE_PARTS");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool on = !env_is("VERDICT_PRE_PARTS", "0");
 	return on;
 }
 
@@ -785,10 +782,7 @@ void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tenso
 	if (x.rows <= 0)
 		return;
 	/* VERDICT_ROUTER_COEF=0: the three operations apart, for comparisons */
-	static const bool fuse = [] {
-		const char *e = getenv("VERDICT_ROUTER_COEF");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool fuse = !env_is("VERDICT_ROUTER_COEF", "0");
 	if (fuse && cw.dtype == VD_F32 && cw.cols == w.rows && w.rows <= 32 &&
 	    router_one(s, y, x, nw, w, dim, eps, scale, (const float *)cw.data, (float *)cy.data, cw.rows, add, has_add))
 		return;

@@ -98,10 +98,7 @@ bool ok(vd_stream *s, cudaError_t e)
 
 void c_prefetch(vd_stream *s, const vd_prefetch *p)
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_PREFETCH");
-		return e && strcmp(e, "1") == 0;
-	}();
+	static const bool on = env_is("VERDICT_PREFETCH", "1");
 	if (!on || p->n <= 0)
 		return;
 	ENTER(s);

@@ -31,6 +31,7 @@
  * kernels, =N only products of at most N rows, for comparisons.
  */
 #include "q4_mma.h"
+#include "env.h"
 #include "device_math.cuh"
 #include "q4_mma.cuh"
 
@@ -339,8 +340,8 @@ __global__ void __launch_bounds__(32 * GV_W, 2) k_q4_gemv(Gv gv, const float *x,
  * VERDICT_Q4_GEMV_ROWS=N those of at most N rows; q4_gemv_set for the
  * harness. force_r, force_grid: q4_gemv_shape's. */
 static int64_t gemv_rows = [] {
-	const char *e = getenv("VERDICT_Q4_GEMV"), *r = getenv("VERDICT_Q4_GEMV_ROWS");
-	if (!(e && strcmp(e, "1") == 0))
+	const char *r = getenv("VERDICT_Q4_GEMV_ROWS");
+	if (!env_is("VERDICT_Q4_GEMV", "1"))
 		return (int64_t)0;
 	return r ? (int64_t)atoll(r) : INT64_MAX;
 }();

@@ -388,10 +388,7 @@ void c_linears(vd_stream *s, const vd_linears *l)
 
 static void linears(vd_stream *s, const vd_linears *l)
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_LINEARS");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool on = !env_is("VERDICT_LINEARS", "0");
 	int np = l->nparts;
 	vd_tensor x = l->x;
 	if (np < 1 || np > Q4_MMA_PARTS || x.rows <= 0) {
@@ -411,14 +408,8 @@ static void linears(vd_stream *s, const vd_linears *l)
 			if (j != i && l->xs[i].data && l->xs[i].data == l->y[j].data)
 				group = false;
 		}
-	static const bool pair_on = [] {
-		const char *e = getenv("VERDICT_Q4_PAIR");
-		return !(e && strcmp(e, "0") == 0);
-	}();
-	static const bool mixed_on = [] {
-		const char *e = getenv("VERDICT_Q4_MIXED");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool pair_on = !env_is("VERDICT_Q4_PAIR", "0");
+	static const bool mixed_on = !env_is("VERDICT_Q4_MIXED", "0");
 	for (int i = 0; i < np; i++)
 		group = group && (mixed_on || !l->xs[i].data);
 	bool pair = group && np == 2 && l->gelu_mul[1].data && l->gelu_mul[1].data == l->y[0].data && !l->xs[0].data &&

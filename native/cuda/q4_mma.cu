@@ -31,6 +31,7 @@
  * and its x fragments as 16 bytes a limb.
  */
 #include "q4_mma.h"
+#include "env.h"
 #include "device_math.cuh"
 #include "q4_mma.cuh"
 #include "cp_async.cuh"
@@ -581,10 +582,7 @@ __global__ void k_q4_slice_sum(float *y, const float *part, int S, int64_t m)
  * (VERDICT_Q4_STAGED=0: k_q4_mma_many, for comparisons). */
 static bool staged_on()
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_Q4_STAGED");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool on = !env_is("VERDICT_Q4_STAGED", "0");
 	return on;
 }
 
@@ -593,10 +591,7 @@ static bool staged_on()
  * VERDICT_Q4_STAGED_BLOCKS=2, for comparisons. */
 static int staged_blocks()
 {
-	static const int b = [] {
-		const char *e = getenv("VERDICT_Q4_STAGED_BLOCKS");
-		return e && strcmp(e, "2") == 0 ? 2 : 1;
-	}();
+	static const int b = env_is("VERDICT_Q4_STAGED_BLOCKS", "2") ? 2 : 1;
 	return b;
 }
 
@@ -604,10 +599,7 @@ static int staged_blocks()
  * memory (VERDICT_Q4_STAGED_YS=1, for comparisons). */
 static bool staged_ys()
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_Q4_STAGED_YS");
-		return e && strcmp(e, "1") == 0;
-	}();
+	static const bool on = env_is("VERDICT_Q4_STAGED_YS", "1");
 	return on;
 }
 
@@ -643,10 +635,7 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
  * comparisons; the same bits). */
 static bool one_on()
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_Q4_ONE");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool on = !env_is("VERDICT_Q4_ONE", "0");
 	return on;
 }
 
@@ -668,10 +657,7 @@ static int64_t xq_bytes(int64_t n, int64_t cols)
 
 bool q4_mma_fits(const void *q, int64_t cols, int64_t group)
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_CUDA_MMA");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool on = !env_is("VERDICT_CUDA_MMA", "0");
 	return on && cols >= 64 && cols % 64 == 0 && group >= 64 && (group & (group - 1)) == 0 &&
 	       ((uintptr_t)q & 7) == 0;
 }
@@ -697,9 +683,8 @@ static int split_sms_set = -1;
 static int split_sms()
 {
 	static const int v = [] {
-		const char *e = getenv("VERDICT_Q4_SPLIT_WIDE");
 		int dev = 0, m = 0;
-		if ((e && strcmp(e, "0") == 0) || cudaGetDevice(&dev) != cudaSuccess ||
+		if (env_is("VERDICT_Q4_SPLIT_WIDE", "0") || cudaGetDevice(&dev) != cudaSuccess ||
 		    cudaDeviceGetAttribute(&m, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
 			return 0;
 		return m;
@@ -747,10 +732,7 @@ void q4_mma_set_split_sms(int sms) { split_sms_set = sms; }
  * 305.9 and 275.5 without, 2026-12-05). */
 static int prefetch_on()
 {
-	static const int on = [] {
-		const char *e = getenv("VERDICT_Q4_PREFETCH");
-		return e && strcmp(e, "1") == 0;
-	}();
+	static const int on = env_is("VERDICT_Q4_PREFETCH", "1");
 	return on;
 }
 
@@ -895,10 +877,7 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 	 * pair's (decode 378.5 against 375.1 tokens/s on an H100, 458
 	 * kernels a step against 478); VERDICT_Q4_PAIR_OWN=0 keeps the
 	 * pre-pass, for comparisons */
-	static const bool pair_own = [] {
-		const char *e = getenv("VERDICT_Q4_PAIR_OWN");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool pair_own = !env_is("VERDICT_Q4_PAIR_OWN", "0");
 	bool own = own_fits && blocks <= (pair && pair_own ? 2 * OWN_BLOCKS : OWN_BLOCKS);
 	/* the pre-pass quantises one x for every part */
 	if ((own ? 1 : 2) >= alone || blocks > 0x7fffffff || (mixed && !own))

@@ -352,10 +352,7 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
  * 32); two survivors a warp at once, 1,842 at 8 blocks. */
 static bool sp_pair()
 {
-	static const bool on = [] {
-		const char *e = getenv("VERDICT_SP_DOTS");
-		return !(e && strcmp(e, "0") == 0);
-	}();
+	static const bool on = !env_is("VERDICT_SP_DOTS", "0");
 	return on;
 }
 
@@ -373,10 +370,7 @@ static int64_t sp_up_blocks()
  * VERDICT_SP_DOWN_K=16, for comparisons). */
 static int sp_down_k()
 {
-	static const int k = [] {
-		const char *e = getenv("VERDICT_SP_DOWN_K");
-		return e && strcmp(e, "16") == 0 ? 16 : 8;
-	}();
+	static const int k = env_is("VERDICT_SP_DOWN_K", "16") ? 16 : 8;
 	return k;
 }
 

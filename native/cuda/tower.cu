@@ -41,6 +41,7 @@
  * shapes past the limits return TOW_EDTYPE / TOW_ESHAPE before any launch.
  */
 #include "tower.h"
+#include "env.h"
 
 #include "device_math.cuh"
 #include "tower_mma.h"
@@ -293,8 +294,7 @@ static void gemm_launch(const tow_ctx *c, bool va, float *y, int64_t ldy, const 
  * at a time), read at each call; 0 and true when unset. */
 static int gemm_pick(bool *vec)
 {
-	const char *v = getenv("VERDICT_GEMM_VEC");
-	*vec = !(v && strcmp(v, "0") == 0);
+	*vec = !env_is("VERDICT_GEMM_VEC", "0");
 	const char *t = getenv("VERDICT_GEMM_TILE");
 	int n = t ? atoi(t) : 0;
 	return n == 88 || n == 84 || n == 44 ? n : 0;
@@ -305,8 +305,7 @@ static int gemm_pick(bool *vec)
  * each call. */
 static bool tower_mma()
 {
-	const char *v = getenv("VERDICT_TOWER_MMA");
-	return !(v && strcmp(v, "0") == 0);
+	return !env_is("VERDICT_TOWER_MMA", "0");
 }
 
 /* gemm: on the tensor cores when tc (mma_gemm, tower_mma.cu; bp packed,
@@ -906,8 +905,7 @@ __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const fl
 /* mqa_s_on: k_mqa_s unless VERDICT_MQA_S=0 (k_mqa, for comparisons). */
 static bool mqa_s_on()
 {
-	const char *e = getenv("VERDICT_MQA_S");
-	return !(e && strcmp(e, "0") == 0);
+	return !env_is("VERDICT_MQA_S", "0");
 }
 
 int tow_mqa(const tow_ctx *c, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor v, int64_t heads, float scale)
