@@ -152,7 +152,7 @@ if has ncu-switches; then
 	# regex.
 	say "== ncu: switches, kernels /${NCU_KERNELS:=k_q4|k_sp_}/ of a 512-token prefill"
 	for r in $(seq "${ROUNDS:-2}"); do
-		for sw in default ${SWITCHES:-VERDICT_Q4_STAGED_BLOCKS=2 VERDICT_Q4_STAGED_YS=1,VERDICT_Q4_STAGED_BLOCKS=2 VERDICT_SP_DOWN_K=16 VERDICT_SP_DOTS=0}; do
+		for sw in default ${SWITCHES:-VERDICT_Q4_STAGED=0 VERDICT_Q4_SPLIT_WIDE=0 VERDICT_SP_UP_BLOCKS=16}; do
 			vars=()
 			[ "$sw" = default ] || IFS=, read -ra vars <<<"$sw"
 			env "${vars[@]}" VERDICT_GRAPHS=0 timeout 300 ncu --cache-control none --clock-control none \

@@ -92,100 +92,6 @@ static __device__ __forceinline__ void prefetch_rows(const Rows<R> &rw, int64_t 
 	}
 }
 
-/* A one-token product's weights through shared memory (NB > 0 below):
- * each warp keeps NB chunk buffers of its R row tiles (lane-private
- * slots: [NB][R][4][32] uint2, this lane's 8 bytes of rows g and g + 8
- * and their two scale pairs) and copies chunk ch + NB − 1 (cp.async)
- * while it sums chunk ch, so that a warp always has NB − 1 chunks on
- * their way instead of one batch between its sums. The values and the
- * operations on them are slice's: the same bits. */
-constexpr int STAGE_KB = 8; /* NB·R: 1 KiB a buffer a row tile, 8 a warp */
-
-template <int R> constexpr int stage_nb() { return STAGE_KB / R; }
-
-/* stage_bytes: the dynamic shared memory of a block's buffers. */
-static int64_t stage_bytes() { return (int64_t)MW * STAGE_KB * 1024; }
-
-/* stage_chunk: the copies of chunk ch's weights and scales (load_w's)
- * into buffer buf. */
-template <int R>
-static __device__ __forceinline__ void stage_chunk(uint2 *buf, const Rows<R> &r, int64_t ch, int lg)
-{
-	int lane = threadIdx.x & 31;
-	int64_t gi = ((ch << 6) >> lg) * 2;
-#pragma unroll
-	for (int k = 0; k < R; k++) {
-		cp8(buf + (4 * k + 0) * 32 + lane, r.qa[k] + ch * 32);
-		cp8(buf + (4 * k + 1) * 32 + lane, r.qb[k] + ch * 32);
-		cp8(buf + (4 * k + 2) * 32 + lane, r.sa[k] + gi);
-		cp8(buf + (4 * k + 3) * 32 + lane, r.sb[k] + gi);
-	}
-}
-
-/* stage_begin: chunks c0 .. c0 + NB − 2 of a slice on their way, a commit
- * group each (empty past c1); weights only, so before pdl_wait. */
-template <int R, int NB>
-static __device__ __forceinline__ void stage_begin(uint2 *wst, const Rows<R> &r, int64_t c0, int64_t c1, int lg)
-{
-#pragma unroll
-	for (int i = 0; i < NB - 1; i++) {
-		if (c0 + i < c1)
-			stage_chunk<R>(wst + i * R * 128, r, c0 + i, lg);
-		cp_commit();
-	}
-}
-
-/* slice_staged: slice's partials with chunk ch's weights from the warp's
- * buffers (after stage_begin): wait for its group, read it, put chunk ch
- * + NB − 1 on its way into the buffer chunk ch − 1 left (whose values
- * this lane has used), then ch's products. */
-template <int R, int NT, int NB, bool ONE, class BL>
-static __device__ __forceinline__ void slice_staged(float (*P)[NT][4], const Rows<R> &r, BL bload, int64_t c0,
-                                                    int64_t c1, int lg, uint2 *wst)
-{
-	static_assert(NB >= 2, "a buffer to read and one on its way");
-	int lane = threadIdx.x & 31;
-#pragma unroll
-	for (int k = 0; k < R; k++)
-#pragma unroll
-		for (int j = 0; j < NT; j++)
-			P[k][j][0] = P[k][j][1] = P[k][j][2] = P[k][j][3] = 0.0f;
-	int i = 0; /* chunk ch's buffer */
-	for (int64_t ch = c0; ch < c1; ch++) {
-		cp_wait<NB - 2>();
-		const uint2 *b = wst + i * R * 128;
-		Wchunk<R> wc;
-#pragma unroll
-		for (int k = 0; k < R; k++) {
-			wc.wa[k] = b[(4 * k + 0) * 32 + lane];
-			wc.wb[k] = b[(4 * k + 1) * 32 + lane];
-			float2 sa = ((const float2 *)b)[(4 * k + 2) * 32 + lane], sb = ((const float2 *)b)[(4 * k + 3) * 32 + lane];
-			wc.sca[k] = sa.x, wc.ofa[k] = sa.y, wc.scb[k] = sb.x, wc.ofb[k] = sb.y;
-		}
-		int nx = i == 0 ? NB - 1 : i - 1;
-		if (ch + NB - 1 < c1)
-			stage_chunk<R>(wst + nx * R * 128, r, ch + NB - 1, lg);
-		cp_commit();
-		i = i == NB - 1 ? 0 : i + 1;
-		uint32_t a[R][2][4];
-#pragma unroll
-		for (int k = 0; k < R; k++)
-			afrags(a[k], wc.wa[k], wc.wb[k]);
-#pragma unroll
-		for (int j = 0; j < NT; j++) {
-			Bq bq;
-			bload(bq, j, ch);
-#pragma unroll
-			for (int k = 0; k < R; k++) {
-				float d[4];
-				chunk_mma_a<ONE>(d, a[k], bq);
-				combine<R, ONE>(P[k][j], wc, k, d, bq);
-			}
-		}
-	}
-	cp_wait<0>();
-}
-
 /* few_block: block bx of k_q4_mma_few's grid (or of a group's part):
  * 8·NT tokens a block row (grid.y, striding), a warp per (R row tiles of
  * 16, slice): warp w takes slice w % S of row tiles R·(bx·(MW/S) + w/S)
@@ -198,17 +104,14 @@ static __device__ __forceinline__ void slice_staged(float (*P)[NT][4], const Row
  * tokens' sums skipped). PAIR (R of 2): the warp's two row tiles are the
  * same 16 rows of two matrices, q2's (tile 0) and q's (tile 1), and the
  * stored values are y = tile 1's and mul = d_gelu(tile 0's)·y (a pair
- * part of q4_mma_group, mul set, into). NB > 0 (one token, x quantised
- * here): the weights through NB shared buffers a warp (slice_staged),
- * after the block's quantised x in its dynamic shared memory. */
-template <int R, int NT, bool OWN, bool ONE, bool PAIR = false, int NB = 0>
+ * part of q4_mma_group, mul set, into). */
+template <int R, int NT, bool OWN, bool ONE, bool PAIR = false>
 static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mul, bool into, Xq xq, const float *x,
                                                  const uint8_t *q, const float *so, const int32_t *ids, int64_t n,
                                                  int64_t nout, int64_t cols, int lg, int S, bool vec,
                                                  const uint8_t *q2 = nullptr, const float *so2 = nullptr)
 {
 	static_assert(!PAIR || R == 2, "a pair is two row tiles");
-	static_assert(NB == 0 || (OWN && ONE), "staged weights: one token, x quantised in the block");
 	constexpr int FB = NT > 1 || R == 4 ? 1 : R == 1 ? 4 : 2;
 	__shared__ float red[MW][R][NT][4][32];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -226,19 +129,13 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 		rw.qa[R - 1] = b.qa[0], rw.qb[R - 1] = b.qb[0], rw.sa[R - 1] = b.sa[0], rw.sb[R - 1] = b.sb[0];
 	} else
 		rows_at<R>(rw, q, so, ids, r0, nout, cols, lg);
-	extern __shared__ __align__(16) uint4 xsm[];
-	uint2 *wst = nullptr;
-	if (NB > 0) { /* the buffers after x's n·G·12 fragments and G·8 scale pairs */
-		int64_t xb = (n * G * 12 * 16 + G * 8 * 8 + 15) & ~(int64_t)15;
-		wst = (uint2 *)((char *)xsm + xb) + w * NB * R * 128;
-		stage_begin<R, NB>(wst, rw, c0, c1, lg);
-	}
 	if (OWN || xq.pf)
 		prefetch_rows<R>(rw, c0, c1, lg, xq.pf);
 	bool waited = false;
 	if (OWN) {
 		/* x quantised by this block (up to 8 tokens), as the pre-pass
 		 * would, into shared memory: a pair (token, chunk) a lane group. */
+		extern __shared__ __align__(16) uint4 xsm[];
 		pdl_wait();
 		pdl_launch();
 		waited = true;
@@ -257,10 +154,7 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 			int64_t tok0 = (tile * NT + j) * 8;
 			load_bq(b, xq, tok0 < xq.n8 ? tok0 : 0, ch);
 		};
-		if constexpr (NB > 0)
-			slice_staged<R, NT, NB, ONE>(P, rw, bload, c0, c1, lg, wst);
-		else
-			slice<R, NT, FB, ONE>(P, rw, bload, c0, c1, lg, waited);
+		slice<R, NT, FB, ONE>(P, rw, bload, c0, c1, lg, waited);
 		__syncthreads();
 #pragma unroll
 		for (int k = 0; k < R; k++)
@@ -311,12 +205,12 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 }
 
 /* k_q4_mma_few: one product, a block few_block's. */
-template <int R, int MINB, int NT, bool OWN, bool ONE = false, int NB = 0>
+template <int R, int MINB, int NT, bool OWN, bool ONE = false>
 __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_few(float *y, Xq xq, const float *x, const uint8_t *q,
                                                            const float *so, const int32_t *ids, int64_t n,
                                                            int64_t nout, int64_t cols, int lg, int S, bool vec)
 {
-	few_block<R, NT, OWN, ONE, false, NB>(blockIdx.x, y, nullptr, false, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
+	few_block<R, NT, OWN, ONE>(blockIdx.x, y, nullptr, false, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
 }
 
 /* Group: the parts of q4_mma_group's launch, part i's blocks b0[i] ..
@@ -334,14 +228,14 @@ struct Group {
 
 /* k_q4_mma_group: the parts' products, a block of one part's grid as
  * k_q4_mma_few's (one token tile a warp). */
-template <int R, int MINB, bool OWN, bool ONE = false, bool PAIR = false, int NB = 0>
+template <int R, int MINB, bool OWN, bool ONE = false, bool PAIR = false>
 __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_group(Group gr, Xq xq, int64_t n)
 {
 	int k = 0;
 	while (k + 1 < gr.np && (int64_t)blockIdx.x >= gr.b0[k + 1])
 		k++;
 	const q4_mma_part &p = gr.p[k];
-	few_block<R, 1, OWN, ONE, PAIR, NB>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, p.into, xq, gr.x[k], p.q, p.so, nullptr,
+	few_block<R, 1, OWN, ONE, PAIR>((int64_t)blockIdx.x - gr.b0[k], p.y, p.mul, p.into, xq, gr.x[k], p.q, p.so, nullptr,
 	                                n, p.nout, gr.cols[k], p.lg, gr.S[k], gr.vec[k], p.q2, p.so2);
 }
 
@@ -365,42 +259,6 @@ template <bool OWN, bool ONE> static GroupK group_rows(int R)
 /* pair_rows: a pair part's kernel (two row tiles a warp: its 16 rows of
  * both matrices). */
 template <bool OWN, bool ONE> static GroupK pair_rows() { return k_q4_mma_group<2, 2, OWN, ONE, true>; }
-
-/* few_staged, group_staged, pair_staged: the kernels of one token, x
- * quantised in the block, with the weights staged (two blocks a
- * multiprocessor). */
-static FewK few_staged(int R)
-{
-	return R == 4   ? k_q4_mma_few<4, 2, 1, true, true, stage_nb<4>()>
-	       : R == 2 ? k_q4_mma_few<2, 2, 1, true, true, stage_nb<2>()>
-	                : k_q4_mma_few<1, 2, 1, true, true, stage_nb<1>()>;
-}
-
-static GroupK group_staged(int R)
-{
-	return R == 4   ? k_q4_mma_group<4, 2, true, true, false, stage_nb<4>()>
-	       : R == 2 ? k_q4_mma_group<2, 2, true, true, false, stage_nb<2>()>
-	                : k_q4_mma_group<1, 2, true, true, false, stage_nb<1>()>;
-}
-
-static GroupK pair_staged() { return k_q4_mma_group<2, 2, true, true, true, stage_nb<2>()>; }
-
-/* staged_one: whether a product of one token whose x its blocks quantise
- * stages its weights (VERDICT_Q4_STAGE_ONE=1; not yet timed, off). */
-static bool staged_one() { static const bool on = env_is("VERDICT_Q4_STAGE_ONE", "1"); return on; }
-
-/* launch_smem: launch_pdl after raising k's dynamic shared memory limit
- * to smem when it is past the default 48 KiB. */
-template <class K, class... A>
-static cudaError_t launch_smem(bool pdl, K k, dim3 grid, size_t smem, cudaStream_t st, A... args)
-{
-	if (smem > (48 << 10)) {
-		cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		if (e != cudaSuccess)
-			return e;
-	}
-	return launch_pdl(pdl, k, grid, dim3(32 * MW), smem, st, args...);
-}
 
 /* add_slice: a slice's partials P of a warp's 2 × NTW tiles added into
  * its running sums Y (Y + P: the slices in order), P back to zeros. */
@@ -519,10 +377,6 @@ template <int NTW> constexpr int staged_smem()
 	return ST_NS * Stage<16 * NTW>::BYTES;
 }
 
-/* ys_floats: the floats of a warp's running sums Y when they are kept in
- * shared memory (k_q4_mma_staged's YS), after the stages. */
-template <int NTW> constexpr int ys_floats() { return 2 * NTW * 4 * 32; }
-
 /* stage_weights, stage_x: this thread's copies of chunk ch's weights and
  * scales (qrow: its half row's, a16 when 16-byte aligned; srow: its
  * row's, or null when it copies none), and of its x fragments and (xs,
@@ -584,11 +438,9 @@ static __device__ __forceinline__ void stage_x(uint8_t *st, const XCopies<TB> &c
 }
 
 /* k_q4_mma_staged: warp w takes rows 32(w >> 1) + 0..31 and tokens
- * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many.
- * MINB: the blocks a multiprocessor its registers are capped for; YS: the
- * running sums Y in shared memory (the same additions), not registers. */
-template <int NTW, int MINB = 1, bool YS = false>
-__global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
+ * (w & 1)·8·NTW + 0..8·NTW − 1 of the block's 128 × TB, as k_q4_mma_many. */
+template <int NTW>
+__global__ void __launch_bounds__(32 * MW, 1) k_q4_mma_staged(float *y, Xq xq, const uint8_t *q, const float *so,
                                                              const int32_t *ids, int64_t n, int64_t nout,
                                                              int64_t cols, int lg, int S, bool split)
 {
@@ -636,10 +488,6 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq
 	}
 
 	float Y[2][NTW][4] = {}, P[2][NTW][4] = {};
-	float *ys = (float *)(stsm + ST_NS * SB) + w * ys_floats<NTW>(); /* YS: Y[mt][nt][e] at its 32 lanes' */
-	if constexpr (YS)
-		for (int i = 0; i < 2 * NTW * 4; i++)
-			ys[32 * i + lane] = 0.0f;
 	int sl = 0;
 	int64_t send = split ? c1 : G / S;
 	for (int64_t k = 0; k < nch; k++) {
@@ -683,24 +531,12 @@ __global__ void __launch_bounds__(32 * MW, MINB) k_q4_mma_staged(float *y, Xq xq
 			}
 		}
 		if (c0 + k + 1 == send) { /* the slice's end: into y, in slice order */
-			if constexpr (YS) {
-#pragma unroll
-				for (int i = 0; i < 2 * NTW * 4; i++) {
-					float &p = P[i / (4 * NTW)][i / 4 % NTW][i % 4];
-					ys[32 * i + lane] = ys[32 * i + lane] + p;
-					p = 0.0f;
-				}
-			} else
-				add_slice<NTW>(Y, P);
+			add_slice<NTW>(Y, P);
 			sl++;
 			send = (sl + 1) * G / S;
 		}
 	}
 	cp_wait<0>();
-	if constexpr (YS)
-#pragma unroll
-		for (int i = 0; i < 2 * NTW * 4; i++)
-			Y[i / (4 * NTW)][i / 4 % NTW][i % 4] = ys[32 * i + lane];
 	store_tiles<NTW>(y, Y, rb + rw, tok0 + tw, n, nout);
 }
 
@@ -728,23 +564,6 @@ static bool staged_on()
 	return on;
 }
 
-/* staged_blocks: the blocks a multiprocessor k_q4_mma_staged is built to
- * hold (its registers capped for them): 1, or 2 with
- * VERDICT_Q4_STAGED_BLOCKS=2, for comparisons. */
-static int staged_blocks()
-{
-	static const int b = env_is("VERDICT_Q4_STAGED_BLOCKS", "2") ? 2 : 1;
-	return b;
-}
-
-/* staged_ys: whether k_q4_mma_staged keeps its running sums in shared
- * memory (VERDICT_Q4_STAGED_YS=1, for comparisons). */
-static bool staged_ys()
-{
-	static const bool on = env_is("VERDICT_Q4_STAGED_YS", "1");
-	return on;
-}
-
 /* many: launches k_q4_mma_staged<NTW>, or k_q4_mma_many<NTW>. */
 template <int NTW>
 static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const uint8_t *q, const float *so,
@@ -754,14 +573,11 @@ static cudaError_t many(cudaStream_t st, bool pdl, float *y, const Xq &xq, const
 	dim3 grid((unsigned)((nout + 127) / 128), (unsigned)ty, part ? (unsigned)S : 1u);
 	cudaError_t e;
 	if (staged_on()) {
-		bool ys = staged_ys();
-		int smem = staged_smem<NTW>() + (ys ? MW * ys_floats<NTW>() * 4 : 0);
-		auto k = staged_blocks() == 2 ? (ys ? k_q4_mma_staged<NTW, 2, true> : k_q4_mma_staged<NTW, 2>)
-		                              : (ys ? k_q4_mma_staged<NTW, 1, true> : k_q4_mma_staged<NTW, 1>);
-		e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+		constexpr int smem = staged_smem<NTW>();
+		e = cudaFuncSetAttribute(k_q4_mma_staged<NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 		if (e == cudaSuccess)
-			e = launch_pdl(pdl, k, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so, ids, n, nout, cols,
-			               lg, S, part != nullptr);
+			e = launch_pdl(pdl, k_q4_mma_staged<NTW>, grid, dim3(32 * MW), smem, st, part ? part : y, xq, q, so,
+			               ids, n, nout, cols, lg, S, part != nullptr);
 	} else
 		e = launch_pdl(pdl, k_q4_mma_many<NTW>, grid, dim3(32 * MW), 0, st, part ? part : y, xq, q, so, ids, n,
 		               nout, cols, lg, S, part != nullptr);
@@ -942,10 +758,6 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	int64_t ty = (n + 8 * NT - 1) / (8 * NT);
 	dim3 grid((unsigned)blocks, (unsigned)(ty < 65535 ? ty : 65535));
 	bool one = n == 1 && one_on();
-	if (own && one && staged_one()) {
-		size_t smem = (size_t)((own_smem + 15) & ~(int64_t)15) + stage_bytes();
-		return launch_smem(pdl, few_staged(R), grid, smem, st, y, xq, x, q, so, ids, n, nout, cols, lg, S, vec);
-	}
 	FewK k;
 	if (own)
 		k = one ? few_rows<true, true>(R) : few_rows<true, false>(R);
@@ -1046,11 +858,6 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 		}
 	}
 	bool one = n == 1 && one_on();
-	if (own && one && staged_one()) {
-		size_t smem = (size_t)((own_smem + 15) & ~(int64_t)15) + stage_bytes();
-		*err = launch_smem(pdl, pair ? pair_staged() : group_staged(R), dim3((unsigned)blocks), smem, st, gr, xq, n);
-		return true;
-	}
 	GroupK k = pair ? (own ? (one ? pair_rows<true, true>() : pair_rows<true, false>())
 	                       : (one ? pair_rows<false, true>() : pair_rows<false, false>()))
 	       : own ? (one ? group_rows<true, true>(R) : group_rows<true, false>(R))

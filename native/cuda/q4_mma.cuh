@@ -235,17 +235,6 @@ static __device__ __forceinline__ void load_bq(Bq &o, const Xq &xq, int64_t tok0
  * H100, 2026-12-06). */
 static __device__ __forceinline__ float limbs01(int D0, int D1) { return (float)(D0 + (D1 << 8)); }
 
-/* SUM0, sum_f: the mma's limb sums start from SUM0, the bits of the float
- * 1.5·2^23, so that a sum S (|S| < 2^22: a chunk's are below 2^18) holds
- * the bits of the float 1.5·2^23 + S, exactly, and sum_f(SUM0 + S) = S is
- * one exact subtraction instead of a conversion (I2F, a quarter of the
- * float rate or less). chunk_mma_a's D = fmaf(D2, 2^16, fmaf(D1, 2^8,
- * D0)) from these exact floats has the bits of limbs01's conversion:
- * both round D0 + 2^8·D1 once to nearest. */
-constexpr int SUM0 = 0x4b400000;
-
-static __device__ __forceinline__ float sum_f(int s) { return __int_as_float(s) - 12582912.0f; }
-
 /* imma: d += a·b, m16n8k32, u8 A (the nibbles), B u8 (sgn false) or s8,
  * int32 sums: exact. */
 static __device__ __forceinline__ void imma(int *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool sgn)
@@ -312,20 +301,16 @@ static __device__ __forceinline__ void afrags(uint32_t (*a)[4], uint2 wa, uint2 
 template <bool ONE = false>
 static __device__ __forceinline__ void chunk_mma_a(float *d, const uint32_t (*a)[4], const Bq &b)
 {
-	int D[3][4];
+	int D[3][4] = {};
 #pragma unroll
 	for (int L = 0; L < 3; L++) {
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			D[L][i] = SUM0;
 		imma(D[L], a[0], b.b[L][0][0], b.b[L][0][1], L == 2);
 		imma(D[L], a[1], b.b[L][1][0], b.b[L][1][1], L == 2);
 	}
 #pragma unroll
 	for (int i = 0; i < 4; i++)
 		if (!ONE || !(i & 1))
-			d[i] = fmaf(sum_f(D[2][i]), 65536.0f, fmaf(sum_f(D[1][i]), 256.0f, sum_f(D[0][i]))) *
-			       ((i & 1) ? b.xs1 : b.xs0);
+			d[i] = fmaf((float)D[2][i], 65536.0f, limbs01(D[0][i], D[1][i])) * ((i & 1) ? b.xs1 : b.xs0);
 }
 
 /* Rows: a warp's R row tiles' weights (this lane's rows g and g + 8 of

@@ -145,49 +145,12 @@ __global__ void k_sp_select(float *g, int32_t *idx, int32_t *cnt, int64_t inter,
 		cnt[t] = base;
 }
 
-/* sp_dot: q4_sums<1> (Linear's lane sums, x from xs with a word of
- * padding every 32) of row r into acc, in q4_sums's order, the weights
- * and scales of two of the lane's 32-column blocks asked for together. */
-static __device__ __forceinline__ void sp_dot(float &acc, const float *xs, const uint8_t *w, const float *so,
-                                              int64_t r, int64_t cols, int lg, int lane)
-{
-	const uint8_t *qr = w + r * (cols / 2);
-	const float *sr = so + r * ((cols >> lg) * 2);
-	for (int64_t j0 = 32 * (int64_t)lane; j0 < cols; j0 += 2 * 32 * 32) {
-		uint32_t q[2][4];
-		float s[2], off[2];
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			int64_t j = j0 + h * 32 * 32;
-			bool on = j < cols;
-			const uint32_t *p = (const uint32_t *)(qr + (on ? j / 2 : 0));
-#pragma unroll
-			for (int k = 0; k < 4; k++)
-				q[h][k] = on ? __ldg(p + k) : 0u;
-			s[h] = on ? __ldg(sr + (j >> lg) * 2) : 0.0f;
-			off[h] = on ? __ldg(sr + (j >> lg) * 2 + 1) : 0.0f;
-		}
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			int64_t j = j0 + h * 32 * 32;
-			if (j >= cols)
-				break;
-#pragma unroll
-			for (int b = 0; b < 32; b++) {
-				int64_t c = j + b;
-				acc = fmaf(xs[c + (c >> 5)], fmaf(s[h], q4_wnib(q[h], b), off[h]), acc);
-			}
-		}
-	}
-}
-
 /* k_sp_up: h[k] = gelu(g[k])·(x_t · up[idx[k]]) for the survivors, one
  * warp a survivor, the dot product exactly Linear's (q4_sums, then the
  * shuffle tree), x_t read from shared memory: staged once a block with a
  * word of padding every 32, so that the lanes' 32-column blocks fall in
- * distinct banks. PAIR: the sums by sp_dot (two blocks' weights at once),
- * else by q4_sums itself; the same operations. */
-template <bool PAIR>
+ * distinct banks. (A form loading two 32-column blocks' weights at once
+ * measured 7% slower on an H100, 2026-12-07.) */
 __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
                         const int32_t *cnt, const float *x, const void *uq,
                         const float *uso, int64_t inter, int64_t d, int lg)
@@ -208,11 +171,8 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
 	for (int64_t k = (int64_t)blockIdx.x * LW + (threadIdx.x >> 5); k < nk; k += (int64_t)gridDim.x * LW) {
 		float acc = 0.0f;
 		int64_t r = idx[t * inter + k];
-		if constexpr (PAIR)
-			sp_dot(acc, xs, (const uint8_t *)uq, uso, r, d, lg, lane);
-		else
-			q4_sums<1>(&acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso, r, d, lg,
-			           lane);
+		q4_sums<1>(&acc, 1, [&](int, int64_t c) { return xs[c + (c >> 5)]; }, (const uint8_t *)uq, uso, r, d, lg,
+		           lane);
 		float v = warp_sum(acc);
 		if (lane == 0)
 			h[t * inter + k] = d_gelu(g[t * inter + k]) * v;
@@ -226,13 +186,13 @@ __global__ void k_sp_up(float *h, const float *g, const int32_t *idx,
  * columns of one token and SPD warps, warp w class w; lane l takes the
  * 4-byte word l of the block's slice of a row (columns 4q..4q + 3 and
  * 16 + 4q.. of its 32-column run, q = l & 3: eight columns, one group),
- * its survivors SPK at a time (8, or 16 with VERDICT_SP_DOWN_K=16, for
- * comparisons: the same sums; their indices and h staged in shared memory
- * for the block, then their words and scales, all requested before the
- * sums). */
+ * its survivors SPK at a time (their indices and h staged in shared
+ * memory for the block, then their words and scales, all requested
+ * before the sums; 16 at a time measured 26% slower than 8 on an H100,
+ * 2026-12-07). */
 #define SPD_COLS 256
+#define SPK 8
 
-template <int SPK>
 __global__ void __launch_bounds__(32 * SPD) k_sp_down(float *y, const float *h, const int32_t *idx,
                                                       const int32_t *cnt, const uint8_t *dq, const float *dso,
                                                       int64_t inter, int64_t d, int lg)
@@ -343,19 +303,11 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 	}
 }
 
-/* sp_pair: whether k_sp_up sums by sp_dot (VERDICT_SP_DOTS=0: by
- * q4_sums, for comparisons: the same bits); sp_up_blocks: its blocks a
- * token when there are 64 tokens or more (VERDICT_SP_UP_BLOCKS, default 8:
+/* sp_up_blocks: k_sp_up's blocks a token when there are 64 tokens or more (VERDICT_SP_UP_BLOCKS, default 8:
  * each block stages x once for more survivors). Measured on an H100,
  * 2026-12-07 (ncu, a 521-token prefill, k_sp_up over its 20 calls):
  * 1,797 us at 8 blocks, 2,149 at 16, 2,209 at 32 (1,971 with q4_sums at
  * 32); two survivors a warp at once, 1,842 at 8 blocks. */
-static bool sp_pair()
-{
-	static const bool on = !env_is("VERDICT_SP_DOTS", "0");
-	return on;
-}
-
 static int64_t sp_up_blocks()
 {
 	static const int64_t b = [] {
@@ -364,14 +316,6 @@ static int64_t sp_up_blocks()
 		return (int64_t)(v >= 1 && v <= 1024 ? v : 8);
 	}();
 	return b;
-}
-
-/* sp_down_k: the survivors a warp of k_sp_down loads at once (8;
- * VERDICT_SP_DOWN_K=16, for comparisons). */
-static int sp_down_k()
-{
-	static const int k = env_is("VERDICT_SP_DOWN_K", "16") ? 16 : 8;
-	return k;
 }
 
 void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
@@ -396,7 +340,7 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? sp_up_blocks() : 128;
 	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
 	size_t xs = (size_t)(d + d / 32) * sizeof(float);
-	auto up_k = sp_pair() ? k_sp_up<true> : k_sp_up<false>;
+	auto up_k = k_sp_up;
 	if (xs > 48 * 1024 && (xs > (size_t)st_of(s->b)->smem_optin ||
 	                       cudaFuncSetAttribute(up_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
 	                           cudaSuccess)) {
@@ -408,8 +352,7 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
-	auto down_k = sp_down_k() == 16 ? k_sp_down<16> : k_sp_down<8>;
-	launch(s, down_k, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
+	launch(s, k_sp_down, dg, 32 * SPD, 0, (float *)y.data, (const float *)h.data, (const int32_t *)idx.data, cnt,
 	       (const uint8_t *)dt.data, (const float *)dt.aux, inter, d, lg2(dt.group));
 	launched(s);
 }
