@@ -303,9 +303,10 @@ __global__ void k_sparse_gelu_mul(float *g, const float *u, int64_t dim, float z
 	}
 }
 
-/* sp_up_blocks: k_sp_up's blocks a token when there are 64 tokens or more (VERDICT_SP_UP_BLOCKS, default 8:
- * each block stages x once for more survivors). Measured on an H100,
- * 2026-12-07 (ncu, a 521-token prefill, k_sp_up over its 20 calls):
+/* sp_up_blocks: k_sp_up's blocks a token when there are 64 tokens or
+ * more (VERDICT_SP_UP_BLOCKS, default 8: each block stages x once for more
+ * survivors). Measured on an H100, 2026-12-07 (ncu, a 521-token prefill,
+ * k_sp_up over its 20 calls):
  * 1,797 us at 8 blocks, 2,149 at 16, 2,209 at 32 (1,971 with q4_sums at
  * 32); two survivors a warp at once, 1,842 at 8 blocks. */
 static int64_t sp_up_blocks()
@@ -340,15 +341,14 @@ void c_sparse_mlp(vd_stream *s, vd_tensor y, vd_tensor g, vd_tensor h,
 	int64_t gx = (inter + LW - 1) / LW, gmax = n >= 64 ? sp_up_blocks() : 128;
 	dim3 ug((unsigned)(gx < gmax ? gx : gmax), (unsigned)n);
 	size_t xs = (size_t)(d + d / 32) * sizeof(float);
-	auto up_k = k_sp_up;
 	if (xs > 48 * 1024 && (xs > (size_t)st_of(s->b)->smem_optin ||
-	                       cudaFuncSetAttribute(up_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
+	                       cudaFuncSetAttribute(k_sp_up, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs) !=
 	                           cudaSuccess)) {
 		cudaGetLastError();
 		fail(s, VDC_ESHAPE); /* a row of x past shared memory */
 		return;
 	}
-	launch(s, up_k, ug, 32 * LW, xs, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
+	launch(s, k_sp_up, ug, 32 * LW, xs, (float *)h.data, (const float *)g.data, (const int32_t *)idx.data, cnt,
 	                                   (const float *)x.data, up.data, (const float *)up.aux, inter, d, lg);
 	launched(s);
 	dim3 dg(blocks_for(d, SPD_COLS), (unsigned)n);
