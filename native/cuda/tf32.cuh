@@ -69,6 +69,17 @@ static __device__ __forceinline__ void mma3(float *d, const uint32_t *ah, const 
 	for (int i = 0; i < 4; i++)
 		d[i] += p[i];
 }
+
+/* mma3_chain: d += a·b in three parts by the tensor cores alone (d a
+ * short chain's sum from 0, added to the output later by the float
+ * cores). */
+static __device__ __forceinline__ void mma3_chain(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh,
+                                                  const uint32_t *bl)
+{
+	mma(d, al, bh);
+	mma(d, ah, bl);
+	mma(d, ah, bh);
+}
 #else
 /* The emulation's mma3: the warp's fragments of the three mma's through
  * memory in one exchange (blocks run one at a time; two slots by turns,
@@ -100,6 +111,12 @@ static inline void mma3(float *d, const uint32_t *ah, const uint32_t *al, const 
 				acc += A(pa[u], k) * B(pb[u], k);
 		d[i] += acc;
 	}
+}
+
+/* The emulation's mma3_chain: mma3 (its step summed in float, then added). */
+static inline void mma3_chain(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh, const uint32_t *bl)
+{
+	mma3(d, ah, al, bh, bl);
 }
 #endif
 

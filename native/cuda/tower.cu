@@ -25,7 +25,11 @@
  *   - norm_act: a warp per row (lane-strided sum of squares, the warp's
  *     shuffle tree), then the CPU's per-element arithmetic with the shared
  *     GELU of device_math.cuh;
- *   - mqa: a block per 32 (query, head) rows; pass 1 the rows' scores, kept
+ *   - mqa: on the tensor cores by default where d and the keys are
+ *     multiples of 4 (mqa_mma: the scores and the products with v by
+ *     tower_mma.cu's product, the weights by a warp a row; float32's
+ *     accuracy, not the CPU's bits); else, or with VERDICT_TOWER_MMA=0 or
+ *     VERDICT_MQA_MMA=0, a block per 32 (query, head) rows; pass 1 the rows' scores, kept
  *     in shared memory, and their largest, pass 2 their exponentials (terms
  *     under e^-60 dropped, as the CPU), pass 3 the sum in key order and the
  *     products with v in the CPU's K blocking, then the division (k_mqa_s;
@@ -902,6 +906,92 @@ __global__ void __launch_bounds__(256) k_mqa_s(float *__restrict__ out, const fl
 	}
 }
 
+/* k_mqa_softmax: a warp per row of S (rows of nk scores, stride nk):
+ * the row's largest score (unscaled, as k_mqa), the exponentials of
+ * score·scale − largest·scale (terms under e^-60 dropped), their sum in the
+ * warp's fixed tree, and each exponential times the sum's reciprocal in
+ * place: the weights of the tensor cores' product with v. */
+__global__ void __launch_bounds__(256) k_mqa_softmax(float *__restrict__ S, int64_t rows, int nk, float scale)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+	if (r >= rows)
+		return;
+	float *row = S + r * nk;
+	float mx = -INFINITY;
+	for (int j = lane; j < nk; j += 32)
+		mx = row[j] > mx ? row[j] : mx;
+	for (int o = 16; o > 0; o >>= 1) {
+		float other = __shfl_xor_sync(0xffffffffu, mx, o);
+		mx = other > mx ? other : mx;
+	}
+	const float ms = mx * scale;
+	float sum = 0.0f;
+	for (int j = lane; j < nk; j += 32) {
+		float t = fmaf(row[j], scale, -ms);
+		float e = t >= -60.0f ? d_exp(t) : 0.0f;
+		row[j] = e;
+		sum += e;
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		sum += __shfl_xor_sync(0xffffffffu, sum, o);
+	const float inv = 1.0f / sum;
+	for (int j = lane; j < nk; j += 32)
+		row[j] *= inv;
+}
+
+/* MQA_CHUNK: the bytes of S a chunk of the tensor cores' mqa (rows a
+ * multiple of 128, at least 128), in the stream's scratch. */
+#define MQA_CHUNK ((size_t)48 << 20)
+
+/* mqa_mma: mqa on the tensor cores (tower.cu's products, three TF32
+ * parts: float32's accuracy, not the CPU's bits), by chunks of rows: the
+ * scores S = q·kᵀ (mma_gemm, k by rows), their weights in place
+ * (k_mqa_softmax), then out = S·v (v transposed once into the scratch
+ * beside S). A row's result depends on its own q alone. Returns 0, a
+ * launch's error, or MQA_NO_SCRATCH before any launch when the scratch
+ * cannot be had (the float cores' kernels then take the call). */
+#define MQA_NO_SCRATCH (-1)
+static int mqa_mma(const tow_ctx *c, float *out, const float *q, const float *k, const float *v, int64_t rows,
+                   int64_t nk, int64_t d, float scale)
+{
+	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
+	int64_t chunk = (int64_t)(MQA_CHUNK / ((size_t)nk * sizeof(float))) / 128 * 128;
+	if (chunk < 128)
+		chunk = 128;
+	if (chunk > rows)
+		chunk = rows;
+	float *S = (float *)c->scratch(c->owner, ((size_t)chunk * nk + (size_t)d * nk) * sizeof(float));
+	if (!S)
+		return MQA_NO_SCRATCH;
+	float *vt = S + chunk * nk;
+	k_transpose<<<dim3((unsigned)((d + 31) / 32), (unsigned)((nk + 31) / 32)), dim3(32, 8), 0, c->st>>>(vt, v, nk,
+	                                                                                                   d);
+	if (int e = launched())
+		return e;
+	for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+		if (int e = mma_gemm(c->st, sms, 0, true, false, S, nk, q + r0 * d, d, k, nullptr, n, nk, d, nullptr))
+			return e;
+		k_mqa_softmax<<<(unsigned)((n + 7) / 8), 256, 0, c->st>>>(S, n, (int)nk, scale);
+		if (int e = launched())
+			return e;
+		if (int e = mma_gemm(c->st, sms, 0, true, false, out + r0 * d, d, S, nk, vt, nullptr, n, d, nk, nullptr))
+			return e;
+	}
+	return 0;
+}
+
+/* mqa_mma_on: mqa on the tensor cores where the shapes allow (d and the
+ * keys multiples of 4, q, k and v 16-byte aligned), unless
+ * VERDICT_TOWER_MMA=0 or VERDICT_MQA_MMA=0 (the float cores' kernels
+ * below), read at each call. */
+static bool mqa_mma_on(const float *q, const float *k, const float *v, int64_t nk, int64_t d)
+{
+	return tower_mma() && !env_is("VERDICT_MQA_MMA", "0") && d % 4 == 0 && nk % 4 == 0 &&
+	       (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
+}
+
 /* mqa_s_on: k_mqa_s unless VERDICT_MQA_S=0 (k_mqa, for comparisons). */
 static bool mqa_s_on()
 {
@@ -921,6 +1011,12 @@ int tow_mqa(const tow_ctx *c, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor
 	unsigned gr = grid1(rows, MQ_R);
 	if (!gr)
 		return TOW_ESHAPE;
+	const float *qd = (const float *)q.data, *kd = (const float *)k.data, *vd = (const float *)v.data;
+	if (mqa_mma_on(qd, kd, vd, nk, d)) {
+		int e = mqa_mma(c, (float *)out.data, qd, kd, vd, rows, nk, d, scale);
+		if (e != MQA_NO_SCRATCH)
+			return e;
+	}
 	/* k_mqa_s where the scores fit in shared memory, else k_mqa */
 	static const int optin = dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
 	size_t smem = mqa_s_smem(nk, d);

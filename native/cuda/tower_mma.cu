@@ -20,6 +20,7 @@
 #include "tower_mma.h"
 
 #include "cp_async.cuh"
+#include "env.h"
 #include "tf32.cuh"
 
 #include <cuda_runtime.h>
@@ -44,8 +45,8 @@ template <int BM, int BN, bool BP> struct shape {
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
-template <int BM, int BN, bool CONV, bool VA, bool BP>
-__global__ void __launch_bounds__(256, 2) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
+template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS>
+__global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                              int64_t ldx, const float *__restrict__ b,
                                              const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                              conv_geom g)
@@ -138,6 +139,16 @@ __global__ void __launch_bounds__(256, 2) k_mma(float *__restrict__ y, int64_t l
 			load(nx, (int)(nx % STAGES));
 		cp_commit();
 		const float *as = As + (int)(s % STAGES) * S::ASZ, *bs = Bs + (int)(s % STAGES) * S::BSZ;
+		float pc[CS ? MT : 1][CS ? NT : 1][4];
+		if constexpr (CS) {
+#pragma unroll
+			for (int a = 0; a < MT; a++)
+#pragma unroll
+				for (int c = 0; c < NT; c++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						pc[a][c][e] = 0.0f;
+		}
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 8) {
 			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
@@ -158,7 +169,19 @@ __global__ void __launch_bounds__(256, 2) k_mma(float *__restrict__ y, int64_t l
 			for (int a = 0; a < MT; a++)
 #pragma unroll
 				for (int c = 0; c < NT; c++)
-					tf32::mma3(acc[a][c], ah[a], al[a], bh[c], bl[c]);
+					if constexpr (CS)
+						tf32::mma3_chain(pc[a][c], ah[a], al[a], bh[c], bl[c]);
+					else
+						tf32::mma3(acc[a][c], ah[a], al[a], bh[c], bl[c]);
+		}
+		if constexpr (CS) {
+#pragma unroll
+			for (int a = 0; a < MT; a++)
+#pragma unroll
+				for (int c = 0; c < NT; c++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						acc[a][c][e] += pc[a][c][e];
 		}
 	}
 	cp_wait<0>();
@@ -186,11 +209,11 @@ __global__ void __launch_bounds__(256, 2) k_mma(float *__restrict__ y, int64_t l
 
 /* resident: the blocks of k_mma<...> a multiprocessor holds (at least
  * 1), asked once; its shared memory allowed first. */
-template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
+template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS> int resident()
 {
 	static const int r = [] {
 		constexpr size_t smem = shape<BM, BN, BP>::smem;
-		auto kern = k_mma<BM, BN, CONV, VA, BP>;
+		auto kern = k_mma<BM, BN, CONV, VA, BP, MB, CS>;
 		int n = 0;
 		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
 		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
@@ -200,12 +223,12 @@ template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
 	return r;
 }
 
-template <int BM, int BN, bool CONV, bool VA, bool BP>
+template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	constexpr size_t smem = shape<BM, BN, BP>::smem;
-	auto kern = k_mma<BM, BN, CONV, VA, BP>;
+	auto kern = k_mma<BM, BN, CONV, VA, BP, MB, CS>;
 	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
 		return e;
 	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
@@ -219,10 +242,11 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
  * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
  * that fills a last wave by a tenth pays a whole wave (144 blocks of
  * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
-template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
+template <bool CONV, bool VA, bool BP, int MB, bool CS> int pick(int sms, int64_t m, int64_t n)
 {
-	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP>(),
-	                                             resident<128, 64, CONV, VA, BP>(), resident<64, 64, CONV, VA, BP>()};
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, MB, CS>(),
+	                                             resident<128, 64, CONV, VA, BP, MB, CS>(),
+	                                             resident<64, 64, CONV, VA, BP, MB, CS>()};
 	const double dear[3] = {1.0, 1.15, 1.3};
 	int best = 44;
 	double least = 0;
@@ -236,17 +260,35 @@ template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
 	return best;
 }
 
-template <bool CONV, bool VA, bool BP>
+template <bool CONV, bool VA, bool BP, int MB, bool CS>
 cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	if (tile != 88 && tile != 84 && tile != 44)
-		tile = pick<CONV, VA, BP>(sms, m, n);
+		tile = pick<CONV, VA, BP, MB, CS>(sms, m, n);
 	if (tile == 88)
-		return launch<128, 128, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 128, CONV, VA, BP, MB, CS>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
-		return launch<128, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return launch<64, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 64, CONV, VA, BP, MB, CS>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP, MB, CS>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+}
+
+/* variant: VERDICT_TOWER_MMA_BLOCKS=1 (one block a multiprocessor, 255
+ * registers a thread) and VERDICT_TOWER_MMA_CHAIN=stage (each stage's two
+ * k8 steps, six mma's, summed from 0 before the float cores add them),
+ * read at each call. */
+template <bool CONV, bool VA, bool BP>
+cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
+                    const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+{
+	bool one = env_is("VERDICT_TOWER_MMA_BLOCKS", "1"), cs = env_is("VERDICT_TOWER_MMA_CHAIN", "stage");
+	if (one && cs)
+		return by_tile<CONV, VA, BP, 1, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	if (one)
+		return by_tile<CONV, VA, BP, 1, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	if (cs)
+		return by_tile<CONV, VA, BP, 2, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return by_tile<CONV, VA, BP, 2, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
 } // namespace
@@ -258,11 +300,11 @@ int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y
 		return 0;
 	conv_geom cg = g ? *g : conv_geom{};
 	if (!packed) /* w by rows: tower_linear has checked the alignment */
-		return (int)by_tile<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
+		return (int)variant<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
 	bool va = vec && ((uintptr_t)x & 15) == 0 && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
 	if (g)
-		return (int)(va ? by_tile<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-		                : by_tile<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
-	return (int)(va ? by_tile<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-	                : by_tile<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+		return (int)(va ? variant<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+		                : variant<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+	return (int)(va ? variant<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+	                : variant<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
 }
