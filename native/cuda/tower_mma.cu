@@ -5,17 +5,21 @@
  * CPU's bits (tower.cu's float-core product keeps those).
  *
  * A block of 256 threads takes BM×BN outputs (128×128, 128×64 or 64×64),
- * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8; two
- * blocks fit a multiprocessor (registers held to 128 a thread). The
- * operands stream through STAGES shared buffers of BK columns by cp.async
- * (zeros past the edges, the im2col view of an image gathered on the way),
- * STAGES − 1 of them in flight while one is summed. A is kept by rows (BK
- * + 4 floats a row: the fragments' reads fall on 32 distinct banks), B by
- * rows too when it is w [n, k], or k-major (BN + 8 floats a row) when it
- * is packed in panels of 16 rows. Each output takes its k8 steps in column
- * order from 0, each step's three mma's summed from 0 and added to the
- * output by the float cores (tf32::mma3), so its operations depend on k
- * alone: never on the tiling, the stage count or the batch.
+ * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8; one
+ * block a multiprocessor, up to 255 registers a thread (two blocks held
+ * to 128 measured slower on an H100, stop 53). The operands stream
+ * through STAGES shared buffers of BK columns (16; 32 with
+ * VERDICT_TOWER_MMA_BK=32) by cp.async (zeros past the edges, the im2col
+ * view of an image gathered on the way), STAGES − 1 of them in flight while
+ * one is summed. A is kept by rows (BK + 4 floats a row: the fragments'
+ * reads fall on 32 distinct banks), B by rows too when it is w [n, k], or
+ * k-major (BN + 8 floats a row) when it is packed in panels of 16 rows.
+ * Each output takes its stages in column order, a stage's k8 steps (three
+ * mma's each: tf32::mma3_chain) summed from 0 by the tensor cores and
+ * added to the output by the float cores: the tensor cores' sums are
+ * truncated, and the chain's sum stays small (a stage's from 0 is more
+ * accurate than a k8 step's, and faster). An output's operations depend on
+ * k and BK alone: never on the tiling or the batch.
  */
 #include "tower_mma.h"
 
@@ -29,11 +33,11 @@
 
 namespace {
 
-constexpr int BK = 16;     /* columns a stage */
-constexpr int STAGES = 4;  /* buffers: STAGES − 1 stages loading while one is summed */
-constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
+constexpr int STAGES = 4; /* buffers: STAGES − 1 stages loading while one is summed */
 
-template <int BM, int BN, bool BP> struct shape {
+/* shape: a block's BM×BN outputs by stages of BK columns. */
+template <int BM, int BN, bool BP, int BK> struct shape {
+	static constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
 	static constexpr int WM = BM == 128 && BN == 64 ? 4 : 2, WN = 8 / WM; /* the warps' grid */
 	static constexpr int MT = BM / WM / 16, NT = BN / WN / 8;            /* a warp's fragments */
 	static constexpr int ASZ = BM * AP;                                  /* floats of A a stage */
@@ -45,14 +49,14 @@ template <int BM, int BN, bool BP> struct shape {
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS>
-__global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
+template <int BM, int BN, bool CONV, bool VA, bool BP, int BK>
+__global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                              int64_t ldx, const float *__restrict__ b,
                                              const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                              conv_geom g)
 {
-	using S = shape<BM, BN, BP>;
-	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN;
+	using S = shape<BM, BN, BP, BK>;
+	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN, AP = S::AP, QR = BK / 4;
 	constexpr int NA = VA ? BM * BK / 4 / 256 : BM * BK / 256; /* A's copies a thread a stage */
 	constexpr int NB = BN * BK / 4 / 256;                      /* B's (16 bytes each) */
 	extern __shared__ __align__(16) float sm[];
@@ -61,15 +65,15 @@ __global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t 
 	const int wm0 = wid % WM * (BM / WM), wn0 = wid / WM * (BN / WN);
 	const int64_t m0 = (int64_t)blockIdx.x * BM, n0 = (int64_t)blockIdx.y * BN;
 	const int64_t npad = (n + 15) / 16 * 16, nst = (k + BK - 1) / BK;
-	/* This thread's rows of A: VA, row f / 4 at columns 4·(f % 4)..+3;
-	 * else row f / 16 at column f % 16 (f = tid + 256·l). */
+	/* This thread's rows of A: VA, row f / QR at columns 4·(f % QR)..+3;
+	 * else row f / BK at column f % BK (f = tid + 256·l). */
 	int64_t arow[NA];
 	int iy0[NA], ix0[NA];
 	bool aok[NA];
 #pragma unroll
 	for (int l = 0; l < NA; l++) {
 		int f = tid + 256 * l;
-		int64_t i = m0 + (VA ? f >> 2 : f >> 4);
+		int64_t i = m0 + (VA ? f / QR : f / BK);
 		aok[l] = i < m;
 		arow[l] = i;
 		iy0[l] = ix0[l] = 0;
@@ -81,7 +85,7 @@ __global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t 
 		float *as = As + slot * S::ASZ, *bs = Bs + slot * S::BSZ;
 #pragma unroll
 		for (int l = 0; l < NA; l++) {
-			int f = tid + 256 * l, r = VA ? f >> 2 : f >> 4, c = VA ? 4 * (f & 3) : f & 15;
+			int f = tid + 256 * l, r = VA ? f / QR : f / BK, c = VA ? 4 * (f % QR) : f % BK;
 			int64_t p = k0 + c;
 			bool ok = aok[l] && p < k;
 			const float *src = x;
@@ -104,13 +108,13 @@ __global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t 
 #pragma unroll
 		for (int l = 0; l < NB; l++) {
 			int f = tid + 256 * l;
-			if constexpr (BP) { /* panel f / 64, its column k0 + (f % 64) / 4, quarter f % 4 */
-				int q = f >> 6, pr = (f & 63) >> 2, h = f & 3;
+			if constexpr (BP) { /* panel f / 4BK, its column k0 + (f % 4BK) / 4, quarter f % 4 */
+				int q = f / (4 * BK), pr = (f % (4 * BK)) >> 2, h = f & 3;
 				int64_t j = n0 + 16 * q, pp = k0 + pr;
 				bool ok = j < npad && pp < k;
 				cp16(bs + pr * (BN + 8) + 16 * q + 4 * h, ok ? b + (j >> 4) * 16 * k + pp * 16 + 4 * h : b, ok);
-			} else { /* row f / 4, columns 4·(f % 4)..+3 */
-				int r = f >> 2, c = 4 * (f & 3);
+			} else { /* row f / QR, columns 4·(f % QR)..+3 */
+				int r = f / QR, c = 4 * (f % QR);
 				int64_t j = n0 + r, p = k0 + c;
 				bool ok = j < n && p < k;
 				cp16(bs + r * AP + c, ok ? b + j * k + p : b, ok);
@@ -139,16 +143,14 @@ __global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t 
 			load(nx, (int)(nx % STAGES));
 		cp_commit();
 		const float *as = As + (int)(s % STAGES) * S::ASZ, *bs = Bs + (int)(s % STAGES) * S::BSZ;
-		float pc[CS ? MT : 1][CS ? NT : 1][4];
-		if constexpr (CS) {
+		float pc[MT][NT][4]; /* the stage's sums, from 0 */
 #pragma unroll
-			for (int a = 0; a < MT; a++)
+		for (int a = 0; a < MT; a++)
 #pragma unroll
-				for (int c = 0; c < NT; c++)
+			for (int c = 0; c < NT; c++)
 #pragma unroll
-					for (int e = 0; e < 4; e++)
-						pc[a][c][e] = 0.0f;
-		}
+				for (int e = 0; e < 4; e++)
+					pc[a][c][e] = 0.0f;
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 8) {
 			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
@@ -169,20 +171,15 @@ __global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t 
 			for (int a = 0; a < MT; a++)
 #pragma unroll
 				for (int c = 0; c < NT; c++)
-					if constexpr (CS)
-						tf32::mma3_chain(pc[a][c], ah[a], al[a], bh[c], bl[c]);
-					else
-						tf32::mma3(acc[a][c], ah[a], al[a], bh[c], bl[c]);
+					tf32::mma3_chain(pc[a][c], ah[a], al[a], bh[c], bl[c]);
 		}
-		if constexpr (CS) {
 #pragma unroll
-			for (int a = 0; a < MT; a++)
+		for (int a = 0; a < MT; a++)
 #pragma unroll
-				for (int c = 0; c < NT; c++)
+			for (int c = 0; c < NT; c++)
 #pragma unroll
-					for (int e = 0; e < 4; e++)
-						acc[a][c][e] += pc[a][c][e];
-		}
+				for (int e = 0; e < 4; e++)
+					acc[a][c][e] += pc[a][c][e];
 	}
 	cp_wait<0>();
 #pragma unroll
@@ -209,11 +206,11 @@ __global__ void __launch_bounds__(256, MB) k_mma(float *__restrict__ y, int64_t 
 
 /* resident: the blocks of k_mma<...> a multiprocessor holds (at least
  * 1), asked once; its shared memory allowed first. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS> int resident()
+template <int BM, int BN, bool CONV, bool VA, bool BP, int BK> int resident()
 {
 	static const int r = [] {
-		constexpr size_t smem = shape<BM, BN, BP>::smem;
-		auto kern = k_mma<BM, BN, CONV, VA, BP, MB, CS>;
+		constexpr size_t smem = shape<BM, BN, BP, BK>::smem;
+		auto kern = k_mma<BM, BN, CONV, VA, BP, BK>;
 		int n = 0;
 		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
 		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
@@ -223,12 +220,12 @@ template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS> int resi
 	return r;
 }
 
-template <int BM, int BN, bool CONV, bool VA, bool BP, int MB, bool CS>
+template <int BM, int BN, bool CONV, bool VA, bool BP, int BK>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
-	constexpr size_t smem = shape<BM, BN, BP>::smem;
-	auto kern = k_mma<BM, BN, CONV, VA, BP, MB, CS>;
+	constexpr size_t smem = shape<BM, BN, BP, BK>::smem;
+	auto kern = k_mma<BM, BN, CONV, VA, BP, BK>;
 	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
 		return e;
 	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
@@ -242,11 +239,11 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
  * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
  * that fills a last wave by a tenth pays a whole wave (144 blocks of
  * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
-template <bool CONV, bool VA, bool BP, int MB, bool CS> int pick(int sms, int64_t m, int64_t n)
+template <bool CONV, bool VA, bool BP, int BK> int pick(int sms, int64_t m, int64_t n)
 {
-	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, MB, CS>(),
-	                                             resident<128, 64, CONV, VA, BP, MB, CS>(),
-	                                             resident<64, 64, CONV, VA, BP, MB, CS>()};
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, BK>(),
+	                                             resident<128, 64, CONV, VA, BP, BK>(),
+	                                             resident<64, 64, CONV, VA, BP, BK>()};
 	const double dear[3] = {1.0, 1.15, 1.3};
 	int best = 44;
 	double least = 0;
@@ -260,35 +257,28 @@ template <bool CONV, bool VA, bool BP, int MB, bool CS> int pick(int sms, int64_
 	return best;
 }
 
-template <bool CONV, bool VA, bool BP, int MB, bool CS>
+template <bool CONV, bool VA, bool BP, int BK>
 cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	if (tile != 88 && tile != 84 && tile != 44)
-		tile = pick<CONV, VA, BP, MB, CS>(sms, m, n);
+		tile = pick<CONV, VA, BP, BK>(sms, m, n);
 	if (tile == 88)
-		return launch<128, 128, CONV, VA, BP, MB, CS>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 128, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
-		return launch<128, 64, CONV, VA, BP, MB, CS>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return launch<64, 64, CONV, VA, BP, MB, CS>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 64, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
-/* variant: VERDICT_TOWER_MMA_BLOCKS=1 (one block a multiprocessor, 255
- * registers a thread) and VERDICT_TOWER_MMA_CHAIN=stage (each stage's two
- * k8 steps, six mma's, summed from 0 before the float cores add them),
- * read at each call. */
+/* variant: stages of 16 columns, or of 32 with VERDICT_TOWER_MMA_BK=32
+ * (read at each call). */
 template <bool CONV, bool VA, bool BP>
 cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
-	bool one = env_is("VERDICT_TOWER_MMA_BLOCKS", "1"), cs = env_is("VERDICT_TOWER_MMA_CHAIN", "stage");
-	if (one && cs)
-		return by_tile<CONV, VA, BP, 1, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	if (one)
-		return by_tile<CONV, VA, BP, 1, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	if (cs)
-		return by_tile<CONV, VA, BP, 2, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return by_tile<CONV, VA, BP, 2, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	if (env_is("VERDICT_TOWER_MMA_BK", "32"))
+		return by_tile<CONV, VA, BP, 32>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return by_tile<CONV, VA, BP, 16>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
 } // namespace
