@@ -33,10 +33,10 @@
 
 namespace {
 
-constexpr int STAGES = 4; /* buffers: STAGES − 1 stages loading while one is summed */
-
-/* shape: a block's BM×BN outputs by stages of BK columns. */
+/* shape: a block's BM×BN outputs by stages of BK columns, in STAGES
+ * buffers (STAGES − 1 stages loading while one is summed). */
 template <int BM, int BN, bool BP, int BK> struct shape {
+	static constexpr int STAGES = BK == 64 ? 3 : 4;
 	static constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
 	static constexpr int WM = BM == 128 && BN == 64 ? 4 : 2, WN = 8 / WM; /* the warps' grid */
 	static constexpr int MT = BM / WM / 16, NT = BN / WN / 8;            /* a warp's fragments */
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
                                              conv_geom g)
 {
 	using S = shape<BM, BN, BP, BK>;
-	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN, AP = S::AP, QR = BK / 4;
+	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN, AP = S::AP, QR = BK / 4, STAGES = S::STAGES;
 	constexpr int NA = VA ? BM * BK / 4 / 256 : BM * BK / 256; /* A's copies a thread a stage */
 	constexpr int NB = BN * BK / 4 / 256;                      /* B's (16 bytes each) */
 	extern __shared__ __align__(16) float sm[];
@@ -270,15 +270,17 @@ cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, c
 	return launch<64, 64, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
-/* variant: stages of 16 columns, or of 32 with VERDICT_TOWER_MMA_BK=32
+/* variant: stages of 32 columns, or of 16 or 64 with VERDICT_TOWER_MMA_BK
  * (read at each call). */
 template <bool CONV, bool VA, bool BP>
 cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
-	if (env_is("VERDICT_TOWER_MMA_BK", "32"))
-		return by_tile<CONV, VA, BP, 32>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return by_tile<CONV, VA, BP, 16>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	if (env_is("VERDICT_TOWER_MMA_BK", "16"))
+		return by_tile<CONV, VA, BP, 16>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	if (env_is("VERDICT_TOWER_MMA_BK", "64"))
+		return by_tile<CONV, VA, BP, 64>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return by_tile<CONV, VA, BP, 32>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
 } // namespace
