@@ -5,7 +5,7 @@
  * An operand a is split into hi = a rounded to TF32 (10 mantissa bits, to
  * nearest, ties away) and lo = (a − hi) rounded to TF32 (a − hi is exact in
  * float32); a·b is then summed as lo_a·hi_b + hi_a·lo_b + hi_a·hi_b by
- * three m16n8k8 mma's (mma3 below). The term left out, lo·lo,
+ * three m16n8k8 mma's (mma3_chain below). The term left out, lo·lo,
  * and lo's own rounding are about 2^-22 of |a·b|: products of float32
  * accuracy at the tensor cores' rate (a plain TF32 product keeps 2^-11).
  *
@@ -13,7 +13,7 @@
  * (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); B b0 (k t, n g), b1 (k t +
  * 4, n g); C c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1).
  *
- * Off the device (build/cuda-syntax.sh's emulation) mma3 is a warp
+ * Off the device (build/cuda-syntax.sh's emulation) mma3_chain is a warp
  * exchange through memory, each output summing its products in k order in
  * float (a TF32 product is exact in float32); the hardware's order and
  * rounding within an mma are its own, so the emulation checks the
@@ -54,25 +54,12 @@ static __device__ __forceinline__ void mma(float *d, const uint32_t *a, const ui
 #endif
 }
 
-/* mma3: d += a·b in three parts, the small ones first, summed from 0 in
- * the tensor core and then added to d by the float cores: the tensor
- * cores' float32 sums are truncated, and a long chain of them into d
- * drifts (2^-23 a step, 4.5e-5 of the result after 6,144 columns on an
- * H100); one mma chain a k8 step keeps the drift to one step's sum. */
-static __device__ __forceinline__ void mma3(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh,
-                                            const uint32_t *bl)
-{
-	float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	mma(p, al, bh);
-	mma(p, ah, bl);
-	mma(p, ah, bh);
-	for (int i = 0; i < 4; i++)
-		d[i] += p[i];
-}
-
-/* mma3_chain: d += a·b in three parts by the tensor cores alone (d a
- * short chain's sum from 0, added to the output later by the float
- * cores). */
+/* mma3_chain: d += a·b in three parts, the small ones first (lo·hi,
+ * hi·lo, hi·hi), by the tensor cores alone. Their float32 sums are
+ * truncated: a long chain into one d drifts (2^-23 a step, 4.5e-5 of the
+ * result after 6,144 columns on an H100), so the caller keeps d a short
+ * chain's sum from 0 (a stage's) and adds it to the output on the float
+ * cores. */
 static __device__ __forceinline__ void mma3_chain(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh,
                                                   const uint32_t *bl)
 {
@@ -81,12 +68,14 @@ static __device__ __forceinline__ void mma3_chain(float *d, const uint32_t *ah, 
 	mma(d, ah, bh);
 }
 #else
-/* The emulation's mma3: the warp's fragments of the three mma's through
+/* The emulation's mma3_chain: the warp's fragments of the three mma's through
  * memory in one exchange (blocks run one at a time; two slots by turns,
  * so one barrier a call: a slot is written again only after every lane
  * has passed the next call's barrier, its reads done), then each output's
- * three sums of eight products in k order, as the three mma's. */
-static inline void mma3(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh, const uint32_t *bl)
+ * three sums of eight products in k order, added to d in float (the
+ * hardware sums into d itself, truncated). */
+static inline void mma3_chain(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh,
+                              const uint32_t *bl)
 {
 	static uint32_t ex[2][32][32][12];
 	static thread_local unsigned turn;
@@ -113,11 +102,6 @@ static inline void mma3(float *d, const uint32_t *ah, const uint32_t *al, const 
 	}
 }
 
-/* The emulation's mma3_chain: mma3 (its step summed in float, then added). */
-static inline void mma3_chain(float *d, const uint32_t *ah, const uint32_t *al, const uint32_t *bh, const uint32_t *bl)
-{
-	mma3(d, ah, al, bh, bl);
-}
 #endif
 
 } // namespace tf32

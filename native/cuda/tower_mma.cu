@@ -6,25 +6,25 @@
  *
  * A block of 256 threads takes BM×BN outputs (128×128, 128×64 or 64×64),
  * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8; one
- * block a multiprocessor, up to 255 registers a thread (two blocks held
- * to 128 measured slower on an H100, stop 53). The operands stream
- * through STAGES shared buffers of BK columns (16; 32 with
- * VERDICT_TOWER_MMA_BK=32) by cp.async (zeros past the edges, the im2col
- * view of an image gathered on the way), STAGES − 1 of them in flight while
- * one is summed. A is kept by rows (BK + 4 floats a row: the fragments'
- * reads fall on 32 distinct banks), B by rows too when it is w [n, k], or
- * k-major (BN + 8 floats a row) when it is packed in panels of 16 rows.
- * Each output takes its stages in column order, a stage's k8 steps (three
- * mma's each: tf32::mma3_chain) summed from 0 by the tensor cores and
- * added to the output by the float cores: the tensor cores' sums are
- * truncated, and the chain's sum stays small (a stage's from 0 is more
- * accurate than a k8 step's, and faster). An output's operations depend on
- * k and BK alone: never on the tiling or the batch.
+ * block a multiprocessor, up to 255 registers a thread. The operands
+ * stream through STAGES shared buffers of BK columns by cp.async (zeros
+ * past the edges, the im2col view of an image gathered on the way),
+ * STAGES − 1 of them in flight while one is summed. A is kept by rows (BK
+ * + 4 floats a row: the fragments' reads fall on 32 distinct banks), B by
+ * rows too when it is w [n, k], or k-major (BN + 8 floats a row) when it
+ * is packed in panels of 16 rows. Each output takes its stages in column
+ * order, a stage's four k8 steps (three mma's each: tf32::mma3_chain)
+ * summed from 0 by the tensor cores and added to the output by the float
+ * cores: the tensor cores' sums are truncated, and a chain that starts
+ * from 0 each stage stays small. An output's operations depend on k alone:
+ * never on the tiling or the batch. Measured on an H100 (native/cuda/
+ * README.md, stop 53): one block a multiprocessor, stages of 32 columns
+ * and a stage's chain are each faster than two blocks held to 128
+ * registers, stages of 16 and a k8 step's chain, and at least as accurate.
  */
 #include "tower_mma.h"
 
 #include "cp_async.cuh"
-#include "env.h"
 #include "tf32.cuh"
 
 #include <cuda_runtime.h>
@@ -33,11 +33,13 @@
 
 namespace {
 
-/* shape: a block's BM×BN outputs by stages of BK columns, in STAGES
- * buffers (STAGES − 1 stages loading while one is summed). */
-template <int BM, int BN, bool BP, int BK> struct shape {
-	static constexpr int STAGES = BK == 64 ? 3 : 4;
-	static constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
+constexpr int BK = 32;     /* columns a stage */
+constexpr int STAGES = 4;  /* buffers: STAGES − 1 stages loading while one is summed */
+constexpr int AP = BK + 4; /* floats a row of A (and of B by rows) in shared memory */
+constexpr int QR = BK / 4; /* 16-byte copies a row of a stage */
+
+/* shape: a block's BM×BN outputs. */
+template <int BM, int BN, bool BP> struct shape {
 	static constexpr int WM = BM == 128 && BN == 64 ? 4 : 2, WN = 8 / WM; /* the warps' grid */
 	static constexpr int MT = BM / WM / 16, NT = BN / WN / 8;            /* a warp's fragments */
 	static constexpr int ASZ = BM * AP;                                  /* floats of A a stage */
@@ -49,14 +51,14 @@ template <int BM, int BN, bool BP, int BK> struct shape {
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, int BK>
+template <int BM, int BN, bool CONV, bool VA, bool BP>
 __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                              int64_t ldx, const float *__restrict__ b,
                                              const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                              conv_geom g)
 {
-	using S = shape<BM, BN, BP, BK>;
-	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN, AP = S::AP, QR = BK / 4, STAGES = S::STAGES;
+	using S = shape<BM, BN, BP>;
+	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN;
 	constexpr int NA = VA ? BM * BK / 4 / 256 : BM * BK / 256; /* A's copies a thread a stage */
 	constexpr int NB = BN * BK / 4 / 256;                      /* B's (16 bytes each) */
 	extern __shared__ __align__(16) float sm[];
@@ -206,11 +208,11 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
 
 /* resident: the blocks of k_mma<...> a multiprocessor holds (at least
  * 1), asked once; its shared memory allowed first. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, int BK> int resident()
+template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
 {
 	static const int r = [] {
-		constexpr size_t smem = shape<BM, BN, BP, BK>::smem;
-		auto kern = k_mma<BM, BN, CONV, VA, BP, BK>;
+		constexpr size_t smem = shape<BM, BN, BP>::smem;
+		auto kern = k_mma<BM, BN, CONV, VA, BP>;
 		int n = 0;
 		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
 		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
@@ -220,12 +222,12 @@ template <int BM, int BN, bool CONV, bool VA, bool BP, int BK> int resident()
 	return r;
 }
 
-template <int BM, int BN, bool CONV, bool VA, bool BP, int BK>
+template <int BM, int BN, bool CONV, bool VA, bool BP>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
-	constexpr size_t smem = shape<BM, BN, BP, BK>::smem;
-	auto kern = k_mma<BM, BN, CONV, VA, BP, BK>;
+	constexpr size_t smem = shape<BM, BN, BP>::smem;
+	auto kern = k_mma<BM, BN, CONV, VA, BP>;
 	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
 		return e;
 	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
@@ -239,11 +241,11 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
  * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
  * that fills a last wave by a tenth pays a whole wave (144 blocks of
  * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
-template <bool CONV, bool VA, bool BP, int BK> int pick(int sms, int64_t m, int64_t n)
+template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
 {
-	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, BK>(),
-	                                             resident<128, 64, CONV, VA, BP, BK>(),
-	                                             resident<64, 64, CONV, VA, BP, BK>()};
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP>(),
+	                                             resident<128, 64, CONV, VA, BP>(),
+	                                             resident<64, 64, CONV, VA, BP>()};
 	const double dear[3] = {1.0, 1.15, 1.3};
 	int best = 44;
 	double least = 0;
@@ -257,30 +259,17 @@ template <bool CONV, bool VA, bool BP, int BK> int pick(int sms, int64_t m, int6
 	return best;
 }
 
-template <bool CONV, bool VA, bool BP, int BK>
+template <bool CONV, bool VA, bool BP>
 cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	if (tile != 88 && tile != 84 && tile != 44)
-		tile = pick<CONV, VA, BP, BK>(sms, m, n);
+		tile = pick<CONV, VA, BP>(sms, m, n);
 	if (tile == 88)
-		return launch<128, 128, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 128, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
-		return launch<128, 64, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return launch<64, 64, CONV, VA, BP, BK>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-}
-
-/* variant: stages of 32 columns, or of 16 or 64 with VERDICT_TOWER_MMA_BK
- * (read at each call). */
-template <bool CONV, bool VA, bool BP>
-cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
-                    const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
-{
-	if (env_is("VERDICT_TOWER_MMA_BK", "16"))
-		return by_tile<CONV, VA, BP, 16>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	if (env_is("VERDICT_TOWER_MMA_BK", "64"))
-		return by_tile<CONV, VA, BP, 64>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return by_tile<CONV, VA, BP, 32>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
 } // namespace
@@ -292,11 +281,11 @@ int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y
 		return 0;
 	conv_geom cg = g ? *g : conv_geom{};
 	if (!packed) /* w by rows: tower_linear has checked the alignment */
-		return (int)variant<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
+		return (int)by_tile<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
 	bool va = vec && ((uintptr_t)x & 15) == 0 && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
 	if (g)
-		return (int)(va ? variant<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-		                : variant<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
-	return (int)(va ? variant<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-	                : variant<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+		return (int)(va ? by_tile<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+		                : by_tile<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+	return (int)(va ? by_tile<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+	                : by_tile<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
 }
