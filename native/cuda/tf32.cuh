@@ -67,7 +67,34 @@ static __device__ __forceinline__ void mma3_chain(float *d, const uint32_t *ah, 
 	mma(d, ah, bl);
 	mma(d, ah, bh);
 }
+
+/* ldm4: four 8×4-float matrices from shared memory by ldmatrix (b16
+ * matrices of 8×8 are 8×4 floats): lane L gives the address of row L % 8
+ * of matrix L / 8 (16 bytes, 16-byte aligned) and gets, of each matrix j,
+ * the float of row L / 4 at column L % 4 in r[j]: an A fragment of
+ * mma.m16n8k8 (matrices at rows 0 and 8, columns 0 and 4), or two B
+ * fragments of w by rows. */
+static __device__ __forceinline__ void ldm4(uint32_t *r, const float *p)
+{
+#if defined(__CUDA_ARCH__)
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(a));
+#endif
+}
 #else
+/* The emulation's ldm4: each matrix's row addresses by the warp's
+ * shuffles, then the lane's float of each. */
+static inline void ldm4(uint32_t *r, const float *p)
+{
+	unsigned L = threadIdx.x & 31;
+	for (int j = 0; j < 4; j++) {
+		const float *row = __shfl_sync(0xffffffffu, p, 8 * j + (int)(L >> 2));
+		r[j] = __float_as_uint(row[L & 3]);
+	}
+}
+
 /* The emulation's mma3_chain: the warp's fragments of the three mma's through
  * memory in one exchange (blocks run one at a time; two slots by turns,
  * so one barrier a call: a slot is written again only after every lane

@@ -25,6 +25,7 @@
 #include "tower_mma.h"
 
 #include "cp_async.cuh"
+#include "env.h"
 #include "tf32.cuh"
 
 #include <cuda_runtime.h>
@@ -51,7 +52,7 @@ template <int BM, int BN, bool BP> struct shape {
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
-template <int BM, int BN, bool CONV, bool VA, bool BP>
+template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM>
 __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                              int64_t ldx, const float *__restrict__ b,
                                              const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
@@ -156,19 +157,41 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 8) {
 			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
+			if constexpr (LDM) { /* A's fragments by ldmatrix: rows +8 for lanes 8-15, 24-31; columns +4 from lane 16 */
 #pragma unroll
-			for (int a = 0; a < MT; a++)
+				for (int a = 0; a < MT; a++) {
+					uint32_t r[4];
+					tf32::ldm4(r, as + (wm0 + 16 * a + (lane & 7) + 8 * ((lane >> 3) & 1)) * AP + kk + 4 * (lane >> 4));
 #pragma unroll
-				for (int e = 0; e < 4; e++)
-					tf32::split(as[(wm0 + 16 * a + g8 + 8 * (e & 1)) * AP + kk + t4 + 4 * (e >> 1)], ah[a][e],
-					            al[a][e]);
-#pragma unroll
-			for (int c = 0; c < NT; c++)
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					int j = wn0 + 8 * c + g8, p = kk + t4 + 4 * e;
-					tf32::split(BP ? bs[p * (BN + 8) + j] : bs[j * AP + p], bh[c][e], bl[c][e]);
+					for (int e = 0; e < 4; e++)
+						tf32::split(__uint_as_float(r[e]), ah[a][e], al[a][e]);
 				}
+			} else {
+#pragma unroll
+				for (int a = 0; a < MT; a++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						tf32::split(as[(wm0 + 16 * a + g8 + 8 * (e & 1)) * AP + kk + t4 + 4 * (e >> 1)], ah[a][e],
+						            al[a][e]);
+			}
+			if constexpr (LDM && !BP) { /* two fragments of w by rows an ldmatrix: c + 1 from lane 16, columns +4 for lanes 8-15, 24-31 */
+#pragma unroll
+				for (int c = 0; c < NT; c += 2) {
+					uint32_t r[4];
+					tf32::ldm4(r, bs + (wn0 + 8 * (c + (lane >> 4)) + (lane & 7)) * AP + kk + 4 * ((lane >> 3) & 1));
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						tf32::split(__uint_as_float(r[e]), bh[c + (e >> 1)][e & 1], bl[c + (e >> 1)][e & 1]);
+				}
+			} else {
+#pragma unroll
+				for (int c = 0; c < NT; c++)
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						int j = wn0 + 8 * c + g8, p = kk + t4 + 4 * e;
+						tf32::split(BP ? bs[p * (BN + 8) + j] : bs[j * AP + p], bh[c][e], bl[c][e]);
+					}
+			}
 #pragma unroll
 			for (int a = 0; a < MT; a++)
 #pragma unroll
@@ -208,11 +231,11 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
 
 /* resident: the blocks of k_mma<...> a multiprocessor holds (at least
  * 1), asked once; its shared memory allowed first. */
-template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
+template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM> int resident()
 {
 	static const int r = [] {
 		constexpr size_t smem = shape<BM, BN, BP>::smem;
-		auto kern = k_mma<BM, BN, CONV, VA, BP>;
+		auto kern = k_mma<BM, BN, CONV, VA, BP, LDM>;
 		int n = 0;
 		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
 		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
@@ -222,12 +245,12 @@ template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
 	return r;
 }
 
-template <int BM, int BN, bool CONV, bool VA, bool BP>
+template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	constexpr size_t smem = shape<BM, BN, BP>::smem;
-	auto kern = k_mma<BM, BN, CONV, VA, BP>;
+	auto kern = k_mma<BM, BN, CONV, VA, BP, LDM>;
 	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
 		return e;
 	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
@@ -241,11 +264,11 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
  * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
  * that fills a last wave by a tenth pays a whole wave (144 blocks of
  * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
-template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
+template <bool CONV, bool VA, bool BP, bool LDM> int pick(int sms, int64_t m, int64_t n)
 {
-	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP>(),
-	                                             resident<128, 64, CONV, VA, BP>(),
-	                                             resident<64, 64, CONV, VA, BP>()};
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, LDM>(),
+	                                             resident<128, 64, CONV, VA, BP, LDM>(),
+	                                             resident<64, 64, CONV, VA, BP, LDM>()};
 	const double dear[3] = {1.0, 1.15, 1.3};
 	int best = 44;
 	double least = 0;
@@ -259,17 +282,28 @@ template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
 	return best;
 }
 
-template <bool CONV, bool VA, bool BP>
+template <bool CONV, bool VA, bool BP, bool LDM>
 cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	if (tile != 88 && tile != 84 && tile != 44)
-		tile = pick<CONV, VA, BP>(sms, m, n);
+		tile = pick<CONV, VA, BP, LDM>(sms, m, n);
 	if (tile == 88)
-		return launch<128, 128, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 128, CONV, VA, BP, LDM>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
-		return launch<128, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return launch<64, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 64, CONV, VA, BP, LDM>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP, LDM>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+}
+
+/* variant: the fragments by ldmatrix with VERDICT_TOWER_MMA_LDM=1 (read at
+ * each call). */
+template <bool CONV, bool VA, bool BP>
+cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
+                    const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
+{
+	if (env_is("VERDICT_TOWER_MMA_LDM", "1"))
+		return by_tile<CONV, VA, BP, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return by_tile<CONV, VA, BP, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
 } // namespace
@@ -281,11 +315,11 @@ int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y
 		return 0;
 	conv_geom cg = g ? *g : conv_geom{};
 	if (!packed) /* w by rows: tower_linear has checked the alignment */
-		return (int)by_tile<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
+		return (int)variant<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
 	bool va = vec && ((uintptr_t)x & 15) == 0 && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
 	if (g)
-		return (int)(va ? by_tile<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-		                : by_tile<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
-	return (int)(va ? by_tile<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-	                : by_tile<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+		return (int)(va ? variant<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+		                : variant<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+	return (int)(va ? variant<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+	                : variant<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
 }
