@@ -52,8 +52,8 @@ template <int BM, int BN, bool BP> struct shape {
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM>
-__global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
+template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO>
+__global__ void __launch_bounds__(256, TWO && !(BM == 128 && BN == 128) ? 2 : 1) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
                                              int64_t ldx, const float *__restrict__ b,
                                              const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
                                              conv_geom g)
@@ -157,24 +157,16 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 8) {
 			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
-			if constexpr (LDM) { /* A's fragments by ldmatrix: rows +8 for lanes 8-15, 24-31; columns +4 from lane 16 */
+			/* A's fragments by ldmatrix: rows +8 for lanes 8-15 and 24-31, columns +4 from lane 16 */
 #pragma unroll
-				for (int a = 0; a < MT; a++) {
-					uint32_t r[4];
-					tf32::ldm4(r, as + (wm0 + 16 * a + (lane & 7) + 8 * ((lane >> 3) & 1)) * AP + kk + 4 * (lane >> 4));
+			for (int a = 0; a < MT; a++) {
+				uint32_t r[4];
+				tf32::ldm4(r, as + (wm0 + 16 * a + (lane & 7) + 8 * ((lane >> 3) & 1)) * AP + kk + 4 * (lane >> 4));
 #pragma unroll
-					for (int e = 0; e < 4; e++)
-						tf32::split(__uint_as_float(r[e]), ah[a][e], al[a][e]);
-				}
-			} else {
-#pragma unroll
-				for (int a = 0; a < MT; a++)
-#pragma unroll
-					for (int e = 0; e < 4; e++)
-						tf32::split(as[(wm0 + 16 * a + g8 + 8 * (e & 1)) * AP + kk + t4 + 4 * (e >> 1)], ah[a][e],
-						            al[a][e]);
+				for (int e = 0; e < 4; e++)
+					tf32::split(__uint_as_float(r[e]), ah[a][e], al[a][e]);
 			}
-			if constexpr (LDM && !BP) { /* two fragments of w by rows an ldmatrix: c + 1 from lane 16, columns +4 for lanes 8-15, 24-31 */
+			if constexpr (!BP) { /* w by rows, two fragments an ldmatrix: c + 1 from lane 16, columns +4 for lanes 8-15 and 24-31 */
 #pragma unroll
 				for (int c = 0; c < NT; c += 2) {
 					uint32_t r[4];
@@ -187,10 +179,8 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
 #pragma unroll
 				for (int c = 0; c < NT; c++)
 #pragma unroll
-					for (int e = 0; e < 2; e++) {
-						int j = wn0 + 8 * c + g8, p = kk + t4 + 4 * e;
-						tf32::split(BP ? bs[p * (BN + 8) + j] : bs[j * AP + p], bh[c][e], bl[c][e]);
-					}
+					for (int e = 0; e < 2; e++) /* packed: k-major, a float at a time */
+						tf32::split(bs[(kk + t4 + 4 * e) * (BN + 8) + wn0 + 8 * c + g8], bh[c][e], bl[c][e]);
 			}
 #pragma unroll
 			for (int a = 0; a < MT; a++)
@@ -231,11 +221,11 @@ __global__ void __launch_bounds__(256, 1) k_mma(float *__restrict__ y, int64_t l
 
 /* resident: the blocks of k_mma<...> a multiprocessor holds (at least
  * 1), asked once; its shared memory allowed first. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM> int resident()
+template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO> int resident()
 {
 	static const int r = [] {
 		constexpr size_t smem = shape<BM, BN, BP>::smem;
-		auto kern = k_mma<BM, BN, CONV, VA, BP, LDM>;
+		auto kern = k_mma<BM, BN, CONV, VA, BP, TWO>;
 		int n = 0;
 		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
 		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
@@ -245,12 +235,12 @@ template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM> int resident()
 	return r;
 }
 
-template <int BM, int BN, bool CONV, bool VA, bool BP, bool LDM>
+template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	constexpr size_t smem = shape<BM, BN, BP>::smem;
-	auto kern = k_mma<BM, BN, CONV, VA, BP, LDM>;
+	auto kern = k_mma<BM, BN, CONV, VA, BP, TWO>;
 	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
 		return e;
 	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
@@ -264,11 +254,11 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
  * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
  * that fills a last wave by a tenth pays a whole wave (144 blocks of
  * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
-template <bool CONV, bool VA, bool BP, bool LDM> int pick(int sms, int64_t m, int64_t n)
+template <bool CONV, bool VA, bool BP, bool TWO> int pick(int sms, int64_t m, int64_t n)
 {
-	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, LDM>(),
-	                                             resident<128, 64, CONV, VA, BP, LDM>(),
-	                                             resident<64, 64, CONV, VA, BP, LDM>()};
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, TWO>(),
+	                                             resident<128, 64, CONV, VA, BP, TWO>(),
+	                                             resident<64, 64, CONV, VA, BP, TWO>()};
 	const double dear[3] = {1.0, 1.15, 1.3};
 	int best = 44;
 	double least = 0;
@@ -282,26 +272,26 @@ template <bool CONV, bool VA, bool BP, bool LDM> int pick(int sms, int64_t m, in
 	return best;
 }
 
-template <bool CONV, bool VA, bool BP, bool LDM>
+template <bool CONV, bool VA, bool BP, bool TWO>
 cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	if (tile != 88 && tile != 84 && tile != 44)
-		tile = pick<CONV, VA, BP, LDM>(sms, m, n);
+		tile = pick<CONV, VA, BP, TWO>(sms, m, n);
 	if (tile == 88)
-		return launch<128, 128, CONV, VA, BP, LDM>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 128, CONV, VA, BP, TWO>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
-		return launch<128, 64, CONV, VA, BP, LDM>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return launch<64, 64, CONV, VA, BP, LDM>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 64, CONV, VA, BP, TWO>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP, TWO>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
-/* variant: the fragments by ldmatrix with VERDICT_TOWER_MMA_LDM=1 (read at
- * each call). */
+/* variant: with VERDICT_TOWER_MMA_TWO=1 the tiles of 128×64 and 64×64
+ * held to 128 registers, two blocks a multiprocessor (read at each call). */
 template <bool CONV, bool VA, bool BP>
 cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
-	if (env_is("VERDICT_TOWER_MMA_LDM", "1"))
+	if (env_is("VERDICT_TOWER_MMA_TWO", "1"))
 		return by_tile<CONV, VA, BP, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	return by_tile<CONV, VA, BP, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
