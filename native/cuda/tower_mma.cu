@@ -5,27 +5,28 @@
  * CPU's bits (tower.cu's float-core product keeps those).
  *
  * A block of 256 threads takes BM×BN outputs (128×128, 128×64 or 64×64),
- * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8; one
- * block a multiprocessor, up to 255 registers a thread. The operands
- * stream through STAGES shared buffers of BK columns by cp.async (zeros
- * past the edges, the im2col view of an image gathered on the way),
- * STAGES − 1 of them in flight while one is summed. A is kept by rows (BK
- * + 4 floats a row: the fragments' reads fall on 32 distinct banks), B by
- * rows too when it is w [n, k], or k-major (BN + 8 floats a row) when it
- * is packed in panels of 16 rows. Each output takes its stages in column
- * order, a stage's four k8 steps (three mma's each: tf32::mma3_chain)
- * summed from 0 by the tensor cores and added to the output by the float
- * cores: the tensor cores' sums are truncated, and a chain that starts
- * from 0 each stage stays small. An output's operations depend on k alone:
- * never on the tiling or the batch. Measured on an H100 (native/cuda/
- * README.md, stop 53): one block a multiprocessor, stages of 32 columns
- * and a stage's chain are each faster than two blocks held to 128
- * registers, stages of 16 and a k8 step's chain, and at least as accurate.
+ * its eight warps WM × WN of them, a warp MT × NT fragments of 16×8: a
+ * block of 128×128 a multiprocessor (up to 255 registers a thread), two of
+ * the smaller tiles (held to 128). The operands stream through STAGES
+ * shared buffers of BK columns by cp.async (zeros past the edges, the
+ * im2col view of an image gathered on the way), STAGES − 1 of them in
+ * flight while one is summed. A is kept by rows (BK + 4 floats a row: the
+ * fragments' reads fall on 32 distinct banks) and read by ldmatrix, B by
+ * rows too (ldmatrix) when it is w [n, k], or k-major (BN + 8 floats a row,
+ * read a float at a time) when it is packed in panels of 16 rows. Each
+ * output takes its stages in column order, a stage's four k8 steps (three
+ * mma's each: tf32::mma3_chain) summed from 0 by the tensor cores and
+ * added to the output by the float cores: the tensor cores' sums are
+ * truncated, and a chain that starts from 0 each stage stays small. An
+ * output's operations depend on k alone: never on the tiling or the batch.
+ * Each of these choices was measured faster on an H100 (native/cuda/
+ * README.md, stop 53) than two blocks of every tile held to 128 registers,
+ * stages of 16 columns, a k8 step's chain and scalar fragment loads, and a
+ * stage's chain is also the more accurate.
  */
 #include "tower_mma.h"
 
 #include "cp_async.cuh"
-#include "env.h"
 #include "tf32.cuh"
 
 #include <cuda_runtime.h>
@@ -52,11 +53,10 @@ template <int BM, int BN, bool BP> struct shape {
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
  * (row = output pixel, column = (ky·k + kx)·c + channel); BP: B packed. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO>
-__global__ void __launch_bounds__(256, TWO && !(BM == 128 && BN == 128) ? 2 : 1) k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x,
-                                             int64_t ldx, const float *__restrict__ b,
-                                             const float *__restrict__ bias, int64_t m, int64_t n, int64_t k,
-                                             conv_geom g)
+template <int BM, int BN, bool CONV, bool VA, bool BP>
+__global__ void __launch_bounds__(256, BM == 128 && BN == 128 ? 1 : 2)
+	k_mma(float *__restrict__ y, int64_t ldy, const float *__restrict__ x, int64_t ldx, const float *__restrict__ b,
+	      const float *__restrict__ bias, int64_t m, int64_t n, int64_t k, conv_geom g)
 {
 	using S = shape<BM, BN, BP>;
 	constexpr int MT = S::MT, NT = S::NT, WM = S::WM, WN = S::WN;
@@ -221,11 +221,11 @@ __global__ void __launch_bounds__(256, TWO && !(BM == 128 && BN == 128) ? 2 : 1)
 
 /* resident: the blocks of k_mma<...> a multiprocessor holds (at least
  * 1), asked once; its shared memory allowed first. */
-template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO> int resident()
+template <int BM, int BN, bool CONV, bool VA, bool BP> int resident()
 {
 	static const int r = [] {
 		constexpr size_t smem = shape<BM, BN, BP>::smem;
-		auto kern = k_mma<BM, BN, CONV, VA, BP, TWO>;
+		auto kern = k_mma<BM, BN, CONV, VA, BP>;
 		int n = 0;
 		if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
 		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 256, smem) != cudaSuccess || n < 1)
@@ -235,12 +235,12 @@ template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO> int resident()
 	return r;
 }
 
-template <int BM, int BN, bool CONV, bool VA, bool BP, bool TWO>
+template <int BM, int BN, bool CONV, bool VA, bool BP>
 cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx, const float *b,
                    const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	constexpr size_t smem = shape<BM, BN, BP>::smem;
-	auto kern = k_mma<BM, BN, CONV, VA, BP, TWO>;
+	auto kern = k_mma<BM, BN, CONV, VA, BP>;
 	if (cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
 		return e;
 	dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)((n + BN - 1) / BN));
@@ -254,11 +254,11 @@ cudaError_t launch(cudaStream_t st, float *y, int64_t ldy, const float *x, int64
  * dearer (more shared-memory reads a product: 1, 1.15, 1.3). A grid
  * that fills a last wave by a tenth pays a whole wave (144 blocks of
  * 128×128 on 132 multiprocessors: 12 of them alone in the second). */
-template <bool CONV, bool VA, bool BP, bool TWO> int pick(int sms, int64_t m, int64_t n)
+template <bool CONV, bool VA, bool BP> int pick(int sms, int64_t m, int64_t n)
 {
-	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP, TWO>(),
-	                                             resident<128, 64, CONV, VA, BP, TWO>(),
-	                                             resident<64, 64, CONV, VA, BP, TWO>()};
+	const int tiles[3] = {88, 84, 44}, occ[3] = {resident<128, 128, CONV, VA, BP>(),
+	                                             resident<128, 64, CONV, VA, BP>(),
+	                                             resident<64, 64, CONV, VA, BP>()};
 	const double dear[3] = {1.0, 1.15, 1.3};
 	int best = 44;
 	double least = 0;
@@ -272,28 +272,17 @@ template <bool CONV, bool VA, bool BP, bool TWO> int pick(int sms, int64_t m, in
 	return best;
 }
 
-template <bool CONV, bool VA, bool BP, bool TWO>
+template <bool CONV, bool VA, bool BP>
 cudaError_t by_tile(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
                     const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
 {
 	if (tile != 88 && tile != 84 && tile != 44)
-		tile = pick<CONV, VA, BP, TWO>(sms, m, n);
+		tile = pick<CONV, VA, BP>(sms, m, n);
 	if (tile == 88)
-		return launch<128, 128, CONV, VA, BP, TWO>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 128, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 	if (tile == 84)
-		return launch<128, 64, CONV, VA, BP, TWO>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return launch<64, 64, CONV, VA, BP, TWO>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
-}
-
-/* variant: with VERDICT_TOWER_MMA_TWO=1 the tiles of 128×64 and 64×64
- * held to 128 registers, two blocks a multiprocessor (read at each call). */
-template <bool CONV, bool VA, bool BP>
-cudaError_t variant(int tile, int sms, cudaStream_t st, float *y, int64_t ldy, const float *x, int64_t ldx,
-                    const float *b, const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
-{
-	if (env_is("VERDICT_TOWER_MMA_TWO", "1"))
-		return by_tile<CONV, VA, BP, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
-	return by_tile<CONV, VA, BP, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, g);
+		return launch<128, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
+	return launch<64, 64, CONV, VA, BP>(st, y, ldy, x, ldx, b, bias, m, n, k, g);
 }
 
 } // namespace
@@ -305,11 +294,11 @@ int mma_gemm(cudaStream_t st, int sms, int tile, bool vec, bool packed, float *y
 		return 0;
 	conv_geom cg = g ? *g : conv_geom{};
 	if (!packed) /* w by rows: tower_linear has checked the alignment */
-		return (int)variant<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
+		return (int)by_tile<false, true, false>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg);
 	bool va = vec && ((uintptr_t)x & 15) == 0 && (g ? cg.c % 4 == 0 : ldx % 4 == 0 && k % 4 == 0);
 	if (g)
-		return (int)(va ? variant<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-		                : variant<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
-	return (int)(va ? variant<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
-	                : variant<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+		return (int)(va ? by_tile<true, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+		                : by_tile<true, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
+	return (int)(va ? by_tile<false, true, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg)
+	                : by_tile<false, false, true>(tile, sms, st, y, ldy, x, ldx, b, bias, m, n, k, cg));
 }
