@@ -18,7 +18,9 @@
  * tensor cores by default (tower_mma.cu): each tiling must give the
  * default's bits, the float cores (VERDICT_TOWER_MMA=0) the CPU's bits
  * (tower_linear: linear's), and pointwise and tower_linear stay within 8
- * times the CPU's error against float64 ("accuracy" lines).
+ * times the CPU's error against float64 ("accuracy" lines). mqa runs on
+ * the tensor cores too where its shapes allow; its float cores' kernels
+ * (VERDICT_MQA_MMA=0) are checked beside it. -only GROUP runs one group.
  */
 #include "check_common.cuh"
 #include "../cpu/kernels_conv.h"
