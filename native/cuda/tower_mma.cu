@@ -49,6 +49,23 @@ template <int BM, int BN, bool BP> struct shape {
 	static constexpr size_t smem = (size_t)STAGES * (ASZ + BSZ) * sizeof(float);
 };
 
+/* zero, add_into: a warp's MT × NT fragments of sums set to 0; s added to
+ * d (the float cores). */
+template <int MT, int NT> static __device__ __forceinline__ void zero(float (&t)[MT][NT][4])
+{
+#pragma unroll
+	for (int i = 0; i < MT * NT * 4; i++)
+		t[i / (NT * 4)][i / 4 % NT][i % 4] = 0.0f;
+}
+
+template <int MT, int NT>
+static __device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&s)[MT][NT][4])
+{
+#pragma unroll
+	for (int i = 0; i < MT * NT * 4; i++)
+		d[i / (NT * 4)][i / 4 % NT][i % 4] += s[i / (NT * 4)][i / 4 % NT][i % 4];
+}
+
 /* k_mma: the product (tower_mma.h's mma_gemm). VA loads A 16 bytes at a
  * time (x's rows 16-byte aligned with k a multiple of 4, or an image of a
  * multiple of 4 channels); CONV reads A as the im2col view of the image x
@@ -125,13 +142,7 @@ __global__ void __launch_bounds__(256, BM == 128 && BN == 128 ? 1 : 2)
 		}
 	};
 	float acc[MT][NT][4];
-#pragma unroll
-	for (int a = 0; a < MT; a++)
-#pragma unroll
-		for (int c = 0; c < NT; c++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				acc[a][c][e] = 0.0f;
+	zero(acc);
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++) {
 		if (s < nst)
@@ -147,13 +158,7 @@ __global__ void __launch_bounds__(256, BM == 128 && BN == 128 ? 1 : 2)
 		cp_commit();
 		const float *as = As + (int)(s % STAGES) * S::ASZ, *bs = Bs + (int)(s % STAGES) * S::BSZ;
 		float pc[MT][NT][4]; /* the stage's sums, from 0 */
-#pragma unroll
-		for (int a = 0; a < MT; a++)
-#pragma unroll
-			for (int c = 0; c < NT; c++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					pc[a][c][e] = 0.0f;
+		zero(pc);
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 8) {
 			uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
@@ -188,13 +193,7 @@ __global__ void __launch_bounds__(256, BM == 128 && BN == 128 ? 1 : 2)
 				for (int c = 0; c < NT; c++)
 					tf32::mma3_chain(pc[a][c], ah[a], al[a], bh[c], bl[c]);
 		}
-#pragma unroll
-		for (int a = 0; a < MT; a++)
-#pragma unroll
-			for (int c = 0; c < NT; c++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					acc[a][c][e] += pc[a][c][e];
+		add_into(acc, pc);
 	}
 	cp_wait<0>();
 #pragma unroll
