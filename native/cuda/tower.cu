@@ -944,9 +944,9 @@ __global__ void __launch_bounds__(256) k_mqa_softmax(float *__restrict__ S, int6
  * multiple of 128, at least 128), in the stream's scratch. */
 #define MQA_CHUNK ((size_t)48 << 20)
 
-/* mqa_mma: mqa on the tensor cores (tower.cu's products, three TF32
- * parts: float32's accuracy, not the CPU's bits), by chunks of rows: the
- * scores S = q·kᵀ (mma_gemm, k by rows), their weights in place
+/* mqa_mma: mqa on the tensor cores (gemm's product, three TF32 parts:
+ * float32's accuracy, not the CPU's bits), by chunks of rows: the scores
+ * S = q·kᵀ (k by rows), their weights in place
  * (k_mqa_softmax), then out = S·v (v transposed once into the scratch
  * beside S). A row's result depends on its own q alone. Returns 0, a
  * launch's error, or MQA_NO_SCRATCH before any launch when the scratch
@@ -955,7 +955,6 @@ __global__ void __launch_bounds__(256) k_mqa_softmax(float *__restrict__ S, int6
 static int mqa_mma(const tow_ctx *c, float *out, const float *q, const float *k, const float *v, int64_t rows,
                    int64_t nk, int64_t d, float scale)
 {
-	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
 	int64_t chunk = (int64_t)(MQA_CHUNK / ((size_t)nk * sizeof(float))) / 128 * 128;
 	if (chunk < 128)
 		chunk = 128;
@@ -971,12 +970,12 @@ static int mqa_mma(const tow_ctx *c, float *out, const float *q, const float *k,
 		return e;
 	for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
 		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
-		if (int e = mma_gemm(c->st, sms, 0, true, false, S, nk, q + r0 * d, d, k, nullptr, n, nk, d, nullptr))
+		if (int e = gemm(c, true, false, S, nk, q + r0 * d, d, k, nullptr, n, nk, d, nullptr))
 			return e;
 		k_mqa_softmax<<<(unsigned)((n + 7) / 8), 256, 0, c->st>>>(S, n, (int)nk, scale);
 		if (int e = launched())
 			return e;
-		if (int e = mma_gemm(c->st, sms, 0, true, false, out + r0 * d, d, S, nk, vt, nullptr, n, d, nk, nullptr))
+		if (int e = gemm(c, true, false, out + r0 * d, d, S, nk, vt, nullptr, n, d, nk, nullptr))
 			return e;
 	}
 	return 0;
