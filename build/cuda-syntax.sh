@@ -58,7 +58,7 @@ for h in ops_check catalog_check tower_check; do
 	"$CXX" -pthread -o "$tmp/$h" "$tmp/$h.o" "${lib[@]}" "$tmp"/c/*.o -lm
 	echo "linked $h"
 done
-"$CXX" -pthread -o "$tmp/q4_check" "$tmp/q4_check.o" "$tmp/q4_mma.o" "$tmp/q4_gemv.o" -lm
+"$CXX" -pthread -o "$tmp/q4_check" "$tmp/q4_check.o" "$tmp/q4_mma.o" "$tmp/q4_gemv.o" "$tmp/q4_bulk.o" -lm
 echo "linked q4_check"
 case "${1:-}" in
 run)

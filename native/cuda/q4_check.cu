@@ -142,6 +142,87 @@ static int bench()
 	return failures != 0;
 }
 
+/* groups: q4_mma_group's parts by bulk copies = by its own kernels, bit
+ * for bit: a pair (gate and up with the GELU product), and three parts of
+ * one input (a GELU product into mul, one of mul, a plain one), at one
+ * token and at five. */
+static int groups()
+{
+	int failures = 0;
+	std::uniform_real_distribution<float> sc(0.01f, 0.1f), off(-0.8f, 0.0f), xd(-2.0f, 2.0f);
+	auto mat = [&](int64_t rows, int64_t cols, uint8_t **q, float **so) {
+		std::vector<uint8_t> hq((size_t)(rows * cols / 2));
+		for (auto &b : hq)
+			b = (uint8_t)rng();
+		std::vector<float> hs((size_t)(rows * cols / 64 * 2));
+		for (size_t i = 0; i < hs.size(); i += 2)
+			hs[i] = sc(rng), hs[i + 1] = off(rng);
+		*q = dev(hq), *so = dev(hs);
+	};
+	struct G {
+		bool pair;
+		int64_t cols, rows[3];
+	} gs[] = {{true, 512, {40, 0, 0}}, {false, 1024, {40, 24, 16}}};
+	for (G gc : gs)
+		for (int64_t n : {1, 5}) {
+			std::vector<float> x((size_t)(n * gc.cols));
+			for (auto &v : x)
+				v = xd(rng);
+			float *X = dev(x);
+			int np = gc.pair ? 1 : 3;
+			uint8_t *Q[3], *Q2 = nullptr;
+			float *SO[3], *SO2 = nullptr, *Y[3], *M[3];
+			std::vector<float> m0((size_t)(n * 64));
+			for (auto &v : m0)
+				v = xd(rng);
+			for (int i = 0; i < np; i++) {
+				mat(gc.rows[i], gc.cols, &Q[i], &SO[i]);
+				cudaMalloc(&Y[i], (size_t)(n * gc.rows[i]) * sizeof(float));
+				cudaMalloc(&M[i], (size_t)(n * gc.rows[i]) * sizeof(float));
+			}
+			if (gc.pair)
+				mat(gc.rows[0], gc.cols, &Q2, &SO2);
+			size_t sb = 0;
+			void *SC = scratch_for(n, 64, gc.cols, &sb);
+			std::vector<float> out[2];
+			for (int m : {0, 2}) {
+				q4_bulk_set(m);
+				q4_mma_part parts[3];
+				for (int i = 0; i < np; i++) {
+					cudaMemcpy(M[i], m0.data(), (size_t)(n * gc.rows[i]) * sizeof(float), cudaMemcpyHostToDevice);
+					parts[i] = {Y[i], i < 2 ? M[i] : nullptr, Q[i], SO[i], gc.rows[i], 6, i == 0};
+					if (gc.pair)
+						parts[i].q2 = Q2, parts[i].so2 = SO2;
+				}
+				cudaError_t err = cudaSuccess;
+				bool took = q4_mma_group(nullptr, false, parts, np, X, n, gc.cols, SC, sb, &err);
+				cudaDeviceSynchronize();
+				if (!took || err != cudaSuccess) {
+					printf("q4 group: not taken (bulk mode %d) FAIL\n", m);
+					failures++;
+				}
+				for (int i = 0; i < np; i++) {
+					std::vector<float> h((size_t)(n * gc.rows[i]));
+					cudaMemcpy(h.data(), Y[i], h.size() * sizeof(float), cudaMemcpyDeviceToHost);
+					out[m / 2].insert(out[m / 2].end(), h.begin(), h.end());
+					cudaMemcpy(h.data(), M[i], h.size() * sizeof(float), cudaMemcpyDeviceToHost);
+					out[m / 2].insert(out[m / 2].end(), h.begin(), h.end());
+				}
+			}
+			q4_bulk_set(1);
+			bool same = out[0].size() == out[1].size() && memcmp(out[0].data(), out[1].data(), out[0].size() * 4) == 0;
+			printf("q4 group %s n=%lld cols %lld: by bulk copies = by the group kernels, bit for bit %s\n",
+			       gc.pair ? "pair" : "of three", (long long)n, (long long)gc.cols, same ? "ok" : "FAIL");
+			failures += !same;
+			for (int i = 0; i < np; i++)
+				cudaFree(Q[i]), cudaFree(SO[i]), cudaFree(Y[i]), cudaFree(M[i]);
+			if (gc.pair)
+				cudaFree(Q2), cudaFree(SO2);
+			cudaFree(X), cudaFree(SC);
+		}
+	return failures;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
@@ -183,6 +264,7 @@ int main(int argc, char **argv)
 	    {72, 256, 1024, 64, false},  /* many tokens, few rows: split (as k and v in a prefill) */
 	    {47, 200, 1024, 64, true},   /* split, 64 tokens a block (17 of them dead), ids */
 	    {50, 300, 1024, 64, false},  /* split, a partial row block */
+	    {2, 40, 8192, 64, false},    /* 128 chunks, a partial row tile: by bulk copies, 3 units through 2 stages */
 	};
 	q4_mma_set_split_sms(132); /* an H100's: the emulation's one would never split them */
 	int failures = 0;
@@ -289,6 +371,26 @@ int main(int argc, char **argv)
 			       (long long)s.n, (long long)nout, (long long)s.cols, differ1, runs, differ1 ? "FAIL" : "ok");
 			failures += differ1 != 0;
 		}
+		/* the weights by bulk copies (q4_bulk: x in the blocks and by the
+		 * pre-pass) = the other kernels, for products of up to 8 tokens */
+		if (s.n <= 8 && !s.ids) {
+			q4_mma_part p = {nullptr, nullptr, Q, SO, nout, lg, false};
+			q4_bulk_set(2);
+			bool took = q4_bulk_takes(&p, 1, X, s.n, s.cols);
+			std::vector<float> own = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_mma_set_own_max(0);
+			std::vector<float> pre = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_mma_set_own_max(40 << 10);
+			q4_bulk_set(0);
+			std::vector<float> off = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_bulk_set(1);
+			bool same = memcmp(own.data(), off.data(), off.size() * sizeof(float)) == 0 &&
+			            memcmp(pre.data(), off.data(), off.size() * sizeof(float)) == 0;
+			printf("q4 n=%lld %lldx%lld: by bulk copies (%s) = by the other kernels, bit for bit %s\n",
+			       (long long)s.n, (long long)nout, (long long)s.cols, took ? "taken" : "not taken",
+			       same ? "ok" : "FAIL");
+			failures += !same;
+		}
 		/* x quantised in the blocks = by the pre-pass, for products of up to 8 tokens */
 		if (s.n <= 8) {
 			q4_mma_set_own_max(0);
@@ -305,6 +407,7 @@ int main(int argc, char **argv)
 		if (ID)
 			cudaFree(ID);
 	}
+	failures += groups();
 	printf("q4_check: %d failure(s)\n", failures);
 	return failures != 0;
 }

@@ -681,6 +681,8 @@ static int64_t own_max = [] {
 
 void q4_mma_set_own_max(int64_t bytes) { own_max = bytes; }
 
+int64_t q4_mma_own_max() { return own_max; }
+
 void q4_mma_set_split_sms(int sms) { split_sms_set = sms; }
 
 /* prefetch_on: whether the products ask for all their rows' weights and
@@ -701,6 +703,19 @@ size_t q4_mma_scratch_bytes(int64_t n, int64_t nout, int64_t cols, bool whole)
 	return (size_t)(xq_bytes(n, cols) + (whole ? 0 : split_bytes(n, nout, cols)));
 }
 
+cudaError_t q4_mma_prepass(cudaStream_t st, bool pdl, Xq *xq, const float *x, int64_t n, int64_t cols, void *scratch,
+                           size_t scratch_bytes)
+{
+	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8;
+	if (!scratch || (int64_t)scratch_bytes < xq_bytes(n, cols))
+		return cudaErrorInvalidValue;
+	xq->frag = (const uint4 *)scratch;
+	xq->xsx = (const float2 *)((char *)scratch + xq_frag_bytes(n8, G));
+	xq->n8 = n8, xq->G = G, xq->nlive = n8, xq->pf = prefetch_on();
+	return launch_pdl(pdl, k_q4_quant, dim3((unsigned)((G + MW - 1) / MW), (unsigned)(n8 / 8)), dim3(32 * MW), 0, st,
+	                  (uint4 *)xq->frag, (float2 *)xq->xsx, x, n, n8, cols, ((uintptr_t)x & 15) == 0);
+}
+
 cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const uint8_t *q, const float *so,
                    const int32_t *ids, int64_t n, int64_t nout, int64_t cols, int lg, void *scratch,
                    size_t scratch_bytes)
@@ -710,6 +725,11 @@ cudaError_t q4_mma(cudaStream_t st, bool pdl, float *y, const float *x, const ui
 	if (!ids && q4_gemv_takes(n, nout, cols) && ((uintptr_t)q & 15) == 0) {
 		q4_mma_part p = {y, nullptr, q, so, nout, lg, false};
 		return q4_gemv(st, pdl, &p, 1, x, cols);
+	}
+	if (!ids) {
+		q4_mma_part p = {y, nullptr, q, so, nout, lg, false};
+		if (q4_bulk_takes(&p, 1, x, n, cols))
+			return q4_bulk(st, pdl, &p, 1, x, n, cols, scratch, scratch_bytes);
 	}
 	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8, xb = xq_bytes(n, cols);
 	if (!scratch || (int64_t)scratch_bytes < xb)
@@ -793,6 +813,10 @@ bool q4_mma_group(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, c
 		gemv = parts[i].nout > 0 && q4_gemv_takes(n, parts[i].nout, cols) && ((uintptr_t)parts[i].q & 15) == 0;
 	if (gemv) {
 		*err = q4_gemv(st, pdl, parts, np, x, cols);
+		return true;
+	}
+	if (!mixed && q4_bulk_takes(parts, np, x, n, cols)) {
+		*err = q4_bulk(st, pdl, parts, np, x, n, cols, scratch, scratch_bytes);
 		return true;
 	}
 	int64_t G = cols >> 6, n8 = (n + 7) / 8 * 8, xb = xq_bytes(n, cols);

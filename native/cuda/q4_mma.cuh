@@ -429,4 +429,14 @@ static __device__ __forceinline__ void slice(float (*P)[NT][4], const Rows<R> &r
 
 } // namespace q4mma
 
+/* q4_mma_prepass enqueues the pre-pass that quantises the n tokens of x
+ * (rows of cols floats) into scratch (at least q4_mma_scratch_bytes(n, 0,
+ * cols, true)) and sets *xq to read them (q4_mma.cu). */
+cudaError_t q4_mma_prepass(cudaStream_t st, bool pdl, q4mma::Xq *xq, const float *x, int64_t n, int64_t cols,
+                           void *scratch, size_t scratch_bytes);
+
+/* q4_mma_own_max: the most shared memory a block of a few tokens' product
+ * takes to quantise x itself (q4_mma_set_own_max, VERDICT_Q4_OWN). */
+int64_t q4_mma_own_max();
+
 #endif

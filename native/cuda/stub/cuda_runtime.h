@@ -73,7 +73,12 @@ enum { cudaEventDisableTiming = 2 };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
 enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
+enum cudaDeviceAttr {
+	cudaDevAttrMaxSharedMemoryPerBlockOptin,
+	cudaDevAttrMultiProcessorCount,
+	cudaDevAttrComputeCapabilityMajor,
+	cudaDevAttrMaxSharedMemoryPerMultiprocessor
+};
 enum { cudaGraphCondAssignDefault = 1 };
 enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0, cudaGraphNodeTypeConditional = 13 };
 enum cudaGraphConditionalNodeType { cudaGraphCondTypeIf, cudaGraphCondTypeWhile };
@@ -167,7 +172,10 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
 {
-	*v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024 : 1;
+	*v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin       ? 227 * 1024
+	     : a == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 * 1024
+	     : a == cudaDevAttrComputeCapabilityMajor            ? 9
+	                                                         : 1;
 	return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t *f, size_t *t)

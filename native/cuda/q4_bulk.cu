@@ -1,0 +1,428 @@
+/*
+ * q4_bulk.cu: q4 products of one to eight tokens whose weights reach
+ * shared memory by the copy engine (cp.async.bulk with an mbarrier,
+ * compute capability 9.0), with q4_mma's arithmetic and so its bits.
+ *
+ * q4_mma's kernels of a few tokens load a warp's weights a chunk or two
+ * at a time into registers and wait one memory latency a batch: too few
+ * bytes in flight for the card's bandwidth (the head, 302 MB, at about
+ * 1.7 TB/s on an H100). Here a block stays resident for several units
+ * (the grid is at most the blocks the multiprocessors hold at once) and
+ * keeps NS units' rows on their way: a row's weights and its scales are
+ * one bulk copy each, a stage's copies counted by its mbarrier. The first
+ * NS units are asked before pdl_wait (weights only), so a product's
+ * weights stream in while the operation before it still runs.
+ *
+ * A unit is 16 rows of a part (of a pair: the same 16 rows of both
+ * matrices, gate then up). Warp w sums slice w of the 8 (a matrix of 8 or
+ * more chunks) for the unit's rows exactly as q4_mma's few_block does
+ * (chunk_mma_a, then combine, chunk by chunk in order); the slices'
+ * partials meet in shared memory (two buffers), and warp 0 refills the
+ * stage just read, adds the partials in slice order and stores them (with
+ * the part's GELU product) while the other warps go on to the next unit.
+ * In shared memory a row of weights is padded to 32 bytes past a multiple
+ * of 128 and a row of scales to 16, so the eight rows a warp reads at once
+ * fall on distinct banks.
+ *
+ * On the host emulation (and below sm_90, where q4_bulk_takes declines)
+ * the copies are plain ones by warp 0 and a stage's wait is the block's
+ * barrier.
+ */
+#include "q4_mma.h"
+#include "env.h"
+#include "device_math.cuh"
+#include "q4_mma.cuh"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+using namespace q4mma;
+
+namespace {
+
+constexpr int BW = 8;      /* warps a block: one a slice */
+constexpr int NS_MAX = 6;  /* the most units a block has on their way */
+constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
+
+/* Bk: a launch's parts (part i's units b0[i] .. b0[i+1] − 1) and its
+ * shared memory: stages of stage bytes from soff, a row of weights wp
+ * bytes and of scales sp in them, the own x from xoff. */
+struct Bk {
+	q4_mma_part p[Q4_MMA_PARTS];
+	int64_t b0[Q4_MMA_PARTS + 1];
+	int np, ns;
+	int64_t wp, sp, stage, xoff, soff;
+};
+
+static __device__ __forceinline__ unsigned sm_addr(const void *p)
+{
+#if defined(__CUDA_ARCH__)
+	return (unsigned)__cvta_generic_to_shared(p);
+#else
+	(void)p;
+	return 0;
+#endif
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define Q4_BULK_TMA 1
+#else
+#define Q4_BULK_TMA 0
+#endif
+
+static __device__ __forceinline__ void bar_init(uint64_t *b)
+{
+#if Q4_BULK_TMA
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sm_addr(b)) : "memory");
+	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+	(void)b;
+#endif
+}
+
+/* bar_expect: the arrival of the stage's one producer, with the bytes its
+ * copies will bring. */
+static __device__ __forceinline__ void bar_expect(uint64_t *b, unsigned bytes)
+{
+#if Q4_BULK_TMA
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sm_addr(b)), "r"(bytes) : "memory");
+#else
+	(void)b, (void)bytes;
+#endif
+}
+
+/* bulk: bytes (a multiple of 16, both ends 16-byte aligned) from global
+ * src to shared dst, counted on b. */
+static __device__ __forceinline__ void bulk(void *dst, const void *src, unsigned bytes, uint64_t *b)
+{
+#if Q4_BULK_TMA
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+	                 sm_addr(dst)),
+	             "l"(src), "r"(bytes), "r"(sm_addr(b))
+	             : "memory");
+#else
+	(void)b;
+	memcpy(dst, src, bytes);
+#endif
+}
+
+/* bar_wait: until phase parity of b has completed (every thread of the
+ * block calls it at the same point: on the emulation it is the barrier). */
+static __device__ __forceinline__ void bar_wait(uint64_t *b, unsigned parity)
+{
+#if Q4_BULK_TMA
+	unsigned done = 0;
+	do
+		asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+		             : "=r"(done)
+		             : "r"(sm_addr(b)), "r"(parity)
+		             : "memory");
+	while (!done);
+#else
+	(void)b, (void)parity;
+	__syncthreads();
+#endif
+}
+
+/* part_of: the part of unit u. */
+static __device__ __forceinline__ int part_of(const Bk &bk, int64_t u)
+{
+	int k = 0;
+	while (k + 1 < bk.np && u >= bk.b0[k + 1])
+		k++;
+	return k;
+}
+
+/* fill: warp 0 asks for unit u's rows (R matrices: a pair's gate, then
+ * its up) into stage dst, counted on b. */
+template <int R>
+static __device__ __forceinline__ void fill(const Bk &bk, uint64_t *b, uint8_t *dst, int64_t u, int64_t cols)
+{
+	int lane = threadIdx.x & 31;
+	int k = part_of(bk, u);
+	const q4_mma_part &p = bk.p[k];
+	int64_t r0 = (u - bk.b0[k]) * 16, live = p.nout - r0 < 16 ? p.nout - r0 : 16;
+	int64_t wrow = cols / 2, srow = (cols >> p.lg) * 2 * (int64_t)sizeof(float);
+	if (lane == 0)
+		bar_expect(b, (unsigned)(R * live * (wrow + srow)));
+	__syncwarp();
+#pragma unroll
+	for (int kk = 0; kk < R; kk++) {
+		int row = lane & 15;
+		if (row >= live)
+			continue;
+		const uint8_t *q = R == 2 && kk == 0 ? p.q2 : p.q;
+		const float *so = R == 2 && kk == 0 ? p.so2 : p.so;
+		if (lane < 16)
+			bulk(dst + (kk * 16 + row) * bk.wp, q + (r0 + row) * wrow, (unsigned)wrow, b);
+		else
+			bulk(dst + R * 16 * bk.wp + (kk * 16 + row) * bk.sp, (const uint8_t *)so + (r0 + row) * srow,
+			     (unsigned)srow, b);
+	}
+}
+
+/* k_q4_bulk: the launch's units, block b the units b, b + grid, ...; R 2
+ * for a pair. OWN: x quantised by each block into its shared memory (as
+ * few_block's), else xq is the pre-pass's. ONE: one token. */
+template <int R, bool OWN, bool ONE>
+__global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const float *x, int64_t n, int64_t cols, bool vec)
+{
+	extern __shared__ __align__(128) uint8_t bsm[];
+	uint64_t *bar = (uint64_t *)bsm;
+	float *red = (float *)(bsm + BAR_B);
+	uint8_t *stg = bsm + bk.soff;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	int64_t G = cols >> 6, c0 = w * G / 8, c1 = (w + 1) * G / 8;
+	int64_t units = bk.b0[bk.np], grid = gridDim.x;
+	int64_t mine = units > (int64_t)blockIdx.x ? (units - 1 - blockIdx.x) / grid + 1 : 0;
+	int ns = bk.ns;
+	if (threadIdx.x == 0)
+		for (int s = 0; s < ns; s++)
+			bar_init(&bar[s]);
+	__syncthreads();
+	if (w == 0) /* weights only: before the wait */
+		for (int64_t j = 0; j < ns && j < mine; j++)
+			fill<R>(bk, &bar[j], stg + j * bk.stage, blockIdx.x + j * grid, cols);
+	pdl_wait();
+	pdl_launch();
+	if (OWN) {
+		uint4 *xf = (uint4 *)(bsm + bk.xoff);
+		int64_t pairs = n * G;
+		float2 *xsx = (float2 *)(xf + pairs * 12);
+		for (int64_t base = w * 8; base < pairs; base += BW * 8) {
+			int64_t pi = base + g;
+			quant_pair(xf, xsx, x, pi / G, pi % G, pi < pairs, n, 8, G, cols, vec);
+		}
+		__syncthreads();
+		xq.frag = xf, xq.xsx = xsx, xq.n8 = 8, xq.G = G, xq.nlive = n;
+	}
+	constexpr int RED = BW * R * 4 * 32; /* floats of a buffer of partials */
+	for (int64_t j = 0; j < mine; j++) {
+		int64_t u = blockIdx.x + j * grid;
+		int s = (int)(j % ns);
+		bar_wait(&bar[s], (unsigned)((j / ns) & 1));
+		int k = part_of(bk, u);
+		const q4_mma_part &p = bk.p[k];
+		const uint8_t *ws = stg + s * bk.stage;
+		const uint8_t *ss = ws + R * 16 * bk.wp;
+		float P[R][4];
+#pragma unroll
+		for (int kk = 0; kk < R; kk++)
+			P[kk][0] = P[kk][1] = P[kk][2] = P[kk][3] = 0.0f;
+		for (int64_t ch = c0; ch < c1; ch++) {
+			Bq bq;
+			load_bq(bq, xq, 0, ch);
+			int64_t gi = ((ch << 6) >> p.lg) * 2 * (int64_t)sizeof(float);
+#pragma unroll
+			for (int kk = 0; kk < R; kk++) {
+				const uint8_t *ra = ws + (kk * 16 + g) * bk.wp + ch * 32 + 8 * t, *rb = ra + 8 * bk.wp;
+				uint2 wa = *(const uint2 *)ra, wb = *(const uint2 *)rb;
+				float2 sa = *(const float2 *)(ss + (kk * 16 + g) * bk.sp + gi);
+				float2 sb = *(const float2 *)(ss + (kk * 16 + g + 8) * bk.sp + gi);
+				uint32_t a[2][4];
+				afrags(a, wa, wb);
+				float d[4];
+				chunk_mma_a<ONE>(d, a, bq);
+				P[kk][0] = fmaf(sa.x, d[0], fmaf(sa.y, bq.sx0, P[kk][0]));
+				P[kk][2] = fmaf(sb.x, d[2], fmaf(sb.y, bq.sx0, P[kk][2]));
+				if (!ONE) {
+					P[kk][1] = fmaf(sa.x, d[1], fmaf(sa.y, bq.sx1, P[kk][1]));
+					P[kk][3] = fmaf(sb.x, d[3], fmaf(sb.y, bq.sx1, P[kk][3]));
+				}
+			}
+		}
+		float *rbuf = red + (j & 1) * RED;
+#pragma unroll
+		for (int kk = 0; kk < R; kk++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				rbuf[((w * R + kk) * 4 + e) * 32 + lane] = P[kk][e];
+		__syncthreads(); /* the stage read, the partials written */
+		if (w != 0)
+			continue;
+		if (j + ns < mine)
+			fill<R>(bk, &bar[s], stg + s * bk.stage, u + ns * grid, cols);
+		auto sum = [&](int kk, int e) { /* the slices' partials in slice order */
+			float v = 0.0f;
+			for (int i = 0; i < BW; i++)
+				v = v + rbuf[((i * R + kk) * 4 + e) * 32 + lane];
+			return v;
+		};
+		int64_t r0 = (u - bk.b0[k]) * 16;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			if (ONE && (e & 1))
+				continue;
+			int64_t row = r0 + g + 8 * (e >> 1), tk = 2 * t + (e & 1);
+			if (row >= p.nout || tk >= n)
+				continue;
+			int64_t i = tk * p.nout + row;
+			float v = sum(R - 1, e);
+			if (R == 2) { /* a pair: up's product, times the GELU of gate's */
+				p.mul[i] = d_gelu(sum(0, e)) * v;
+				p.y[i] = v;
+			} else {
+				if (p.mul && p.into)
+					p.mul[i] = d_gelu(p.mul[i]) * v;
+				p.y[i] = p.mul && !p.into ? d_gelu(v) * p.mul[i] : v;
+			}
+		}
+	}
+}
+
+/* mode: 0 never, 1 products of at least bulk_min bytes of weights, 2
+ * every product it can take (VERDICT_Q4_BULK=0 or 1; q4_bulk_set). */
+static int mode = [] {
+	if (env_is("VERDICT_Q4_BULK", "0"))
+		return 0;
+	return env_is("VERDICT_Q4_BULK", "1") ? 2 : 1;
+}();
+
+static int64_t bulk_min = [] {
+	const char *e = getenv("VERDICT_Q4_BULK_MIN");
+	return e ? (int64_t)atoll(e) : (int64_t)4 << 20;
+}();
+
+/* Dev: what the planning needs of the current device (cached, up to 64
+ * devices). */
+struct Dev {
+	int sms, major, smem_sm, smem_block;
+};
+
+static const Dev &device()
+{
+	static Dev d[64];
+	int i = 0;
+	cudaGetDevice(&i);
+	if (i < 0 || i >= 64)
+		i = 0;
+	if (d[i].sms <= 0) {
+		Dev v = {};
+		cudaDeviceGetAttribute(&v.sms, cudaDevAttrMultiProcessorCount, i);
+		cudaDeviceGetAttribute(&v.major, cudaDevAttrComputeCapabilityMajor, i);
+		cudaDeviceGetAttribute(&v.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, i);
+		cudaDeviceGetAttribute(&v.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, i);
+		v.sms = v.sms > 0 ? v.sms : 1;
+		d[i] = v;
+	}
+	return d[i];
+}
+
+/* Plan: a launch's shape (grid 0: not taken). */
+struct Plan {
+	Bk bk;
+	int R;
+	bool own;
+	unsigned grid;
+	size_t smem;
+};
+
+static int64_t up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+/* plan: the launch of parts (as q4_mma_group's) over n tokens of x, or
+ * grid 0 where q4_bulk does not take them. */
+static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, int64_t cols)
+{
+	Plan pl = {};
+	if (mode == 0 || np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols % 64 != 0)
+		return pl;
+	int64_t G = cols >> 6;
+	if (G < 8 || G % 4 != 0 || cols / 2 > (1 << 16))
+		return pl;
+	const Dev &dv = device();
+	if (dv.major < 9)
+		return pl;
+	bool pair = parts[0].q2 != nullptr;
+	if (pair && (np != 1 || !parts[0].mul || !parts[0].into || !parts[0].so2))
+		return pl;
+	auto al = [](const void *v) { return ((uintptr_t)v & 15) == 0; };
+	int64_t bytes = 0, srow = 0;
+	Bk &bk = pl.bk;
+	bk.np = np;
+	bk.b0[0] = 0;
+	for (int i = 0; i < np; i++) {
+		const q4_mma_part &p = parts[i];
+		if (p.nout <= 0 || (p.x && (p.x != x || p.cols != cols)) || p.lg < 6 || (cols >> p.lg) % 2 != 0 ||
+		    !al(p.q) || !al(p.so) || (pair && (!al(p.q2) || !al(p.so2))))
+			return pl;
+		int64_t sr = (cols >> p.lg) * 2 * (int64_t)sizeof(float);
+		srow = sr > srow ? sr : srow;
+		bytes += (pair ? 2 : 1) * p.nout * (cols / 2 + sr);
+		bk.p[i] = p;
+		bk.b0[i + 1] = bk.b0[i] + (p.nout + 15) / 16;
+	}
+	if (mode == 1 && bytes < bulk_min)
+		return pl;
+	int R = pair ? 2 : 1;
+	bk.wp = cols / 2 % 128 == 0 ? cols / 2 + 32 : up(cols / 2, 16);
+	bk.sp = up(srow, 16) % 128 == 0 ? up(srow, 16) + 16 : up(srow, 16);
+	bk.stage = up(R * 16 * (bk.wp + bk.sp), 128);
+	int64_t red = 2 * BW * R * 4 * 32 * (int64_t)sizeof(float), own = n * G * 12 * 16 + G * 8 * 8;
+	pl.own = own <= q4_mma_own_max();
+	bk.xoff = up(BAR_B + red, 128);
+	bk.soff = up(bk.xoff + (pl.own ? own : 0), 128);
+	/* Two blocks a multiprocessor with at least two units (or all of a
+	 * block's) on their way where they fit, else one. */
+	int64_t units = bk.b0[np];
+	int bps = 0, ns = 0;
+	for (int b = 2; b >= 1 && !bps; b--) {
+		int64_t cap = (b == 2 ? dv.smem_sm / 2 - 1024 : dv.smem_block) - bk.soff;
+		int64_t per = (units + (int64_t)b * dv.sms - 1) / ((int64_t)b * dv.sms), fit = cap / bk.stage;
+		int64_t want = per < NS_MAX ? per : NS_MAX;
+		if (fit >= (want < 2 ? want : 2) || (b == 1 && fit >= 1))
+			bps = b, ns = (int)(fit < want ? fit : want);
+	}
+	if (!bps || ns < 1)
+		return pl;
+	bk.ns = ns;
+	pl.R = R;
+	pl.smem = (size_t)(bk.soff + ns * bk.stage);
+	int64_t grid = (int64_t)bps * dv.sms;
+	pl.grid = (unsigned)(units < grid ? units : grid);
+	return pl;
+}
+
+using BulkK = void (*)(Bk, Xq, const float *, int64_t, int64_t, bool);
+
+static BulkK kernel(int R, bool own, bool one)
+{
+	if (R == 2)
+		return own ? (one ? k_q4_bulk<2, true, true> : k_q4_bulk<2, true, false>)
+		           : (one ? k_q4_bulk<2, false, true> : k_q4_bulk<2, false, false>);
+	return own ? (one ? k_q4_bulk<1, true, true> : k_q4_bulk<1, true, false>)
+	           : (one ? k_q4_bulk<1, false, true> : k_q4_bulk<1, false, false>);
+}
+
+} // namespace
+
+void q4_bulk_set(int m) { mode = m; }
+
+bool q4_bulk_takes(const q4_mma_part *parts, int np, const float *x, int64_t n, int64_t cols)
+{
+	return plan(parts, np, x, n, cols).grid > 0;
+}
+
+cudaError_t q4_bulk(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t n,
+                    int64_t cols, void *scratch, size_t scratch_bytes)
+{
+	Plan pl = plan(parts, np, x, n, cols);
+	if (!pl.grid)
+		return cudaErrorInvalidValue;
+	Xq xq = {};
+	if (!pl.own)
+		if (cudaError_t e = q4_mma_prepass(st, pdl, &xq, x, n, cols, scratch, scratch_bytes))
+			return e;
+	BulkK k = kernel(pl.R, pl.own, n == 1);
+	if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem))
+		return e;
+	/* the grid no larger than the blocks that are resident at once */
+	int occ = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, 32 * BW, pl.smem) == cudaSuccess && occ >= 1) {
+		int64_t cap = (int64_t)occ * device().sms;
+		if (pl.grid > cap)
+			pl.grid = (unsigned)cap;
+	}
+	return launch_pdl(pdl, k, dim3(pl.grid), dim3(32 * BW), pl.smem, st, pl.bk, xq, x, n, cols,
+	                  ((uintptr_t)x & 15) == 0);
+}
