@@ -17,9 +17,10 @@
  * matrices, gate then up). Warp w sums slice w of the 8 (a matrix of 8 or
  * more chunks) for the unit's rows exactly as q4_mma's few_block does
  * (chunk_mma_a, then combine, chunk by chunk in order); the slices'
- * partials meet in shared memory (two buffers), and warp 0 refills the
- * stage just read, adds the partials in slice order and stores them (with
- * the part's GELU product) while the other warps go on to the next unit.
+ * partials meet in shared memory (two buffers); warp 0 refills the stage
+ * just read, and one warp (each unit the next) adds the partials in slice
+ * order and stores them (with the part's GELU product) while the others
+ * go on to the next unit.
  * In shared memory a row of weights is padded to 32 bytes past a multiple
  * of 128 and a row of scales to 16, so the eight rows a warp reads at once
  * fall on distinct banks.
@@ -239,10 +240,10 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 			for (int e = 0; e < 4; e++)
 				rbuf[((w * R + kk) * 4 + e) * 32 + lane] = P[kk][e];
 		__syncthreads(); /* the stage read, the partials written */
-		if (w != 0)
-			continue;
-		if (j + ns < mine)
+		if (w == 0 && j + ns < mine)
 			fill<R>(bk, &bar[s], stg + s * bk.stage, u + ns * grid, cols);
+		if (w != (int)(j % BW)) /* the units' sums and stores by the warps in turn */
+			continue;
 		auto sum = [&](int kk, int e) { /* the slices' partials in slice order */
 			float v = 0.0f;
 			for (int i = 0; i < BW; i++)
