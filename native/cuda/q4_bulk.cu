@@ -43,7 +43,7 @@ using namespace q4mma;
 namespace {
 
 constexpr int BW = 8;      /* warps a block: one a slice */
-constexpr int NS_MAX = 6;  /* the most units a block has on their way */
+constexpr int NS_MAX = 12; /* the most units a block has on their way */
 constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
 
 /* Bk: a launch's parts (part i's units b0[i] .. b0[i+1] − 1) and its
@@ -272,18 +272,25 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 	}
 }
 
-/* mode: 0 never, 1 products of at least bulk_min bytes of weights, 2
- * every product it can take (VERDICT_Q4_BULK=0 or 1; q4_bulk_set). */
+/* mode: 0 never, 1 products of one token, 2 of up to 8 tokens
+ * (VERDICT_Q4_BULK=0 or 1; q4_bulk_set). */
 static int mode = [] {
 	if (env_is("VERDICT_Q4_BULK", "0"))
 		return 0;
 	return env_is("VERDICT_Q4_BULK", "1") ? 2 : 1;
 }();
 
-static int64_t bulk_min = [] {
-	const char *e = getenv("VERDICT_Q4_BULK_MIN");
-	return e ? (int64_t)atoll(e) : (int64_t)4 << 20;
-}();
+/* experiments: x's most bytes in a block (VERDICT_Q4_BULK_OWN; else
+ * q4_mma's), the most stages (VERDICT_Q4_BULK_NS) and blocks a
+ * multiprocessor (VERDICT_Q4_BULK_BPS, 1 or 2). */
+static int64_t env_i(const char *k, int64_t d)
+{
+	const char *e = getenv(k);
+	return e ? (int64_t)atoll(e) : d;
+}
+static const int64_t x_own = env_i("VERDICT_Q4_BULK_OWN", -1);
+static const int ns_cap = (int)env_i("VERDICT_Q4_BULK_NS", NS_MAX);
+static const int bps_only = (int)env_i("VERDICT_Q4_BULK_BPS", 0);
 
 /* Dev: what the planning needs of the current device (cached, up to 64
  * devices). */
@@ -326,7 +333,7 @@ static int64_t up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, int64_t cols)
 {
 	Plan pl = {};
-	if (mode == 0 || np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols % 64 != 0)
+	if (mode == 0 || (mode == 1 && n != 1) || np < 1 || np > Q4_MMA_PARTS || n < 1 || n > 8 || cols % 64 != 0)
 		return pl;
 	int64_t G = cols >> 6;
 	if (G < 8 || G % 4 != 0 || cols / 2 > (1 << 16))
@@ -338,7 +345,7 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	if (pair && (np != 1 || !parts[0].mul || !parts[0].into || !parts[0].so2))
 		return pl;
 	auto al = [](const void *v) { return ((uintptr_t)v & 15) == 0; };
-	int64_t bytes = 0, srow = 0;
+	int64_t srow = 0;
 	Bk &bk = pl.bk;
 	bk.np = np;
 	bk.b0[0] = 0;
@@ -349,18 +356,15 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 			return pl;
 		int64_t sr = (cols >> p.lg) * 2 * (int64_t)sizeof(float);
 		srow = sr > srow ? sr : srow;
-		bytes += (pair ? 2 : 1) * p.nout * (cols / 2 + sr);
 		bk.p[i] = p;
 		bk.b0[i + 1] = bk.b0[i] + (p.nout + 15) / 16;
 	}
-	if (mode == 1 && bytes < bulk_min)
-		return pl;
 	int R = pair ? 2 : 1;
 	bk.wp = cols / 2 % 128 == 0 ? cols / 2 + 32 : up(cols / 2, 16);
 	bk.sp = up(srow, 16) % 128 == 0 ? up(srow, 16) + 16 : up(srow, 16);
 	bk.stage = up(R * 16 * (bk.wp + bk.sp), 128);
 	int64_t red = 2 * BW * R * 4 * 32 * (int64_t)sizeof(float), own = n * G * 12 * 16 + G * 8 * 8;
-	pl.own = own <= q4_mma_own_max();
+	pl.own = own <= (x_own >= 0 ? x_own : q4_mma_own_max());
 	bk.xoff = up(BAR_B + red, 128);
 	bk.soff = up(bk.xoff + (pl.own ? own : 0), 128);
 	/* Two blocks a multiprocessor with at least two units (or all of a
@@ -368,9 +372,11 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	int64_t units = bk.b0[np];
 	int bps = 0, ns = 0;
 	for (int b = 2; b >= 1 && !bps; b--) {
+		if (bps_only && b != bps_only)
+			continue;
 		int64_t cap = (b == 2 ? dv.smem_sm / 2 - 1024 : dv.smem_block) - bk.soff;
 		int64_t per = (units + (int64_t)b * dv.sms - 1) / ((int64_t)b * dv.sms), fit = cap / bk.stage;
-		int64_t want = per < NS_MAX ? per : NS_MAX;
+		int64_t want = per < ns_cap ? per : ns_cap;
 		if (fit >= (want < 2 ? want : 2) || (b == 1 && fit >= 1))
 			bps = b, ns = (int)(fit < want ? fit : want);
 	}

@@ -66,7 +66,7 @@ static void *scratch_for(int64_t n, int64_t nout, int64_t cols, size_t *bytes)
  * limbs (a multiply-add counted as two). The products take their weights
  * from as many copies as make 256 MB (at most 20), so that they come from
  * memory, as in a decode step, and not from L2. */
-static int bench()
+static int bench(const char *only)
 {
 	struct B {
 		int64_t nout, cols;
@@ -82,6 +82,8 @@ static int bench()
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);
 	for (B b : bs) {
+		if (only && strcmp(only, b.name) != 0)
+			continue;
 		std::vector<uint8_t> q((size_t)(b.nout * b.cols / 2));
 		for (auto &v : q)
 			v = (uint8_t)rng();
@@ -226,7 +228,7 @@ static int groups()
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
-		return bench();
+		return bench(argc > 2 ? argv[2] : nullptr);
 	if (argc == 5 && strcmp(argv[1], "one") == 0) { /* one NOUT COLS N: three products, for a profiler */
 		int64_t nout = atoll(argv[2]), cols = atoll(argv[3]), n = atoll(argv[4]);
 		std::vector<uint8_t> q((size_t)(nout * cols / 2), 0x5a);

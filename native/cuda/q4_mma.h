@@ -100,8 +100,8 @@ void q4_gemv_shape(int rows, int grid);
  * input) over n tokens of x: 1 to 8 tokens, 8 or more chunks of columns,
  * a multiple of 4, an even number of groups a row, q and the scales
  * 16-byte aligned, a device of compute capability 9.0 or later, and (by
- * default) at least 4 MB of weights (VERDICT_Q4_BULK_MIN bytes;
- * VERDICT_Q4_BULK=1: any size, 0: never). q4_bulk enqueues them
+ * default) one token (VERDICT_Q4_BULK=1: up to 8, 0: never). q4_bulk
+ * enqueues them
  * (q4_bulk.cu: the weights by bulk copies into shared memory, each part's
  * bits q4_mma's); scratch as q4_mma_group's. q4_mma and q4_mma_group send
  * it what it takes. */
@@ -109,9 +109,8 @@ bool q4_bulk_takes(const q4_mma_part *parts, int np, const float *x, int64_t n, 
 cudaError_t q4_bulk(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t n,
                     int64_t cols, void *scratch, size_t scratch_bytes);
 
-/* q4_bulk_set: 0 q4_bulk takes nothing, 1 products of its least size, 2
- * every product it can (the harness's comparisons; VERDICT_Q4_BULK sets
- * it at start). */
+/* q4_bulk_set: 0 q4_bulk takes nothing, 1 products of one token, 2 of up
+ * to 8 (the harness's comparisons; VERDICT_Q4_BULK sets it at start). */
 void q4_bulk_set(int mode);
 
 /* q4_mma_set_own_max: the most shared memory (bytes) a product of up to 8
