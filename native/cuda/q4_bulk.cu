@@ -17,10 +17,10 @@
  * matrices, gate then up). Warp w sums slice w of the 8 (a matrix of 8 or
  * more chunks) for the unit's rows exactly as q4_mma's few_block does
  * (chunk_mma_a, then combine, chunk by chunk in order); the slices'
- * partials meet in shared memory, and the last warp to finish a unit (a
- * counter a stage) refills its stage, adds the partials in slice order and
- * stores them (with the part's GELU product) while the others go on: no
- * block barrier (which held the warps half their cycles on an H100).
+ * partials meet in shared memory (two buffers); warp 0 refills the stage
+ * just read, and one warp (each unit the next) adds the partials in slice
+ * order and stores them (with the part's GELU product) while the others
+ * go on to the next unit.
  * In shared memory a row of weights is padded to 32 bytes past a multiple
  * of 128 and a row of scales to 16, so the eight rows a warp reads at once
  * fall on distinct banks.
@@ -43,18 +43,17 @@ using namespace q4mma;
 namespace {
 
 constexpr int BW = 8;      /* warps a block: one a slice */
-constexpr int NS_MAX = 12; /* the most units a block has on their way */
-constexpr int BAR_B = 256; /* bytes of the stages' mbarriers (from 0) and counters (from 128) */
+constexpr int NS_MAX = 6;  /* the most units a block has on their way */
+constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
 
 /* Bk: a launch's parts (part i's units b0[i] .. b0[i+1] − 1) and its
- * shared memory: ns stages of stage bytes from soff, a row of weights wp
- * bytes and of scales sp in them, 2·ns buffers of partials from roff, the
- * own x from xoff. */
+ * shared memory: stages of stage bytes from soff, a row of weights wp
+ * bytes and of scales sp in them, the own x from xoff. */
 struct Bk {
 	q4_mma_part p[Q4_MMA_PARTS];
 	int64_t b0[Q4_MMA_PARTS + 1];
 	int np, ns;
-	int64_t wp, sp, stage, xoff, roff, soff;
+	int64_t wp, sp, stage, xoff, soff;
 };
 
 static __device__ __forceinline__ unsigned sm_addr(const void *p)
@@ -172,8 +171,7 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 {
 	extern __shared__ __align__(128) uint8_t bsm[];
 	uint64_t *bar = (uint64_t *)bsm;
-	int *cnt = (int *)(bsm + 128);
-	float *red = (float *)(bsm + bk.roff);
+	float *red = (float *)(bsm + BAR_B);
 	uint8_t *stg = bsm + bk.soff;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	int64_t G = cols >> 6, c0 = w * G / 8, c1 = (w + 1) * G / 8;
@@ -181,10 +179,8 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 	int64_t mine = units > (int64_t)blockIdx.x ? (units - 1 - blockIdx.x) / grid + 1 : 0;
 	int ns = bk.ns;
 	if (threadIdx.x == 0)
-		for (int s = 0; s < ns; s++) {
+		for (int s = 0; s < ns; s++)
 			bar_init(&bar[s]);
-			cnt[s] = 0;
-		}
 	__syncthreads();
 	if (w == 0) /* weights only: before the wait */
 		for (int64_t j = 0; j < ns && j < mine; j++)
@@ -202,7 +198,7 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 		__syncthreads();
 		xq.frag = xf, xq.xsx = xsx, xq.n8 = 8, xq.G = G, xq.nlive = n;
 	}
-	constexpr int NE = ONE ? 2 : 4, RED = BW * R * NE * 32; /* partials a lane; floats of a buffer */
+	constexpr int RED = BW * R * 4 * 32; /* floats of a buffer of partials */
 	for (int64_t j = 0; j < mine; j++) {
 		int64_t u = blockIdx.x + j * grid;
 		int s = (int)(j % ns);
@@ -237,34 +233,21 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 				}
 			}
 		}
-		float *rbuf = red + (j % (2 * ns)) * RED;
+		float *rbuf = red + (j & 1) * RED;
 #pragma unroll
 		for (int kk = 0; kk < R; kk++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
-				if (!ONE || !(e & 1))
-					rbuf[((w * R + kk) * NE + (ONE ? e >> 1 : e)) * 32 + lane] = P[kk][e];
-		/* The last warp to finish the unit (its stage read, its partials
-		 * written) refills the stage and adds and stores the unit's sums;
-		 * no block barrier, so a warp runs ahead up to the stages'
-		 * units. */
-		__syncwarp();
-		int last = 0;
-		if (lane == 0) {
-			__threadfence_block();
-			last = atomicAdd(&cnt[s], 1) == BW - 1;
-		}
-		if (!__shfl_sync(0xffffffffu, last, 0))
-			continue;
-		__threadfence_block();
-		if (lane == 0)
-			cnt[s] = 0;
-		if (j + ns < mine)
+				rbuf[((w * R + kk) * 4 + e) * 32 + lane] = P[kk][e];
+		__syncthreads(); /* the stage read, the partials written */
+		if (w == 0 && j + ns < mine)
 			fill<R>(bk, &bar[s], stg + s * bk.stage, u + ns * grid, cols);
+		if (w != (int)(j % BW)) /* the units' sums and stores by the warps in turn */
+			continue;
 		auto sum = [&](int kk, int e) { /* the slices' partials in slice order */
 			float v = 0.0f;
 			for (int i = 0; i < BW; i++)
-				v = v + rbuf[((i * R + kk) * NE + (ONE ? e >> 1 : e)) * 32 + lane];
+				v = v + rbuf[((i * R + kk) * 4 + e) * 32 + lane];
 			return v;
 		};
 		int64_t r0 = (u - bk.b0[k]) * 16;
@@ -297,17 +280,6 @@ static int mode = [] {
 	return env_is("VERDICT_Q4_BULK", "1") ? 2 : 1;
 }();
 
-/* experiments: x's most bytes in a block (VERDICT_Q4_BULK_OWN; else
- * q4_mma's), the most stages (VERDICT_Q4_BULK_NS) and blocks a
- * multiprocessor (VERDICT_Q4_BULK_BPS, 1 or 2). */
-static int64_t env_i(const char *k, int64_t d)
-{
-	const char *e = getenv(k);
-	return e ? (int64_t)atoll(e) : d;
-}
-static const int64_t x_own = env_i("VERDICT_Q4_BULK_OWN", -1);
-static const int ns_cap = (int)env_i("VERDICT_Q4_BULK_NS", NS_MAX);
-static const int bps_only = (int)env_i("VERDICT_Q4_BULK_BPS", 0);
 
 /* Dev: what the planning needs of the current device (cached, up to 64
  * devices). */
@@ -380,28 +352,26 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	bk.wp = cols / 2 % 128 == 0 ? cols / 2 + 32 : up(cols / 2, 16);
 	bk.sp = up(srow, 16) % 128 == 0 ? up(srow, 16) + 16 : up(srow, 16);
 	bk.stage = up(R * 16 * (bk.wp + bk.sp), 128);
-	int64_t redu = BW * R * (n == 1 ? 2 : 4) * 32 * (int64_t)sizeof(float), own = n * G * 12 * 16 + G * 8 * 8;
-	pl.own = own <= (x_own >= 0 ? x_own : q4_mma_own_max());
-	bk.xoff = BAR_B;
-	bk.roff = up(bk.xoff + (pl.own ? own : 0), 128);
-	int64_t per_stage = bk.stage + 2 * redu; /* a stage and its two buffers of partials */
+	int64_t red = 2 * BW * R * 4 * 32 * (int64_t)sizeof(float), own = n * G * 12 * 16 + G * 8 * 8;
+	pl.own = own <= q4_mma_own_max();
+	bk.xoff = up(BAR_B + red, 128);
+	bk.soff = up(bk.xoff + (pl.own ? own : 0), 128);
 	/* Two blocks a multiprocessor with at least two units (or all of a
-	 * block's) on their way where they fit, else one. */
+	 * block's) on their way where they fit, else one. (On an H100 the
+	 * head took 152 µs at two blocks of 4 stages, 180 at two of 2, 254 at
+	 * one of 4, 8 or 12: native/cuda/README.md, stop 54.) */
 	int64_t units = bk.b0[np];
 	int bps = 0, ns = 0;
 	for (int b = 2; b >= 1 && !bps; b--) {
-		if (bps_only && b != bps_only)
-			continue;
-		int64_t cap = (b == 2 ? dv.smem_sm / 2 - 1024 : dv.smem_block) - bk.roff;
-		int64_t per = (units + (int64_t)b * dv.sms - 1) / ((int64_t)b * dv.sms), fit = cap / per_stage;
-		int64_t want = per < ns_cap ? per : ns_cap;
+		int64_t cap = (b == 2 ? dv.smem_sm / 2 - 1024 : dv.smem_block) - bk.soff;
+		int64_t per = (units + (int64_t)b * dv.sms - 1) / ((int64_t)b * dv.sms), fit = cap / bk.stage;
+		int64_t want = per < NS_MAX ? per : NS_MAX;
 		if (fit >= (want < 2 ? want : 2) || (b == 1 && fit >= 1))
 			bps = b, ns = (int)(fit < want ? fit : want);
 	}
 	if (!bps || ns < 1)
 		return pl;
 	bk.ns = ns;
-	bk.soff = bk.roff + 2 * ns * redu;
 	pl.R = R;
 	pl.smem = (size_t)(bk.soff + ns * bk.stage);
 	int64_t grid = (int64_t)bps * dv.sms;

@@ -430,7 +430,6 @@ template <class T> inline T atomicCAS(T *p, T c, T v)
 	return c;
 }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline long long clock64() { return 0; }
 using std::exp;
 using std::fmaf;
