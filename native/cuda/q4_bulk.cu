@@ -187,17 +187,8 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 			fill<R>(bk, &bar[j], stg + j * bk.stage, blockIdx.x + j * grid, cols);
 	pdl_wait();
 	pdl_launch();
-	if (OWN) {
-		uint4 *xf = (uint4 *)(bsm + bk.xoff);
-		int64_t pairs = n * G;
-		float2 *xsx = (float2 *)(xf + pairs * 12);
-		for (int64_t base = w * 8; base < pairs; base += BW * 8) {
-			int64_t pi = base + g;
-			quant_pair(xf, xsx, x, pi / G, pi % G, pi < pairs, n, 8, G, cols, vec);
-		}
-		__syncthreads();
-		xq.frag = xf, xq.xsx = xsx, xq.n8 = 8, xq.G = G, xq.nlive = n;
-	}
+	if (OWN)
+		quant_block(xq, (uint4 *)(bsm + bk.xoff), x, n, G, cols, vec, BW);
 	constexpr int RED = BW * R * 4 * 32; /* floats of a buffer of partials */
 	for (int64_t j = 0; j < mine; j++) {
 		int64_t u = blockIdx.x + j * grid;

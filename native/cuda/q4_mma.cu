@@ -139,14 +139,7 @@ static __device__ __forceinline__ void few_block(int64_t bx, float *y, float *mu
 		pdl_wait();
 		pdl_launch();
 		waited = true;
-		int64_t pairs = n * G;
-		float2 *xsx = (float2 *)(xsm + pairs * 12);
-		for (int64_t base = w * 8; base < pairs; base += MW * 8) {
-			int64_t p = base + g;
-			quant_pair(xsm, xsx, x, p / G, p % G, p < pairs, n, 8, G, cols, vec);
-		}
-		__syncthreads();
-		xq.frag = xsm, xq.xsx = xsx, xq.n8 = 8, xq.G = G, xq.nlive = n;
+		quant_block(xq, xsm, x, n, G, cols, vec, MW);
 	}
 	for (int64_t tile = blockIdx.y; tile * 8 * NT < n; tile += gridDim.y) {
 		float P[R][NT][4];

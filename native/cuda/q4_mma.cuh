@@ -207,6 +207,24 @@ static __device__ __forceinline__ void quant_pair(uint4 *frag, float2 *xsx, cons
 		xsx[ch * n8 + tok] = float2{own[0], own[1]};
 }
 
+/* quant_block: the block's warps (warps of them) quantise the n tokens
+ * (up to 8) of x into xf, shared memory laid out as Xq's (fragments, then
+ * (xs, Sx) pairs for n8 = 8), a pair (token, chunk) a lane group, then
+ * the block's barrier; xq then reads them. */
+static __device__ __forceinline__ void quant_block(Xq &xq, uint4 *xf, const float *x, int64_t n, int64_t G,
+                                                   int64_t cols, bool vec, int warps)
+{
+	int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+	int64_t pairs = n * G;
+	float2 *xsx = (float2 *)(xf + pairs * 12);
+	for (int64_t base = w * 8; base < pairs; base += warps * 8) {
+		int64_t p = base + g;
+		quant_pair(xf, xsx, x, p / G, p % G, p < pairs, n, 8, G, cols, vec);
+	}
+	__syncthreads();
+	xq.frag = xf, xq.xsx = xsx, xq.n8 = 8, xq.G = G, xq.nlive = n;
+}
+
 /* load_bq: Bq of chunk ch for token tile tok0 (tok0 + g this lane's B
  * token) from xq (after pdl_wait, or the block's barrier). */
 static __device__ __forceinline__ void load_bq(Bq &o, const Xq &xq, int64_t tok0, int64_t ch)
