@@ -34,7 +34,9 @@
 #include "device_math.cuh"
 #include "q4_mma.cuh"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -45,6 +47,9 @@ namespace {
 constexpr int BW = 8;      /* warps a block: one a slice */
 constexpr int NS_MAX = 6;  /* the most units a block has on their way */
 constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
+constexpr int WMAX = 16;   /* the most warps a block of k_q4_bulk_w */
+constexpr int WNS_MAX = 4; /* the most stages a warp of it */
+constexpr int WBAR_B = WMAX * WNS_MAX * 8; /* bytes of its mbarriers */
 
 /* Bk: a launch's parts (part i's units b0[i] .. b0[i+1] − 1) and its
  * shared memory: stages of stage bytes from soff, a row of weights wp
@@ -109,7 +114,9 @@ static __device__ __forceinline__ void bulk(void *dst, const void *src, unsigned
 }
 
 /* bar_wait: until phase parity of b has completed (every thread of the
- * block calls it at the same point: on the emulation it is the barrier). */
+ * block calls it at the same point, or of the warp where WARP: on the
+ * emulation it is their barrier). */
+template <bool WARP>
 static __device__ __forceinline__ void bar_wait(uint64_t *b, unsigned parity)
 {
 #if Q4_BULK_TMA
@@ -122,7 +129,10 @@ static __device__ __forceinline__ void bar_wait(uint64_t *b, unsigned parity)
 	while (!done);
 #else
 	(void)b, (void)parity;
-	__syncthreads();
+	if (WARP)
+		__syncwarp();
+	else
+		__syncthreads();
 #endif
 }
 
@@ -163,6 +173,70 @@ static __device__ __forceinline__ void fill(const Bk &bk, uint64_t *b, uint8_t *
 	}
 }
 
+/* unit_sums: a warp's partials P of chunks c0 .. c1 − 1 of a unit's rows
+ * (weights in stage ws, scales in ss), chunk by chunk in order, as
+ * few_block's warp sums its slice. */
+template <int R, bool ONE>
+static __device__ __forceinline__ void unit_sums(float (&P)[R][4], const Bk &bk, const uint8_t *ws, const uint8_t *ss,
+                                                 const Xq &xq, int lg, int64_t c0, int64_t c1)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int kk = 0; kk < R; kk++)
+		P[kk][0] = P[kk][1] = P[kk][2] = P[kk][3] = 0.0f;
+	for (int64_t ch = c0; ch < c1; ch++) {
+		Bq bq;
+		load_bq(bq, xq, 0, ch);
+		int64_t gi = ((ch << 6) >> lg) * 2 * (int64_t)sizeof(float);
+#pragma unroll
+		for (int kk = 0; kk < R; kk++) {
+			const uint8_t *ra = ws + (kk * 16 + g) * bk.wp + ch * 32 + 8 * t, *rb = ra + 8 * bk.wp;
+			uint2 wa = *(const uint2 *)ra, wb = *(const uint2 *)rb;
+			float2 sa = *(const float2 *)(ss + (kk * 16 + g) * bk.sp + gi);
+			float2 sb = *(const float2 *)(ss + (kk * 16 + g + 8) * bk.sp + gi);
+			uint32_t a[2][4];
+			afrags(a, wa, wb);
+			float d[4];
+			chunk_mma_a<ONE>(d, a, bq);
+			P[kk][0] = fmaf(sa.x, d[0], fmaf(sa.y, bq.sx0, P[kk][0]));
+			P[kk][2] = fmaf(sb.x, d[2], fmaf(sb.y, bq.sx0, P[kk][2]));
+			if (!ONE) {
+				P[kk][1] = fmaf(sa.x, d[1], fmaf(sa.y, bq.sx1, P[kk][1]));
+				P[kk][3] = fmaf(sb.x, d[3], fmaf(sb.y, bq.sx1, P[kk][3]));
+			}
+		}
+	}
+}
+
+/* unit_store: a warp stores unit u's rows (of part k) over n tokens, each
+ * value sum(kk, e) (the slices' partials added in slice order), with the
+ * part's GELU product. */
+template <int R, bool ONE, class S>
+static __device__ __forceinline__ void unit_store(const Bk &bk, int k, int64_t u, int64_t n, S sum)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const q4_mma_part &p = bk.p[k];
+	int64_t r0 = (u - bk.b0[k]) * 16;
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		if (ONE && (e & 1))
+			continue;
+		int64_t row = r0 + g + 8 * (e >> 1), tk = 2 * t + (e & 1);
+		if (row >= p.nout || tk >= n)
+			continue;
+		int64_t i = tk * p.nout + row;
+		float v = sum(R - 1, e);
+		if (R == 2) { /* a pair: up's product, times the GELU of gate's */
+			p.mul[i] = d_gelu(sum(0, e)) * v;
+			p.y[i] = v;
+		} else {
+			if (p.mul && p.into)
+				p.mul[i] = d_gelu(p.mul[i]) * v;
+			p.y[i] = p.mul && !p.into ? d_gelu(v) * p.mul[i] : v;
+		}
+	}
+}
+
 /* k_q4_bulk: the launch's units, block b the units b, b + grid, ...; R 2
  * for a pair. OWN: x quantised by each block into its shared memory (as
  * few_block's), else xq is the pre-pass's. ONE: one token. */
@@ -173,8 +247,8 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 	uint64_t *bar = (uint64_t *)bsm;
 	float *red = (float *)(bsm + BAR_B);
 	uint8_t *stg = bsm + bk.soff;
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-	int64_t G = cols >> 6, c0 = w * G / 8, c1 = (w + 1) * G / 8;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	int64_t G = cols >> 6;
 	int64_t units = bk.b0[bk.np], grid = gridDim.x;
 	int64_t mine = units > (int64_t)blockIdx.x ? (units - 1 - blockIdx.x) / grid + 1 : 0;
 	int ns = bk.ns;
@@ -193,37 +267,11 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 	for (int64_t j = 0; j < mine; j++) {
 		int64_t u = blockIdx.x + j * grid;
 		int s = (int)(j % ns);
-		bar_wait(&bar[s], (unsigned)((j / ns) & 1));
+		bar_wait<false>(&bar[s], (unsigned)((j / ns) & 1));
 		int k = part_of(bk, u);
-		const q4_mma_part &p = bk.p[k];
 		const uint8_t *ws = stg + s * bk.stage;
-		const uint8_t *ss = ws + R * 16 * bk.wp;
 		float P[R][4];
-#pragma unroll
-		for (int kk = 0; kk < R; kk++)
-			P[kk][0] = P[kk][1] = P[kk][2] = P[kk][3] = 0.0f;
-		for (int64_t ch = c0; ch < c1; ch++) {
-			Bq bq;
-			load_bq(bq, xq, 0, ch);
-			int64_t gi = ((ch << 6) >> p.lg) * 2 * (int64_t)sizeof(float);
-#pragma unroll
-			for (int kk = 0; kk < R; kk++) {
-				const uint8_t *ra = ws + (kk * 16 + g) * bk.wp + ch * 32 + 8 * t, *rb = ra + 8 * bk.wp;
-				uint2 wa = *(const uint2 *)ra, wb = *(const uint2 *)rb;
-				float2 sa = *(const float2 *)(ss + (kk * 16 + g) * bk.sp + gi);
-				float2 sb = *(const float2 *)(ss + (kk * 16 + g + 8) * bk.sp + gi);
-				uint32_t a[2][4];
-				afrags(a, wa, wb);
-				float d[4];
-				chunk_mma_a<ONE>(d, a, bq);
-				P[kk][0] = fmaf(sa.x, d[0], fmaf(sa.y, bq.sx0, P[kk][0]));
-				P[kk][2] = fmaf(sb.x, d[2], fmaf(sb.y, bq.sx0, P[kk][2]));
-				if (!ONE) {
-					P[kk][1] = fmaf(sa.x, d[1], fmaf(sa.y, bq.sx1, P[kk][1]));
-					P[kk][3] = fmaf(sb.x, d[3], fmaf(sb.y, bq.sx1, P[kk][3]));
-				}
-			}
-		}
+		unit_sums<R, ONE>(P, bk, ws, ws + R * 16 * bk.wp, xq, bk.p[k].lg, w * G / BW, (w + 1) * G / BW);
 		float *rbuf = red + (j & 1) * RED;
 #pragma unroll
 		for (int kk = 0; kk < R; kk++)
@@ -235,31 +283,65 @@ __global__ void __launch_bounds__(32 * BW, 2) k_q4_bulk(Bk bk, Xq xq, const floa
 			fill<R>(bk, &bar[s], stg + s * bk.stage, u + ns * grid, cols);
 		if (w != (int)(j % BW)) /* the units' sums and stores by the warps in turn */
 			continue;
-		auto sum = [&](int kk, int e) { /* the slices' partials in slice order */
+		unit_store<R, ONE>(bk, k, u, n, [&](int kk, int e) { /* the slices' partials in slice order */
 			float v = 0.0f;
 			for (int i = 0; i < BW; i++)
 				v = v + rbuf[((i * R + kk) * 4 + e) * 32 + lane];
 			return v;
-		};
-		int64_t r0 = (u - bk.b0[k]) * 16;
+		});
+	}
+}
+
+/* k_q4_bulk_w: k_q4_bulk with a whole unit a warp. Each warp (of
+ * blockDim.x / 32) has ns stages and mbarriers of its own and asks for
+ * its own units' rows (warp gw of the grid's tw: units gw, gw + tw, ...);
+ * it sums all 8 slices of a unit, each slice's partials apart in
+ * registers as k_q4_bulk's warp of that slice sums them, and adds them in
+ * slice order itself: the same bits, and no block barrier after the
+ * first (x's own quantisation). */
+template <int R, bool OWN, bool ONE>
+__global__ void __launch_bounds__(32 * WMAX, 1) k_q4_bulk_w(Bk bk, Xq xq, const float *x, int64_t n, int64_t cols,
+                                                            bool vec)
+{
+	extern __shared__ __align__(128) uint8_t bsm[];
+	uint64_t *bar = (uint64_t *)bsm;
+	int wb = (int)(blockDim.x >> 5), w = (int)(threadIdx.x >> 5);
+	int64_t G = cols >> 6;
+	int64_t units = bk.b0[bk.np], tw = (int64_t)gridDim.x * wb, gw = (int64_t)blockIdx.x * wb + w;
+	int64_t mine = units > gw ? (units - 1 - gw) / tw + 1 : 0;
+	int ns = bk.ns;
+	uint64_t *mb = bar + w * ns;
+	uint8_t *stg = bsm + bk.soff + (int64_t)w * ns * bk.stage;
+	if (threadIdx.x == 0)
+		for (int s = 0; s < wb * ns; s++)
+			bar_init(&bar[s]);
+	__syncthreads();
+	for (int64_t j = 0; j < ns && j < mine; j++) /* weights only: before the wait */
+		fill<R>(bk, &mb[j], stg + j * bk.stage, gw + j * tw, cols);
+	pdl_wait();
+	pdl_launch();
+	if (OWN)
+		quant_block(xq, (uint4 *)(bsm + bk.xoff), x, n, G, cols, vec, wb);
+	for (int64_t j = 0; j < mine; j++) {
+		int64_t u = gw + j * tw;
+		int s = (int)(j % ns);
+		bar_wait<true>(&mb[s], (unsigned)((j / ns) & 1));
+		int k = part_of(bk, u);
+		const uint8_t *ws = stg + s * bk.stage;
+		float P[BW][R][4];
 #pragma unroll
-		for (int e = 0; e < 4; e++) {
-			if (ONE && (e & 1))
-				continue;
-			int64_t row = r0 + g + 8 * (e >> 1), tk = 2 * t + (e & 1);
-			if (row >= p.nout || tk >= n)
-				continue;
-			int64_t i = tk * p.nout + row;
-			float v = sum(R - 1, e);
-			if (R == 2) { /* a pair: up's product, times the GELU of gate's */
-				p.mul[i] = d_gelu(sum(0, e)) * v;
-				p.y[i] = v;
-			} else {
-				if (p.mul && p.into)
-					p.mul[i] = d_gelu(p.mul[i]) * v;
-				p.y[i] = p.mul && !p.into ? d_gelu(v) * p.mul[i] : v;
-			}
-		}
+		for (int i = 0; i < BW; i++)
+			unit_sums<R, ONE>(P[i], bk, ws, ws + R * 16 * bk.wp, xq, bk.p[k].lg, i * G / BW, (i + 1) * G / BW);
+		__syncwarp(); /* the stage read */
+		if (j + ns < mine)
+			fill<R>(bk, &mb[s], stg + s * bk.stage, u + ns * tw, cols);
+		unit_store<R, ONE>(bk, k, u, n, [&](int kk, int e) { /* the slices' partials in slice order */
+			float v = 0.0f;
+#pragma unroll
+			for (int i = 0; i < BW; i++)
+				v = v + P[i][kk][e];
+			return v;
+		});
 	}
 }
 
@@ -269,6 +351,23 @@ static int mode = [] {
 	if (env_is("VERDICT_Q4_BULK", "0"))
 		return 0;
 	return env_is("VERDICT_Q4_BULK", "1") ? 2 : 1;
+}();
+
+/* warp_mode: whether a unit is a warp's (k_q4_bulk_w): -1 where the
+ * launch has units enough, 0 never, 1 wherever it fits (VERDICT_Q4_WARP=0
+ * or 1; q4_bulk_set_warp); VERDICT_Q4_WARP=W,S also sets W warps a block
+ * of S stages each (warp_wb, warp_ns; 0: the plan's), for comparisons. */
+static int warp_wb = 0, warp_ns = 0;
+static int warp_mode = [] {
+	const char *e = getenv("VERDICT_Q4_WARP");
+	if (!e)
+		return -1;
+	if (strcmp(e, "0") == 0)
+		return 0;
+	int w = 0, s = 0;
+	if (sscanf(e, "%d,%d", &w, &s) == 2 && w >= 1 && w <= WMAX && s >= 1 && s <= WNS_MAX)
+		warp_wb = w, warp_ns = s;
+	return 1;
 }();
 
 /* Dev: what the planning needs of the current device (cached, up to 64
@@ -299,7 +398,7 @@ static const Dev &device()
 /* Plan: a launch's shape (grid 0: not taken). */
 struct Plan {
 	Bk bk;
-	int R;
+	int R, wb; /* wb: warps a block of k_q4_bulk_w, 0 for k_q4_bulk */
 	bool own;
 	unsigned grid;
 	size_t smem;
@@ -344,13 +443,32 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	bk.stage = up(R * 16 * (bk.wp + bk.sp), 128);
 	int64_t red = 2 * BW * R * 4 * 32 * (int64_t)sizeof(float), own = n * G * 12 * 16 + G * 8 * 8;
 	pl.own = own <= q4_mma_own_max();
+	int64_t units = bk.b0[np];
+	pl.R = R;
+	/* A unit a warp (k_q4_bulk_w): one block a multiprocessor of wb warps
+	 * of ns stages each (2 where 16 stages fit, else 1; as many warps as
+	 * fit, at most 8), where the launch has at least four units a warp. */
+	if (warp_mode != 0) {
+		int64_t xo = up(WBAR_B, 128), so = up(xo + (pl.own ? own : 0), 128);
+		int64_t slots = (dv.smem_block - so) / bk.stage;
+		int64_t wn = warp_ns ? warp_ns : slots >= 16 ? 2 : 1;
+		int64_t wb = warp_wb ? warp_wb : std::min<int64_t>(8, slots / wn);
+		if (wb >= 1 && wb * wn <= slots && (warp_mode == 1 || units >= 4 * wb * dv.sms)) {
+			bk.ns = (int)wn;
+			bk.xoff = xo, bk.soff = so;
+			pl.wb = (int)wb;
+			pl.smem = (size_t)(so + wb * wn * bk.stage);
+			int64_t grid = std::min<int64_t>(dv.sms, (units + wb - 1) / wb);
+			pl.grid = (unsigned)grid;
+			return pl;
+		}
+	}
 	bk.xoff = up(BAR_B + red, 128);
 	bk.soff = up(bk.xoff + (pl.own ? own : 0), 128);
 	/* Two blocks a multiprocessor with at least two units (or all of a
 	 * block's) on their way where they fit, else one. (On an H100 the
 	 * head took 152 µs at two blocks of 4 stages, 180 at two of 2, 254 at
 	 * one of 4, 8 or 12: native/cuda/README.md, stop 54.) */
-	int64_t units = bk.b0[np];
 	int bps = 0, ns = 0;
 	for (int b = 2; b >= 1 && !bps; b--) {
 		int64_t cap = (b == 2 ? dv.smem_sm / 2 - 1024 : dv.smem_block) - bk.soff;
@@ -362,7 +480,6 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	if (!bps || ns < 1)
 		return pl;
 	bk.ns = ns;
-	pl.R = R;
 	pl.smem = (size_t)(bk.soff + ns * bk.stage);
 	int64_t grid = (int64_t)bps * dv.sms;
 	pl.grid = (unsigned)(units < grid ? units : grid);
@@ -371,18 +488,25 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 
 using BulkK = void (*)(Bk, Xq, const float *, int64_t, int64_t, bool);
 
-static BulkK kernel(int R, bool own, bool one)
+template <int R, bool OWN, bool ONE> static BulkK pick(bool warp)
+{
+	return warp ? k_q4_bulk_w<R, OWN, ONE> : k_q4_bulk<R, OWN, ONE>;
+}
+
+static BulkK kernel(int R, bool own, bool one, bool warp)
 {
 	if (R == 2)
-		return own ? (one ? k_q4_bulk<2, true, true> : k_q4_bulk<2, true, false>)
-		           : (one ? k_q4_bulk<2, false, true> : k_q4_bulk<2, false, false>);
-	return own ? (one ? k_q4_bulk<1, true, true> : k_q4_bulk<1, true, false>)
-	           : (one ? k_q4_bulk<1, false, true> : k_q4_bulk<1, false, false>);
+		return own ? (one ? pick<2, true, true>(warp) : pick<2, true, false>(warp))
+		           : (one ? pick<2, false, true>(warp) : pick<2, false, false>(warp));
+	return own ? (one ? pick<1, true, true>(warp) : pick<1, true, false>(warp))
+	           : (one ? pick<1, false, true>(warp) : pick<1, false, false>(warp));
 }
 
 } // namespace
 
 void q4_bulk_set(int m) { mode = m; }
+
+void q4_bulk_set_warp(int m) { warp_mode = m; }
 
 bool q4_bulk_takes(const q4_mma_part *parts, int np, const float *x, int64_t n, int64_t cols)
 {
@@ -399,16 +523,16 @@ cudaError_t q4_bulk(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np,
 	if (!pl.own)
 		if (cudaError_t e = q4_mma_prepass(st, pdl, &xq, x, n, cols, scratch, scratch_bytes))
 			return e;
-	BulkK k = kernel(pl.R, pl.own, n == 1);
+	BulkK k = kernel(pl.R, pl.own, n == 1, pl.wb > 0);
 	if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem))
 		return e;
 	/* the grid no larger than the blocks that are resident at once */
-	int occ = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, 32 * BW, pl.smem) == cudaSuccess && occ >= 1) {
+	int occ = 0, threads = 32 * (pl.wb ? pl.wb : BW);
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, threads, pl.smem) == cudaSuccess && occ >= 1) {
 		int64_t cap = (int64_t)occ * device().sms;
 		if (pl.grid > cap)
 			pl.grid = (unsigned)cap;
 	}
-	return launch_pdl(pdl, k, dim3(pl.grid), dim3(32 * BW), pl.smem, st, pl.bk, xq, x, n, cols,
+	return launch_pdl(pdl, k, dim3(pl.grid), dim3(threads), pl.smem, st, pl.bk, xq, x, n, cols,
 	                  ((uintptr_t)x & 15) == 0);
 }

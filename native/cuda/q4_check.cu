@@ -186,9 +186,10 @@ static int groups()
 				mat(gc.rows[0], gc.cols, &Q2, &SO2);
 			size_t sb = 0;
 			void *SC = scratch_for(n, 64, gc.cols, &sb);
-			std::vector<float> out[2];
-			for (int m : {0, 2}) {
-				q4_bulk_set(m);
+			std::vector<float> out[3];
+			for (int m : {0, 2, 3}) { /* 3: bulk copies, a unit a warp */
+				q4_bulk_set(m == 3 ? 2 : m);
+				q4_bulk_set_warp(m == 3 ? 1 : -1);
 				q4_mma_part parts[3];
 				for (int i = 0; i < np; i++) {
 					cudaMemcpy(M[i], m0.data(), (size_t)(n * gc.rows[i]) * sizeof(float), cudaMemcpyHostToDevice);
@@ -206,14 +207,19 @@ static int groups()
 				for (int i = 0; i < np; i++) {
 					std::vector<float> h((size_t)(n * gc.rows[i]));
 					cudaMemcpy(h.data(), Y[i], h.size() * sizeof(float), cudaMemcpyDeviceToHost);
-					out[m / 2].insert(out[m / 2].end(), h.begin(), h.end());
+					out[(m + 1) / 2].insert(out[(m + 1) / 2].end(), h.begin(), h.end());
 					cudaMemcpy(h.data(), M[i], h.size() * sizeof(float), cudaMemcpyDeviceToHost);
-					out[m / 2].insert(out[m / 2].end(), h.begin(), h.end());
+					out[(m + 1) / 2].insert(out[(m + 1) / 2].end(), h.begin(), h.end());
 				}
 			}
 			q4_bulk_set(1);
-			bool same = out[0].size() == out[1].size() && memcmp(out[0].data(), out[1].data(), out[0].size() * 4) == 0;
-			printf("q4 group %s n=%lld cols %lld: by bulk copies = by the group kernels, bit for bit %s\n",
+			q4_bulk_set_warp(-1);
+			bool same = true;
+			for (int i = 1; i < 3; i++)
+				same = same && out[0].size() == out[i].size() &&
+				       memcmp(out[0].data(), out[i].data(), out[0].size() * 4) == 0;
+			printf("q4 group %s n=%lld cols %lld: by bulk copies (a unit a block and a warp) = by the group kernels, "
+			       "bit for bit %s\n",
 			       gc.pair ? "pair" : "of three", (long long)n, (long long)gc.cols, same ? "ok" : "FAIL");
 			failures += !same;
 			for (int i = 0; i < np; i++)
@@ -267,6 +273,7 @@ int main(int argc, char **argv)
 	    {47, 200, 1024, 64, true},   /* split, 64 tokens a block (17 of them dead), ids */
 	    {50, 300, 1024, 64, false},  /* split, a partial row block */
 	    {2, 40, 8192, 64, false},    /* 128 chunks, a partial row tile: by bulk copies, 3 units through 2 stages */
+	    {1, 600, 512, 64, false},    /* a unit a warp: 38 units, 5 a warp through 2 stages, a partial last */
 	};
 	q4_mma_set_split_sms(132); /* an H100's: the emulation's one would never split them */
 	int failures = 0;
@@ -383,14 +390,23 @@ int main(int argc, char **argv)
 			q4_mma_set_own_max(0);
 			std::vector<float> pre = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
 			q4_mma_set_own_max(40 << 10);
+			q4_bulk_set_warp(1); /* a unit a warp, x in the blocks and by the pre-pass */
+			bool wtook = q4_bulk_takes(&p, 1, X, s.n, s.cols);
+			std::vector<float> wown = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_mma_set_own_max(0);
+			std::vector<float> wpre = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
+			q4_mma_set_own_max(40 << 10);
+			q4_bulk_set_warp(-1);
 			q4_bulk_set(0);
 			std::vector<float> off = run(X, Q, SO, ID, s.n, nout, s.cols, lg);
 			q4_bulk_set(1);
-			bool same = memcmp(own.data(), off.data(), off.size() * sizeof(float)) == 0 &&
-			            memcmp(pre.data(), off.data(), off.size() * sizeof(float)) == 0;
-			printf("q4 n=%lld %lldx%lld: by bulk copies (%s) = by the other kernels, bit for bit %s\n",
+			bool same = true;
+			for (auto *v : {&own, &pre, &wown, &wpre})
+				same = same && memcmp(v->data(), off.data(), off.size() * sizeof(float)) == 0;
+			printf("q4 n=%lld %lldx%lld: by bulk copies (%s; a unit a warp: %s) = by the other kernels, bit for bit "
+			       "%s\n",
 			       (long long)s.n, (long long)nout, (long long)s.cols, took ? "taken" : "not taken",
-			       same ? "ok" : "FAIL");
+			       wtook ? "taken" : "not taken", same ? "ok" : "FAIL");
 			failures += !same;
 		}
 		/* x quantised in the blocks = by the pre-pass, for products of up to 8 tokens */

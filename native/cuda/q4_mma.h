@@ -113,6 +113,11 @@ cudaError_t q4_bulk(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np,
  * to 8 (the harness's comparisons; VERDICT_Q4_BULK sets it at start). */
 void q4_bulk_set(int mode);
 
+/* q4_bulk_set_warp: whether q4_bulk gives a whole unit of 16 rows to a
+ * warp (the same bits): −1 where a launch has units enough (the default),
+ * 0 never, 1 wherever it fits (VERDICT_Q4_WARP sets it at start). */
+void q4_bulk_set_warp(int mode);
+
 /* q4_mma_set_own_max: the most shared memory (bytes) a product of up to 8
  * tokens may take to quantise x in its own blocks rather than in a
  * pre-pass launch (0: always the pre-pass); for the harness's comparisons
