@@ -47,7 +47,7 @@ namespace {
 constexpr int BW = 8;      /* warps a block: one a slice */
 constexpr int NS_MAX = 6;  /* the most units a block has on their way */
 constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
-constexpr int WMAX = 16;   /* the most warps a block of k_q4_bulk_w */
+constexpr int WMAX = 12;   /* the most warps a block of k_q4_bulk_w */
 constexpr int WNS_MAX = 4; /* the most stages a warp of it */
 constexpr int WBAR_B = WMAX * WNS_MAX * 8; /* bytes of its mbarriers */
 
@@ -173,39 +173,69 @@ static __device__ __forceinline__ void fill(const Bk &bk, uint64_t *b, uint8_t *
 	}
 }
 
-/* unit_sums: a warp's partials P of chunks c0 .. c1 − 1 of a unit's rows
- * (weights in stage ws, scales in ss), chunk by chunk in order, as
- * few_block's warp sums its slice. */
+/* chunk_sum: chunk ch of a unit's rows (weights in stage ws, scales in
+ * ss) into a warp's partials P, as few_block's warp adds a chunk. */
+template <int R, bool ONE>
+static __device__ __forceinline__ void chunk_sum(float (&P)[R][4], const Bk &bk, const uint8_t *ws, const uint8_t *ss,
+                                                 const Xq &xq, int lg, int64_t ch)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	Bq bq;
+	load_bq(bq, xq, 0, ch);
+	int64_t gi = ((ch << 6) >> lg) * 2 * (int64_t)sizeof(float);
+#pragma unroll
+	for (int kk = 0; kk < R; kk++) {
+		const uint8_t *ra = ws + (kk * 16 + g) * bk.wp + ch * 32 + 8 * t, *rb = ra + 8 * bk.wp;
+		uint2 wa = *(const uint2 *)ra, wb = *(const uint2 *)rb;
+		float2 sa = *(const float2 *)(ss + (kk * 16 + g) * bk.sp + gi);
+		float2 sb = *(const float2 *)(ss + (kk * 16 + g + 8) * bk.sp + gi);
+		uint32_t a[2][4];
+		afrags(a, wa, wb);
+		float d[4];
+		chunk_mma_a<ONE>(d, a, bq);
+		P[kk][0] = fmaf(sa.x, d[0], fmaf(sa.y, bq.sx0, P[kk][0]));
+		P[kk][2] = fmaf(sb.x, d[2], fmaf(sb.y, bq.sx0, P[kk][2]));
+		if (!ONE) {
+			P[kk][1] = fmaf(sa.x, d[1], fmaf(sa.y, bq.sx1, P[kk][1]));
+			P[kk][3] = fmaf(sb.x, d[3], fmaf(sb.y, bq.sx1, P[kk][3]));
+		}
+	}
+}
+
+/* unit_sums: a warp's partials P of chunks c0 .. c1 − 1 (its slice) of
+ * a unit's rows, chunk by chunk in order. */
 template <int R, bool ONE>
 static __device__ __forceinline__ void unit_sums(float (&P)[R][4], const Bk &bk, const uint8_t *ws, const uint8_t *ss,
                                                  const Xq &xq, int lg, int64_t c0, int64_t c1)
 {
-	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
 	for (int kk = 0; kk < R; kk++)
 		P[kk][0] = P[kk][1] = P[kk][2] = P[kk][3] = 0.0f;
-	for (int64_t ch = c0; ch < c1; ch++) {
-		Bq bq;
-		load_bq(bq, xq, 0, ch);
-		int64_t gi = ((ch << 6) >> lg) * 2 * (int64_t)sizeof(float);
+	for (int64_t ch = c0; ch < c1; ch++)
+		chunk_sum<R, ONE>(P, bk, ws, ss, xq, lg, ch);
+}
+
+/* unit_sums_all: the partials P[i] of every slice i of a unit's rows,
+ * each slice's chunks in order as unit_sums adds them, the slices' c-th
+ * chunks side by side (8 independent sums); EVEN: slices of G / 8 chunks
+ * each. */
+template <int R, bool ONE, bool EVEN>
+static __device__ __forceinline__ void unit_sums_all(float (&P)[BW][R][4], const Bk &bk, const uint8_t *ws,
+                                                     const uint8_t *ss, const Xq &xq, int lg, int64_t G)
+{
 #pragma unroll
-		for (int kk = 0; kk < R; kk++) {
-			const uint8_t *ra = ws + (kk * 16 + g) * bk.wp + ch * 32 + 8 * t, *rb = ra + 8 * bk.wp;
-			uint2 wa = *(const uint2 *)ra, wb = *(const uint2 *)rb;
-			float2 sa = *(const float2 *)(ss + (kk * 16 + g) * bk.sp + gi);
-			float2 sb = *(const float2 *)(ss + (kk * 16 + g + 8) * bk.sp + gi);
-			uint32_t a[2][4];
-			afrags(a, wa, wb);
-			float d[4];
-			chunk_mma_a<ONE>(d, a, bq);
-			P[kk][0] = fmaf(sa.x, d[0], fmaf(sa.y, bq.sx0, P[kk][0]));
-			P[kk][2] = fmaf(sb.x, d[2], fmaf(sb.y, bq.sx0, P[kk][2]));
-			if (!ONE) {
-				P[kk][1] = fmaf(sa.x, d[1], fmaf(sa.y, bq.sx1, P[kk][1]));
-				P[kk][3] = fmaf(sb.x, d[3], fmaf(sb.y, bq.sx1, P[kk][3]));
-			}
+	for (int i = 0; i < BW; i++)
+#pragma unroll
+		for (int kk = 0; kk < R; kk++)
+			P[i][kk][0] = P[i][kk][1] = P[i][kk][2] = P[i][kk][3] = 0.0f;
+	int64_t len = (G + BW - 1) / BW;
+	for (int64_t c = 0; c < len; c++)
+#pragma unroll
+		for (int i = 0; i < BW; i++) {
+			int64_t c0 = i * G / BW;
+			if (EVEN || c0 + c < (i + 1) * G / BW)
+				chunk_sum<R, ONE>(P[i], bk, ws, ss, xq, lg, c0 + c);
 		}
-	}
 }
 
 /* unit_store: a warp stores unit u's rows (of part k) over n tokens, each
@@ -329,9 +359,10 @@ __global__ void __launch_bounds__(32 * WMAX, 1) k_q4_bulk_w(Bk bk, Xq xq, const 
 		int k = part_of(bk, u);
 		const uint8_t *ws = stg + s * bk.stage;
 		float P[BW][R][4];
-#pragma unroll
-		for (int i = 0; i < BW; i++)
-			unit_sums<R, ONE>(P[i], bk, ws, ws + R * 16 * bk.wp, xq, bk.p[k].lg, i * G / BW, (i + 1) * G / BW);
+		if (G % BW == 0)
+			unit_sums_all<R, ONE, true>(P, bk, ws, ws + R * 16 * bk.wp, xq, bk.p[k].lg, G);
+		else
+			unit_sums_all<R, ONE, false>(P, bk, ws, ws + R * 16 * bk.wp, xq, bk.p[k].lg, G);
 		__syncwarp(); /* the stage read */
 		if (j + ns < mine)
 			fill<R>(bk, &mb[s], stg + s * bk.stage, u + ns * tw, cols);
@@ -445,14 +476,16 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	pl.own = own <= q4_mma_own_max();
 	int64_t units = bk.b0[np];
 	pl.R = R;
-	/* A unit a warp (k_q4_bulk_w): one block a multiprocessor of wb warps
-	 * of ns stages each (2 where 16 stages fit, else 1; as many warps as
-	 * fit, at most 8), where the launch has at least four units a warp. */
+	/* A unit a warp (k_q4_bulk_w): one block a multiprocessor of as many
+	 * warps as fit (at most WMAX) of one stage each, where the launch has
+	 * at least four units a warp. (On an H100 the head took 137 µs with 10
+	 * warps of one stage, 145 with 8, 173 with 6, 197 with 5 of two
+	 * stages, 205 with 4 of two: native/cuda/README.md, stop 55.) */
 	if (warp_mode != 0) {
 		int64_t xo = up(WBAR_B, 128), so = up(xo + (pl.own ? own : 0), 128);
 		int64_t slots = (dv.smem_block - so) / bk.stage;
-		int64_t wn = warp_ns ? warp_ns : slots >= 16 ? 2 : 1;
-		int64_t wb = warp_wb ? warp_wb : std::min<int64_t>(8, slots / wn);
+		int64_t wn = warp_ns ? warp_ns : 1;
+		int64_t wb = warp_wb ? warp_wb : std::min<int64_t>(WMAX, slots / wn);
 		if (wb >= 1 && wb * wn <= slots && (warp_mode == 1 || units >= 4 * wb * dv.sms)) {
 			bk.ns = (int)wn;
 			bk.xoff = xo, bk.soff = so;

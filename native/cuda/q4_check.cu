@@ -274,6 +274,7 @@ int main(int argc, char **argv)
 	    {50, 300, 1024, 64, false},  /* split, a partial row block */
 	    {2, 40, 8192, 64, false},    /* 128 chunks, a partial row tile: by bulk copies, 3 units through 2 stages */
 	    {1, 600, 512, 64, false},    /* a unit a warp: 38 units, 5 a warp through 2 stages, a partial last */
+	    {2, 40, 768, 64, false},     /* 12 chunks: uneven slices by bulk copies, a unit a block and a warp */
 	};
 	q4_mma_set_split_sms(132); /* an H100's: the emulation's one would never split them */
 	int failures = 0;
