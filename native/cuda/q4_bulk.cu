@@ -21,13 +21,21 @@
  * just read, and one warp (each unit the next) adds the partials in slice
  * order and stores them (with the part's GELU product) while the others
  * go on to the next unit.
+ *
+ * Where a launch has four units or more for each warp the
+ * multiprocessors hold (the head), a unit is a warp's instead
+ * (k_q4_bulk_w): each warp has its own stage and mbarrier, asks for its
+ * own units' rows, sums all 8 slices side by side (each slice's chunks in
+ * order, in registers apart) and adds them in slice order itself, with no
+ * block barrier: the same bits (the head 154 → 124 µs on an H100).
+ *
  * In shared memory a row of weights is padded to 32 bytes past a multiple
  * of 128 and a row of scales to 16, so the eight rows a warp reads at once
  * fall on distinct banks.
  *
  * On the host emulation (and below sm_90, where q4_bulk_takes declines)
- * the copies are plain ones by warp 0 and a stage's wait is the block's
- * barrier.
+ * the copies are plain ones by the asking warp and a stage's wait is the
+ * block's barrier (the warp's, for k_q4_bulk_w).
  */
 #include "q4_mma.h"
 #include "env.h"
@@ -47,7 +55,7 @@ namespace {
 constexpr int BW = 8;      /* warps a block: one a slice */
 constexpr int NS_MAX = 6;  /* the most units a block has on their way */
 constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
-constexpr int WMAX = 12;   /* the most warps a block of k_q4_bulk_w */
+constexpr int WMAX = 8;    /* the most warps a block of k_q4_bulk_w */
 constexpr int WNS_MAX = 4; /* the most stages a warp of it */
 constexpr int WBAR_B = WMAX * WNS_MAX * 8; /* bytes of its mbarriers */
 
@@ -478,9 +486,10 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	pl.R = R;
 	/* A unit a warp (k_q4_bulk_w): one block a multiprocessor of as many
 	 * warps as fit (at most WMAX) of one stage each, where the launch has
-	 * at least four units a warp. (On an H100 the head took 137 µs with 10
-	 * warps of one stage, 145 with 8, 173 with 6, 197 with 5 of two
-	 * stages, 205 with 4 of two: native/cuda/README.md, stop 55.) */
+	 * at least four units a warp. (On an H100 the head took 123.6 µs with
+	 * 8 warps of one stage, 129.1 with 9, 126.6 with 10; before the slices
+	 * were summed side by side 145 with 8, 173 with 6, 197 with 5 of two
+	 * stages: native/cuda/README.md, stop 55.) */
 	if (warp_mode != 0) {
 		int64_t xo = up(WBAR_B, 128), so = up(xo + (pl.own ? own : 0), 128);
 		int64_t slots = (dv.smem_block - so) / bk.stage;
