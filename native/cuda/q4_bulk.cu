@@ -38,6 +38,7 @@
  * block's barrier (the warp's, for k_q4_bulk_w).
  */
 #include "q4_mma.h"
+#include "dev_props.h"
 #include "env.h"
 #include "device_math.cuh"
 #include "q4_mma.cuh"
@@ -409,31 +410,6 @@ static int warp_mode = [] {
 	return 1;
 }();
 
-/* Dev: what the planning needs of the current device (cached, up to 64
- * devices). */
-struct Dev {
-	int sms, major, smem_sm, smem_block;
-};
-
-static const Dev &device()
-{
-	static Dev d[64];
-	int i = 0;
-	cudaGetDevice(&i);
-	if (i < 0 || i >= 64)
-		i = 0;
-	if (d[i].sms <= 0) {
-		Dev v = {};
-		cudaDeviceGetAttribute(&v.sms, cudaDevAttrMultiProcessorCount, i);
-		cudaDeviceGetAttribute(&v.major, cudaDevAttrComputeCapabilityMajor, i);
-		cudaDeviceGetAttribute(&v.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, i);
-		cudaDeviceGetAttribute(&v.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, i);
-		v.sms = v.sms > 0 ? v.sms : 1;
-		d[i] = v;
-	}
-	return d[i];
-}
-
 /* Plan: a launch's shape (grid 0: not taken). */
 struct Plan {
 	Bk bk;
@@ -455,7 +431,7 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	int64_t G = cols >> 6;
 	if (G < 8 || G % 4 != 0 || cols / 2 > (1 << 16))
 		return pl;
-	const Dev &dv = device();
+	const dev_props &dv = current_dev();
 	if (dv.major < 9)
 		return pl;
 	bool pair = parts[0].q2 != nullptr;
@@ -571,7 +547,7 @@ cudaError_t q4_bulk(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np,
 	/* the grid no larger than the blocks that are resident at once */
 	int occ = 0, threads = 32 * (pl.wb ? pl.wb : BW);
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, threads, pl.smem) == cudaSuccess && occ >= 1) {
-		int64_t cap = (int64_t)occ * device().sms;
+		int64_t cap = (int64_t)occ * current_dev().sms;
 		if (pl.grid > cap)
 			pl.grid = (unsigned)cap;
 	}

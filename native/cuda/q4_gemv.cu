@@ -31,6 +31,7 @@
  * kernels, =N only products of at most N rows, for comparisons.
  */
 #include "q4_mma.h"
+#include "dev_props.h"
 #include "env.h"
 #include "device_math.cuh"
 #include "q4_mma.cuh"
@@ -357,29 +358,13 @@ bool q4_gemv_takes(int64_t n, int64_t nout, int64_t cols)
 	       smem_bytes(cols, 32) <= (48 << 10);
 }
 
-/* multiprocessors: the current device's (cached, up to 64 devices). */
-static int multiprocessors()
-{
-	static int n[64];
-	int d = 0;
-	cudaGetDevice(&d);
-	if (d < 0 || d >= 64)
-		d = 0;
-	if (n[d] <= 0) {
-		int v = 0;
-		cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d);
-		n[d] = v > 0 ? v : 1;
-	}
-	return n[d];
-}
-
 cudaError_t q4_gemv(cudaStream_t st, bool pdl, const q4_mma_part *parts, int np, const float *x, int64_t cols)
 {
 	if (np < 1 || np > Q4_MMA_PARTS)
 		return cudaErrorInvalidValue;
 	/* Rows a unit: the most that still gives two blocks a multiprocessor
 	 * (at least 4). */
-	int64_t rows = 0, want = 2 * (int64_t)multiprocessors();
+	int64_t rows = 0, want = 2 * (int64_t)current_dev().sms;
 	for (int i = 0; i < np; i++)
 		rows += parts[i].nout > 0 ? parts[i].nout : 0;
 	int R = force_r ? force_r : rows >= 32 * want ? 32 : rows >= 16 * want ? 16 : rows >= 8 * want ? 8 : 4;

@@ -31,6 +31,7 @@
  * and its x fragments as 16 bytes a limb.
  */
 #include "q4_mma.h"
+#include "dev_props.h"
 #include "env.h"
 #include "device_math.cuh"
 #include "q4_mma.cuh"
@@ -633,14 +634,10 @@ static int64_t split_min()
 static int split_sms_set = -1;
 static int split_sms()
 {
-	static const int v = [] {
-		int dev = 0, m = 0;
-		if (env_is("VERDICT_Q4_SPLIT_WIDE", "0") || cudaGetDevice(&dev) != cudaSuccess ||
-		    cudaDeviceGetAttribute(&m, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-			return 0;
-		return m;
-	}();
-	return split_sms_set >= 0 ? split_sms_set : v;
+	static const bool off = env_is("VERDICT_Q4_SPLIT_WIDE", "0");
+	if (split_sms_set >= 0)
+		return split_sms_set;
+	return off ? 0 : current_dev().sms;
 }
 
 /* split_wide: whether a product of more than SPLIT_MAX tokens is split

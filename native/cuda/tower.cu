@@ -45,6 +45,7 @@
  * shapes past the limits return TOW_EDTYPE / TOW_ESHAPE before any launch.
  */
 #include "tower.h"
+#include "dev_props.h"
 #include "env.h"
 
 #include "device_math.cuh"
@@ -272,16 +273,6 @@ __global__ void __launch_bounds__(256) k_gemm(float *__restrict__ y, int64_t ldy
 	}
 }
 
-/* dev_attr: an attribute of the current device (0 when it cannot be read):
- * its multiprocessors for the product's tiling, its shared memory for mqa's. */
-static int dev_attr(cudaDeviceAttr a)
-{
-	int dev = 0, n = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, a, dev) != cudaSuccess)
-		return 0;
-	return n;
-}
-
 template <bool CONV, int TM, int TN>
 static void gemm_launch(const tow_ctx *c, bool va, float *y, int64_t ldy, const float *x, int64_t ldx, const float *bp,
                         const float *bias, int64_t m, int64_t n, int64_t k, const conv_geom &g)
@@ -324,7 +315,7 @@ static int gemm(const tow_ctx *c, bool tc, bool packed, float *y, int64_t ldy, c
 	int64_t gx = (m + 63) / 64, gy = (n + 63) / 64;
 	if (gx > MAXGRID || gy > 65535 || k <= 0 || k > ((int64_t)1 << 31))
 		return TOW_ESHAPE;
-	static const int sms = dev_attr(cudaDevAttrMultiProcessorCount);
+	int sms = current_dev().sms;
 	bool vec = true;
 	int forced = gemm_pick(&vec);
 	if (tc)
@@ -1017,7 +1008,7 @@ int tow_mqa(const tow_ctx *c, vd_tensor out, vd_tensor q, vd_tensor k, vd_tensor
 			return e;
 	}
 	/* k_mqa_s where the scores fit in shared memory, else k_mqa */
-	static const int optin = dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+	int optin = current_dev().smem_block;
 	size_t smem = mqa_s_smem(nk, d);
 	auto kern = k_mqa_s;
 	if (!mqa_s_on() || smem > (size_t)optin) {
