@@ -56,7 +56,8 @@ namespace {
 constexpr int BW = 8;      /* warps a block: one a slice */
 constexpr int NS_MAX = 6;  /* the most units a block has on their way */
 constexpr int BAR_B = 64;  /* bytes of the stages' mbarriers */
-constexpr int WMAX = 8;    /* the most warps a block of k_q4_bulk_w */
+constexpr int WMAX = 12;   /* the most warps a block of k_q4_bulk_w (its registers' bound) */
+constexpr int WDEF = 8;    /* the most its plan takes (VERDICT_Q4_WARP=W,S takes up to WMAX) */
 constexpr int WNS_MAX = 4; /* the most stages a warp of it */
 constexpr int WBAR_B = WMAX * WNS_MAX * 8; /* bytes of its mbarriers */
 
@@ -461,16 +462,17 @@ static Plan plan(const q4_mma_part *parts, int np, const float *x, int64_t n, in
 	int64_t units = bk.b0[np];
 	pl.R = R;
 	/* A unit a warp (k_q4_bulk_w): one block a multiprocessor of as many
-	 * warps as fit (at most WMAX) of one stage each, where the launch has
+	 * warps as fit (at most WDEF) of one stage each, where the launch has
 	 * at least four units a warp. (On an H100 the head took 123.6 µs with
-	 * 8 warps of one stage, 129.1 with 9, 126.6 with 10; before the slices
-	 * were summed side by side 145 with 8, 173 with 6, 197 with 5 of two
-	 * stages: native/cuda/README.md, stop 55.) */
+	 * 8 warps of one stage, 129.1 with 9, 126.6 with 10, all compiled for
+	 * up to 12 warps (170 registers); 132.7 with 8 compiled for 8 (255
+	 * registers); before the slices were summed side by side 145 with 8,
+	 * 173 with 6, 197 with 5 of two stages: native/cuda/README.md, stop 55.) */
 	if (warp_mode != 0) {
 		int64_t xo = up(WBAR_B, 128), so = up(xo + (pl.own ? own : 0), 128);
 		int64_t slots = (dv.smem_block - so) / bk.stage;
 		int64_t wn = warp_ns ? warp_ns : 1;
-		int64_t wb = warp_wb ? warp_wb : std::min<int64_t>(WMAX, slots / wn);
+		int64_t wb = warp_wb ? warp_wb : std::min<int64_t>(WDEF, slots / wn);
 		if (wb >= 1 && wb * wn <= slots && (warp_mode == 1 || units >= 4 * wb * dv.sms)) {
 			bk.ns = (int)wn;
 			bk.xoff = xo, bk.soff = so;
