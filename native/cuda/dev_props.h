@@ -15,17 +15,16 @@ struct dev_props {
 	int smem_block; /* shared memory a block may opt in to, bytes */
 };
 
-/* current_dev: the current device's properties. */
+/* current_dev: the current device's properties; after a device's first
+ * read this costs one cudaGetDevice and one atomic load. */
 inline const dev_props &current_dev()
 {
 	static dev_props d[64];
-	static bool read[64];
-	static std::mutex mu;
+	static std::once_flag once[64];
 	int i = 0;
 	if (cudaGetDevice(&i) != cudaSuccess || i < 0 || i >= 64)
 		i = 0;
-	std::lock_guard<std::mutex> l(mu);
-	if (!read[i]) {
+	std::call_once(once[i], [i] {
 		dev_props v = {};
 		cudaDeviceGetAttribute(&v.sms, cudaDevAttrMultiProcessorCount, i);
 		cudaDeviceGetAttribute(&v.major, cudaDevAttrComputeCapabilityMajor, i);
@@ -33,7 +32,6 @@ inline const dev_props &current_dev()
 		cudaDeviceGetAttribute(&v.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, i);
 		v.sms = v.sms > 0 ? v.sms : 1;
 		d[i] = v;
-		read[i] = true;
-	}
+	});
 	return d[i];
 }
