@@ -315,6 +315,11 @@ static __device__ inline double block_sum_d(double v, double *red)
  * plain loop's), and reuse them for the output. */
 #define RN 8
 
+/* RR_OUT, RR_J: the router in registers (norm.cu's k_router_reg and
+ * the AltUp steps): at most RR_OUT outputs and RR_J·32 columns a warp. */
+#define RR_OUT 4
+#define RR_J 12
+
 /* AP: the blocks of a long row's argmax (sampling.cu's argmax1), whose
  * partials every stream keeps (amax: AP floats, AP int64s). */
 #define AP 128
@@ -366,6 +371,8 @@ void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r);
  * of the ones that do; the others run as the operations they stand for,
  * for comparisons. */
 bool layer_step_on(const char *name);
+/* altup.cu: AltUp's step (before with pred) by a wide block where it fits. */
+bool altup_wide(vd_stream *s, const vd_altup *a, bool pred);
 void c_altup_correct_step(vd_stream *s, const vd_altup *a);
 void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
                    float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add);

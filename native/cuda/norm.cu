@@ -365,9 +365,6 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
  * loaded into registers before pdl_wait (rr_load), its columns' x read at
  * once with the norm's (rr_token), so no shared row and no dependent
  * weight loads; the same operations in the same order as k_router. */
-#define RR_OUT 4
-#define RR_J 12
-
 struct rr_regs {
 	float wr[RR_J][RR_OUT], nv[RR_J];
 };
@@ -837,6 +834,8 @@ void c_altup_predict_step(vd_stream *s, const vd_altup *a)
 		return;
 	}
 	if (fits) {
+		if (altup_wide(s, a, true))
+			return;
 		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a, 0);
 		launched(s);
 		return;
@@ -853,6 +852,8 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 		return;
 	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4) &&
 	    !(a->pre.data && (a->pre.dtype != VD_F32 || (a->pre_w.data && a->pre_w.dtype != VD_F32)))) {
+		if (altup_wide(s, a, false))
+			return;
 		int xrow = a->pre.data && a->dim * (int64_t)sizeof(float) <= 48 * 1024; /* x's new row in shared memory */
 		launch(s, k_altup_step<false>, (unsigned)a->n, RB, xrow ? (size_t)a->dim * sizeof(float) : 0, *a, xrow);
 		launched(s);
