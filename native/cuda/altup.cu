@@ -15,42 +15,8 @@
  */
 #include "common.cuh"
 
-/* AQ: the block's threads, in RB's. Each thread holds its first AS
- * columns (T, T + AQ·RB, ...) in registers and reads the rest again. */
-#define AQ 4
-#define AS (RN / AQ)
-#define AT (AQ * RB)
 /* the router outputs of a warp */
 #define AO ((RR_OUT + AQ - 1) / AQ)
-
-/* aw_part: RB-order partial sums of squares of the staged row rs [dim] by
- * warps w0..w0+LW-1 (thread t = threadIdx.x - 32·w0 of RB), each warp's
- * total into red [LW]. A barrier, then aw_total, gives the sum. */
-static __device__ __forceinline__ void aw_part(const float *rs, int64_t dim, int w0, float *red)
-{
-	int wi = threadIdx.x >> 5;
-	if (wi < w0 || wi >= w0 + LW)
-		return;
-	int64_t t = threadIdx.x - 32 * w0;
-	float a = 0.0f;
-	for (int64_t i = t; i < dim; i += RB)
-		a = fmaf(rs[i], rs[i], a);
-	a = warp_sum(a);
-	if ((threadIdx.x & 31) == 0)
-		red[wi - w0] = a;
-}
-
-/* aw_total: block_sum's last tree over aw_part's warp totals. */
-static __device__ __forceinline__ float aw_total(const float *red)
-{
-	int lane = threadIdx.x & 31;
-	return warp_sum(lane < LW ? red[lane] : 0.0f);
-}
-
-static __device__ __forceinline__ float aw_inv(float ss, int64_t dim, float eps)
-{
-	return (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
-}
 
 /* k_altup_wide: k_altup_step for one token a block of AT threads, the
  * rows its sums read staged in shared memory (2·dim floats: ra, pre's row
@@ -138,7 +104,7 @@ __global__ void __launch_bounds__(AT) k_altup_wide(vd_altup a)
 		aw_part(rb, dim, pr ? LW : 0, red2);
 	__syncthreads();
 	if (pr) { /* before: streams 1..3 += rmsnorm(pre)·pre_w; after: x += it; pre normalised in place */
-		float inv = aw_inv(aw_total(red), dim, a.eps);
+		float inv = rms_inv(aw_total(red), dim, a.eps);
 #pragma unroll
 		for (int s = 0; s < AS; s++) {
 			int64_t c = T + (int64_t)s * AT;
@@ -176,7 +142,7 @@ __global__ void __launch_bounds__(AT) k_altup_wide(vd_altup a)
 		}
 	}
 	/* the router's input, (x·rms_inv)·norm_w·scale, over x's row */
-	float xinv = aw_inv(aw_total(red2), dim, a.eps);
+	float xinv = rms_inv(aw_total(red2), dim, a.eps);
 #pragma unroll
 	for (int s = 0; s < AS; s++) {
 		int64_t c = T + (int64_t)s * AT;
@@ -260,7 +226,7 @@ __global__ void __launch_bounds__(AT) k_altup_wide(vd_altup a)
 		__syncthreads();
 		aw_part(ra, dim, 0, red);
 		__syncthreads();
-		float inv = aw_inv(aw_total(red), dim, a.eps);
+		float inv = rms_inv(aw_total(red), dim, a.eps);
 #pragma unroll
 		for (int s = 0; s < AS; s++) {
 			int64_t c = T + (int64_t)s * AT;
@@ -297,12 +263,11 @@ __global__ void __launch_bounds__(AT) k_altup_wide(vd_altup a)
 
 /* altup_wide: launches k_altup_wide for a where it fits (k_altup_step's
  * conditions, the two staged rows in 48 KiB, a warp a coefficient) and
- * VERDICT_ALTUP_WIDE is not 0; false otherwise. */
+ * VERDICT_ROWS_WIDE is not 0; false otherwise. */
 bool altup_wide(vd_stream *s, const vd_altup *a, bool pred)
 {
-	static const bool on = !env_is("VERDICT_ALTUP_WIDE", "0");
 	size_t smem = 2 * (size_t)a->dim * sizeof(float);
-	if (!on || smem > 48 * 1024 || a->cw.rows > AT / 32 || a->cw.rows > 16)
+	if (!rows_wide() || smem > 48 * 1024 || a->cw.rows > AT / 32 || a->cw.rows > 16)
 		return false;
 	if (pred)
 		launch(s, k_altup_wide<true>, (unsigned)a->n, AT, smem, *a);

@@ -22,9 +22,8 @@ static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const f
 
 /* row_sumsq: the sum of squares of a row of dim values, each thread's in
  * column order (its RN register values v, columns threadIdx.x + u·RB, then
- * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
- * reciprocal of the root mean square plus eps, in double as the CPU kernel
- * takes it. Every norm here is these two steps, then its own scaling. */
+ * its columns past RN·RB from xr), summed by block_sum. Every norm here
+ * is this and rms_inv (common.cuh), then its own scaling. */
 static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
 {
 	return block_sum(sumsq_part(v, xr, dim), red);
@@ -35,11 +34,6 @@ static __device__ __forceinline__ float2 row_sumsq2(const float (&v1)[RN], const
                                                     const float *xr2, int64_t dim, float2 *red2)
 {
 	return block_sum2(sumsq_part(v1, xr1, dim), sumsq_part(v2, xr2, dim), red2);
-}
-
-static __device__ __forceinline__ float rms_inv(float ss, int64_t dim, float eps)
-{
-	return (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
 }
 
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
@@ -213,6 +207,131 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	}
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		fr[i] = fw ? (yr[i] * inv2) * fw[i] : yr[i] * inv2;
+}
+
+/* k_norm_add_wide: k_norm_add for one token a block of AT threads (the
+ * wide row kernels, common.cuh), its sums' rows staged in shared memory
+ * (2·dim floats: ra, x's row then y's; rb, b's). */
+__global__ void __launch_bounds__(AT) k_norm_add_wide(float *y, float *x, const float *w, const float *a, float *b,
+                                                      const float *bw, const float *ba, int64_t dim, float eps, float c,
+                                                      float *rep, int64_t nrep, int64_t rows, float *f, const float *fw)
+{
+	extern __shared__ float sm[];
+	__shared__ float red[LW], red2[LW];
+	float wv[AS], fwv[AS], bwv[AS];
+	int64_t T = threadIdx.x;
+#pragma unroll
+	for (int s = 0; s < AS; s++) { /* the weights (no kernel writes them) while the kernel before drains */
+		int64_t i = T + (int64_t)s * AT;
+		wv[s] = w && i < dim ? __ldg(w + i) : 1.0f;
+		fwv[s] = f && fw && i < dim ? __ldg(fw + i) : 1.0f;
+		bwv[s] = b && ba && bw && i < dim ? __ldg(bw + i) : 1.0f;
+	}
+	pdl_wait();
+	pdl_launch();
+	int64_t r = blockIdx.x;
+	float *xr = x + r * dim, *yr = y + r * dim, *ra = sm, *rb = sm + dim;
+	const float *ar = a + r * dim;
+	float *br = b ? b + r * dim : nullptr;
+	const float *bar = br && ba ? ba + r * dim : nullptr;
+	float v[AS], av[AS], bv[AS], bav[AS], rv[2][AS];
+	bool rreg = nrep <= 2;
+#pragma unroll
+	for (int s = 0; s < AS; s++) { /* every load of the first AS columns at once (y may be a: read first) */
+		int64_t i = T + (int64_t)s * AT;
+		v[s] = i < dim ? xr[i] : 0.0f;
+		av[s] = i < dim ? ar[i] : 0.0f;
+		bv[s] = br && i < dim ? br[i] : 0.0f;
+		bav[s] = bar && i < dim ? bar[i] : 0.0f;
+#pragma unroll
+		for (int k = 0; k < 2; k++)
+			rv[k][s] = rreg && k < nrep && i < dim ? rep[(k * rows + r) * dim + i] : 0.0f;
+		if (i < dim) {
+			ra[i] = v[s];
+			if (bar)
+				rb[i] = bv[s];
+		}
+	}
+	for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT) {
+		ra[i] = xr[i];
+		if (bar)
+			rb[i] = br[i];
+	}
+	__syncthreads();
+	if (bar)
+		aw_part(rb, dim, 0, red2);
+	aw_part(ra, dim, bar ? LW : 0, red);
+	__syncthreads();
+	if (bar) { /* b = ba + rmsnorm(b)·bw */
+		float binv = rms_inv(aw_total(red2), dim, eps);
+#pragma unroll
+		for (int s = 0; s < AS; s++) {
+			int64_t i = T + (int64_t)s * AT;
+			if (i < dim) {
+				float bn = bw ? (bv[s] * binv) * bwv[s] : bv[s] * binv;
+				bv[s] = bav[s] + bn;
+				br[i] = bv[s];
+			}
+		}
+		for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT) {
+			float bn = bw ? (br[i] * binv) * __ldg(bw + i) : br[i] * binv;
+			br[i] = bar[i] + bn;
+		}
+	}
+	float inv = rms_inv(aw_total(red), dim, eps);
+#pragma unroll
+	for (int s = 0; s < AS; s++) {
+		int64_t i = T + (int64_t)s * AT;
+		if (i < dim) {
+			float xn = w ? (v[s] * inv) * wv[s] : v[s] * inv;
+			xr[i] = xn;
+			float o = av[s] + xn;
+			if (br)
+				o = (o + bv[s]) * c;
+			yr[i] = o;
+			if (rreg) {
+#pragma unroll
+				for (int k = 0; k < 2; k++)
+					if (k < nrep)
+						rep[(k * rows + r) * dim + i] = rv[k][s] + xn;
+			} else {
+				for (int64_t k = 0; k < nrep; k++) {
+					float *rp = rep + (k * rows + r) * dim + i;
+					*rp = *rp + xn;
+				}
+			}
+			av[s] = o; /* f's input */
+			ra[i] = o;
+		}
+	}
+	for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT) {
+		float xn = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+		xr[i] = xn;
+		float o = ar[i] + xn;
+		if (br)
+			o = (o + br[i]) * c;
+		yr[i] = o;
+		for (int64_t k = 0; k < nrep; k++) {
+			float *rp = rep + (k * rows + r) * dim + i;
+			*rp = *rp + xn;
+		}
+		ra[i] = o;
+	}
+	if (!f)
+		return;
+	__syncthreads();
+	aw_part(ra, dim, 0, red);
+	__syncthreads();
+	float inv2 = rms_inv(aw_total(red), dim, eps);
+	float *fr = f + r * dim;
+#pragma unroll
+	for (int s = 0; s < AS; s++) {
+		int64_t i = T + (int64_t)s * AT;
+		if (i < dim)
+			fr[i] = fw ? (av[s] * inv2) * fwv[s] : av[s] * inv2;
+	}
+	for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT)
+		fr[i] = fw ? (ra[i] * inv2) * fw[i] : ra[i] * inv2;
 }
 
 /* router_out: a router block's outputs from each lane's accumulators acc
@@ -689,6 +808,26 @@ void c_mul_rows(vd_stream *s, vd_tensor x, vd_tensor w)
 	launched(s);
 }
 
+bool rows_wide()
+{
+	static const bool on = !env_is("VERDICT_ROWS_WIDE", "0");
+	return on;
+}
+
+/* norm_add_launch: k_norm_add_wide where its two rows fit in 48 KiB and
+ * rows_wide(), k_norm_add otherwise: the same bits. */
+static void norm_add_launch(vd_stream *s, int64_t rows, float *y, float *x, const float *w, const float *a, float *b,
+                            const float *bw, const float *ba, int64_t dim, float eps, float c, float *rep, int64_t nrep,
+                            float *f, const float *fw)
+{
+	size_t smem = 2 * (size_t)dim * sizeof(float);
+	if (rows_wide() && smem <= 48 * 1024)
+		launch(s, k_norm_add_wide, (unsigned)rows, AT, smem, y, x, w, a, b, bw, ba, dim, eps, c, rep, nrep, rows, f, fw);
+	else
+		launch(s, k_norm_add, (unsigned)rows, RB, 0, y, x, w, a, b, bw, ba, dim, eps, c, rep, nrep, rows, f, fw);
+	launched(s);
+}
+
 void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
                        float eps, float c)
 {
@@ -696,10 +835,8 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
 	int64_t rows = elems(x) / dim;
 	if (rows <= 0)
 		return;
-	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
-	       (const float *)a.data, (float *)b.data, (const float *)nullptr, (const float *)nullptr, dim, eps, c,
-	       (float *)nullptr, (int64_t)0, rows, (float *)nullptr, (const float *)nullptr);
-	launched(s);
+	norm_add_launch(s, rows, (float *)y.data, (float *)x.data, (const float *)w.data, (const float *)a.data,
+	                (float *)b.data, nullptr, nullptr, dim, eps, c, nullptr, 0, nullptr, nullptr);
 }
 
 /* pre_parts_on: whether a layer step takes the norm-add before it as its
@@ -734,10 +871,9 @@ void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_ten
 			c_rmsnorm(s, f, y, fw, dim, eps);
 		return;
 	}
-	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
-	       (const float *)a.data, (float *)b.data, (const float *)bw.data, (const float *)ba.data, dim, eps, c,
-	       (float *)rep.data, nrep, rows, (float *)f.data, (const float *)fw.data);
-	launched(s);
+	norm_add_launch(s, rows, (float *)y.data, (float *)x.data, (const float *)w.data, (const float *)a.data,
+	                (float *)b.data, (const float *)bw.data, (const float *)ba.data, dim, eps, c, (float *)rep.data, nrep,
+	                (float *)f.data, (const float *)fw.data);
 }
 
 /* c_router: one launch for an f32 router of at most SMALL_ROWS rows whose
