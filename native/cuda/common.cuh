@@ -315,51 +315,6 @@ static __device__ inline double block_sum_d(double v, double *red)
  * plain loop's), and reuse them for the output. */
 #define RN 8
 
-/* RR_OUT, RR_J: the router in registers (norm.cu's k_router_reg and
- * the AltUp steps): at most RR_OUT outputs and RR_J·32 columns a warp. */
-#define RR_OUT 4
-#define RR_J 12
-
-/* The wide row kernels (altup.cu's k_altup_wide, norm.cu's
- * k_norm_add_wide): a token a block of AT = AQ·RB threads, each holding
- * its first AS columns (T, T + AT, ...) in registers and reading the rest
- * again, with the sums of the RB-thread row kernels' order and bits: the
- * rows a sum reads staged in shared memory, RB threads' parts taken by
- * LW warps (aw_part), then block_sum's last tree (aw_total). */
-#define AQ 4
-#define AS (RN / AQ)
-#define AT (AQ * RB)
-/* aw_part: RB-order partial sums of squares of the staged row rs [dim] by
- * warps w0..w0+LW-1 (thread t = threadIdx.x - 32·w0 of RB), each warp's
- * total into red [LW]. A barrier, then aw_total, gives the sum. */
-static __device__ __forceinline__ void aw_part(const float *rs, int64_t dim, int w0, float *red)
-{
-	int wi = threadIdx.x >> 5;
-	if (wi < w0 || wi >= w0 + LW)
-		return;
-	int64_t t = threadIdx.x - 32 * w0;
-	float a = 0.0f;
-	for (int64_t i = t; i < dim; i += RB)
-		a = fmaf(rs[i], rs[i], a);
-	a = warp_sum(a);
-	if ((threadIdx.x & 31) == 0)
-		red[wi - w0] = a;
-}
-
-/* aw_total: block_sum's last tree over aw_part's warp totals. */
-static __device__ __forceinline__ float aw_total(const float *red)
-{
-	int lane = threadIdx.x & 31;
-	return warp_sum(lane < LW ? red[lane] : 0.0f);
-}
-
-/* rms_inv: the reciprocal of the root mean square of a row whose sum of
- * squares is ss, plus eps, in double as the CPU kernel takes it. */
-static __device__ __forceinline__ float rms_inv(float ss, int64_t dim, float eps)
-{
-	return (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
-}
-
 /* AP: the blocks of a long row's argmax (sampling.cu's argmax1), whose
  * partials every stream keeps (amax: AP floats, AP int64s). */
 #define AP 128
@@ -411,11 +366,6 @@ void c_norm_ropes(vd_stream *s, const vd_norm_ropes *r);
  * of the ones that do; the others run as the operations they stand for,
  * for comparisons. */
 bool layer_step_on(const char *name);
-/* rows_wide: whether the wide row kernels run where they fit (always
- * unless VERDICT_ROWS_WIDE is 0: the RB-thread ones, the same bits).
- * altup.cu: AltUp's step (before with pred) by a wide block where it fits. */
-bool rows_wide();
-bool altup_wide(vd_stream *s, const vd_altup *a, bool pred);
 void c_altup_correct_step(vd_stream *s, const vd_altup *a);
 void c_router_coef(vd_stream *s, vd_tensor y, vd_tensor f, vd_tensor x, vd_tensor nw, vd_tensor w, int64_t dim,
                    float eps, float scale, vd_tensor cw, vd_tensor cy, float add, int has_add);

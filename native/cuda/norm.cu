@@ -10,10 +10,11 @@
 static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const float *xr, int64_t dim)
 {
 	int64_t i0 = threadIdx.x;
+	int lim = (int)dim - (int)threadIdx.x;
 	float a = 0.0f;
 #pragma unroll
 	for (int u = 0; u < RN; u++)
-		if (i0 + (int64_t)u * RB < dim)
+		if (u * RB < lim)
 			a = fmaf(v[u], v[u], a);
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		a = fmaf(xr[i], xr[i], a);
@@ -22,8 +23,9 @@ static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const f
 
 /* row_sumsq: the sum of squares of a row of dim values, each thread's in
  * column order (its RN register values v, columns threadIdx.x + u·RB, then
- * its columns past RN·RB from xr), summed by block_sum. Every norm here
- * is this and rms_inv (common.cuh), then its own scaling. */
+ * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
+ * reciprocal of the root mean square plus eps, in double as the CPU kernel
+ * takes it. Every norm here is these two steps, then its own scaling. */
 static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
 {
 	return block_sum(sumsq_part(v, xr, dim), red);
@@ -34,6 +36,11 @@ static __device__ __forceinline__ float2 row_sumsq2(const float (&v1)[RN], const
                                                     const float *xr2, int64_t dim, float2 *red2)
 {
 	return block_sum2(sumsq_part(v1, xr1, dim), sumsq_part(v2, xr2, dim), red2);
+}
+
+static __device__ __forceinline__ float rms_inv(float ss, int64_t dim, float eps)
+{
+	return (float)(1.0 / sqrt((double)(ss / (float)dim + eps)));
 }
 
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim,
@@ -106,12 +113,16 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	__shared__ float2 red2[32];
 	float wv[RN], fwv[RN], bwv[RN];
 	int64_t i0 = threadIdx.x;
+	/* column i0 + u·RB is the thread's where u·RB < lim: each array's
+	 * columns at constant offsets from one pointer */
+	int lim = (int)dim - (int)i0;
+	const float *wt = w ? w + i0 : nullptr, *fwt = f && fw ? fw + i0 : nullptr, *bwt = b && ba && bw ? bw + i0 : nullptr;
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* the weights (no kernel writes them) while the kernel before drains */
-		int64_t i = i0 + (int64_t)u * RB;
-		wv[u] = w && i < dim ? __ldg(w + i) : 1.0f;
-		fwv[u] = f && fw && i < dim ? __ldg(fw + i) : 1.0f;
-		bwv[u] = b && ba && bw && i < dim ? __ldg(bw + i) : 1.0f;
+		bool on = u * RB < lim;
+		wv[u] = wt && on ? __ldg(wt + u * RB) : 1.0f;
+		fwv[u] = fwt && on ? __ldg(fwt + u * RB) : 1.0f;
+		bwv[u] = bwt && on ? __ldg(bwt + u * RB) : 1.0f;
 	}
 	pdl_wait();
 	pdl_launch();
@@ -122,16 +133,21 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	const float *bar = br && ba ? ba + r * dim : nullptr;
 	float v[RN], av[RN], bv[RN], bav[RN], rv[2][RN];
 	bool rreg = nrep <= 2; /* rep's first RN columns read with the rest */
+	float *xt = xr + i0, *yt = yr + i0, *bt = br ? br + i0 : nullptr, *rt[2];
+	const float *at = ar + i0, *bat = bar ? bar + i0 : nullptr;
+#pragma unroll
+	for (int k = 0; k < 2; k++)
+		rt[k] = rep ? rep + ((k < nrep ? k : 0) * rows + r) * dim + i0 : nullptr;
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* every load of the first RN columns at once (y may be a: read first) */
-		int64_t i = i0 + (int64_t)u * RB;
-		v[u] = i < dim ? xr[i] : 0.0f;
-		av[u] = i < dim ? ar[i] : 0.0f;
-		bv[u] = br && i < dim ? br[i] : 0.0f;
-		bav[u] = bar && i < dim ? bar[i] : 0.0f;
+		bool on = u * RB < lim;
+		v[u] = on ? xt[u * RB] : 0.0f;
+		av[u] = on ? at[u * RB] : 0.0f;
+		bv[u] = bt && on ? bt[u * RB] : 0.0f;
+		bav[u] = bat && on ? bat[u * RB] : 0.0f;
 #pragma unroll
 		for (int k = 0; k < 2; k++)
-			rv[k][u] = rreg && k < nrep && i < dim ? rep[(k * rows + r) * dim + i] : 0.0f;
+			rv[k][u] = rreg && k < nrep && on ? rt[k][u * RB] : 0.0f;
 	}
 	float ss;
 	if (bar) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba); b's and x's sums at once */
@@ -140,11 +156,10 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 		float binv = rms_inv(q.x, dim, eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
-			int64_t i = i0 + (int64_t)u * RB;
-			if (i < dim) {
+			if (u * RB < lim) {
 				float bn = bw ? (bv[u] * binv) * bwv[u] : bv[u] * binv;
 				bv[u] = bav[u] + bn;
-				br[i] = bv[u];
+				bt[u * RB] = bv[u];
 			}
 		}
 		for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
@@ -159,18 +174,18 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = i0 + (int64_t)u * RB;
-		if (i < dim) {
+		if (u * RB < lim) {
 			float xn = w ? (v[u] * inv) * wv[u] : v[u] * inv;
-			xr[i] = xn;
+			xt[u * RB] = xn;
 			float o = av[u] + xn;
 			if (br)
 				o = (o + bv[u]) * c;
-			yr[i] = o;
+			yt[u * RB] = o;
 			if (rreg) {
 #pragma unroll
 				for (int k = 0; k < 2; k++)
 					if (k < nrep)
-						rep[(k * rows + r) * dim + i] = rv[k][u] + xn;
+						rt[k][u * RB] = rv[k][u] + xn;
 			} else {
 				for (int64_t k = 0; k < nrep; k++) {
 					float *rp = rep + (k * rows + r) * dim + i;
@@ -198,140 +213,13 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 		return;
 	float ss2 = block_sum(acc2, red);
 	float inv2 = rms_inv(ss2, dim, eps);
-	float *fr = f + r * dim;
+	float *fr = f + r * dim, *ft = fr + i0;
 #pragma unroll
-	for (int u = 0; u < RN; u++) {
-		int64_t i = i0 + (int64_t)u * RB;
-		if (i < dim)
-			fr[i] = fw ? (av[u] * inv2) * fwv[u] : av[u] * inv2;
-	}
+	for (int u = 0; u < RN; u++)
+		if (u * RB < lim)
+			ft[u * RB] = fw ? (av[u] * inv2) * fwv[u] : av[u] * inv2;
 	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
 		fr[i] = fw ? (yr[i] * inv2) * fw[i] : yr[i] * inv2;
-}
-
-/* k_norm_add_wide: k_norm_add for one token a block of AT threads (the
- * wide row kernels, common.cuh), its sums' rows staged in shared memory
- * (2·dim floats: ra, x's row then y's; rb, b's). */
-__global__ void __launch_bounds__(AT) k_norm_add_wide(float *y, float *x, const float *w, const float *a, float *b,
-                                                      const float *bw, const float *ba, int64_t dim, float eps, float c,
-                                                      float *rep, int64_t nrep, int64_t rows, float *f, const float *fw)
-{
-	extern __shared__ float sm[];
-	__shared__ float red[LW], red2[LW];
-	float wv[AS], fwv[AS], bwv[AS];
-	int64_t T = threadIdx.x;
-#pragma unroll
-	for (int s = 0; s < AS; s++) { /* the weights (no kernel writes them) while the kernel before drains */
-		int64_t i = T + (int64_t)s * AT;
-		wv[s] = w && i < dim ? __ldg(w + i) : 1.0f;
-		fwv[s] = f && fw && i < dim ? __ldg(fw + i) : 1.0f;
-		bwv[s] = b && ba && bw && i < dim ? __ldg(bw + i) : 1.0f;
-	}
-	pdl_wait();
-	pdl_launch();
-	int64_t r = blockIdx.x;
-	float *xr = x + r * dim, *yr = y + r * dim, *ra = sm, *rb = sm + dim;
-	const float *ar = a + r * dim;
-	float *br = b ? b + r * dim : nullptr;
-	const float *bar = br && ba ? ba + r * dim : nullptr;
-	float v[AS], av[AS], bv[AS], bav[AS], rv[2][AS];
-	bool rreg = nrep <= 2;
-#pragma unroll
-	for (int s = 0; s < AS; s++) { /* every load of the first AS columns at once (y may be a: read first) */
-		int64_t i = T + (int64_t)s * AT;
-		v[s] = i < dim ? xr[i] : 0.0f;
-		av[s] = i < dim ? ar[i] : 0.0f;
-		bv[s] = br && i < dim ? br[i] : 0.0f;
-		bav[s] = bar && i < dim ? bar[i] : 0.0f;
-#pragma unroll
-		for (int k = 0; k < 2; k++)
-			rv[k][s] = rreg && k < nrep && i < dim ? rep[(k * rows + r) * dim + i] : 0.0f;
-		if (i < dim) {
-			ra[i] = v[s];
-			if (bar)
-				rb[i] = bv[s];
-		}
-	}
-	for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT) {
-		ra[i] = xr[i];
-		if (bar)
-			rb[i] = br[i];
-	}
-	__syncthreads();
-	if (bar)
-		aw_part(rb, dim, 0, red2);
-	aw_part(ra, dim, bar ? LW : 0, red);
-	__syncthreads();
-	if (bar) { /* b = ba + rmsnorm(b)·bw */
-		float binv = rms_inv(aw_total(red2), dim, eps);
-#pragma unroll
-		for (int s = 0; s < AS; s++) {
-			int64_t i = T + (int64_t)s * AT;
-			if (i < dim) {
-				float bn = bw ? (bv[s] * binv) * bwv[s] : bv[s] * binv;
-				bv[s] = bav[s] + bn;
-				br[i] = bv[s];
-			}
-		}
-		for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT) {
-			float bn = bw ? (br[i] * binv) * __ldg(bw + i) : br[i] * binv;
-			br[i] = bar[i] + bn;
-		}
-	}
-	float inv = rms_inv(aw_total(red), dim, eps);
-#pragma unroll
-	for (int s = 0; s < AS; s++) {
-		int64_t i = T + (int64_t)s * AT;
-		if (i < dim) {
-			float xn = w ? (v[s] * inv) * wv[s] : v[s] * inv;
-			xr[i] = xn;
-			float o = av[s] + xn;
-			if (br)
-				o = (o + bv[s]) * c;
-			yr[i] = o;
-			if (rreg) {
-#pragma unroll
-				for (int k = 0; k < 2; k++)
-					if (k < nrep)
-						rep[(k * rows + r) * dim + i] = rv[k][s] + xn;
-			} else {
-				for (int64_t k = 0; k < nrep; k++) {
-					float *rp = rep + (k * rows + r) * dim + i;
-					*rp = *rp + xn;
-				}
-			}
-			av[s] = o; /* f's input */
-			ra[i] = o;
-		}
-	}
-	for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT) {
-		float xn = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
-		xr[i] = xn;
-		float o = ar[i] + xn;
-		if (br)
-			o = (o + br[i]) * c;
-		yr[i] = o;
-		for (int64_t k = 0; k < nrep; k++) {
-			float *rp = rep + (k * rows + r) * dim + i;
-			*rp = *rp + xn;
-		}
-		ra[i] = o;
-	}
-	if (!f)
-		return;
-	__syncthreads();
-	aw_part(ra, dim, 0, red);
-	__syncthreads();
-	float inv2 = rms_inv(aw_total(red), dim, eps);
-	float *fr = f + r * dim;
-#pragma unroll
-	for (int s = 0; s < AS; s++) {
-		int64_t i = T + (int64_t)s * AT;
-		if (i < dim)
-			fr[i] = fw ? (av[s] * inv2) * fwv[s] : av[s] * inv2;
-	}
-	for (int64_t i = T + (int64_t)AS * AT; i < dim; i += AT)
-		fr[i] = fw ? (ra[i] * inv2) * fw[i] : ra[i] * inv2;
 }
 
 /* router_out: a router block's outputs from each lane's accumulators acc
@@ -484,38 +372,52 @@ __global__ void __launch_bounds__(RB) k_router(float *y, const float *x, const f
  * loaded into registers before pdl_wait (rr_load), its columns' x read at
  * once with the norm's (rr_token), so no shared row and no dependent
  * weight loads; the same operations in the same order as k_router. */
+#define RR_OUT 4
+#define RR_J 12
+
 struct rr_regs {
 	float wr[RR_J][RR_OUT], nv[RR_J];
 };
 
 /* rr_load: a lane's router weights and norm weights into registers. */
-static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, const float *w, int64_t nout, int64_t dim)
+/* rr_lane: a lane's router columns: lo + lane + 32·j for 32·j < the
+ * returned bound (hi - lo - lane, negative where the warp has none). */
+static __device__ __forceinline__ int rr_lane(int64_t dim, int64_t *lo)
 {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
-	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	int64_t l = wi * part, hi = l + part < dim ? l + part : dim;
+	*lo = l + lane;
+	return (int)(hi - l) - lane;
+}
+
+static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, const float *w, int64_t nout, int64_t dim)
+{
+	int64_t lo;
+	int lim = rr_lane(dim, &lo);
+	const float *np = nw ? nw + lo : nullptr, *wp[RR_OUT];
+#pragma unroll
+	for (int r = 0; r < RR_OUT; r++)
+		wp[r] = w + (r < nout ? r : 0) * dim + lo;
 #pragma unroll
 	for (int j = 0; j < RR_J; j++) {
-		int64_t c = lo + lane + 32 * j;
-		bool on = c < hi;
-		g.nv[j] = on && nw ? __ldg(nw + c) : 1.0f;
+		bool on = 32 * j < lim;
+		g.nv[j] = on && np ? __ldg(np + 32 * j) : 1.0f;
 #pragma unroll
 		for (int r = 0; r < RR_OUT; r++)
-			g.wr[j][r] = on && r < nout ? __ldg(w + r * dim + c) : 0.0f;
+			g.wr[j][r] = on && r < nout ? __ldg(wp[r] + 32 * j) : 0.0f;
 	}
 }
 
 /* rr_xcols: a lane's router columns of the row xr (rr_load's columns). */
 static __device__ __forceinline__ void rr_xcols(float (&xc)[RR_J], const float *xr, int64_t dim)
 {
-	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
-	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	int64_t lo;
+	int lim = rr_lane(dim, &lo);
+	const float *xp = xr + lo;
 #pragma unroll
-	for (int j = 0; j < RR_J; j++) {
-		int64_t c = lo + lane + 32 * j;
-		xc[j] = c < hi ? xr[c] : 0.0f;
-	}
+	for (int j = 0; j < RR_J; j++)
+		xc[j] = 32 * j < lim ? xp[32 * j] : 0.0f;
 }
 
 /* rr_sums: the router of one token into yr [nout] (and ys, given, in
@@ -527,9 +429,8 @@ static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, floa
                                                const float *cw, float *cyr, int64_t ncoef, float cadd, int hasadd,
                                                float *ys, float *cs)
 {
-	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-	int64_t part = ((dim + LW - 1) / LW + 31) / 32 * 32;
-	int64_t lo = wi * part, hi = lo + part < dim ? lo + part : dim;
+	int64_t lo;
+	int lim = rr_lane(dim, &lo);
 	float inv = rms_inv(ss, dim, eps);
 	float acc[RR_OUT];
 #pragma unroll
@@ -537,7 +438,7 @@ static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, floa
 		acc[r] = 0.0f;
 #pragma unroll
 	for (int j = 0; j < RR_J; j++)
-		if (lo + lane + 32 * j < hi) {
+		if (32 * j < lim) {
 			float xv = (nw ? (xc[j] * inv) * g.nv[j] : xc[j] * inv) * scale;
 #pragma unroll
 			for (int r = 0; r < RR_OUT; r++)
@@ -603,12 +504,15 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	int64_t nout = a.w.rows, ncoef = a.cw.rows, dim = a.dim, nd = a.n * dim;
 	rr_regs g;
 	rr_load(g, (const float *)a.norm_w.data, (const float *)a.w.data, nout, dim);
+	/* column T + u·RB is the thread's where u·RB < lim: each array's
+	 * columns at constant offsets from one pointer */
+	int T = threadIdx.x, lim = (int)dim - T;
+	const float *owt = ow ? ow + T : nullptr, *pwt = pw ? pw + T : nullptr;
 	float owv[RN], pwv[RN];
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
-		int64_t i = threadIdx.x + (int64_t)u * RB;
-		owv[u] = ow && i < dim ? __ldg(ow + i) : 1.0f;
-		pwv[u] = pw && i < dim ? __ldg(pw + i) : 1.0f;
+		owv[u] = owt && u * RB < lim ? __ldg(owt + u * RB) : 1.0f;
+		pwv[u] = pwt && u * RB < lim ? __ldg(pwt + u * RB) : 1.0f;
 	}
 	pdl_wait();
 	pdl_launch();
@@ -621,16 +525,23 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	 * prediction), and the router's columns of x where nothing before the
 	 * router changes them (before, x is not among streams 1..3) */
 	const float *src = PRED ? h : pred;
+	const float *st[4];
+	float *ht[4], *pdt[4], *xt = x + T, *prt = pr ? pr + T : nullptr, *outt = out + T;
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		st[k] = src + k * nd + row + T;
+		ht[k] = h + k * nd + row + T;
+		pdt[k] = pred + k * nd + row + T;
+	}
 	float pv[RN], xv[RN], sv[4][RN], xc[RR_J];
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
-		int64_t i = threadIdx.x + (int64_t)u * RB;
-		bool on = i < dim;
-		pv[u] = pr && on ? pr[i] : 0.0f;
-		xv[u] = on ? x[i] : 0.0f;
+		bool on = u * RB < lim;
+		pv[u] = prt && on ? prt[u * RB] : 0.0f;
+		xv[u] = on ? xt[u * RB] : 0.0f;
 #pragma unroll
 		for (int k = 0; k < 4; k++)
-			sv[k][u] = on ? src[k * nd + row + i] : 0.0f;
+			sv[k][u] = on ? st[k][u * RB] : 0.0f;
 	}
 	bool xlate = !PRED && pr; /* x changes before the router */
 	if (!xlate)
@@ -648,21 +559,20 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
-			int64_t i = threadIdx.x + (int64_t)u * RB;
-			if (i < dim) {
+			if (u * RB < lim) {
 				float xn = pw ? (pv[u] * inv) * pwv[u] : pv[u] * inv;
-				pr[i] = xn;
+				prt[u * RB] = xn;
 				if (PRED) {
 #pragma unroll
 					for (int k = 1; k < 4; k++) {
 						sv[k][u] = sv[k][u] + xn;
-						h[k * nd + row + i] = sv[k][u];
+						ht[k][u * RB] = sv[k][u];
 					}
 				} else {
 					xv[u] = xv[u] + xn;
-					x[i] = xv[u];
+					xt[u * RB] = xv[u];
 					if (xrow)
-						xs[i] = xv[u];
+						xs[T + u * RB] = xv[u];
 				}
 			}
 		}
@@ -696,20 +606,19 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		float v[RN], acc = 0.0f;
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
-			int64_t i = threadIdx.x + (int64_t)u * RB;
 			v[u] = 0.0f;
-			if (i < dim) {
+			if (u * RB < lim) {
 				float hv[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
 				altup_pred_elem(o, hv, cf);
 #pragma unroll
 				for (int k = 0; k < 4; k++)
-					pred[k * nd + row + i] = o[k];
+					pdt[k][u * RB] = o[k];
 				v[u] = o[0];
 			}
 		}
 #pragma unroll
 		for (int u = 0; u < RN; u++)
-			if (threadIdx.x + (int64_t)u * RB < dim)
+			if (u * RB < lim)
 				acc = fmaf(v[u], v[u], acc);
 		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
 			float hv[4] = {h[row + i], h[nd + row + i], h[2 * nd + row + i], h[3 * nd + row + i]}, o[4];
@@ -721,11 +630,9 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		float ss = block_sum(acc, red);
 		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
-		for (int u = 0; u < RN; u++) {
-			int64_t i = threadIdx.x + (int64_t)u * RB;
-			if (i < dim)
-				out[i] = ow ? (v[u] * inv) * owv[u] : v[u] * inv;
-		}
+		for (int u = 0; u < RN; u++)
+			if (u * RB < lim)
+				outt[u * RB] = ow ? (v[u] * inv) * owv[u] : v[u] * inv;
 		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
 			float p = pred[row + i];
 			out[i] = ow ? (p * inv) * ow[i] : p * inv;
@@ -735,14 +642,13 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	float cf[4] = {cs[0], cs[1], cs[2], cs[3]};
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
-		int64_t i = threadIdx.x + (int64_t)u * RB;
-		if (i < dim) {
+		if (u * RB < lim) {
 			float pv4[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
 			altup_corr_elem(o, pv4, 1, xv[u], cf);
 #pragma unroll
 			for (int k = 0; k < 4; k++)
-				h[k * nd + row + i] = o[k];
-			out[i] = ow ? o[0] * owv[u] : o[0];
+				ht[k][u * RB] = o[k];
+			outt[u * RB] = ow ? o[0] * owv[u] : o[0];
 		}
 	}
 	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
@@ -808,26 +714,6 @@ void c_mul_rows(vd_stream *s, vd_tensor x, vd_tensor w)
 	launched(s);
 }
 
-bool rows_wide()
-{
-	static const bool on = !env_is("VERDICT_ROWS_WIDE", "0");
-	return on;
-}
-
-/* norm_add_launch: k_norm_add_wide where its two rows fit in 48 KiB and
- * rows_wide(), k_norm_add otherwise: the same bits. */
-static void norm_add_launch(vd_stream *s, int64_t rows, float *y, float *x, const float *w, const float *a, float *b,
-                            const float *bw, const float *ba, int64_t dim, float eps, float c, float *rep, int64_t nrep,
-                            float *f, const float *fw)
-{
-	size_t smem = 2 * (size_t)dim * sizeof(float);
-	if (rows_wide() && smem <= 48 * 1024)
-		launch(s, k_norm_add_wide, (unsigned)rows, AT, smem, y, x, w, a, b, bw, ba, dim, eps, c, rep, nrep, rows, f, fw);
-	else
-		launch(s, k_norm_add, (unsigned)rows, RB, 0, y, x, w, a, b, bw, ba, dim, eps, c, rep, nrep, rows, f, fw);
-	launched(s);
-}
-
 void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
                        float eps, float c)
 {
@@ -835,8 +721,10 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
 	int64_t rows = elems(x) / dim;
 	if (rows <= 0)
 		return;
-	norm_add_launch(s, rows, (float *)y.data, (float *)x.data, (const float *)w.data, (const float *)a.data,
-	                (float *)b.data, nullptr, nullptr, dim, eps, c, nullptr, 0, nullptr, nullptr);
+	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
+	       (const float *)a.data, (float *)b.data, (const float *)nullptr, (const float *)nullptr, dim, eps, c,
+	       (float *)nullptr, (int64_t)0, rows, (float *)nullptr, (const float *)nullptr);
+	launched(s);
 }
 
 /* pre_parts_on: whether a layer step takes the norm-add before it as its
@@ -871,9 +759,10 @@ void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_ten
 			c_rmsnorm(s, f, y, fw, dim, eps);
 		return;
 	}
-	norm_add_launch(s, rows, (float *)y.data, (float *)x.data, (const float *)w.data, (const float *)a.data,
-	                (float *)b.data, (const float *)bw.data, (const float *)ba.data, dim, eps, c, (float *)rep.data, nrep,
-	                (float *)f.data, (const float *)fw.data);
+	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
+	       (const float *)a.data, (float *)b.data, (const float *)bw.data, (const float *)ba.data, dim, eps, c,
+	       (float *)rep.data, nrep, rows, (float *)f.data, (const float *)fw.data);
+	launched(s);
 }
 
 /* c_router: one launch for an f32 router of at most SMALL_ROWS rows whose
@@ -970,8 +859,6 @@ void c_altup_predict_step(vd_stream *s, const vd_altup *a)
 		return;
 	}
 	if (fits) {
-		if (altup_wide(s, a, true))
-			return;
 		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a, 0);
 		launched(s);
 		return;
@@ -988,8 +875,6 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 		return;
 	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4) &&
 	    !(a->pre.data && (a->pre.dtype != VD_F32 || (a->pre_w.data && a->pre_w.dtype != VD_F32)))) {
-		if (altup_wide(s, a, false))
-			return;
 		int xrow = a->pre.data && a->dim * (int64_t)sizeof(float) <= 48 * 1024; /* x's new row in shared memory */
 		launch(s, k_altup_step<false>, (unsigned)a->n, RB, xrow ? (size_t)a->dim * sizeof(float) : 0, *a, xrow);
 		launched(s);
