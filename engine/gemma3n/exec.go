@@ -87,7 +87,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	sizes := []int{
 		R * D, 4 * R * D, 4 * R * D, 4 * R * D, R * D, R * D, R * qd, R * kd, R * kd, R * qd, R * D, R * D, R * D, R * D,
 		R * I, R * I, R * 4, R * 16, R * cfg.LaurelRank, R * P,
-		R * max(L*P, D), L * R * P, L * R * P, R, R, R * D, headRows * V, R, R * 4,
+		R * max(L*P, D), L * R * P, L * R * P, R, 3 * R, R * D, headRows * V, R, R * 4,
 		R * I, rowSegs * R, 2 * (R + 1), ents, ents, ents, V, R, 4 * R, 4 * R,
 	}
 	st, err := m.be.NewStream()
@@ -106,7 +106,7 @@ func (m *Model) newExec(rows int) (*Exec, error) {
 	x.an, x.laur, x.q, x.k, x.v, x.att = f(R, D), f(R, D), f(R, qd), f(R, kd), f(R, kd), f(R, qd)
 	x.o, x.x, x.f, x.d = f(R, D), f(R, D), f(R, D), f(R, D)
 	x.g, x.u, x.mod, x.coef, x.lr, x.pg = f(R, I), f(R, I), f(R, 4), f(R, 16), f(R, cfg.LaurelRank), f(R, P)
-	x.tok, x.ple, x.ple2, x.target, x.mag, x.h = f(R, max(L*P, D)), f(L*R, P), f(L*R, P), f(1, R), f(1, R), f(R, D)
+	x.tok, x.ple, x.ple2, x.target, x.mag, x.h = f(R, max(L*P, D)), f(L*R, P), f(L*R, P), f(1, R), f(1, 3*R), f(R, D)
 	hd := kit.Head{Name: "gemma3n", St: st, W: m.t.embed, SoftCap: float32(cfg.FinalLogitSoftcap), Vocab: V}
 	hd.LogitsBuf, hd.LSE, hd.Sel = f(headRows, V), f(1, R), f(1, R*4)
 	// The rows' descriptions, one span (rowSegs segments of R) so that a
@@ -549,14 +549,15 @@ func (x *Exec) perLayerOps(n int) {
 	st.RMSNorm(proj, proj, m.t.pleNorm, P, float32(cfg.RMSNormEps))
 	tok := x.perLayerTok(n)
 	st.Scale(tok, tok, m.pleScale)
+	c := float32(1 / math.Sqrt2)
+	if n == 1 { // [1, L, P] is [L, 1, P]: the sum and its scale in one pass, as Add then Scale
+		st.AddScaled(x.ple.Sub(0, L, P), tok.View(L, P), proj.View(L, P), c)
+		return
+	}
 	st.Add(tok, tok, proj)
-	if n == 1 { // [1, L, P] is [L, 1, P]
-		st.Copy(x.ple.Sub(0, L, P), tok.View(L, P))
-	} else {
-		for l := 0; l < L; l++ {
-			st.Copy2D(x.ple.Sub(l*n*P, n, P), P, tok.Sub(l*P, 1, (n-1)*L*P+P), L*P, n, P)
-		}
+	for l := 0; l < L; l++ {
+		st.Copy2D(x.ple.Sub(l*n*P, n, P), P, tok.Sub(l*P, 1, (n-1)*L*P+P), L*P, n, P)
 	}
 	pl := x.ple.Sub(0, L*n, P)
-	st.Scale(pl, pl, float32(1/math.Sqrt2))
+	st.Scale(pl, pl, c)
 }
