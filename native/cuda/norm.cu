@@ -6,7 +6,9 @@
  */
 #include "common.cuh"
 
-/* sumsq_part: a thread's part of row_sumsq (before the block's sum). */
+/* sumsq_part: a thread's part of row_sumsq (before the block's sum). F
+ * (full): dim is RN·RB, every register column the thread's and no tail. */
+template <bool F = false>
 static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const float *xr, int64_t dim)
 {
 	int64_t i0 = threadIdx.x;
@@ -14,9 +16,9 @@ static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const f
 	float a = 0.0f;
 #pragma unroll
 	for (int u = 0; u < RN; u++)
-		if (u * RB < lim)
+		if (F || u * RB < lim)
 			a = fmaf(v[u], v[u], a);
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+	for (int64_t i = i0 + RN * RB; !F && i < dim; i += RB)
 		a = fmaf(xr[i], xr[i], a);
 	return a;
 }
@@ -26,16 +28,18 @@ static __device__ __forceinline__ float sumsq_part(const float (&v)[RN], const f
  * its columns past RN·RB from xr), summed by block_sum. rms_inv: the
  * reciprocal of the root mean square plus eps, in double as the CPU kernel
  * takes it. Every norm here is these two steps, then its own scaling. */
+template <bool F = false>
 static __device__ __forceinline__ float row_sumsq(const float (&v)[RN], const float *xr, int64_t dim, float *red)
 {
-	return block_sum(sumsq_part(v, xr, dim), red);
+	return block_sum(sumsq_part<F>(v, xr, dim), red);
 }
 
 /* row_sumsq2: row_sumsq of two rows (v1 and xr1, v2 and xr2) at once. */
+template <bool F = false>
 static __device__ __forceinline__ float2 row_sumsq2(const float (&v1)[RN], const float *xr1, const float (&v2)[RN],
                                                     const float *xr2, int64_t dim, float2 *red2)
 {
-	return block_sum2(sumsq_part(v1, xr1, dim), sumsq_part(v2, xr2, dim), red2);
+	return block_sum2(sumsq_part<F>(v1, xr1, dim), sumsq_part<F>(v2, xr2, dim), red2);
 }
 
 static __device__ __forceinline__ float rms_inv(float ss, int64_t dim, float eps)
@@ -104,11 +108,14 @@ __global__ void k_row_rms(float *out, const float *x, int64_t dim, float floor)
  * with f, f = k_rmsnorm of y by fw: the separate kernels' arithmetic in
  * one launch. The weights of a thread's first RN columns are loaded
  * before pdl_wait, and every value it reads of them after it at once (one
- * trip to memory before the sums). */
+ * trip to memory before the sums). F (norm_full): dim is RN·RB, so every
+ * register column is the thread's and there is no tail: no bounds. */
+template <bool F>
 __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, float *b, const float *bw,
-                           const float *ba, int64_t dim, float eps, float c, float *rep, int64_t nrep, int64_t rows,
+                           const float *ba, int64_t dim_, float eps, float c, float *rep, int64_t nrep, int64_t rows,
                            float *f, const float *fw)
 {
+	const int64_t dim = F ? (int64_t)RN * RB : dim_;
 	__shared__ float red[32];
 	__shared__ float2 red2[32];
 	float wv[RN], fwv[RN], bwv[RN];
@@ -119,7 +126,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	const float *wt = w ? w + i0 : nullptr, *fwt = f && fw ? fw + i0 : nullptr, *bwt = b && ba && bw ? bw + i0 : nullptr;
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* the weights (no kernel writes them) while the kernel before drains */
-		bool on = u * RB < lim;
+		bool on = F || u * RB < lim;
 		wv[u] = wt && on ? __ldg(wt + u * RB) : 1.0f;
 		fwv[u] = fwt && on ? __ldg(fwt + u * RB) : 1.0f;
 		bwv[u] = bwt && on ? __ldg(bwt + u * RB) : 1.0f;
@@ -140,7 +147,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 		rt[k] = rep ? rep + ((k < nrep ? k : 0) * rows + r) * dim + i0 : nullptr;
 #pragma unroll
 	for (int u = 0; u < RN; u++) { /* every load of the first RN columns at once (y may be a: read first) */
-		bool on = u * RB < lim;
+		bool on = F || u * RB < lim;
 		v[u] = on ? xt[u * RB] : 0.0f;
 		av[u] = on ? at[u * RB] : 0.0f;
 		bv[u] = bt && on ? bt[u * RB] : 0.0f;
@@ -151,30 +158,30 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	}
 	float ss;
 	if (bar) { /* b = ba + rmsnorm(b)·bw, as k_norm_add(b, b, bw, ba); b's and x's sums at once */
-		float2 q = row_sumsq2(bv, br, v, xr, dim, red2);
+		float2 q = row_sumsq2<F>(bv, br, v, xr, dim, red2);
 		ss = q.y;
 		float binv = rms_inv(q.x, dim, eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
-			if (u * RB < lim) {
+			if (F || u * RB < lim) {
 				float bn = bw ? (bv[u] * binv) * bwv[u] : bv[u] * binv;
 				bv[u] = bav[u] + bn;
 				bt[u * RB] = bv[u];
 			}
 		}
-		for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
+		for (int64_t i = i0 + RN * RB; !F && i < dim; i += RB) {
 			float bn = bw ? (br[i] * binv) * __ldg(bw + i) : br[i] * binv;
 			br[i] = bar[i] + bn;
 		}
 	}
 	else
-		ss = row_sumsq(v, xr, dim, red);
+		ss = row_sumsq<F>(v, xr, dim, red);
 	float inv = rms_inv(ss, dim, eps);
 	float acc2 = 0.0f;
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
 		int64_t i = i0 + (int64_t)u * RB;
-		if (u * RB < lim) {
+		if (F || u * RB < lim) {
 			float xn = w ? (v[u] * inv) * wv[u] : v[u] * inv;
 			xt[u * RB] = xn;
 			float o = av[u] + xn;
@@ -196,7 +203,7 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 			acc2 = fmaf(o, o, acc2);
 		}
 	}
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB) {
+	for (int64_t i = i0 + RN * RB; !F && i < dim; i += RB) {
 		float xn = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
 		xr[i] = xn;
 		float o = ar[i] + xn;
@@ -216,9 +223,9 @@ __global__ void k_norm_add(float *y, float *x, const float *w, const float *a, f
 	float *fr = f + r * dim, *ft = fr + i0;
 #pragma unroll
 	for (int u = 0; u < RN; u++)
-		if (u * RB < lim)
+		if (F || u * RB < lim)
 			ft[u * RB] = fw ? (av[u] * inv2) * fwv[u] : av[u] * inv2;
-	for (int64_t i = i0 + RN * RB; i < dim; i += RB)
+	for (int64_t i = i0 + RN * RB; !F && i < dim; i += RB)
 		fr[i] = fw ? (yr[i] * inv2) * fw[i] : yr[i] * inv2;
 }
 
@@ -379,7 +386,10 @@ struct rr_regs {
 	float wr[RR_J][RR_OUT], nv[RR_J];
 };
 
-/* rr_load: a lane's router weights and norm weights into registers. */
+/* RR_JF: the slots a lane's router columns take in a full row (RN·RB
+ * columns, F below): every one of them the lane's. */
+#define RR_JF (RN * RB / LW / 32)
+
 /* rr_lane: a lane's router columns: lo + lane + 32·j for 32·j < the
  * returned bound (hi - lo - lane, negative where the warp has none). */
 static __device__ __forceinline__ int rr_lane(int64_t dim, int64_t *lo)
@@ -391,6 +401,9 @@ static __device__ __forceinline__ int rr_lane(int64_t dim, int64_t *lo)
 	return (int)(hi - l) - lane;
 }
 
+/* rr_load: a lane's router weights and norm weights into registers. F:
+ * a full row (RN·RB columns): RR_JF slots, all the lane's. */
+template <bool F = false>
 static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, const float *w, int64_t nout, int64_t dim)
 {
 	int64_t lo;
@@ -400,8 +413,8 @@ static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, cons
 	for (int r = 0; r < RR_OUT; r++)
 		wp[r] = w + (r < nout ? r : 0) * dim + lo;
 #pragma unroll
-	for (int j = 0; j < RR_J; j++) {
-		bool on = 32 * j < lim;
+	for (int j = 0; j < (F ? RR_JF : RR_J); j++) {
+		bool on = F || 32 * j < lim;
 		g.nv[j] = on && np ? __ldg(np + 32 * j) : 1.0f;
 #pragma unroll
 		for (int r = 0; r < RR_OUT; r++)
@@ -410,20 +423,22 @@ static __device__ __forceinline__ void rr_load(rr_regs &g, const float *nw, cons
 }
 
 /* rr_xcols: a lane's router columns of the row xr (rr_load's columns). */
+template <bool F = false>
 static __device__ __forceinline__ void rr_xcols(float (&xc)[RR_J], const float *xr, int64_t dim)
 {
 	int64_t lo;
 	int lim = rr_lane(dim, &lo);
 	const float *xp = xr + lo;
 #pragma unroll
-	for (int j = 0; j < RR_J; j++)
-		xc[j] = 32 * j < lim ? xp[32 * j] : 0.0f;
+	for (int j = 0; j < (F ? RR_JF : RR_J); j++)
+		xc[j] = F || 32 * j < lim ? xp[32 * j] : 0.0f;
 }
 
 /* rr_sums: the router of one token into yr [nout] (and ys, given, in
  * shared memory) and, cw given, its coefficients into cyr [ncoef] (and
  * cs): from rr_load's registers, the row's sum of squares ss (row_sumsq)
  * and the lane's router columns in xc. */
+template <bool F = false>
 static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, float ss, const float (&xc)[RR_J], bool nw,
                                                int64_t nout, int64_t dim, float eps, float scale, float (*wsum)[LW],
                                                const float *cw, float *cyr, int64_t ncoef, float cadd, int hasadd,
@@ -437,8 +452,8 @@ static __device__ __forceinline__ void rr_sums(const rr_regs &g, float *yr, floa
 	for (int r = 0; r < RR_OUT; r++)
 		acc[r] = 0.0f;
 #pragma unroll
-	for (int j = 0; j < RR_J; j++)
-		if (32 * j < lim) {
+	for (int j = 0; j < (F ? RR_JF : RR_J); j++)
+		if (F || 32 * j < lim) {
 			float xv = (nw ? (xc[j] * inv) * g.nv[j] : xc[j] * inv) * scale;
 #pragma unroll
 			for (int r = 0; r < RR_OUT; r++)
@@ -491,8 +506,9 @@ __global__ void __launch_bounds__(RB) k_router_reg(float *y, const float *x, con
  * before pdl_wait and every value of the thread's first RN columns at once
  * after it; the router's outputs and coefficients pass through shared
  * memory, and so, after, does x's new row where pre changed it (xrow: dim
- * floats of dynamic shared memory; none: x read back from memory). */
-template <bool PRED>
+ * floats of dynamic shared memory; none: x read back from memory). F
+ * (norm_full): a row of RN·RB columns, with no bounds and no tails. */
+template <bool PRED, bool F>
 __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 {
 	extern __shared__ float xs[];
@@ -501,9 +517,9 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	__shared__ float wsum[RR_OUT][LW];
 	__shared__ float ys[RR_OUT], cs[16];
 	const float *ow = (const float *)a.out_w.data, *pw = (const float *)a.pre_w.data;
-	int64_t nout = a.w.rows, ncoef = a.cw.rows, dim = a.dim, nd = a.n * dim;
+	int64_t nout = a.w.rows, ncoef = a.cw.rows, dim = F ? (int64_t)RN * RB : a.dim, nd = a.n * dim;
 	rr_regs g;
-	rr_load(g, (const float *)a.norm_w.data, (const float *)a.w.data, nout, dim);
+	rr_load<F>(g, (const float *)a.norm_w.data, (const float *)a.w.data, nout, dim);
 	/* column T + u·RB is the thread's where u·RB < lim: each array's
 	 * columns at constant offsets from one pointer */
 	int T = threadIdx.x, lim = (int)dim - T;
@@ -511,8 +527,8 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	float owv[RN], pwv[RN];
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
-		owv[u] = owt && u * RB < lim ? __ldg(owt + u * RB) : 1.0f;
-		pwv[u] = pwt && u * RB < lim ? __ldg(pwt + u * RB) : 1.0f;
+		owv[u] = owt && (F || u * RB < lim) ? __ldg(owt + u * RB) : 1.0f;
+		pwv[u] = pwt && (F || u * RB < lim) ? __ldg(pwt + u * RB) : 1.0f;
 	}
 	pdl_wait();
 	pdl_launch();
@@ -536,7 +552,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	float pv[RN], xv[RN], sv[4][RN], xc[RR_J];
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
-		bool on = u * RB < lim;
+		bool on = F || u * RB < lim;
 		pv[u] = prt && on ? prt[u * RB] : 0.0f;
 		xv[u] = on ? xt[u * RB] : 0.0f;
 #pragma unroll
@@ -545,21 +561,21 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	}
 	bool xlate = !PRED && pr; /* x changes before the router */
 	if (!xlate)
-		rr_xcols(xc, x, dim);
+		rr_xcols<F>(xc, x, dim);
 	float xss = 0.0f; /* x's sum of squares, for the router */
 	if (pr) { /* before: the previous layer's per-layer input (k_norm_add's arithmetic, rep of streams 2, 3):
 	           * streams 1..3 += rmsnorm(pre)·pre_w; after: the layer's last norm-add, x = x + rmsnorm(pre)·pre_w;
 	           * pre normalised in place either way */
 		float ss;
 		if (PRED) { /* x is not among the streams pre adds to: both sums at once */
-			float2 q = row_sumsq2(pv, pr, xv, x, dim, red2);
+			float2 q = row_sumsq2<F>(pv, pr, xv, x, dim, red2);
 			ss = q.x, xss = q.y;
 		} else
-			ss = row_sumsq(pv, pr, dim, red);
+			ss = row_sumsq<F>(pv, pr, dim, red);
 		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
-			if (u * RB < lim) {
+			if (F || u * RB < lim) {
 				float xn = pw ? (pv[u] * inv) * pwv[u] : pv[u] * inv;
 				prt[u * RB] = xn;
 				if (PRED) {
@@ -576,7 +592,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 				}
 			}
 		}
-		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+		for (int64_t i = threadIdx.x + RN * RB; !F && i < dim; i += RB) {
 			float xn = pw ? (pr[i] * inv) * __ldg(pw + i) : pr[i] * inv;
 			pr[i] = xn;
 			if (PRED) {
@@ -590,12 +606,12 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		}
 		if (xlate) {
 			__syncthreads(); /* x's new row, for the router */
-			rr_xcols(xc, xrow ? xs : x, dim);
-			xss = row_sumsq(xv, xrow ? xs : x, dim, red);
+			rr_xcols<F>(xc, xrow ? xs : x, dim);
+			xss = row_sumsq<F>(xv, xrow ? xs : x, dim, red);
 		}
 	} else
-		xss = row_sumsq(xv, x, dim, red);
-	rr_sums(g, (float *)a.y.data + t * nout, xss, xc, a.norm_w.data != nullptr, nout, dim, a.eps, a.scale, wsum,
+		xss = row_sumsq<F>(xv, x, dim, red);
+	rr_sums<F>(g, (float *)a.y.data + t * nout, xss, xc, a.norm_w.data != nullptr, nout, dim, a.eps, a.scale, wsum,
 	        (const float *)a.cw.data, cyr, ncoef, a.add, a.has_add, ys, cs);
 	__syncthreads(); /* the coefficients, written by lane 0 of each warp */
 	if (PRED) {
@@ -607,7 +623,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			v[u] = 0.0f;
-			if (u * RB < lim) {
+			if (F || u * RB < lim) {
 				float hv[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
 				altup_pred_elem(o, hv, cf);
 #pragma unroll
@@ -618,9 +634,9 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		}
 #pragma unroll
 		for (int u = 0; u < RN; u++)
-			if (u * RB < lim)
+			if (F || u * RB < lim)
 				acc = fmaf(v[u], v[u], acc);
-		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+		for (int64_t i = threadIdx.x + RN * RB; !F && i < dim; i += RB) {
 			float hv[4] = {h[row + i], h[nd + row + i], h[2 * nd + row + i], h[3 * nd + row + i]}, o[4];
 			altup_pred_elem(o, hv, cf);
 			for (int k = 0; k < 4; k++)
@@ -631,9 +647,9 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 		float inv = rms_inv(ss, dim, a.eps);
 #pragma unroll
 		for (int u = 0; u < RN; u++)
-			if (u * RB < lim)
+			if (F || u * RB < lim)
 				outt[u * RB] = ow ? (v[u] * inv) * owv[u] : v[u] * inv;
-		for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+		for (int64_t i = threadIdx.x + RN * RB; !F && i < dim; i += RB) {
 			float p = pred[row + i];
 			out[i] = ow ? (p * inv) * ow[i] : p * inv;
 		}
@@ -642,7 +658,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 	float cf[4] = {cs[0], cs[1], cs[2], cs[3]};
 #pragma unroll
 	for (int u = 0; u < RN; u++) {
-		if (u * RB < lim) {
+		if (F || u * RB < lim) {
 			float pv4[4] = {sv[0][u], sv[1][u], sv[2][u], sv[3][u]}, o[4];
 			altup_corr_elem(o, pv4, 1, xv[u], cf);
 #pragma unroll
@@ -651,7 +667,7 @@ __global__ void __launch_bounds__(RB) k_altup_step(vd_altup a, int xrow)
 			outt[u * RB] = ow ? o[0] * owv[u] : o[0];
 		}
 	}
-	for (int64_t i = threadIdx.x + RN * RB; i < dim; i += RB) {
+	for (int64_t i = threadIdx.x + RN * RB; !F && i < dim; i += RB) {
 		float o[4];
 		altup_corr_elem(o, pred + row + i, nd, x[i], cf);
 		for (int k = 0; k < 4; k++)
@@ -714,6 +730,15 @@ void c_mul_rows(vd_stream *s, vd_tensor x, vd_tensor w)
 	launched(s);
 }
 
+/* norm_full: whether the row kernels take a row of dim columns as a full
+ * one (F: RN·RB columns, every register column a thread's, no tail, no
+ * bounds); VERDICT_NORM_FULL=0 never, for comparisons: the same bits. */
+static bool norm_full(int64_t dim)
+{
+	static const bool on = !env_is("VERDICT_NORM_FULL", "0");
+	return on && dim == (int64_t)RN * RB;
+}
+
 void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a, vd_tensor b, int64_t dim,
                        float eps, float c)
 {
@@ -721,8 +746,9 @@ void c_norm_add(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_tensor a
 	int64_t rows = elems(x) / dim;
 	if (rows <= 0)
 		return;
-	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
-	       (const float *)a.data, (float *)b.data, (const float *)nullptr, (const float *)nullptr, dim, eps, c,
+	launch(s, norm_full(dim) ? k_norm_add<true> : k_norm_add<false>, (unsigned)rows, RB, 0, (float *)y.data,
+	       (float *)x.data, (const float *)w.data, (const float *)a.data, (float *)b.data, (const float *)nullptr,
+	       (const float *)nullptr, dim, eps, c,
 	       (float *)nullptr, (int64_t)0, rows, (float *)nullptr, (const float *)nullptr);
 	launched(s);
 }
@@ -759,8 +785,9 @@ void c_norm_add_more(vd_stream *s, vd_tensor y, vd_tensor x, vd_tensor w, vd_ten
 			c_rmsnorm(s, f, y, fw, dim, eps);
 		return;
 	}
-	launch(s, k_norm_add, (unsigned)rows, RB, 0, (float *)y.data, (float *)x.data, (const float *)w.data,
-	       (const float *)a.data, (float *)b.data, (const float *)bw.data, (const float *)ba.data, dim, eps, c,
+	launch(s, norm_full(dim) ? k_norm_add<true> : k_norm_add<false>, (unsigned)rows, RB, 0, (float *)y.data,
+	       (float *)x.data, (const float *)w.data, (const float *)a.data, (float *)b.data, (const float *)bw.data,
+	       (const float *)ba.data, dim, eps, c,
 	       (float *)rep.data, nrep, rows, (float *)f.data, (const float *)fw.data);
 	launched(s);
 }
@@ -859,7 +886,8 @@ void c_altup_predict_step(vd_stream *s, const vd_altup *a)
 		return;
 	}
 	if (fits) {
-		launch(s, k_altup_step<true>, (unsigned)a->n, RB, 0, *a, 0);
+		launch(s, norm_full(a->dim) ? k_altup_step<true, true> : k_altup_step<true, false>, (unsigned)a->n, RB, 0, *a,
+		       0);
 		launched(s);
 		return;
 	}
@@ -876,7 +904,8 @@ void c_altup_correct_step(vd_stream *s, const vd_altup *a)
 	if (layer_step_on("altup_correct_step") && altup_step_fits(a, 4) &&
 	    !(a->pre.data && (a->pre.dtype != VD_F32 || (a->pre_w.data && a->pre_w.dtype != VD_F32)))) {
 		int xrow = a->pre.data && a->dim * (int64_t)sizeof(float) <= 48 * 1024; /* x's new row in shared memory */
-		launch(s, k_altup_step<false>, (unsigned)a->n, RB, xrow ? (size_t)a->dim * sizeof(float) : 0, *a, xrow);
+		launch(s, norm_full(a->dim) ? k_altup_step<false, true> : k_altup_step<false, false>, (unsigned)a->n, RB,
+		       xrow ? (size_t)a->dim * sizeof(float) : 0, *a, xrow);
 		launched(s);
 		return;
 	}

@@ -390,11 +390,12 @@ static void check_router()
 
 /* check_layer_steps: altup_predict_step, altup_correct_step and
  * norm_add_more against the CPU and, on the GPU, bit for bit against the
- * operations they stand for; small: the host emulation's shapes (2,304
- * columns: past a thread's registers). */
+ * operations they stand for; small: the host emulation's shapes (2,048
+ * columns: a full row, norm_full's kernels; 2,304: past a thread's
+ * registers). */
 static void check_layer_steps(bool small)
 {
-	std::vector<int64_t> dims = small ? std::vector<int64_t>{256, 300, 2304} : std::vector<int64_t>{2048, 2560, 4096};
+	std::vector<int64_t> dims = small ? std::vector<int64_t>{256, 300, 2048, 2304} : std::vector<int64_t>{2048, 2560, 4096};
 	std::vector<int64_t> ns = small ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{1, 5, 37};
 	for (int64_t dim : dims) {
 		for (int64_t n : ns) {
