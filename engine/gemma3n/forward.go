@@ -61,10 +61,9 @@ func (x *Exec) unmix(H native.Tensor, n int) native.Tensor {
 	}
 	st.Linears(H.Slice(n, 2*n), x.lin[:3])
 	x.rescale3(ys, target, n)
-	for k := 0; k < 3; k++ {
-		st.Add(h, h, ys.Slice(k*n, (k+1)*n))
-	}
-	st.Scale(h, h, 0.25)
+	st.Add(h, h, ys.Slice(0, n))
+	st.Add(h, h, ys.Slice(n, 2*n))
+	st.AddScaled(h, h, ys.Slice(2*n, 3*n), 0.25) // the last sum and the mean's scale, as Add then Scale
 	st.RMSNorm(h, h, m.t.norm, D, float32(m.Cfg.RMSNormEps))
 	return h
 }
